@@ -1,0 +1,14 @@
+"""Composition root of the Function App: the blueprints of each role, nothing else.
+
+No settings are read and no clients are created here, so indexing never fails on a
+missing setting; clients are built on the first invocation (shared.bootstrap).
+"""
+
+import azure.functions as func
+
+from shared.functions import agents, intake, operator, scheduler, supervisor
+
+app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
+
+for blueprint in (intake.bp, operator.bp, scheduler.bp, agents.bp, supervisor.bp):
+    app.register_functions(blueprint)

@@ -1,0 +1,58 @@
+"""A remote service reached over HTTP (aiohttp): the one thing each Agent wraps."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+from shared.domain.model import JsonObject
+from shared.ports import PermanentRemoteError, RemoteCall, TransientRemoteError
+
+_TRANSIENT_STATUSES = {408, 429}
+
+
+class HttpRemoteService:
+    """Classifies answers the way the Agents' retry needs: 408/429/5xx and network
+    failures are transient, any other 4xx is permanent."""
+
+    def __init__(self, base_url: str, session: aiohttp.ClientSession) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._session = session
+
+    async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
+        url = f"{self._base_url}/{call.operation}"
+        body = {
+            "orderId": call.order_id,
+            "idempotencyKey": call.idempotency_key,
+            "payload": dict(call.payload),
+        }
+        try:
+            async with self._session.post(
+                url,
+                json=body,
+                headers={"Idempotency-Key": call.idempotency_key},
+                timeout=aiohttp.ClientTimeout(total=max(timeout, 0.001)),
+            ) as response:
+                text = await response.text()
+                status = response.status
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise TransientRemoteError("unreachable", f"{call.operation}: {exc!r}") from None
+        data = _json(text)
+        if status < 300:
+            result = data.get("result", data)
+            return result if isinstance(result, dict) else {"value": result}
+        code = str(data.get("code") or data.get("title") or f"http-{status}")
+        message = str(data.get("detail") or text[:200])
+        if status in _TRANSIENT_STATUSES or status >= 500:
+            raise TransientRemoteError(code, message)
+        raise PermanentRemoteError(code, message)
+
+
+def _json(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

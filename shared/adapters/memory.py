@@ -1,0 +1,151 @@
+"""In-memory adapters with the same semantics as the Azure ones (ETags, duplicate ids).
+
+They pass the same contract tests as Table Storage, so the use-case tests that run on
+them at full speed exercise real concurrency rules, not a looser imitation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
+from shared.ports import (
+    AlreadyExists,
+    BusUnavailable,
+    ConcurrencyConflict,
+    Page,
+    WatchEntry,
+)
+
+
+class InMemoryStateStore:
+    def __init__(self) -> None:
+        self._records: dict[str, tuple[OrderProcess, str]] = {}
+        self._history: dict[str, list[HistoryEntry]] = {}
+        self._watch: dict[str, tuple[datetime, str]] = {}
+        self._etags = itertools.count(1)
+        self.operations: Counter[str] = Counter()
+
+    def _etag(self) -> str:
+        return f'W/"{next(self._etags)}"'
+
+    async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        if process.order_id in self._records:
+            raise AlreadyExists(process.order_id)
+        etag = self._etag()
+        self._records[process.order_id] = (replace(process, etag=None, history=()), etag)
+        self._history[process.order_id] = list(history)
+        return etag
+
+    async def load(self, order_id: str) -> OrderProcess | None:
+        await asyncio.sleep(0)
+        self.operations["read"] += 1
+        found = self._records.get(order_id)
+        if found is None:
+            return None
+        process, etag = found
+        return replace(process, etag=etag)
+
+    async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        current = self._records.get(process.order_id)
+        if current is None or current[1] != process.etag:
+            raise ConcurrencyConflict(process.order_id)
+        etag = self._etag()
+        self._records[process.order_id] = (replace(process, etag=None, history=()), etag)
+        self._history[process.order_id].extend(history)
+        return etag
+
+    async def history(self, order_id: str) -> tuple[HistoryEntry, ...]:
+        self.operations["query"] += 1
+        return tuple(self._history.get(order_id, ()))
+
+    async def list_by_state(
+        self, state: ProcessState | None, page_size: int, continuation: str | None
+    ) -> Page:
+        self.operations["query"] += 1
+        ids = sorted(
+            order_id
+            for order_id, (process, _) in self._records.items()
+            if (state is None or process.state.process_state is state)
+            and (continuation is None or order_id > continuation)
+        )
+        chosen = ids[:page_size]
+        items = tuple(self._records[i][0].state for i in chosen)
+        more = len(ids) > page_size
+        return Page(items, chosen[-1] if more and chosen else None)
+
+    async def watch(self, order_id: str, check_at: datetime, *, replace: bool) -> None:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        if replace or order_id not in self._watch:
+            self._watch[order_id] = (check_at, self._etag())
+
+    async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
+        await asyncio.sleep(0)
+        self.operations["query"] += 1
+        found = sorted(
+            (WatchEntry(order_id, at, etag) for order_id, (at, etag) in self._watch.items()),
+            key=lambda e: (e.check_at, e.order_id),
+        )
+        return tuple(e for e in found if e.check_at <= now)[:limit]
+
+    async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        current = self._watch.get(entry.order_id)
+        if current is not None and current[1] == entry.etag:
+            self._watch[entry.order_id] = (check_at, self._etag())
+
+    async def unwatch(self, order_id: str) -> None:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        self._watch.pop(order_id, None)
+
+    async def ping(self) -> None:
+        return None
+
+    def watched(self) -> dict[str, datetime]:
+        return {order_id: at for order_id, (at, _) in self._watch.items()}
+
+
+class InMemoryBus:
+    """Records what was sent per queue; drops a repeated message id like the broker does."""
+
+    def __init__(self) -> None:
+        self.sent: list[Outgoing] = []
+        self.duplicates = 0
+        self._ids: set[str] = set()
+        self.fail_next = 0
+
+    async def send(self, messages: Sequence[Outgoing]) -> None:
+        await asyncio.sleep(0)
+        if self.fail_next:
+            self.fail_next -= 1
+            raise BusUnavailable("injected bus failure")
+        for message in messages:
+            if message.message_id in self._ids:
+                self.duplicates += 1
+                continue
+            self._ids.add(message.message_id)
+            self.sent.append(message)
+
+    async def ping(self) -> None:
+        return None
+
+    def on(self, queue: str) -> list[Outgoing]:
+        return [m for m in self.sent if m.queue == queue]
+
+    def take(self, queue: str) -> list[Outgoing]:
+        """Remove and return what was sent to a queue, as a consumer would."""
+        taken = self.on(queue)
+        self.sent = [m for m in self.sent if m.queue != queue]
+        return taken

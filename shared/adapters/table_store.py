@@ -1,0 +1,287 @@
+"""The state store on Azure Table Storage (azure-data-tables, async client).
+
+Every state change is one entity-group transaction in the order's partition, with
+If-Match on the state row's ETag; the Supervisor's watch list lives in a few
+`~watch-NN` partitions and is found by a filtered query over in-flight orders only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
+from azure.data.tables import TableTransactionError, UpdateMode
+from azure.data.tables.aio import TableClient, TableServiceClient
+
+from shared.adapters import table_rows as rows
+from shared.domain.model import HistoryEntry, OrderProcess, ProcessState
+from shared.ports import (
+    AlreadyExists,
+    ConcurrencyConflict,
+    Page,
+    StoreUnavailable,
+    WatchEntry,
+)
+
+_CONFLICT_CODES = {"UpdateConditionNotSatisfied", "ConditionNotMet", "ResourceNotFound"}
+_EXISTS_CODES = {"EntityAlreadyExists"}
+
+
+class TableStateStore:
+    def __init__(self, service: TableServiceClient, table_name: str) -> None:
+        self._service = service
+        self._table: TableClient = service.get_table_client(table_name)
+        self._table_name = table_name
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
+        self.operations: Counter[str] = Counter()
+
+    async def close(self) -> None:
+        await self._table.close()
+        await self._service.close()
+
+    async def ensure_table(self) -> None:
+        """Create the table once per worker; in Azure the Bicep already did."""
+        if self._ready:
+            return
+        async with self._ready_lock:
+            if self._ready:
+                return
+            try:
+                await self._service.create_table(self._table_name)
+            except ResourceExistsError:
+                pass
+            except AzureError as exc:
+                raise StoreUnavailable(f"table {self._table_name}: {exc}") from None
+            self._ready = True
+
+    async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        await self.ensure_table()
+        operations: list[Any] = [
+            ("create", rows.order_entity(process.order)),
+            ("create", rows.state_entity(process.state)),
+            *(
+                ("create", rows.step_entity(process.order_id, i, step))
+                for i, step in enumerate(process.steps)
+            ),
+            *(
+                ("create", e)
+                for e in rows.history_entities(
+                    process.order_id, process.state.version, list(history)
+                )
+            ),
+        ]
+        try:
+            results = await self._transact(operations)
+        except TableTransactionError as exc:
+            if getattr(exc, "error_code", None) in _EXISTS_CODES:
+                raise AlreadyExists(process.order_id) from None
+            raise StoreUnavailable(str(exc)) from None
+        return str(results[1]["etag"])
+
+    async def load(self, order_id: str) -> OrderProcess | None:
+        await self.ensure_table()
+        entities = await self._query(
+            "PartitionKey eq @pk and RowKey ge @first",
+            {"pk": order_id, "first": rows.ORDER_ROW},
+        )
+        state = next((e for e in entities if e["RowKey"] == rows.STATE_ROW), None)
+        etag = state.metadata["etag"] if state is not None else None
+        return rows.to_process(entities, etag)
+
+    async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        if process.etag is None:
+            raise ConcurrencyConflict(f"order {process.order_id} was not read before saving")
+        await self.ensure_table()
+        operations: list[Any] = [
+            (
+                "update",
+                rows.state_entity(process.state),
+                {
+                    "mode": UpdateMode.REPLACE,
+                    "etag": process.etag,
+                    "match_condition": MatchConditions.IfNotModified,
+                },
+            ),
+            *(
+                (
+                    "upsert",
+                    rows.step_entity(process.order_id, i, step),
+                    {"mode": UpdateMode.REPLACE},
+                )
+                for i, step in enumerate(process.steps)
+            ),
+            *(
+                ("create", e)
+                for e in rows.history_entities(
+                    process.order_id, process.state.version, list(history)
+                )
+            ),
+        ]
+        try:
+            results = await self._transact(operations)
+        except TableTransactionError as exc:
+            code = getattr(exc, "error_code", None)
+            if code in _CONFLICT_CODES | _EXISTS_CODES or exc.status_code in (404, 409, 412):
+                raise ConcurrencyConflict(process.order_id) from None
+            raise StoreUnavailable(str(exc)) from None
+        return str(results[0]["etag"])
+
+    async def history(self, order_id: str) -> tuple[HistoryEntry, ...]:
+        entities = await self._query(
+            "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+            {"pk": order_id, "lo": rows.HISTORY_PREFIX, "hi": "hist."},
+        )
+        return tuple(rows.to_history(e) for e in sorted(entities, key=lambda e: e["RowKey"]))
+
+    async def list_by_state(
+        self, state: ProcessState | None, page_size: int, continuation: str | None
+    ) -> Page:
+        """An operator query: it filters state rows server-side, page by page."""
+        await self.ensure_table()
+        query = "RowKey eq @row" + (" and ProcessState eq @state" if state else "")
+        parameters = {"row": rows.STATE_ROW, **({"state": state.value} if state else {})}
+        token = _decode_token(continuation)
+        self.operations["query"] += 1
+        try:
+            pager: Any = self._table.query_entities(
+                query, parameters=parameters, results_per_page=page_size
+            ).by_page(continuation_token=token)
+            items = []
+            async for page in pager:
+                async for entity in page:
+                    items.append(rows.to_state(entity))
+                break
+            next_token = pager.continuation_token
+        except AzureError as exc:
+            raise StoreUnavailable(str(exc)) from None
+        return Page(tuple(items), _encode_token(next_token))
+
+    async def watch(self, order_id: str, check_at: datetime, *, replace: bool) -> None:
+        await self.ensure_table()
+        entity = {
+            "PartitionKey": rows.watch_partition(order_id),
+            "RowKey": order_id,
+            "CheckAt": check_at,
+        }
+        self.operations["write"] += 1
+        try:
+            if replace:
+                await self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+            else:
+                await self._table.create_entity(entity)
+        except ResourceExistsError:
+            pass
+        except AzureError as exc:
+            raise StoreUnavailable(str(exc)) from None
+
+    async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
+        await self.ensure_table()
+        found = await asyncio.gather(
+            *(
+                self._query(
+                    "PartitionKey eq @pk and CheckAt le @now",
+                    {"pk": partition, "now": now},
+                    select=["RowKey", "CheckAt"],
+                )
+                for partition in rows.watch_partitions()
+            )
+        )
+        entries = [
+            WatchEntry(e["RowKey"], e["CheckAt"], e.metadata["etag"])
+            for shard in found
+            for e in shard
+        ]
+        entries.sort(key=lambda e: (e.check_at, e.order_id))
+        return tuple(entries[:limit])
+
+    async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
+        entity = {
+            "PartitionKey": rows.watch_partition(entry.order_id),
+            "RowKey": entry.order_id,
+            "CheckAt": check_at,
+        }
+        self.operations["write"] += 1
+        try:
+            await self._table.update_entity(
+                entity,
+                mode=UpdateMode.REPLACE,
+                etag=entry.etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
+        except (ResourceModifiedError, ResourceNotFoundError):
+            pass
+        except HttpResponseError as exc:
+            if exc.status_code not in (404, 412):
+                raise StoreUnavailable(str(exc)) from None
+        except AzureError as exc:
+            raise StoreUnavailable(str(exc)) from None
+
+    async def unwatch(self, order_id: str) -> None:
+        self.operations["write"] += 1
+        try:
+            await self._table.delete_entity(rows.watch_partition(order_id), order_id)
+        except ResourceNotFoundError:
+            pass
+        except AzureError as exc:
+            raise StoreUnavailable(str(exc)) from None
+
+    async def ping(self) -> None:
+        await self.ensure_table()
+        try:
+            await self._table.get_entity("~ping", "~ping")
+        except ResourceNotFoundError:
+            return
+        except AzureError as exc:
+            raise StoreUnavailable(str(exc)) from None
+
+    async def _transact(self, operations: list[Any]) -> list[dict[str, Any]]:
+        self.operations["write"] += 1
+        try:
+            return [dict(r) for r in await self._table.submit_transaction(operations)]
+        except TableTransactionError:
+            raise
+        except AzureError as exc:
+            raise StoreUnavailable(str(exc)) from None
+
+    async def _query(
+        self, query: str, parameters: dict[str, Any], select: list[str] | None = None
+    ) -> list[Any]:
+        self.operations["query"] += 1
+        try:
+            return [
+                e
+                async for e in self._table.query_entities(
+                    query, parameters=parameters, select=select
+                )
+            ]
+        except AzureError as exc:
+            raise StoreUnavailable(str(exc)) from None
+
+
+def _encode_token(token: Any) -> str | None:
+    if not token:
+        return None
+    return base64.urlsafe_b64encode(json.dumps(token).encode()).decode()
+
+
+def _decode_token(token: str | None) -> Any:
+    if not token:
+        return None
+    try:
+        return json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("invalid continuation token") from None

@@ -1,0 +1,118 @@
+"""Composition root for the real adapters: built lazily, once per worker and event loop.
+
+Nothing here runs at import time, so the Functions host can index the app even when a
+setting is missing; the first invocation that needs a client builds them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import aiohttp
+from azure.data.tables.aio import TableServiceClient
+from azure.identity.aio import DefaultAzureCredential
+
+from shared.adapters.clock import SystemClock
+from shared.adapters.http_remote import HttpRemoteService
+from shared.adapters.servicebus_bus import ServiceBusMessageBus
+from shared.adapters.table_store import TableStateStore
+from shared.domain.workflow import AgentName
+from shared.ports import Clock, MessageBus, RemoteService, StateStore
+from shared.resilience import CircuitBreaker
+from shared.settings import Settings
+from shared.usecases.agent import AgentDeps
+from shared.usecases.commit import ProcessDeps
+
+
+@dataclass
+class Container:
+    settings: Settings
+    process: ProcessDeps
+    remotes: dict[AgentName, RemoteService]
+    breakers: dict[AgentName, CircuitBreaker] = field(default_factory=dict)
+    session: aiohttp.ClientSession | None = None
+
+    def agent(self, name: AgentName) -> AgentDeps:
+        breaker = self.breakers.get(name)
+        if breaker is None:
+            breaker = self.breakers[name] = CircuitBreaker(name.value, self.process.clock)
+        return AgentDeps(
+            agent=name,
+            bus=self.process.bus,
+            clock=self.process.clock,
+            remote=self.remotes[name],
+            breaker=breaker,
+        )
+
+
+_current: tuple[asyncio.AbstractEventLoop, Container] | None = None
+
+
+async def container() -> Container:
+    """Building has no awaits, so two invocations on one loop cannot both build."""
+    global _current
+    loop = asyncio.get_running_loop()
+    if _current is None or _current[0] is not loop:
+        _current = (loop, build(Settings.from_env()))
+    return _current[1]
+
+
+def use(container: Container) -> None:
+    """Install a container (tests, the local runtime) for the running loop."""
+    global _current
+    _current = (asyncio.get_running_loop(), container)
+
+
+def reset() -> None:
+    global _current
+    _current = None
+
+
+def compose(
+    settings: Settings,
+    store: StateStore,
+    bus: MessageBus,
+    remotes: dict[AgentName, RemoteService],
+    clock: Clock | None = None,
+) -> Container:
+    process = ProcessDeps(
+        store=store,
+        bus=bus,
+        clock=clock or SystemClock(),
+        policy=settings.policy,
+        instance_id=settings.instance_id,
+    )
+    return Container(settings=settings, process=process, remotes=remotes)
+
+
+def build(settings: Settings) -> Container:
+    credential: DefaultAzureCredential | None = None
+
+    def identity(client_id: str | None) -> DefaultAzureCredential:
+        nonlocal credential
+        if credential is None:
+            credential = DefaultAzureCredential(managed_identity_client_id=client_id)
+        return credential
+
+    if settings.storage.connection_string:
+        tables = TableServiceClient.from_connection_string(settings.storage.connection_string)
+    else:
+        assert settings.storage.endpoint is not None
+        tables = TableServiceClient(
+            settings.storage.endpoint, credential=identity(settings.storage.client_id)
+        )
+    if settings.service_bus.connection_string:
+        bus = ServiceBusMessageBus.from_connection_string(settings.service_bus.connection_string)
+    else:
+        assert settings.service_bus.endpoint is not None
+        bus = ServiceBusMessageBus.from_namespace(
+            settings.service_bus.endpoint, identity(settings.service_bus.client_id)
+        )
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
+    remotes: dict[AgentName, RemoteService] = {
+        name: HttpRemoteService(url, session) for name, url in settings.service_urls.items()
+    }
+    built = compose(settings, TableStateStore(tables, settings.state_table), bus, remotes)
+    built.session = session
+    return built

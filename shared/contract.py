@@ -1,0 +1,77 @@
+"""Contract names, declared once.
+
+Everything a client, the infra or an acceptance check relies on (queue names, queue
+properties, setting names, routes) lives here and is imported everywhere else,
+including the tests and the consistency checks against Bicep and emulator config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+
+class Queue:
+    """Service Bus queue names (DESIGN.md section 2)."""
+
+    ORDERS: Final = "orders"
+    SCHEDULER: Final = "scheduler"
+    AGENT_REPLIES: Final = "agent-replies"
+    AGENT_INVENTORY: Final = "agent-inventory"
+    AGENT_PAYMENT: Final = "agent-payment"
+    AGENT_SHIPPING: Final = "agent-shipping"
+    ORDER_STATUS: Final = "order-status"
+    OPERATOR_ALERTS: Final = "operator-alerts"
+
+
+ALL_QUEUES: Final[tuple[str, ...]] = (
+    Queue.ORDERS,
+    Queue.SCHEDULER,
+    Queue.AGENT_REPLIES,
+    Queue.AGENT_INVENTORY,
+    Queue.AGENT_PAYMENT,
+    Queue.AGENT_SHIPPING,
+    Queue.ORDER_STATUS,
+    Queue.OPERATOR_ALERTS,
+)
+
+
+@dataclass(frozen=True)
+class QueueProperties:
+    """What the code assumes of every queue; the infra and emulator config must agree."""
+
+    lock_duration_seconds: int = 60
+    max_delivery_count: int = 10
+    duplicate_detection_window_seconds: int = 600
+    dead_lettering_on_message_expiration: bool = True
+    requires_duplicate_detection: bool = True
+
+
+QUEUE_PROPERTIES: Final = QueueProperties()
+
+
+class Setting:
+    """App setting names read by the code (DESIGN.md section 6)."""
+
+    STORAGE: Final = "AzureWebJobsStorage"
+    SERVICE_BUS: Final = "ServiceBusConnection"
+    STATE_TABLE: Final = "StateTableName"
+    SUPERVISOR_SCHEDULE: Final = "SupervisorSchedule"
+    STEP_TIMEOUT_SECONDS: Final = "StepTimeoutSeconds"
+    PENDING_TIMEOUT_SECONDS: Final = "PendingTimeoutSeconds"
+    MAX_FAILURE_COUNT: Final = "MaxFailureCount"
+    EXHAUSTED_POLICY: Final = "ExhaustedPolicy"
+    REPLY_TO_ALLOW_LIST: Final = "ReplyToAllowList"
+    INVENTORY_SERVICE_URL: Final = "InventoryServiceUrl"
+    PAYMENT_SERVICE_URL: Final = "PaymentServiceUrl"
+    SHIPPING_SERVICE_URL: Final = "ShippingServiceUrl"
+    INSTANCE_ID: Final = "WEBSITE_INSTANCE_ID"
+
+
+class Route:
+    """HTTP routes below /api (DESIGN.md section 4)."""
+
+    ORDERS: Final = "orders"
+    ORDER: Final = "orders/{orderId}"
+    RESUBMIT: Final = "orders/{orderId}/resubmit"
+    HEALTH: Final = "health"

@@ -1,0 +1,164 @@
+"""The order process as the pattern names it: order, state record, step records."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+JsonObject = Mapping[str, Any]
+
+
+class ProcessState(StrEnum):
+    PENDING = "Pending"
+    PROCESSING = "Processing"
+    PROCESSED = "Processed"
+    ERROR = "Error"
+    COMPENSATING = "Compensating"
+    COMPENSATED = "Compensated"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Error counts as terminal for supervision: only an operator moves it on."""
+        return self in (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.ERROR)
+
+
+class StepStatus(StrEnum):
+    NOT_STARTED = "NotStarted"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    COMPENSATED = "Compensated"
+
+
+class Phase(StrEnum):
+    """Which way the Scheduler walks the workflow when it next claims the order."""
+
+    FORWARD = "forward"
+    COMPENSATE = "compensate"
+
+
+class Action(StrEnum):
+    DO = "do"
+    COMPENSATE = "compensate"
+
+
+class Outcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class Priority(StrEnum):
+    NORMAL = "normal"
+    HIGH = "high"
+
+
+class NotificationStatus(StrEnum):
+    RECEIVED = "Received"
+    PROCESSING = "Processing"
+    PROCESSED = "Processed"
+    FAILED = "Failed"
+    COMPENSATED = "Compensated"
+
+
+class ExhaustedPolicy(StrEnum):
+    HOLD = "hold"
+    COMPENSATE = "compensate"
+
+
+@dataclass(frozen=True)
+class OrderLine:
+    sku: str
+    quantity: int
+    unit_price: float
+
+
+@dataclass(frozen=True)
+class Order:
+    order_id: str
+    customer_id: str
+    items: tuple[OrderLine, ...]
+    priority: Priority
+    reply_to: str | None
+    fingerprint: str
+    """Hash of the canonical submitted body: the same id with another body is a conflict."""
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    name: str
+    status: StepStatus = StepStatus.NOT_STARTED
+    attempts: int = 0
+    complete_by: datetime | None = None
+    result: JsonObject | None = None
+    error: ErrorInfo | None = None
+    compensation_attempts: int = 0
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A message a transition must send once its state change is stored.
+
+    The body is already in wire form; the message id is deterministic so a re-send
+    after a crash is dropped by the broker's duplicate detection.
+    """
+
+    queue: str
+    message_id: str
+    body: JsonObject
+    deliver_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    at: datetime
+    event: str
+    detail: str
+    process_state: ProcessState
+    failure_count: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class StateRecord:
+    """The pattern's state record. `attempt` is the fencing token of the current claim."""
+
+    order_id: str
+    process_state: ProcessState
+    locked_by: str | None
+    complete_by: datetime | None
+    failure_count: int
+    attempt: int
+    phase: Phase
+    current_step: int
+    last_error: str | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    workflow: str
+    outbox: tuple[Outgoing, ...] = ()
+    outbox_cause: str | None = None
+
+
+@dataclass(frozen=True)
+class OrderProcess:
+    """One order's rows as read together; `etag` guards the state record on save."""
+
+    order: Order
+    state: StateRecord
+    steps: tuple[StepRecord, ...]
+    etag: str | None = None
+    history: tuple[HistoryEntry, ...] = field(default=())
+
+    @property
+    def order_id(self) -> str:
+        return self.order.order_id

@@ -1,0 +1,436 @@
+"""The order process state machine: pure functions from (process, event, now) to a Transition.
+
+Every function either returns the next process plus the messages to send and the history
+to append, or None when the event is stale or does not apply: a lost race, a late reply
+from an older attempt, a duplicate. None is normal control flow, never an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from shared.domain import messages
+from shared.domain.model import (
+    Action,
+    ErrorInfo,
+    ExhaustedPolicy,
+    HistoryEntry,
+    JsonObject,
+    NotificationStatus,
+    Order,
+    OrderProcess,
+    Outcome,
+    Outgoing,
+    Phase,
+    ProcessState,
+    StateRecord,
+    StepRecord,
+    StepStatus,
+)
+from shared.domain.workflow import AGENTS, Workflow
+
+
+class InvalidTransition(Exception):
+    """The operator asked for a move the order's state does not allow."""
+
+
+@dataclass(frozen=True)
+class ProcessPolicy:
+    step_timeout: timedelta
+    pending_timeout: timedelta
+    """How long an order may sit Pending before the Supervisor nudges it again."""
+    max_failure_count: int
+    exhausted_policy: ExhaustedPolicy = ExhaustedPolicy.HOLD
+    backoff_base: timedelta = timedelta(seconds=1)
+    backoff_cap: timedelta = timedelta(seconds=60)
+
+    def backoff(self, failure_count: int) -> timedelta:
+        exponent = max(failure_count - 1, 0)
+        delay: timedelta = self.backoff_base * (2**exponent)
+        return min(delay, self.backoff_cap)
+
+
+@dataclass(frozen=True)
+class AgentReply:
+    order_id: str
+    step: str
+    action: Action
+    attempt: int
+    outcome: Outcome
+    result: JsonObject | None = None
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True)
+class Transition:
+    process: OrderProcess
+    outgoing: tuple[Outgoing, ...]
+    history: tuple[HistoryEntry, ...]
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.process.state.process_state.is_terminal
+
+
+class _Builder:
+    """Accumulates one transition's changes so each rule reads as a few lines."""
+
+    def __init__(self, process: OrderProcess, now: datetime, cause: str | None) -> None:
+        self.order: Order = process.order
+        self.state: StateRecord = replace(
+            process.state, version=process.state.version + 1, updated_at=now
+        )
+        self.steps: list[StepRecord] = list(process.steps)
+        self.etag = process.etag
+        self.now = now
+        self.cause = cause
+        self.outgoing: list[Outgoing] = []
+        self.history: list[HistoryEntry] = []
+
+    def set(self, **changes: object) -> None:
+        self.state = replace(self.state, **changes)  # type: ignore[arg-type]
+
+    def set_step(self, index: int, **changes: object) -> None:
+        self.steps[index] = replace(self.steps[index], **changes)  # type: ignore[arg-type]
+
+    def note(self, event: str, detail: str = "") -> None:
+        self.history.append(
+            HistoryEntry(
+                at=self.now,
+                event=event,
+                detail=detail,
+                process_state=self.state.process_state,
+                failure_count=self.state.failure_count,
+                attempt=self.state.attempt,
+            )
+        )
+
+    def send(self, message: Outgoing) -> None:
+        self.outgoing.append(message)
+
+    def notify(self, status: NotificationStatus, detail: str | None = None) -> None:
+        self.send(
+            messages.status(
+                self.order.order_id,
+                self.state.version,
+                status,
+                self.now,
+                self.order.reply_to,
+                detail,
+            )
+        )
+
+    def build(self) -> Transition:
+        outgoing = tuple(self.outgoing)
+        state = replace(self.state, outbox=outgoing, outbox_cause=self.cause)
+        process = OrderProcess(self.order, state, tuple(self.steps), self.etag)
+        return Transition(process, outgoing, tuple(self.history))
+
+
+def start(order: Order, workflow: Workflow, now: datetime, cause: str | None = None) -> Transition:
+    """The submission: order stored Pending, every step NotStarted, the Scheduler nudged."""
+    state = StateRecord(
+        order_id=order.order_id,
+        process_state=ProcessState.PENDING,
+        locked_by=None,
+        complete_by=None,
+        failure_count=0,
+        attempt=0,
+        phase=Phase.FORWARD,
+        current_step=0,
+        last_error=None,
+        version=0,
+        created_at=now,
+        updated_at=now,
+        workflow=workflow.name,
+    )
+    steps = tuple(StepRecord(name=s.name) for s in workflow.steps)
+    b = _Builder(OrderProcess(order, state, steps), now, cause)
+    b.note("submitted", f"{len(order.items)} item(s), priority {order.priority.value}")
+    b.send(messages.nudge(order.order_id, b.state.version, "submitted"))
+    b.notify(NotificationStatus.RECEIVED)
+    return b.build()
+
+
+def claim(
+    process: OrderProcess,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    instance_id: str,
+    now: datetime,
+    cause: str | None = None,
+) -> Transition | None:
+    """The Scheduler takes a Pending order and dispatches its next step in the same write."""
+    if process.state.process_state is not ProcessState.PENDING:
+        return None
+    b = _Builder(process, now, cause)
+    forward = process.state.phase is Phase.FORWARD
+    b.set(
+        locked_by=instance_id,
+        attempt=process.state.attempt + 1,
+        process_state=ProcessState.PROCESSING if forward else ProcessState.COMPENSATING,
+    )
+    b.note("claimed", f"by {instance_id}, attempt {b.state.attempt}")
+    if forward:
+        if b.state.attempt == 1:
+            b.notify(NotificationStatus.PROCESSING)
+        _dispatch_forward(b, workflow, policy, process.state.current_step)
+    else:
+        _dispatch_compensation(b, workflow, policy, process.state.current_step)
+    return b.build()
+
+
+def apply_reply(
+    process: OrderProcess,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    reply: AgentReply,
+    now: datetime,
+    cause: str | None = None,
+) -> Transition | None:
+    """An agent's answer, accepted only for the running step of the current attempt."""
+    state = process.state
+    index = state.current_step
+    expected = ProcessState.PROCESSING if reply.action is Action.DO else ProcessState.COMPENSATING
+    if (
+        reply.attempt != state.attempt
+        or state.process_state is not expected
+        or index >= len(process.steps)
+        or process.steps[index].name != reply.step
+    ):
+        return None
+    step = process.steps[index]
+    b = _Builder(process, now, cause)
+    if reply.action is Action.DO:
+        if step.status is not StepStatus.RUNNING:
+            return None
+        if reply.outcome is Outcome.SUCCEEDED:
+            b.set_step(index, status=StepStatus.COMPLETED, result=reply.result or {}, error=None)
+            b.note("step-completed", step.name)
+            _dispatch_forward(b, workflow, policy, index + 1)
+        else:
+            error = reply.error or ErrorInfo("unknown", "the agent gave no reason")
+            b.set_step(index, status=StepStatus.FAILED, error=error)
+            b.set(
+                phase=Phase.COMPENSATE,
+                process_state=ProcessState.COMPENSATING,
+                last_error=f"{step.name}: {error.code}: {error.message}",
+            )
+            b.note("step-failed", f"{step.name}: {error.code}")
+            b.notify(NotificationStatus.FAILED, b.state.last_error)
+            _dispatch_compensation(b, workflow, policy, index - 1)
+    else:
+        if step.status is not StepStatus.COMPLETED:
+            return None
+        if reply.outcome is Outcome.SUCCEEDED:
+            b.set_step(index, status=StepStatus.COMPENSATED, complete_by=None)
+            b.note("step-compensated", step.name)
+            _dispatch_compensation(b, workflow, policy, index - 1)
+        else:
+            error = reply.error or ErrorInfo("unknown", "the agent gave no reason")
+            b.set(last_error=f"compensation of {step.name}: {error.code}: {error.message}")
+            _hold_for_operator(b, "compensation-failed")
+    return b.build()
+
+
+def recover(
+    process: OrderProcess,
+    policy: ProcessPolicy,
+    now: datetime,
+    cause: str | None = None,
+) -> Transition | None:
+    """The Supervisor's move for an order whose complete-by has passed; None if it has not."""
+    deadline = next_deadline(process, policy)
+    if deadline is None or deadline > now:
+        return None
+    state = process.state
+    b = _Builder(process, now, cause)
+    index = state.current_step
+    what = "claim" if state.process_state is ProcessState.PENDING else _step_label(process)
+    running = index < len(process.steps) and process.steps[index].status is StepStatus.RUNNING
+    if state.process_state is ProcessState.PROCESSING and running:
+        b.set_step(index, status=StepStatus.NOT_STARTED, complete_by=None)
+    if state.process_state is ProcessState.COMPENSATING and index < len(process.steps):
+        b.set_step(index, complete_by=None)
+    failures = state.failure_count + 1
+    b.set(
+        failure_count=failures,
+        locked_by=None,
+        last_error=f"{what} not completed by {messages.iso(deadline)}",
+    )
+    b.note("timed-out", b.state.last_error or "")
+    if failures < policy.max_failure_count:
+        _requeue(b, policy, failures, "requeued")
+    elif policy.exhausted_policy is ExhaustedPolicy.COMPENSATE and state.phase is Phase.FORWARD:
+        b.send(
+            messages.operator_alert(
+                b.order.order_id,
+                b.state.version,
+                "max-failure-count-reached-compensating",
+                failures,
+                b.state.last_error,
+                now,
+            )
+        )
+        b.notify(NotificationStatus.FAILED, b.state.last_error)
+        b.set(phase=Phase.COMPENSATE, current_step=index - 1, failure_count=0)
+        _requeue(b, policy, 1, "compensation-requested")
+    else:
+        _hold_for_operator(b, "max-failure-count-reached")
+    return b.build()
+
+
+def resubmit(
+    process: OrderProcess, policy: ProcessPolicy, now: datetime, operator: str = "operator"
+) -> Transition:
+    """An operator resumes an Error order at its failed step; completed steps stay done."""
+    if process.state.process_state is not ProcessState.ERROR:
+        raise InvalidTransition(
+            f"order {process.order_id} is {process.state.process_state.value}, not Error"
+        )
+    b = _Builder(process, now, cause=None)
+    b.set(failure_count=0, locked_by=None, complete_by=None)
+    b.note("resubmitted", f"by {operator}")
+    _requeue(b, policy, 0, "resubmitted")
+    return b.build()
+
+
+def next_deadline(process: OrderProcess, policy: ProcessPolicy) -> datetime | None:
+    """When the Supervisor must look at this order next; None when nothing can expire."""
+    state = process.state
+    if state.process_state.is_terminal:
+        return None
+    if state.process_state is ProcessState.PENDING:
+        return state.complete_by or state.updated_at + policy.pending_timeout
+    candidates = [d for d in (state.complete_by, _running_step_deadline(process)) if d]
+    return min(candidates) if candidates else state.updated_at + policy.step_timeout
+
+
+def _running_step_deadline(process: OrderProcess) -> datetime | None:
+    index = process.state.current_step
+    if index < len(process.steps):
+        return process.steps[index].complete_by
+    return None
+
+
+def _step_label(process: OrderProcess) -> str:
+    index = process.state.current_step
+    name = process.steps[index].name if index < len(process.steps) else "workflow"
+    return f"compensation of {name}" if process.state.phase is Phase.COMPENSATE else name
+
+
+def _requeue(b: _Builder, policy: ProcessPolicy, failures: int, reason: str) -> None:
+    delay = policy.backoff(failures) if failures else timedelta(0)
+    deliver_at = b.now + delay
+    b.set(
+        process_state=ProcessState.PENDING,
+        locked_by=None,
+        complete_by=deliver_at + policy.pending_timeout,
+    )
+    b.note(reason, f"nudge at {messages.iso(deliver_at)}")
+    b.send(messages.nudge(b.order.order_id, b.state.version, reason, deliver_at if delay else None))
+
+
+def _hold_for_operator(b: _Builder, reason: str) -> None:
+    b.set(process_state=ProcessState.ERROR, locked_by=None, complete_by=None)
+    b.note("error", reason)
+    b.send(
+        messages.operator_alert(
+            b.order.order_id,
+            b.state.version,
+            reason,
+            b.state.failure_count,
+            b.state.last_error,
+            b.now,
+        )
+    )
+
+
+def _dispatch_forward(b: _Builder, workflow: Workflow, policy: ProcessPolicy, start: int) -> None:
+    index = start
+    while index < len(b.steps) and b.steps[index].status is StepStatus.COMPLETED:
+        index += 1
+    if index >= len(workflow.steps):
+        b.set(
+            process_state=ProcessState.PROCESSED,
+            current_step=len(workflow.steps),
+            locked_by=None,
+            complete_by=None,
+        )
+        b.note("processed")
+        b.notify(NotificationStatus.PROCESSED)
+        return
+    definition = workflow.steps[index]
+    step = b.steps[index]
+    deadline = b.now + _timeout(definition.timeout_seconds, policy)
+    b.set_step(index, status=StepStatus.RUNNING, attempts=step.attempts + 1, complete_by=deadline)
+    b.set(current_step=index, complete_by=deadline)
+    b.note("step-dispatched", f"{definition.name} to {AGENTS[definition.agent].queue}")
+    b.send(
+        messages.agent_request(
+            queue=AGENTS[definition.agent].queue,
+            order_id=b.order.order_id,
+            step=definition.name,
+            action=Action.DO,
+            attempt=b.state.attempt,
+            complete_by=deadline,
+            operation=definition.name,
+            payload=_order_payload(b.order),
+        )
+    )
+
+
+def _dispatch_compensation(
+    b: _Builder, workflow: Workflow, policy: ProcessPolicy, start: int
+) -> None:
+    """Undo the completed steps in reverse order, one deadline-bound agent step at a time."""
+    index = min(start, len(b.steps) - 1)
+    while index >= 0 and not (
+        b.steps[index].status is StepStatus.COMPLETED and workflow.steps[index].compensation
+    ):
+        index -= 1
+    if index < 0:
+        b.set(
+            process_state=ProcessState.COMPENSATED,
+            current_step=0,
+            locked_by=None,
+            complete_by=None,
+        )
+        b.note("compensated")
+        b.notify(NotificationStatus.COMPENSATED)
+        return
+    definition = workflow.steps[index]
+    step = b.steps[index]
+    operation = definition.compensation or ""
+    deadline = b.now + _timeout(definition.timeout_seconds, policy)
+    b.set_step(index, compensation_attempts=step.compensation_attempts + 1, complete_by=deadline)
+    b.set(current_step=index, complete_by=deadline)
+    b.note("compensation-dispatched", f"{operation} to {AGENTS[definition.agent].queue}")
+    b.send(
+        messages.agent_request(
+            queue=AGENTS[definition.agent].queue,
+            order_id=b.order.order_id,
+            step=definition.name,
+            action=Action.COMPENSATE,
+            attempt=b.state.attempt,
+            complete_by=deadline,
+            operation=operation,
+            payload={"result": dict(step.result or {})},
+        )
+    )
+
+
+def _timeout(seconds: float | None, policy: ProcessPolicy) -> timedelta:
+    return timedelta(seconds=seconds) if seconds is not None else policy.step_timeout
+
+
+def _order_payload(order: Order) -> JsonObject:
+    return {
+        "customerId": order.customer_id,
+        "priority": order.priority.value,
+        "items": [
+            {"sku": line.sku, "quantity": line.quantity, "unitPrice": line.unit_price}
+            for line in order.items
+        ],
+    }

@@ -1,0 +1,111 @@
+"""HTTP mapping shared by the HTTP functions: problem+json errors and JSON views."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import azure.functions as func
+
+from shared.domain.messages import iso
+from shared.domain.model import HistoryEntry, OrderProcess, StateRecord
+
+PROBLEM_JSON = "application/problem+json"
+MAX_BODY_BYTES = 64 * 1024
+
+
+def problem(
+    status: int, title: str, detail: str, headers: dict[str, str] | None = None
+) -> func.HttpResponse:
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    return func.HttpResponse(
+        json.dumps(body), status_code=status, mimetype=PROBLEM_JSON, headers=headers
+    )
+
+
+def json_response(
+    body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> func.HttpResponse:
+    return func.HttpResponse(
+        json.dumps(body), status_code=status, mimetype="application/json", headers=headers
+    )
+
+
+def read_json(req: func.HttpRequest) -> tuple[Any, func.HttpResponse | None]:
+    """The parsed body, or the 4xx that explains why there is none."""
+    content_type = (req.headers.get("content-type") or "").split(";")[0].strip().lower()
+    if content_type and content_type != "application/json" and not content_type.endswith("+json"):
+        return None, problem(
+            415, "Unsupported Media Type", f"send application/json, not {content_type}"
+        )
+    raw = req.get_body() or b""
+    if len(raw) > MAX_BODY_BYTES:
+        return None, problem(
+            413, "Payload Too Large", f"the body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}"
+        )
+    try:
+        return json.loads(raw), None
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, problem(400, "Invalid JSON", f"the body is not JSON: {exc}")
+
+
+def base_url(req: func.HttpRequest) -> str:
+    url = str(req.url)
+    marker = url.find("/api/")
+    return url[:marker] if marker >= 0 else url.rstrip("/")
+
+
+def _opt_iso(value: Any) -> str | None:
+    return iso(value) if value is not None else None
+
+
+def state_view(state: StateRecord) -> dict[str, Any]:
+    return {
+        "orderId": state.order_id,
+        "processState": state.process_state.value,
+        "lockedBy": state.locked_by,
+        "completeBy": _opt_iso(state.complete_by),
+        "failureCount": state.failure_count,
+        "attempt": state.attempt,
+        "phase": state.phase.value,
+        "currentStep": state.current_step,
+        "lastError": state.last_error,
+        "createdAt": iso(state.created_at),
+        "updatedAt": iso(state.updated_at),
+    }
+
+
+def history_view(entry: HistoryEntry) -> dict[str, Any]:
+    return {
+        "at": iso(entry.at),
+        "event": entry.event,
+        "detail": entry.detail,
+        "processState": entry.process_state.value,
+        "failureCount": entry.failure_count,
+        "attempt": entry.attempt,
+    }
+
+
+def order_view(process: OrderProcess) -> dict[str, Any]:
+    order = process.order
+    return {
+        **state_view(process.state),
+        "customerId": order.customer_id,
+        "priority": order.priority.value,
+        "replyTo": order.reply_to,
+        "items": [
+            {"sku": i.sku, "quantity": i.quantity, "unitPrice": i.unit_price} for i in order.items
+        ],
+        "steps": [
+            {
+                "name": s.name,
+                "status": s.status.value,
+                "attempts": s.attempts,
+                "completeBy": _opt_iso(s.complete_by),
+                "compensationAttempts": s.compensation_attempts,
+                "error": {"code": s.error.code, "message": s.error.message} if s.error else None,
+            }
+            for s in process.steps
+        ],
+        "history": [history_view(h) for h in process.history],
+    }

@@ -1,0 +1,81 @@
+"""Order intake: HTTP POST /api/orders and the `orders` queue run the same submission."""
+
+from __future__ import annotations
+
+import logging
+
+import azure.functions as func
+from pydantic import ValidationError
+
+from shared import bootstrap
+from shared.contract import Queue, Route, Setting
+from shared.functions.http import base_url, json_response, problem, read_json
+from shared.functions.messages import reject
+from shared.ports import StateStoreError
+from shared.usecases.submission import OrderConflict, submit_order
+from shared.wire import InvalidMessage, OrderSubmissionIn, describe, parse
+
+bp = func.Blueprint()
+log = logging.getLogger("orders.intake")
+
+
+def _check_reply_to(order: OrderSubmissionIn, allowed: frozenset[str]) -> str | None:
+    if order.reply_to is not None and order.reply_to not in allowed:
+        return (
+            f"replyTo {order.reply_to!r} is not on the allow-list ({Setting.REPLY_TO_ALLOW_LIST})"
+        )
+    return None
+
+
+@bp.route(route=Route.ORDERS, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+async def submit_order_http(req: func.HttpRequest) -> func.HttpResponse:
+    body, failure = read_json(req)
+    if failure is not None:
+        return failure
+    try:
+        submission = OrderSubmissionIn.model_validate(body)
+    except ValidationError as exc:
+        return problem(400, "Invalid order", describe(exc))
+    c = await bootstrap.container()
+    if reason := _check_reply_to(submission, c.settings.reply_to_allow_list):
+        return problem(400, "Invalid order", reason)
+    try:
+        result = await submit_order(c.process, submission.to_order(c.process.clock.now()))
+    except OrderConflict as exc:
+        return problem(409, "Order exists", str(exc))
+    except StateStoreError as exc:
+        log.warning("state store unavailable during intake: %s", type(exc).__name__)
+        return problem(503, "Try again", "the state store is unavailable", {"Retry-After": "5"})
+    order_id = result.process.order_id
+    status_url = f"{base_url(req)}/api/orders/{order_id}"
+    return json_response(
+        {
+            "orderId": order_id,
+            "processState": result.process.state.process_state.value,
+            "statusUrl": status_url,
+        },
+        status=202,
+        headers={"Location": status_url},
+    )
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="msg", queue_name=Queue.ORDERS, connection=Setting.SERVICE_BUS
+)
+async def submit_order_message(msg: func.ServiceBusMessage) -> None:
+    c = await bootstrap.container()
+    try:
+        submission = parse(OrderSubmissionIn, msg.get_body())
+        if reason := _check_reply_to(submission, c.settings.reply_to_allow_list):
+            raise InvalidMessage(reason)
+        if submission.order_id is None:
+            # A queue message may be redelivered: without an id it could become two orders.
+            raise InvalidMessage("orderId: required for orders sent as messages")
+        await submit_order(
+            c.process,
+            submission.to_order(c.process.clock.now()),
+            cause=msg.message_id,
+            tolerate_bus_failure=False,
+        )
+    except (InvalidMessage, OrderConflict) as exc:
+        await reject(c, Queue.ORDERS, msg, str(exc))

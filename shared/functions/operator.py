@@ -1,0 +1,98 @@
+"""Status and operator routes: inspect, list, resubmit, health."""
+
+from __future__ import annotations
+
+import re
+
+import azure.functions as func
+
+from shared import bootstrap
+from shared.contract import Route
+from shared.domain.model import ProcessState
+from shared.domain.process import InvalidTransition
+from shared.functions.http import json_response, order_view, problem, state_view
+from shared.ports import StateStoreError
+from shared.usecases.operator import (
+    OrderNotFound,
+    check_health,
+    inspect_order,
+    list_orders,
+    resubmit_order,
+)
+
+bp = func.Blueprint()
+_ORDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_UNAVAILABLE = ("Try again", "the state store is unavailable")
+
+
+def _not_found(order_id: str) -> func.HttpResponse:
+    return problem(404, "Order not found", f"no order with id {order_id!r}")
+
+
+@bp.route(route=Route.ORDER, methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+async def get_order(req: func.HttpRequest) -> func.HttpResponse:
+    order_id = req.route_params.get("orderId", "")
+    if not _ORDER_ID.match(order_id):
+        return _not_found(order_id)
+    c = await bootstrap.container()
+    try:
+        process = await inspect_order(c.process, order_id)
+    except OrderNotFound:
+        return _not_found(order_id)
+    except StateStoreError:
+        return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
+    return json_response(order_view(process))
+
+
+@bp.route(route=Route.ORDERS, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+async def list_orders_http(req: func.HttpRequest) -> func.HttpResponse:
+    raw_state = req.params.get("state")
+    state: ProcessState | None = None
+    if raw_state:
+        try:
+            state = ProcessState(raw_state)
+        except ValueError:
+            allowed = ", ".join(s.value for s in ProcessState)
+            return problem(400, "Invalid state", f"state must be one of {allowed}")
+    raw_size = req.params.get("pageSize", "100")
+    if not raw_size.isdigit() or not 1 <= int(raw_size) <= 1000:
+        return problem(400, "Invalid pageSize", "pageSize must be a whole number from 1 to 1000")
+    c = await bootstrap.container()
+    try:
+        page = await list_orders(c.process, state, int(raw_size), req.params.get("continuation"))
+    except ValueError as exc:
+        return problem(400, "Invalid continuation", str(exc))
+    except StateStoreError:
+        return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
+    return json_response(
+        {"items": [state_view(s) for s in page.items], "continuation": page.continuation}
+    )
+
+
+@bp.route(route=Route.RESUBMIT, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+async def resubmit_order_http(req: func.HttpRequest) -> func.HttpResponse:
+    order_id = req.route_params.get("orderId", "")
+    if not _ORDER_ID.match(order_id):
+        return _not_found(order_id)
+    c = await bootstrap.container()
+    operator = req.headers.get("x-operator") or "operator"
+    try:
+        process = await resubmit_order(c.process, order_id, operator[:64])
+    except OrderNotFound:
+        return _not_found(order_id)
+    except InvalidTransition as exc:
+        return problem(409, "Not in Error", str(exc))
+    except StateStoreError:
+        return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
+    return json_response(state_view(process.state), status=202)
+
+
+@bp.route(route=Route.HEALTH, methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+async def health(req: func.HttpRequest) -> func.HttpResponse:
+    c = await bootstrap.container()
+    checks = await check_health(c.process)
+    healthy = all(v == "ok" for v in checks.values())
+    return json_response(
+        {"status": "ok" if healthy else "degraded", "checks": checks},
+        status=200 if healthy else 503,
+    )

@@ -1,0 +1,19 @@
+"""Supervisor glue: a timer on the app setting SupervisorSchedule (NCRONTAB)."""
+
+from __future__ import annotations
+
+import azure.functions as func
+
+from shared import bootstrap
+from shared.contract import Setting
+from shared.usecases.supervisor import sweep
+
+bp = func.Blueprint()
+
+
+@bp.timer_trigger(
+    arg_name="timer", schedule=f"%{Setting.SUPERVISOR_SCHEDULE}%", run_on_startup=False
+)
+async def supervisor(timer: func.TimerRequest) -> None:
+    c = await bootstrap.container()
+    await sweep(c.process)

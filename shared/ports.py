@@ -1,0 +1,135 @@
+"""The ports the use cases depend on; adapters implement them for Azure and for tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from shared.domain.model import (
+    HistoryEntry,
+    JsonObject,
+    OrderProcess,
+    Outgoing,
+    ProcessState,
+    StateRecord,
+)
+
+
+class StateStoreError(Exception):
+    """Base of what a state store raises; adapters translate driver errors into these."""
+
+
+class ConcurrencyConflict(StateStoreError):
+    """The record changed since it was read (ETag mismatch): someone else won the race."""
+
+
+class AlreadyExists(StateStoreError):
+    """An order with this id is already stored."""
+
+
+class StoreUnavailable(StateStoreError):
+    """The store could not be reached; the caller should retry later."""
+
+
+class BusUnavailable(Exception):
+    """A message could not be sent; the triggering message should be retried."""
+
+
+class RemoteError(Exception):
+    """Base of what a remote service call raises."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class TransientRemoteError(RemoteError):
+    """Worth retrying: timeouts, connection errors, 408, 429, 5xx, an open circuit."""
+
+
+class PermanentRemoteError(RemoteError):
+    """Retrying cannot help (out of stock, card declined): the step has failed."""
+
+
+@dataclass(frozen=True)
+class Page:
+    items: tuple[StateRecord, ...]
+    continuation: str | None
+
+
+@dataclass(frozen=True)
+class WatchEntry:
+    """An in-flight order on the Supervisor's watch list, due to be checked at `check_at`."""
+
+    order_id: str
+    check_at: datetime
+    etag: str
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class StateStore(Protocol):
+    async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        """Store a new order's rows in one transaction; raises AlreadyExists. Returns the ETag."""
+        ...
+
+    async def load(self, order_id: str) -> OrderProcess | None: ...
+
+    async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        """Replace state and step rows and append history in one transaction, conditional on
+        `process.etag`; raises ConcurrencyConflict when it is stale. Returns the new ETag."""
+        ...
+
+    async def history(self, order_id: str) -> tuple[HistoryEntry, ...]: ...
+
+    async def list_by_state(
+        self, state: ProcessState | None, page_size: int, continuation: str | None
+    ) -> Page: ...
+
+    async def watch(self, order_id: str, check_at: datetime, *, replace: bool) -> None:
+        """Put an order on the Supervisor's watch list. Without `replace` an existing
+        entry is kept as it is (its earlier check time must not be pushed back)."""
+        ...
+
+    async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
+        """Watch entries whose check time has passed: a query over in-flight orders only."""
+        ...
+
+    async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
+        """Move an entry's check time, conditional on its ETag; a lost race is ignored."""
+        ...
+
+    async def unwatch(self, order_id: str) -> None: ...
+
+    async def ping(self) -> None:
+        """Raise StoreUnavailable unless the store answers."""
+        ...
+
+
+class MessageBus(Protocol):
+    async def send(self, messages: Sequence[Outgoing]) -> None:
+        """Send in order; raises BusUnavailable. Duplicate message ids may be dropped."""
+        ...
+
+    async def ping(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class RemoteCall:
+    order_id: str
+    operation: str
+    idempotency_key: str
+    payload: JsonObject
+
+
+class RemoteService(Protocol):
+    async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
+        """Raise TransientRemoteError or PermanentRemoteError; return the result on success."""
+        ...

@@ -1,0 +1,150 @@
+"""Retry and circuit breaking for Agents, bounded by the step's complete-by.
+
+The circuit breaker is written here rather than taken from a library: the maintained
+Python breakers (pybreaker) are synchronous and read the wall clock, while an Agent
+needs an async-friendly breaker that reads the injected clock, so the Supervisor's and
+the Agents' timing can be tested with a fake clock. Retry uses tenacity.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+
+from shared.ports import Clock, PermanentRemoteError, TransientRemoteError
+
+T = TypeVar("T")
+
+
+class BreakerState(StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half-open"
+
+
+class CircuitOpen(TransientRemoteError):
+    """The remote service is failing; calls are held back until the breaker half-opens."""
+
+    def __init__(self, service: str, until: datetime) -> None:
+        super().__init__("circuit-open", f"{service} circuit open until {until.isoformat()}")
+        self.until = until
+
+
+class DeadlinePassed(Exception):
+    """The step's complete-by has passed: the Agent stops and answers nothing."""
+
+
+class CircuitBreaker:
+    """Consecutive transient failures open the circuit; one trial call half-opens it."""
+
+    def __init__(
+        self,
+        service: str,
+        clock: Clock,
+        failure_threshold: int = 5,
+        open_for: timedelta = timedelta(seconds=5),
+    ) -> None:
+        self.service = service
+        self._clock = clock
+        self._threshold = failure_threshold
+        self._open_for = open_for
+        self._failures = 0
+        self._opened_at: datetime | None = None
+        self._trial_running = False
+
+    @property
+    def state(self) -> BreakerState:
+        if self._opened_at is None:
+            return BreakerState.CLOSED
+        if self._clock.now() >= self._opened_at + self._open_for:
+            return BreakerState.HALF_OPEN
+        return BreakerState.OPEN
+
+    def before_call(self) -> None:
+        state = self.state
+        if state is BreakerState.OPEN or (state is BreakerState.HALF_OPEN and self._trial_running):
+            assert self._opened_at is not None
+            raise CircuitOpen(self.service, self._opened_at + self._open_for)
+        if state is BreakerState.HALF_OPEN:
+            self._trial_running = True
+
+    def record_success(self) -> None:
+        self._failures = 0
+        self._opened_at = None
+        self._trial_running = False
+
+    def record_failure(self) -> None:
+        self._trial_running = False
+        self._failures += 1
+        if self._opened_at is not None or self._failures >= self._threshold:
+            self._opened_at = self._clock.now()
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    initial_backoff: float = 0.2
+    max_backoff: float = 5.0
+    call_timeout: float = 10.0
+    """Upper bound of one call; each call also stops at the deadline."""
+
+
+async def call_until_deadline(
+    operation: Callable[[float], Awaitable[T]],
+    *,
+    deadline: datetime,
+    clock: Clock,
+    breaker: CircuitBreaker,
+    policy: RetryPolicy,
+    rng: random.Random | None = None,
+) -> T:
+    """Retry transient failures with exponential back-off and full jitter until the
+    deadline; raise DeadlinePassed when no attempt fits before it any more."""
+    jitter = rng or random.Random()
+
+    def remaining() -> float:
+        return (deadline - clock.now()).total_seconds()
+
+    def wait(state: RetryCallState) -> float:
+        ceiling = min(policy.max_backoff, policy.initial_backoff * 2 ** (state.attempt_number - 1))
+        pause = jitter.uniform(0, ceiling)
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, CircuitOpen):
+            pause = max(pause, (exc.until - clock.now()).total_seconds())
+        return pause
+
+    def stop(state: RetryCallState) -> bool:
+        return remaining() - (state.upcoming_sleep or 0.0) <= 0
+
+    async def attempt() -> T:
+        budget = remaining()
+        if budget <= 0:
+            raise DeadlinePassed()
+        breaker.before_call()
+        try:
+            result = await operation(min(policy.call_timeout, budget))
+        except TransientRemoteError:
+            breaker.record_failure()
+            raise
+        except PermanentRemoteError:
+            breaker.record_success()
+            raise
+        breaker.record_success()
+        return result
+
+    retrying = AsyncRetrying(
+        retry=retry_if_exception_type(TransientRemoteError),
+        wait=wait,
+        stop=stop,
+        sleep=clock.sleep,
+        reraise=True,
+    )
+    try:
+        return await retrying(attempt)
+    except TransientRemoteError:
+        raise DeadlinePassed() from None

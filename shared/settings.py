@@ -1,0 +1,142 @@
+"""App settings, read when first needed (never at import, which would break indexing)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from shared.contract import Setting
+from shared.domain.model import ExhaustedPolicy
+from shared.domain.process import ProcessPolicy
+from shared.domain.workflow import AGENTS, AgentName
+
+# Azurite's published development account: a well-known constant, not a secret.
+_AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+DEVELOPMENT_STORAGE = "UseDevelopmentStorage=true"
+
+
+class ConfigurationError(ValueError):
+    """A setting is missing or malformed; the message names it."""
+
+
+def azurite_connection_string(table_port: int = 10002, host: str = "127.0.0.1") -> str:
+    return (
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+        f"AccountKey={_AZURITE_KEY};TableEndpoint=http://{host}:{table_port}/devstoreaccount1;"
+    )
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Either a connection string (emulators) or an endpoint used with managed identity."""
+
+    connection_string: str | None = None
+    endpoint: str | None = None
+    client_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    storage: Connection
+    service_bus: Connection
+    state_table: str
+    step_timeout: timedelta
+    pending_timeout: timedelta
+    max_failure_count: int
+    exhausted_policy: ExhaustedPolicy
+    reply_to_allow_list: frozenset[str]
+    service_urls: Mapping[AgentName, str]
+    instance_id: str
+
+    @property
+    def policy(self) -> ProcessPolicy:
+        return ProcessPolicy(
+            step_timeout=self.step_timeout,
+            pending_timeout=self.pending_timeout,
+            max_failure_count=self.max_failure_count,
+            exhausted_policy=self.exhausted_policy,
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        values = os.environ if env is None else env
+        return cls(
+            storage=_storage(values),
+            service_bus=_service_bus(values),
+            state_table=values.get(Setting.STATE_TABLE, "Orders"),
+            step_timeout=timedelta(seconds=_number(values, Setting.STEP_TIMEOUT_SECONDS, 30)),
+            pending_timeout=timedelta(seconds=_number(values, Setting.PENDING_TIMEOUT_SECONDS, 60)),
+            max_failure_count=int(_number(values, Setting.MAX_FAILURE_COUNT, 3, minimum=1)),
+            exhausted_policy=_policy(values),
+            reply_to_allow_list=frozenset(
+                q.strip()
+                for q in values.get(Setting.REPLY_TO_ALLOW_LIST, "").split(",")
+                if q.strip()
+            ),
+            service_urls={
+                name: values.get(spec.service_url_setting, f"http://127.0.0.1:7072/{name.value}")
+                for name, spec in AGENTS.items()
+            },
+            instance_id=values.get(Setting.INSTANCE_ID)
+            or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+        )
+
+
+def _number(values: Mapping[str, str], name: str, default: float, minimum: float = 0.001) -> float:
+    raw = values.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        number = float(raw)
+    except ValueError:
+        raise ConfigurationError(f"setting {name} must be a number, got {raw!r}") from None
+    if number < minimum:
+        raise ConfigurationError(f"setting {name} must be at least {minimum}, got {raw!r}")
+    return number
+
+
+def _policy(values: Mapping[str, str]) -> ExhaustedPolicy:
+    raw = values.get(Setting.EXHAUSTED_POLICY, ExhaustedPolicy.HOLD.value)
+    try:
+        return ExhaustedPolicy(raw.strip().lower())
+    except ValueError:
+        raise ConfigurationError(
+            f"setting {Setting.EXHAUSTED_POLICY} must be 'hold' or 'compensate', got {raw!r}"
+        ) from None
+
+
+def _storage(values: Mapping[str, str]) -> Connection:
+    name = Setting.STORAGE
+    raw = values.get(name)
+    if raw:
+        return Connection(
+            azurite_connection_string() if raw.strip() == DEVELOPMENT_STORAGE else raw
+        )
+    endpoint = values.get(f"{name}__tableServiceUri")
+    account = values.get(f"{name}__accountName")
+    if not endpoint and account:
+        endpoint = f"https://{account}.table.core.windows.net"
+    if not endpoint:
+        raise ConfigurationError(
+            f"set {name} (a connection string) or {name}__tableServiceUri / {name}__accountName"
+        )
+    return Connection(endpoint=endpoint, client_id=values.get(f"{name}__clientId"))
+
+
+def _service_bus(values: Mapping[str, str]) -> Connection:
+    name = Setting.SERVICE_BUS
+    raw = values.get(name)
+    if raw:
+        return Connection(raw)
+    namespace = values.get(f"{name}__fullyQualifiedNamespace")
+    if not namespace:
+        raise ConfigurationError(
+            f"set {name} (a connection string) or {name}__fullyQualifiedNamespace"
+        )
+    return Connection(endpoint=namespace, client_id=values.get(f"{name}__clientId"))

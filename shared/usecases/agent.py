@@ -1,0 +1,133 @@
+"""An Agent: performs one step against its remote service inside the step's complete-by."""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from shared.domain import messages
+from shared.domain.model import Action, ErrorInfo, JsonObject, Outcome
+from shared.domain.workflow import WORKFLOWS, AgentName
+from shared.ports import Clock, MessageBus, PermanentRemoteError, RemoteCall, RemoteService
+from shared.resilience import CircuitBreaker, DeadlinePassed, RetryPolicy, call_until_deadline
+
+log = logging.getLogger("orders.agent")
+
+
+class UnknownStep(ValueError):
+    """The request names a step this agent does not perform: no retry can fix it."""
+
+
+class AgentOutcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    EXPIRED_ON_ARRIVAL = "expired-on-arrival"
+    DEADLINE_PASSED = "deadline-passed"
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    order_id: str
+    step: str
+    action: Action
+    attempt: int
+    complete_by: datetime
+    idempotency_key: str
+    payload: JsonObject
+
+
+@dataclass(frozen=True)
+class AgentDeps:
+    agent: AgentName
+    bus: MessageBus
+    clock: Clock
+    remote: RemoteService
+    breaker: CircuitBreaker
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    rng: random.Random | None = None
+
+
+def operation_for(agent: AgentName, request: StepRequest) -> str:
+    for workflow in WORKFLOWS.values():
+        index = workflow.index_of(request.step)
+        if index is None:
+            continue
+        definition = workflow.steps[index]
+        if definition.agent is not agent and agent not in definition.alternatives:
+            raise UnknownStep(f"step {request.step} is not performed by the {agent} agent")
+        operation = workflow.operation(request.step, request.action is Action.COMPENSATE)
+        if operation is None:
+            raise UnknownStep(f"step {request.step} has no compensation")
+        return operation
+    raise UnknownStep(f"unknown step {request.step!r}")
+
+
+async def perform_step(deps: AgentDeps, request: StepRequest) -> AgentOutcome:
+    """Reply succeeded or failed; past the deadline reply nothing at all.
+
+    Silence is deliberate: the Supervisor owns recovery once complete-by has passed, and a
+    late answer would race with the retry it starts.
+    """
+    operation = operation_for(deps.agent, request)
+    if deps.clock.now() >= request.complete_by:
+        log.info(
+            "order %s %s %s arrived after its complete-by; ignored",
+            request.order_id,
+            operation,
+            f"attempt {request.attempt}",
+        )
+        return AgentOutcome.EXPIRED_ON_ARRIVAL
+    call = RemoteCall(request.order_id, operation, request.idempotency_key, request.payload)
+
+    async def invoke(timeout: float) -> JsonObject:
+        return await deps.remote.invoke(call, timeout)
+
+    try:
+        result = await call_until_deadline(
+            invoke,
+            deadline=request.complete_by,
+            clock=deps.clock,
+            breaker=deps.breaker,
+            policy=deps.retry,
+            rng=deps.rng,
+        )
+    except DeadlinePassed:
+        log.info(
+            "order %s %s gave up at its complete-by (attempt %d); no reply",
+            request.order_id,
+            operation,
+            request.attempt,
+        )
+        return AgentOutcome.DEADLINE_PASSED
+    except PermanentRemoteError as exc:
+        await _reply(deps, request, Outcome.FAILED, error=ErrorInfo(exc.code, exc.message))
+        log.info("order %s %s failed permanently: %s", request.order_id, operation, exc.code)
+        return AgentOutcome.FAILED
+    await _reply(deps, request, Outcome.SUCCEEDED, result=result)
+    log.info("order %s %s succeeded (attempt %d)", request.order_id, operation, request.attempt)
+    return AgentOutcome.SUCCEEDED
+
+
+async def _reply(
+    deps: AgentDeps,
+    request: StepRequest,
+    outcome: Outcome,
+    result: JsonObject | None = None,
+    error: ErrorInfo | None = None,
+) -> None:
+    await deps.bus.send(
+        [
+            messages.agent_reply(
+                order_id=request.order_id,
+                step=request.step,
+                action=request.action,
+                attempt=request.attempt,
+                outcome=outcome,
+                result=result,
+                error=error,
+            )
+        ]
+    )

@@ -1,0 +1,60 @@
+"""What operators and clients ask of an order: inspect, list, resubmit, health."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from shared.domain import process as machine
+from shared.domain.model import OrderProcess, ProcessState
+from shared.ports import ConcurrencyConflict, Page
+from shared.usecases.commit import ProcessDeps, commit
+
+
+class OrderNotFound(LookupError):
+    """No order with this id."""
+
+
+async def inspect_order(deps: ProcessDeps, order_id: str) -> OrderProcess:
+    process = await deps.store.load(order_id)
+    if process is None:
+        raise OrderNotFound(order_id)
+    return replace(process, history=await deps.store.history(order_id))
+
+
+async def list_orders(
+    deps: ProcessDeps, state: ProcessState | None, page_size: int, continuation: str | None
+) -> Page:
+    return await deps.store.list_by_state(state, page_size, continuation)
+
+
+async def resubmit_order(deps: ProcessDeps, order_id: str, operator: str) -> OrderProcess:
+    """Error back to Pending at the failed step with FailureCount reset.
+
+    Raises InvalidTransition in any other state, also when another operator's resubmit
+    won the race (the order is no longer in Error then).
+    """
+    process = await deps.store.load(order_id)
+    if process is None:
+        raise OrderNotFound(order_id)
+    transition = machine.resubmit(process, deps.policy, deps.clock.now(), operator)
+    deadline = machine.next_deadline(transition.process, deps.policy)
+    if deadline is not None:
+        await deps.store.watch(order_id, deadline, replace=True)
+    try:
+        return await commit(deps, transition)
+    except ConcurrencyConflict:
+        raise machine.InvalidTransition(
+            f"order {order_id} changed while it was being resubmitted"
+        ) from None
+
+
+async def check_health(deps: ProcessDeps) -> dict[str, str]:
+    """Each dependency answers or names its failure; never raises."""
+    report: dict[str, str] = {}
+    for name, probe in (("stateStore", deps.store.ping), ("serviceBus", deps.bus.ping)):
+        try:
+            await probe()
+            report[name] = "ok"
+        except Exception as exc:  # health reports every failure kind
+            report[name] = f"unavailable: {type(exc).__name__}"
+    return report

@@ -1,0 +1,84 @@
+"""The Scheduler: claims Pending orders and walks their workflow as agents reply."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from enum import StrEnum
+
+from shared.domain import process as machine
+from shared.domain.model import OrderProcess
+from shared.domain.process import AgentReply, Transition
+from shared.ports import ConcurrencyConflict
+from shared.usecases.commit import ProcessDeps, commit
+
+log = logging.getLogger("orders.scheduler")
+
+MAX_RACES = 5
+
+
+class Handled(StrEnum):
+    APPLIED = "applied"
+    STALE = "stale"
+    """Nothing to do: already claimed, an older attempt's reply, a duplicate."""
+    UNKNOWN_ORDER = "unknown-order"
+
+
+async def on_nudge(deps: ProcessDeps, order_id: str, message_id: str | None = None) -> Handled:
+    """Claim the order (If-Match on the ETag read) and dispatch its next step."""
+
+    def decide(process: OrderProcess) -> Transition | None:
+        return machine.claim(
+            process,
+            deps.workflow(process),
+            deps.policy,
+            deps.instance_id,
+            deps.clock.now(),
+            message_id,
+        )
+
+    return await _apply(deps, order_id, message_id, decide)
+
+
+async def on_reply(deps: ProcessDeps, reply: AgentReply, message_id: str | None = None) -> Handled:
+    """Accept an agent's reply only for the running step of the current attempt."""
+
+    def decide(process: OrderProcess) -> Transition | None:
+        return machine.apply_reply(
+            process, deps.workflow(process), deps.policy, reply, deps.clock.now(), message_id
+        )
+
+    handled = await _apply(deps, reply.order_id, message_id, decide)
+    if handled is Handled.STALE:
+        log.info(
+            "order %s stale reply ignored: %s %s attempt %d",
+            reply.order_id,
+            reply.step,
+            reply.action.value,
+            reply.attempt,
+        )
+    return handled
+
+
+async def _apply(
+    deps: ProcessDeps,
+    order_id: str,
+    message_id: str | None,
+    decide: Callable[[OrderProcess], Transition | None],
+) -> Handled:
+    for _ in range(MAX_RACES):
+        process = await deps.store.load(order_id)
+        if process is None:
+            return Handled.UNKNOWN_ORDER
+        transition = decide(process)
+        if transition is None:
+            if message_id is not None and process.state.outbox_cause == message_id:
+                # A redelivery of the message that made this state: its sends may be lost.
+                await deps.bus.send(process.state.outbox)
+            return Handled.STALE
+        try:
+            await commit(deps, transition)
+        except ConcurrencyConflict:
+            continue
+        return Handled.APPLIED
+    raise ConcurrencyConflict(f"order {order_id}: lost {MAX_RACES} races in a row")

@@ -1,0 +1,95 @@
+"""The Supervisor: finds orders whose complete-by has passed and recovers each exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from shared.domain import process as machine
+from shared.domain.model import ProcessState
+from shared.ports import ConcurrencyConflict, WatchEntry
+from shared.usecases.commit import ProcessDeps, commit
+
+log = logging.getLogger("orders.supervisor")
+
+
+@dataclass
+class SweepReport:
+    due: int = 0
+    requeued: int = 0
+    errored: int = 0
+    compensating: int = 0
+    rescheduled: int = 0
+    finished: int = 0
+    lost_races: int = 0
+    recovered_orders: list[str] = field(default_factory=list)
+
+    @property
+    def recovered(self) -> int:
+        return self.requeued + self.errored + self.compensating
+
+
+async def sweep(deps: ProcessDeps, limit: int = 500, concurrency: int = 16) -> SweepReport:
+    """Reads only the watch entries that are due, so a sweep costs what is in flight.
+
+    Every change is conditional on the ETag read: two Supervisors racing on one order
+    recover it once, and the loser moves on silently.
+    """
+    now = deps.clock.now()
+    entries = await deps.store.due(now, limit)
+    report = SweepReport(due=len(entries))
+    gate = asyncio.Semaphore(concurrency)
+
+    async def check(entry: WatchEntry) -> None:
+        async with gate:
+            await _check(deps, entry, report)
+
+    await asyncio.gather(*(check(e) for e in entries))
+    if report.recovered or report.lost_races:
+        log.info(
+            "supervisor sweep: %d due, %d requeued, %d to Error, %d compensating, %d lost races",
+            report.due,
+            report.requeued,
+            report.errored,
+            report.compensating,
+            report.lost_races,
+        )
+    return report
+
+
+async def _check(deps: ProcessDeps, entry: WatchEntry, report: SweepReport) -> None:
+    process = await deps.store.load(entry.order_id)
+    if process is None:
+        # The submission died between the watch entry and the order rows.
+        await deps.store.unwatch(entry.order_id)
+        return
+    if process.state.process_state.is_terminal:
+        # The Scheduler stopped before it unwatched: resend the last outbox, then forget it.
+        await deps.bus.send(process.state.outbox)
+        await deps.store.unwatch(entry.order_id)
+        report.finished += 1
+        return
+    transition = machine.recover(process, deps.policy, deps.clock.now())
+    if transition is None:
+        deadline = machine.next_deadline(process, deps.policy)
+        if deadline is not None:
+            await deps.store.reschedule(entry, deadline)
+            report.rescheduled += 1
+        return
+    try:
+        recovered = await commit(deps, transition)
+    except ConcurrencyConflict:
+        report.lost_races += 1
+        return
+    report.recovered_orders.append(entry.order_id)
+    state = recovered.state.process_state
+    if state is ProcessState.ERROR:
+        report.errored += 1
+    elif recovered.state.phase is not process.state.phase:
+        report.compensating += 1
+    else:
+        report.requeued += 1
+    deadline = machine.next_deadline(recovered, deps.policy)
+    if deadline is not None:
+        await deps.store.reschedule(entry, deadline)
