@@ -296,6 +296,22 @@ def resubmit(
     return b.build()
 
 
+def next_check(
+    process: OrderProcess, workflow: Workflow, policy: ProcessPolicy, now: datetime
+) -> datetime | None:
+    """When the Supervisor's watch entry should come due; never after a real deadline.
+
+    A Pending order may be claimed at any moment and its step's complete-by then starts
+    running, so a Pending order is checked again within the shortest step timeout.
+    Checking early only costs a read; checking late would delay recovery.
+    """
+    deadline = next_deadline(process, policy)
+    if deadline is None or process.state.process_state is not ProcessState.PENDING:
+        return deadline
+    timeouts = [_timeout(s.timeout_seconds, policy) for s in workflow.steps]
+    return min(deadline, now + min(timeouts, default=policy.step_timeout))
+
+
 def next_deadline(process: OrderProcess, policy: ProcessPolicy) -> datetime | None:
     """When the Supervisor must look at this order next; None when nothing can expire."""
     state = process.state

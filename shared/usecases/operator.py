@@ -36,10 +36,11 @@ async def resubmit_order(deps: ProcessDeps, order_id: str, operator: str) -> Ord
     process = await deps.store.load(order_id)
     if process is None:
         raise OrderNotFound(order_id)
-    transition = machine.resubmit(process, deps.policy, deps.clock.now(), operator)
-    deadline = machine.next_deadline(transition.process, deps.policy)
-    if deadline is not None:
-        await deps.store.watch(order_id, deadline, replace=True)
+    now = deps.clock.now()
+    transition = machine.resubmit(process, deps.policy, now, operator)
+    check_at = machine.next_check(transition.process, deps.workflow(process), deps.policy, now)
+    if check_at is not None:
+        await deps.store.watch(order_id, check_at, replace=True)
     try:
         return await commit(deps, transition)
     except ConcurrencyConflict:

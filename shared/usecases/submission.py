@@ -43,7 +43,9 @@ async def submit_order(
         return await _repeat(deps, existing, order, tolerate_bus_failure)
     now = deps.clock.now()
     transition = machine.start(order, workflow, now, cause)
-    await deps.store.watch(order.order_id, now + deps.policy.pending_timeout, replace=False)
+    check_at = machine.next_check(transition.process, workflow, deps.policy, now)
+    assert check_at is not None
+    await deps.store.watch(order.order_id, check_at, replace=False)
     try:
         await deps.store.create(transition.process, transition.history)
     except AlreadyExists:

@@ -70,11 +70,12 @@ async def _check(deps: ProcessDeps, entry: WatchEntry, report: SweepReport) -> N
         await deps.store.unwatch(entry.order_id)
         report.finished += 1
         return
-    transition = machine.recover(process, deps.policy, deps.clock.now())
+    now = deps.clock.now()
+    transition = machine.recover(process, deps.policy, now)
     if transition is None:
-        deadline = machine.next_deadline(process, deps.policy)
-        if deadline is not None:
-            await deps.store.reschedule(entry, deadline)
+        check_at = machine.next_check(process, deps.workflow(process), deps.policy, now)
+        if check_at is not None:
+            await deps.store.reschedule(entry, check_at)
             report.rescheduled += 1
         return
     try:
@@ -90,6 +91,6 @@ async def _check(deps: ProcessDeps, entry: WatchEntry, report: SweepReport) -> N
         report.compensating += 1
     else:
         report.requeued += 1
-    deadline = machine.next_deadline(recovered, deps.policy)
-    if deadline is not None:
-        await deps.store.reschedule(entry, deadline)
+    check_at = machine.next_check(recovered, deps.workflow(recovered), deps.policy, now)
+    if check_at is not None:
+        await deps.store.reschedule(entry, check_at)

@@ -1,0 +1,15 @@
+"""Fixtures shared by every suite: the real Azurite, started once per session when needed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.azurite import running_azurite
+
+
+@pytest.fixture(scope="session")
+def azurite_table_port() -> Iterator[int]:
+    with running_azurite() as port:
+        yield port

@@ -1,0 +1,246 @@
+"""One contract for the state store, run against the in-memory store and real Azurite.
+
+The races here are real: on Azurite, concurrent coroutines issue concurrent HTTP
+requests, and a barrier makes every contender read the same ETag before any writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from azure.data.tables.aio import TableServiceClient
+
+from shared.adapters.memory import InMemoryStateStore
+from shared.adapters.table_store import TableStateStore
+from shared.contract import Queue
+from shared.domain import process as machine
+from shared.domain.model import ErrorInfo, HistoryEntry, OrderProcess, ProcessState, StepStatus
+from shared.domain.workflow import ORDER_FULFILMENT
+from shared.ports import AlreadyExists, ConcurrencyConflict, StateStore
+from shared.settings import azurite_connection_string
+from shared.usecases import scheduler
+from shared.usecases.scheduler import Handled
+from shared.usecases.submission import submit_order
+from shared.usecases.supervisor import sweep
+from tests.builders import World, a_reply, an_order
+
+
+@pytest.fixture(params=["memory", pytest.param("table", marks=pytest.mark.azurite)])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
+    if request.param == "memory":
+        yield InMemoryStateStore()
+        return
+    port = request.getfixturevalue("azurite_table_port")
+    service = TableServiceClient.from_connection_string(azurite_connection_string(port))
+    table = TableStateStore(service, f"t{uuid.uuid4().hex[:20]}")
+    try:
+        yield table
+    finally:
+        await table.close()
+
+
+class BarrierStore:
+    """Delegates to a store, holding each of the first `parties` loads at a barrier so
+    that every contender has read the same ETag before anyone writes."""
+
+    def __init__(self, inner: StateStore, parties: int) -> None:
+        self._inner = inner
+        self._barrier = asyncio.Barrier(parties)
+        self._waiting = parties
+        self.conflicts = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def load(self, order_id: str) -> OrderProcess | None:
+        found = await self._inner.load(order_id)
+        if self._waiting > 0:
+            self._waiting -= 1
+            await self._barrier.wait()
+        return found
+
+    async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        try:
+            return await self._inner.save(process, history)
+        except ConcurrencyConflict:
+            self.conflicts += 1
+            raise
+
+
+def world_on(store: StateStore) -> World:
+    world = World()
+    world.store = store  # type: ignore[assignment]
+    return world
+
+
+async def started(world: World, order_id: str) -> OrderProcess:
+    await submit_order(world.deps(), an_order(order_id, skus=("a", "b"), reply_to="client"))
+    loaded = await world.store.load(order_id)
+    assert loaded is not None
+    return loaded
+
+
+async def test_order_and_state_round_trip(store: StateStore) -> None:
+    world = world_on(store)
+    stored = await started(world, "rt-1")
+    assert stored.etag
+    assert stored.order.items == an_order("rt-1", skus=("a", "b")).items
+    assert stored.order.reply_to == "client"
+    assert stored.state.process_state is ProcessState.PENDING
+    assert stored.state.locked_by is None and stored.state.complete_by is None
+    assert stored.state.created_at == world.clock.now()
+    assert [m.message_id for m in stored.state.outbox] == [
+        "nudge:rt-1:1",
+        "status:rt-1:Received:1",
+    ]
+    assert [s.name for s in stored.steps] == [s.name for s in ORDER_FULFILMENT.steps]
+    assert [h.event for h in await store.history("rt-1")] == ["submitted"]
+
+
+async def test_create_twice_is_refused_and_changes_nothing(store: StateStore) -> None:
+    world = world_on(store)
+    stored = await started(world, "dup-1")
+    transition = machine.start(
+        an_order("dup-1", fingerprint="other"), ORDER_FULFILMENT, world.clock.now()
+    )
+    with pytest.raises(AlreadyExists):
+        await store.create(transition.process, transition.history)
+    again = await store.load("dup-1")
+    assert again == stored
+
+
+async def test_save_with_stale_etag_changes_nothing(store: StateStore) -> None:
+    world = world_on(store)
+    stored = await started(world, "stale-1")
+    claim = machine.claim(stored, ORDER_FULFILMENT, world.policy, "a", world.clock.now())
+    assert claim is not None
+    new_etag = await store.save(claim.process, claim.history)
+    assert new_etag != stored.etag
+    result = replace(claim.process.steps[0], status=StepStatus.COMPLETED, result={"x": 1})
+    stale = replace(stored, steps=(result, *stored.steps[1:]))
+    with pytest.raises(ConcurrencyConflict):
+        await store.save(stale, claim.history)
+    after = await store.load("stale-1")
+    assert after is not None
+    assert after.etag == new_etag
+    assert after.steps[0].status is StepStatus.RUNNING and after.steps[0].result is None
+    assert [h.event for h in await store.history("stale-1")] == [
+        "submitted",
+        "claimed",
+        "step-dispatched",
+    ]
+
+
+async def test_step_results_and_errors_round_trip(store: StateStore) -> None:
+    world = world_on(store)
+    stored = await started(world, "res-1")
+    claim = machine.claim(stored, ORDER_FULFILMENT, world.policy, "a", world.clock.now())
+    assert claim is not None
+    steps = (
+        replace(
+            claim.process.steps[0], status=StepStatus.COMPLETED, result={"id": "r-1", "n": [1]}
+        ),
+        replace(
+            claim.process.steps[1], status=StepStatus.FAILED, error=ErrorInfo("declined", "no")
+        ),
+        claim.process.steps[2],
+    )
+    await store.save(replace(claim.process, steps=steps), claim.history)
+    loaded = await store.load("res-1")
+    assert loaded is not None
+    assert loaded.steps == steps
+    assert loaded.state == claim.process.state
+
+
+async def test_eight_concurrent_claimers_exactly_one_wins(store: StateStore) -> None:
+    world = world_on(store)
+    await started(world, "race-1")
+    world.bus.take(Queue.SCHEDULER)
+    racing = BarrierStore(store, parties=8)
+    world.store = racing  # type: ignore[assignment]
+    results = await asyncio.gather(
+        *(scheduler.on_nudge(world.deps(f"scheduler-{i}"), "race-1") for i in range(8))
+    )
+    assert sorted(results) == sorted([Handled.APPLIED] + [Handled.STALE] * 7)
+    assert racing.conflicts == 7
+    claimed = await store.load("race-1")
+    assert claimed is not None
+    assert claimed.state.attempt == 1
+    winner = results.index(Handled.APPLIED)
+    assert claimed.state.locked_by == f"scheduler-{winner}"
+    requests = world.bus.on(Queue.AGENT_INVENTORY)
+    assert len(requests) == 1 and requests[0].body["attempt"] == 1
+
+
+async def test_four_concurrent_supervisors_recover_each_order_once(store: StateStore) -> None:
+    world = world_on(store)
+    ids = [f"sup-{i:02d}" for i in range(50)]
+    await asyncio.gather(*(started(world, i) for i in ids))
+    await asyncio.gather(*(scheduler.on_nudge(world.deps(), i) for i in ids))
+    world.clock.advance(world.policy.step_timeout.total_seconds() + 1)
+    world.bus.take(Queue.SCHEDULER)
+    reports = await asyncio.gather(*(sweep(world.deps(), concurrency=8) for _ in range(4)))
+    assert sum(r.requeued for r in reports) == 50
+    recovered = [o for r in reports for o in r.recovered_orders]
+    assert sorted(recovered) == ids
+    for order_id in ids:
+        state = await store.load(order_id)
+        assert state is not None
+        assert state.state.failure_count == 1
+        assert state.state.process_state is ProcessState.PENDING
+    nudges = world.bus.on(Queue.SCHEDULER)
+    assert sorted(n.body["orderId"] for n in nudges) == ids
+
+
+async def test_watch_list_finds_only_due_entries_and_honours_etags(store: StateStore) -> None:
+    world = world_on(store)
+    now = world.clock.now()
+    await store.watch("w-1", now + timedelta(seconds=5), replace=False)
+    await store.watch("w-2", now + timedelta(seconds=50), replace=False)
+    await store.watch("w-1", now + timedelta(seconds=500), replace=False)  # kept as it was
+    due = await store.due(now + timedelta(seconds=10), limit=10)
+    assert [e.order_id for e in due] == ["w-1"]
+    entry = due[0]
+    await store.reschedule(entry, now + timedelta(seconds=100))
+    await store.reschedule(entry, now + timedelta(seconds=1))  # stale ETag: ignored
+    assert [e.order_id for e in await store.due(now + timedelta(seconds=60), 10)] == ["w-2"]
+    await store.unwatch("w-2")
+    await store.unwatch("w-2")
+    later = await store.due(now + timedelta(seconds=1000), 10)
+    assert [e.order_id for e in later] == ["w-1"]
+    assert await store.due(now + timedelta(seconds=1000), limit=0) == ()
+
+
+async def test_finished_orders_leave_the_watch_list(store: StateStore) -> None:
+    world = world_on(store)
+    await started(world, "fin-1")
+    await scheduler.on_nudge(world.deps(), "fin-1")
+    for queue in (Queue.AGENT_INVENTORY, Queue.AGENT_PAYMENT, Queue.AGENT_SHIPPING):
+        (request,) = world.bus.take(queue)
+        await scheduler.on_reply(world.deps(), a_reply(request))
+    done = await store.load("fin-1")
+    assert done is not None and done.state.process_state is ProcessState.PROCESSED
+    assert await store.due(world.clock.now() + timedelta(days=365), 100) == ()
+
+
+async def test_list_by_state_pages_through_matches(store: StateStore) -> None:
+    world = world_on(store)
+    for i in range(5):
+        await started(world, f"list-{i}")
+    await scheduler.on_nudge(world.deps(), "list-0")
+    seen: list[str] = []
+    token = None
+    for _ in range(5):
+        page = await store.list_by_state(ProcessState.PENDING, 2, token)
+        seen.extend(s.order_id for s in page.items)
+        token = page.continuation
+        if token is None:
+            break
+    assert sorted(seen) == ["list-1", "list-2", "list-3", "list-4"]
+    everything = await store.list_by_state(None, 100, None)
+    assert len(everything.items) == 5

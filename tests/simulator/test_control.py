@@ -1,0 +1,190 @@
+"""The ``/_sim`` control API, whose shape chaos scripts and acceptance checks rely on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.simulator.conftest import SimClient
+
+DEFAULTS = {
+    "transientErrorRate": 0.0,
+    "hangRate": 0.0,
+    "latencyMs": 0,
+    "latencyJitterMs": 0,
+    "hangSeconds": 600.0,
+    "permanentFailureSkus": [],
+}
+
+
+async def test_health(sim: SimClient) -> None:
+    reply = await sim.request("GET", "/_sim/health")
+
+    assert reply.status == 200
+    assert reply.body == {"status": "ok", "seed": 1234}
+
+
+async def test_faults_start_empty(sim: SimClient) -> None:
+    reply = await sim.request("GET", "/_sim/faults")
+
+    assert reply.body == {"inventory": DEFAULTS, "payment": DEFAULTS, "shipping": DEFAULTS}
+
+
+async def test_put_faults_stores_and_returns_settings(sim: SimClient) -> None:
+    settings = {"transientErrorRate": 0.25, "latencyMs": 20, "permanentFailureSkus": ["X"]}
+
+    reply = await sim.put_faults("payment", settings)
+    stored = (await sim.request("GET", "/_sim/faults")).body
+
+    assert reply.status == 200
+    assert reply.body == DEFAULTS | settings
+    assert stored["payment"] == DEFAULTS | settings
+    assert stored["inventory"] == DEFAULTS
+
+
+async def test_put_replaces_the_previous_settings(sim: SimClient) -> None:
+    await sim.put_faults("payment", {"transientErrorRate": 0.5, "latencyMs": 10})
+
+    reply = await sim.put_faults("payment", {"hangRate": 0.1})
+
+    assert reply.body == DEFAULTS | {"hangRate": 0.1}
+
+
+async def test_delete_faults_resets_all(sim: SimClient) -> None:
+    await sim.put_faults("payment", {"transientErrorRate": 1})
+    await sim.put_faults("shipping", {"hangRate": 1})
+
+    reply = await sim.request("DELETE", "/_sim/faults")
+
+    assert reply.status in (200, 204)
+    stored = (await sim.request("GET", "/_sim/faults")).body
+    assert stored == {"inventory": DEFAULTS, "payment": DEFAULTS, "shipping": DEFAULTS}
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"transientErrorRate": 1.5},
+        {"transientErrorRate": -0.1},
+        {"hangRate": 2},
+        {"latencyMs": -1},
+        {"latencyJitterMs": -5},
+        {"hangSeconds": -1},
+        {"latencyMs": 1.5},
+        {"transientErrorRate": "0.5"},
+        {"hangRate": True},
+        {"permanentFailureSkus": "SKU-1"},
+        {"permanentFailureSkus": [1]},
+        {"transientErrorRates": 0.1},
+        [],
+        "inventory",
+    ],
+)
+async def test_invalid_fault_settings_are_400(sim: SimClient, settings: Any) -> None:
+    reply = await sim.put_faults("inventory", settings)
+
+    assert reply.status == 400
+    assert reply.content_type == "application/problem+json"
+    assert reply.body["status"] == 400
+    assert reply.body["code"] == "invalid-faults"
+    assert (await sim.request("GET", "/_sim/faults")).body["inventory"] == DEFAULTS
+
+
+async def test_fault_body_that_is_not_json_is_400(sim: SimClient) -> None:
+    reply = await sim.request("PUT", "/_sim/faults/inventory", data="{oops")
+
+    assert reply.status == 400
+    assert reply.content_type == "application/problem+json"
+
+
+async def test_faults_for_unknown_service_is_404(sim: SimClient) -> None:
+    reply = await sim.put_faults("billing", {"transientErrorRate": 0.5})
+
+    assert reply.status == 404
+    assert reply.content_type == "application/problem+json"
+    assert reply.body["code"] == "unknown-service"
+
+
+async def _seed_effects(sim: SimClient) -> None:
+    await sim.call("inventory", "reserve-inventory", "o-1", "o-1:inv")
+    await sim.call("payment", "charge-payment", "o-1", "o-1:pay")
+    await sim.call("inventory", "reserve-inventory", "o-2", "o-2:inv")
+
+
+async def test_effects_are_listed_in_call_order(sim: SimClient) -> None:
+    await _seed_effects(sim)
+
+    effects = await sim.effects()
+
+    assert [effect["idempotencyKey"] for effect in effects] == ["o-1:inv", "o-1:pay", "o-2:inv"]
+    assert effects[0] == {
+        "service": "inventory",
+        "operation": "reserve-inventory",
+        "orderId": "o-1",
+        "idempotencyKey": "o-1:inv",
+        "calls": 1,
+        "applied": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("query", "keys"),
+    [
+        ("?orderId=o-1", ["o-1:inv", "o-1:pay"]),
+        ("?service=inventory", ["o-1:inv", "o-2:inv"]),
+        ("?orderId=o-1&service=payment", ["o-1:pay"]),
+        ("?orderId=o-3", []),
+    ],
+)
+async def test_effects_filters(sim: SimClient, query: str, keys: list[str]) -> None:
+    await _seed_effects(sim)
+
+    effects = await sim.effects(query)
+
+    assert [effect["idempotencyKey"] for effect in effects] == keys
+
+
+async def test_effects_filter_on_unknown_service_is_400(sim: SimClient) -> None:
+    reply = await sim.request("GET", "/_sim/effects?service=billing")
+
+    assert reply.status == 400
+
+
+async def test_delete_effects_clears_the_ledger(sim: SimClient) -> None:
+    await _seed_effects(sim)
+
+    reply = await sim.request("DELETE", "/_sim/effects")
+
+    assert reply.status in (200, 204)
+    assert await sim.effects() == []
+    # A key seen before the clear is a fresh key afterwards.
+    again = await sim.call("inventory", "reserve-inventory", "o-1", "o-1:inv")
+    assert "Idempotent-Replayed" not in again.headers
+    assert (await sim.effect("o-1:inv"))["calls"] == 1
+
+
+async def test_stats_count_per_service(sim: SimClient) -> None:
+    await _seed_effects(sim)
+    await sim.call("payment", "charge-payment", "o-1", "o-1:pay")
+    await sim.put_faults("shipping", {"permanentFailureSkus": ["SKU-1"]})
+    await sim.call("shipping", "create-shipment", "o-1", "o-1:shp")
+
+    stats = (await sim.request("GET", "/_sim/stats")).body
+
+    assert set(stats) == {"inventory", "payment", "shipping"}
+    assert stats["inventory"]["calls"] == 2
+    assert stats["payment"] == {
+        "calls": 2,
+        "applied": 1,
+        "transientErrors": 0,
+        "transientErrorsAfterApply": 0,
+        "hangs": 0,
+        "permanentFailures": 0,
+        "idempotentRepeats": 1,
+        "keyReuseRejections": 0,
+    }
+    assert stats["shipping"]["permanentFailures"] == 1
+
+    assert (await sim.request("DELETE", "/_sim/stats")).status == 204
+    assert (await sim.stats("payment"))["calls"] == 0
