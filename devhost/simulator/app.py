@@ -1,0 +1,68 @@
+"""The aiohttp application: the three remote services plus the ``/_sim`` control API."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from devhost.simulator.calls import handle_call
+from devhost.simulator.control import add_control_routes
+from devhost.simulator.effects import EffectLedger
+from devhost.simulator.problems import problem
+from devhost.simulator.services import SERVICE_NAMES
+from devhost.simulator.state import STATE, SimulatorState
+
+log = logging.getLogger("devhost.simulator")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Router errors (unknown service, wrong method) become problem+json like the rest."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "not-found", 405: "method-not-allowed"}.get(exc.status, "http-error")
+        headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        detail = f"{request.method} {request.path}: {exc.reason}"
+        return problem(exc.status, code, exc.reason, detail, headers)
+    except Exception:
+        log.exception("unexpected error handling %s %s", request.method, request.path)
+        return problem(500, "simulator-bug", "Simulator error", "see the simulator log")
+
+
+async def _wake_hung_calls(app: web.Application) -> None:
+    """Hung calls would otherwise hold shutdown for the whole runner timeout."""
+    app[STATE].closing.set()
+
+
+async def _close(app: web.Application) -> None:
+    state = app[STATE]
+    for task in list(state.finishing):
+        task.cancel()
+    await asyncio.gather(*state.finishing, return_exceptions=True)
+    state.ledger.close()
+
+
+def create_app(db_path: str | Path | None = None, seed: int | None = None) -> web.Application:
+    """Build the simulator; ``db_path=None`` keeps the ledger in memory, ``seed=None``
+    picks a random seed (reported by ``/_sim/health`` so a run can be replayed)."""
+    state = SimulatorState(
+        ledger=EffectLedger(db_path), seed=secrets.randbits(32) if seed is None else seed
+    )
+    app = web.Application(middlewares=[problem_middleware])
+    app[STATE] = state
+    services = "|".join(SERVICE_NAMES)
+    app.router.add_post(f"/{{service:{services}}}/{{operation}}", handle_call)
+    add_control_routes(app.router)
+    app.on_shutdown.append(_wake_hung_calls)
+    app.on_cleanup.append(_close)
+    return app

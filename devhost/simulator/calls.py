@@ -1,0 +1,228 @@
+"""Service calls, as the agents make them.
+
+A call goes: validate, count the call against its key, decide faults, maybe hang, then
+finish (latency, transient-before, settle the effect, transient-after). The finishing
+part is shielded from client disconnects: a real server that got the request keeps
+going when the caller times out, and that is exactly the case that makes idempotency
+keys necessary. Only hangs end early, because a hung call never got going.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from devhost.simulator.effects import KeyConflict, Outcome, OutcomeKind
+from devhost.simulator.faults import (
+    FaultDecision,
+    FaultSettings,
+    TransientFault,
+    TransientPhase,
+    decide,
+)
+from devhost.simulator.problems import (
+    problem,
+    problem_body,
+    problem_response,
+    read_json,
+    validation_detail,
+)
+from devhost.simulator.services import (
+    SERVICES,
+    CallRequest,
+    Compensation,
+    CompensationPayload,
+    DoOperation,
+    Operation,
+    OrderPayload,
+    Service,
+)
+from devhost.simulator.state import STATE, SimulatorState
+
+log = logging.getLogger("devhost.simulator")
+
+HANG_POLL_SECONDS = 0.2
+"""How often a hung call looks for a vanished client when the runner does not cancel it."""
+RETRY_AFTER_SECONDS = "1"
+FAULT_HEADER = "X-Simulator-Fault"
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+
+@dataclass(frozen=True)
+class Call:
+    service: Service
+    operation: Operation
+    order_id: str
+    key: str
+    payload: OrderPayload | CompensationPayload
+
+
+async def _parse_call(request: web.Request, service: Service) -> Call | web.Response:
+    operation = service.operations.get(request.match_info["operation"])
+    if operation is None:
+        known = ", ".join(service.operations)
+        return problem(
+            404,
+            "unknown-operation",
+            "Unknown operation",
+            f"{service.name} has no operation {request.match_info['operation']!r} ({known})",
+        )
+    try:
+        raw = await read_json(request)
+    except ValueError as exc:
+        return problem(400, "invalid-json", "Invalid JSON", str(exc))
+    try:
+        envelope = CallRequest.model_validate(raw)
+    except ValidationError as exc:
+        return problem(400, "invalid-request", "Invalid request", validation_detail(exc))
+    key = envelope.idempotency_key or request.headers.get("Idempotency-Key")
+    if not key:
+        return problem(
+            400,
+            "missing-idempotency-key",
+            "Missing idempotency key",
+            "send idempotencyKey in the body or an Idempotency-Key header",
+        )
+    payload: OrderPayload | CompensationPayload
+    try:
+        if isinstance(operation, DoOperation):
+            payload = OrderPayload.model_validate(envelope.payload)
+        else:
+            payload = CompensationPayload.model_validate(envelope.payload)
+    except ValidationError as exc:
+        return problem(400, "invalid-payload", "Invalid payload", validation_detail(exc))
+    return Call(service, operation, envelope.order_id, key, payload)
+
+
+def _transient_response(fault: TransientFault) -> web.Response:
+    headers = {FAULT_HEADER: fault.phase.value}
+    if fault.status == 429:
+        headers["Retry-After"] = RETRY_AFTER_SECONDS
+        return problem(429, "rate-limited", "Too many requests", "slow down", headers)
+    if fault.status == 500:
+        return problem(500, "internal-error", "Internal error", "injected fault", headers)
+    return problem(
+        503, "service-unavailable", "Service unavailable", "injected transient fault", headers
+    )
+
+
+def _outcome_for(call: Call, settings: FaultSettings) -> Outcome:
+    """What the service does with a fresh key: apply, or reject for a blocked SKU."""
+    if isinstance(call.operation, Compensation):
+        assert isinstance(call.payload, CompensationPayload)
+        return Outcome(OutcomeKind.APPLIED, call.operation.build_result(call.payload))
+    assert isinstance(call.payload, OrderPayload)
+    blocked = [
+        item.sku for item in call.payload.items if item.sku in settings.permanent_failure_skus
+    ]
+    if blocked:
+        body = problem_body(
+            422,
+            call.service.rejection_code,
+            call.service.rejection_title,
+            f"{call.operation.name} rejected for SKU {', '.join(blocked)}",
+        )
+        return Outcome(OutcomeKind.REJECTED, body)
+    return Outcome(OutcomeKind.APPLIED, call.operation.build_result(call.key, call.payload))
+
+
+def _outcome_response(outcome: Outcome, replayed: bool) -> web.Response:
+    headers = {REPLAYED_HEADER: "true"} if replayed else None
+    if outcome.kind is OutcomeKind.REJECTED:
+        return problem_response(outcome.body, headers)
+    return web.json_response({"result": outcome.body}, headers=headers)
+
+
+async def _hang(request: web.Request, state: SimulatorState, seconds: float) -> bool:
+    """Sleep out a hang; False if the client left or the server is stopping first.
+
+    Runners built here cancel the handler on disconnect; polling covers other runners.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        transport = request.transport
+        if state.closing.is_set() or transport is None or transport.is_closing():
+            return False
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return True
+        await asyncio.sleep(min(remaining, HANG_POLL_SECONDS))
+
+
+def _log_fault(call: Call, what: str) -> None:
+    """One line per injected fault, so a user watching the log sees what healing is for."""
+    log.info(
+        "%s %s order=%s key=%s: %s",
+        call.service.name,
+        call.operation.name,
+        call.order_id,
+        call.key,
+        what,
+    )
+
+
+async def _finish(
+    state: SimulatorState, call: Call, settings: FaultSettings, decision: FaultDecision
+) -> web.Response:
+    name = call.service.name
+    stats = state.stats[name]
+    if decision.delay_seconds > 0:
+        await asyncio.sleep(decision.delay_seconds)
+    fault = decision.transient
+    if fault is not None and fault.phase is TransientPhase.BEFORE_APPLY:
+        stats.transient_errors += 1
+        _log_fault(call, f"{fault.phase.value} {fault.status}")
+        return _transient_response(fault)
+    outcome, fresh = state.ledger.settle(
+        name, call.key, call.operation.name, call.order_id, _outcome_for(call, settings)
+    )
+    if not fresh:
+        stats.idempotent_repeats += 1
+    elif outcome.kind is OutcomeKind.APPLIED:
+        stats.applied += 1
+    else:
+        stats.permanent_failures += 1
+        _log_fault(call, f"permanent failure {outcome.body['code']}")
+    if fault is not None:
+        stats.transient_errors += 1
+        stats.transient_errors_after_apply += 1
+        _log_fault(call, f"{fault.phase.value} {fault.status}")
+        return _transient_response(fault)
+    return _outcome_response(outcome, replayed=not fresh)
+
+
+async def handle_call(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    parsed = await _parse_call(request, SERVICES[request.match_info["service"]])
+    if isinstance(parsed, web.Response):
+        return parsed
+    call = parsed
+    name = call.service.name
+    stats = state.stats[name]
+    stats.calls += 1
+    registered = state.ledger.register_call(name, call.key, call.operation.name, call.order_id)
+    if isinstance(registered, KeyConflict):
+        stats.key_reuse_rejections += 1
+        first = registered.existing
+        return problem(
+            422,
+            "idempotency-key-reused",
+            "Idempotency key reused",
+            f"key {call.key!r} was first used for {first.operation} of order {first.order_id}",
+        )
+    settings = state.faults.get(name)
+    decision = decide(settings, state.seed, name, call.key, registered.calls)
+    if decision.hang_seconds is not None:
+        stats.hangs += 1
+        _log_fault(call, f"hanging {decision.hang_seconds:g}s")
+        if not await _hang(request, state, decision.hang_seconds):
+            return problem(503, "hung", "Service hung", "the call hung and was abandoned")
+    task = asyncio.create_task(_finish(state, call, settings, decision))
+    state.finishing.add(task)
+    task.add_done_callback(state.finishing.discard)
+    return await asyncio.shield(task)

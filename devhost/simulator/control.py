@@ -1,0 +1,93 @@
+"""The ``/_sim`` control API: fault settings, the effect ledger, stats and health.
+
+Its shape is a contract with chaos scripts and acceptance checks, hence strict input
+validation (a typo must be a 400, not a silently ignored knob).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from devhost.simulator.faults import FaultSettings
+from devhost.simulator.problems import problem, read_json, validation_detail
+from devhost.simulator.services import SERVICE_NAMES, SERVICES
+from devhost.simulator.state import STATE
+
+log = logging.getLogger("devhost.simulator")
+
+
+def _unknown_service(service: str) -> web.Response:
+    return problem(
+        404,
+        "unknown-service",
+        "Unknown service",
+        f"no service {service!r}; known: {', '.join(SERVICE_NAMES)}",
+    )
+
+
+async def put_faults(request: web.Request) -> web.Response:
+    service = request.match_info["service"]
+    if service not in SERVICES:
+        return _unknown_service(service)
+    try:
+        settings = FaultSettings.model_validate(await read_json(request))
+    except ValueError as exc:  # ValidationError is a ValueError too
+        detail = validation_detail(exc) if isinstance(exc, ValidationError) else str(exc)
+        return problem(400, "invalid-faults", "Invalid fault settings", detail)
+    state = request.app[STATE]
+    state.faults.set(service, settings)
+    log.info("faults for %s: %s", service, settings.to_json())
+    return web.json_response(settings.to_json())
+
+
+async def get_faults(request: web.Request) -> web.Response:
+    return web.json_response(request.app[STATE].faults.to_json())
+
+
+async def delete_faults(request: web.Request) -> web.Response:
+    request.app[STATE].faults.reset()
+    log.info("faults reset")
+    return web.Response(status=204)
+
+
+async def get_effects(request: web.Request) -> web.Response:
+    service = request.query.get("service")
+    if service is not None and service not in SERVICES:
+        return problem(
+            400, "unknown-service", "Unknown service", f"no service {service!r} to filter on"
+        )
+    effects = request.app[STATE].ledger.list(order_id=request.query.get("orderId"), service=service)
+    return web.json_response([effect.to_json() for effect in effects])
+
+
+async def delete_effects(request: web.Request) -> web.Response:
+    request.app[STATE].ledger.clear()
+    log.info("effects cleared")
+    return web.Response(status=204)
+
+
+async def get_stats(request: web.Request) -> web.Response:
+    return web.json_response(request.app[STATE].stats.to_json())
+
+
+async def delete_stats(request: web.Request) -> web.Response:
+    request.app[STATE].stats.reset()
+    return web.Response(status=204)
+
+
+async def get_health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok", "seed": request.app[STATE].seed})
+
+
+def add_control_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/_sim/faults", get_faults)
+    router.add_delete("/_sim/faults", delete_faults)
+    router.add_put("/_sim/faults/{service}", put_faults)
+    router.add_get("/_sim/effects", get_effects)
+    router.add_delete("/_sim/effects", delete_effects)
+    router.add_get("/_sim/stats", get_stats)
+    router.add_delete("/_sim/stats", delete_stats)
+    router.add_get("/_sim/health", get_health)

@@ -1,0 +1,117 @@
+"""Fault settings per service and the per-call fault decision.
+
+Decisions come from a random generator derived from (seed, service, key, call number)
+rather than one shared stream, so a given call of a given key gets the same fault no
+matter how other traffic interleaves: tests and demos replay exactly with ``--seed``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_HANG_SECONDS = 600.0
+
+
+class FaultSettings(BaseModel):
+    """One service's fault knobs, as accepted by ``PUT /_sim/faults/{service}``.
+
+    Strict and closed (no coercion, no unknown fields) so a typo in a chaos script is a
+    400 instead of a silently ignored setting.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    transient_error_rate: float = Field(
+        default=0.0, alias="transientErrorRate", ge=0.0, le=1.0, allow_inf_nan=False
+    )
+    hang_rate: float = Field(default=0.0, alias="hangRate", ge=0.0, le=1.0, allow_inf_nan=False)
+    latency_ms: int = Field(default=0, alias="latencyMs", ge=0)
+    latency_jitter_ms: int = Field(default=0, alias="latencyJitterMs", ge=0)
+    hang_seconds: float = Field(
+        default=DEFAULT_HANG_SECONDS, alias="hangSeconds", ge=0.0, allow_inf_nan=False
+    )
+    permanent_failure_skus: list[str] = Field(default_factory=list, alias="permanentFailureSkus")
+
+    def to_json(self) -> dict[str, object]:
+        """Camel-case form, the same shape the control API accepts."""
+        return self.model_dump(by_alias=True)
+
+
+NO_FAULTS = FaultSettings()
+
+
+class FaultBoard:
+    """Current settings of every service; in memory because chaos is set per session."""
+
+    def __init__(self, services: tuple[str, ...]) -> None:
+        self._services = services
+        self._settings: dict[str, FaultSettings] = dict.fromkeys(services, NO_FAULTS)
+
+    def get(self, service: str) -> FaultSettings:
+        return self._settings[service]
+
+    def set(self, service: str, settings: FaultSettings) -> None:
+        self._settings[service] = settings
+
+    def reset(self) -> None:
+        self._settings = dict.fromkeys(self._services, NO_FAULTS)
+
+    def to_json(self) -> dict[str, dict[str, object]]:
+        return {name: settings.to_json() for name, settings in self._settings.items()}
+
+
+class TransientPhase(Enum):
+    """Whether a transient error happens before the effect or after it (response lost)."""
+
+    BEFORE_APPLY = "transient-before-apply"
+    AFTER_APPLY = "transient-after-apply"
+
+
+@dataclass(frozen=True)
+class TransientFault:
+    phase: TransientPhase
+    status: int
+    """503 mostly; 429 (with Retry-After) and 500 so clients exercise every retryable path."""
+
+
+@dataclass(frozen=True)
+class FaultDecision:
+    delay_seconds: float
+    hang_seconds: float | None
+    transient: TransientFault | None
+
+
+def _transient_status(draw: float) -> int:
+    if draw < 0.7:
+        return 503
+    if draw < 0.85:
+        return 429
+    return 500
+
+
+def decide(
+    settings: FaultSettings, seed: int, service: str, key: str, call_number: int
+) -> FaultDecision:
+    """Decide the faults of one call.
+
+    Every call draws the same number of values whatever the settings, so changing one
+    knob does not reshuffle the outcome of the others for the same seed.
+    """
+    rng = random.Random(f"{seed}:{service}:{key}:{call_number}")
+    hang_draw, transient_draw, phase_draw, status_draw, jitter_draw = (
+        rng.random() for _ in range(5)
+    )
+    jitter_ms = jitter_draw * settings.latency_jitter_ms
+    transient: TransientFault | None = None
+    if transient_draw < settings.transient_error_rate:
+        phase = TransientPhase.BEFORE_APPLY if phase_draw < 0.5 else TransientPhase.AFTER_APPLY
+        transient = TransientFault(phase=phase, status=_transient_status(status_draw))
+    return FaultDecision(
+        delay_seconds=(settings.latency_ms + jitter_ms) / 1000.0,
+        hang_seconds=settings.hang_seconds if hang_draw < settings.hang_rate else None,
+        transient=transient,
+    )

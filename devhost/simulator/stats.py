@@ -1,0 +1,44 @@
+"""Per-service counters of what the simulator injected, for dashboards and soak checks.
+
+In memory only: they describe this process's run, unlike the ledger, which describes
+the (simulated) outside world.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+def _camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(word.title() for word in rest)
+
+
+@dataclass
+class ServiceStats:
+    calls: int = 0
+    applied: int = 0
+    transient_errors: int = 0
+    transient_errors_after_apply: int = 0
+    hangs: int = 0
+    permanent_failures: int = 0
+    idempotent_repeats: int = 0
+    key_reuse_rejections: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {_camel(name): value for name, value in asdict(self).items()}
+
+
+class StatsBoard:
+    def __init__(self, services: tuple[str, ...]) -> None:
+        self._services = services
+        self._stats = {name: ServiceStats() for name in services}
+
+    def __getitem__(self, service: str) -> ServiceStats:
+        return self._stats[service]
+
+    def reset(self) -> None:
+        self._stats = {name: ServiceStats() for name in self._services}
+
+    def to_json(self) -> dict[str, dict[str, int]]:
+        return {name: stats.to_json() for name, stats in self._stats.items()}

@@ -1,0 +1,103 @@
+"""Every registered function, called as the host would, on in-memory adapters."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import azure.functions as func
+import pytest
+from azure.functions.servicebus import ServiceBusMessage
+
+from shared import bootstrap
+from shared.adapters.clock import FakeClock
+from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.app_functions import RegisteredFunction, registered_functions
+from shared.domain.model import JsonObject
+from shared.domain.workflow import AgentName
+from shared.ports import RemoteCall, RemoteService
+from shared.settings import Settings
+
+SETTINGS = {
+    "AzureWebJobsStorage": "UseDevelopmentStorage=true",
+    "ServiceBusConnection": "Endpoint=sb://127.0.0.1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;",
+    "StepTimeoutSeconds": "30",
+    "PendingTimeoutSeconds": "60",
+    "MaxFailureCount": "3",
+    "ReplyToAllowList": "client-a,order-status",
+    "WEBSITE_INSTANCE_ID": "test-instance",
+}
+
+
+@dataclass
+class ScriptedRemote:
+    """A remote service that answers from a script and records every call."""
+
+    answers: list[Any] = field(default_factory=list)
+    calls: list[RemoteCall] = field(default_factory=list)
+
+    async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
+        self.calls.append(call)
+        answer = self.answers.pop(0) if self.answers else {"ok": True}
+        if isinstance(answer, Exception):
+            raise answer
+        return dict(answer)
+
+
+@dataclass
+class Harness:
+    store: InMemoryStateStore
+    bus: InMemoryBus
+    clock: FakeClock
+    remotes: dict[AgentName, ScriptedRemote]
+    functions: dict[str, RegisteredFunction]
+
+    async def http(
+        self,
+        name: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+        route_params: dict[str, str] | None = None,
+    ) -> func.HttpResponse:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else b"")
+        request = func.HttpRequest(
+            method,
+            f"http://localhost:7071/api/{path}",
+            headers={"content-type": "application/json", **(headers or {})},
+            params=params or {},
+            route_params=route_params or {},
+            body=data,
+        )
+        response: func.HttpResponse = await self.functions[name].handler(request)
+        return response
+
+    async def message(self, name: str, body: Any, message_id: str = "m-1") -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        msg = ServiceBusMessage(
+            body=data,
+            message_id=message_id,
+            delivery_count=1,
+            application_properties={},
+            user_properties={},
+        )
+        await self.functions[name].handler(msg)
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    store, bus, clock = InMemoryStateStore(), InMemoryBus(), FakeClock()
+    remotes = {name: ScriptedRemote() for name in AgentName}
+    remote_ports: dict[AgentName, RemoteService] = dict(remotes)
+    container = bootstrap.compose(Settings.from_env(SETTINGS), store, bus, remote_ports, clock)
+    bootstrap.use(container)
+    try:
+        yield Harness(store, bus, clock, remotes, {f.name: f for f in registered_functions()})
+    finally:
+        bootstrap.reset()

@@ -1,0 +1,63 @@
+"""The trigger bindings as the Functions host sees them (function_app.app.get_functions())."""
+
+from __future__ import annotations
+
+from shared.app_functions import registered_functions
+from shared.contract import ALL_QUEUES, Queue, Route, Setting
+
+
+def triggers() -> dict[str, dict[str, object]]:
+    return {f.name: f.trigger for f in registered_functions()}
+
+
+def test_http_routes_methods_and_auth_levels() -> None:
+    http: dict[tuple[object, tuple[str, ...]], object] = {
+        (t["route"], tuple(t["methods"])): t["authLevel"]  # type: ignore[arg-type]
+        for t in triggers().values()
+        if t["type"] == "httpTrigger"
+    }
+    assert http == {
+        (Route.ORDERS, ("POST",)): "FUNCTION",
+        (Route.ORDER, ("GET",)): "FUNCTION",
+        (Route.ORDERS, ("GET",)): "ADMIN",
+        (Route.RESUBMIT, ("POST",)): "ADMIN",
+        (Route.HEALTH, ("GET",)): "ANONYMOUS",
+    }
+
+
+def test_every_consumed_queue_has_one_trigger_on_the_service_bus_connection() -> None:
+    queues = [
+        (t["queueName"], t["connection"])
+        for t in triggers().values()
+        if t["type"] == "serviceBusTrigger"
+    ]
+    consumed = {
+        Queue.ORDERS,
+        Queue.SCHEDULER,
+        Queue.AGENT_REPLIES,
+        Queue.AGENT_INVENTORY,
+        Queue.AGENT_PAYMENT,
+        Queue.AGENT_SHIPPING,
+    }
+    assert sorted(queues) == sorted((q, Setting.SERVICE_BUS) for q in consumed)
+    assert consumed <= set(ALL_QUEUES)
+
+
+def test_supervisor_timer_reads_its_schedule_from_the_app_setting() -> None:
+    timers = [t for t in triggers().values() if t["type"] == "timerTrigger"]
+    assert timers == [
+        {
+            "type": "timerTrigger",
+            "direction": "IN",
+            "name": "timer",
+            "schedule": f"%{Setting.SUPERVISOR_SCHEDULE}%",
+            "runOnStartup": False,
+        }
+    ]
+
+
+def test_function_names_are_unique_and_name_their_role() -> None:
+    names = [f.name for f in registered_functions()]
+    assert len(names) == len(set(names))
+    assert {"scheduler_nudge", "scheduler_reply", "supervisor"} <= set(names)
+    assert {"inventory_agent", "payment_agent", "shipping_agent"} <= set(names)

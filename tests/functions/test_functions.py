@@ -1,0 +1,249 @@
+"""Each function called with real azure.functions request, message and timer objects."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from azure.functions.timer import TimerRequest
+
+from shared.contract import Queue
+from shared.domain.model import ProcessState
+from shared.domain.workflow import AgentName
+from shared.ports import PermanentRemoteError, TransientRemoteError
+from tests.functions.conftest import Harness
+
+ORDER = {
+    "orderId": "fn-1",
+    "customerId": "c-1",
+    "items": [{"sku": "A", "quantity": 2, "unitPrice": 3.5}],
+}
+
+
+def body(response: Any) -> Any:
+    return json.loads(response.get_body())
+
+
+def assert_problem(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status
+    assert response.mimetype == "application/problem+json"
+    problem: dict[str, Any] = body(response)
+    assert problem["status"] == status and problem["title"] and problem["detail"]
+    return problem
+
+
+async def test_post_order_answers_202_with_location_and_stores_it(harness: Harness) -> None:
+    response = await harness.http("submit_order_http", "POST", "orders", ORDER)
+    assert response.status_code == 202
+    answer = body(response)
+    assert answer == {
+        "orderId": "fn-1",
+        "processState": "Pending",
+        "statusUrl": "http://localhost:7071/api/orders/fn-1",
+    }
+    assert response.headers["Location"] == answer["statusUrl"]
+    assert [m.body["orderId"] for m in harness.bus.on(Queue.SCHEDULER)] == ["fn-1"]
+
+
+async def test_post_same_order_twice_same_answer_and_different_body_409(harness: Harness) -> None:
+    first = await harness.http("submit_order_http", "POST", "orders", ORDER)
+    again = await harness.http("submit_order_http", "POST", "orders", ORDER)
+    assert (again.status_code, body(again)) == (first.status_code, body(first))
+    assert len(harness.bus.on(Queue.SCHEDULER)) == 1
+    changed = {**ORDER, "items": [{"sku": "B", "quantity": 1, "unitPrice": 1}]}
+    assert_problem(await harness.http("submit_order_http", "POST", "orders", changed), 409)
+
+
+async def test_post_without_order_id_gets_a_generated_one(harness: Harness) -> None:
+    anonymous = {k: v for k, v in ORDER.items() if k != "orderId"}
+    response = await harness.http("submit_order_http", "POST", "orders", anonymous)
+    assert response.status_code == 202
+    assert len(body(response)["orderId"]) == 32
+
+
+async def test_post_rejects_every_contract_violation_with_problem_json(harness: Harness) -> None:
+    bad_bodies = [
+        {},
+        {**ORDER, "customerId": ""},
+        {**ORDER, "items": []},
+        {**ORDER, "items": [{"sku": "A", "quantity": 0, "unitPrice": 1}]},
+        {**ORDER, "items": [{"sku": "A", "quantity": 1.5, "unitPrice": 1}]},
+        {**ORDER, "items": [{"sku": "A", "quantity": True, "unitPrice": 1}]},
+        {**ORDER, "items": [{"sku": "A", "quantity": 1, "unitPrice": -1}]},
+        {**ORDER, "items": [{"sku": "A", "quantity": 1, "unitPrice": "1"}]},
+        {**ORDER, "priority": "urgent"},
+        {**ORDER, "orderId": "has space"},
+        {**ORDER, "surprise": 1},
+        [ORDER],
+        {**ORDER, "replyTo": "somebody-elses-queue"},
+    ]
+    for bad in bad_bodies:
+        assert_problem(await harness.http("submit_order_http", "POST", "orders", bad), 400)
+    assert_problem(await harness.http("submit_order_http", "POST", "orders", raw=b"{nope"), 400)
+    assert_problem(
+        await harness.http(
+            "submit_order_http", "POST", "orders", ORDER, headers={"content-type": "text/plain"}
+        ),
+        415,
+    )
+    huge = {**ORDER, "customerId": "x" * 100_000}
+    assert_problem(await harness.http("submit_order_http", "POST", "orders", huge), 413)
+    assert harness.bus.sent == []
+
+
+async def test_allow_listed_reply_to_is_accepted(harness: Harness) -> None:
+    response = await harness.http(
+        "submit_order_http", "POST", "orders", {**ORDER, "replyTo": "client-a"}
+    )
+    assert response.status_code == 202
+    assert [m.body["status"] for m in harness.bus.on("client-a")] == ["Received"]
+
+
+async def test_get_order_shows_state_steps_and_history(harness: Harness) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    response = await harness.http(
+        "get_order", "GET", "orders/fn-1", route_params={"orderId": "fn-1"}
+    )
+    assert response.status_code == 200
+    view = body(response)
+    assert view["orderId"] == "fn-1" and view["processState"] == "Pending"
+    assert view["lockedBy"] is None and view["completeBy"] is None and view["failureCount"] == 0
+    assert [s["name"] for s in view["steps"]] == [
+        "reserve-inventory",
+        "charge-payment",
+        "create-shipment",
+    ]
+    assert {"status", "attempts", "completeBy"} <= set(view["steps"][0])
+    assert [h["event"] for h in view["history"]] == ["submitted"]
+    missing = await harness.http("get_order", "GET", "orders/x", route_params={"orderId": "nope"})
+    assert_problem(missing, 404)
+
+
+async def test_list_orders_by_state_and_bad_state(harness: Harness) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    response = await harness.http("list_orders_http", "GET", "orders", params={"state": "Pending"})
+    assert [o["orderId"] for o in body(response)["items"]] == ["fn-1"]
+    empty = await harness.http("list_orders_http", "GET", "orders", params={"state": "Error"})
+    assert body(empty)["items"] == []
+    assert_problem(
+        await harness.http("list_orders_http", "GET", "orders", params={"state": "Bogus"}), 400
+    )
+    assert_problem(
+        await harness.http("list_orders_http", "GET", "orders", params={"pageSize": "0"}), 400
+    )
+
+
+async def test_resubmit_only_from_error(harness: Harness) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    route = {"orderId": "fn-1"}
+    assert_problem(
+        await harness.http(
+            "resubmit_order_http", "POST", "orders/fn-1/resubmit", route_params=route
+        ),
+        409,
+    )
+    assert_problem(
+        await harness.http(
+            "resubmit_order_http", "POST", "orders/zz/resubmit", route_params={"orderId": "zz"}
+        ),
+        404,
+    )
+
+
+async def test_health_reports_its_dependencies(harness: Harness) -> None:
+    response = await harness.http("health", "GET", "health")
+    assert response.status_code == 200
+    assert body(response) == {"status": "ok", "checks": {"stateStore": "ok", "serviceBus": "ok"}}
+
+
+async def test_whole_order_through_every_queue_function(harness: Harness) -> None:
+    await harness.message("submit_order_message", ORDER, message_id="sub-1")
+    for _ in range(10):
+        for queue, function in (
+            (Queue.SCHEDULER, "scheduler_nudge"),
+            (Queue.AGENT_INVENTORY, "inventory_agent"),
+            (Queue.AGENT_PAYMENT, "payment_agent"),
+            (Queue.AGENT_SHIPPING, "shipping_agent"),
+            (Queue.AGENT_REPLIES, "scheduler_reply"),
+        ):
+            for message in harness.bus.take(queue):
+                await harness.message(function, dict(message.body), message.message_id)
+    state = await harness.store.load("fn-1")
+    assert state is not None and state.state.process_state is ProcessState.PROCESSED
+    keys = [c.idempotency_key for r in harness.remotes.values() for c in r.calls]
+    assert sorted(keys) == ["fn-1:charge-payment", "fn-1:create-shipment", "fn-1:reserve-inventory"]
+
+
+async def test_agent_retries_transient_faults_and_reports_permanent_ones(harness: Harness) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    harness.bus.take(Queue.SCHEDULER)
+    await harness.message("scheduler_nudge", {"orderId": "fn-1"})
+    (request,) = harness.bus.take(Queue.AGENT_INVENTORY)
+    inventory = harness.remotes[AgentName.INVENTORY]
+    inventory.answers = [
+        TransientRemoteError("http-503", "busy"),
+        TransientRemoteError("unreachable", "reset"),
+        PermanentRemoteError("out-of-stock", "sku A"),
+    ]
+    await harness.message("inventory_agent", dict(request.body), request.message_id)
+    assert [c.idempotency_key for c in inventory.calls] == ["fn-1:reserve-inventory"] * 3
+    (reply,) = harness.bus.take(Queue.AGENT_REPLIES)
+    assert reply.body["outcome"] == "failed"
+    assert reply.body["error"] == {"code": "out-of-stock", "message": "sku A"}
+    assert reply.body["attempt"] == 1
+
+
+async def test_agent_past_deadline_sends_nothing(harness: Harness) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    await harness.message("scheduler_nudge", {"orderId": "fn-1"})
+    (request,) = harness.bus.take(Queue.AGENT_INVENTORY)
+    harness.clock.advance(31)
+    await harness.message("inventory_agent", dict(request.body), request.message_id)
+    assert harness.remotes[AgentName.INVENTORY].calls == []
+    assert harness.bus.on(Queue.AGENT_REPLIES) == []
+
+
+async def test_agent_gives_up_silently_when_retries_reach_the_deadline(harness: Harness) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    await harness.message("scheduler_nudge", {"orderId": "fn-1"})
+    (request,) = harness.bus.take(Queue.AGENT_INVENTORY)
+    inventory = harness.remotes[AgentName.INVENTORY]
+    inventory.answers = [TransientRemoteError("http-503", "busy")] * 1000
+    await harness.message("inventory_agent", dict(request.body), request.message_id)
+    assert 3 <= len(inventory.calls) < 1000
+    assert harness.bus.on(Queue.AGENT_REPLIES) == []
+
+
+async def test_invalid_messages_are_completed_and_reported_to_operators(harness: Harness) -> None:
+    await harness.message("scheduler_nudge", b"not json", message_id="bad-1")
+    await harness.message("scheduler_reply", {"orderId": "x"}, message_id="bad-2")
+    await harness.message(
+        "payment_agent",
+        {
+            "orderId": "x",
+            "step": "reserve-inventory",
+            "action": "do",
+            "attempt": 1,
+            "completeBy": "2030-01-01T00:00:00Z",
+            "idempotencyKey": "k",
+            "payload": {},
+        },
+        message_id="bad-3",
+    )
+    await harness.message("submit_order_message", {**ORDER, "orderId": None}, message_id="bad-4")
+    alerts = harness.bus.on(Queue.OPERATOR_ALERTS)
+    assert [a.body["reason"] for a in alerts] == ["invalid-message"] * 4
+    assert "scheduler message bad-1" in alerts[0].body["lastError"]
+    assert "not performed by the payment agent" in alerts[2].body["lastError"]
+    assert (await harness.store.list_by_state(None, 10, None)).items == ()
+
+
+async def test_supervisor_timer_recovers_an_expired_step(harness: Harness) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    await harness.message("scheduler_nudge", {"orderId": "fn-1"})
+    harness.clock.advance(31)
+    await harness.functions["supervisor"].handler(TimerRequest(past_due=False))
+    state = await harness.store.load("fn-1")
+    assert state is not None
+    assert state.state.process_state is ProcessState.PENDING
+    assert state.state.failure_count == 1
