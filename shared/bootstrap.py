@@ -33,6 +33,15 @@ class Container:
     breakers: dict[AgentName, CircuitBreaker] = field(default_factory=dict)
     session: aiohttp.ClientSession | None = None
 
+    async def close(self) -> None:
+        """Release the clients (the local runtime and tests; the Functions host never stops)."""
+        for resource in (self.process.store, self.process.bus):
+            closer = getattr(resource, "close", None)
+            if closer is not None:
+                await closer()
+        if self.session is not None:
+            await self.session.close()
+
     def agent(self, name: AgentName) -> AgentDeps:
         breaker = self.breakers.get(name)
         if breaker is None:
@@ -66,6 +75,14 @@ def use(container: Container) -> None:
 
 def reset() -> None:
     global _current
+    _current = None
+
+
+async def shutdown() -> None:
+    """Close the running loop's container, if any, and forget it."""
+    global _current
+    if _current is not None and _current[0] is asyncio.get_running_loop():
+        await _current[1].close()
     _current = None
 
 

@@ -41,12 +41,15 @@ class ServiceBusMessageBus:
         return cls(ServiceBusClient(fully_qualified_namespace, credential), credential)
 
     async def _sender(self, queue: str) -> ServiceBusSender:
+        """Open each sender once, one at a time: senders share the client's connection,
+        and the SDK's link setup is not safe when several open concurrently on it."""
         sender = self._senders.get(queue)
         if sender is None:
             async with self._lock:
                 sender = self._senders.get(queue)
                 if sender is None:
                     sender = self._client.get_queue_sender(queue)
+                    await sender.__aenter__()
                     self._senders[queue] = sender
         return sender
 
