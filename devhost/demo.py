@@ -43,8 +43,10 @@ SIM_FAULTS: dict[str, dict[str, Any]] = {
     "shipping": {"transientErrorRate": 0.10, "hangRate": 0.02, "latencyMs": 20},
 }
 BROKER_FAULTS = {"duplicateRate": 0.05}
+SUBMIT_RATE = 25.0
+"""Orders per second: a steady stream, as a shop sends them, rather than one burst."""
 DEMO_TIMINGS = {
-    "StepTimeoutSeconds": "4",
+    "StepTimeoutSeconds": "8",
     "PendingTimeoutSeconds": "20",
     "SupervisorSchedule": "*/2 * * * * *",
     "MaxFailureCount": "3",
@@ -250,11 +252,12 @@ async def _drive(
         broker_ok = False
         console.print("[yellow]no local broker control API: message duplication not injected[/]")
 
-    tracked = [Tracked(f"demo-{run}-{i:04d}", time.monotonic()) for i in range(count)]
+    tracked = [Tracked(f"demo-{run}-{i:04d}", 0.0) for i in range(count)]
     declined = set(rng.sample(range(count), max(1, count // 20)))
-    gate = asyncio.Semaphore(32)
+    gate = asyncio.Semaphore(16)
 
     async def submit(i: int, order: Tracked) -> None:
+        await asyncio.sleep(i / SUBMIT_RATE)
         async with gate:
             await _submit(session, ends.app, _order_body(order.order_id, rng, i in declined))
             order.submitted_at = time.monotonic()
@@ -281,10 +284,11 @@ async def _drive(
         Group(progress, _counts_table(tracked)), console=console, refresh_per_second=4
     ) as live:
         submitting = asyncio.create_task(submit_all())
+        poll = asyncio.Semaphore(8)
         while time.monotonic() - started < timeout:
-            await asyncio.sleep(1)
-            pending = [o for o in tracked if o.state not in TERMINAL]
-            await asyncio.gather(*(_gated(gate, _refresh(session, ends.app, o)) for o in pending))
+            await asyncio.sleep(2)
+            pending = [o for o in tracked if o.state not in TERMINAL and o.submitted_at]
+            await asyncio.gather(*(_gated(poll, _refresh(session, ends.app, o)) for o in pending))
             done = sum(o.state in TERMINAL for o in tracked)
             progress.update(finished, completed=done)
             live.update(Group(progress, _counts_table(tracked)))

@@ -1,0 +1,270 @@
+"""Service Bus queue triggers driven by the real ``azure-servicebus`` aio SDK.
+
+Mirrors the Functions Service Bus extension closely enough that retry semantics
+seen locally are the ones production has: peek-lock receive, complete on success,
+abandon on exception (so the broker counts deliveries and dead-letters at
+``maxDeliveryCount``), ``maxConcurrentCalls`` handlers at most per function, lock
+renewal while a handler runs. One ``ServiceBusClient`` per connection setting is
+shared by every receiver; a lost broker is retried with back-off and reported once
+per outage, never in a tight loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiveMode
+from azure.servicebus.aio import AutoLockRenewer, ServiceBusReceiver
+
+from devhost.host.invoke import invoke, new_invocation_id
+from devhost.host.loader import FunctionSpec, HostConfig
+from devhost.host.sb_connection import (
+    ClientPool,
+    ConnectionHealth,
+    ConnectionInfo,
+    ServiceBusConfigError,
+    connection_info,
+)
+from devhost.host.sb_message import host_delivery_count, to_function_message
+
+__all__ = [
+    "ClientPool",
+    "ConnectionHealth",
+    "ConnectionInfo",
+    "QueueTrigger",
+    "ServiceBusConfigError",
+    "connection_info",
+    "to_function_message",
+]
+
+log = logging.getLogger("devhost.servicebus")
+
+RECEIVE_WAIT_SECONDS = 1.0
+BACKOFF_INITIAL = 1.0
+BACKOFF_MAX = 10.0
+CANCEL_ABANDON_SECONDS = 2.0
+
+
+class QueueTrigger:
+    """Receiver loop for one ``serviceBusTrigger`` function."""
+
+    def __init__(
+        self,
+        spec: FunctionSpec,
+        trigger: Mapping[str, Any],
+        pool: ClientPool,
+        settings: Mapping[str, str],
+        config: HostConfig,
+    ) -> None:
+        self.spec = spec
+        self.queue = str(trigger["queueName"])
+        self.info = connection_info(trigger.get("connection"), settings)
+        self.many = str(trigger.get("cardinality", "one")).lower() == "many"
+        self.max_concurrent = config.max_concurrent_calls
+        self._prefetch = config.prefetch_count
+        self._renewal_seconds = config.max_auto_lock_renewal_seconds
+        self._batch_size = config.max_message_batch_size
+        self._pool = pool
+        self._stopping = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._renewer = AutoLockRenewer(
+            max_lock_renewal_duration=self._renewal_seconds,
+            on_lock_renew_failure=self._lock_renew_failed,
+        )
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._run(), name=f"servicebus:{self.spec.name}")
+
+    def in_flight(self) -> list[asyncio.Task[None]]:
+        return [task for task in self._handlers if not task.done()]
+
+    async def stop_receiving(self) -> None:
+        """Stop taking new messages; handlers already running keep going."""
+        self._stopping.set()
+        task = self._loop_task
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), RECEIVE_WAIT_SECONDS + 2)
+        except TimeoutError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self._loop_task = None
+
+    async def close(self) -> None:
+        """Close receivers once their handlers are done (``drain`` has waited for them)."""
+        for task in self.in_flight():
+            task.cancel()
+        await asyncio.gather(*self._handlers, *self._retiring, return_exceptions=True)
+        await self._renewer.close()
+
+    async def _run(self) -> None:
+        client = self._pool.get(self.info)
+        health = self._pool.health[self.info.setting]
+        delay = BACKOFF_INITIAL
+        while not self._stopping.is_set():
+            receiver = client.get_queue_receiver(
+                queue_name=self.queue,
+                receive_mode=ServiceBusReceiveMode.PEEK_LOCK,
+                prefetch_count=self._prefetch,
+            )
+            serialize_lock_renewals(receiver)
+            mine: set[asyncio.Task[None]] = set()
+            try:
+                async for _ in self._pump(receiver, mine):
+                    health.succeeded(self.queue)
+                    delay = BACKOFF_INITIAL
+            except Exception as exc:
+                health.failed(self.queue, exc)
+            finally:
+                self._retire(receiver, mine)
+            if self._stopping.is_set():
+                return
+            # Jitter keeps several receivers from reconnecting in lockstep.
+            await self._sleep(delay * random.uniform(0.8, 1.2))
+            delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _pump(
+        self, receiver: ServiceBusReceiver, mine: set[asyncio.Task[None]]
+    ) -> AsyncIterator[None]:
+        """Yield after every successful receive so the caller can reset its back-off."""
+        while not self._stopping.is_set():
+            running = self.in_flight()
+            free = self.max_concurrent - len(running)
+            if free <= 0:
+                await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            batch = await receiver.receive_messages(
+                max_message_count=self._batch_size if self.many else free,
+                max_wait_time=RECEIVE_WAIT_SECONDS,
+            )
+            yield
+            if self.many and batch:
+                self._spawn(self._process(receiver, batch), mine)
+                continue
+            for message in batch:
+                self._spawn(self._process(receiver, [message]), mine)
+
+    def _spawn(self, work: Awaitable[None], mine: set[asyncio.Task[None]]) -> None:
+        task = asyncio.ensure_future(work)
+        self._handlers.add(task)
+        mine.add(task)
+        task.add_done_callback(self._handlers.discard)
+
+    def _retire(self, receiver: ServiceBusReceiver, mine: set[asyncio.Task[None]]) -> None:
+        """Close a receiver only after its handlers have settled their messages through it."""
+
+        async def retire() -> None:
+            if mine:
+                await asyncio.wait(mine)
+            try:
+                await receiver.close()
+            except Exception as exc:
+                log.debug("closing receiver on %s failed: %s", self.queue, exc)
+
+        task = asyncio.create_task(retire(), name=f"retire:{self.queue}")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    async def _process(
+        self, receiver: ServiceBusReceiver, messages: list[ServiceBusReceivedMessage]
+    ) -> None:
+        """Invoke the function for one message (or one batch when cardinality is many)."""
+        ids = ", ".join(str(m.message_id) for m in messages)
+        for message in messages:
+            # A broker that reports no lock expiry has nothing to renew.
+            if message.locked_until_utc is not None:
+                self._renewer.register(receiver, message)
+        invocation_id = new_invocation_id()
+        log.debug("%s <- %s message %s", self.spec.name, self.queue, ids)
+        try:
+            converted = [to_function_message(m) for m in messages]
+            await invoke(self.spec, converted if self.many else converted[0], invocation_id)
+        except asyncio.CancelledError:
+            log.warning(
+                "%s: handler for message %s cancelled at shutdown; abandoning it",
+                self.spec.name,
+                ids,
+            )
+            # Hand the message back now rather than when its lock expires, so the next
+            # run sees it at once. Bounded: shutdown must not hang on a dead broker.
+            for message in messages:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._settle(receiver.abandon_message, message, "abandon"),
+                        CANCEL_ABANDON_SECONDS,
+                    )
+            raise
+        except Exception as exc:
+            log.warning(
+                "%s failed on message %s (delivery %s): %s: %s; abandoning",
+                self.spec.name,
+                ids,
+                host_delivery_count(messages[0]),
+                type(exc).__name__,
+                exc,
+            )
+            log.debug("traceback of %s on message %s", self.spec.name, ids, exc_info=exc)
+            for message in messages:
+                await self._settle(receiver.abandon_message, message, "abandon")
+            return
+        for message in messages:
+            await self._settle(receiver.complete_message, message, "complete")
+
+    async def _settle(
+        self,
+        action: Callable[[ServiceBusReceivedMessage], Awaitable[None]],
+        message: ServiceBusReceivedMessage,
+        verb: str,
+    ) -> None:
+        try:
+            await action(message)
+        except Exception as exc:
+            log.warning(
+                "%s: could not %s message %s on %s (%s: %s); the broker redelivers it "
+                "when the lock expires",
+                self.spec.name,
+                verb,
+                message.message_id,
+                self.queue,
+                type(exc).__name__,
+                exc,
+            )
+
+    async def _lock_renew_failed(self, renewable: Any, error: Exception | None) -> None:
+        if error is not None:
+            log.warning(
+                "%s: lock renewal for message %s on %s failed: %s",
+                self.spec.name,
+                getattr(renewable, "message_id", "?"),
+                self.queue,
+                error,
+            )
+
+
+def serialize_lock_renewals(receiver: ServiceBusReceiver) -> None:
+    """Let one lock renewal at a time through a receiver.
+
+    Renewals are requests on the receiver's management link, and the SDK numbers a
+    transfer before it awaits: concurrent renewals (AutoLockRenewer runs one task per
+    message) put duplicate delivery ids on the wire and the connection is torn down.
+    """
+    gate = asyncio.Lock()
+    renew = receiver.renew_message_lock
+
+    async def renew_one_at_a_time(message: Any, **kwargs: Any) -> Any:
+        async with gate:
+            return await renew(message, **kwargs)
+
+    receiver.renew_message_lock = renew_one_at_a_time  # type: ignore[method-assign]
