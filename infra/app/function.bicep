@@ -1,0 +1,216 @@
+// The Function App on a Flex Consumption (FC1, Linux) plan, running as a user-assigned
+// managed identity, with identity-based connections only.
+//
+// Plain resources rather than the web/site AVM: functionAppConfig (runtime, deployment
+// storage, scale) and the app settings are the heart of this deployment and tests/infra
+// reads them literally against shared/settings.py.
+//
+// Flex Consumption rejects the settings it now owns (FUNCTIONS_WORKER_RUNTIME,
+// FUNCTIONS_EXTENSION_VERSION, WEBSITE_RUN_FROM_PACKAGE, WEBSITE_CONTENTSHARE, ...):
+// the runtime comes from functionAppConfig.runtime and the package from the deployment
+// container, so none of them appears below.
+
+@description('Function App name, globally unique (it is the host name).')
+param name string
+
+@description('Name of the Flex Consumption plan.')
+param planName string
+
+@description('Region of the plan and the app.')
+param location string
+
+@description('Tags of the plan and the app; the app also gets azd-service-name.')
+param tags object
+
+@description('Resource id of the user-assigned identity the app runs as.')
+param identityId string
+
+@description('Client id of that identity: the value of every *__clientId setting.')
+param identityClientId string
+
+@description('Storage account of the host, the deployment package and the state table.')
+param storageAccountName string
+
+@description('Blob container holding the deployment package.')
+param deploymentContainerName string
+
+@description('Application Insights component receiving the telemetry.')
+param applicationInsightsName string
+
+@description('Service Bus namespace host name, e.g. sb-xyz.servicebus.windows.net.')
+param serviceBusFullyQualifiedNamespace string
+
+@description('Memory of each instance, in MB.')
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+@description('Upper bound on instances.')
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 100
+
+@description('StateTableName.')
+param stateTableName string
+
+@description('SupervisorSchedule (NCRONTAB).')
+param supervisorSchedule string
+
+@description('StepTimeoutSeconds.')
+@minValue(1)
+param stepTimeoutSeconds int
+
+@description('PendingTimeoutSeconds.')
+@minValue(1)
+param pendingTimeoutSeconds int
+
+@description('MaxFailureCount.')
+@minValue(1)
+param maxFailureCount int
+
+@description('ExhaustedPolicy.')
+@allowed([
+  'hold'
+  'compensate'
+])
+param exhaustedPolicy string
+
+@description('ReplyToAllowList (comma-separated queue names).')
+param replyToAllowList string
+
+@description('InventoryServiceUrl.')
+param inventoryServiceUrl string
+
+@description('PaymentServiceUrl.')
+param paymentServiceUrl string
+
+@description('ShippingServiceUrl.')
+param shippingServiceUrl string
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+  name: storageAccountName
+}
+
+resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing = {
+  name: applicationInsightsName
+}
+
+resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  name: planName
+  location: location
+  tags: tags
+  kind: 'functionapp'
+  sku: {
+    name: 'FC1'
+    tier: 'FlexConsumption'
+  }
+  properties: {
+    reserved: true
+  }
+}
+
+resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
+  name: name
+  location: location
+  tags: union(tags, {
+    'azd-service-name': 'api'
+  })
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    serverFarmId: plan.id
+    httpsOnly: true
+    siteConfig: {
+      minTlsVersion: '1.2'
+      ftpsState: 'Disabled'
+    }
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: '${storage.properties.primaryEndpoints.blob}${deploymentContainerName}'
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identityId
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        instanceMemoryMB: instanceMemoryMB
+        maximumInstanceCount: maximumInstanceCount
+      }
+      runtime: {
+        name: 'python'
+        version: '3.11'
+      }
+    }
+  }
+}
+
+resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
+  parent: functionApp
+  name: 'appsettings'
+  properties: {
+    // Functions host storage (leases, timer schedule, keys): identity-based. accountName
+    // gives the host its blob and queue endpoints; tableServiceUri is what the code's
+    // state store uses (shared/settings.py), taken from the account so any cloud works.
+    AzureWebJobsStorage__accountName: storage.name
+    AzureWebJobsStorage__tableServiceUri: storage.properties.primaryEndpoints.table
+    AzureWebJobsStorage__credential: 'managedidentity'
+    AzureWebJobsStorage__clientId: identityClientId
+
+    // Service Bus: the trigger extension and the code's sender (shared/settings.py).
+    ServiceBusConnection__fullyQualifiedNamespace: serviceBusFullyQualifiedNamespace
+    ServiceBusConnection__credential: 'managedidentity'
+    ServiceBusConnection__clientId: identityClientId
+
+    // Telemetry with Entra ID authentication (local auth is disabled on the component).
+    // The connection string only says where to send; it grants nothing by itself.
+    APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsights.properties.ConnectionString
+    APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
+
+    // DefaultAzureCredential's managed-identity leg defaults to this client id.
+    AZURE_CLIENT_ID: identityClientId
+
+    // The app's own settings (shared/contract.py Setting).
+    StateTableName: stateTableName
+    SupervisorSchedule: supervisorSchedule
+    StepTimeoutSeconds: string(stepTimeoutSeconds)
+    PendingTimeoutSeconds: string(pendingTimeoutSeconds)
+    MaxFailureCount: string(maxFailureCount)
+    ExhaustedPolicy: exhaustedPolicy
+    ReplyToAllowList: replyToAllowList
+    InventoryServiceUrl: inventoryServiceUrl
+    PaymentServiceUrl: paymentServiceUrl
+    ShippingServiceUrl: shippingServiceUrl
+  }
+}
+
+// No publishing with basic (user/password) credentials: azd deploys with Entra ID.
+resource ftpPublishing 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: functionApp
+  name: 'ftp'
+  properties: {
+    allow: false
+  }
+}
+
+resource scmPublishing 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: functionApp
+  name: 'scm'
+  properties: {
+    allow: false
+  }
+}
+
+output name string = functionApp.name
+output uri string = 'https://${functionApp.properties.defaultHostName}'
+output planId string = plan.id

@@ -1,0 +1,269 @@
+// Scheduler-Agent-Supervisor order processing: everything `azd up` creates.
+//
+// One resource group holding a Flex Consumption Function App (Python 3.11) with a
+// user-assigned managed identity, its storage account (host, deployment package and the
+// state table), a Service Bus namespace with the contract queues, and Log Analytics +
+// Application Insights. No keys, connection strings or SAS anywhere: every connection is
+// identity-based and every grant is a data-plane role (app/rbac.bicep).
+//
+// tests/infra checks this folder against the code (shared/contract.py, shared/settings.py):
+// queue names and properties, the app settings the code reads, the roles it needs.
+targetScope = 'subscription'
+
+// ---------------------------------------------------------------------------
+// azd environment
+// ---------------------------------------------------------------------------
+
+@minLength(1)
+@maxLength(64)
+@description('Name of the azd environment (AZURE_ENV_NAME): names the resource group and seeds the unique resource names.')
+param environmentName string
+
+@minLength(1)
+@description('Region of every resource. It must offer the Flex Consumption plan: az functionapp list-flexconsumption-locations.')
+@metadata({
+  azd: {
+    type: 'location'
+  }
+})
+param location string
+
+@description('Object id of the deploying user (AZURE_PRINCIPAL_ID). When set, that principal gets the same data-plane roles as the app (tables, blobs, send and receive) to debug against Azure. Leave empty in CI and production.')
+param principalId string = ''
+
+@description('Kind of principal principalId names.')
+@allowed([
+  'User'
+  'ServicePrincipal'
+  'Group'
+])
+param principalType string = 'User'
+
+// ---------------------------------------------------------------------------
+// Hosting
+// ---------------------------------------------------------------------------
+
+@description('Memory of each Flex Consumption instance, in MB. CPU and network scale with it.')
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+@description('Upper bound on Flex Consumption instances: a cost ceiling. The platform accepts 40 to 1000.')
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 100
+
+// ---------------------------------------------------------------------------
+// Service Bus
+// ---------------------------------------------------------------------------
+
+@description('Service Bus tier. Standard is the cheapest tier with duplicate detection, which the app relies on (Basic has none); Premium adds isolation, VNet integration and larger messages.')
+@allowed([
+  'Standard'
+  'Premium'
+])
+param serviceBusSku string = 'Standard'
+
+@description('Messaging units when serviceBusSku is Premium; ignored for Standard.')
+@allowed([
+  1
+  2
+  4
+  8
+  16
+])
+param serviceBusPremiumCapacity int = 1
+
+@description('Also grant the app identity Azure Service Bus Data Owner. Only the scale controller benefits: with the Manage right it reads exact queue lengths; with Sender + Receiver alone it falls back to a coarser signal and logs unauthorized warnings. The code itself never needs it.')
+param serviceBusOwnerForScaling bool = false
+
+// ---------------------------------------------------------------------------
+// App settings read by the code (shared/settings.py, shared/contract.py Setting)
+// ---------------------------------------------------------------------------
+
+@description('StateTableName: the table holding orders and their process state. Created here.')
+@minLength(3)
+@maxLength(63)
+param stateTableName string = 'Orders'
+
+@description('SupervisorSchedule: NCRONTAB (six fields, seconds first) of the Supervisor timer. Each run is a billed execution; see docs/deploy.md for the cost of the schedule.')
+param supervisorSchedule string = '*/30 * * * * *'
+
+@description('StepTimeoutSeconds: complete-by of a step whose workflow sets no timeout of its own.')
+@minValue(1)
+param stepTimeoutSeconds int = 30
+
+@description('PendingTimeoutSeconds: how long an order may stay Pending before the Supervisor nudges the Scheduler again.')
+@minValue(1)
+param pendingTimeoutSeconds int = 60
+
+@description('MaxFailureCount: expired attempts of an order before it is exhausted.')
+@minValue(1)
+param maxFailureCount int = 3
+
+@description('ExhaustedPolicy: what happens to an order at MaxFailureCount (hold for an operator, or compensate).')
+@allowed([
+  'hold'
+  'compensate'
+])
+param exhaustedPolicy string = 'hold'
+
+@description('ReplyToAllowList: comma-separated queues a client may name as replyTo.')
+param replyToAllowList string = 'order-status'
+
+@minLength(1)
+@description('InventoryServiceUrl: base URL of the inventory service the inventory agent calls.')
+param inventoryServiceUrl string
+
+@minLength(1)
+@description('PaymentServiceUrl: base URL of the payment service the payment agent calls.')
+param paymentServiceUrl string
+
+@minLength(1)
+@description('ShippingServiceUrl: base URL of the shipping service the shipping agent calls.')
+param shippingServiceUrl string
+
+// ---------------------------------------------------------------------------
+// Names
+// ---------------------------------------------------------------------------
+
+var abbrs = loadJsonContent('abbreviations.json')
+var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
+var tags = {
+  'azd-env-name': environmentName
+}
+var functionAppName = '${abbrs.webSitesFunctions}${resourceToken}'
+var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
+
+// The contract queues (shared/contract.py ALL_QUEUES), in the same order.
+var queueNames = [
+  'orders'
+  'scheduler'
+  'agent-replies'
+  'agent-inventory'
+  'agent-payment'
+  'agent-shipping'
+  'order-status'
+  'operator-alerts'
+]
+
+// ---------------------------------------------------------------------------
+// Resources
+// ---------------------------------------------------------------------------
+
+resource rg 'Microsoft.Resources/resourceGroups@2021-04-01' = {
+  name: '${abbrs.resourcesResourceGroups}${environmentName}'
+  location: location
+  tags: tags
+}
+
+// Azure Verified Module: an identity has nothing to configure, so the AVM hides nothing.
+module identity 'br/public:avm/res/managed-identity/user-assigned-identity:0.4.1' = {
+  name: 'identity'
+  scope: rg
+  params: {
+    name: '${abbrs.managedIdentityUserAssignedIdentities}${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module monitoring 'app/monitoring.bicep' = {
+  name: 'monitoring'
+  scope: rg
+  params: {
+    logAnalyticsName: '${abbrs.operationalInsightsWorkspaces}${resourceToken}'
+    applicationInsightsName: '${abbrs.insightsComponents}${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+module storage 'app/storage.bicep' = {
+  name: 'storage'
+  scope: rg
+  params: {
+    name: '${abbrs.storageStorageAccounts}${resourceToken}'
+    location: location
+    tags: tags
+    deploymentContainerName: deploymentContainerName
+    stateTableName: stateTableName
+  }
+}
+
+module serviceBus 'app/servicebus.bicep' = {
+  name: 'serviceBus'
+  scope: rg
+  params: {
+    name: '${abbrs.serviceBusNamespaces}${resourceToken}'
+    location: location
+    tags: tags
+    sku: serviceBusSku
+    premiumCapacity: serviceBusPremiumCapacity
+    queueNames: queueNames
+  }
+}
+
+module api 'app/function.bicep' = {
+  name: 'api'
+  scope: rg
+  params: {
+    name: functionAppName
+    planName: '${abbrs.webServerFarms}${resourceToken}'
+    location: location
+    tags: tags
+    identityId: identity.outputs.resourceId
+    identityClientId: identity.outputs.clientId
+    storageAccountName: storage.outputs.name
+    deploymentContainerName: deploymentContainerName
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    serviceBusFullyQualifiedNamespace: serviceBus.outputs.fullyQualifiedNamespace
+    instanceMemoryMB: instanceMemoryMB
+    maximumInstanceCount: maximumInstanceCount
+    stateTableName: stateTableName
+    supervisorSchedule: supervisorSchedule
+    stepTimeoutSeconds: stepTimeoutSeconds
+    pendingTimeoutSeconds: pendingTimeoutSeconds
+    maxFailureCount: maxFailureCount
+    exhaustedPolicy: exhaustedPolicy
+    replyToAllowList: replyToAllowList
+    inventoryServiceUrl: inventoryServiceUrl
+    paymentServiceUrl: paymentServiceUrl
+    shippingServiceUrl: shippingServiceUrl
+  }
+}
+
+module rbac 'app/rbac.bicep' = {
+  name: 'rbac'
+  scope: rg
+  params: {
+    storageAccountName: storage.outputs.name
+    serviceBusNamespaceName: serviceBus.outputs.name
+    applicationInsightsName: monitoring.outputs.applicationInsightsName
+    appPrincipalId: identity.outputs.principalId
+    serviceBusOwnerForScaling: serviceBusOwnerForScaling
+    principalId: principalId
+    principalType: principalType
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Outputs: written by azd to .azure/<env>/.env; names and endpoints only, never secrets.
+// ---------------------------------------------------------------------------
+
+output AZURE_LOCATION string = location
+output AZURE_TENANT_ID string = tenant().tenantId
+output AZURE_RESOURCE_GROUP string = rg.name
+output AZURE_FUNCTION_APP_NAME string = api.outputs.name
+output SERVICE_API_NAME string = api.outputs.name
+output SERVICE_API_URI string = api.outputs.uri
+output AZURE_USER_ASSIGNED_IDENTITY_CLIENT_ID string = identity.outputs.clientId
+output SERVICE_BUS_NAMESPACE string = serviceBus.outputs.name
+output SERVICE_BUS_FULLY_QUALIFIED_NAMESPACE string = serviceBus.outputs.fullyQualifiedNamespace
+output AZURE_STORAGE_ACCOUNT_NAME string = storage.outputs.name
+output AZURE_STORAGE_TABLE_ENDPOINT string = storage.outputs.tableEndpoint
+output STATE_TABLE_NAME string = stateTableName
+output APPLICATIONINSIGHTS_NAME string = monitoring.outputs.applicationInsightsName
