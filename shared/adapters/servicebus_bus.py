@@ -28,6 +28,7 @@ class ServiceBusMessageBus:
         self._credential = credential
         self._senders: dict[str, ServiceBusSender] = {}
         self._lock = asyncio.Lock()
+        self._sending: dict[str, asyncio.Lock] = {}
         self.sent = 0
 
     @classmethod
@@ -62,12 +63,19 @@ class ServiceBusMessageBus:
                 scheduled_enqueue_time_utc=message.deliver_at,
                 application_properties={"orderId": str(message.body.get("orderId", ""))},
             )
-            sender = await self._sender(message.queue)
-            try:
-                await sender.send_messages(sb_message)
-            except (TimeoutError, ServiceBusError, OSError) as exc:
-                await self._drop_sender(message.queue)
-                raise BusUnavailable(f"send to {message.queue} failed: {exc}") from None
+            gate = self._sending.setdefault(message.queue, asyncio.Lock())
+            for attempt in (1, 2):
+                try:
+                    # One send at a time per link: the SDK numbers a transfer before it
+                    # awaits, so concurrent sends on one sender reach the wire out of order.
+                    async with gate:
+                        sender = await self._sender(message.queue)
+                        await sender.send_messages(sb_message)
+                    break
+                except (TimeoutError, ServiceBusError, OSError) as exc:
+                    await self._drop_sender(message.queue)
+                    if attempt == 2:
+                        raise BusUnavailable(f"send to {message.queue} failed: {exc}") from None
             self.sent += 1
 
     async def _drop_sender(self, queue: str) -> None:
@@ -78,9 +86,8 @@ class ServiceBusMessageBus:
 
     async def ping(self) -> None:
         """Opening a sender proves the namespace answers and the credential is accepted."""
-        sender = await self._sender("scheduler")
         try:
-            await sender._open()
+            await self._sender("scheduler")
         except (TimeoutError, ServiceBusError, OSError) as exc:
             await self._drop_sender("scheduler")
             raise BusUnavailable(str(exc)) from None

@@ -11,14 +11,15 @@ import azure.functions as func
 import pytest
 from azure.functions.servicebus import ServiceBusMessage
 
+from devhost.host.loader import FunctionSpec
 from shared import bootstrap
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
-from shared.app_functions import RegisteredFunction, registered_functions
 from shared.domain.model import JsonObject
 from shared.domain.workflow import AgentName
 from shared.ports import RemoteCall, RemoteService
 from shared.settings import Settings
+from tests.app_functions import registered_functions
 
 SETTINGS = {
     "AzureWebJobsStorage": "UseDevelopmentStorage=true",
@@ -52,7 +53,7 @@ class Harness:
     bus: InMemoryBus
     clock: FakeClock
     remotes: dict[AgentName, ScriptedRemote]
-    functions: dict[str, RegisteredFunction]
+    functions: dict[str, FunctionSpec]
 
     async def http(
         self,
@@ -75,7 +76,7 @@ class Harness:
             route_params=route_params or {},
             body=data,
         )
-        response: func.HttpResponse = await self.functions[name].handler(request)
+        response: func.HttpResponse = await self.functions[name].func(request)
         return response
 
     async def message(self, name: str, body: Any, message_id: str = "m-1") -> None:
@@ -87,7 +88,7 @@ class Harness:
             application_properties={},
             user_properties={},
         )
-        await self.functions[name].handler(msg)
+        await self.functions[name].func(msg)
 
 
 @pytest.fixture

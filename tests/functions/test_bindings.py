@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from shared.app_functions import registered_functions
+from collections.abc import Mapping
+
 from shared.contract import ALL_QUEUES, Queue, Route, Setting
+from tests.app_functions import registered_functions
 
 
-def triggers() -> dict[str, dict[str, object]]:
+def triggers() -> dict[str, Mapping[str, object]]:
     return {f.name: f.trigger for f in registered_functions()}
 
 

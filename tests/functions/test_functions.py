@@ -242,7 +242,7 @@ async def test_supervisor_timer_recovers_an_expired_step(harness: Harness) -> No
     await harness.http("submit_order_http", "POST", "orders", ORDER)
     await harness.message("scheduler_nudge", {"orderId": "fn-1"})
     harness.clock.advance(31)
-    await harness.functions["supervisor"].handler(TimerRequest(past_due=False))
+    await harness.functions["supervisor"].func(TimerRequest(past_due=False))
     state = await harness.store.load("fn-1")
     assert state is not None
     assert state.state.process_state is ProcessState.PENDING
