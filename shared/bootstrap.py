@@ -7,12 +7,14 @@ setting is missing; the first invocation that needs a client builds them all.
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass, field
 
 import aiohttp
 from azure.data.tables.aio import TableServiceClient
 from azure.identity.aio import DefaultAzureCredential
 
+from shared.adapters.chaos import ChaosMessageBus, ChaosStateStore
 from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
@@ -54,6 +56,9 @@ class Container:
             breaker=breaker,
         )
 
+
+CHAOS_SETTING = "ChaosFaultRate"
+"""Chaos runs only (never deployed): the chance that a store or bus call crashes."""
 
 _current: tuple[asyncio.AbstractEventLoop, Container] | None = None
 
@@ -130,6 +135,12 @@ def build(settings: Settings) -> Container:
     remotes: dict[AgentName, RemoteService] = {
         name: HttpRemoteService(url, session) for name, url in settings.service_urls.items()
     }
-    built = compose(settings, TableStateStore(tables, settings.state_table), bus, remotes)
+    store: StateStore = TableStateStore(tables, settings.state_table)
+    sender: MessageBus = bus
+    chaos_rate = float(os.environ.get(CHAOS_SETTING) or 0)
+    if chaos_rate > 0:
+        store = ChaosStateStore(store, chaos_rate)
+        sender = ChaosMessageBus(bus, chaos_rate)
+    built = compose(settings, store, sender, remotes)
     built.session = session
     return built

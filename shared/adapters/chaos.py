@@ -1,0 +1,101 @@
+"""Fault injection around the ports, for chaos runs only (setting `ChaosFaultRate`).
+
+Wrapping the state store and the bus reaches every handler at its riskiest points: before
+a read, after a write has been stored but before the handler knew it (a crash between
+write and send), and before a send. The handler then raises like a process that died,
+the host abandons the message, and the pattern has to heal around it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from datetime import datetime
+
+from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
+from shared.ports import MessageBus, Page, StateStore, WatchEntry
+
+
+class ChaosFault(RuntimeError):
+    """An injected crash; never raised unless ChaosFaultRate is set."""
+
+
+class _Dice:
+    def __init__(self, rate: float, seed: int | None) -> None:
+        self.rate = rate
+        self._rng = random.Random(seed)
+        self.injected = 0
+
+    def roll(self, where: str) -> None:
+        if self._rng.random() < self.rate:
+            self.injected += 1
+            raise ChaosFault(f"chaos: injected crash {where}")
+
+
+class ChaosStateStore:
+    def __init__(self, inner: StateStore, rate: float, seed: int | None = None) -> None:
+        self._inner = inner
+        self.dice = _Dice(rate, seed)
+
+    async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        etag = await self._inner.create(process, history)
+        self.dice.roll("after storing a new order")
+        return etag
+
+    async def load(self, order_id: str) -> OrderProcess | None:
+        self.dice.roll("before reading an order")
+        return await self._inner.load(order_id)
+
+    async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        etag = await self._inner.save(process, history)
+        self.dice.roll("after saving a transition, before its sends")
+        return etag
+
+    async def history(self, order_id: str) -> tuple[HistoryEntry, ...]:
+        return await self._inner.history(order_id)
+
+    async def list_by_state(
+        self, state: ProcessState | None, page_size: int, continuation: str | None
+    ) -> Page:
+        return await self._inner.list_by_state(state, page_size, continuation)
+
+    async def watch(self, order_id: str, check_at: datetime, *, replace: bool) -> None:
+        await self._inner.watch(order_id, check_at, replace=replace)
+
+    async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
+        return await self._inner.due(now, limit)
+
+    async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
+        self.dice.roll("before rescheduling a watch entry")
+        await self._inner.reschedule(entry, check_at)
+
+    async def unwatch(self, order_id: str) -> None:
+        self.dice.roll("before unwatching a finished order")
+        await self._inner.unwatch(order_id)
+
+    async def ping(self) -> None:
+        await self._inner.ping()
+
+    async def close(self) -> None:
+        closer = getattr(self._inner, "close", None)
+        if closer is not None:
+            await closer()
+
+
+class ChaosMessageBus:
+    def __init__(self, inner: MessageBus, rate: float, seed: int | None = None) -> None:
+        self._inner = inner
+        self.dice = _Dice(rate, seed)
+
+    async def send(self, messages: Sequence[Outgoing]) -> None:
+        if messages:
+            self.dice.roll("before sending")
+        await self._inner.send(messages)
+
+    async def ping(self) -> None:
+        await self._inner.ping()
+
+    async def close(self) -> None:
+        closer = getattr(self._inner, "close", None)
+        if closer is not None:
+            await closer()

@@ -1,0 +1,36 @@
+"""The chaos decorators crash where a real process could: a save is stored, then it dies."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.adapters.chaos import ChaosFault, ChaosMessageBus, ChaosStateStore
+from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.domain import process as machine
+from shared.domain.workflow import ORDER_FULFILMENT
+from tests.builders import World, an_order
+
+
+async def test_a_crash_after_save_leaves_the_write_stored() -> None:
+    world = World()
+    inner = InMemoryStateStore()
+    chaos = ChaosStateStore(inner, rate=1.0, seed=1)
+    start = machine.start(an_order("c-1"), ORDER_FULFILMENT, world.clock.now())
+    with pytest.raises(ChaosFault):
+        await chaos.create(start.process, start.history)
+    assert await inner.load("c-1") is not None
+    with pytest.raises(ChaosFault):
+        await chaos.load("c-1")
+    assert chaos.dice.injected == 2
+
+
+async def test_rate_zero_never_crashes_and_sends_pass_through() -> None:
+    inner = InMemoryBus()
+    bus = ChaosMessageBus(inner, rate=0.0)
+    world = World()
+    start = machine.start(an_order("c-2"), ORDER_FULFILMENT, world.clock.now())
+    await bus.send(start.outgoing)
+    assert len(inner.sent) == 2 and bus.dice.injected == 0
+    crashing = ChaosMessageBus(InMemoryBus(), rate=1.0)
+    with pytest.raises(ChaosFault):
+        await crashing.send(start.outgoing)
