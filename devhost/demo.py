@@ -44,6 +44,7 @@ SIM_FAULTS: dict[str, dict[str, Any]] = {
 }
 BROKER_FAULTS = {"duplicateRate": 0.05}
 SUBMIT_RATE = 25.0
+MAX_IN_FLIGHT = 60
 """Orders per second: a steady stream, as a shop sends them, rather than one burst."""
 DEMO_TIMINGS = {
     "StepTimeoutSeconds": "8",
@@ -255,9 +256,13 @@ async def _drive(
     tracked = [Tracked(f"demo-{run}-{i:04d}", 0.0) for i in range(count)]
     declined = set(rng.sample(range(count), max(1, count // 20)))
     gate = asyncio.Semaphore(16)
+    # Closed loop: at most MAX_IN_FLIGHT orders open at once, so a slow machine shows the
+    # pattern healing faults rather than a queue growing faster than it drains.
+    room = asyncio.Semaphore(MAX_IN_FLIGHT)
 
     async def submit(i: int, order: Tracked) -> None:
         await asyncio.sleep(i / SUBMIT_RATE)
+        await room.acquire()
         async with gate:
             await _submit(session, ends.app, _order_body(order.order_id, rng, i in declined))
             order.submitted_at = time.monotonic()
@@ -286,15 +291,18 @@ async def _drive(
         submitting = asyncio.create_task(submit_all())
         poll = asyncio.Semaphore(8)
         while time.monotonic() - started < timeout:
-            await asyncio.sleep(2)
+            await asyncio.sleep(1)
             pending = [o for o in tracked if o.state not in TERMINAL and o.submitted_at]
             await asyncio.gather(*(_gated(poll, _refresh(session, ends.app, o)) for o in pending))
+            for _ in range(sum(o.state in TERMINAL for o in pending)):
+                room.release()
             done = sum(o.state in TERMINAL for o in tracked)
             progress.update(finished, completed=done)
             live.update(Group(progress, _counts_table(tracked)))
             if submitting.done() and done == count:
                 break
         await submitting
+    console.print()
 
     elapsed = time.monotonic() - started
     if broker_ok:

@@ -109,6 +109,8 @@ def compose(
 
 
 def build(settings: Settings) -> Container:
+    """`use_env_settings=False`: otherwise aiohttp reads proxy variables and ~/.netrc on
+    every storage request, in a thread; profiling showed a fifth of the worker's CPU there."""
     credential: DefaultAzureCredential | None = None
 
     def identity(client_id: str | None) -> DefaultAzureCredential:
@@ -118,11 +120,15 @@ def build(settings: Settings) -> Container:
         return credential
 
     if settings.storage.connection_string:
-        tables = TableServiceClient.from_connection_string(settings.storage.connection_string)
+        tables = TableServiceClient.from_connection_string(
+            settings.storage.connection_string, use_env_settings=False
+        )
     else:
         assert settings.storage.endpoint is not None
         tables = TableServiceClient(
-            settings.storage.endpoint, credential=identity(settings.storage.client_id)
+            settings.storage.endpoint,
+            credential=identity(settings.storage.client_id),
+            use_env_settings=False,
         )
     if settings.service_bus.connection_string:
         bus = ServiceBusMessageBus.from_connection_string(settings.service_bus.connection_string)
