@@ -111,13 +111,13 @@ def compose(
 def build(settings: Settings) -> Container:
     """`use_env_settings=False`: otherwise aiohttp reads proxy variables and ~/.netrc on
     every storage request, in a thread; profiling showed a fifth of the worker's CPU there."""
-    credential: DefaultAzureCredential | None = None
+    credentials: dict[str | None, DefaultAzureCredential] = {}
 
     def identity(client_id: str | None) -> DefaultAzureCredential:
-        nonlocal credential
-        if credential is None:
-            credential = DefaultAzureCredential(managed_identity_client_id=client_id)
-        return credential
+        """One credential per identity: storage and Service Bus may use different ones."""
+        if client_id not in credentials:
+            credentials[client_id] = DefaultAzureCredential(managed_identity_client_id=client_id)
+        return credentials[client_id]
 
     if settings.storage.connection_string:
         tables = TableServiceClient.from_connection_string(
