@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
@@ -106,3 +107,27 @@ async def test_every_message_delivered_twice_changes_no_outcome(system: System) 
         assert all(e["applied"] <= 1 for e in await system.effects(order_id))
     stats = system.broker.stats()
     assert sum(q["duplicated"] for q in stats.values()) > 0
+
+
+async def test_logs_carry_no_keys_or_connection_strings(
+    system: System, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    await system.faults("payment", permanentFailureSkus=["DECLINED"])
+    await system.submit("logs-1")
+    await system.submit("logs-2", skus=("DECLINED",))
+    await system.wait_for("logs-1")
+    await system.wait_for("logs-2")
+    text = "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in caplog.records)
+    assert "order logs-1" in text  # the lifecycle lines are there
+    secrets = [
+        value
+        for value in system.settings.values()
+        if "AccountKey=" in value or "SharedAccessKey=" in value
+    ]
+    assert secrets
+    for connection_string in secrets:
+        for part in connection_string.split(";"):
+            if part.startswith(("AccountKey=", "SharedAccessKey=")):
+                assert part.split("=", 1)[1] not in text
+        assert connection_string not in text
