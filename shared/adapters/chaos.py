@@ -77,9 +77,7 @@ class ChaosStateStore:
         await self._inner.ping()
 
     async def close(self) -> None:
-        closer = getattr(self._inner, "close", None)
-        if closer is not None:
-            await closer()
+        await _close(self._inner)
 
 
 class ChaosMessageBus:
@@ -96,6 +94,10 @@ class ChaosMessageBus:
         await self._inner.ping()
 
     async def close(self) -> None:
-        closer = getattr(self._inner, "close", None)
-        if closer is not None:
-            await closer()
+        await _close(self._inner)
+
+
+async def _close(inner: object) -> None:
+    closer = getattr(inner, "close", None)
+    if closer is not None:
+        await closer()

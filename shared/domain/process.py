@@ -377,24 +377,9 @@ def _dispatch_forward(b: _Builder, workflow: Workflow, policy: ProcessPolicy, st
         b.note("processed")
         b.notify(NotificationStatus.PROCESSED)
         return
-    definition = workflow.steps[index]
     step = b.steps[index]
-    deadline = b.now + _timeout(definition.timeout_seconds, policy)
-    b.set_step(index, status=StepStatus.RUNNING, attempts=step.attempts + 1, complete_by=deadline)
-    b.set(current_step=index, complete_by=deadline)
-    b.note("step-dispatched", f"{definition.name} to {AGENTS[definition.agent].queue}")
-    b.send(
-        messages.agent_request(
-            queue=AGENTS[definition.agent].queue,
-            order_id=b.order.order_id,
-            step=definition.name,
-            action=Action.DO,
-            attempt=b.state.attempt,
-            complete_by=deadline,
-            operation=definition.name,
-            payload=_order_payload(b.order),
-        )
-    )
+    _dispatch(b, workflow, policy, index, Action.DO, _order_payload(b.order))
+    b.set_step(index, status=StepStatus.RUNNING, attempts=step.attempts + 1)
 
 
 def _dispatch_compensation(
@@ -416,23 +401,41 @@ def _dispatch_compensation(
         b.note("compensated")
         b.notify(NotificationStatus.COMPENSATED)
         return
-    definition = workflow.steps[index]
     step = b.steps[index]
-    operation = definition.compensation or ""
+    payload = {"result": dict(step.result or {})}
+    _dispatch(b, workflow, policy, index, Action.COMPENSATE, payload)
+    b.set_step(index, compensation_attempts=step.compensation_attempts + 1)
+
+
+def _dispatch(
+    b: _Builder,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    index: int,
+    action: Action,
+    payload: JsonObject,
+) -> None:
+    """Give step `index` its complete-by (step and order alike) and ask its agent."""
+    definition = workflow.steps[index]
+    compensate = action is Action.COMPENSATE
+    operation = (definition.compensation if compensate else definition.name) or ""
+    queue = AGENTS[definition.agent].queue
     deadline = b.now + _timeout(definition.timeout_seconds, policy)
-    b.set_step(index, compensation_attempts=step.compensation_attempts + 1, complete_by=deadline)
+    b.set_step(index, complete_by=deadline)
     b.set(current_step=index, complete_by=deadline)
-    b.note("compensation-dispatched", f"{operation} to {AGENTS[definition.agent].queue}")
+    b.note(
+        "compensation-dispatched" if compensate else "step-dispatched", f"{operation} to {queue}"
+    )
     b.send(
         messages.agent_request(
-            queue=AGENTS[definition.agent].queue,
+            queue=queue,
             order_id=b.order.order_id,
             step=definition.name,
-            action=Action.COMPENSATE,
+            action=action,
             attempt=b.state.attempt,
             complete_by=deadline,
             operation=operation,
-            payload={"result": dict(step.result or {})},
+            payload=payload,
         )
     )
 
