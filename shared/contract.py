@@ -75,3 +75,4 @@ class Route:
     ORDER: Final = "orders/{orderId}"
     RESUBMIT: Final = "orders/{orderId}/resubmit"
     HEALTH: Final = "health"
+    OPENAPI: Final = "openapi.json"

@@ -11,6 +11,7 @@ from shared.contract import Route
 from shared.domain.model import ProcessState
 from shared.domain.process import InvalidTransition
 from shared.functions.http import json_response, order_view, problem, state_view
+from shared.openapi import document
 from shared.ports import StateStoreError
 from shared.usecases.operator import (
     OrderNotFound,
@@ -96,3 +97,8 @@ async def health(req: func.HttpRequest) -> func.HttpResponse:
         {"status": "ok" if healthy else "degraded", "checks": checks},
         status=200 if healthy else 503,
     )
+
+
+@bp.route(route=Route.OPENAPI, methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
+async def openapi(req: func.HttpRequest) -> func.HttpResponse:
+    return json_response(document())

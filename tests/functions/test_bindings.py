@@ -24,7 +24,25 @@ def test_http_routes_methods_and_auth_levels() -> None:
         (Route.ORDERS, ("GET",)): "ADMIN",
         (Route.RESUBMIT, ("POST",)): "ADMIN",
         (Route.HEALTH, ("GET",)): "ANONYMOUS",
+        (Route.OPENAPI, ("GET",)): "ANONYMOUS",
     }
+
+
+def test_openapi_document_describes_exactly_the_registered_routes() -> None:
+    from shared.openapi import document  # noqa: PLC0415
+
+    described = {
+        (path.lstrip("/"), method.upper())
+        for path, operations in document()["paths"].items()
+        for method in operations
+    }
+    registered = {
+        (t["route"], method)
+        for t in triggers().values()
+        if t["type"] == "httpTrigger"
+        for method in t["methods"]  # type: ignore[attr-defined]
+    }
+    assert described == registered
 
 
 def test_every_consumed_queue_has_one_trigger_on_the_service_bus_connection() -> None:

@@ -247,3 +247,14 @@ async def test_supervisor_timer_recovers_an_expired_step(harness: Harness) -> No
     assert state is not None
     assert state.state.process_state is ProcessState.PENDING
     assert state.state.failure_count == 1
+
+
+async def test_openapi_document_is_served_and_valid(harness: Harness) -> None:
+    from openapi_spec_validator import validate  # noqa: PLC0415
+
+    response = await harness.http("openapi", "GET", "openapi.json")
+    assert response.status_code == 200
+    spec = body(response)
+    validate(spec)
+    order_schema = spec["components"]["schemas"]["OrderSubmission"]
+    assert set(order_schema["required"]) == {"customerId", "items"}

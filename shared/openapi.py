@@ -1,0 +1,202 @@
+"""The HTTP API described as OpenAPI 3.1, built from the same models that validate it."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from shared.contract import Route
+from shared.domain.model import ProcessState
+from shared.wire import OrderSubmissionIn
+
+_PROBLEM = {"$ref": "#/components/schemas/Problem"}
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/problem+json": {"schema": _PROBLEM}},
+    }
+
+
+def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_ORDER_ID = {
+    "name": "orderId",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
+}
+_STATES = [s.value for s in ProcessState]
+_STEP = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "status": {"enum": ["NotStarted", "Running", "Completed", "Failed", "Compensated"]},
+        "attempts": {"type": "integer"},
+        "completeBy": {"type": ["string", "null"], "format": "date-time"},
+    },
+}
+_STATE = {
+    "type": "object",
+    "properties": {
+        "orderId": {"type": "string"},
+        "processState": {"enum": _STATES},
+        "lockedBy": {"type": ["string", "null"]},
+        "completeBy": {"type": ["string", "null"], "format": "date-time"},
+        "failureCount": {"type": "integer"},
+    },
+}
+
+
+@cache
+def document() -> dict[str, Any]:
+    submission = OrderSubmissionIn.model_json_schema(
+        by_alias=True, ref_template="#/components/schemas/{model}"
+    )
+    definitions = submission.pop("$defs", {})
+    accepted = {
+        "type": "object",
+        "properties": {
+            "orderId": {"type": "string"},
+            "processState": {"enum": _STATES},
+            "statusUrl": {"type": "string", "format": "uri"},
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Order processing (Scheduler-Agent-Supervisor)",
+            "version": "1.0.0",
+            "description": "Errors are application/problem+json; no input produces a 5xx.",
+        },
+        "servers": [{"url": "/api"}],
+        "paths": {
+            f"/{Route.ORDERS}": {
+                "post": {
+                    "operationId": "submitOrder",
+                    "security": [{"functionKey": []}],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": "#/components/schemas/OrderSubmission"}
+                            }
+                        },
+                    },
+                    "responses": {
+                        "202": _json(
+                            "accepted; the same body again gives the same answer", accepted
+                        ),
+                        "400": _problem("invalid order"),
+                        "409": _problem("the order id is taken by another body"),
+                        "413": _problem("body too large"),
+                        "415": _problem("not JSON"),
+                    },
+                },
+                "get": {
+                    "operationId": "listOrders",
+                    "security": [{"adminKey": []}],
+                    "parameters": [
+                        {"name": "state", "in": "query", "schema": {"enum": _STATES}},
+                        {
+                            "name": "pageSize",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+                        },
+                        {"name": "continuation", "in": "query", "schema": {"type": "string"}},
+                    ],
+                    "responses": {
+                        "200": _json(
+                            "a page of orders",
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "items": {"type": "array", "items": _STATE},
+                                    "continuation": {"type": ["string", "null"]},
+                                },
+                            },
+                        ),
+                        "400": _problem("bad query"),
+                    },
+                },
+            },
+            f"/{Route.ORDER}": {
+                "get": {
+                    "operationId": "getOrder",
+                    "security": [{"functionKey": []}],
+                    "parameters": [_ORDER_ID],
+                    "responses": {
+                        "200": _json(
+                            "state, steps and history",
+                            {
+                                "allOf": [
+                                    _STATE,
+                                    {
+                                        "type": "object",
+                                        "properties": {
+                                            "steps": {"type": "array", "items": _STEP},
+                                            "history": {
+                                                "type": "array",
+                                                "items": {"type": "object"},
+                                            },
+                                        },
+                                    },
+                                ]
+                            },
+                        ),
+                        "404": _problem("unknown order"),
+                    },
+                }
+            },
+            f"/{Route.RESUBMIT}": {
+                "post": {
+                    "operationId": "resubmitOrder",
+                    "security": [{"adminKey": []}],
+                    "parameters": [_ORDER_ID],
+                    "responses": {
+                        "202": _json("back to Pending at the failed step", _STATE),
+                        "404": _problem("unknown order"),
+                        "409": _problem("the order is not in Error"),
+                    },
+                }
+            },
+            f"/{Route.HEALTH}": {
+                "get": {
+                    "operationId": "health",
+                    "responses": {
+                        "200": _json("the state store and the bus answer", {"type": "object"}),
+                        "503": _json("a dependency does not answer", {"type": "object"}),
+                    },
+                }
+            },
+            f"/{Route.OPENAPI}": {
+                "get": {
+                    "operationId": "openapi",
+                    "responses": {"200": _json("this document", {"type": "object"})},
+                }
+            },
+        },
+        "components": {
+            "schemas": {
+                "OrderSubmission": submission,
+                **definitions,
+                "Problem": {
+                    "type": "object",
+                    "required": ["title", "status", "detail"],
+                    "properties": {
+                        "type": {"type": "string"},
+                        "title": {"type": "string"},
+                        "status": {"type": "integer"},
+                        "detail": {"type": "string"},
+                    },
+                },
+            },
+            "securitySchemes": {
+                "functionKey": {"type": "apiKey", "in": "header", "name": "x-functions-key"},
+                "adminKey": {"type": "apiKey", "in": "header", "name": "x-functions-key"},
+            },
+        },
+    }
