@@ -36,11 +36,11 @@ SIM_FAULTS: dict[str, dict[str, Any]] = {
     "inventory": {"transientErrorRate": 0.15, "latencyMs": 20, "latencyJitterMs": 40},
     "payment": {
         "transientErrorRate": 0.10,
-        "hangRate": 0.03,
+        "hangRate": 0.04,
         "latencyMs": 30,
         "permanentFailureSkus": [DECLINED_SKU],
     },
-    "shipping": {"transientErrorRate": 0.10, "hangRate": 0.02, "latencyMs": 20},
+    "shipping": {"transientErrorRate": 0.10, "hangRate": 0.03, "latencyMs": 20},
 }
 BROKER_FAULTS = {"duplicateRate": 0.05}
 SUBMIT_RATE = 25.0
