@@ -239,7 +239,7 @@ async def _drive(
     console.rule("[bold]Scheduler-Agent-Supervisor demo")
     console.print(
         "Faults switched on: 10-15% transient errors at every remote service, hangs past the "
-        "step deadline at payment (3%) and shipping (2%), latency spikes, a SKU whose card is "
+        "step deadline at payment (4%) and shipping (3%), latency spikes, a SKU whose card is "
         f"always declined ({DECLINED_SKU}), and 5% of broker messages delivered twice."
     )
     await _delete(session, f"{ends.simulator}/_sim/stats")
