@@ -114,8 +114,13 @@ class QueueTrigger:
                 queue_name=self.queue,
                 receive_mode=ServiceBusReceiveMode.PEEK_LOCK,
                 prefetch_count=self._prefetch,
+                socket_timeout=SOCKET_TIMEOUT_SECONDS,
             )
             serialize_lock_renewals(receiver)
+            # After the first message of a batch the SDK keeps reading for more, 200 ms
+            # in socket-timeout steps; with handler slots free that is pure latency on
+            # every hop (measured: 200 ms a hop, 25 ms with these two settings).
+            receiver._further_pull_receive_timeout = FURTHER_PULL_SECONDS
             mine: set[asyncio.Task[None]] = set()
             try:
                 async for _ in self._pump(receiver, mine):
@@ -251,6 +256,10 @@ class QueueTrigger:
                 self.queue,
                 error,
             )
+
+
+FURTHER_PULL_SECONDS = 0.01
+SOCKET_TIMEOUT_SECONDS = 0.02
 
 
 def serialize_lock_renewals(receiver: ServiceBusReceiver) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from devhost.broker import Broker
 from devhost.simulator import SimulatorServer
+from shared.contract import Setting
 from tests.azurite import free_port
 from tests.e2e.conftest import TERMINAL, e2e_settings
 
@@ -66,6 +67,8 @@ async def test_killed_runtime_restarted_finishes_every_order_once(
 ) -> None:
     with SimulatorServer(port=0, seed=5) as simulator:
         settings = e2e_settings(azurite_table_port, durable_broker, simulator.url)
+        # Room for 30 orders queueing behind 16 handler slots at 1.2 s a payment.
+        settings[Setting.STEP_TIMEOUT_SECONDS] = "6"
         port = free_port()
         api = f"http://127.0.0.1:{port}/api"
         log = tmp_path / "runtime.log"
@@ -75,7 +78,7 @@ async def test_killed_runtime_restarted_finishes_every_order_once(
             async with aiohttp.ClientSession() as session:
                 await wait_healthy(session, api)
                 async with session.put(
-                    f"{simulator.url}/_sim/faults/payment", json={"latencyMs": 300}
+                    f"{simulator.url}/_sim/faults/payment", json={"latencyMs": 1200}
                 ) as r:
                     assert r.status == 200
                 for order_id in ids:
@@ -86,7 +89,7 @@ async def test_killed_runtime_restarted_finishes_every_order_once(
                     }
                     async with session.post(f"{api}/orders", json=body) as r:
                         assert r.status == 202
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(0.5)
                 before = await states(session, api, ids)
                 runtime.send_signal(signal.SIGKILL)
                 runtime.wait(10)
