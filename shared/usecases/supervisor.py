@@ -23,6 +23,7 @@ class SweepReport:
     rescheduled: int = 0
     finished: int = 0
     lost_races: int = 0
+    failed: int = 0
     recovered_orders: list[str] = field(default_factory=list)
 
     @property
@@ -43,7 +44,16 @@ async def sweep(deps: ProcessDeps, limit: int = 500, concurrency: int = 16) -> S
 
     async def check(entry: WatchEntry) -> None:
         async with gate:
-            await _check(deps, entry, report)
+            try:
+                await _check(deps, entry, report)
+            except Exception as exc:  # one order's failure must not stop the sweep
+                report.failed += 1
+                log.warning(
+                    "order %s supervisor check failed (%s: %s); it stays due for the next sweep",
+                    entry.order_id,
+                    type(exc).__name__,
+                    exc,
+                )
 
     await asyncio.gather(*(check(e) for e in entries))
     if report.recovered or report.lost_races:

@@ -320,3 +320,16 @@ async def test_compensation_that_fails_permanently_holds_for_operator() -> None:
     assert state.state.phase is Phase.COMPENSATE
     (alert,) = world.bus.on(Queue.OPERATOR_ALERTS)
     assert alert.body["reason"] == "compensation-failed"
+
+
+async def test_one_failing_check_does_not_stop_the_sweep() -> None:
+    world = World()
+    await submit_and_claim(world, "o-1")
+    await submit_and_claim(world, "o-2")
+    world.clock.advance(31)
+    world.bus.fail_next = 1  # the first recovery's nudge cannot be sent
+    report = await sweep(world.deps())
+    assert report.failed == 1 and report.requeued == 1
+    states = [await world.store.load(i) for i in ("o-1", "o-2")]
+    assert all(s is not None and s.state.failure_count == 1 for s in states)
+    assert all(i in world.store.watched() for i in ("o-1", "o-2"))
