@@ -282,14 +282,18 @@ def recover(
 
 
 def resubmit(
-    process: OrderProcess, policy: ProcessPolicy, now: datetime, operator: str = "operator"
+    process: OrderProcess,
+    policy: ProcessPolicy,
+    now: datetime,
+    operator: str = "operator",
+    cause: str | None = None,
 ) -> Transition:
     """An operator resumes an Error order at its failed step; completed steps stay done."""
     if process.state.process_state is not ProcessState.ERROR:
         raise InvalidTransition(
             f"order {process.order_id} is {process.state.process_state.value}, not Error"
         )
-    b = _Builder(process, now, cause=None)
+    b = _Builder(process, now, cause)
     b.set(failure_count=0, locked_by=None, complete_by=None)
     b.note("resubmitted", f"by {operator}")
     _requeue(b, policy, 0, "resubmitted")

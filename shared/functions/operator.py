@@ -12,7 +12,7 @@ from shared.domain.model import ProcessState
 from shared.domain.process import InvalidTransition
 from shared.functions.http import json_response, order_view, problem, state_view
 from shared.openapi import document
-from shared.ports import StateStoreError
+from shared.ports import BusUnavailable, StateStoreError
 from shared.usecases.operator import (
     OrderNotFound,
     check_health,
@@ -85,6 +85,13 @@ async def resubmit_order_http(req: func.HttpRequest) -> func.HttpResponse:
         return problem(409, "Not in Error", str(exc))
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
+    except BusUnavailable:
+        return problem(
+            503,
+            "Try again",
+            "resubmitted, but the Scheduler could not be told yet: retry",
+            {"Retry-After": "5"},
+        )
     return json_response(state_view(process.state), status=202)
 
 

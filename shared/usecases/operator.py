@@ -9,6 +9,8 @@ from shared.domain.model import OrderProcess, ProcessState
 from shared.ports import ConcurrencyConflict, Page
 from shared.usecases.commit import ProcessDeps, commit
 
+RESUBMIT_CAUSE = "operator-resubmit"
+
 
 class OrderNotFound(LookupError):
     """No order with this id."""
@@ -30,14 +32,19 @@ async def list_orders(
 async def resubmit_order(deps: ProcessDeps, order_id: str, operator: str) -> OrderProcess:
     """Error back to Pending at the failed step with FailureCount reset.
 
-    Raises InvalidTransition in any other state, also when another operator's resubmit
-    won the race (the order is no longer in Error then).
+    Idempotent: asked again before the Scheduler has claimed the order, it sends the
+    nudge again and answers as before. Raises InvalidTransition in any other state.
     """
     process = await deps.store.load(order_id)
     if process is None:
         raise OrderNotFound(order_id)
+    state = process.state
+    if state.process_state is ProcessState.PENDING and state.outbox_cause == RESUBMIT_CAUSE:
+        # A retried resubmit: the first try stored the change but may have lost its nudge.
+        await deps.bus.send(state.outbox)
+        return process
     now = deps.clock.now()
-    transition = machine.resubmit(process, deps.policy, now, operator)
+    transition = machine.resubmit(process, deps.policy, now, operator, RESUBMIT_CAUSE)
     check_at = machine.next_check(transition.process, deps.workflow(process), deps.policy, now)
     if check_at is not None:
         await deps.store.watch(order_id, check_at, replace=True)

@@ -16,6 +16,7 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.domain.process import InvalidTransition
+from shared.ports import BusUnavailable
 from shared.usecases import scheduler
 from shared.usecases.operator import OrderNotFound, resubmit_order
 from shared.usecases.scheduler import Handled
@@ -333,3 +334,23 @@ async def test_one_failing_check_does_not_stop_the_sweep() -> None:
     states = [await world.store.load(i) for i in ("o-1", "o-2")]
     assert all(s is not None and s.state.failure_count == 1 for s in states)
     assert all(i in world.store.watched() for i in ("o-1", "o-2"))
+
+
+async def test_resubmit_retried_after_a_lost_nudge_sends_it_again() -> None:
+    world = World(policy=a_policy(max_failure_count=1))
+    await submit_and_claim(world)
+    agent_requests(world)
+    world.clock.advance(31)
+    await sweep(world.deps())
+    world.bus.take(Queue.SCHEDULER)
+    world.bus.fail_next = 1
+    with pytest.raises(BusUnavailable):
+        await resubmit_order(world.deps(), "o-1", "alice")
+    assert world.bus.on(Queue.SCHEDULER) == []
+    again = await resubmit_order(world.deps(), "o-1", "alice")
+    assert again.state.process_state is ProcessState.PENDING
+    (nudge,) = world.bus.take(Queue.SCHEDULER)
+    assert nudge.body == {"orderId": "o-1", "reason": "resubmitted"}
+    assert await scheduler.on_nudge(world.deps(), "o-1") is Handled.APPLIED
+    with pytest.raises(InvalidTransition):
+        await resubmit_order(world.deps(), "o-1", "alice")
