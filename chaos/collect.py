@@ -1,0 +1,124 @@
+"""Reading what the system did: the state table, the effect ledger, the alerts queue,
+the simulator's and broker's counters. Read-only, except that alerts are received."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+from azure.data.tables.aio import TableServiceClient
+from azure.servicebus.aio import ServiceBusClient
+
+from chaos.model import Alert, Effect
+from shared.adapters import table_rows as rows
+from shared.adapters.table_store import TableStateStore
+from shared.contract import Queue
+from shared.domain.model import OrderProcess, ProcessState, StateRecord
+
+PAGE_SIZE = 1000
+
+
+IN_FLIGHT_FILTER = "RowKey eq @row and ({})".format(
+    " or ".join(f"ProcessState eq '{s.value}'" for s in ProcessState if not s.is_terminal)
+)
+IN_FLIGHT_COLUMNS = ["OrderID", "ProcessState", "LockedBy", "FailureCount"]
+
+
+@dataclass(frozen=True)
+class InFlight:
+    order_id: str
+    process_state: ProcessState
+    locked_by: str | None
+    failure_count: int
+
+
+class StoreReader:
+    """The product's own Table adapter, pointed at the run's table."""
+
+    def __init__(self, connection_string: str, table: str) -> None:
+        self._service = TableServiceClient.from_connection_string(connection_string)
+        self.store = TableStateStore(self._service, table)
+        self._table = self._service.get_table_client(table)
+
+    async def close(self) -> None:
+        await self._table.close()
+        await self.store.close()
+
+    async def in_flight(self) -> list[InFlight]:
+        """The state rows of unfinished orders, only the columns the monitor needs: a
+        lighter query than `states()` for watching the run every second or two."""
+        return [
+            InFlight(
+                e["OrderID"],
+                ProcessState(e["ProcessState"]),
+                e.get("LockedBy"),
+                int(e.get("FailureCount", 0)),
+            )
+            async for e in self._table.query_entities(
+                IN_FLIGHT_FILTER, parameters={"row": rows.STATE_ROW}, select=IN_FLIGHT_COLUMNS
+            )
+        ]
+
+    async def states(self) -> list[StateRecord]:
+        """Every order's state row, page by page."""
+        found: list[StateRecord] = []
+        continuation: str | None = None
+        while True:
+            page = await self.store.list_by_state(None, PAGE_SIZE, continuation)
+            found.extend(page.items)
+            continuation = page.continuation
+            if continuation is None:
+                return found
+
+    async def watched(self) -> int:
+        """Orders still on the Supervisor's watch list (their outbox may be unsent)."""
+        later = datetime.now(UTC) + timedelta(days=1)
+        return len(await self.store.due(later, 100_000))
+
+    async def processes(
+        self, order_ids: Iterable[str], concurrency: int = 16
+    ) -> dict[str, OrderProcess]:
+        gate = asyncio.Semaphore(concurrency)
+        found: dict[str, OrderProcess] = {}
+
+        async def one(order_id: str) -> None:
+            async with gate:
+                process = await self.store.load(order_id)
+                if process is not None:
+                    history = await self.store.history(order_id)
+                    found[order_id] = replace(process, history=history)
+
+        await asyncio.gather(*(one(order_id) for order_id in order_ids))
+        return found
+
+
+async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=60)) as r:
+        r.raise_for_status()
+        return await r.json()
+
+
+async def effects(session: aiohttp.ClientSession, simulator: str) -> tuple[Effect, ...]:
+    return tuple(Effect.from_json(e) for e in await get_json(session, f"{simulator}/_sim/effects"))
+
+
+async def drain_alerts(connection_string: str, max_wait: float = 2.0) -> list[Alert]:
+    """Receive (and complete) everything on operator-alerts with the SDK."""
+    alerts: list[Alert] = []
+    empty = 0
+    async with (
+        ServiceBusClient.from_connection_string(connection_string) as client,
+        client.get_queue_receiver(Queue.OPERATOR_ALERTS, max_wait_time=max_wait) as receiver,
+    ):
+        while empty < 2:
+            batch = await receiver.receive_messages(max_message_count=100, max_wait_time=max_wait)
+            empty = 0 if batch else empty + 1
+            for message in batch:
+                alerts.append(Alert.from_json(json.loads(b"".join(message.body))))
+                await receiver.complete_message(message)
+    return alerts

@@ -1,0 +1,182 @@
+"""What a chaos run does: how many orders, how fast, which faults, how many kills.
+
+Two presets: ``full`` (the issue's 1,000-order run) and ``quick`` (the seeded run of
+the default test suite, well under a minute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+from shared.contract import Queue, Setting
+from shared.domain.process import ProcessPolicy
+from shared.domain.workflow import ORDER_FULFILMENT, AgentName
+
+SERVICES: tuple[str, ...] = tuple(name.value for name in AgentName)
+WORKFLOW_QUEUES: tuple[str, ...] = (
+    Queue.SCHEDULER,
+    Queue.AGENT_REPLIES,
+    Queue.AGENT_INVENTORY,
+    Queue.AGENT_PAYMENT,
+    Queue.AGENT_SHIPPING,
+)
+"""Where the broker misbehaves: the queues whose losses the pattern is built to heal.
+
+`operator-alerts` and `order-status` are left alone: an acknowledged alert that the
+broker throws away cannot be healed by any design, it would only be a broken broker.
+"""
+
+
+def failing_sku(service: str) -> str:
+    """The SKU the given service always rejects (card declined, out of stock, ...)."""
+    return f"PERM-{service.upper()}"
+
+
+@dataclass(frozen=True)
+class Timings:
+    """The runtimes' timing settings; short, so that recoveries happen within the run."""
+
+    step_timeout_seconds: int = 4
+    pending_timeout_seconds: int = 10
+    supervisor_period_seconds: int = 1
+    max_failure_count: int = 3
+    broker_lock_seconds: float = 5.0
+
+    @property
+    def policy(self) -> ProcessPolicy:
+        """The policy the runtimes build from these settings (for its back-off)."""
+        return ProcessPolicy(
+            step_timeout=timedelta(seconds=self.step_timeout_seconds),
+            pending_timeout=timedelta(seconds=self.pending_timeout_seconds),
+            max_failure_count=self.max_failure_count,
+        )
+
+    @property
+    def max_backoff_seconds(self) -> float:
+        """The longest back-off an order can wait before a retry (the last one before Error)."""
+        return self.policy.backoff(max(self.max_failure_count - 1, 1)).total_seconds()
+
+    @property
+    def expiry_seconds(self) -> float:
+        """Worst cost of one expired attempt: its deadline, the sweep that sees it, the
+        back-off before the retry (a lost nudge leaves it Pending: the pending timeout)."""
+        return (
+            max(self.step_timeout_seconds, self.pending_timeout_seconds)
+            + self.supervisor_period_seconds
+            + self.max_backoff_seconds
+        )
+
+    def convergence_bound_seconds(self, steps: int = len(ORDER_FULFILMENT.steps)) -> float:
+        """After the last submission every order is terminal within this many seconds.
+
+        An order makes at most 2 x steps dispatches that finish (forward, then undo) and
+        at most MaxFailureCount expiries before it is held in Error, each costing at most
+        `expiry_seconds`.
+        """
+        return (self.max_failure_count + 2 * steps) * self.expiry_seconds
+
+    def settings(self) -> dict[str, str]:
+        return {
+            Setting.STEP_TIMEOUT_SECONDS: str(self.step_timeout_seconds),
+            Setting.PENDING_TIMEOUT_SECONDS: str(self.pending_timeout_seconds),
+            Setting.SUPERVISOR_SCHEDULE: f"*/{self.supervisor_period_seconds} * * * * *",
+            Setting.MAX_FAILURE_COUNT: str(self.max_failure_count),
+            Setting.EXHAUSTED_POLICY: "hold",
+        }
+
+
+@dataclass(frozen=True)
+class RemoteFaults:
+    """Simulator faults, the same for each service (plus its own failing SKU)."""
+
+    transient_error_rate: float = 0.10
+    hang_rate: float = 0.02
+    hang_seconds: float = 8.0
+    latency_ms: int = 10
+    latency_jitter_ms: int = 250
+
+    def for_service(self, service: str) -> dict[str, Any]:
+        return {
+            "transientErrorRate": self.transient_error_rate,
+            "hangRate": self.hang_rate,
+            "hangSeconds": self.hang_seconds,
+            "latencyMs": self.latency_ms,
+            "latencyJitterMs": self.latency_jitter_ms,
+            "permanentFailureSkus": [failing_sku(service)],
+        }
+
+    @staticmethod
+    def cleared(service: str) -> dict[str, Any]:
+        """No faults any more; a rejected SKU stays rejected (that is the remote world)."""
+        return {"permanentFailureSkus": [failing_sku(service)]}
+
+
+@dataclass(frozen=True)
+class BrokerFaults:
+    duplicate_rate: float = 0.05
+    drop_rate: float = 0.02
+    delay_rate: float = 0.05
+    delay_ms: int = 2500
+
+    def to_json(self, seed: int) -> dict[str, Any]:
+        return {
+            "duplicateRate": self.duplicate_rate,
+            "dropRate": self.drop_rate,
+            "delayRate": self.delay_rate,
+            "delayMs": self.delay_ms,
+            "queues": list(WORKFLOW_QUEUES),
+            "seed": seed,
+        }
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    orders: int = 1000
+    seed: int = 1
+    submit_rate: float = 12.0
+    """Orders per second at most."""
+    max_in_flight: int = 60
+    """Unfinished orders at most: the load waits rather than drown two runtimes on a
+    two-core machine (past that, step deadlines expire in the queues and the run
+    measures overload instead of healing)."""
+    submit_concurrency: int = 24
+    failing_share: float = 0.01
+    """Share of orders carrying a SKU that one (random) service always rejects."""
+    kills: int = 2
+    chaos_fault_rate: float = 0.02
+    timings: Timings = field(default_factory=Timings)
+    remote: RemoteFaults = field(default_factory=RemoteFaults)
+    broker: BrokerFaults = field(default_factory=BrokerFaults)
+    resubmit_errors: bool = True
+    """After checking, an operator resubmits the Error orders; checked again after."""
+    monitor_seconds: float = 2.0
+    settle_seconds: float = 60.0
+    """After every order is terminal: how long the outboxes may take to be sent."""
+
+    def with_(self, **changes: Any) -> ChaosConfig:
+        return replace(self, **changes)
+
+
+def full(orders: int = 1000, seed: int = 1) -> ChaosConfig:
+    return ChaosConfig(orders=orders, seed=seed)
+
+
+def quick(seed: int = 7, orders: int = 60) -> ChaosConfig:
+    """The default suite's run: fewer orders, one kill, modest faults, no resubmission."""
+    return ChaosConfig(
+        orders=orders,
+        seed=seed,
+        submit_rate=10.0,
+        max_in_flight=40,
+        submit_concurrency=12,
+        failing_share=0.05,
+        kills=1,
+        timings=Timings(pending_timeout_seconds=6),
+        remote=RemoteFaults(transient_error_rate=0.10, hang_rate=0.02, hang_seconds=6.0),
+        broker=BrokerFaults(duplicate_rate=0.05, drop_rate=0.01, delay_rate=0.05, delay_ms=1500),
+        resubmit_errors=False,
+        monitor_seconds=1.0,
+        settle_seconds=30.0,
+    )

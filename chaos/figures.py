@@ -1,0 +1,83 @@
+"""The report's counts: what happened during the run, next to the PASS/FAIL verdicts."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from chaos.model import Figures, Observations
+
+LOG_PATTERNS: dict[str, re.Pattern[str]] = {
+    # The message of the ChaosFault, not the `raise` line a logged traceback quotes.
+    "chaos crashes injected": re.compile(r"chaos: injected crash [a-z]"),
+    "stale replies ignored": re.compile(r"stale reply ignored"),
+    "requests expired on arrival": re.compile(r"arrived after its complete-by"),
+    "agents silent at the deadline": re.compile(r"gave up at its complete-by"),
+}
+SIMULATOR_KEYS = (
+    "calls",
+    "applied",
+    "transientErrors",
+    "transientErrorsAfterApply",
+    "hangs",
+    "permanentFailures",
+    "idempotentRepeats",
+    "keyReuseRejections",
+)
+BROKER_KEYS = (
+    "sent",
+    "duplicated",
+    "duplicatesSuppressed",
+    "dropped",
+    "delayed",
+    "abandoned",
+    "deadLettered",
+)
+
+
+def count_log_lines(paths: Iterable[Path]) -> dict[str, int]:
+    counts = dict.fromkeys(LOG_PATTERNS, 0)
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for name, pattern in LOG_PATTERNS.items():
+            counts[name] += len(pattern.findall(text))
+    return counts
+
+
+def _sum(stats: Mapping[str, Any], keys: Iterable[str]) -> dict[str, int]:
+    totals = dict.fromkeys(keys, 0)
+    for per in stats.values():
+        if isinstance(per, Mapping):
+            for key in totals:
+                totals[key] += int(per.get(key, 0))
+    return totals
+
+
+def figures(
+    obs: Observations,
+    simulator_stats: Mapping[str, Any],
+    broker_stats: Mapping[str, Any],
+    log_counts: Mapping[str, int],
+) -> Figures:
+    states = Counter(
+        p.state.process_state.value if (p := obs.processes.get(order_id)) else "missing"
+        for order_id in obs.accepted
+    )
+    simulator = _sum(simulator_stats, SIMULATOR_KEYS)
+    simulator["retried calls (same key)"] = max(simulator["calls"] - len(obs.effects), 0)
+    return Figures(
+        states=dict(states),
+        recoveries=sum(
+            1 for p in obs.processes.values() for h in p.history if h.event == "timed-out"
+        ),
+        alerts_by_reason=dict(Counter(a.reason for a in obs.alerts)),
+        simulator=simulator,
+        broker=_sum(broker_stats, BROKER_KEYS),
+        log_counts=dict(log_counts),
+    )

@@ -1,0 +1,273 @@
+"""The invariants of a chaos run: pure checks over what was collected.
+
+Each check returns every violation it finds (order id and what is wrong) so that a
+failure can be investigated from the report alone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+
+from chaos.model import Effect, InvariantResult, Observations
+from shared.domain.model import HistoryEntry, ProcessState
+from shared.domain.workflow import Workflow
+
+IN_FLIGHT = (ProcessState.PROCESSING, ProcessState.COMPENSATING)
+HOLD_REASONS = frozenset({"max-failure-count-reached", "compensation-failed"})
+
+
+def check_all(obs: Observations) -> tuple[InvariantResult, ...]:
+    return tuple(check(obs) for check in CHECKS)
+
+
+def all_terminal_within_bound(obs: Observations) -> InvariantResult:
+    """Every accepted order is stored and terminal, and was so within the stated bound."""
+    violations: list[str] = []
+    for order_id in sorted(obs.accepted):
+        process = obs.processes.get(order_id)
+        if process is None:
+            violations.append(f"{order_id}: accepted (202) but not in the state store")
+        elif not process.state.process_state.is_terminal:
+            violations.append(
+                f"{order_id}: still {process.state.process_state.value} "
+                f"(failures {process.state.failure_count}, step {process.state.current_step})"
+            )
+    violations += [
+        f"{order_id}: in the state store but never submitted"
+        for order_id in sorted(set(obs.processes) - set(obs.planned))
+    ]
+    if obs.terminal_at is None:
+        violations.append("the run never saw every accepted order terminal")
+    else:
+        took = obs.terminal_at - obs.last_submission_at
+        if took > obs.bound_seconds:
+            violations.append(
+                f"all terminal {took:.1f} s after the last submission, "
+                f"beyond the bound of {obs.bound_seconds:.0f} s"
+            )
+    return _result("every accepted order terminal within the bound", len(obs.accepted), violations)
+
+
+def effects_applied_at_most_once(obs: Observations) -> InvariantResult:
+    violations = [
+        f"{e.order_id}: {e.operation} applied {e.applied} times (key {e.idempotency_key})"
+        for e in obs.effects
+        if e.applied > 1
+    ]
+    return _result("no remote effect applied twice", len(obs.effects), violations)
+
+
+def one_key_per_order_and_operation(obs: Observations) -> InvariantResult:
+    violations: list[str] = []
+    for e in obs.effects:
+        expected = f"{e.order_id}:{e.operation}"
+        if e.idempotency_key != expected:
+            violations.append(
+                f"{e.order_id}: {e.operation} called with key {e.idempotency_key!r}, "
+                f"not {expected!r}"
+            )
+        if e.order_id not in obs.planned:
+            violations.append(f"{e.order_id}: {e.operation} for an order never submitted")
+    keys = Counter((e.order_id, e.operation) for e in obs.effects)
+    violations += [
+        f"{order_id}: {operation} called with {n} different keys"
+        for (order_id, operation), n in sorted(keys.items())
+        if n > 1
+    ]
+    return _result("one idempotency key per order and operation", len(obs.effects), violations)
+
+
+def compensations_exactly_for_completed_steps(obs: Observations) -> InvariantResult:
+    """Undo what completed, nothing else, last first: in the history and at the services."""
+    undo_step = _undo_steps(obs.workflow)
+    effects = _effects_by_order(obs.effects)
+    violations: list[str] = []
+    for order_id, process in sorted(obs.processes.items()):
+        state = process.state.process_state
+        completed = _details(process.history, "step-completed")
+        compensated = _details(process.history, "step-compensated")
+        expected = completed[::-1]
+        calls = [e for e in effects.get(order_id, ()) if e.operation in undo_step]
+        undone = [undo_step[e.operation] for e in calls if e.applied == 1]
+        if compensated != expected[: len(compensated)]:
+            violations.append(
+                f"{order_id}: history compensated {compensated}, completed {completed}"
+            )
+        if undone != expected[: len(undone)]:
+            violations.append(
+                f"{order_id}: services undid {undone} (in this order), completed {completed}"
+            )
+        if compensated != undone[: len(compensated)]:
+            violations.append(
+                f"{order_id}: history compensated {compensated}, services undid {undone}"
+            )
+        if state is ProcessState.COMPENSATED and (compensated != expected or undone != expected):
+            violations.append(
+                f"{order_id}: Compensated with completed {completed}, history compensated "
+                f"{compensated}, services undid {undone}"
+            )
+        if state is ProcessState.PROCESSED and calls:
+            violations.append(
+                f"{order_id}: Processed but compensations were called: "
+                f"{[e.operation for e in calls]}"
+            )
+    return _result(
+        "compensations exactly for the completed steps, in reverse order",
+        len(obs.processes),
+        violations,
+    )
+
+
+def effects_match_history(obs: Observations) -> InvariantResult:
+    """What the services did agrees with what the order records: nothing done unrecorded
+    in a finished order, nothing recorded that was not done."""
+    steps = [s.name for s in obs.workflow.steps]
+    effects = _effects_by_order(obs.effects)
+    violations: list[str] = []
+    for order_id, process in sorted(obs.processes.items()):
+        state = process.state.process_state
+        applied = {e.operation for e in effects.get(order_id, ()) if e.applied == 1}
+        done = [s for s in steps if s in applied]
+        completed = _details(process.history, "step-completed")
+        if missing := [s for s in completed if s not in applied]:
+            violations.append(f"{order_id}: {missing} completed but never applied by the service")
+        if state is ProcessState.PROCESSED and (completed != steps or done != steps):
+            violations.append(
+                f"{order_id}: Processed with completed {completed}, services applied {done}"
+            )
+        if state is ProcessState.COMPENSATED and done != completed:
+            violations.append(
+                f"{order_id}: Compensated, services applied {done} but the order knows of "
+                f"{completed}: an effect would stay without compensation"
+            )
+    return _result("remote effects match the order history", len(obs.processes), violations)
+
+
+def every_error_has_an_alert(obs: Observations) -> InvariantResult:
+    alerted: dict[str, set[str]] = defaultdict(set)
+    for alert in obs.alerts:
+        alerted[alert.order_id].add(alert.reason)
+    errors = sorted(
+        order_id
+        for order_id, p in obs.processes.items()
+        if p.state.process_state is ProcessState.ERROR
+    )
+    violations = [
+        f"{order_id}: Error ({obs.processes[order_id].state.last_error}) "
+        f"without an operator alert (alerts: {sorted(alerted.get(order_id, ()))})"
+        for order_id in errors
+        if not alerted.get(order_id, set()) & HOLD_REASONS
+    ]
+    return _result("every Error order has an operator alert", len(errors), violations)
+
+
+def locks_and_failure_counts(obs: Observations) -> InvariantResult:
+    """In flight means locked; FailureCount never above MaxFailureCount (sampled during
+    the run, in the final state and in every history entry)."""
+    limit = obs.max_failure_count
+    violations: list[str] = []
+    for s in obs.samples:
+        if s.process_state in IN_FLIGHT and s.locked_by is None:
+            violations.append(
+                f"{s.order_id}: {s.process_state.value} with no lockedBy (seen at {s.at:.1f} s)"
+            )
+        if s.failure_count > limit:
+            violations.append(
+                f"{s.order_id}: failureCount {s.failure_count} > {limit} (seen at {s.at:.1f} s)"
+            )
+    for order_id, p in sorted(obs.processes.items()):
+        state = p.state
+        if state.process_state in IN_FLIGHT and state.locked_by is None:
+            violations.append(f"{order_id}: ends {state.process_state.value} with no lockedBy")
+        if state.process_state.is_terminal and state.locked_by is not None:
+            violations.append(
+                f"{order_id}: ends {state.process_state.value} locked by {state.locked_by}"
+            )
+        if state.failure_count > limit:
+            violations.append(f"{order_id}: ends with failureCount {state.failure_count}")
+        violations += [
+            f"{order_id}: history '{h.event}' with failureCount {h.failure_count}"
+            for h in p.history
+            if h.failure_count > limit
+        ]
+    return _result(
+        "no in-flight order unlocked; failureCount <= MaxFailureCount",
+        len(obs.samples) + len(obs.processes),
+        violations,
+    )
+
+
+def stale_replies_ignored(obs: Observations) -> InvariantResult:
+    """Late, duplicated and older-attempt replies change nothing: each step completes,
+    fails and is compensated at most once."""
+    violations: list[str] = []
+    for order_id, p in sorted(obs.processes.items()):
+        for event in ("step-completed", "step-failed", "step-compensated"):
+            counts = Counter(_step_of(d) for d in _details(p.history, event))
+            violations += [
+                f"{order_id}: {n} x {event} for {step}" for step, n in counts.items() if n > 1
+            ]
+    return _result("each stale reply ignored", len(obs.processes), violations)
+
+
+def outcomes_match_orders(obs: Observations) -> InvariantResult:
+    """An order without a rejected SKU is never compensated; one with a rejected SKU
+    never completes, and fails at the step of the service that rejects it."""
+    step_of_service = {s.agent.value: s.name for s in obs.workflow.steps}
+    violations: list[str] = []
+    for order_id, planned in sorted(obs.planned.items()):
+        process = obs.processes.get(order_id)
+        if process is None or not process.state.process_state.is_terminal:
+            continue  # reported by the terminal check
+        state = process.state.process_state
+        failed = [_step_of(d) for d in _details(process.history, "step-failed")]
+        if planned.failing_service is None:
+            if state not in (ProcessState.PROCESSED, ProcessState.ERROR) or failed:
+                violations.append(
+                    f"{order_id}: no rejected SKU, yet {state.value} (failed steps {failed})"
+                )
+            continue
+        expected = step_of_service[planned.failing_service]
+        if state not in (ProcessState.COMPENSATED, ProcessState.ERROR):
+            violations.append(f"{order_id}: {expected} rejects it, yet {state.value}")
+        elif state is ProcessState.COMPENSATED and failed != [expected]:
+            violations.append(f"{order_id}: {expected} rejects it, yet failed steps are {failed}")
+    return _result("outcome matches the order", len(obs.planned), violations)
+
+
+CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
+    all_terminal_within_bound,
+    effects_applied_at_most_once,
+    one_key_per_order_and_operation,
+    compensations_exactly_for_completed_steps,
+    effects_match_history,
+    every_error_has_an_alert,
+    locks_and_failure_counts,
+    stale_replies_ignored,
+    outcomes_match_orders,
+)
+
+
+def _result(name: str, checked: int, violations: Sequence[str]) -> InvariantResult:
+    return InvariantResult(name, not violations, checked, tuple(violations))
+
+
+def _details(history: Iterable[HistoryEntry], event: str) -> list[str]:
+    return [h.detail for h in history if h.event == event]
+
+
+def _step_of(detail: str) -> str:
+    """`step-failed` details read `{step}: {code}`; the others are the step name."""
+    return detail.split(":", 1)[0]
+
+
+def _undo_steps(workflow: Workflow) -> dict[str, str]:
+    return {s.compensation: s.name for s in workflow.steps if s.compensation}
+
+
+def _effects_by_order(effects: Iterable[Effect]) -> dict[str, list[Effect]]:
+    by_order: dict[str, list[Effect]] = defaultdict(list)
+    for e in effects:
+        by_order[e.order_id].append(e)
+    return by_order

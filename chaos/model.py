@@ -1,0 +1,143 @@
+"""Plain data a chaos run collects and the invariants judge; no I/O here."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.workflow import Workflow
+
+
+@dataclass(frozen=True)
+class PlannedOrder:
+    order_id: str
+    body: Mapping[str, Any]
+    failing_service: str | None
+    """The service that rejects one of its SKUs for good, or None."""
+
+
+@dataclass(frozen=True)
+class Accepted:
+    order_id: str
+    at: float
+    """Seconds since the load started, when the 202 came back."""
+    runtime: str
+    tries: int
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A row of the simulator's ledger: one (service, idempotency key)."""
+
+    service: str
+    operation: str
+    order_id: str
+    idempotency_key: str
+    calls: int
+    applied: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Effect:
+        return cls(
+            service=str(data["service"]),
+            operation=str(data["operation"]),
+            order_id=str(data["orderId"]),
+            idempotency_key=str(data["idempotencyKey"]),
+            calls=int(data["calls"]),
+            applied=int(data["applied"]),
+        )
+
+
+@dataclass(frozen=True)
+class Alert:
+    order_id: str
+    reason: str
+    failure_count: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Alert:
+        return cls(
+            order_id=str(data.get("orderId", "")),
+            reason=str(data.get("reason", "")),
+            failure_count=int(data.get("failureCount", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A state row seen by the monitor while the run was going."""
+
+    at: float
+    order_id: str
+    process_state: ProcessState
+    locked_by: str | None
+    failure_count: int
+
+
+@dataclass(frozen=True)
+class Observations:
+    """Everything the invariants look at, collected after the system converged."""
+
+    workflow: Workflow
+    max_failure_count: int
+    planned: Mapping[str, PlannedOrder]
+    accepted: Mapping[str, Accepted]
+    processes: Mapping[str, OrderProcess]
+    """Final state of each stored order, with its full history."""
+    effects: tuple[Effect, ...]
+    """In ledger order (first call first)."""
+    alerts: tuple[Alert, ...]
+    samples: tuple[Sample, ...]
+    last_submission_at: float
+    terminal_at: float | None
+    """When every accepted order was first seen terminal (seconds since the load began)."""
+    bound_seconds: float
+
+
+@dataclass(frozen=True)
+class InvariantResult:
+    name: str
+    passed: bool
+    checked: int
+    """How many things (orders, effects, samples...) were looked at."""
+    violations: tuple[str, ...] = ()
+
+
+@dataclass
+class Figures:
+    """Counts for the report; none of them decides PASS or FAIL."""
+
+    states: dict[str, int] = field(default_factory=dict)
+    recoveries: int = 0
+    """History `timed-out` events: the Supervisor recovered an expired attempt."""
+    alerts_by_reason: dict[str, int] = field(default_factory=dict)
+    simulator: dict[str, int] = field(default_factory=dict)
+    broker: dict[str, int] = field(default_factory=dict)
+    log_counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Convergence:
+    terminal_after: float | None
+    """Seconds from the last submission until every order was seen terminal."""
+    settled_after: float | None
+    """Seconds from then until the Supervisor's watch list was empty (outboxes sent)."""
+    still_watched: int
+    collect_seconds: float
+
+
+@dataclass(frozen=True)
+class Check:
+    """One pass of the invariants over one collection."""
+
+    title: str
+    observations: Observations
+    results: tuple[InvariantResult, ...]
+    figures: Figures
+    convergence: Convergence
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)

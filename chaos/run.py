@@ -1,0 +1,331 @@
+"""One chaos run: start, load under faults and kills, converge, collect, check.
+
+Phases: the system comes up; faults go on; orders are submitted over both runtimes
+(at most `submit_rate` a second and `max_in_flight` unfinished at once) while runtimes
+are killed with SIGKILL and restarted; faults go off; every accepted order must be
+terminal within the stated bound; the Supervisor's watch list must empty (every outbox
+sent); then the invariants are checked. Optionally an operator resubmits the Error
+orders and everything is checked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from chaos import collect, control
+from chaos.collect import StoreReader
+from chaos.config import ChaosConfig
+from chaos.figures import count_log_lines, figures
+from chaos.invariants import check_all
+from chaos.load import plan_orders, submit_all
+from chaos.model import Accepted, Alert, Check, Convergence, Figures, Observations, PlannedOrder
+from chaos.monitor import Monitor
+from chaos.system import RUNTIMES, ChaosSystem, KillEvent
+from shared.domain.model import ProcessState
+from shared.domain.workflow import ORDER_FULFILMENT
+
+Progress = Callable[[str], None]
+TERMINAL_GRACE_SECONDS = 60.0
+"""How long past the bound the run keeps waiting, so a late convergence gets a number."""
+RESTART_PAUSE_SECONDS = 1.0
+TICK_SECONDS = 5.0
+
+
+@dataclass
+class RunResult:
+    config: ChaosConfig
+    run_id: str
+    workdir: Path
+    table: str
+    load_seconds: float = 0.0
+    kills: list[KillEvent] = field(default_factory=list)
+    resubmitted: int = 0
+    checks: list[Check] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """Steps of the run that could not be carried out (not invariant violations)."""
+    elapsed: float = 0.0
+
+    @property
+    def bound_seconds(self) -> float:
+        return self.config.timings.convergence_bound_seconds()
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and not self.problems and all(c.passed for c in self.checks)
+
+
+@dataclass
+class _Run:
+    """What the phases share."""
+
+    config: ChaosConfig
+    system: ChaosSystem
+    session: aiohttp.ClientSession
+    reader: StoreReader
+    monitor: Monitor
+    planned: dict[str, PlannedOrder]
+    progress: Progress
+    result: RunResult
+    accepted: dict[str, Accepted] = field(default_factory=dict)
+    alerts: list[Alert] = field(default_factory=list)
+    more_accepted: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def started(self) -> float:
+        return self.monitor.started
+
+    def now(self) -> float:
+        return self.monitor.now()
+
+    def targets(self) -> list[tuple[str, str]]:
+        return [(slot.name, slot.api) for slot in self.system.slots.values()]
+
+    def on_accepted(self, accepted: Accepted) -> None:
+        self.accepted[accepted.order_id] = accepted
+        self.more_accepted.set()
+
+
+class Window:
+    """Admits a submission only while fewer than `size` orders are unfinished, so the
+    load stays one the two runtimes can carry on a small machine."""
+
+    def __init__(self, run: _Run, size: int) -> None:
+        self._run = run
+        self._size = size
+        self._lock = asyncio.Lock()
+        self._submitting = 0
+
+    async def admit(self) -> None:
+        async with self._lock:
+            monitor = self._run.monitor
+            while monitor.in_flight(self._run.accepted) + self._submitting >= self._size:
+                await monitor.next_scan()
+            self._submitting += 1
+
+    def release(self) -> None:
+        self._submitting -= 1
+
+
+async def run_chaos(
+    config: ChaosConfig, workdir: Path, progress: Progress | None = None
+) -> RunResult:
+    say = progress or (lambda line: None)
+    begun = time.monotonic()
+    run_id = f"c{config.seed}-{uuid.uuid4().hex[:4]}"
+    planned = {p.order_id: p for p in plan_orders(config, run_id)}
+    say(f"starting Azurite, broker, simulator and two runtimes (logs in {workdir})")
+    with ChaosSystem(config, workdir) as system:
+        result = RunResult(config, run_id, workdir, system.table_name)
+        connector = aiohttp.TCPConnector(limit=128)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            reader = StoreReader(system.storage_connection, system.table_name)
+            monitor = Monitor(reader, config.monitor_seconds)
+            ticker: asyncio.Task[None] | None = None
+            try:
+                await system.start_runtimes(session)
+                await control.switch_on(session, system.simulator, system.broker_control, config)
+                monitor.start()
+                run = _Run(config, system, session, reader, monitor, planned, say, result)
+                ticker = asyncio.create_task(_tick(run))
+                await _load(run)
+                await control.switch_off(session, system.simulator, system.broker_control)
+                say("load done; faults off (injected crashes stay on); waiting for convergence")
+                result.checks.append(await _converge_and_check(run, "after the load"))
+                if config.resubmit_errors:
+                    await _resubmit_errors(run)
+            finally:
+                if ticker is not None:
+                    ticker.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await ticker
+                await monitor.stop()
+                await reader.close()
+    result.elapsed = time.monotonic() - begun
+    return result
+
+
+async def _load(run: _Run) -> None:
+    config = run.config
+    run.progress(
+        f"submitting {config.orders} orders over both runtimes (at most "
+        f"{config.submit_rate:g}/s and {config.max_in_flight} unfinished); "
+        f"{config.kills} kill -9 on the way"
+    )
+    async with asyncio.TaskGroup() as group:
+        group.create_task(
+            submit_all(
+                run.session,
+                run.targets(),
+                list(run.planned.values()),
+                config.submit_rate,
+                config.submit_concurrency,
+                run.started,
+                run.on_accepted,
+                Window(run, config.max_in_flight),
+            )
+        )
+        group.create_task(_kill_on_schedule(run))
+    run.result.load_seconds = max(a.at for a in run.accepted.values())
+
+
+async def _tick(run: _Run) -> None:
+    """A progress line every few seconds while something is moving."""
+    last = ""
+    while True:
+        await asyncio.sleep(TICK_SECONDS)
+        counts = run.monitor.counts()
+        shown = ", ".join(f"{state} {n}" for state, n in sorted(counts.items())) or "none"
+        line = (
+            f"accepted {len(run.accepted)}/{run.config.orders}, "
+            f"unfinished {run.monitor.in_flight(run.accepted)} ({shown}), "
+            f"kills {len(run.result.kills)}"
+        )
+        if line != last:
+            run.progress(f"[{run.now():6.1f} s] {line}")
+            last = line
+
+
+async def _kill_on_schedule(run: _Run) -> None:
+    """Kill -9 a runtime each time another share of the orders has been accepted,
+    alternating runtimes, and start it again right after."""
+    config = run.config
+    for k in range(config.kills):
+        threshold = config.orders * (k + 1) / (config.kills + 1)
+        while len(run.accepted) < threshold:
+            run.more_accepted.clear()
+            await run.more_accepted.wait()
+        name = RUNTIMES[k % len(RUNTIMES)]
+        at = run.now()
+        instance, pid = run.system.kill_runtime(name)
+        unfinished = run.monitor.in_flight(run.accepted)
+        run.progress(f"[{at:6.1f} s] kill -9 {instance} (pid {pid}), {unfinished} unfinished")
+        await asyncio.sleep(RESTART_PAUSE_SECONDS)
+        run.system.start_runtime(name)
+        await run.system.wait_healthy(run.session, name)
+        back = run.now() - at
+        run.result.kills.append(KillEvent(name, instance, pid, at, back))
+        run.progress(f"[{run.now():6.1f} s] {run.system.slots[name].instance_id} up again")
+
+
+async def _converge_and_check(run: _Run, title: str) -> Check:
+    config = run.config
+    bound = config.timings.convergence_bound_seconds()
+    since = max(a.at for a in run.accepted.values())
+    terminal_at = await run.monitor.wait_terminal(
+        run.accepted, since, since + bound + TERMINAL_GRACE_SECONDS - run.now()
+    )
+    terminal_after = None if terminal_at is None else terminal_at - since
+    if terminal_after is None:
+        run.progress(f"not every order terminal {bound + TERMINAL_GRACE_SECONDS:.0f} s later")
+    else:
+        run.progress(f"every order terminal {terminal_after:.1f} s after the last submission")
+    settled_after, still_watched = await _settle(run, config.settle_seconds)
+    begun = time.monotonic()
+    observations, figures_ = await _observe(run, since, terminal_at)
+    took = time.monotonic() - begun
+    check = Check(
+        title,
+        observations,
+        check_all(observations),
+        figures_,
+        Convergence(terminal_after, settled_after, still_watched, took),
+    )
+    verdict = "PASS" if check.passed else "FAIL"
+    run.progress(f"invariants {title}: {verdict} (collected in {took:.0f} s)")
+    return check
+
+
+async def _settle(run: _Run, timeout: float) -> tuple[float | None, int]:
+    """Wait until the Supervisor's watch list is empty: every outbox was sent."""
+    begun = time.monotonic()
+    watched = -1
+    while time.monotonic() - begun < timeout:
+        watched = await run.reader.watched()
+        if watched == 0:
+            return time.monotonic() - begun, 0
+        await asyncio.sleep(1.0)
+    return None, watched
+
+
+async def _observe(
+    run: _Run, since: float, terminal_at: float | None
+) -> tuple[Observations, Figures]:
+    system = run.system
+    states = await run.reader.states()
+    ids = {s.order_id for s in states} | set(run.accepted)
+    processes = await run.reader.processes(ids)
+    effects = await collect.effects(run.session, system.simulator)
+    run.alerts.extend(await collect.drain_alerts(system.broker_connection))
+    simulator_stats = await collect.get_json(run.session, f"{system.simulator}/_sim/stats")
+    broker_stats = await collect.get_json(run.session, f"{system.broker_control}/_broker/stats")
+    observations = Observations(
+        workflow=ORDER_FULFILMENT,
+        max_failure_count=run.config.timings.max_failure_count,
+        planned=run.planned,
+        accepted=dict(run.accepted),
+        processes=processes,
+        effects=effects,
+        alerts=tuple(run.alerts),
+        samples=tuple(run.monitor.samples),
+        last_submission_at=since,
+        terminal_at=terminal_at,
+        bound_seconds=run.config.timings.convergence_bound_seconds(),
+    )
+    logs = count_log_lines(system.runtime_logs())
+    return observations, figures(observations, simulator_stats, broker_stats, logs)
+
+
+async def _resubmit_errors(run: _Run) -> None:
+    first = run.result.checks[0].observations
+    errors = sorted(
+        order_id
+        for order_id, p in first.processes.items()
+        if p.state.process_state is ProcessState.ERROR
+    )
+    if not errors:
+        return
+    run.progress(f"an operator resubmits the {len(errors)} Error order(s)")
+    targets = run.targets()
+    try:
+        for i, order_id in enumerate(errors):
+            await _resubmit(run, targets, order_id, i)
+            run.result.resubmitted += 1
+    except ResubmitError as exc:
+        run.result.problems.append(str(exc))
+        return
+    run.result.checks.append(
+        await _converge_and_check(run, f"after resubmitting {len(errors)} Error order(s)")
+    )
+
+
+class ResubmitError(RuntimeError):
+    """The operator route refused a resubmission it should have taken."""
+
+
+async def _resubmit(
+    run: _Run, targets: Sequence[tuple[str, str]], order_id: str, first: int
+) -> None:
+    """POST resubmit until it is taken. A 409 after a failed try means that try went
+    through (the order is no longer in Error); on the first try it is a real refusal."""
+    for attempt in range(20):
+        name, api = targets[(first + attempt) % len(targets)]
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with run.session.post(f"{api}/orders/{order_id}/resubmit") as r:
+                if r.status == 202 or (r.status == 409 and attempt > 0):
+                    previous = run.accepted[order_id]
+                    run.accepted[order_id] = Accepted(order_id, run.now(), name, previous.tries)
+                    return
+                if r.status < 500:
+                    raise ResubmitError(
+                        f"resubmit of {order_id} answered {r.status}: {await r.text()}"
+                    )
+        await asyncio.sleep(0.2 * (attempt + 1))
+    raise ResubmitError(f"resubmit of {order_id} never accepted")

@@ -1,0 +1,47 @@
+"""Prove it heals: the whole system under mixed faults, injected crashes and kill -9.
+
+The seeded quick run (60 orders, one kill, well under a minute) belongs to the default
+suite; the issue's 1,000-order run is marked slow (`bin/test -m slow`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chaos import config as presets
+from chaos.report import as_text
+from chaos.run import RunResult, run_chaos
+
+pytestmark = [pytest.mark.azurite, pytest.mark.broker]
+
+
+def assert_healed(result: RunResult) -> None:
+    assert result.passed, as_text(result)
+    first = result.checks[0]
+    assert len(first.observations.accepted) == result.config.orders
+    assert len(result.kills) == result.config.kills
+    # The faults did hit: otherwise the run proves nothing.
+    assert first.figures.recoveries > 0, as_text(result)
+    assert first.figures.broker["duplicated"] > 0
+    assert first.figures.simulator["transientErrors"] > 0
+    assert first.figures.log_counts["chaos crashes injected"] > 0
+    assert first.figures.states.get("Compensated", 0) > 0
+
+
+@pytest.mark.e2e
+async def test_quick_chaos_run_heals_and_keeps_every_invariant(tmp_path: Path) -> None:
+    result = await run_chaos(presets.quick(seed=7), tmp_path)
+    assert_healed(result)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.timeout(1800)
+async def test_thousand_orders_with_two_kills_heal_and_keep_every_invariant(
+    tmp_path: Path,
+) -> None:
+    result = await run_chaos(presets.full(orders=1000, seed=1), tmp_path)
+    assert_healed(result)
+    assert len(result.kills) >= 2

@@ -1,0 +1,373 @@
+"""The chaos invariants are pure checks: each one passes on a healthy run and names the
+order and the problem on a broken one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from chaos import invariants
+from chaos.model import Accepted, Alert, Effect, InvariantResult, Observations, PlannedOrder, Sample
+from shared.domain import process as machine
+from shared.domain.model import (
+    HistoryEntry,
+    Order,
+    OrderLine,
+    OrderProcess,
+    Outcome,
+    Phase,
+    Priority,
+    ProcessState,
+    StateRecord,
+)
+from shared.domain.workflow import ORDER_FULFILMENT
+from tests.builders import a_policy, a_reply
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+STEPS = ("reserve-inventory", "charge-payment", "create-shipment")
+UNDO = {
+    "reserve-inventory": "release-inventory",
+    "charge-payment": "refund-payment",
+    "create-shipment": "cancel-shipment",
+}
+SERVICE = {
+    "reserve-inventory": "inventory",
+    "release-inventory": "inventory",
+    "charge-payment": "payment",
+    "refund-payment": "payment",
+    "create-shipment": "shipping",
+    "cancel-shipment": "shipping",
+}
+
+
+def an_order(order_id: str) -> Order:
+    return Order(order_id, "c-1", (OrderLine("S", 1, 1.0),), Priority.NORMAL, None, "fp", T0)
+
+
+def a_process(
+    order_id: str,
+    state: ProcessState,
+    events: Iterable[tuple[str, str]] = (),
+    *,
+    locked_by: str | None = None,
+    failure_count: int = 0,
+) -> OrderProcess:
+    history = tuple(
+        HistoryEntry(T0 + timedelta(seconds=i), event, detail, state, failure_count, 1)
+        for i, (event, detail) in enumerate(events)
+    )
+    record = StateRecord(
+        order_id=order_id,
+        process_state=state,
+        locked_by=locked_by,
+        complete_by=None,
+        failure_count=failure_count,
+        attempt=1,
+        phase=Phase.FORWARD,
+        current_step=0,
+        last_error=None,
+        version=len(history),
+        created_at=T0,
+        updated_at=T0,
+        workflow=ORDER_FULFILMENT.name,
+    )
+    return OrderProcess(an_order(order_id), record, (), "etag", history)
+
+
+def processed(order_id: str) -> OrderProcess:
+    return a_process(
+        order_id,
+        ProcessState.PROCESSED,
+        [("step-completed", s) for s in STEPS] + [("processed", "")],
+    )
+
+
+def compensated(order_id: str, completed: Sequence[str], failed: str) -> OrderProcess:
+    events = [("step-completed", s) for s in completed]
+    events.append(("step-failed", f"{failed}: card-declined"))
+    events += [("step-compensated", s) for s in reversed(completed)]
+    events.append(("compensated", ""))
+    return a_process(order_id, ProcessState.COMPENSATED, events)
+
+
+def effect(order_id: str, operation: str, applied: int = 1, key: str | None = None) -> Effect:
+    return Effect(
+        SERVICE[operation], operation, order_id, key or f"{order_id}:{operation}", 1, applied
+    )
+
+
+def effects_of_processed(order_id: str) -> list[Effect]:
+    return [effect(order_id, s) for s in STEPS]
+
+
+def effects_of_compensated(order_id: str, completed: Sequence[str], failed: str) -> list[Effect]:
+    found = [effect(order_id, s) for s in completed]
+    found.append(effect(order_id, failed, applied=0))
+    found += [effect(order_id, UNDO[s]) for s in reversed(completed)]
+    return found
+
+
+def observe(
+    processes: Iterable[OrderProcess],
+    effects: Iterable[Effect] = (),
+    *,
+    alerts: Iterable[Alert] = (),
+    samples: Iterable[Sample] = (),
+    failing: dict[str, str] | None = None,
+    terminal_at: float | None = 30.0,
+) -> Observations:
+    by_id = {p.order_id: p for p in processes}
+    failing = failing or {}
+    planned = {i: PlannedOrder(i, {"orderId": i}, failing.get(i)) for i in by_id}
+    return Observations(
+        workflow=ORDER_FULFILMENT,
+        max_failure_count=3,
+        planned=planned,
+        accepted={i: Accepted(i, 1.0, "a", 1) for i in by_id},
+        processes=by_id,
+        effects=tuple(effects),
+        alerts=tuple(alerts),
+        samples=tuple(samples),
+        last_submission_at=10.0,
+        terminal_at=terminal_at,
+        bound_seconds=100.0,
+    )
+
+
+def failing(results: Iterable[InvariantResult]) -> dict[str, tuple[str, ...]]:
+    return {r.name: r.violations for r in results if not r.passed}
+
+
+def healthy() -> Observations:
+    return observe(
+        [
+            processed("ok-1"),
+            compensated("comp-0", [], "reserve-inventory"),
+            compensated("comp-2", ["reserve-inventory", "charge-payment"], "create-shipment"),
+        ],
+        [
+            *effects_of_processed("ok-1"),
+            *effects_of_compensated("comp-0", [], "reserve-inventory"),
+            *effects_of_compensated(
+                "comp-2", ["reserve-inventory", "charge-payment"], "create-shipment"
+            ),
+        ],
+        failing={"comp-0": "inventory", "comp-2": "shipping"},
+    )
+
+
+def test_a_healthy_run_passes_every_invariant() -> None:
+    results = invariants.check_all(healthy())
+    assert failing(results) == {}
+    assert len(results) == len(invariants.CHECKS)
+
+
+def test_histories_made_by_the_real_state_machine_pass() -> None:
+    """The checks read history the way the state machine writes it (event names, details)."""
+    policy = a_policy(step_timeout=4)
+    order = an_order("real-1")
+    transition = machine.start(order, ORDER_FULFILMENT, T0)
+    history = list(transition.history)
+    process = transition.process
+    claimed = machine.claim(process, ORDER_FULFILMENT, policy, "i-1", T0)
+    assert claimed is not None
+    history += claimed.history
+    process, request = claimed.process, claimed.outgoing[-1]
+    for outcome in (Outcome.SUCCEEDED, Outcome.SUCCEEDED, Outcome.FAILED):
+        step = machine.apply_reply(process, ORDER_FULFILMENT, policy, a_reply(request, outcome), T0)
+        assert step is not None
+        history += step.history
+        process, request = step.process, step.outgoing[-1]
+    for _ in range(2):
+        undo = machine.apply_reply(process, ORDER_FULFILMENT, policy, a_reply(request), T0)
+        assert undo is not None
+        history += undo.history
+        process = undo.process
+        if undo.outgoing:
+            request = undo.outgoing[-1]
+    assert process.state.process_state is ProcessState.COMPENSATED
+    final = replace(process, history=tuple(history))
+    completed = ["reserve-inventory", "charge-payment"]
+    obs = observe(
+        [final],
+        effects_of_compensated("real-1", completed, "create-shipment"),
+        failing={"real-1": "shipping"},
+    )
+    assert failing(invariants.check_all(obs)) == {}
+
+
+def test_an_order_not_terminal_or_missing_or_late_fails() -> None:
+    obs = observe([processed("ok-1"), a_process("stuck-1", ProcessState.PENDING)], terminal_at=None)
+    obs = replace(obs, accepted={**obs.accepted, "lost-1": Accepted("lost-1", 2.0, "b", 1)})
+    violations = invariants.all_terminal_within_bound(obs).violations
+    assert any("lost-1" in v and "not in the state store" in v for v in violations)
+    assert any("stuck-1" in v and "Pending" in v for v in violations)
+    assert any("never saw every accepted order terminal" in v for v in violations)
+    late = invariants.all_terminal_within_bound(
+        observe([processed("ok-1")], effects_of_processed("ok-1"), terminal_at=200.0)
+    )
+    assert not late.passed and "beyond the bound" in late.violations[0]
+
+
+def test_an_effect_applied_twice_fails() -> None:
+    effects = [*effects_of_processed("ok-1")[:2], effect("ok-1", "create-shipment", applied=2)]
+    result = invariants.effects_applied_at_most_once(observe([processed("ok-1")], effects))
+    assert result.violations == (
+        "ok-1: create-shipment applied 2 times (key ok-1:create-shipment)",
+    )
+
+
+def test_a_foreign_or_second_idempotency_key_fails() -> None:
+    effects = [
+        *effects_of_processed("ok-1"),
+        effect("ok-1", "charge-payment", applied=0, key="ok-1:charge-payment:2"),
+    ]
+    violations = invariants.one_key_per_order_and_operation(
+        observe([processed("ok-1")], effects)
+    ).violations
+    assert any("not 'ok-1:charge-payment'" in v for v in violations)
+    assert any("called with 2 different keys" in v for v in violations)
+
+
+def test_compensation_out_of_order_or_incomplete_fails() -> None:
+    completed = ["reserve-inventory", "charge-payment"]
+    wrong_order = a_process(
+        "comp-1",
+        ProcessState.COMPENSATED,
+        [
+            *(("step-completed", s) for s in completed),
+            ("step-failed", "create-shipment: address-rejected"),
+            *(("step-compensated", s) for s in completed),  # not reversed
+        ],
+    )
+    effects = [
+        *(effect("comp-1", s) for s in completed),
+        effect("comp-1", "release-inventory"),  # the services undid in the wrong order too
+        effect("comp-1", "refund-payment"),
+    ]
+    violations = invariants.compensations_exactly_for_completed_steps(
+        observe([wrong_order], effects)
+    ).violations
+    assert any(
+        "history compensated ['reserve-inventory', 'charge-payment']" in v for v in violations
+    )
+    assert any("services undid ['reserve-inventory', 'charge-payment']" in v for v in violations)
+
+    missing = a_process(
+        "comp-2",
+        ProcessState.COMPENSATED,
+        [*(("step-completed", s) for s in completed), ("step-compensated", "charge-payment")],
+    )
+    result = invariants.compensations_exactly_for_completed_steps(
+        observe(
+            [missing],
+            [*(effect("comp-2", s) for s in completed), effect("comp-2", UNDO[completed[1]])],
+        )
+    )
+    assert any("Compensated with completed" in v for v in result.violations)
+
+
+def test_a_processed_order_with_a_compensation_call_fails() -> None:
+    effects = [*effects_of_processed("ok-1"), effect("ok-1", "refund-payment", applied=0)]
+    result = invariants.compensations_exactly_for_completed_steps(
+        observe([processed("ok-1")], effects)
+    )
+    assert result.violations == (
+        "ok-1: Processed but compensations were called: ['refund-payment']",
+    )
+
+
+def test_an_error_order_may_stop_part_way_through_its_compensation() -> None:
+    completed = ["reserve-inventory", "charge-payment", "create-shipment"]
+    held = a_process(
+        "held-1",
+        ProcessState.ERROR,
+        [*(("step-completed", s) for s in completed), ("step-compensated", "create-shipment")],
+    )
+    effects = [
+        *(effect("held-1", s) for s in completed),
+        effect("held-1", "cancel-shipment"),
+        effect("held-1", "refund-payment"),  # applied, its reply lost, then held
+    ]
+    alert = Alert("held-1", "max-failure-count-reached", 3)
+    assert failing(invariants.check_all(observe([held], effects, alerts=[alert]))) == {}
+
+
+def test_a_compensated_order_with_an_unrecorded_effect_fails() -> None:
+    """An effect the order does not know of would never be compensated."""
+    process = compensated("comp-1", ["reserve-inventory"], "charge-payment")
+    effects = [effect("comp-1", "reserve-inventory"), effect("comp-1", "charge-payment")]
+    effects.append(effect("comp-1", "release-inventory"))
+    result = invariants.effects_match_history(observe([process], effects))
+    assert any("an effect would stay without compensation" in v for v in result.violations)
+
+
+def test_a_completed_step_the_service_never_applied_fails() -> None:
+    effects = effects_of_processed("ok-1")[:2]
+    result = invariants.effects_match_history(observe([processed("ok-1")], effects))
+    assert any("['create-shipment'] completed but never applied" in v for v in result.violations)
+
+
+def test_an_error_order_needs_a_hold_alert() -> None:
+    held = a_process("held-1", ProcessState.ERROR, failure_count=3)
+    unalerted = invariants.every_error_has_an_alert(
+        observe([held], alerts=[Alert("held-1", "invalid-message", 0)])
+    )
+    assert not unalerted.passed and "without an operator alert" in unalerted.violations[0]
+    alerted = invariants.every_error_has_an_alert(
+        observe([held], alerts=[Alert("held-1", "max-failure-count-reached", 3)])
+    )
+    assert alerted.passed and alerted.checked == 1
+
+
+@pytest.mark.parametrize("state", [ProcessState.PROCESSING, ProcessState.COMPENSATING])
+def test_an_in_flight_order_without_a_lock_fails(state: ProcessState) -> None:
+    sample = Sample(12.5, "ok-1", state, None, 1)
+    locked = Sample(13.0, "ok-1", state, "chaos-a1", 1)
+    result = invariants.locks_and_failure_counts(
+        observe([processed("ok-1")], samples=[sample, locked])
+    )
+    assert result.violations == (f"ok-1: {state.value} with no lockedBy (seen at 12.5 s)",)
+
+
+def test_failure_counts_above_the_maximum_fail_wherever_they_are_seen() -> None:
+    too_many = a_process("err-1", ProcessState.ERROR, [("timed-out", "x")], failure_count=4)
+    sample = Sample(3.0, "err-1", ProcessState.PENDING, None, 4)
+    violations = invariants.locks_and_failure_counts(
+        observe([too_many], samples=[sample])
+    ).violations
+    assert len(violations) == 3
+    assert any("history 'timed-out' with failureCount 4" in v for v in violations)
+
+
+def test_a_terminal_order_still_locked_fails() -> None:
+    locked = a_process("ok-1", ProcessState.PROCESSED, locked_by="chaos-b2")
+    result = invariants.locks_and_failure_counts(observe([locked]))
+    assert result.violations == ("ok-1: ends Processed locked by chaos-b2",)
+
+
+def test_a_step_completed_twice_means_a_stale_reply_was_applied() -> None:
+    twice = a_process(
+        "ok-1",
+        ProcessState.PROCESSED,
+        [("step-completed", s) for s in (*STEPS, "charge-payment")],
+    )
+    result = invariants.stale_replies_ignored(observe([twice]))
+    assert result.violations == ("ok-1: 2 x step-completed for charge-payment",)
+
+
+def test_outcomes_must_match_the_rejected_sku() -> None:
+    wrong_step = compensated("comp-1", [], "reserve-inventory")
+    obs = observe(
+        [wrong_step, compensated("comp-2", [], "reserve-inventory"), processed("ok-1")],
+        failing={"comp-1": "payment", "ok-1": "shipping"},
+    )
+    violations = invariants.outcomes_match_orders(obs).violations
+    assert violations == (
+        "comp-1: charge-payment rejects it, yet failed steps are ['reserve-inventory']",
+        "comp-2: no rejected SKU, yet Compensated (failed steps ['reserve-inventory'])",
+        "ok-1: create-shipment rejects it, yet Processed",
+    )

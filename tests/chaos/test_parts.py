@@ -1,0 +1,114 @@
+"""The chaos suite's own parts, without starting anything: the order plan, the bound,
+the log counts, the monitor's bookkeeping and the report."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from chaos import config as presets
+from chaos.collect import InFlight
+from chaos.config import SERVICES, Timings, failing_sku
+from chaos.figures import count_log_lines
+from chaos.load import plan_orders
+from chaos.model import Accepted, Check, Convergence, Figures, InvariantResult
+from chaos.monitor import Monitor
+from chaos.report import as_text
+from chaos.run import RunResult
+from chaos.system import KillEvent
+from shared.domain.model import ProcessState
+from tests.chaos.test_invariants import healthy
+
+
+def test_the_plan_is_seeded_and_spreads_rejected_skus_over_every_service() -> None:
+    config = presets.full(orders=300, seed=5)
+    first, again = plan_orders(config, "r"), plan_orders(config, "r")
+    assert first == again
+    assert len({p.order_id for p in first}) == 300
+    failing = [p for p in first if p.failing_service is not None]
+    assert len(failing) == 3
+    assert Counter(p.failing_service for p in failing) == Counter(SERVICES)
+    for p in failing:
+        assert p.failing_service is not None
+        assert failing_sku(p.failing_service) in {i["sku"] for i in p.body["items"]}
+    plain = [i["sku"] for p in first if p.failing_service is None for i in p.body["items"]]
+    assert not [sku for sku in plain if sku.startswith("PERM-")]
+    assert plan_orders(presets.full(orders=300, seed=6), "r") != first
+
+
+def test_the_bound_counts_every_dispatch_and_every_expiry() -> None:
+    timings = Timings(
+        step_timeout_seconds=4,
+        pending_timeout_seconds=10,
+        supervisor_period_seconds=1,
+        max_failure_count=3,
+    )
+    # back-off before the third expiry: 1 s x 2^(2 - 1)
+    assert timings.max_backoff_seconds == 2
+    assert timings.expiry_seconds == 10 + 1 + 2
+    assert timings.convergence_bound_seconds(steps=3) == (3 + 2 * 3) * 13
+    assert timings.settings()["SupervisorSchedule"] == "*/1 * * * * *"
+
+
+def test_log_counts_take_the_crash_message_not_the_traceback_source_line(tmp_path: Path) -> None:
+    log = tmp_path / "runtime-a1.log"
+    log.write_text(
+        "12:00:01 WARNING devhost.servicebus scheduler_nudge failed on message nudge:o:1 "
+        "(delivery 1): ChaosFault: chaos: injected crash before reading an order; abandoning\n"
+        "12:00:02 ERROR devhost.timer timer supervisor failed (invocation 1)\n"
+        "Traceback (most recent call last):\n"
+        '    raise ChaosFault(f"chaos: injected crash {where}")\n'
+        "shared.adapters.chaos.ChaosFault: chaos: injected crash before sending\n"
+        "12:00:03 INFO orders.scheduler order o-2 stale reply ignored: charge-payment do\n"
+    )
+    counts = count_log_lines([log, tmp_path / "missing.log"])
+    assert counts["chaos crashes injected"] == 2
+    assert counts["stale replies ignored"] == 1
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.rows: list[InFlight] = []
+
+    async def in_flight(self) -> list[InFlight]:
+        return list(self.rows)
+
+
+async def test_the_monitor_counts_unfinished_orders_and_samples_them() -> None:
+    reader = _Reader()
+    monitor = Monitor(reader, interval=0.01)  # type: ignore[arg-type]
+    accepted = {i: Accepted(i, 0.0, "a", 1) for i in ("o-1", "o-2")}
+    reader.rows = [InFlight("o-1", ProcessState.PROCESSING, "chaos-a1", 0)]
+    await monitor.scan()
+    assert monitor.in_flight(accepted) == 1
+    late = {**accepted, "o-3": Accepted("o-3", monitor.now() + 1, "b", 1)}
+    assert monitor.in_flight(late) == 2  # accepted after the scan began: not seen yet
+    reader.rows = []
+    monitor.start()
+    try:
+        assert await monitor.wait_terminal(accepted, not_before=0.0, timeout=5) is not None
+    finally:
+        await monitor.stop()
+    assert (monitor.samples[0].order_id, monitor.samples[0].locked_by) == ("o-1", "chaos-a1")
+
+
+def test_the_report_shows_setup_figures_and_each_verdict() -> None:
+    obs = healthy()
+    passing = (InvariantResult("no remote effect applied twice", True, 9),)
+    failing = (
+        InvariantResult("no remote effect applied twice", False, 9, ("o-1: applied 2 times",)),
+    )
+    result = RunResult(presets.quick(), "c7-abcd", Path("/tmp/x"), "table")
+    result.kills.append(KillEvent("a", "chaos-a1", 123, 3.0, 2.5))
+    figures = Figures(states={"Processed": 2, "Error": 1}, recoveries=4)
+    convergence = Convergence(3.5, 0.2, 0, 1.0)
+    result.checks.append(Check("after the load", obs, passing, figures, convergence))
+    text = as_text(result)
+    assert "chaos-a1 (pid 123) at 3.0 s" in text
+    assert "every order terminal 3.5 s after the last submission" in text
+    assert "PASS" in text and "chaos run: PASS" in text
+    result.checks.append(Check("after resubmitting", obs, failing, figures, convergence))
+    text = as_text(result)
+    assert "FAIL no remote effect applied twice (after resubmitting)" in text
+    assert "o-1: applied 2 times" in text
+    assert "chaos run: FAIL" in text
