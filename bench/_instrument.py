@@ -1,0 +1,300 @@
+"""Counting decorators for the StateStore and MessageBus ports, and per-function attribution.
+
+``CountingStore`` and ``CountingBus`` wrap the real adapters and record, per calling
+function (a context variable set by a wrapper around each Functions entry point), how
+many times each port method ran, how long it took, how many Table Storage operations and
+entities that is, and which messages were sent. ``install()`` puts them into the app's
+composition root and around the indexed functions without changing ``shared/`` or
+``devhost/``; ``bench.instrumented_runtime`` does that inside ``python -m devhost``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import json
+import time
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shared.adapters import table_rows
+from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
+from shared.ports import ConcurrencyConflict, MessageBus, Page, StateStore, WatchEntry
+
+ROLE: contextvars.ContextVar[str] = contextvars.ContextVar("bench_role", default="(outside)")
+
+# How each port method maps onto Table Storage operations (what Azure bills and throttles).
+# kind: "write" (one entity or one entity-group transaction), "query", "point read".
+TABLE_KIND = {
+    "create": "write",
+    "save": "write",
+    "watch": "write",
+    "reschedule": "write",
+    "unwatch": "write",
+    "load": "query",
+    "history": "query",
+    "list_by_state": "query",
+    "due": "query",
+    "ping": "point read",
+}
+
+
+@dataclass
+class OpStats:
+    calls: int = 0
+    seconds: float = 0.0
+    table_ops: int = 0
+    entities: int = 0
+    conflicts: int = 0
+
+
+@dataclass
+class RoleStats:
+    invocations: int = 0
+    seconds: float = 0.0
+    queue_wait: float = 0.0
+    queue_waits: int = 0
+    ops: dict[str, OpStats] = field(default_factory=lambda: defaultdict(OpStats))
+    sent: Counter[str] = field(default_factory=Counter)
+    send_seconds: float = 0.0
+    send_calls: int = 0
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.roles: dict[str, RoleStats] = defaultdict(RoleStats)
+        self.processed_at: dict[str, float] = {}
+        self.inner_store: Any = None
+
+    def role(self) -> RoleStats:
+        return self.roles[ROLE.get()]
+
+    def reset(self) -> None:
+        self.roles.clear()
+        self.processed_at.clear()
+        if self.inner_store is not None and hasattr(self.inner_store, "operations"):
+            self.inner_store.operations.clear()
+
+    def to_json(self) -> dict[str, Any]:
+        roles: dict[str, Any] = {}
+        for name, role in list(self.roles.items()):
+            roles[name] = {
+                "invocations": role.invocations,
+                "seconds": role.seconds,
+                "queueWait": role.queue_wait,
+                "queueWaits": role.queue_waits,
+                "ops": {op: vars(s).copy() for op, s in list(role.ops.items())},
+                "sent": dict(role.sent),
+                "sendSeconds": role.send_seconds,
+                "sendCalls": role.send_calls,
+            }
+        operations = getattr(self.inner_store, "operations", None)
+        return {
+            "roles": roles,
+            "adapterOperations": dict(operations) if operations is not None else {},
+            "processed": len(self.processed_at),
+        }
+
+
+STATS = Stats()
+
+
+def _entities(process: OrderProcess, history: Sequence[HistoryEntry], *, create: bool) -> int:
+    return (2 if create else 1) + len(process.steps) + len(history)
+
+
+class CountingStore:
+    """A StateStore that records every call, then delegates to the real one."""
+
+    def __init__(self, inner: StateStore, stats: Stats = STATS) -> None:
+        self.inner = inner
+        self.stats = stats
+        stats.inner_store = inner
+
+    def _record(self, op: str, started: float, entities: int, *, conflict: bool = False) -> None:
+        s = self.stats.role().ops[op]
+        s.calls += 1
+        s.seconds += time.perf_counter() - started
+        s.table_ops += table_rows.WATCH_SHARDS if op == "due" else 1
+        s.entities += entities
+        s.conflicts += int(conflict)
+
+    async def _timed(self, op: str, entities: int, call: Awaitable[Any]) -> Any:
+        started = time.perf_counter()
+        try:
+            result = await call
+        except ConcurrencyConflict:
+            self._record(op, started, entities, conflict=True)
+            raise
+        self._record(op, started, entities)
+        return result
+
+    async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        n = _entities(process, history, create=True)
+        result: str = await self._timed("create", n, self.inner.create(process, history))
+        return result
+
+    async def load(self, order_id: str) -> OrderProcess | None:
+        result: OrderProcess | None = await self._timed("load", 0, self.inner.load(order_id))
+        if result is not None:
+            self.stats.role().ops["load"].entities += 2 + len(result.steps)
+        return result
+
+    async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        n = _entities(process, history, create=False)
+        result: str = await self._timed("save", n, self.inner.save(process, history))
+        if process.state.process_state is ProcessState.PROCESSED:
+            self.stats.processed_at.setdefault(process.order_id, time.time())
+        return result
+
+    async def history(self, order_id: str) -> tuple[HistoryEntry, ...]:
+        result: tuple[HistoryEntry, ...] = await self._timed(
+            "history", 0, self.inner.history(order_id)
+        )
+        self.stats.role().ops["history"].entities += len(result)
+        return result
+
+    async def list_by_state(
+        self, state: ProcessState | None, page_size: int, continuation: str | None
+    ) -> Page:
+        result: Page = await self._timed(
+            "list_by_state", 0, self.inner.list_by_state(state, page_size, continuation)
+        )
+        return result
+
+    async def watch(self, order_id: str, check_at: datetime, *, replace: bool) -> None:
+        await self._timed("watch", 1, self.inner.watch(order_id, check_at, replace=replace))
+
+    async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
+        result: tuple[WatchEntry, ...] = await self._timed("due", 0, self.inner.due(now, limit))
+        self.stats.role().ops["due"].entities += len(result)
+        return result
+
+    async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
+        await self._timed("reschedule", 1, self.inner.reschedule(entry, check_at))
+
+    async def unwatch(self, order_id: str) -> None:
+        await self._timed("unwatch", 1, self.inner.unwatch(order_id))
+
+    async def ping(self) -> None:
+        await self._timed("ping", 0, self.inner.ping())
+
+    async def close(self) -> None:
+        closer = getattr(self.inner, "close", None)
+        if closer is not None:
+            await closer()
+
+
+class CountingBus:
+    """A MessageBus that records what is sent (per queue) and how long sending takes."""
+
+    def __init__(self, inner: MessageBus, stats: Stats = STATS) -> None:
+        self.inner = inner
+        self.stats = stats
+
+    async def send(self, messages: Sequence[Outgoing]) -> None:
+        started = time.perf_counter()
+        await self.inner.send(messages)
+        role = self.stats.role()
+        role.send_seconds += time.perf_counter() - started
+        role.send_calls += 1 if messages else 0
+        for message in messages:
+            role.sent[message.queue] += 1
+
+    async def ping(self) -> None:
+        await self.inner.ping()
+
+    async def close(self) -> None:
+        closer = getattr(self.inner, "close", None)
+        if closer is not None:
+            await closer()
+
+
+# -- attribution of work to functions ------------------------------------------------------
+
+
+def _label(function_name: str, kwargs: dict[str, Any]) -> tuple[str, float | None]:
+    """The role name of one invocation, and how long its message waited in the queue."""
+    msg = kwargs.get("msg")
+    if msg is None or not hasattr(msg, "get_body"):
+        return function_name, None
+    wait: float | None = None
+    enqueued = getattr(msg, "enqueued_time_utc", None)
+    scheduled = getattr(msg, "scheduled_enqueue_time_utc", None)
+    base = max((t for t in (enqueued, scheduled) if isinstance(t, datetime)), default=None)
+    if base is not None:
+        if base.tzinfo is None:
+            base = base.replace(tzinfo=UTC)
+        wait = max((datetime.now(UTC) - base).total_seconds(), 0.0)
+    try:
+        body = json.loads(msg.get_body())
+    except (ValueError, TypeError):
+        return function_name, wait
+    step = body.get("step") if isinstance(body, dict) else None
+    if step and body.get("action") == "compensate":
+        step = f"undo {step}"
+    return (f"{function_name} ({step})" if step else function_name), wait
+
+
+def wrap_function(name: str, func: Callable[..., Any], stats: Stats = STATS) -> Callable[..., Any]:
+    @functools.wraps(func)
+    async def wrapped(**kwargs: Any) -> Any:
+        label, wait = _label(name, kwargs)
+        token = ROLE.set(label)
+        role = stats.roles[label]
+        started = time.perf_counter()
+        try:
+            return await func(**kwargs)
+        finally:
+            role.invocations += 1
+            role.seconds += time.perf_counter() - started
+            if wait is not None:
+                role.queue_wait += wait
+                role.queue_waits += 1
+            ROLE.reset(token)
+
+    return wrapped
+
+
+def wrap_specs(specs: list[Any], stats: Stats = STATS) -> None:
+    """Replace each indexed function in place (the loader caches this very list)."""
+    for i, spec in enumerate(specs):
+        if getattr(spec.func, "__bench_wrapped__", False):
+            continue
+        wrapped = wrap_function(spec.name, spec.func, stats)
+        wrapped.__bench_wrapped__ = True  # type: ignore[attr-defined]
+        specs[i] = replace(spec, func=wrapped)
+
+
+def install(stats: Stats = STATS) -> None:
+    """Counting decorators into shared.bootstrap.build and around every function."""
+    import function_app  # noqa: PLC0415 - imported only when instrumenting
+    from devhost.host.loader import functions_of  # noqa: PLC0415
+    from shared import bootstrap  # noqa: PLC0415
+
+    wrap_specs(functions_of(function_app.app), stats)
+    original = bootstrap.build
+    if getattr(original, "__bench_wrapped__", False):
+        return
+
+    def build(settings: Any) -> Any:
+        container = original(settings)
+        container.process = replace(
+            container.process,
+            store=CountingStore(container.process.store, stats),
+            bus=CountingBus(container.process.bus, stats),
+        )
+        return container
+
+    build.__bench_wrapped__ = True  # type: ignore[attr-defined]
+    bootstrap.build = build
+
+
+def dump(path: Path, stats: Stats = STATS) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(stats.to_json(), default=str))
+    tmp.replace(path)

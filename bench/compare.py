@@ -1,0 +1,104 @@
+"""Ours and the DBOS peer in the same run, one side-by-side table.
+
+    python -m bench.compare [--orders 2000] [--concurrency 64 | --rate 20] [--quick]
+
+Runs ``bench.throughput`` (the local runtime with Azurite, the broker and the
+simulator) and then ``bench.peer_dbos`` (DBOS Transact with SQLite, the same simulator
+settings) with the same orders, load, remote latency and fault rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from bench._common import console, fmt, print_machine, ratio, table
+from bench.peer_dbos import measure_peer
+from bench.throughput import (
+    RunSummary,
+    add_load_options,
+    describe_setup,
+    measure_ours,
+    results_table,
+    save,
+)
+
+
+def side_by_side(ours: list[RunSummary], peer: list[RunSummary]) -> object:
+    t = table(
+        "ours vs DBOS Transact (ratio = ours / DBOS)",
+        [
+            "faults",
+            "ours orders/s",
+            "DBOS orders/s",
+            "ratio",
+            "ours p50 ms",
+            "DBOS p50 ms",
+            "ratio",
+            "ours p99 ms",
+            "DBOS p99 ms",
+            "ratio",
+            "ours CPU ms/order",
+            "DBOS CPU ms/order",
+            "ratio",
+        ],
+    )
+    by_rate = {p.fault_rate: p for p in peer}
+    for o in ours:
+        p = by_rate.get(o.fault_rate)
+        if p is None:
+            continue
+        ours_cpu = 1000 * system_cpu(o) / max(o.processed, 1)
+        peer_cpu = 1000 * system_cpu(p) / max(p.processed, 1)
+        t.add_row(
+            f"{o.fault_rate:.0%}",
+            fmt(o.throughput, 1),
+            fmt(p.throughput, 1),
+            ratio(o.throughput, p.throughput),
+            fmt(o.server.p50 * 1000, 0),
+            fmt(p.server.p50 * 1000, 0),
+            ratio(o.server.p50, p.server.p50),
+            fmt(o.server.p99 * 1000, 0),
+            fmt(p.server.p99 * 1000, 0),
+            ratio(o.server.p99, p.server.p99),
+            fmt(ours_cpu, 1),
+            fmt(peer_cpu, 1),
+            ratio(ours_cpu, peer_cpu),
+        )
+    return t
+
+
+def system_cpu(run: RunSummary) -> float:
+    """CPU seconds of the system under test: everything but the driver and the simulator."""
+    return sum(v for k, v in run.cpu.items() if not k.startswith(("driver", "simulator")))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
+    add_load_options(parser)
+    parser.add_argument("--step-timeout", type=float, default=30.0)
+    parser.add_argument("--pending-timeout", type=float, default=60.0)
+    parser.add_argument("--profile", action="store_true", help="py-spy both systems")
+    args = parser.parse_args(argv)
+    args.instrument = False
+    if args.quick:
+        args.orders = min(args.orders, 40)
+        args.warmup = min(args.warmup, 5)
+        args.timeout = min(args.timeout, 25)
+        args.fault_rates = args.fault_rates[-1:]
+    machine = print_machine("ours vs DBOS Transact, same run")
+    console.print(f"[dim]{describe_setup(args)}[/]")
+    ours = asyncio.run(measure_ours(args))
+    peer = asyncio.run(measure_peer(args))
+    console.print(results_table("throughput and latency (intake -> Processed)", ours + peer))
+    console.print(side_by_side(ours, peer))
+    console.print(
+        "[dim]CPU ms/order: CPU of the system under test per Processed order (ours: runtime, "
+        "broker, Azurite; DBOS: its one process with SQLite), without driver and simulator.[/]"
+    )
+    save("compare", machine, args, ours + peer)
+    return 0 if all(r.unfinished == 0 for r in ours + peer) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,407 @@
+"""Orders per second and intake-to-Processed latency on the local runtime.
+
+    python -m bench.throughput [--orders 2000] [--concurrency 64 | --rate 20] [--quick]
+
+Azurite, the local broker, the simulator and ``python -m devhost --no-services`` run as
+separate processes on free ports; the driver submits orders over HTTP (closed loop: at
+most ``--concurrency`` orders in flight; open loop: ``--rate`` orders per second) and
+reads completions from the ``order-status`` queue, once without faults and once with
+``--faults`` transient errors at every remote service. It prints throughput, latency
+percentiles and the CPU each process took (``--profile`` adds a py-spy breakdown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from bench._common import (
+    RESULTS,
+    CpuMeter,
+    LatencySummary,
+    Machine,
+    console,
+    cpu_table,
+    fmt,
+    print_machine,
+    table,
+)
+from bench._load import Load, LoadResult, StatusQueue, parse_time, run_load
+from bench._profile import Recorder
+from bench._stack import Stack, Timings, get_json, set_faults
+
+
+@dataclass
+class RunSummary:
+    """One measured run; what compare.py and the README table are made of."""
+
+    system: str
+    fault_rate: float
+    load: str
+    orders: int
+    processed: int
+    unfinished: int
+    seconds: float
+    throughput: float
+    submit_rate: float
+    server: LatencySummary
+    client: LatencySummary
+    cpu: dict[str, float] = field(default_factory=dict)
+    cpu_wall: float = 0.0
+    machine_busy: float = 0.0
+    retries: int = 0
+    profiles: dict[str, Any] = field(default_factory=dict)
+    hops: dict[str, Any] = field(default_factory=dict)
+    functions: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, system: str, fault_rate: float, result: LoadResult, meter: CpuMeter | None
+    ) -> RunSummary:
+        return cls(
+            system=system,
+            fault_rate=fault_rate,
+            load=result.load.describe(),
+            orders=len(result.orders),
+            processed=result.processed,
+            unfinished=len(result.orders) - len(result.finished),
+            seconds=result.elapsed,
+            throughput=result.throughput,
+            submit_rate=result.submit_rate,
+            server=result.server,
+            client=result.client,
+            cpu=dict(meter.used) if meter else {},
+            cpu_wall=meter.wall if meter else 0.0,
+            machine_busy=meter.machine_busy if meter else 0.0,
+        )
+
+
+def results_table(title: str, runs: list[RunSummary]) -> Any:
+    t = table(
+        title,
+        [
+            "system",
+            "faults",
+            "orders",
+            "Processed",
+            "unfinished",
+            "orders/s",
+            "submit/s",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "max ms",
+            "client p50 ms",
+            "client p99 ms",
+            "remote retries",
+        ],
+        right_from=1,
+    )
+    for r in runs:
+        t.add_row(
+            r.system,
+            f"{r.fault_rate:.0%}",
+            str(r.orders),
+            str(r.processed),
+            str(r.unfinished),
+            fmt(r.throughput, 1),
+            fmt(r.submit_rate, 1),
+            *r.server.cells(),
+            fmt(r.client.p50 * 1000, 0),
+            fmt(r.client.p99 * 1000, 0),
+            str(r.retries),
+        )
+    return t
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+
+
+HOPS = (
+    ("intake -> claimed (scheduler queue hop)", "submitted", "claimed"),
+    ("claimed -> inventory done (agent queue, call, reply queue)", "claimed", "step-completed:0"),
+    ("inventory done -> payment done", "step-completed:0", "step-completed:1"),
+    ("payment done -> shipping done = Processed", "step-completed:1", "step-completed:2"),
+)
+
+
+async def hop_breakdown(
+    session: aiohttp.ClientSession, api: str, order_ids: list[str]
+) -> dict[str, LatencySummary]:
+    """Where an order's time goes, from the history of a sample of orders."""
+    spans: dict[str, list[float]] = {name: [] for name, _, _ in HOPS}
+    for order_id in order_ids:
+        try:
+            view = await get_json(session, f"{api}/orders/{order_id}")
+        except Exception:  # a sample: skip what cannot be read
+            continue
+        marks: dict[str, datetime] = {}
+        completed = 0
+        for entry in view.get("history", []):
+            event = entry["event"]
+            if event == "step-completed":
+                event = f"step-completed:{completed}"
+                completed += 1
+            marks.setdefault(event, parse_time(entry["at"]))
+        for name, start, end in HOPS:
+            if start in marks and end in marks:
+                spans[name].append((marks[end] - marks[start]).total_seconds())
+    return {name: LatencySummary.of(values) for name, values in spans.items()}
+
+
+def hops_table(title: str, hops: dict[str, LatencySummary]) -> Any:
+    t = table(title, ["hop", "orders", "mean ms", "p50 ms", "p95 ms", "p99 ms", "max ms"])
+    for name, summary in hops.items():
+        t.add_row(name, str(summary.count), fmt(summary.mean * 1000, 0), *summary.cells())
+    return t
+
+
+async def _sim_retries(session: aiohttp.ClientSession, url: str) -> int:
+    stats = await get_json(session, f"{url}/_sim/stats")
+    return sum(int(s.get("transientErrors", 0)) for s in stats.values() if isinstance(s, dict))
+
+
+async def measure_run(
+    stack: Stack,
+    session: aiohttp.ClientSession,
+    args: argparse.Namespace,
+    rate: float,
+    load: Load,
+) -> RunSummary:
+    """One measured run at one fault rate on a running stack."""
+    await set_faults(session, stack.simulator_url, rate, args.latency_ms)
+    tag = uuid.uuid4().hex[:6]
+    if args.warmup:
+        await run_load(
+            f"{stack.api}/orders",
+            [f"warm-{tag}-{i:04d}" for i in range(args.warmup)],
+            Load(concurrency=min(args.warmup, 16)),
+            StatusQueue(stack.connection_string),
+            timeout=120,
+        )
+    async with session.delete(f"{stack.simulator_url}/_sim/stats"):
+        pass
+    if stack.instrument:
+        await stack.runtime_stats(reset=True)
+    meter = CpuMeter({**stack.pids(), "driver (this process)": os.getpid()})
+    recorders: list[Recorder] = []
+
+    async def begin() -> None:
+        meter.start()
+        if not args.profile:
+            return
+        targets = {
+            "runtime": stack.children["runtime"].pid,
+            "broker": stack.children["broker"].pid,
+            "driver": os.getpid(),
+        }
+        for name, pid in targets.items():
+            out = stack.run_dir / f"pyspy-{name}-{rate:.2f}.txt"
+            recorders.append(Recorder(name, pid, out, duration=int(args.timeout)))
+
+    with progress_bar() as progress:
+        task = progress.add_task(f"{rate:.0%} faults", total=args.orders)
+        result = await run_load(
+            f"{stack.api}/orders",
+            [f"tp-{tag}-{i:05d}" for i in range(args.orders)],
+            load,
+            StatusQueue(stack.connection_string),
+            timeout=args.timeout,
+            seed=args.seed,
+            on_progress=lambda done, total: progress.update(task, completed=done),
+            before_start=begin,
+        )
+    meter.stop()
+    profiles = [p for r in recorders if (p := r.finish()) is not None]
+    summary = RunSummary.of("ours", rate, result, meter)
+    summary.retries = await _sim_retries(session, stack.simulator_url)
+    summary.profiles = {p.name: p.to_json() for p in profiles}
+    if stack.instrument:
+        stats = await stack.runtime_stats()
+        summary.functions = stats
+        console.print(functions_table(f"inside the runtime, {rate:.0%} faults", stats, result))
+    step = max(1, args.orders // 60)
+    hops = await hop_breakdown(session, stack.api, [o.order_id for o in result.orders[::step]])
+    summary.hops = {name: asdict(h) for name, h in hops.items()}
+    console.print(hops_table(f"latency by hop, {rate:.0%} faults (sample)", hops))
+    console.print(cpu_table(meter, f"CPU during the {rate:.0%} faults run"))
+    for profile in profiles:
+        console.print(profile.table())
+    return summary
+
+
+def functions_table(title: str, stats: dict[str, Any], result: LoadResult) -> Any:
+    """Per function: invocations, time in the handler, queue wait, store and send time."""
+    t = table(
+        title,
+        [
+            "function [step]",
+            "invocations",
+            "mean handler ms",
+            "mean queue wait ms",
+            "store calls",
+            "mean store ms",
+            "messages sent",
+            "mean send ms",
+        ],
+    )
+    for name, role in sorted(stats.get("roles", {}).items()):
+        n = max(int(role["invocations"]), 1)
+        ops = role["ops"].values()
+        store_calls = sum(int(o["calls"]) for o in ops)
+        store_seconds = sum(float(o["seconds"]) for o in ops)
+        sent = sum(role["sent"].values())
+        waits = int(role["queueWaits"])
+        t.add_row(
+            name,
+            str(role["invocations"]),
+            fmt(1000 * role["seconds"] / n, 1),
+            fmt(1000 * role["queueWait"] / waits, 1) if waits else "-",
+            str(store_calls),
+            fmt(1000 * store_seconds / store_calls, 1) if store_calls else "-",
+            str(sent),
+            fmt(1000 * role["sendSeconds"] / role["sendCalls"], 1) if role["sendCalls"] else "-",
+        )
+    return t
+
+
+async def measure_ours(args: argparse.Namespace) -> list[RunSummary]:
+    timings = Timings(
+        step_timeout=args.step_timeout, pending_timeout=args.pending_timeout, supervisor_period=5
+    )
+    runs: list[RunSummary] = []
+    load = Load(rate=args.rate) if args.rate else Load(concurrency=args.concurrency)
+    async with Stack(
+        "throughput",
+        timings=timings,
+        seed=args.seed,
+        instrument=getattr(args, "instrument", False),
+        broker_db=not getattr(args, "broker_in_memory", False),
+    ) as stack:
+        console.print(
+            f"[dim]stack up: Azurite :{stack.table_port}, broker :{stack.broker_port}, "
+            f"simulator :{stack.simulator_port}, runtime :{stack.http_port}; "
+            f"logs in {stack.run_dir}[/]"
+        )
+        async with aiohttp.ClientSession() as session:
+            for i, rate in enumerate(args.fault_rates):
+                if i:
+                    await stack.fresh_table()
+                runs.append(await measure_run(stack, session, args, rate, load))
+                broker_stats = await get_json(session, f"{stack.broker_control_url}/_broker/stats")
+                dead = sum(int(q.get("deadLettered", 0)) for q in broker_stats.values())
+                sent = sum(int(q.get("sent", 0)) for q in broker_stats.values())
+                console.print(f"[dim]broker: {sent:,} messages so far, {dead} dead-lettered[/]")
+    return runs
+
+
+def describe_setup(args: argparse.Namespace) -> str:
+    load = f"rate {args.rate:g}/s" if args.rate else f"concurrency {args.concurrency}"
+    return (
+        f"{args.orders} orders per run, {load}, remote latency {args.latency_ms} ms per call, "
+        f"faults {', '.join(f'{r:.0%}' for r in args.fault_rates)}, "
+        f"step timeout {args.step_timeout:g} s, warm-up {args.warmup} orders"
+    )
+
+
+def save(name: str, machine: Machine, args: argparse.Namespace, runs: list[RunSummary]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(
+        json.dumps(
+            {
+                "machine": asdict(machine),
+                "args": {k: v for k, v in vars(args).items() if not callable(v)},
+                "runs": [asdict(r) for r in runs],
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    console.print(f"[dim]saved {path}[/]")
+
+
+def add_load_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--orders", type=int, default=2000, help="orders per run (default 2000)")
+    parser.add_argument(
+        "--concurrency", type=int, default=64, help="closed loop: orders in flight (default 64)"
+    )
+    parser.add_argument("--rate", type=float, default=None, help="open loop: orders per second")
+    parser.add_argument(
+        "--faults",
+        dest="fault_rates",
+        type=lambda text: [float(x) for x in text.split(",")],
+        default=[0.0, 0.1],
+        help="comma-separated transient error rates (default 0,0.1)",
+    )
+    parser.add_argument(
+        "--latency-ms", type=int, default=20, help="simulated remote latency per call (20)"
+    )
+    parser.add_argument("--warmup", type=int, default=30, help="orders before each run (30)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per run at most")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="a smoke run in under a minute")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__)
+    add_load_options(parser)
+    parser.add_argument("--step-timeout", type=float, default=30.0)
+    parser.add_argument("--pending-timeout", type=float, default=60.0)
+    parser.add_argument(
+        "--profile", action="store_true", help="py-spy the runtime and the broker during runs"
+    )
+    parser.add_argument(
+        "--broker-in-memory",
+        action="store_true",
+        help="run the broker without its SQLite store (devhost runs it with one)",
+    )
+    parser.add_argument(
+        "--instrument",
+        action="store_true",
+        help="run bench.instrumented_runtime: time per function, store call and send",
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.orders = min(args.orders, 60)
+        args.warmup = min(args.warmup, 5)
+        args.timeout = min(args.timeout, 25)
+    if args.orders < 1 or (args.rate is not None and args.rate <= 0) or args.concurrency < 1:
+        parser.error("--orders, --concurrency and --rate must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    machine = print_machine("throughput: the local runtime")
+    console.print(f"[dim]{describe_setup(args)}[/]")
+    runs = asyncio.run(measure_ours(args))
+    console.print(results_table("throughput and latency (intake -> Processed)", runs))
+    console.print(
+        "[dim]p50/p95/p99/max: server clock, order createdAt to the Processed transition; "
+        "client: POST sent to the Processed notification read from order-status.[/]"
+    )
+    save("throughput", machine, args, runs)
+    return 0 if all(r.unfinished == 0 for r in runs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
