@@ -192,17 +192,7 @@ class Stack:
         logs = self.run_dir / "logs"
         self.azurite = Child(
             "azurite",
-            [
-                str(AZURITE_TABLE),
-                "--silent",
-                "--skipApiVersionCheck",
-                "--loose",
-                "--inMemoryPersistence",
-                "--tableHost",
-                LOOPBACK,
-                "--tablePort",
-                str(self.table_port),
-            ],
+            azurite_command(self.table_port),
             logs / "azurite.log",
             cwd=self.work,
         )
@@ -380,6 +370,21 @@ class Stack:
             signal.signal(signum, handler)
 
 
+def azurite_command(port: int) -> list[str]:
+    """Azurite's table service, in memory, on one loopback port."""
+    return [
+        str(AZURITE_TABLE),
+        "--silent",
+        "--skipApiVersionCheck",
+        "--loose",
+        "--inMemoryPersistence",
+        "--tableHost",
+        LOOPBACK,
+        "--tablePort",
+        str(port),
+    ]
+
+
 @contextlib.contextmanager
 def azurite_only(name: str) -> Iterator[tuple[Child, int]]:
     """A fresh in-memory Azurite table service, for the in-process benchmarks."""
@@ -387,17 +392,7 @@ def azurite_only(name: str) -> Iterator[tuple[Child, int]]:
     port = free_port()
     child = Child(
         "azurite",
-        [
-            str(AZURITE_TABLE),
-            "--silent",
-            "--skipApiVersionCheck",
-            "--loose",
-            "--inMemoryPersistence",
-            "--tableHost",
-            LOOPBACK,
-            "--tablePort",
-            str(port),
-        ],
+        azurite_command(port),
         work / "azurite.log",
         cwd=work,
     )
