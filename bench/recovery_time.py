@@ -164,6 +164,19 @@ async def _until(check: Any, timeout: float, what: str) -> None:
     raise TimeoutError(f"{what} did not happen within {timeout:.0f} s")
 
 
+def _start_load(stack: Stack, ids: list[str], timeout: float) -> asyncio.Task[Any]:
+    """Every order of the scenario in flight at once, completions read from order-status."""
+    return asyncio.create_task(
+        run_load(
+            f"{stack.api}/orders",
+            ids,
+            Load(concurrency=len(ids)),
+            StatusQueue(stack.connection_string),
+            timeout=timeout,
+        )
+    )
+
+
 async def _payment_stat(session: aiohttp.ClientSession, stack: Stack, key: str) -> int:
     stats = await get_json(session, f"{stack.simulator_url}/_sim/stats")
     return int(stats.get("payment", {}).get(key, 0))
@@ -179,15 +192,7 @@ async def agent_hang(
         f"{stack.simulator_url}/_sim/faults/payment",
         {"hangRate": 1.0, "hangSeconds": 300, "latencyMs": args.latency_ms},
     )
-    load = asyncio.create_task(
-        run_load(
-            f"{stack.api}/orders",
-            ids,
-            Load(concurrency=len(ids)),
-            StatusQueue(stack.connection_string),
-            timeout=args.timeout,
-        )
-    )
+    load = _start_load(stack, ids, args.timeout)
 
     async def all_hung() -> bool:
         return await _payment_stat(session, stack, "hangs") - hangs_before >= len(ids)
@@ -224,15 +229,7 @@ async def runtime_killed(
     await put_json(
         session, f"{stack.simulator_url}/_sim/faults/payment", {"latencyMs": args.slow_ms}
     )
-    load = asyncio.create_task(
-        run_load(
-            f"{stack.api}/orders",
-            ids,
-            Load(concurrency=len(ids)),
-            StatusQueue(stack.connection_string),
-            timeout=args.timeout,
-        )
-    )
+    load = _start_load(stack, ids, args.timeout)
 
     async def all_in_payment() -> bool:
         return await _payment_stat(session, stack, "calls") - calls_before >= len(ids)
