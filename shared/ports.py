@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from shared.domain.health import AgentHealth, SweepRecord
 from shared.domain.model import (
     HistoryEntry,
     JsonObject,
@@ -110,6 +111,24 @@ class StateStore(Protocol):
 
     async def ping(self) -> None:
         """Raise StoreUnavailable unless the store answers."""
+        ...
+
+
+class HealthStore(Protocol):
+    """Where Agents publish heartbeats and the Supervisor logs its sweeps (ops records)."""
+
+    async def publish_health(self, health: AgentHealth) -> None:
+        """Upsert this instance's view of one agent (last write wins)."""
+        ...
+
+    async def agent_health(self) -> tuple[AgentHealth, ...]:
+        """Every published (agent, instance) view: one small partition, no history."""
+        ...
+
+    async def record_sweep(self, sweep: SweepRecord) -> None: ...
+
+    async def recent_sweeps(self, limit: int) -> tuple[SweepRecord, ...]:
+        """Newest first."""
         ...
 
 

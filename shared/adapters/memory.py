@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from shared.domain.health import AgentHealth, SweepRecord
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
 from shared.ports import (
     AlreadyExists,
@@ -115,6 +116,29 @@ class InMemoryStateStore:
 
     def watched(self) -> dict[str, datetime]:
         return {order_id: at for order_id, (at, _) in self._watch.items()}
+
+
+class InMemoryHealthStore:
+    def __init__(self) -> None:
+        self._health: dict[tuple[str, str], AgentHealth] = {}
+        self._sweeps: list[SweepRecord] = []
+
+    async def publish_health(self, health: AgentHealth) -> None:
+        await asyncio.sleep(0)
+        self._health[(health.agent, health.instance)] = health
+
+    async def agent_health(self) -> tuple[AgentHealth, ...]:
+        await asyncio.sleep(0)
+        return tuple(self._health[k] for k in sorted(self._health))
+
+    async def record_sweep(self, sweep: SweepRecord) -> None:
+        await asyncio.sleep(0)
+        self._sweeps.append(sweep)
+
+    async def recent_sweeps(self, limit: int) -> tuple[SweepRecord, ...]:
+        await asyncio.sleep(0)
+        newest = sorted(self._sweeps, key=lambda s: s.started_at, reverse=True)
+        return tuple(newest[:limit])
 
 
 class InMemoryBus:

@@ -1,0 +1,55 @@
+"""What Agents publish about themselves, and what the Scheduler routes on.
+
+An agent's health is observed per instance (each instance has its own circuit breaker);
+the Scheduler merges the fresh observations of one agent into one view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+class BreakerState(StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half-open"
+
+
+@dataclass(frozen=True)
+class AgentHealth:
+    """One instance's view of one agent, as last published (a heartbeat)."""
+
+    agent: str
+    """The agent's name, e.g. `payment` or `payment-secondary`."""
+    instance: str
+    breaker: BreakerState
+    success_rate: float
+    """Share of the recent remote calls that succeeded, 0..1 (1.0 with no calls)."""
+    latency_ms: float
+    """Mean latency of the recent remote calls."""
+    in_flight: int
+    capacity: int
+    """How many requests this instance serves at once."""
+    calls: int
+    """Remote calls in the recent window."""
+    heartbeat_at: datetime
+    open_until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """One Supervisor sweep, kept so operators can see the Supervisor is alive and busy."""
+
+    instance: str
+    started_at: datetime
+    finished_at: datetime
+    due: int
+    requeued: int
+    errored: int
+    compensating: int
+    rescheduled: int
+    finished: int
+    lost_races: int
+    failed: int
