@@ -30,6 +30,7 @@ import aiohttp
 
 from bench._common import LOOPBACK, RESULTS, ROOT, free_port
 from shared.contract import Queue, Setting
+from shared.domain.workflow import AGENTS
 from shared.settings import azurite_connection_string
 
 AZURITE_TABLE = ROOT / "node_modules" / ".bin" / "azurite-table"
@@ -287,9 +288,10 @@ class Stack:
             Setting.MAX_FAILURE_COUNT: str(t.max_failure_count),
             Setting.EXHAUSTED_POLICY: "hold",
             Setting.REPLY_TO_ALLOW_LIST: Queue.ORDER_STATUS,
-            Setting.INVENTORY_SERVICE_URL: f"{self.simulator_url}/inventory",
-            Setting.PAYMENT_SERVICE_URL: f"{self.simulator_url}/payment",
-            Setting.SHIPPING_SERVICE_URL: f"{self.simulator_url}/shipping",
+            **{
+                spec.service_url_setting: f"{self.simulator_url}/{name.value}"
+                for name, spec in AGENTS.items()
+            },
             Setting.INSTANCE_ID: f"bench-{self.name}",
         }
 

@@ -23,6 +23,7 @@ from chaos.config import ChaosConfig
 from chaos.processes import Child, StartError, python
 from shared.bootstrap import CHAOS_SETTING
 from shared.contract import Queue, Setting
+from shared.domain.workflow import AGENTS
 from shared.settings import azurite_connection_string
 from tests.azurite import free_port, running_azurite
 
@@ -174,9 +175,10 @@ class ChaosSystem:
             Setting.SERVICE_BUS: self.broker_connection,
             Setting.STATE_TABLE: self.table_name,
             Setting.REPLY_TO_ALLOW_LIST: Queue.ORDER_STATUS,
-            Setting.INVENTORY_SERVICE_URL: f"{self.simulator}/inventory",
-            Setting.PAYMENT_SERVICE_URL: f"{self.simulator}/payment",
-            Setting.SHIPPING_SERVICE_URL: f"{self.simulator}/shipping",
+            **{
+                spec.service_url_setting: f"{self.simulator}/{name.value}"
+                for name, spec in AGENTS.items()
+            },
             Setting.INSTANCE_ID: slot.instance_id,
             CHAOS_SETTING: str(self.config.chaos_fault_rate),
             **self.config.timings.settings(),

@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from shared.contract import Setting
+from shared.domain.workflow import AGENTS
 
 log = logging.getLogger("devhost.services")
 
@@ -32,11 +33,7 @@ AZURITE_PORTS = {"blob": 10000, "queue": 10001, "table": 10002}
 BROKER_DEFAULT_PORT = 5672
 BROKER_CONTROL_PORT = 7073
 SIMULATOR_DEFAULT_PORT = 7072
-SERVICE_URL_SETTINGS = (
-    Setting.INVENTORY_SERVICE_URL,
-    Setting.PAYMENT_SERVICE_URL,
-    Setting.SHIPPING_SERVICE_URL,
-)
+SERVICE_URL_SETTINGS = tuple(spec.service_url_setting for spec in AGENTS.values())
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 

@@ -126,6 +126,14 @@ param paymentServiceUrl string
 @description('ShippingServiceUrl: base URL of the shipping service the shipping agent calls.')
 param shippingServiceUrl string
 
+@minLength(1)
+@description('PaymentSecondaryServiceUrl: base URL of the secondary payment provider, used when the primary is unhealthy or full.')
+param paymentSecondaryServiceUrl string
+
+@description('HighPriorityStepTimeoutSeconds: the tighter complete-by of a high-priority order\'s steps.')
+@minValue(1)
+param highPriorityStepTimeoutSeconds int = 15
+
 // ---------------------------------------------------------------------------
 // Names
 // ---------------------------------------------------------------------------
@@ -148,6 +156,11 @@ var queueNames = [
   'agent-shipping'
   'order-status'
   'operator-alerts'
+  'agent-payment-secondary'
+  'agent-inventory-high'
+  'agent-payment-high'
+  'agent-payment-secondary-high'
+  'agent-shipping-high'
 ]
 
 // ---------------------------------------------------------------------------
@@ -233,6 +246,8 @@ module api 'app/function.bicep' = {
     inventoryServiceUrl: inventoryServiceUrl
     paymentServiceUrl: paymentServiceUrl
     shippingServiceUrl: shippingServiceUrl
+    paymentSecondaryServiceUrl: paymentSecondaryServiceUrl
+    highPriorityStepTimeoutSeconds: highPriorityStepTimeoutSeconds
   }
 }
 

@@ -17,14 +17,18 @@ from azure.identity.aio import DefaultAzureCredential
 from shared.adapters.chaos import ChaosMessageBus, ChaosStateStore
 from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
+from shared.adapters.memory import InMemoryHealthStore
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
+from shared.adapters.table_health import TableHealthStore
 from shared.adapters.table_store import TableStateStore
 from shared.domain.workflow import AgentName
-from shared.ports import Clock, MessageBus, RemoteService, StateStore
+from shared.ports import Clock, HealthStore, MessageBus, RemoteService, StateStore
 from shared.resilience import CircuitBreaker
 from shared.settings import Settings
 from shared.usecases.agent import AgentDeps
+from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.commit import ProcessDeps
+from shared.usecases.routing import RoutingSource
 
 
 @dataclass
@@ -32,30 +36,49 @@ class Container:
     settings: Settings
     process: ProcessDeps
     remotes: dict[AgentName, RemoteService]
-    breakers: dict[AgentName, CircuitBreaker] = field(default_factory=dict)
+    monitors: dict[AgentName, HealthMonitor] = field(default_factory=dict)
+    """Per agent: its circuit breaker and health, one each per instance."""
     session: aiohttp.ClientSession | None = None
+    health: HealthStore = field(default_factory=InMemoryHealthStore)
+    """Agent heartbeats and Supervisor sweeps (ops records; in the state table when built)."""
 
     async def close(self) -> None:
         """Release the clients (the local runtime and tests; the Functions host never stops)."""
-        for resource in (self.process.store, self.process.bus):
+        for resource in (self.health, self.process.store, self.process.bus):
             closer = getattr(resource, "close", None)
             if closer is not None:
                 await closer()
         if self.session is not None:
             await self.session.close()
 
+    def monitor(self, name: AgentName) -> HealthMonitor:
+        monitor = self.monitors.get(name)
+        if monitor is None:
+            clock = self.process.clock
+            monitor = self.monitors[name] = HealthMonitor(
+                name.value,
+                self.process.instance_id,
+                CircuitBreaker(name.value, clock),
+                clock,
+                AGENT_CAPACITY,
+            )
+        return monitor
+
     def agent(self, name: AgentName) -> AgentDeps:
-        breaker = self.breakers.get(name)
-        if breaker is None:
-            breaker = self.breakers[name] = CircuitBreaker(name.value, self.process.clock)
+        monitor = self.monitor(name)
         return AgentDeps(
             agent=name,
             bus=self.process.bus,
             clock=self.process.clock,
             remote=self.remotes[name],
-            breaker=breaker,
+            breaker=monitor.breaker,
+            monitor=monitor,
+            health=self.health,
         )
 
+
+AGENT_CAPACITY = 16
+"""Requests one instance serves at once per agent queue: host.json maxConcurrentCalls."""
 
 CHAOS_SETTING = "ChaosFaultRate"
 """Chaos runs only (never deployed): the chance that a store or bus call crashes."""
@@ -97,15 +120,25 @@ def compose(
     bus: MessageBus,
     remotes: dict[AgentName, RemoteService],
     clock: Clock | None = None,
+    health: HealthStore | None = None,
 ) -> Container:
+    """Without a health store the ops records stay in memory (tests, tools)."""
+    health = health if health is not None else InMemoryHealthStore()
+    clock = clock or SystemClock()
     process = ProcessDeps(
         store=store,
         bus=bus,
-        clock=clock or SystemClock(),
+        clock=clock,
         policy=settings.policy,
         instance_id=settings.instance_id,
+        routing=RoutingSource(health, clock),
     )
-    return Container(settings=settings, process=process, remotes=remotes)
+    return Container(
+        settings=settings,
+        process=process,
+        remotes=remotes,
+        health=health,
+    )
 
 
 def build(settings: Settings) -> Container:
@@ -147,6 +180,7 @@ def build(settings: Settings) -> Container:
     if chaos_rate > 0:
         store = ChaosStateStore(store, chaos_rate)
         sender = ChaosMessageBus(bus, chaos_rate)
-    built = compose(settings, store, sender, remotes)
+    health = TableHealthStore(tables, settings.state_table)
+    built = compose(settings, store, sender, remotes, health=health)
     built.session = session
     return built

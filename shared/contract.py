@@ -20,8 +20,24 @@ class Queue:
     AGENT_INVENTORY: Final = "agent-inventory"
     AGENT_PAYMENT: Final = "agent-payment"
     AGENT_SHIPPING: Final = "agent-shipping"
+    AGENT_PAYMENT_SECONDARY: Final = "agent-payment-secondary"
+    """The alternative payment provider's agent (issue 7: health-aware routing)."""
     ORDER_STATUS: Final = "order-status"
     OPERATOR_ALERTS: Final = "operator-alerts"
+
+
+AGENT_QUEUES: Final[tuple[str, ...]] = (
+    Queue.AGENT_INVENTORY,
+    Queue.AGENT_PAYMENT,
+    Queue.AGENT_PAYMENT_SECONDARY,
+    Queue.AGENT_SHIPPING,
+)
+HIGH_PRIORITY_SUFFIX: Final = "-high"
+"""Each agent queue has a high-priority lane, `<queue>-high`, served by its own trigger."""
+
+
+def high_priority(queue: str) -> str:
+    return f"{queue}{HIGH_PRIORITY_SUFFIX}"
 
 
 ALL_QUEUES: Final[tuple[str, ...]] = (
@@ -33,6 +49,8 @@ ALL_QUEUES: Final[tuple[str, ...]] = (
     Queue.AGENT_SHIPPING,
     Queue.ORDER_STATUS,
     Queue.OPERATOR_ALERTS,
+    Queue.AGENT_PAYMENT_SECONDARY,
+    *(f"{q}{HIGH_PRIORITY_SUFFIX}" for q in AGENT_QUEUES),
 )
 
 
@@ -58,12 +76,14 @@ class Setting:
     STATE_TABLE: Final = "StateTableName"
     SUPERVISOR_SCHEDULE: Final = "SupervisorSchedule"
     STEP_TIMEOUT_SECONDS: Final = "StepTimeoutSeconds"
+    HIGH_PRIORITY_STEP_TIMEOUT_SECONDS: Final = "HighPriorityStepTimeoutSeconds"
     PENDING_TIMEOUT_SECONDS: Final = "PendingTimeoutSeconds"
     MAX_FAILURE_COUNT: Final = "MaxFailureCount"
     EXHAUSTED_POLICY: Final = "ExhaustedPolicy"
     REPLY_TO_ALLOW_LIST: Final = "ReplyToAllowList"
     INVENTORY_SERVICE_URL: Final = "InventoryServiceUrl"
     PAYMENT_SERVICE_URL: Final = "PaymentServiceUrl"
+    PAYMENT_SECONDARY_SERVICE_URL: Final = "PaymentSecondaryServiceUrl"
     SHIPPING_SERVICE_URL: Final = "ShippingServiceUrl"
     INSTANCE_ID: Final = "WEBSITE_INSTANCE_ID"
 
@@ -76,3 +96,6 @@ class Route:
     RESUBMIT: Final = "orders/{orderId}/resubmit"
     HEALTH: Final = "health"
     OPENAPI: Final = "openapi.json"
+    OPS_PAGE: Final = "ops"
+    """The operator's status page (HTML); it polls OPS_DATA."""
+    OPS_DATA: Final = "ops/data"

@@ -152,3 +152,7 @@ class RemoteService(Protocol):
     async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
         """Raise TransientRemoteError or PermanentRemoteError; return the result on success."""
         ...
+
+    async def probe(self, timeout: float) -> None:
+        """A cheap health call (no effect); raise TransientRemoteError unless it answers."""
+        ...

@@ -12,20 +12,14 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
+from shared.domain.health import BreakerState
 from shared.ports import Clock, PermanentRemoteError, TransientRemoteError
 
 T = TypeVar("T")
-
-
-class BreakerState(StrEnum):
-    CLOSED = "closed"
-    OPEN = "open"
-    HALF_OPEN = "half-open"
 
 
 class CircuitOpen(TransientRemoteError):
@@ -59,6 +53,10 @@ class CircuitBreaker:
         self._trial_running = False
 
     @property
+    def open_until(self) -> datetime | None:
+        return None if self._opened_at is None else self._opened_at + self._open_for
+
+    @property
     def state(self) -> BreakerState:
         if self._opened_at is None:
             return BreakerState.CLOSED
@@ -77,6 +75,10 @@ class CircuitBreaker:
     def record_success(self) -> None:
         self._failures = 0
         self._opened_at = None
+        self._trial_running = False
+
+    def release_trial(self) -> None:
+        """The trial call ended without a verdict (cut by a deadline): allow another."""
         self._trial_running = False
 
     def record_failure(self) -> None:
@@ -102,9 +104,15 @@ async def call_until_deadline(
     breaker: CircuitBreaker,
     policy: RetryPolicy,
     rng: random.Random | None = None,
+    observe: Callable[[bool, float], None] | None = None,
 ) -> T:
     """Retry transient failures with exponential back-off and full jitter until the
-    deadline; raise DeadlinePassed when no attempt fits before it any more."""
+    deadline; raise DeadlinePassed when no attempt fits before it any more.
+
+    A call cut short by the deadline itself does not count against the breaker: the
+    remote service may be merely slow, and the step's deadline is not its fault.
+    `observe(succeeded, seconds)` sees every remote call that ran (for health metrics).
+    """
     jitter = rng or random.Random()
 
     def remaining() -> float:
@@ -126,15 +134,27 @@ async def call_until_deadline(
         if budget <= 0:
             raise DeadlinePassed()
         breaker.before_call()
+        started = clock.now()
+
+        def seen(succeeded: bool) -> None:
+            if observe is not None:
+                observe(succeeded, (clock.now() - started).total_seconds())
+
         try:
             result = await operation(min(policy.call_timeout, budget))
         except TransientRemoteError:
-            breaker.record_failure()
+            if budget < policy.call_timeout and remaining() <= 0:
+                breaker.release_trial()
+            else:
+                breaker.record_failure()
+            seen(False)
             raise
         except PermanentRemoteError:
             breaker.record_success()
+            seen(True)
             raise
         breaker.record_success()
+        seen(True)
         return result
 
     retrying = AsyncRetrying(

@@ -47,6 +47,7 @@ class Settings:
     service_bus: Connection
     state_table: str
     step_timeout: timedelta
+    high_priority_step_timeout: timedelta
     pending_timeout: timedelta
     max_failure_count: int
     exhausted_policy: ExhaustedPolicy
@@ -58,6 +59,7 @@ class Settings:
     def policy(self) -> ProcessPolicy:
         return ProcessPolicy(
             step_timeout=self.step_timeout,
+            high_priority_step_timeout=self.high_priority_step_timeout,
             pending_timeout=self.pending_timeout,
             max_failure_count=self.max_failure_count,
             exhausted_policy=self.exhausted_policy,
@@ -66,11 +68,17 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         values = os.environ if env is None else env
+        step_timeout = _number(values, Setting.STEP_TIMEOUT_SECONDS, 30)
         return cls(
             storage=_storage(values),
             service_bus=_service_bus(values),
             state_table=values.get(Setting.STATE_TABLE, "Orders"),
-            step_timeout=timedelta(seconds=_number(values, Setting.STEP_TIMEOUT_SECONDS, 30)),
+            step_timeout=timedelta(seconds=step_timeout),
+            high_priority_step_timeout=timedelta(
+                seconds=_number(
+                    values, Setting.HIGH_PRIORITY_STEP_TIMEOUT_SECONDS, default=step_timeout / 2
+                )
+            ),
             pending_timeout=timedelta(seconds=_number(values, Setting.PENDING_TIMEOUT_SECONDS, 60)),
             max_failure_count=int(_number(values, Setting.MAX_FAILURE_COUNT, 3, minimum=1)),
             exhausted_policy=_policy(values),

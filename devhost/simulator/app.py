@@ -10,7 +10,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from devhost.simulator.calls import handle_call
+from devhost.simulator.calls import handle_call, handle_probe
 from devhost.simulator.control import add_control_routes
 from devhost.simulator.effects import EffectLedger
 from devhost.simulator.problems import problem
@@ -62,6 +62,7 @@ def create_app(db_path: str | Path | None = None, seed: int | None = None) -> we
     app[STATE] = state
     services = "|".join(SERVICE_NAMES)
     app.router.add_post(f"/{{service:{services}}}/{{operation}}", handle_call)
+    app.router.add_get(f"/{{service:{services}}}/health", handle_probe)
     add_control_routes(app.router)
     app.on_shutdown.append(_wake_hung_calls)
     app.on_cleanup.append(_close)

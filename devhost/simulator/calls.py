@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -226,3 +227,20 @@ async def handle_call(request: web.Request) -> web.Response:
     state.finishing.add(task)
     task.add_done_callback(state.finishing.discard)
     return await asyncio.shield(task)
+
+
+_probe_rng = random.Random()
+
+
+async def handle_probe(request: web.Request) -> web.Response:
+    """`GET /{service}/health`: the cheap call an Agent makes to see whether a tripped
+    circuit may close. It draws the same transient and hang faults as a real call."""
+    state = request.app[STATE]
+    name = request.match_info["service"]
+    settings = state.faults.get(name)
+    if _probe_rng.random() < settings.hang_rate:
+        await _hang(request, state, settings.hang_seconds)
+        return problem(503, "hung", "Service hung", "the health probe hung")
+    if _probe_rng.random() < settings.transient_error_rate:
+        return problem(503, "service-unavailable", "Service unavailable", "injected fault")
+    return web.json_response({"status": "ok", "service": name})

@@ -127,6 +127,13 @@ SERVICES: Final[Mapping[str, Service]] = {
             "Card declined",
         ),
         _service(
+            "payment-secondary",
+            DoOperation("charge-payment", _charge),
+            Compensation("refund-payment", _undo("refunded", "paymentId", "amount")),
+            "card-declined",
+            "Card declined",
+        ),
+        _service(
             "shipping",
             DoOperation("create-shipment", _ship),
             Compensation("cancel-shipment", _undo("cancelled", "shipmentId")),

@@ -90,6 +90,13 @@ param paymentServiceUrl string
 @description('ShippingServiceUrl.')
 param shippingServiceUrl string
 
+@description('PaymentSecondaryServiceUrl.')
+param paymentSecondaryServiceUrl string
+
+@description('HighPriorityStepTimeoutSeconds.')
+@minValue(1)
+param highPriorityStepTimeoutSeconds int
+
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
 }
@@ -191,6 +198,8 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     InventoryServiceUrl: inventoryServiceUrl
     PaymentServiceUrl: paymentServiceUrl
     ShippingServiceUrl: shippingServiceUrl
+    PaymentSecondaryServiceUrl: paymentSecondaryServiceUrl
+    HighPriorityStepTimeoutSeconds: string(highPriorityStepTimeoutSeconds)
   }
 }
 

@@ -49,6 +49,18 @@ class HttpRemoteService:
             raise TransientRemoteError(code, message)
         raise PermanentRemoteError(code, message)
 
+    async def probe(self, timeout: float) -> None:
+        try:
+            async with self._session.get(
+                f"{self._base_url}/health", timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as response:
+                status = response.status
+                await response.read()
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise TransientRemoteError("unreachable", f"health probe: {exc!r}") from None
+        if status >= 300:
+            raise TransientRemoteError(f"http-{status}", "health probe failed")
+
 
 def _json(text: str) -> dict[str, Any]:
     try:

@@ -11,7 +11,7 @@ import itertools
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from shared.domain.health import AgentHealth, SweepRecord
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
@@ -119,9 +119,12 @@ class InMemoryStateStore:
 
 
 class InMemoryHealthStore:
-    def __init__(self) -> None:
+    """Keeps sweeps for `retention` before the newest one, as the Table adapter does."""
+
+    def __init__(self, retention: timedelta = timedelta(hours=1)) -> None:
         self._health: dict[tuple[str, str], AgentHealth] = {}
         self._sweeps: list[SweepRecord] = []
+        self._retention = retention
 
     async def publish_health(self, health: AgentHealth) -> None:
         await asyncio.sleep(0)
@@ -133,12 +136,20 @@ class InMemoryHealthStore:
 
     async def record_sweep(self, sweep: SweepRecord) -> None:
         await asyncio.sleep(0)
-        self._sweeps.append(sweep)
+        cutoff = sweep.started_at - self._retention
+        kept = [s for s in self._sweeps if s.started_at >= cutoff and not _same_sweep(s, sweep)]
+        self._sweeps = [*kept, sweep]
 
     async def recent_sweeps(self, limit: int) -> tuple[SweepRecord, ...]:
         await asyncio.sleep(0)
-        newest = sorted(self._sweeps, key=lambda s: s.started_at, reverse=True)
+        newest = sorted(self._sweeps, key=lambda s: s.instance)
+        newest.sort(key=lambda s: s.started_at, reverse=True)  # stable: ties by instance
         return tuple(newest[:limit])
+
+
+def _same_sweep(a: SweepRecord, b: SweepRecord) -> bool:
+    """One record per (instance, started_at): recording it again replaces it."""
+    return (a.instance, a.started_at) == (b.instance, b.started_at)
 
 
 class InMemoryBus:

@@ -102,6 +102,8 @@ class StepRecord:
     result: JsonObject | None = None
     error: ErrorInfo | None = None
     compensation_attempts: int = 0
+    agent: str | None = None
+    """The agent the step was last dispatched to; its compensation goes to the same one."""
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,14 @@ from shared.domain.model import (
     Outcome,
     Outgoing,
     Phase,
+    Priority,
     ProcessState,
     StateRecord,
     StepRecord,
     StepStatus,
 )
-from shared.domain.workflow import AGENTS, Workflow
+from shared.domain.routing import PRIMARY_ONLY, Routing
+from shared.domain.workflow import AGENTS, AgentName, StepDefinition, Workflow
 
 
 class InvalidTransition(Exception):
@@ -44,6 +46,18 @@ class ProcessPolicy:
     exhausted_policy: ExhaustedPolicy = ExhaustedPolicy.HOLD
     backoff_base: timedelta = timedelta(seconds=1)
     backoff_cap: timedelta = timedelta(seconds=60)
+    high_priority_step_timeout: timedelta | None = None
+    """A tighter complete-by for high-priority orders; None: the same as the others."""
+
+    def timeout(self, definition: StepDefinition, priority: Priority) -> timedelta:
+        base = (
+            timedelta(seconds=definition.timeout_seconds)
+            if definition.timeout_seconds is not None
+            else self.step_timeout
+        )
+        if priority is Priority.HIGH and self.high_priority_step_timeout is not None:
+            return min(base, self.high_priority_step_timeout)
+        return base
 
     def backoff(self, failure_count: int) -> timedelta:
         exponent = max(failure_count - 1, 0)
@@ -76,7 +90,14 @@ class Transition:
 class _Builder:
     """Accumulates one transition's changes so each rule reads as a few lines."""
 
-    def __init__(self, process: OrderProcess, now: datetime, cause: str | None) -> None:
+    def __init__(
+        self,
+        process: OrderProcess,
+        now: datetime,
+        cause: str | None,
+        routing: Routing = PRIMARY_ONLY,
+    ) -> None:
+        self.routing = routing
         self.order: Order = process.order
         self.state: StateRecord = replace(
             process.state, version=process.state.version + 1, updated_at=now
@@ -160,11 +181,16 @@ def claim(
     instance_id: str,
     now: datetime,
     cause: str | None = None,
+    routing: Routing = PRIMARY_ONLY,
 ) -> Transition | None:
-    """The Scheduler takes a Pending order and dispatches its next step in the same write."""
+    """The Scheduler takes a Pending order and dispatches its next step in the same write.
+
+    The agent request goes out before the client's Processing notification: it is on the
+    order's critical path, the notification is not.
+    """
     if process.state.process_state is not ProcessState.PENDING:
         return None
-    b = _Builder(process, now, cause)
+    b = _Builder(process, now, cause, routing)
     forward = process.state.phase is Phase.FORWARD
     b.set(
         locked_by=instance_id,
@@ -173,9 +199,9 @@ def claim(
     )
     b.note("claimed", f"by {instance_id}, attempt {b.state.attempt}")
     if forward:
-        if b.state.attempt == 1:
-            b.notify(NotificationStatus.PROCESSING)
         _dispatch_forward(b, workflow, policy, process.state.current_step)
+        if b.state.attempt == 1 and b.state.process_state is ProcessState.PROCESSING:
+            b.notify(NotificationStatus.PROCESSING)
     else:
         _dispatch_compensation(b, workflow, policy, process.state.current_step)
     return b.build()
@@ -188,6 +214,7 @@ def apply_reply(
     reply: AgentReply,
     now: datetime,
     cause: str | None = None,
+    routing: Routing = PRIMARY_ONLY,
 ) -> Transition | None:
     """An agent's answer, accepted only for the running step of the current attempt."""
     state = process.state
@@ -201,7 +228,7 @@ def apply_reply(
     ):
         return None
     step = process.steps[index]
-    b = _Builder(process, now, cause)
+    b = _Builder(process, now, cause, routing)
     if reply.action is Action.DO:
         if step.status is not StepStatus.RUNNING:
             return None
@@ -312,7 +339,7 @@ def next_check(
     deadline = next_deadline(process, policy)
     if deadline is None or process.state.process_state is not ProcessState.PENDING:
         return deadline
-    timeouts = [_timeout(s.timeout_seconds, policy) for s in workflow.steps]
+    timeouts = [policy.timeout(s, process.order.priority) for s in workflow.steps]
     return min(deadline, now + min(timeouts, default=policy.step_timeout))
 
 
@@ -419,16 +446,30 @@ def _dispatch(
     action: Action,
     payload: JsonObject,
 ) -> None:
-    """Give step `index` its complete-by (step and order alike) and ask its agent."""
+    """Give step `index` its complete-by (step and order alike) and ask its agent.
+
+    A step goes to the healthiest of its agents; its undo goes to the agent that did it.
+    High-priority orders use the agents' high-priority lanes and a tighter complete-by.
+    """
     definition = workflow.steps[index]
+    step = b.steps[index]
     compensate = action is Action.COMPENSATE
     operation = (definition.compensation if compensate else definition.name) or ""
-    queue = AGENTS[definition.agent].queue
-    deadline = b.now + _timeout(definition.timeout_seconds, policy)
-    b.set_step(index, complete_by=deadline)
+    if compensate:
+        agent, why = AgentName(step.agent or definition.agent), ""
+    else:
+        retried = step.attempts > 0 and step.status is StepStatus.NOT_STARTED
+        agent, why = b.routing.choose(definition.candidates, step.agent if retried else None)
+        if agent is definition.agent:
+            why = ""
+    high = b.order.priority is Priority.HIGH
+    queue = AGENTS[agent].queue_for(high)
+    deadline = b.now + policy.timeout(definition, b.order.priority)
+    b.set_step(index, complete_by=deadline, agent=agent.value)
     b.set(current_step=index, complete_by=deadline)
     b.note(
-        "compensation-dispatched" if compensate else "step-dispatched", f"{operation} to {queue}"
+        "compensation-dispatched" if compensate else "step-dispatched",
+        f"{operation} to {queue}" + (f" (instead of {why})" if why else ""),
     )
     b.send(
         messages.agent_request(
@@ -442,10 +483,6 @@ def _dispatch(
             payload=payload,
         )
     )
-
-
-def _timeout(seconds: float | None, policy: ProcessPolicy) -> timedelta:
-    return timedelta(seconds=seconds) if seconds is not None else policy.step_timeout
 
 
 def _order_payload(order: Order) -> JsonObject:

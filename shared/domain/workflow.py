@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shared.contract import Queue, Setting
+from shared.contract import Queue, Setting, high_priority
 
 
 class AgentName(StrEnum):
     INVENTORY = "inventory"
     PAYMENT = "payment"
     SHIPPING = "shipping"
+    PAYMENT_SECONDARY = "payment-secondary"
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,13 @@ class AgentSpec:
     name: AgentName
     queue: str
     service_url_setting: str
+
+    @property
+    def high_priority_queue(self) -> str:
+        return high_priority(self.queue)
+
+    def queue_for(self, high: bool) -> str:
+        return self.high_priority_queue if high else self.queue
 
 
 AGENTS: dict[AgentName, AgentSpec] = {
@@ -32,6 +40,11 @@ AGENTS: dict[AgentName, AgentSpec] = {
     ),
     AgentName.SHIPPING: AgentSpec(
         AgentName.SHIPPING, Queue.AGENT_SHIPPING, Setting.SHIPPING_SERVICE_URL
+    ),
+    AgentName.PAYMENT_SECONDARY: AgentSpec(
+        AgentName.PAYMENT_SECONDARY,
+        Queue.AGENT_PAYMENT_SECONDARY,
+        Setting.PAYMENT_SECONDARY_SERVICE_URL,
     ),
 }
 
@@ -45,6 +58,12 @@ class StepDefinition:
     timeout_seconds: float | None = None
     """None: the app setting StepTimeoutSeconds."""
     alternatives: tuple[AgentName, ...] = ()
+    """Agents that can do this step when `agent` is unhealthy or full, in preference order.
+    Their remote services must honour the same idempotency key and compensation."""
+
+    @property
+    def candidates(self) -> tuple[AgentName, ...]:
+        return (self.agent, *self.alternatives)
 
 
 @dataclass(frozen=True)
@@ -72,7 +91,12 @@ ORDER_FULFILMENT = Workflow(
     name="order-fulfilment",
     steps=(
         StepDefinition("reserve-inventory", AgentName.INVENTORY, "release-inventory"),
-        StepDefinition("charge-payment", AgentName.PAYMENT, "refund-payment"),
+        StepDefinition(
+            "charge-payment",
+            AgentName.PAYMENT,
+            "refund-payment",
+            alternatives=(AgentName.PAYMENT_SECONDARY,),
+        ),
         StepDefinition("create-shipment", AgentName.SHIPPING, "cancel-shipment"),
     ),
 )

@@ -1,6 +1,13 @@
-"""Agent glue: one queue trigger per remote service, each calling the same use case."""
+"""Agent glue: per agent, a trigger on its queue and one on its high-priority lane.
+
+The lanes are separate functions so high-priority requests never wait behind a normal
+backlog: each has its own concurrency locally and scales on its own in Flex
+Consumption (per-function scaling), and both share the agent's breaker and health.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 import azure.functions as func
 
@@ -9,14 +16,17 @@ from shared.contract import Setting
 from shared.domain.workflow import AGENTS, AgentName
 from shared.functions.messages import reject
 from shared.usecases.agent import StepRequest, UnknownStep, perform_step
+from shared.usecases.agent_health import heartbeat
 from shared.wire import AgentRequestIn, InvalidMessage, parse
 
 bp = func.Blueprint()
 
+HEARTBEAT_SCHEDULE = "*/5 * * * * *"
+"""Every 5 s: well inside routing's 60 s staleness limit, a write per agent per beat."""
 
-async def _perform(agent: AgentName, msg: func.ServiceBusMessage) -> None:
+
+async def _perform(agent: AgentName, queue: str, msg: func.ServiceBusMessage) -> None:
     c = await bootstrap.container()
-    queue = AGENTS[agent].queue
     try:
         request = parse(AgentRequestIn, msg.get_body())
         await perform_step(
@@ -35,22 +45,26 @@ async def _perform(agent: AgentName, msg: func.ServiceBusMessage) -> None:
         await reject(c, queue, msg, str(exc))
 
 
-@bp.service_bus_queue_trigger(
-    arg_name="msg", queue_name=AGENTS[AgentName.INVENTORY].queue, connection=Setting.SERVICE_BUS
-)
-async def inventory_agent(msg: func.ServiceBusMessage) -> None:
-    await _perform(AgentName.INVENTORY, msg)
+def _register(agent: AgentName, high: bool) -> None:
+    queue = AGENTS[agent].queue_for(high)
+    name = f"{agent.value.replace('-', '_')}_agent{'_high' if high else ''}"
+
+    async def handle(msg: func.ServiceBusMessage) -> None:
+        await _perform(agent, queue, msg)
+
+    handle.__name__ = handle.__qualname__ = name
+    trigger: Callable[[Callable[..., Awaitable[None]]], object] = bp.service_bus_queue_trigger(
+        arg_name="msg", queue_name=queue, connection=Setting.SERVICE_BUS
+    )
+    trigger(bp.function_name(name)(handle))
 
 
-@bp.service_bus_queue_trigger(
-    arg_name="msg", queue_name=AGENTS[AgentName.PAYMENT].queue, connection=Setting.SERVICE_BUS
-)
-async def payment_agent(msg: func.ServiceBusMessage) -> None:
-    await _perform(AgentName.PAYMENT, msg)
+for _agent in AGENTS:
+    for _high in (False, True):
+        _register(_agent, _high)
 
 
-@bp.service_bus_queue_trigger(
-    arg_name="msg", queue_name=AGENTS[AgentName.SHIPPING].queue, connection=Setting.SERVICE_BUS
-)
-async def shipping_agent(msg: func.ServiceBusMessage) -> None:
-    await _perform(AgentName.SHIPPING, msg)
+@bp.timer_trigger(arg_name="timer", schedule=HEARTBEAT_SCHEDULE, run_on_startup=False)
+async def agent_heartbeat(timer: func.TimerRequest) -> None:
+    c = await bootstrap.container()
+    await heartbeat([(c.monitor(name), c.remotes[name]) for name in AGENTS], c.health)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -11,8 +13,16 @@ from enum import StrEnum
 from shared.domain import messages
 from shared.domain.model import Action, ErrorInfo, JsonObject, Outcome
 from shared.domain.workflow import WORKFLOWS, AgentName
-from shared.ports import Clock, MessageBus, PermanentRemoteError, RemoteCall, RemoteService
+from shared.ports import (
+    Clock,
+    HealthStore,
+    MessageBus,
+    PermanentRemoteError,
+    RemoteCall,
+    RemoteService,
+)
 from shared.resilience import CircuitBreaker, DeadlinePassed, RetryPolicy, call_until_deadline
+from shared.usecases.agent_health import HealthMonitor
 
 log = logging.getLogger("orders.agent")
 
@@ -48,6 +58,9 @@ class AgentDeps:
     breaker: CircuitBreaker
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     rng: random.Random | None = None
+    monitor: HealthMonitor | None = None
+    health: HealthStore | None = None
+    """Where `monitor` publishes heartbeats; None: health is not published."""
 
 
 def operation_for(agent: AgentName, request: StepRequest) -> str:
@@ -72,6 +85,19 @@ async def perform_step(deps: AgentDeps, request: StepRequest) -> AgentOutcome:
     late answer would race with the retry it starts.
     """
     operation = operation_for(deps.agent, request)
+    monitor = deps.monitor
+    if monitor is None:
+        return await _perform(deps, request, operation)
+    monitor.started()
+    try:
+        return await _perform(deps, request, operation)
+    finally:
+        monitor.finished()
+        if deps.health is not None:
+            await monitor.publish(deps.health)
+
+
+async def _perform(deps: AgentDeps, request: StepRequest, operation: str) -> AgentOutcome:
     if deps.clock.now() >= request.complete_by:
         log.info(
             "order %s %s %s arrived after its complete-by; ignored",
@@ -93,6 +119,7 @@ async def perform_step(deps: AgentDeps, request: StepRequest) -> AgentOutcome:
             breaker=deps.breaker,
             policy=deps.retry,
             rng=deps.rng,
+            observe=_observer(deps),
         )
     except DeadlinePassed:
         log.info(
@@ -109,6 +136,26 @@ async def perform_step(deps: AgentDeps, request: StepRequest) -> AgentOutcome:
     await _reply(deps, request, Outcome.SUCCEEDED, result=result)
     log.info("order %s %s succeeded (attempt %d)", request.order_id, operation, request.attempt)
     return AgentOutcome.SUCCEEDED
+
+
+def _observer(deps: AgentDeps) -> Callable[[bool, float], None] | None:
+    """Record each remote call; a breaker that just changed is published at once, since
+    the Scheduler routes on it, without holding up the call's own retries."""
+    monitor, store = deps.monitor, deps.health
+    if monitor is None:
+        return None
+
+    def observe(succeeded: bool, seconds: float) -> None:
+        monitor.observe(succeeded, seconds)
+        if store is not None and monitor.breaker_changed():
+            task = asyncio.create_task(monitor.publish(store))
+            _publishing.add(task)
+            task.add_done_callback(_publishing.discard)
+
+    return observe
+
+
+_publishing: set[asyncio.Task[bool]] = set()
 
 
 async def _reply(

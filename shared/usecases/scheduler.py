@@ -26,6 +26,7 @@ class Handled(StrEnum):
 
 async def on_nudge(deps: ProcessDeps, order_id: str, message_id: str | None = None) -> Handled:
     """Claim the order (If-Match on the ETag read) and dispatch its next step."""
+    routing = await deps.current_routing()
 
     def decide(process: OrderProcess) -> Transition | None:
         return machine.claim(
@@ -35,6 +36,7 @@ async def on_nudge(deps: ProcessDeps, order_id: str, message_id: str | None = No
             deps.instance_id,
             deps.clock.now(),
             message_id,
+            routing,
         )
 
     return await _apply(deps, order_id, message_id, decide)
@@ -42,10 +44,17 @@ async def on_nudge(deps: ProcessDeps, order_id: str, message_id: str | None = No
 
 async def on_reply(deps: ProcessDeps, reply: AgentReply, message_id: str | None = None) -> Handled:
     """Accept an agent's reply only for the running step of the current attempt."""
+    routing = await deps.current_routing()
 
     def decide(process: OrderProcess) -> Transition | None:
         return machine.apply_reply(
-            process, deps.workflow(process), deps.policy, reply, deps.clock.now(), message_id
+            process,
+            deps.workflow(process),
+            deps.policy,
+            reply,
+            deps.clock.now(),
+            message_id,
+            routing,
         )
 
     handled = await _apply(deps, reply.order_id, message_id, decide)

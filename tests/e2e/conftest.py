@@ -25,6 +25,7 @@ from devhost.host.runtime import LocalHost
 from devhost.simulator import SimulatorServer
 from shared import bootstrap
 from shared.contract import Queue, Setting
+from shared.domain.workflow import AGENTS
 from shared.settings import azurite_connection_string
 
 TERMINAL = {"Processed", "Compensated", "Error"}
@@ -41,9 +42,10 @@ def e2e_settings(table_port: int, broker: Broker, simulator_url: str) -> dict[st
         Setting.MAX_FAILURE_COUNT: "3",
         Setting.EXHAUSTED_POLICY: "hold",
         Setting.REPLY_TO_ALLOW_LIST: Queue.ORDER_STATUS,
-        Setting.INVENTORY_SERVICE_URL: f"{simulator_url}/inventory",
-        Setting.PAYMENT_SERVICE_URL: f"{simulator_url}/payment",
-        Setting.SHIPPING_SERVICE_URL: f"{simulator_url}/shipping",
+        **{
+            spec.service_url_setting: f"{simulator_url}/{name.value}"
+            for name, spec in AGENTS.items()
+        },
         Setting.INSTANCE_ID: "e2e-host",
     }
 

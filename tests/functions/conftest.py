@@ -38,6 +38,7 @@ class ScriptedRemote:
 
     answers: list[Any] = field(default_factory=list)
     calls: list[RemoteCall] = field(default_factory=list)
+    probes: int = 0
 
     async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
         self.calls.append(call)
@@ -45,6 +46,9 @@ class ScriptedRemote:
         if isinstance(answer, Exception):
             raise answer
         return dict(answer)
+
+    async def probe(self, timeout: float) -> None:
+        self.probes += 1
 
 
 @dataclass

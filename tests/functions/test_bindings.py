@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.contract import ALL_QUEUES, Queue, Route, Setting
+from shared.contract import AGENT_QUEUES, ALL_QUEUES, Queue, Route, Setting, high_priority
 from tests.app_functions import registered_functions
 
 
@@ -25,6 +25,8 @@ def test_http_routes_methods_and_auth_levels() -> None:
         (Route.RESUBMIT, ("POST",)): "ADMIN",
         (Route.HEALTH, ("GET",)): "ANONYMOUS",
         (Route.OPENAPI, ("GET",)): "ANONYMOUS",
+        (Route.OPS_PAGE, ("GET",)): "ADMIN",
+        (Route.OPS_DATA, ("GET",)): "ADMIN",
     }
 
 
@@ -57,23 +59,32 @@ def test_every_consumed_queue_has_one_trigger_on_the_service_bus_connection() ->
         Queue.AGENT_REPLIES,
         Queue.AGENT_INVENTORY,
         Queue.AGENT_PAYMENT,
+        Queue.AGENT_PAYMENT_SECONDARY,
         Queue.AGENT_SHIPPING,
+        *(high_priority(q) for q in AGENT_QUEUES),
     }
     assert sorted(queues) == sorted((q, Setting.SERVICE_BUS) for q in consumed)
     assert consumed <= set(ALL_QUEUES)
 
 
-def test_supervisor_timer_reads_its_schedule_from_the_app_setting() -> None:
-    timers = [t for t in triggers().values() if t["type"] == "timerTrigger"]
-    assert timers == [
-        {
+def test_timers_supervisor_from_the_app_setting_and_agent_heartbeat() -> None:
+    timers = {n: t for n, t in triggers().items() if t["type"] == "timerTrigger"}
+    assert timers == {
+        "supervisor": {
             "type": "timerTrigger",
             "direction": "IN",
             "name": "timer",
             "schedule": f"%{Setting.SUPERVISOR_SCHEDULE}%",
             "runOnStartup": False,
-        }
-    ]
+        },
+        "agent_heartbeat": {
+            "type": "timerTrigger",
+            "direction": "IN",
+            "name": "timer",
+            "schedule": "*/5 * * * * *",
+            "runOnStartup": False,
+        },
+    }
 
 
 def test_function_names_are_unique_and_name_their_role() -> None:

@@ -1,0 +1,228 @@
+"""Ops records (agent heartbeats, Supervisor sweeps) on Azure Table Storage.
+
+They live in the state store's table, in two partitions no order can take (order ids
+start with a letter or digit, these with `~`), so the deployment needs no second table
+and no second role assignment:
+
+- `~agents`: one row per (agent, instance), RowKey `{agent}:{instance}`, upserted on
+  every heartbeat, so the partition holds as many rows as there are live views.
+- `~sweeps`: one row per sweep, RowKey `{inverted started-at}:{instance}`, so the
+  service's own key order is newest first and `recent_sweeps(n)` reads n rows.
+  Growth is bounded by age: each `record_sweep` deletes (in one batch) up to
+  `_PRUNE_BATCH` rows older than `retention` before its own `started_at`. A sweep adds
+  one row and removes up to that many, so the partition holds about one retention
+  window of sweeps (schedule rate x instances x retention), however long it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, TypeVar
+
+from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
+from azure.data.tables import TableTransactionError, UpdateMode
+from azure.data.tables.aio import TableClient, TableServiceClient
+
+from shared.domain.health import AgentHealth, BreakerState, SweepRecord
+from shared.ports import StoreUnavailable
+
+AGENTS_PARTITION: Final = "~agents"
+SWEEPS_PARTITION: Final = "~sweeps"
+SWEEP_RETENTION: Final = timedelta(hours=1)
+_PRUNE_BATCH: Final = 25
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_KEY_WIDTH: Final = 19
+_KEY_CEILING: Final = 10**_KEY_WIDTH - 1
+_FORBIDDEN_IN_KEYS: Final = str.maketrans({c: "_" for c in "/\\#?\t\n\r"})
+_T = TypeVar("_T")
+
+
+def sweep_row_key(started_at: datetime, instance: str) -> str:
+    """Inverted microseconds since the epoch, zero-padded: later sweeps sort first."""
+    micros = (started_at - _EPOCH) // timedelta(microseconds=1)
+    return f"{_KEY_CEILING - micros:0{_KEY_WIDTH}d}:{_key_part(instance)}"
+
+
+def agent_row_key(agent: str, instance: str) -> str:
+    return f"{_key_part(agent)}:{_key_part(instance)}"
+
+
+def _key_part(value: str) -> str:
+    """Table keys may not contain / \\ # ? or control characters."""
+    return value.translate(_FORBIDDEN_IN_KEYS)
+
+
+class TableHealthStore:
+    """Shares the state store's TableServiceClient; closes only its own table client."""
+
+    def __init__(
+        self,
+        service: TableServiceClient,
+        table_name: str,
+        retention: timedelta = SWEEP_RETENTION,
+    ) -> None:
+        self._service = service
+        self._table: TableClient = service.get_table_client(table_name)
+        self._table_name = table_name
+        self._retention = retention
+
+    async def close(self) -> None:
+        await self._table.close()
+
+    async def publish_health(self, health: AgentHealth) -> None:
+        entity = _health_entity(health)
+        await self._write(lambda: self._table.upsert_entity(entity, mode=UpdateMode.REPLACE))
+
+    async def agent_health(self) -> tuple[AgentHealth, ...]:
+        entities = await self._read(
+            "PartitionKey eq @pk", {"pk": AGENTS_PARTITION}, limit=None, select=None
+        )
+        return tuple(sorted((_to_health(e) for e in entities), key=lambda h: (h.agent, h.instance)))
+
+    async def record_sweep(self, sweep: SweepRecord) -> None:
+        entity = _sweep_entity(sweep)
+        await self._write(lambda: self._table.upsert_entity(entity, mode=UpdateMode.REPLACE))
+        await self._prune(sweep.started_at - self._retention)
+
+    async def recent_sweeps(self, limit: int) -> tuple[SweepRecord, ...]:
+        if limit <= 0:
+            return ()
+        entities = await self._read(
+            "PartitionKey eq @pk", {"pk": SWEEPS_PARTITION}, limit=limit, select=None
+        )
+        return tuple(_to_sweep(e) for e in entities)
+
+    async def _prune(self, older_than: datetime) -> None:
+        """One small query (keys only) and at most one batch; usually finds nothing."""
+        expired = await self._read(
+            "PartitionKey eq @pk and RowKey gt @cut",
+            {"pk": SWEEPS_PARTITION, "cut": sweep_row_key(older_than, "~")},
+            limit=_PRUNE_BATCH,
+            select=["PartitionKey", "RowKey"],
+        )
+        if not expired:
+            return
+        operations: list[Any] = [("delete", e) for e in expired]
+        try:
+            await self._table.submit_transaction(operations)
+        except TableTransactionError:
+            return  # another instance pruned the same rows first; the next sweep retries
+        except AzureError as exc:
+            raise StoreUnavailable(str(exc)) from None
+
+    async def _write(self, operation: Callable[[], Awaitable[_T]]) -> _T:
+        """Creates the table on first use (the state store may not have written yet)."""
+        try:
+            try:
+                return await operation()
+            except ResourceNotFoundError:
+                await self._create_table()
+                return await operation()
+        except AzureError as exc:
+            raise StoreUnavailable(f"table {self._table_name}: {exc}") from None
+
+    async def _create_table(self) -> None:
+        with contextlib.suppress(ResourceExistsError):
+            await self._service.create_table(self._table_name)
+
+    async def _read(
+        self,
+        query: str,
+        parameters: dict[str, Any],
+        *,
+        limit: int | None,
+        select: list[str] | None,
+    ) -> list[Any]:
+        """The first `limit` rows in key order (all of them without a limit); a missing
+        table reads as empty."""
+        found: list[Any] = []
+        try:
+            pager = self._table.query_entities(
+                query, parameters=parameters, select=select, results_per_page=limit
+            )
+            async for entity in pager:
+                found.append(entity)
+                if limit is not None and len(found) >= limit:
+                    break
+        except ResourceNotFoundError:
+            return []
+        except AzureError as exc:
+            raise StoreUnavailable(f"table {self._table_name}: {exc}") from None
+        return found
+
+
+def _health_entity(health: AgentHealth) -> dict[str, Any]:
+    entity: dict[str, Any] = {
+        "PartitionKey": AGENTS_PARTITION,
+        "RowKey": agent_row_key(health.agent, health.instance),
+        "Agent": health.agent,
+        "Instance": health.instance,
+        "Breaker": health.breaker.value,
+        "SuccessRate": float(health.success_rate),
+        "LatencyMs": float(health.latency_ms),
+        "InFlight": health.in_flight,
+        "Capacity": health.capacity,
+        "Calls": health.calls,
+        "HeartbeatAt": health.heartbeat_at,
+    }
+    if health.open_until is not None:
+        entity["OpenUntil"] = health.open_until
+    return entity
+
+
+def _to_health(entity: Any) -> AgentHealth:
+    open_until = entity.get("OpenUntil")
+    return AgentHealth(
+        agent=str(entity["Agent"]),
+        instance=str(entity["Instance"]),
+        breaker=BreakerState(entity["Breaker"]),
+        success_rate=float(entity["SuccessRate"]),
+        latency_ms=float(entity["LatencyMs"]),
+        in_flight=int(entity["InFlight"]),
+        capacity=int(entity["Capacity"]),
+        calls=int(entity["Calls"]),
+        heartbeat_at=_utc(entity["HeartbeatAt"]),
+        open_until=_utc(open_until) if open_until is not None else None,
+    )
+
+
+_SWEEP_COUNTS: Final = (
+    ("due", "Due"),
+    ("requeued", "Requeued"),
+    ("errored", "Errored"),
+    ("compensating", "Compensating"),
+    ("rescheduled", "Rescheduled"),
+    ("finished", "Finished"),
+    ("lost_races", "LostRaces"),
+    ("failed", "Failed"),
+)
+
+
+def _sweep_entity(sweep: SweepRecord) -> dict[str, Any]:
+    return {
+        "PartitionKey": SWEEPS_PARTITION,
+        "RowKey": sweep_row_key(sweep.started_at, sweep.instance),
+        "Instance": sweep.instance,
+        "StartedAt": sweep.started_at,
+        "FinishedAt": sweep.finished_at,
+        **{column: getattr(sweep, name) for name, column in _SWEEP_COUNTS},
+    }
+
+
+def _to_sweep(entity: Any) -> SweepRecord:
+    counts = {name: int(entity.get(column, 0)) for name, column in _SWEEP_COUNTS}
+    return SweepRecord(
+        instance=str(entity["Instance"]),
+        started_at=_utc(entity["StartedAt"]),
+        finished_at=_utc(entity["FinishedAt"]),
+        **counts,
+    )
+
+
+def _utc(value: Any) -> datetime:
+    """The SDK's TablesEntityDatetime as a plain aware datetime (equal values compare equal)."""
+    at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    at = (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
+    return datetime(*at.timetuple()[:6], at.microsecond, tzinfo=UTC)
