@@ -50,6 +50,78 @@ _STATE = {
     },
 }
 
+_INT = {"type": "integer"}
+_TIME = {"type": "string", "format": "date-time"}
+_OPS_SNAPSHOT = {
+    "type": "object",
+    "required": [
+        "at",
+        "countCap",
+        "staleAfterSeconds",
+        "unavailable",
+        "orders",
+        "agents",
+        "sweeps",
+    ],
+    "properties": {
+        "at": _TIME,
+        "countCap": _INT,
+        "staleAfterSeconds": {"type": "number"},
+        "unavailable": {"type": "array", "items": {"enum": ["orders", "agents", "sweeps"]}},
+        "orders": {
+            "type": "object",
+            "properties": {
+                "counts": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "state": {"enum": _STATES},
+                            "count": _INT,
+                            "capped": {"type": "boolean"},
+                            "recent": {"type": "array", "items": {"type": "string"}},
+                        },
+                    },
+                },
+                "errors": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "orderId": {"type": "string"},
+                            "failureCount": _INT,
+                            "step": {"type": "string"},
+                            "lastError": {"type": ["string", "null"]},
+                            "updatedAt": _TIME,
+                        },
+                    },
+                },
+            },
+        },
+        "agents": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "agent": {"type": "string"},
+                    "instance": {"type": "string"},
+                    "breaker": {"enum": ["closed", "open", "half-open"]},
+                    "successRate": {"type": "number"},
+                    "latencyMs": {"type": "number"},
+                    "inFlight": _INT,
+                    "capacity": _INT,
+                    "calls": _INT,
+                    "heartbeatAt": _TIME,
+                    "openUntil": {"type": ["string", "null"], "format": "date-time"},
+                    "ageSeconds": {"type": "number"},
+                    "stale": {"type": "boolean"},
+                },
+            },
+        },
+        "sweeps": {"type": "array", "items": {"type": "object"}},
+    },
+}
+
 
 @cache
 def document() -> dict[str, Any]:
@@ -169,6 +241,38 @@ def document() -> dict[str, Any]:
                     "responses": {
                         "200": _json("the state store and the bus answer", {"type": "object"}),
                         "503": _json("a dependency does not answer", {"type": "object"}),
+                    },
+                }
+            },
+            f"/{Route.OPS_PAGE}": {
+                "get": {
+                    "operationId": "opsPage",
+                    "summary": "The operator's status page; it polls /ops/data",
+                    "security": [{"adminKey": []}],
+                    "responses": {
+                        "200": {
+                            "description": "an HTML page (open it with ?code=ADMIN_KEY)",
+                            "content": {"text/html": {"schema": {"type": "string"}}},
+                        }
+                    },
+                }
+            },
+            f"/{Route.OPS_DATA}": {
+                "get": {
+                    "operationId": "opsData",
+                    "summary": "A bounded snapshot: orders by state, Error orders, agents, sweeps",
+                    "security": [{"adminKey": []}],
+                    "parameters": [
+                        {
+                            "name": "countCap",
+                            "in": "query",
+                            "description": "count at most this many orders per state",
+                            "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+                        }
+                    ],
+                    "responses": {
+                        "200": _json("the snapshot", _OPS_SNAPSHOT),
+                        "400": _problem("bad countCap"),
                     },
                 }
             },

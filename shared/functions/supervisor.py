@@ -6,7 +6,7 @@ import azure.functions as func
 
 from shared import bootstrap
 from shared.contract import Setting
-from shared.usecases.supervisor import sweep
+from shared.usecases.supervisor import supervise
 
 bp = func.Blueprint()
 
@@ -16,4 +16,4 @@ bp = func.Blueprint()
 )
 async def supervisor(timer: func.TimerRequest) -> None:
     c = await bootstrap.container()
-    await sweep(c.process)
+    await supervise(c.process, c.health)

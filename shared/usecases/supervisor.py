@@ -7,8 +7,9 @@ import logging
 from dataclasses import dataclass, field
 
 from shared.domain import process as machine
+from shared.domain.health import SweepRecord
 from shared.domain.model import ProcessState
-from shared.ports import ConcurrencyConflict, WatchEntry
+from shared.ports import ConcurrencyConflict, HealthStore, WatchEntry
 from shared.usecases.commit import ProcessDeps, commit
 
 log = logging.getLogger("orders.supervisor")
@@ -65,6 +66,34 @@ async def sweep(deps: ProcessDeps, limit: int = 500, concurrency: int = 16) -> S
             report.compensating,
             report.lost_races,
         )
+    return report
+
+
+async def supervise(deps: ProcessDeps, health: HealthStore) -> SweepReport:
+    """One sweep, then a SweepRecord so operators can see the Supervisor is alive.
+
+    The record is best effort: failing to write it is logged and the sweep's work
+    stands, because recovering orders matters more than reporting on it.
+    """
+    started_at = deps.clock.now()
+    report = await sweep(deps)
+    record = SweepRecord(
+        instance=deps.instance_id,
+        started_at=started_at,
+        finished_at=deps.clock.now(),
+        due=report.due,
+        requeued=report.requeued,
+        errored=report.errored,
+        compensating=report.compensating,
+        rescheduled=report.rescheduled,
+        finished=report.finished,
+        lost_races=report.lost_races,
+        failed=report.failed,
+    )
+    try:
+        await health.record_sweep(record)
+    except Exception as exc:  # any failure: the sweep itself has succeeded
+        log.warning("supervisor sweep not recorded (%s: %s)", type(exc).__name__, exc)
     return report
 
 

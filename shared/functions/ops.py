@@ -1,0 +1,156 @@
+"""The operator's status page: a static HTML page and the JSON snapshot it polls.
+
+The page is one packaged file with its CSS and script inline (no build step). It holds
+no data of its own, so nothing user-influenced is ever rendered server-side; the script
+puts the data on the page as text. The Content-Security-Policy allows exactly the
+inline script and style of that file (by hash) and requests to this origin only.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import azure.functions as func
+
+from shared import bootstrap
+from shared.contract import Route
+from shared.domain.messages import iso
+from shared.functions.http import json_response, problem
+from shared.usecases.ops import (
+    DEFAULT_COUNT_CAP,
+    MAX_COUNT_CAP,
+    STALE_AFTER,
+    AgentView,
+    OpsSnapshot,
+    ops_snapshot,
+)
+
+bp = func.Blueprint()
+_COUNT_CAP = re.compile(r"^[0-9]{1,4}$")
+_NO_STORE = {"Cache-Control": "no-store"}
+
+
+@dataclass(frozen=True)
+class Page:
+    html: str
+    headers: dict[str, str]
+
+
+@cache
+def page() -> Page:
+    """Read once per worker; the CSP hashes are computed from the file as shipped."""
+    html = resources.files("shared.functions").joinpath("ops_page.html").read_text("utf-8")
+    script = _inline_hashes(html, "script")
+    style = _inline_hashes(html, "style")
+    csp = (
+        f"default-src 'none'; script-src {script}; style-src {style}; connect-src 'self'; "
+        "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+    return Page(
+        html,
+        {
+            **_NO_STORE,
+            "Content-Security-Policy": csp,
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+        },
+    )
+
+
+def _inline_hashes(html: str, tag: str) -> str:
+    bodies = re.findall(rf"<{tag}>(.*?)</{tag}>", html, flags=re.DOTALL)
+    return " ".join(
+        f"'sha256-{base64.b64encode(hashlib.sha256(b.encode()).digest()).decode()}'" for b in bodies
+    )
+
+
+@bp.route(route=Route.OPS_PAGE, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+async def ops_page(req: func.HttpRequest) -> func.HttpResponse:
+    found = page()
+    return func.HttpResponse(
+        found.html, mimetype="text/html", charset="utf-8", headers=dict(found.headers)
+    )
+
+
+@bp.route(route=Route.OPS_DATA, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+async def ops_data(req: func.HttpRequest) -> func.HttpResponse:
+    raw = req.params.get("countCap", str(DEFAULT_COUNT_CAP))
+    if not _COUNT_CAP.match(raw) or not 1 <= int(raw) <= MAX_COUNT_CAP:
+        return problem(
+            400, "Invalid countCap", f"countCap must be a whole number from 1 to {MAX_COUNT_CAP}"
+        )
+    c = await bootstrap.container()
+    snapshot = await ops_snapshot(c.process, c.health, int(raw))
+    return json_response(snapshot_view(snapshot), headers=dict(_NO_STORE))
+
+
+def snapshot_view(snapshot: OpsSnapshot) -> dict[str, Any]:
+    return {
+        "at": iso(snapshot.at),
+        "countCap": snapshot.count_cap,
+        "staleAfterSeconds": STALE_AFTER.total_seconds(),
+        "unavailable": list(snapshot.unavailable),
+        "orders": {
+            "counts": [
+                {
+                    "state": c.state.value,
+                    "count": c.count,
+                    "capped": c.capped,
+                    "recent": list(c.recent),
+                }
+                for c in snapshot.counts
+            ],
+            "errors": [
+                {
+                    "orderId": e.state.order_id,
+                    "failureCount": e.state.failure_count,
+                    "step": e.step,
+                    "lastError": e.state.last_error,
+                    "updatedAt": iso(e.state.updated_at),
+                }
+                for e in snapshot.errors
+            ],
+        },
+        "agents": [_agent_view(a) for a in snapshot.agents],
+        "sweeps": [
+            {
+                "instance": s.instance,
+                "startedAt": iso(s.started_at),
+                "finishedAt": iso(s.finished_at),
+                "durationMs": round((s.finished_at - s.started_at).total_seconds() * 1000),
+                "due": s.due,
+                "requeued": s.requeued,
+                "errored": s.errored,
+                "compensating": s.compensating,
+                "rescheduled": s.rescheduled,
+                "finished": s.finished,
+                "lostRaces": s.lost_races,
+                "failed": s.failed,
+            }
+            for s in snapshot.sweeps
+        ],
+    }
+
+
+def _agent_view(view: AgentView) -> dict[str, Any]:
+    h = view.health
+    return {
+        "agent": h.agent,
+        "instance": h.instance,
+        "breaker": h.breaker.value,
+        "successRate": h.success_rate,
+        "latencyMs": h.latency_ms,
+        "inFlight": h.in_flight,
+        "capacity": h.capacity,
+        "calls": h.calls,
+        "heartbeatAt": iso(h.heartbeat_at),
+        "openUntil": iso(h.open_until) if h.open_until is not None else None,
+        "ageSeconds": round(view.age.total_seconds(), 1),
+        "stale": view.stale,
+    }

@@ -1,0 +1,159 @@
+"""What the operator's status page shows: a bounded snapshot of orders, agents and sweeps.
+
+The page refreshes every two seconds for as long as it is open, so a snapshot must cost
+the same on a table of a thousand orders as on one of a hundred million. It therefore
+never counts: per process state it reads one page of at most `count_cap + 1` state rows
+(one server-filtered query each, all in parallel) and reports `count_cap+` when there
+are more, or when the service stopped the page early. A refresh thus returns at most
+`len(ProcessState) x (count_cap + 1)` rows, plus one small ops partition for agents and
+`sweep_limit` rows of sweeps, whatever the table holds. The Error orders listed are the
+most recently updated of those read, not of all Error orders past the cap.
+
+Each section is read on its own: when one cannot be read, the others still show and the
+snapshot names the missing one, because a status page is most needed when something is
+down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final, TypeVar
+
+from shared.domain.health import AgentHealth, SweepRecord
+from shared.domain.model import ProcessState, StateRecord
+from shared.domain.workflow import WORKFLOWS
+from shared.ports import HealthStore, Page
+from shared.usecases.commit import ProcessDeps
+
+log = logging.getLogger("orders.ops")
+
+STALE_AFTER: Final = timedelta(seconds=60)
+"""A heartbeat older than this is flagged: the instance has stopped or cannot write."""
+DEFAULT_COUNT_CAP: Final = 50
+MAX_COUNT_CAP: Final = 1000
+ERROR_LIMIT: Final = 20
+SWEEP_LIMIT: Final = 10
+RECENT_PER_STATE: Final = 5
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class StateCount:
+    state: ProcessState
+    count: int
+    capped: bool
+    """More orders may be in this state than `count` (display as `count+`)."""
+    recent: tuple[str, ...]
+    """Ids of the most recently updated orders among those read."""
+
+
+@dataclass(frozen=True)
+class AgentView:
+    health: AgentHealth
+    age: timedelta
+    stale: bool
+
+
+@dataclass(frozen=True)
+class ErrorOrder:
+    state: StateRecord
+    step: str
+    """The name of the step it failed at (its index when the workflow is unknown)."""
+
+
+@dataclass(frozen=True)
+class OpsSnapshot:
+    at: datetime
+    count_cap: int
+    counts: tuple[StateCount, ...]
+    errors: tuple[ErrorOrder, ...]
+    agents: tuple[AgentView, ...]
+    sweeps: tuple[SweepRecord, ...]
+    unavailable: tuple[str, ...]
+    """Sections that could not be read this time: `orders`, `agents`, `sweeps`."""
+
+
+async def ops_snapshot(
+    deps: ProcessDeps,
+    health: HealthStore,
+    count_cap: int = DEFAULT_COUNT_CAP,
+    error_limit: int = ERROR_LIMIT,
+    sweep_limit: int = SWEEP_LIMIT,
+) -> OpsSnapshot:
+    """Never raises for an unavailable store: see the module docstring."""
+    if not 1 <= count_cap <= MAX_COUNT_CAP:
+        raise ValueError(f"count_cap must be from 1 to {MAX_COUNT_CAP}")
+    states = tuple(ProcessState)
+    pages, beats, sweeps = await asyncio.gather(
+        _section("orders", _first_pages(deps, states, count_cap + 1)),
+        _section("agents", health.agent_health()),
+        _section("sweeps", health.recent_sweeps(sweep_limit)),
+    )
+    now = deps.clock.now()
+    counts: list[StateCount] = []
+    errors: tuple[ErrorOrder, ...] = ()
+    for state, page in zip(states, pages or (), strict=False):
+        newest = sorted(page.items, key=lambda r: r.updated_at, reverse=True)
+        capped = len(page.items) > count_cap or page.continuation is not None
+        counts.append(
+            StateCount(
+                state=state,
+                count=min(len(page.items), count_cap),
+                capped=capped,
+                recent=tuple(r.order_id for r in newest[:RECENT_PER_STATE]),
+            )
+        )
+        if state is ProcessState.ERROR:
+            errors = tuple(ErrorOrder(r, step_name(r)) for r in newest[:error_limit])
+    agents = tuple(
+        AgentView(h, age=now - h.heartbeat_at, stale=now - h.heartbeat_at > STALE_AFTER)
+        for h in beats or ()
+    )
+    return OpsSnapshot(
+        at=now,
+        count_cap=count_cap,
+        counts=tuple(counts),
+        errors=errors,
+        agents=agents,
+        sweeps=sweeps or (),
+        unavailable=tuple(
+            name
+            for name, got in (("orders", pages), ("agents", beats), ("sweeps", sweeps))
+            if got is None
+        ),
+    )
+
+
+def step_name(state: StateRecord) -> str:
+    workflow = WORKFLOWS.get(state.workflow)
+    if workflow is None or not 0 <= state.current_step < len(workflow.steps):
+        return str(state.current_step)
+    return workflow.steps[state.current_step].name
+
+
+async def _first_pages(
+    deps: ProcessDeps, states: tuple[ProcessState, ...], size: int
+) -> list[Page]:
+    """All queries run to the end (no orphaned task), then the first failure is raised."""
+    found = await asyncio.gather(
+        *(deps.store.list_by_state(s, size, None) for s in states), return_exceptions=True
+    )
+    pages: list[Page] = []
+    for page in found:
+        if isinstance(page, BaseException):
+            raise page
+        pages.append(page)
+    return pages
+
+
+async def _section(name: str, reading: Awaitable[_T]) -> _T | None:
+    try:
+        return await reading
+    except Exception as exc:  # a status page reports every failure kind, like /health
+        log.warning("ops page: %s unavailable (%s: %s)", name, type(exc).__name__, exc)
+        return None
