@@ -457,11 +457,15 @@ def _dispatch(
     operation = (definition.compensation if compensate else definition.name) or ""
     if compensate:
         agent, why = AgentName(step.agent or definition.agent), ""
+    elif step.attempts > 0 and step.status is StepStatus.NOT_STARTED and step.agent:
+        if definition.retry_elsewhere:
+            agent, why = b.routing.choose(definition.candidates, avoid=step.agent)
+        else:
+            agent, why = AgentName(step.agent), ""
     else:
-        retried = step.attempts > 0 and step.status is StepStatus.NOT_STARTED
-        agent, why = b.routing.choose(definition.candidates, step.agent if retried else None)
-        if agent is definition.agent:
-            why = ""
+        agent, why = b.routing.choose(definition.candidates)
+    if agent is definition.agent:
+        why = ""
     high = b.order.priority is Priority.HIGH
     queue = AGENTS[agent].queue_for(high)
     deadline = b.now + policy.timeout(definition, b.order.priority)

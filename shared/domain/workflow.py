@@ -60,6 +60,12 @@ class StepDefinition:
     alternatives: tuple[AgentName, ...] = ()
     """Agents that can do this step when `agent` is unhealthy or full, in preference order.
     Their remote services must honour the same idempotency key and compensation."""
+    retry_elsewhere: bool = False
+    """May the Supervisor's retry of a timed-out attempt go to another agent? Only when the
+    candidates share one idempotency-key space (say, two regions of one provider): after
+    a timeout the first agent's effect is unknown, and a second provider would apply it
+    again. Otherwise the retry stays with the agent that has the key; only new
+    dispatches move."""
 
     @property
     def candidates(self) -> tuple[AgentName, ...]:

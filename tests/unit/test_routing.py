@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+import pytest
+
 from shared.adapters.memory import InMemoryHealthStore
 from shared.contract import Queue, high_priority
 from shared.domain.health import AgentHealth, BreakerState
 from shared.domain.model import Outcome, Outgoing, Priority, ProcessState
 from shared.domain.routing import STALE_AFTER, Availability, Routing, merge
-from shared.domain.workflow import AgentName
+from shared.domain.workflow import ORDER_FULFILMENT, WORKFLOWS, AgentName
 from shared.usecases import scheduler
 from shared.usecases.commit import ProcessDeps
 from shared.usecases.routing import RoutingSource
@@ -174,6 +176,9 @@ def tripped(agent: str) -> AgentHealth:
     return health(agent, at=NOW, breaker=BreakerState.OPEN, open_until=NOW + timedelta(seconds=30))
 
 
+BOTH_HEALTHY = (health("payment", at=NOW), health("payment-secondary", at=NOW))
+
+
 def routed_world(*observations: AgentHealth) -> tuple[World, ProcessDeps, InMemoryHealthStore]:
     world = World()
     store = InMemoryHealthStore()
@@ -208,25 +213,55 @@ async def test_compensation_goes_to_the_agent_that_did_the_step() -> None:
     assert (refund.queue, refund.body["action"]) == (Queue.AGENT_PAYMENT_SECONDARY, "compensate")
 
 
-async def test_the_supervisors_retry_goes_to_another_healthy_agent() -> None:
-    world, deps, store = routed_world(
-        health("payment", at=NOW), health("payment-secondary", at=NOW)
-    )
-    await reach_payment(world, deps, "o-1", high=False)
-    (first,) = payment_requests(world)
-    assert first.queue == Queue.AGENT_PAYMENT
+async def retry_after_timeout(world: World, deps: ProcessDeps, store: InMemoryHealthStore) -> None:
     world.clock.advance(31)
     for name in ("payment", "payment-secondary"):
         await store.publish_health(health(name, at=world.clock.now()))
     await sweep(deps)
     world.clock.advance(2)
     await scheduler.on_nudge(deps, "o-1")
+
+
+async def test_a_timed_out_payment_is_retried_where_its_idempotency_key_lives() -> None:
+    """Two providers do not share keys: after a timeout the first charge may exist, so
+    moving the retry would charge twice. New orders still go to the healthy one."""
+    world, deps, store = routed_world(*BOTH_HEALTHY)
+    await reach_payment(world, deps, "o-1", high=False)
+    (first,) = payment_requests(world)
+    assert first.queue == Queue.AGENT_PAYMENT
+    await retry_after_timeout(world, deps, store)
+    (retry,) = payment_requests(world)
+    assert retry.queue == Queue.AGENT_PAYMENT
+    assert retry.body["attempt"] == first.body["attempt"] + 1
+
+
+async def test_a_step_whose_agents_share_keys_is_retried_on_another_healthy_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    charge = ORDER_FULFILMENT.steps[1]
+    regions = replace(
+        ORDER_FULFILMENT,
+        steps=(
+            ORDER_FULFILMENT.steps[0],
+            replace(charge, retry_elsewhere=True),
+            ORDER_FULFILMENT.steps[2],
+        ),
+    )
+    monkeypatch.setitem(WORKFLOWS, ORDER_FULFILMENT.name, regions)
+    world, deps, store = routed_world(*BOTH_HEALTHY)
+    await reach_payment(world, deps, "o-1", high=False)
+    (first,) = payment_requests(world)
+    assert first.queue == Queue.AGENT_PAYMENT
+    await retry_after_timeout(world, deps, store)
     (retry,) = payment_requests(world)
     assert retry.queue == Queue.AGENT_PAYMENT_SECONDARY
-    assert retry.body["attempt"] == first.body["attempt"] + 1
     await scheduler.on_reply(deps, a_reply(retry))
     process = await world.store.load("o-1")
     assert process is not None and process.steps[1].status.value == "Completed"
+    assert any(
+        "(instead of payment: its attempt timed out)" in h.detail
+        for h in await world.store.history("o-1")
+    )
 
 
 async def test_high_priority_orders_use_the_high_lanes_with_a_tighter_complete_by() -> None:
