@@ -58,6 +58,20 @@ def effects_applied_at_most_once(obs: Observations) -> InvariantResult:
     return _result("no remote effect applied twice", len(obs.effects), violations)
 
 
+def each_effect_at_one_provider(obs: Observations) -> InvariantResult:
+    """With alternative agents, a step done by two providers would charge twice."""
+    providers: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for e in obs.effects:
+        if e.applied:
+            providers[(e.order_id, e.operation)].add(e.service)
+    violations = [
+        f"{order_id}: {operation} applied by {sorted(services)}"
+        for (order_id, operation), services in sorted(providers.items())
+        if len(services) > 1
+    ]
+    return _result("each effect applied by one provider only", len(providers), violations)
+
+
 def one_key_per_order_and_operation(obs: Observations) -> InvariantResult:
     violations: list[str] = []
     for e in obs.effects:
@@ -69,11 +83,13 @@ def one_key_per_order_and_operation(obs: Observations) -> InvariantResult:
             )
         if e.order_id not in obs.planned:
             violations.append(f"{e.order_id}: {e.operation} for an order never submitted")
-    keys = Counter((e.order_id, e.operation) for e in obs.effects)
+    keys: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for e in obs.effects:
+        keys[(e.order_id, e.operation)].add(e.idempotency_key)
     violations += [
-        f"{order_id}: {operation} called with {n} different keys"
-        for (order_id, operation), n in sorted(keys.items())
-        if n > 1
+        f"{order_id}: {operation} called with {len(used)} different keys"
+        for (order_id, operation), used in sorted(keys.items())
+        if len(used) > 1
     ]
     return _result("one idempotency key per order and operation", len(obs.effects), violations)
 
@@ -239,6 +255,7 @@ def outcomes_match_orders(obs: Observations) -> InvariantResult:
 CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     all_terminal_within_bound,
     effects_applied_at_most_once,
+    each_effect_at_one_provider,
     one_key_per_order_and_operation,
     compensations_exactly_for_completed_steps,
     effects_match_history,

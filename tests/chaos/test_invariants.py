@@ -175,7 +175,7 @@ def test_histories_made_by_the_real_state_machine_pass() -> None:
     claimed = machine.claim(process, ORDER_FULFILMENT, policy, "i-1", T0)
     assert claimed is not None
     history += claimed.history
-    process, request = claimed.process, claimed.outgoing[-1]
+    process, request = claimed.process, claimed.outgoing[0]  # the agent request goes first
     for outcome in (Outcome.SUCCEEDED, Outcome.SUCCEEDED, Outcome.FAILED):
         step = machine.apply_reply(process, ORDER_FULFILMENT, policy, a_reply(request, outcome), T0)
         assert step is not None
@@ -218,6 +218,21 @@ def test_an_effect_applied_twice_fails() -> None:
     assert result.violations == (
         "ok-1: create-shipment applied 2 times (key ok-1:create-shipment)",
     )
+
+
+def test_an_effect_applied_by_two_providers_fails() -> None:
+    charged_twice = [
+        *effects_of_processed("ok-1"),
+        Effect("payment-secondary", "charge-payment", "ok-1", "ok-1:charge-payment", 1, 1),
+    ]
+    result = invariants.each_effect_at_one_provider(observe([processed("ok-1")], charged_twice))
+    assert result.violations == (
+        "ok-1: charge-payment applied by ['payment', 'payment-secondary']",
+    )
+    once = invariants.each_effect_at_one_provider(
+        observe([processed("ok-1")], effects_of_processed("ok-1"))
+    )
+    assert once.passed
 
 
 def test_a_foreign_or_second_idempotency_key_fails() -> None:
