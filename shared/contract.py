@@ -54,6 +54,16 @@ ALL_QUEUES: Final[tuple[str, ...]] = (
 )
 
 
+class PoisonProperty:
+    """Application properties of a dead-lettered poison message (see the Service Bus
+    adapter's `park`): why it was rejected, and which message it is a copy of."""
+
+    COPY_OF: Final = "poisonCopyOf"
+    REASON: Final = "poisonReason"
+    DETAIL: Final = "poisonDetail"
+    ORIGINAL_DELIVERY_COUNT: Final = "originalDeliveryCount"
+
+
 @dataclass(frozen=True)
 class QueueProperties:
     """What the code assumes of every queue; the infra and emulator config must agree."""

@@ -134,10 +134,29 @@ class HealthStore(Protocol):
 
 class MessageBus(Protocol):
     async def send(self, messages: Sequence[Outgoing]) -> None:
-        """Send in order; raises BusUnavailable. Duplicate message ids may be dropped."""
+        """Send in order within each queue (queues in the order of their first message);
+        raises BusUnavailable. Duplicate message ids may be dropped."""
         ...
 
     async def ping(self) -> None: ...
+
+    async def park(self, poison: Poison) -> None:
+        """Put a message no retry can fix in its queue's dead-letter sub-queue, with the
+        reason; raises BusUnavailable."""
+        ...
+
+
+@dataclass(frozen=True)
+class Poison:
+    """A message rejected on its first delivery, as it goes to the dead-letter queue."""
+
+    queue: str
+    message_id: str
+    body: bytes
+    reason: str
+    """A short code: invalid-message, unknown-order, unknown-step."""
+    detail: str
+    delivery_count: int = 1
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
-from shared.ports import MessageBus, Page, StateStore, WatchEntry
+from shared.ports import MessageBus, Page, Poison, StateStore, WatchEntry
 
 
 class ChaosFault(RuntimeError):
@@ -89,6 +89,9 @@ class ChaosMessageBus:
         if messages:
             self.dice.roll("before sending")
         await self._inner.send(messages)
+
+    async def park(self, poison: Poison) -> None:
+        await self._inner.park(poison)
 
     async def ping(self) -> None:
         await self._inner.ping()

@@ -20,6 +20,7 @@ from shared.ports import (
     BusUnavailable,
     ConcurrencyConflict,
     Page,
+    Poison,
     WatchEntry,
 )
 
@@ -157,6 +158,7 @@ class InMemoryBus:
 
     def __init__(self) -> None:
         self.sent: list[Outgoing] = []
+        self.parked: list[Poison] = []
         self.duplicates = 0
         self._ids: set[str] = set()
         self.fail_next = 0
@@ -172,6 +174,13 @@ class InMemoryBus:
                 continue
             self._ids.add(message.message_id)
             self.sent.append(message)
+
+    async def park(self, poison: Poison) -> None:
+        await asyncio.sleep(0)
+        if self.fail_next:
+            self.fail_next -= 1
+            raise BusUnavailable("injected send failure")
+        self.parked.append(poison)
 
     async def ping(self) -> None:
         return None

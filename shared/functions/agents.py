@@ -14,7 +14,7 @@ import azure.functions as func
 from shared import bootstrap
 from shared.contract import Setting
 from shared.domain.workflow import AGENTS, AgentName
-from shared.functions.messages import reject
+from shared.functions.messages import UNKNOWN_STEP, reject
 from shared.usecases.agent import StepRequest, UnknownStep, perform_step
 from shared.usecases.agent_health import heartbeat
 from shared.wire import AgentRequestIn, InvalidMessage, parse
@@ -41,8 +41,10 @@ async def _perform(agent: AgentName, queue: str, msg: func.ServiceBusMessage) ->
                 payload=request.payload,
             ),
         )
-    except (InvalidMessage, UnknownStep) as exc:
+    except InvalidMessage as exc:
         await reject(c, queue, msg, str(exc))
+    except UnknownStep as exc:
+        await reject(c, queue, msg, str(exc), UNKNOWN_STEP)
 
 
 def _register(agent: AgentName, high: bool) -> None:

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from shared import bootstrap
 from shared.contract import Queue, Route, Setting
 from shared.functions.http import base_url, json_response, problem, read_json
-from shared.functions.messages import reject
+from shared.functions.messages import CONFLICT, reject
 from shared.ports import StateStoreError
 from shared.usecases.submission import OrderConflict, submit_order
 from shared.wire import InvalidMessage, OrderSubmissionIn, describe, parse
@@ -77,5 +77,7 @@ async def submit_order_message(msg: func.ServiceBusMessage) -> None:
             cause=msg.message_id,
             tolerate_bus_failure=False,
         )
-    except (InvalidMessage, OrderConflict) as exc:
+    except InvalidMessage as exc:
         await reject(c, Queue.ORDERS, msg, str(exc))
+    except OrderConflict as exc:
+        await reject(c, Queue.ORDERS, msg, str(exc), CONFLICT)

@@ -8,11 +8,17 @@ import logging
 import azure.functions as func
 
 from shared.bootstrap import Container
-from shared.contract import Queue
+from shared.contract import PoisonProperty, Queue
 from shared.domain.messages import iso
 from shared.domain.model import Outgoing
+from shared.ports import Poison
 
 log = logging.getLogger("orders.messages")
+
+INVALID = "invalid-message"
+UNKNOWN_ORDER = "unknown-order"
+UNKNOWN_STEP = "unknown-step"
+CONFLICT = "order-conflict"
 
 
 def _order_id_of(body: bytes) -> str:
@@ -25,25 +31,49 @@ def _order_id_of(body: bytes) -> str:
 
 
 async def reject(
-    container: Container, queue: str, msg: func.ServiceBusMessage, reason: str
+    container: Container,
+    queue: str,
+    msg: func.ServiceBusMessage,
+    detail: str,
+    reason: str = INVALID,
 ) -> None:
-    """Complete the message (a redelivery would fail the same way) and tell an operator.
+    """Dead-letter on the first delivery (a redelivery would fail the same way), with
+    the reason, and tell an operator when the message names an order.
 
-    The Python worker cannot dead-letter from a plain trigger, so the operator alert
-    carries the reason and an excerpt of the body: nothing is dropped silently.
+    Returning completes the original; if parking fails the exception abandons it, so
+    the message is retried rather than lost.
     """
+    properties = msg.application_properties or {}
+    if PoisonProperty.COPY_OF in properties:
+        copy_of = properties[PoisonProperty.COPY_OF]
+        log.warning("dropped expiring copy of poison message %s", copy_of)
+        return
     body = msg.get_body()
-    log.warning("rejected message %s on %s: %s", msg.message_id, queue, reason)
-    await container.process.bus.send(
+    bus = container.process.bus
+    log.warning("dead-lettering message %s on %s: %s: %s", msg.message_id, queue, reason, detail)
+    await bus.park(
+        Poison(
+            queue=queue,
+            message_id=msg.message_id or "",
+            body=body,
+            reason=reason,
+            detail=detail,
+            delivery_count=msg.delivery_count or 1,
+        )
+    )
+    order_id = _order_id_of(body)
+    if not order_id:
+        return
+    await bus.send(
         [
             Outgoing(
                 queue=Queue.OPERATOR_ALERTS,
-                message_id=f"invalid:{queue}:{msg.message_id}",
+                message_id=f"{reason}:{queue}:{msg.message_id}",
                 body={
-                    "orderId": _order_id_of(body),
-                    "reason": "invalid-message",
+                    "orderId": order_id,
+                    "reason": reason,
                     "failureCount": 0,
-                    "lastError": f"{queue} message {msg.message_id}: {reason}",
+                    "lastError": f"{queue} message {msg.message_id}: {detail}",
                     "at": iso(container.process.clock.now()),
                     "queue": queue,
                     "body": body[:2048].decode("utf-8", errors="replace"),

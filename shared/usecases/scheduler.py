@@ -22,6 +22,8 @@ class Handled(StrEnum):
     STALE = "stale"
     """Nothing to do: already claimed, an older attempt's reply, a duplicate."""
     UNKNOWN_ORDER = "unknown-order"
+    UNKNOWN_STEP = "unknown-step"
+    """A reply naming a step the order's workflow does not have: no retry can fix it."""
 
 
 async def on_nudge(deps: ProcessDeps, order_id: str, message_id: str | None = None) -> Handled:
@@ -45,8 +47,13 @@ async def on_nudge(deps: ProcessDeps, order_id: str, message_id: str | None = No
 async def on_reply(deps: ProcessDeps, reply: AgentReply, message_id: str | None = None) -> Handled:
     """Accept an agent's reply only for the running step of the current attempt."""
     routing = await deps.current_routing()
+    unknown_step = False
 
     def decide(process: OrderProcess) -> Transition | None:
+        nonlocal unknown_step
+        if deps.workflow(process).index_of(reply.step) is None:
+            unknown_step = True
+            return None
         return machine.apply_reply(
             process,
             deps.workflow(process),
@@ -58,6 +65,8 @@ async def on_reply(deps: ProcessDeps, reply: AgentReply, message_id: str | None 
         )
 
     handled = await _apply(deps, reply.order_id, message_id, decide)
+    if unknown_step:
+        return Handled.UNKNOWN_STEP
     if handled is Handled.STALE:
         log.info(
             "order %s stale reply ignored: %s %s attempt %d",

@@ -83,14 +83,20 @@ class Harness:
         response: func.HttpResponse = await self.functions[name].func(request)
         return response
 
-    async def message(self, name: str, body: Any, message_id: str = "m-1") -> None:
+    async def message(
+        self,
+        name: str,
+        body: Any,
+        message_id: str = "m-1",
+        properties: dict[str, Any] | None = None,
+    ) -> None:
         data = body if isinstance(body, bytes) else json.dumps(body).encode()
         msg = ServiceBusMessage(
             body=data,
             message_id=message_id,
             delivery_count=1,
-            application_properties={},
-            user_properties={},
+            application_properties=properties or {},
+            user_properties=properties or {},
         )
         await self.functions[name].func(msg)
 

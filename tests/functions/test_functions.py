@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from azure.functions.timer import TimerRequest
 
-from shared.contract import Queue
+from shared.contract import PoisonProperty, Queue
 from shared.domain.model import ProcessState
 from shared.domain.workflow import AgentName
-from shared.ports import PermanentRemoteError, TransientRemoteError
+from shared.ports import BusUnavailable, PermanentRemoteError, TransientRemoteError
 from tests.functions.conftest import Harness
 
 ORDER = {
@@ -214,7 +215,9 @@ async def test_agent_gives_up_silently_when_retries_reach_the_deadline(harness: 
     assert harness.bus.on(Queue.AGENT_REPLIES) == []
 
 
-async def test_invalid_messages_are_completed_and_reported_to_operators(harness: Harness) -> None:
+async def test_poison_messages_are_dead_lettered_with_a_reason_on_first_delivery(
+    harness: Harness,
+) -> None:
     await harness.message("scheduler_nudge", b"not json", message_id="bad-1")
     await harness.message("scheduler_reply", {"orderId": "x"}, message_id="bad-2")
     await harness.message(
@@ -231,11 +234,56 @@ async def test_invalid_messages_are_completed_and_reported_to_operators(harness:
         message_id="bad-3",
     )
     await harness.message("submit_order_message", {**ORDER, "orderId": None}, message_id="bad-4")
+    await harness.message("scheduler_nudge", {"orderId": "ghost"}, message_id="bad-5")
+    parked = [(p.queue, p.message_id, p.reason) for p in harness.bus.parked]
+    assert parked == [
+        (Queue.SCHEDULER, "bad-1", "invalid-message"),
+        (Queue.AGENT_REPLIES, "bad-2", "invalid-message"),
+        (Queue.AGENT_PAYMENT, "bad-3", "unknown-step"),
+        (Queue.ORDERS, "bad-4", "invalid-message"),
+        (Queue.SCHEDULER, "bad-5", "unknown-order"),
+    ]
+    assert harness.bus.parked[0].body == b"not json"
+    assert "not performed by the payment agent" in harness.bus.parked[2].detail
     alerts = harness.bus.on(Queue.OPERATOR_ALERTS)
-    assert [a.body["reason"] for a in alerts] == ["invalid-message"] * 4
-    assert "scheduler message bad-1" in alerts[0].body["lastError"]
-    assert "not performed by the payment agent" in alerts[2].body["lastError"]
+    assert [(a.body["orderId"], a.body["reason"]) for a in alerts] == [
+        ("x", "invalid-message"),
+        ("x", "unknown-step"),
+        ("ghost", "unknown-order"),
+    ]
+    assert "agent-replies message bad-2" in alerts[0].body["lastError"]
     assert (await harness.store.list_by_state(None, 10, None)).items == ()
+
+
+async def test_a_reply_for_a_step_the_workflow_lacks_is_dead_lettered(harness: Harness) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    await harness.message("scheduler_nudge", {"orderId": "fn-1"})
+    before = await harness.store.load("fn-1")
+    reply = {"orderId": "fn-1", "step": "teleport", "action": "do", "attempt": 1}
+    await harness.message(
+        "scheduler_reply", {**reply, "outcome": "succeeded", "result": {}}, message_id="odd"
+    )
+    assert [(p.message_id, p.reason) for p in harness.bus.parked] == [("odd", "unknown-step")]
+    after = await harness.store.load("fn-1")
+    assert before is not None and after is not None and after.state == before.state
+
+
+async def test_an_expiring_poison_copy_is_dropped_not_parked_again(harness: Harness) -> None:
+    await harness.message(
+        "scheduler_nudge",
+        b"not json",
+        message_id="poison:bad-1",
+        properties={PoisonProperty.COPY_OF: "bad-1"},
+    )
+    assert harness.bus.parked == [] and harness.bus.on(Queue.OPERATOR_ALERTS) == []
+
+
+async def test_a_poison_message_that_cannot_be_parked_is_retried(harness: Harness) -> None:
+    harness.bus.fail_next = 1
+    with pytest.raises(BusUnavailable):
+        await harness.message("scheduler_nudge", b"not json", message_id="bad-1")
+    await harness.message("scheduler_nudge", b"not json", message_id="bad-1")
+    assert [p.message_id for p in harness.bus.parked] == ["bad-1"]
 
 
 async def test_supervisor_timer_recovers_an_expired_step(harness: Harness) -> None:
