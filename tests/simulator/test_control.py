@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from devhost.simulator.services import SERVICE_NAMES
 from tests.simulator.conftest import SimClient
 
 DEFAULTS = {
@@ -28,7 +29,7 @@ async def test_health(sim: SimClient) -> None:
 async def test_faults_start_empty(sim: SimClient) -> None:
     reply = await sim.request("GET", "/_sim/faults")
 
-    assert reply.body == {"inventory": DEFAULTS, "payment": DEFAULTS, "shipping": DEFAULTS}
+    assert reply.body == dict.fromkeys(SERVICE_NAMES, DEFAULTS)
 
 
 async def test_put_faults_stores_and_returns_settings(sim: SimClient) -> None:
@@ -59,7 +60,7 @@ async def test_delete_faults_resets_all(sim: SimClient) -> None:
 
     assert reply.status in (200, 204)
     stored = (await sim.request("GET", "/_sim/faults")).body
-    assert stored == {"inventory": DEFAULTS, "payment": DEFAULTS, "shipping": DEFAULTS}
+    assert stored == dict.fromkeys(SERVICE_NAMES, DEFAULTS)
 
 
 @pytest.mark.parametrize(
@@ -172,7 +173,7 @@ async def test_stats_count_per_service(sim: SimClient) -> None:
 
     stats = (await sim.request("GET", "/_sim/stats")).body
 
-    assert set(stats) == {"inventory", "payment", "shipping"}
+    assert set(stats) == set(SERVICE_NAMES)
     assert stats["inventory"]["calls"] == 2
     assert stats["payment"] == {
         "calls": 2,
@@ -188,3 +189,12 @@ async def test_stats_count_per_service(sim: SimClient) -> None:
 
     assert (await sim.request("DELETE", "/_sim/stats")).status == 204
     assert (await sim.stats("payment"))["calls"] == 0
+
+
+async def test_the_health_probe_answers_unless_the_service_is_failing(sim: SimClient) -> None:
+    ok = await sim.request("GET", "/payment-secondary/health")
+    assert ok.status == 200 and ok.body == {"status": "ok", "service": "payment-secondary"}
+    await sim.put_faults("payment", {"transientErrorRate": 1})
+    assert (await sim.request("GET", "/payment/health")).status == 503
+    assert (await sim.request("GET", "/inventory/health")).status == 200
+    assert (await sim.request("GET", "/nowhere/health")).status == 404
