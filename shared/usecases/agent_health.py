@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 from collections import deque
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from shared.domain.health import AgentHealth, BreakerState
-from shared.ports import Clock, HealthStore, RemoteService, StateStoreError, TransientRemoteError
+from shared.ports import Clock, HealthStore, StateStoreError, TransientRemoteError
 from shared.resilience import CircuitBreaker
 
 log = logging.getLogger("orders.agent")
@@ -24,6 +25,12 @@ PUBLISH_EVERY = timedelta(seconds=2)
 WINDOW = 50
 """Remote calls the success rate and latency are computed over."""
 PROBE_TIMEOUT = 2.0
+
+
+class HealthProbe(Protocol):
+    """The part of a RemoteService a heartbeat needs."""
+
+    async def probe(self, timeout: float) -> None: ...
 
 
 class HealthMonitor:
@@ -92,7 +99,7 @@ class HealthMonitor:
             return False
         return True
 
-    async def probe(self, remote: RemoteService) -> None:
+    async def probe(self, remote: HealthProbe) -> None:
         """Close a tripped breaker through the service's health call, not an order."""
         if self.breaker.state is not BreakerState.HALF_OPEN:
             return
@@ -111,7 +118,7 @@ class HealthMonitor:
 
 
 async def heartbeat(
-    agents: list[tuple[HealthMonitor, RemoteService]], store: HealthStore
+    agents: list[tuple[HealthMonitor, HealthProbe]], store: HealthStore
 ) -> list[AgentHealth]:
     """Probe tripped breakers, then publish every agent's health, idle or not."""
     published = []
