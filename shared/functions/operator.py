@@ -23,6 +23,8 @@ from shared.usecases.operator import (
 
 bp = func.Blueprint()
 _ORDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_PAGE_SIZE = re.compile(r"^[0-9]{1,4}$")
+"""ASCII digits only: str.isdigit() accepts '²', which int() then refuses."""
 _UNAVAILABLE = ("Try again", "the state store is unavailable")
 
 
@@ -56,7 +58,7 @@ async def list_orders_http(req: func.HttpRequest) -> func.HttpResponse:
             allowed = ", ".join(s.value for s in ProcessState)
             return problem(400, "Invalid state", f"state must be one of {allowed}")
     raw_size = req.params.get("pageSize", "100")
-    if not raw_size.isdigit() or not 1 <= int(raw_size) <= 1000:
+    if not _PAGE_SIZE.match(raw_size) or not 1 <= int(raw_size) <= 1000:
         return problem(400, "Invalid pageSize", "pageSize must be a whole number from 1 to 1000")
     c = await bootstrap.container()
     try:
