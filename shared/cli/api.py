@@ -1,0 +1,173 @@
+"""A small client of the operator HTTP API (DESIGN.md section 4) on aiohttp.
+
+Every HTTP or network failure becomes a CliError here, so the commands only deal with
+answers; the key travels in a session header and never appears in a message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from shared.cli.config import API_KEY_ENV, ApiConfig
+from shared.cli.errors import CliError, Conflict, NotFound, Refused, Unreachable
+from shared.contract import Route
+
+KEY_HEADER = "x-functions-key"
+OPERATOR_HEADER = "x-operator"
+_UNAVAILABLE = {502, 503, 504}
+
+View = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[View]
+    continuation: str | None
+
+
+class OperatorApi:
+    def __init__(self, config: ApiConfig, session: aiohttp.ClientSession) -> None:
+        self.config = config
+        self._session = session
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, config: ApiConfig) -> AsyncIterator[OperatorApi]:
+        headers = {KEY_HEADER: config.key} if config.key else {}
+        timeout = aiohttp.ClientTimeout(total=config.timeout)
+        async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
+            yield cls(config, session)
+
+    async def page(
+        self, state: str | None, page_size: int, continuation: str | None = None
+    ) -> Page:
+        params = {"pageSize": str(page_size)}
+        if state:
+            params["state"] = state
+        if continuation:
+            params["continuation"] = continuation
+        body = await self._call("GET", Route.ORDERS, params=params)
+        items = body.get("items") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise CliError(f"unexpected answer from {self.config.api}/{Route.ORDERS}: no items")
+        token = body.get("continuation")
+        return Page(items, token if isinstance(token, str) and token else None)
+
+    async def pages(
+        self, state: str | None, page_size: int, continuation: str | None = None
+    ) -> AsyncIterator[Page]:
+        """Follow continuation tokens to the end; a token seen twice ends the walk."""
+        seen: set[str] = set()
+        while True:
+            page = await self.page(state, page_size, continuation)
+            yield page
+            continuation = page.continuation
+            if continuation is None or continuation in seen:
+                return
+            seen.add(continuation)
+
+    async def order(self, order_id: str) -> View:
+        body = await self._call("GET", _order_route(Route.ORDER, order_id), order_id=order_id)
+        return _object(body, order_id)
+
+    async def resubmit(self, order_id: str) -> View:
+        body = await self._call(
+            "POST",
+            _order_route(Route.RESUBMIT, order_id),
+            order_id=order_id,
+            headers={OPERATOR_HEADER: self.config.operator},
+        )
+        return _object(body, order_id)
+
+    async def _call(
+        self,
+        method: str,
+        route: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        order_id: str | None = None,
+    ) -> Any:
+        url = f"{self.config.api}/{route}"
+        try:
+            async with self._session.request(
+                method, url, params=params, headers=headers
+            ) as response:
+                text = await response.text()
+                status = response.status
+                kind = response.content_type
+        except TimeoutError:
+            raise Unreachable(
+                f"the API at {self.config.url} did not answer within {self.config.timeout:g}s"
+            ) from None
+        except aiohttp.ClientConnectorError as exc:
+            raise Unreachable(
+                f"cannot reach the API at {self.config.url}: {exc.os_error.strerror or exc}"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise Unreachable(
+                f"the API at {self.config.url} failed: {type(exc).__name__}"
+            ) from None
+        body = _json(text, kind)
+        if status < 400:
+            return body
+        raise self._error(status, body, order_id)
+
+    def _error(self, status: int, body: Any, order_id: str | None) -> CliError:
+        detail = _detail(body)
+        if status in {401, 403}:
+            hint = (
+                "the key was refused"
+                if self.config.key
+                else f"a key is required: pass --key or set {API_KEY_ENV}"
+            )
+            return Refused(f"HTTP {status} from {self.config.url}: {hint} (use the admin key)")
+        if status == 404 and order_id is not None:
+            return NotFound(f"order {order_id!r} not found" + (f" ({detail})" if detail else ""))
+        if status == 409:
+            return Conflict(detail or "conflict")
+        if status in _UNAVAILABLE:
+            return Unreachable(
+                f"the API at {self.config.url} is unavailable (HTTP {status})"
+                + (f": {detail}" if detail else "")
+            )
+        title = body.get("title") if isinstance(body, dict) else None
+        return CliError(
+            f"HTTP {status}"
+            + (f" {title}" if title else "")
+            + (f": {detail}" if detail else f" from {self.config.url}")
+        )
+
+
+def _order_route(route: str, order_id: str) -> str:
+    return route.replace("{orderId}", quote(order_id, safe=""))
+
+
+def _json(text: str, content_type: str) -> Any:
+    if "json" not in content_type:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _detail(body: Any) -> str:
+    if isinstance(body, dict):
+        detail = body.get("detail")
+        if isinstance(detail, str):
+            return detail
+    return ""
+
+
+def _object(body: Any, order_id: str) -> View:
+    if not isinstance(body, dict):
+        raise CliError(f"unexpected answer for order {order_id!r}: not a JSON object")
+    return body

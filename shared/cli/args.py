@@ -1,0 +1,208 @@
+"""Argument parsing: ``orders`` (the HTTP API) and ``dlq`` (dead-letter sub-queues).
+
+Common options are accepted before or after the command (``orders list --json`` and
+``--json orders list`` alike), because people type them wherever they remember them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import NoReturn
+
+from shared.cli.config import API_KEY_ENV, API_URL_ENV, OPERATOR_ENV
+from shared.cli.errors import Usage
+from shared.contract import ALL_QUEUES, Setting
+from shared.domain.model import ProcessState
+
+PROG = "python -m shared.cli"
+MAX_PAGE_SIZE = 1000
+EPILOG = (
+    "exit codes: 0 ok, 1 failed or refused (e.g. 409), 2 usage, 3 not found, "
+    "4 key or credentials refused, 5 API or broker unreachable"
+)
+
+
+class Parser(argparse.ArgumentParser):
+    """Errors as one line (the entry point prints it), not usage plus a message."""
+
+    def error(self, message: str) -> NoReturn:
+        raise Usage(f"{message} (see {self.prog} --help)")
+
+
+def process_state(text: str) -> str:
+    """A state name in any letter case, as the API spells it."""
+    for state in ProcessState:
+        if state.value.lower() == text.strip().lower():
+            return state.value
+    allowed = ", ".join(s.value for s in ProcessState)
+    raise argparse.ArgumentTypeError(f"invalid state {text!r}: choose one of {allowed}")
+
+
+def _bounded(name: str, low: int, high: int | None = None) -> type[int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number") from None
+        if value < low or (high is not None and value > high):
+            upper = f" to {high}" if high is not None else " or more"
+            raise argparse.ArgumentTypeError(f"{name} must be {low}{upper}, got {value}")
+        return value
+
+    parse.__name__ = name
+    return parse  # type: ignore[return-value]
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"seconds must be positive, got {text!r}")
+    return value
+
+
+def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    group = parser.add_argument_group("output")
+    group.add_argument(
+        "--json", action="store_true", default=default(False), help="machine-readable output"
+    )
+    group.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=default(30.0),
+        help="seconds to wait for each HTTP answer (default 30)",
+    )
+
+
+def _api(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    default = argparse.SUPPRESS if suppress else None
+    group = parser.add_argument_group("operator API")
+    group.add_argument(
+        "--url",
+        default=default,
+        help=f"function app address (env {API_URL_ENV}; default http://127.0.0.1:7071)",
+    )
+    group.add_argument(
+        "--key",
+        default=default,
+        help=f"admin or function key, sent as x-functions-key (prefer env {API_KEY_ENV})",
+    )
+    group.add_argument(
+        "--operator",
+        default=default,
+        help=f"name recorded with a resubmit (env {OPERATOR_ENV}; default your login)",
+    )
+
+
+def _bus(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    default = argparse.SUPPRESS if suppress else None
+    group = parser.add_argument_group("Service Bus")
+    group.add_argument(
+        "--connection",
+        default=default,
+        help=f"connection string (prefer env {Setting.SERVICE_BUS}; "
+        "default: local.settings.json or the sample)",
+    )
+    group.add_argument(
+        "--namespace",
+        default=default,
+        help=f"namespace for DefaultAzureCredential "
+        f"(env {Setting.SERVICE_BUS}__fullyQualifiedNamespace)",
+    )
+
+
+def _leaf(
+    parent: argparse._SubParsersAction[Parser], name: str, help_text: str, *, bus: bool = False
+) -> Parser:
+    parser = parent.add_parser(name, help=help_text, description=help_text, epilog=EPILOG)
+    _common(parser, suppress=True)
+    (_bus if bus else _api)(parser, suppress=True)
+    return parser
+
+
+def _queue_selection(parser: Parser, verb: str) -> None:
+    parser.add_argument("--queue", required=True, choices=ALL_QUEUES, help="the queue")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--message-id", help=f"{verb} only the message(s) with this id")
+    which.add_argument("--all", action="store_true", help=f"{verb} every dead letter")
+    parser.add_argument(
+        "--max",
+        type=_bounded("--max", 1),
+        default=1000,
+        help="look at no more than this many dead letters (default 1000)",
+    )
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog=PROG,
+        description="Operate the order processing system from a terminal.",
+        epilog=EPILOG,
+    )
+    _common(parser, suppress=False)
+    _api(parser, suppress=False)
+    _bus(parser, suppress=False)
+    groups = parser.add_subparsers(dest="group", required=True, metavar="{orders,dlq}")
+
+    orders = groups.add_parser("orders", help="inspect and resubmit orders (HTTP API)")
+    commands = orders.add_subparsers(
+        dest="command", required=True, metavar="{list,show,resubmit,watch}"
+    )
+    listing = _leaf(commands, "list", "list orders, optionally in one state")
+    listing.add_argument("--state", type=process_state, help="e.g. Error, Pending, Processing")
+    listing.add_argument(
+        "--page-size",
+        type=_bounded("--page-size", 1, MAX_PAGE_SIZE),
+        default=100,
+        help="orders per request (1-1000, default 100)",
+    )
+    listing.add_argument("--all", action="store_true", help="follow continuation to the end")
+    listing.add_argument("--continuation", help="start from a token a previous page returned")
+    show = _leaf(commands, "show", "state, steps and history of one order")
+    show.add_argument("order_id", metavar="ORDER_ID")
+    resubmit = _leaf(commands, "resubmit", "send orders in Error back to Pending")
+    resubmit.add_argument("order_ids", metavar="ORDER_ID", nargs="+")
+    watch = _leaf(commands, "watch", "poll an order until it ends, printing each change")
+    watch.add_argument("order_id", metavar="ORDER_ID")
+    watch.add_argument(
+        "--interval", type=_seconds, default=1.0, help="seconds between polls (default 1)"
+    )
+    watch.add_argument("--max-wait", type=_seconds, help="give up after this many seconds")
+
+    dlq = groups.add_parser("dlq", help="dead-letter sub-queues (Service Bus)")
+    dlq_commands = dlq.add_subparsers(dest="command", required=True, metavar="{list,requeue,purge}")
+    peek = _leaf(dlq_commands, "list", "peek (never consume) dead letters", bus=True)
+    peek.add_argument(
+        "--queue",
+        action="append",
+        choices=ALL_QUEUES,
+        help="a queue to look at (repeatable; default all contract queues)",
+    )
+    peek.add_argument(
+        "--max",
+        type=_bounded("--max", 1),
+        default=100,
+        help="dead letters shown per queue (default 100)",
+    )
+    peek.add_argument(
+        "--excerpt",
+        type=_bounded("--excerpt", 0),
+        default=120,
+        help="characters of each body to show (default 120)",
+    )
+    requeue = _leaf(dlq_commands, "requeue", "move dead letters back to their queue", bus=True)
+    _queue_selection(requeue, "requeue")
+    purge = _leaf(dlq_commands, "purge", "delete dead letters for good", bus=True)
+    _queue_selection(purge, "purge")
+    purge.add_argument("--yes", action="store_true", help="confirm: purge cannot be undone")
+    return parser
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    return build_parser().parse_args(list(argv))

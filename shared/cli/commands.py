@@ -1,0 +1,158 @@
+"""The commands: each takes the parsed arguments and a Console, returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from shared.cli import output
+from shared.cli.api import OperatorApi, View
+from shared.cli.config import ApiConfig, BusConfig
+from shared.cli.deadletters import DeadLetterQueues, Settlement
+from shared.cli.errors import CliError, Exit, NotFound, Usage
+from shared.contract import ALL_QUEUES
+from shared.domain.model import ProcessState
+
+TERMINAL = frozenset(s.value for s in ProcessState if s.is_terminal)
+
+
+@dataclass
+class Console:
+    out: TextIO
+    json: bool
+
+    def show(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def data(self, value: Any) -> None:
+        self.show(output.to_json(value))
+
+
+async def orders_list(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    items: list[View] = []
+    continuation: str | None = None
+    async with OperatorApi.open(config) as api:
+        if args.all:
+            async for page in api.pages(args.state, args.page_size, args.continuation):
+                items.extend(page.items)
+        else:
+            page = await api.page(args.state, args.page_size, args.continuation)
+            items, continuation = page.items, page.continuation
+    if console.json:
+        console.data({"items": items, "continuation": continuation})
+        return Exit.OK
+    console.show(output.orders_table(items))
+    if continuation:
+        console.show(f"more orders: add --all, or --continuation {continuation}")
+    return Exit.OK
+
+
+async def orders_show(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    async with OperatorApi.open(config) as api:
+        view = await api.order(args.order_id)
+    if console.json:
+        console.data(view)
+    else:
+        console.show(output.order_details(view))
+    return Exit.OK
+
+
+async def orders_resubmit(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    """Each order gets its own answer; the exit code is that of the first failure.
+
+    Only per-order answers (404, 409) are collected: a refused key or an unreachable API
+    would fail every order the same way, so they stop the command at once.
+    """
+    results: list[dict[str, Any]] = []
+    code = Exit.OK
+    async with OperatorApi.open(config) as api:
+        for order_id in dict.fromkeys(args.order_ids):
+            try:
+                state = await api.resubmit(order_id)
+            except NotFound as exc:
+                results.append({"orderId": order_id, "result": "not found", "detail": exc.message})
+                code = code or exc.code
+            except CliError as exc:
+                if exc.code != Exit.FAILED:
+                    raise
+                results.append(
+                    {
+                        "orderId": order_id,
+                        "result": "refused",
+                        "detail": f"only an order in Error can be resubmitted: {exc.message}",
+                    }
+                )
+                code = code or exc.code
+            else:
+                detail = (
+                    f"{state.get('processState')}, attempt {state.get('attempt')}, "
+                    f"failures {state.get('failureCount')}"
+                )
+                results.append(
+                    {"orderId": order_id, "result": "resubmitted", "detail": detail, "state": state}
+                )
+    if console.json:
+        console.data(results)
+    else:
+        console.show(output.resubmit_table(results))
+    return code
+
+
+async def orders_watch(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    """Exit 0 when the order ends Processed, 1 when it ends Error or Compensated."""
+    deadline = time.monotonic() + args.max_wait if args.max_wait else None
+    previous: View | None = None
+    async with OperatorApi.open(config) as api:
+        while True:
+            view = await api.order(args.order_id)
+            if view != previous:
+                if console.json:
+                    console.show(output.to_json_line(view))
+                else:
+                    for line in output.changes(previous, view):
+                        console.show(line)
+            previous = view
+            state = view.get("processState")
+            if state in TERMINAL:
+                if not console.json:
+                    console.show(f"{args.order_id} ended {state}")
+                return Exit.OK if state == ProcessState.PROCESSED.value else Exit.FAILED
+            if deadline is not None and time.monotonic() >= deadline:
+                raise CliError(f"order {args.order_id!r} is still {state} after {args.max_wait:g}s")
+            await asyncio.sleep(args.interval)
+
+
+async def dlq_list(args: argparse.Namespace, config: BusConfig, console: Console) -> int:
+    queues = list(dict.fromkeys(args.queue or ALL_QUEUES))
+    async with DeadLetterQueues.open(config) as bus:
+        peeked = await asyncio.gather(*(bus.peek(q, args.max) for q in queues))
+    if console.json:
+        console.data([output.dead_letter_json(m, args.excerpt) for p in peeked for m in p.messages])
+    else:
+        console.show(output.dead_letters_text(peeked, args.excerpt))
+    return Exit.OK
+
+
+async def dlq_requeue(args: argparse.Namespace, config: BusConfig, console: Console) -> int:
+    async with DeadLetterQueues.open(config) as bus:
+        result = await bus.requeue(args.queue, args.message_id, args.max)
+    return _settled(result, "requeued", console)
+
+
+async def dlq_purge(args: argparse.Namespace, config: BusConfig, console: Console) -> int:
+    if not args.yes:
+        raise Usage("purge deletes dead letters for good: add --yes to confirm")
+    async with DeadLetterQueues.open(config) as bus:
+        result = await bus.purge(args.queue, args.message_id, args.max)
+    return _settled(result, "purged", console)
+
+
+def _settled(result: Settlement, verb: str, console: Console) -> int:
+    if console.json:
+        console.data(output.settlement_json(result))
+    else:
+        console.show(output.settlement_text(result, verb))
+    return Exit.FAILED if result.skipped else Exit.OK
