@@ -42,6 +42,15 @@ SIM_FAULTS: dict[str, dict[str, Any]] = {
     },
     "shipping": {"transientErrorRate": 0.10, "hangRate": 0.03, "latencyMs": 20},
 }
+SIM_FAULTS["payment-secondary"] = {
+    "transientErrorRate": 0.05,
+    "latencyMs": 40,
+    "permanentFailureSkus": [DECLINED_SKU],
+}
+OUTAGE = {"transientErrorRate": 1.0, "latencyMs": 30, "permanentFailureSkus": [DECLINED_SKU]}
+"""The primary payment provider fails every call for OUTAGE_SECONDS, a third of the way in."""
+OUTAGE_SECONDS = 12.0
+HIGH_PRIORITY_EVERY = 10
 BROKER_FAULTS = {"duplicateRate": 0.05}
 SUBMIT_RATE = 25.0
 MAX_IN_FLIGHT = 60
@@ -109,7 +118,9 @@ async def _wait_until_up(
     raise SystemExit("the local runtime did not answer on /api/health within 120 s")
 
 
-def _order_body(order_id: str, rng: random.Random, declined: bool) -> dict[str, Any]:
+def _order_body(
+    order_id: str, rng: random.Random, declined: bool, high: bool = False
+) -> dict[str, Any]:
     items = [
         {
             "sku": f"SKU-{rng.randint(1, 40):03d}",
@@ -120,7 +131,8 @@ def _order_body(order_id: str, rng: random.Random, declined: bool) -> dict[str, 
     ]
     if declined:
         items.append({"sku": DECLINED_SKU, "quantity": 1, "unitPrice": 10.0})
-    return {"orderId": order_id, "customerId": f"cust-{rng.randint(1, 50)}", "items": items}
+    body = {"orderId": order_id, "customerId": f"cust-{rng.randint(1, 50)}", "items": items}
+    return body | ({"priority": "high"} if high else {})
 
 
 async def _submit(session: aiohttp.ClientSession, app: str, body: dict[str, Any]) -> None:
@@ -240,7 +252,10 @@ async def _drive(
     console.print(
         "Faults switched on: 10-15% transient errors at every remote service, hangs past the "
         "step deadline at payment (4%) and shipping (3%), latency spikes, a SKU whose card is "
-        f"always declined ({DECLINED_SKU}), and 5% of broker messages delivered twice."
+        f"always declined ({DECLINED_SKU}), and 5% of broker messages delivered twice. "
+        f"A third of the way in, the primary payment provider fails every call for "
+        f"{OUTAGE_SECONDS:.0f} s: new orders are routed to the secondary. Every "
+        f"{HIGH_PRIORITY_EVERY}th order is high priority (its own agent queues)."
     )
     await _delete(session, f"{ends.simulator}/_sim/stats")
     for service, faults in SIM_FAULTS.items():
@@ -264,7 +279,9 @@ async def _drive(
         await asyncio.sleep(i / SUBMIT_RATE)
         await room.acquire()
         async with gate:
-            await _submit(session, ends.app, _order_body(order.order_id, rng, i in declined))
+            high = i % HIGH_PRIORITY_EVERY == 0
+            body = _order_body(order.order_id, rng, i in declined, high)
+            await _submit(session, ends.app, body)
             order.submitted_at = time.monotonic()
 
     progress = Progress(
@@ -289,6 +306,7 @@ async def _drive(
         Group(progress, _counts_table(tracked)), console=console, refresh_per_second=4
     ) as live:
         submitting = asyncio.create_task(submit_all())
+        outage = asyncio.create_task(_payment_outage(session, ends, count, live.console))
         poll = asyncio.Semaphore(8)
         while time.monotonic() - started < timeout:
             await asyncio.sleep(1)
@@ -302,6 +320,7 @@ async def _drive(
             if submitting.done() and done == count:
                 break
         await submitting
+        outage.cancel()
     console.print()
 
     elapsed = time.monotonic() - started
@@ -334,6 +353,15 @@ async def _drive(
         sum(1 for h in o.view.get("history", []) if h.get("event") == "timed-out") for o in tracked
     )
     latencies = [v for o in tracked if (v := _latency(o)) is not None]
+    high = [v for i, o in enumerate(tracked) if i % HIGH_PRIORITY_EVERY == 0 and (v := _latency(o))]
+    normal = [v for i, o in enumerate(tracked) if i % HIGH_PRIORITY_EVERY and (v := _latency(o))]
+    by_secondary = sum(
+        1
+        for e in mine
+        if e.get("service") == "payment-secondary"
+        and e.get("operation") == "charge-payment"
+        and int(e.get("applied", 0)) == 1
+    )
     counts = Counter(o.state for o in tracked)
     retries = sum(
         int(s.get("transientErrors", 0)) + int(s.get("transientErrorsAfterApply", 0))
@@ -357,6 +385,11 @@ async def _drive(
     summary.add_row("transient faults absorbed by agent retries", str(retries))
     summary.add_row("Supervisor recoveries (deadline passed, step retried)", str(recoveries))
     summary.add_row("duplicate deliveries injected / dropped by the broker", str(duplicates))
+    summary.add_row("charged by the secondary payment provider (routing)", str(by_secondary))
+    summary.add_row(
+        "latency p50: high priority / normal (s)",
+        f"{_percentile(high, 50):.2f} / {_percentile(normal, 50):.2f}",
+    )
     summary.add_row(
         "latency p50 / p95 / p99 (s)",
         " / ".join(f"{_percentile(latencies, p):.2f}" for p in (50, 95, 99)),
@@ -369,6 +402,17 @@ async def _drive(
     console.print(summary)
     unfinished = count - sum(1 for o in tracked if o.state in TERMINAL)
     return 1 if unfinished or applied_twice else 0
+
+
+async def _payment_outage(
+    session: aiohttp.ClientSession, ends: Endpoints, count: int, console: Console
+) -> None:
+    await asyncio.sleep(count / 3 / SUBMIT_RATE)
+    console.print("[red]payment provider outage: every call fails[/]")
+    await _put(session, f"{ends.simulator}/_sim/faults/payment", OUTAGE)
+    await asyncio.sleep(OUTAGE_SECONDS)
+    await _put(session, f"{ends.simulator}/_sim/faults/payment", SIM_FAULTS["payment"])
+    console.print("[green]payment provider back: work moves back to it[/]")
 
 
 async def _gated(gate: asyncio.Semaphore, work: Awaitable[None]) -> None:
