@@ -2,6 +2,14 @@
 
 The same adapter talks to a real namespace (managed identity), Microsoft's emulator and
 the repo's local broker: only the connection differs.
+
+Why batches and a pool: a sender link must carry one send at a time (the SDK numbers a
+transfer before it awaits, so concurrent sends on one link reach the wire out of order),
+and one link per queue made every handler of a busy queue wait for it. So a call's
+messages to one queue go out as one batch (one transfer and one round trip, each message
+keeping its id and scheduled enqueue time, in call order), and each queue has a few
+links, each used by one send at a time. Queues are sent one after the other, in the order
+of their first message in the call, so a transition's first message still leaves first.
 """
 
 from __future__ import annotations
@@ -9,27 +17,111 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
 
 from azure.core.credentials_async import AsyncTokenCredential
-from azure.servicebus import ServiceBusMessage
+from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
 from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
-from azure.servicebus.exceptions import ServiceBusError
+from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
 
+from shared.contract import PoisonProperty
 from shared.domain.model import Outgoing
-from shared.ports import BusUnavailable
+from shared.ports import BusUnavailable, Poison
+
+SENDERS_PER_QUEUE = 4
+"""Links per queue: enough that concurrent handlers rarely wait, few enough to be cheap."""
+
+_SEND_ERRORS = (TimeoutError, ServiceBusError, OSError)
+
+
+class _SenderPool:
+    """A queue's links. A caller holds one slot (and its link) for a whole send.
+
+    A link takes about half a second to open, far longer than a send on an open one, so
+    a caller never waits for a new link while another exists: it takes an idle one, or
+    waits for a busy one to come back while one more link opens in the background. Only
+    the first caller of a queue (or after a failure) opens a link itself.
+    """
+
+    def __init__(self, queue: str, size: int, opener: Callable[[str], Awaitable[ServiceBusSender]]):
+        self.queue = queue
+        self.senders: list[ServiceBusSender | None] = [None] * size
+        self._open = opener
+        self._free: asyncio.LifoQueue[int] = asyncio.LifoQueue()
+        self._spare = list(reversed(range(size)))
+        self._growing: asyncio.Task[None] | None = None
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[int]:
+        slot = await self._acquire()
+        try:
+            yield slot
+        finally:
+            self._free.put_nowait(slot)
+
+    async def _acquire(self) -> int:
+        if not self._free.empty():
+            return self._free.get_nowait()
+        if self._spare and not self._opening():
+            return self._spare.pop()
+        if self._spare and self._growing is None:
+            self._growing = asyncio.create_task(self._grow(self._spare.pop()))
+        return await self._free.get()
+
+    def _opening(self) -> bool:
+        """Whether some link exists or is being opened (so waiting for it is cheaper)."""
+        taken = len(self.senders) - len(self._spare) - self._free.qsize()
+        return taken > 0 or self._growing is not None
+
+    async def _grow(self, slot: int) -> None:
+        try:
+            self.senders[slot] = await self._open(self.queue)
+        except _SEND_ERRORS:
+            pass  # the caller who takes the slot opens it, and reports what fails then
+        finally:
+            self._growing = None
+            self._free.put_nowait(slot)
+
+    async def link(self, slot: int) -> ServiceBusSender:
+        sender = self.senders[slot]
+        if sender is None:
+            sender = self.senders[slot] = await self._open(self.queue)
+        return sender
+
+    async def drop(self, slot: int) -> None:
+        sender, self.senders[slot] = self.senders[slot], None
+        if sender is not None:
+            with contextlib.suppress(ServiceBusError, OSError):
+                await sender.close()
+
+    async def close(self) -> None:
+        if self._growing is not None:
+            self._growing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._growing
+        for slot in range(len(self.senders)):
+            await self.drop(slot)
 
 
 class ServiceBusMessageBus:
-    """One client per worker and one cached sender per queue: no per-message reconnects."""
+    """One client per worker and a small pool of cached senders per queue."""
 
-    def __init__(self, client: ServiceBusClient, credential: AsyncTokenCredential | None = None):
+    def __init__(
+        self,
+        client: ServiceBusClient,
+        credential: AsyncTokenCredential | None = None,
+        senders_per_queue: int = SENDERS_PER_QUEUE,
+    ):
+        if senders_per_queue < 1:
+            raise ValueError("senders_per_queue must be at least 1")
         self._client = client
         self._credential = credential
-        self._senders: dict[str, ServiceBusSender] = {}
-        self._lock = asyncio.Lock()
-        self._sending: dict[str, asyncio.Lock] = {}
+        self._pool_size = senders_per_queue
+        self._pools: dict[str, _SenderPool] = {}
+        self._open_lock = asyncio.Lock()
         self.sent = 0
+        self.transfers = 0
 
     @classmethod
     def from_connection_string(cls, connection_string: str) -> ServiceBusMessageBus:
@@ -41,60 +133,113 @@ class ServiceBusMessageBus:
     ) -> ServiceBusMessageBus:
         return cls(ServiceBusClient(fully_qualified_namespace, credential), credential)
 
-    async def _sender(self, queue: str) -> ServiceBusSender:
-        """Open each sender once, one at a time: senders share the client's connection,
-        and the SDK's link setup is not safe when several open concurrently on it."""
-        sender = self._senders.get(queue)
-        if sender is None:
-            async with self._lock:
-                sender = self._senders.get(queue)
-                if sender is None:
-                    sender = self._client.get_queue_sender(queue)
-                    await sender.__aenter__()
-                    self._senders[queue] = sender
-        return sender
+    def _pool(self, queue: str) -> _SenderPool:
+        pool = self._pools.get(queue)
+        if pool is None:
+            pool = self._pools[queue] = _SenderPool(queue, self._pool_size, self._open)
+        return pool
+
+    async def _open(self, queue: str) -> ServiceBusSender:
+        """Open links one at a time: senders share the client, and the SDK's link setup
+        is not safe when several open concurrently on it."""
+        async with self._open_lock:
+            sender = self._client.get_queue_sender(queue)
+            await sender.__aenter__()
+            return sender
 
     async def send(self, messages: Sequence[Outgoing]) -> None:
+        by_queue: dict[str, list[Outgoing]] = {}
         for message in messages:
-            sb_message = ServiceBusMessage(
-                json.dumps(dict(message.body), separators=(",", ":")),
-                message_id=message.message_id,
-                content_type="application/json",
-                scheduled_enqueue_time_utc=message.deliver_at,
-                application_properties={"orderId": str(message.body.get("orderId", ""))},
-            )
-            gate = self._sending.setdefault(message.queue, asyncio.Lock())
+            by_queue.setdefault(message.queue, []).append(message)
+        for queue, batch in by_queue.items():
+            await self._send_to(queue, [_message(m) for m in batch])
+            self.sent += len(batch)
+
+    async def park(self, poison: Poison) -> None:
+        """Service Bus has no send-to-dead-letter, and a plain Python trigger cannot
+        settle its message; so a copy goes to the queue with a 1 ms time-to-live and the
+        queue's dead-lettering on expiry moves it to `<queue>/$DeadLetterQueue`, where the
+        application properties carry the reason. The original is then completed."""
+        await self._send_to(poison.queue, [_poison_copy(poison)])
+
+    async def _send_to(self, queue: str, messages: list[ServiceBusMessage]) -> None:
+        """Send with one retry on a fresh link; a batch that is re-sent whole is safe
+        because the broker drops the message ids it has already accepted."""
+        pool = self._pool(queue)
+        async with pool.slot() as slot:
             for attempt in (1, 2):
                 try:
-                    # One send at a time per link: the SDK numbers a transfer before it
-                    # awaits, so concurrent sends on one sender reach the wire out of order.
-                    async with gate:
-                        sender = await self._sender(message.queue)
-                        await sender.send_messages(sb_message)
-                    break
-                except (TimeoutError, ServiceBusError, OSError) as exc:
-                    await self._drop_sender(message.queue)
+                    sender = await pool.link(slot)
+                    for batch in await _batches(sender, messages):
+                        await sender.send_messages(batch)
+                        self.transfers += 1
+                    return
+                except _SEND_ERRORS as exc:
+                    await pool.drop(slot)
                     if attempt == 2:
-                        raise BusUnavailable(f"send to {message.queue} failed: {exc}") from None
-            self.sent += 1
+                        raise BusUnavailable(f"send to {queue} failed: {exc}") from None
 
-    async def _drop_sender(self, queue: str) -> None:
-        sender = self._senders.pop(queue, None)
-        if sender is not None:
-            with contextlib.suppress(ServiceBusError, OSError):
-                await sender.close()
+    def open_links(self) -> dict[str, int]:
+        """Open sender links per queue, for health views and tests."""
+        return {q: sum(s is not None for s in p.senders) for q, p in self._pools.items()}
 
     async def ping(self) -> None:
         """Opening a sender proves the namespace answers and the credential is accepted."""
-        try:
-            await self._sender("scheduler")
-        except (TimeoutError, ServiceBusError, OSError) as exc:
-            await self._drop_sender("scheduler")
-            raise BusUnavailable(str(exc)) from None
+        pool = self._pool("scheduler")
+        async with pool.slot() as slot:
+            try:
+                await pool.link(slot)
+            except _SEND_ERRORS as exc:
+                await pool.drop(slot)
+                raise BusUnavailable(str(exc)) from None
 
     async def close(self) -> None:
-        for queue in list(self._senders):
-            await self._drop_sender(queue)
+        for pool in self._pools.values():
+            await pool.close()
         await self._client.close()
         if self._credential is not None:
             await self._credential.close()
+
+
+POISON_TTL = timedelta(milliseconds=1)
+
+
+def _poison_copy(poison: Poison) -> ServiceBusMessage:
+    return ServiceBusMessage(
+        poison.body,
+        message_id=f"poison:{poison.message_id}",
+        time_to_live=POISON_TTL,
+        application_properties={
+            PoisonProperty.COPY_OF: poison.message_id,
+            PoisonProperty.REASON: poison.reason,
+            PoisonProperty.DETAIL: poison.detail[:1024],
+            PoisonProperty.ORIGINAL_DELIVERY_COUNT: poison.delivery_count,
+        },
+    )
+
+
+def _message(message: Outgoing) -> ServiceBusMessage:
+    return ServiceBusMessage(
+        json.dumps(dict(message.body), separators=(",", ":")),
+        message_id=message.message_id,
+        content_type="application/json",
+        scheduled_enqueue_time_utc=message.deliver_at,
+        application_properties={"orderId": str(message.body.get("orderId", ""))},
+    )
+
+
+async def _batches(
+    sender: ServiceBusSender, messages: list[ServiceBusMessage]
+) -> list[ServiceBusMessageBatch]:
+    """As few batches as the link's size limit allows, in order; a message too large for
+    a batch of its own is an error of the send (it would be one alone too)."""
+    batches = [await sender.create_message_batch()]
+    for message in messages:
+        try:
+            batches[-1].add_message(message)
+        except MessageSizeExceededError:
+            if len(batches[-1]) == 0:
+                raise
+            batches.append(await sender.create_message_batch())
+            batches[-1].add_message(message)
+    return batches

@@ -1,7 +1,32 @@
-"""How an order process maps onto Table Storage rows (one partition per order).
+"""How an order process maps onto Table Storage entities (one partition per order).
 
-RowKeys sort so that one range read gets order, state and steps without the history:
-`hist-…` < `order` < `state` < `step-NN`.
+Layout: the `state` entity holds everything `load` needs, so a load is one point read
+and a state change one conditional write of one entity:
+
+* the state record's fields as real, queryable properties, named as in the pattern
+  (`OrderID`, `LockedBy`, `CompleteBy`, `ProcessState`, `FailureCount`, ...);
+* the order's fields (`CustomerId`, `Items`, `Priority`, `ReplyTo`, `Fingerprint`,
+  `OrderCreatedAt`). The order never changes, so it could live in its own row read
+  beside the state; folded in, a load is one request instead of two, a submission one
+  entity instead of two, and no instance needs a cache of orders (on Flex Consumption a
+  message reaches any instance). The price is rewriting the order with each state
+  change: a few hundred bytes for a usual order;
+* the step records (`Steps`) and the outbox (`Outbox`) as JSON properties. Steps go
+  through `dataclass_json`, so fields added to `StepRecord` round-trip by themselves.
+
+History stays in append-only `hist-VVVVVVVVVV-NN` rows (an audit trail that grows with
+retries, read only by operators and checks), written in the same entity-group
+transaction as the state change that caused it.
+
+Limits: a string property holds at most 64 KiB of UTF-16 (32 K code units), an entity
+1 MiB. JSON is written without ASCII escaping (an escaped non-ASCII character takes six
+code units, a raw one at most two), and any long text is split over `Name`, `Name_1`,
+`Name_2`, ... The largest order the intake accepts (100 lines of 128-character SKUs) fits
+with room to spare; see the contract tests.
+
+Older tables (an `order` row, a `state` row without `Steps`, `step-NN` rows) are still
+read; the first save rewrites the state entity in this layout and the old rows are left
+unread.
 """
 
 from __future__ import annotations
@@ -12,6 +37,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from shared.adapters.dataclass_json import from_json, to_json
 from shared.domain.model import (
     ErrorInfo,
     HistoryEntry,
@@ -31,14 +57,14 @@ ORDER_ROW = "order"
 STATE_ROW = "state"
 STEP_PREFIX = "step-"
 HISTORY_PREFIX = "hist-"
+STEPS = "Steps"
 WATCH_SHARDS = 16
 """Watch entries spread over partitions so that no one partition takes every write."""
 
+TEXT_PART = 16_000
+"""Code points per string property: at most two UTF-16 code units each, under 32 K."""
+
 Entity = dict[str, Any]
-
-
-def step_key(index: int) -> str:
-    return f"{STEP_PREFIX}{index:02d}"
 
 
 def history_key(version: int, index: int) -> str:
@@ -51,6 +77,11 @@ def watch_partition(order_id: str) -> str:
 
 def watch_partitions() -> list[str]:
     return [f"~watch-{shard:02d}" for shard in range(WATCH_SHARDS)]
+
+
+def is_current_layout(state: Mapping[str, Any]) -> bool:
+    """A state entity that carries its steps; older ones need their partition's rows."""
+    return STEPS in state
 
 
 def _utc(value: Any) -> datetime | None:
@@ -73,29 +104,39 @@ def _without_nulls(entity: Entity) -> Entity:
     return {k: v for k, v in entity.items() if v is not None}
 
 
-def order_entity(order: Order) -> Entity:
-    return _without_nulls(
-        {
-            "PartitionKey": order.order_id,
-            "RowKey": ORDER_ROW,
-            "OrderID": order.order_id,
-            "CustomerId": order.customer_id,
-            "Items": json.dumps(
-                [
-                    {"sku": i.sku, "quantity": i.quantity, "unitPrice": i.unit_price}
-                    for i in order.items
-                ]
-            ),
-            "Priority": order.priority.value,
-            "ReplyTo": order.reply_to,
-            "Fingerprint": order.fingerprint,
-            "CreatedAt": order.created_at,
-        }
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def put_text(entity: Entity, name: str, text: str | None) -> None:
+    """Store text of any length: the first part as `name`, the rest as `name_1`, ..."""
+    if text is None:
+        return
+    entity[name] = text[:TEXT_PART]
+    for i, start in enumerate(range(TEXT_PART, len(text), TEXT_PART), start=1):
+        entity[f"{name}_{i}"] = text[start : start + TEXT_PART]
+
+
+def get_text(entity: Mapping[str, Any], name: str) -> str | None:
+    first = entity.get(name)
+    if first is None:
+        return None
+    parts = [str(first)]
+    while (part := entity.get(f"{name}_{len(parts)}")) is not None:
+        parts.append(str(part))
+    return "".join(parts)
+
+
+def _items_json(order: Order) -> str:
+    return _dumps(
+        [{"sku": i.sku, "quantity": i.quantity, "unitPrice": i.unit_price} for i in order.items]
     )
 
 
-def state_entity(state: StateRecord) -> Entity:
-    return _without_nulls(
+def state_entity(process: OrderProcess) -> Entity:
+    """The one entity that holds an order, its state record and its steps."""
+    state, order = process.state, process.order
+    entity = _without_nulls(
         {
             "PartitionKey": state.order_id,
             "RowKey": STATE_ROW,
@@ -107,51 +148,42 @@ def state_entity(state: StateRecord) -> Entity:
             "Attempt": state.attempt,
             "Phase": state.phase.value,
             "CurrentStep": state.current_step,
-            "LastError": state.last_error,
             "Version": state.version,
             "CreatedAt": state.created_at,
             "UpdatedAt": state.updated_at,
             "Workflow": state.workflow,
-            "Outbox": json.dumps([_outgoing_json(m) for m in state.outbox]),
             "OutboxCause": state.outbox_cause,
+            "CustomerId": order.customer_id,
+            "Priority": order.priority.value,
+            "ReplyTo": order.reply_to,
+            "Fingerprint": order.fingerprint,
+            "OrderCreatedAt": order.created_at,
         }
     )
-
-
-def step_entity(order_id: str, index: int, step: StepRecord) -> Entity:
-    return _without_nulls(
-        {
-            "PartitionKey": order_id,
-            "RowKey": step_key(index),
-            "OrderID": order_id,
-            "Step": step.name,
-            "Status": step.status.value,
-            "Attempts": step.attempts,
-            "CompleteBy": step.complete_by,
-            "Result": json.dumps(dict(step.result)) if step.result is not None else None,
-            "ErrorCode": step.error.code if step.error else None,
-            "ErrorMessage": step.error.message if step.error else None,
-            "CompensationAttempts": step.compensation_attempts,
-        }
-    )
+    put_text(entity, "LastError", state.last_error)
+    put_text(entity, "Outbox", _dumps([_outgoing_json(m) for m in state.outbox]))
+    put_text(entity, "Items", _items_json(order))
+    put_text(entity, STEPS, _dumps([to_json(step) for step in process.steps]))
+    return entity
 
 
 def history_entities(order_id: str, version: int, history: list[HistoryEntry]) -> list[Entity]:
-    return [
-        _without_nulls(
+    entities = []
+    for i, entry in enumerate(history):
+        entity = _without_nulls(
             {
                 "PartitionKey": order_id,
                 "RowKey": history_key(version, i),
                 "At": entry.at,
                 "Event": entry.event,
-                "Detail": entry.detail or None,
                 "ProcessState": entry.process_state.value,
                 "FailureCount": entry.failure_count,
                 "Attempt": entry.attempt,
             }
         )
-        for i, entry in enumerate(history)
-    ]
+        put_text(entity, "Detail", entry.detail or None)
+        entities.append(entity)
+    return entities
 
 
 def _outgoing_json(message: Outgoing) -> dict[str, Any]:
@@ -172,18 +204,18 @@ def _outgoing(data: Mapping[str, Any]) -> Outgoing:
     )
 
 
-def to_order(entity: Mapping[str, Any]) -> Order:
+def to_order(entity: Mapping[str, Any], created_at: str = "OrderCreatedAt") -> Order:
     return Order(
         order_id=entity["OrderID"],
         customer_id=entity["CustomerId"],
         items=tuple(
             OrderLine(i["sku"], int(i["quantity"]), float(i["unitPrice"]))
-            for i in json.loads(entity["Items"])
+            for i in json.loads(get_text(entity, "Items") or "[]")
         ),
         priority=Priority(entity.get("Priority", Priority.NORMAL.value)),
         reply_to=entity.get("ReplyTo"),
         fingerprint=entity["Fingerprint"],
-        created_at=_required_utc(entity["CreatedAt"]),
+        created_at=_required_utc(entity[created_at]),
     )
 
 
@@ -197,17 +229,39 @@ def to_state(entity: Mapping[str, Any]) -> StateRecord:
         attempt=int(entity.get("Attempt", 0)),
         phase=Phase(entity.get("Phase", Phase.FORWARD.value)),
         current_step=int(entity.get("CurrentStep", 0)),
-        last_error=entity.get("LastError"),
+        last_error=get_text(entity, "LastError"),
         version=int(entity.get("Version", 0)),
         created_at=_required_utc(entity["CreatedAt"]),
         updated_at=_required_utc(entity["UpdatedAt"]),
         workflow=entity["Workflow"],
-        outbox=tuple(_outgoing(m) for m in json.loads(entity.get("Outbox", "[]"))),
+        outbox=tuple(_outgoing(m) for m in json.loads(get_text(entity, "Outbox") or "[]")),
         outbox_cause=entity.get("OutboxCause"),
     )
 
 
-def to_step(entity: Mapping[str, Any]) -> StepRecord:
+def to_process(state: Mapping[str, Any], etag: str | None) -> OrderProcess:
+    """An order from its state entity (current layout)."""
+    steps = json.loads(get_text(state, STEPS) or "[]")
+    return OrderProcess(
+        order=to_order(state),
+        state=to_state(state),
+        steps=tuple(from_json(StepRecord, step) for step in steps),
+        etag=etag,
+    )
+
+
+def to_history(entity: Mapping[str, Any]) -> HistoryEntry:
+    return HistoryEntry(
+        at=_required_utc(entity["At"]),
+        event=entity["Event"],
+        detail=get_text(entity, "Detail") or "",
+        process_state=ProcessState(entity["ProcessState"]),
+        failure_count=int(entity.get("FailureCount", 0)),
+        attempt=int(entity.get("Attempt", 0)),
+    )
+
+
+def _legacy_step(entity: Mapping[str, Any]) -> StepRecord:
     code = entity.get("ErrorCode")
     return StepRecord(
         name=entity["Step"],
@@ -220,25 +274,15 @@ def to_step(entity: Mapping[str, Any]) -> StepRecord:
     )
 
 
-def to_history(entity: Mapping[str, Any]) -> HistoryEntry:
-    return HistoryEntry(
-        at=_required_utc(entity["At"]),
-        event=entity["Event"],
-        detail=entity.get("Detail", ""),
-        process_state=ProcessState(entity["ProcessState"]),
-        failure_count=int(entity.get("FailureCount", 0)),
-        attempt=int(entity.get("Attempt", 0)),
-    )
-
-
-def to_process(entities: list[Mapping[str, Any]], etag: str | None) -> OrderProcess | None:
-    """Assemble an order from its partition's rows; None while its rows are incomplete."""
+def from_legacy_rows(entities: list[Mapping[str, Any]], etag: str | None) -> OrderProcess | None:
+    """An order stored as an `order` row, a `state` row and `step-NN` rows; None while a
+    row is missing."""
     by_key = {e["RowKey"]: e for e in entities}
     if ORDER_ROW not in by_key or STATE_ROW not in by_key:
         return None
-    steps = [to_step(by_key[k]) for k in sorted(by_key) if k.startswith(STEP_PREFIX)]
+    steps = [_legacy_step(by_key[k]) for k in sorted(by_key) if k.startswith(STEP_PREFIX)]
     return OrderProcess(
-        order=to_order(by_key[ORDER_ROW]),
+        order=to_order(by_key[ORDER_ROW], created_at="CreatedAt"),
         state=to_state(by_key[STATE_ROW]),
         steps=tuple(steps),
         etag=etag,

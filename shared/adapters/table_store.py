@@ -1,8 +1,11 @@
 """The state store on Azure Table Storage (azure-data-tables, async client).
 
-Every state change is one entity-group transaction in the order's partition, with
-If-Match on the state row's ETag; the Supervisor's watch list lives in a few
-`~watch-NN` partitions and is found by a filtered query over in-flight orders only.
+An order's state, steps and outbox are one entity (see `table_rows`), so `load` is one
+point read and `save` one conditional write of it (If-Match on its ETag). A save that
+appends history rows is an entity-group transaction with them, so the audit trail never
+misses or outruns a state change; a save without history is a plain update, which spares
+the multipart batch encoding. The Supervisor's watch list lives in a few `~watch-NN`
+partitions and is found by a filtered query over in-flight orders only.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import asyncio
 import base64
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -70,66 +73,62 @@ class TableStateStore:
 
     async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
         await self.ensure_table()
-        operations: list[Any] = [
-            ("create", rows.order_entity(process.order)),
-            ("create", rows.state_entity(process.state)),
-            *(
-                ("create", rows.step_entity(process.order_id, i, step))
-                for i, step in enumerate(process.steps)
-            ),
-            *(
-                ("create", e)
-                for e in rows.history_entities(
-                    process.order_id, process.state.version, list(history)
-                )
-            ),
-        ]
+        entity = rows.state_entity(process)
+        appended = rows.history_entities(process.order_id, process.state.version, list(history))
+        if not appended:
+            return await self._write(
+                process.order_id, self._table.create_entity(entity), create=True
+            )
+        operations: list[Any] = [("create", entity), *(("create", e) for e in appended)]
         try:
             results = await self._transact(operations)
         except TableTransactionError as exc:
             if getattr(exc, "error_code", None) in _EXISTS_CODES:
                 raise AlreadyExists(process.order_id) from None
             raise StoreUnavailable(str(exc)) from None
-        return str(results[1]["etag"])
+        return str(results[0]["etag"])
 
     async def load(self, order_id: str) -> OrderProcess | None:
         await self.ensure_table()
+        self.operations["read"] += 1
+        try:
+            state = await self._table.get_entity(order_id, rows.STATE_ROW)
+        except ResourceNotFoundError:
+            return None
+        except AzureError as exc:
+            raise StoreUnavailable(str(exc)) from None
+        etag = str(state.metadata["etag"])
+        if rows.is_current_layout(state):
+            return rows.to_process(state, etag)
+        return await self._load_legacy(order_id, etag)
+
+    async def _load_legacy(self, order_id: str, etag: str) -> OrderProcess | None:
+        """An order written before steps moved into the state entity: its rows, read with
+        the ETag of the state entity that was just read, so a save stays conditional."""
         entities = await self._query(
             "PartitionKey eq @pk and RowKey ge @first",
             {"pk": order_id, "first": rows.ORDER_ROW},
         )
-        state = next((e for e in entities if e["RowKey"] == rows.STATE_ROW), None)
-        etag = state.metadata["etag"] if state is not None else None
-        return rows.to_process(entities, etag)
+        return rows.from_legacy_rows(entities, etag)
 
     async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
         if process.etag is None:
             raise ConcurrencyConflict(f"order {process.order_id} was not read before saving")
         await self.ensure_table()
+        entity = rows.state_entity(process)
+        appended = rows.history_entities(process.order_id, process.state.version, list(history))
+        conditional: dict[str, Any] = {
+            "mode": UpdateMode.REPLACE,
+            "etag": process.etag,
+            "match_condition": MatchConditions.IfNotModified,
+        }
+        if not appended:
+            return await self._write(
+                process.order_id, self._table.update_entity(entity, **conditional), create=False
+            )
         operations: list[Any] = [
-            (
-                "update",
-                rows.state_entity(process.state),
-                {
-                    "mode": UpdateMode.REPLACE,
-                    "etag": process.etag,
-                    "match_condition": MatchConditions.IfNotModified,
-                },
-            ),
-            *(
-                (
-                    "upsert",
-                    rows.step_entity(process.order_id, i, step),
-                    {"mode": UpdateMode.REPLACE},
-                )
-                for i, step in enumerate(process.steps)
-            ),
-            *(
-                ("create", e)
-                for e in rows.history_entities(
-                    process.order_id, process.state.version, list(history)
-                )
-            ),
+            ("update", entity, conditional),
+            *(("create", e) for e in appended),
         ]
         try:
             results = await self._transact(operations)
@@ -139,6 +138,25 @@ class TableStateStore:
                 raise ConcurrencyConflict(process.order_id) from None
             raise StoreUnavailable(str(exc)) from None
         return str(results[0]["etag"])
+
+    async def _write(
+        self, order_id: str, call: Awaitable[Mapping[str, Any]], *, create: bool
+    ) -> str:
+        """One single-entity write. On create an existing entity means the order exists;
+        on update a changed or missing one means a lost race."""
+        self.operations["write"] += 1
+        try:
+            result = await call
+        except HttpResponseError as exc:
+            lost = (409,) if create else (404, 409, 412)
+            if exc.status_code not in lost:
+                raise StoreUnavailable(str(exc)) from None
+            if create:
+                raise AlreadyExists(order_id) from None
+            raise ConcurrencyConflict(order_id) from None
+        except AzureError as exc:
+            raise StoreUnavailable(str(exc)) from None
+        return str(result["etag"])
 
     async def history(self, order_id: str) -> tuple[HistoryEntry, ...]:
         entities = await self._query(

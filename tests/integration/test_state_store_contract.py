@@ -7,10 +7,16 @@ requests, and a barrier makes every contender read the same ETag before any writ
 from __future__ import annotations
 
 import asyncio
+import collections.abc
+import dataclasses
+import json
+import types
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import pytest
 from azure.data.tables.aio import TableServiceClient
@@ -19,7 +25,15 @@ from shared.adapters.memory import InMemoryStateStore
 from shared.adapters.table_store import TableStateStore
 from shared.contract import Queue
 from shared.domain import process as machine
-from shared.domain.model import ErrorInfo, HistoryEntry, OrderProcess, ProcessState, StepStatus
+from shared.domain.model import (
+    ErrorInfo,
+    HistoryEntry,
+    Order,
+    OrderProcess,
+    ProcessState,
+    StepRecord,
+    StepStatus,
+)
 from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import AlreadyExists, ConcurrencyConflict, StateStore
 from shared.settings import azurite_connection_string
@@ -27,6 +41,7 @@ from shared.usecases import scheduler
 from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
+from shared.wire import MAX_MESSAGE_BYTES, OrderSubmissionIn, parse
 from tests.builders import World, a_reply, an_order
 
 
@@ -244,3 +259,90 @@ async def test_list_by_state_pages_through_matches(store: StateStore) -> None:
     assert sorted(seen) == ["list-1", "list-2", "list-3", "list-4"]
     everything = await store.list_by_state(None, 100, None)
     assert len(everything.items) == 5
+
+
+def a_sample(tp: Any, name: str) -> Any:
+    """A value of type `tp` that no field would have by default."""
+    if get_origin(tp) in (Union, types.UnionType):
+        return a_sample(next(a for a in get_args(tp) if a is not type(None)), name)
+    if get_origin(tp) is tuple:
+        return (a_sample(get_args(tp)[0], name),)
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return list(tp)[-1]
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        hints = get_type_hints(tp)
+        return tp(**{f.name: a_sample(hints[f.name], f.name) for f in dataclasses.fields(tp)})
+    samples: dict[Any, Any] = {
+        str: f"{name}-sample",
+        int: 7,
+        float: 1.25,
+        bool: True,
+        datetime: datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
+    }
+    if tp in samples:
+        return samples[tp]
+    if get_origin(tp) is collections.abc.Mapping:
+        return {"id": name, "nested": {"n": [1, 2.5, None, "ü"]}}
+    raise AssertionError(f"no sample for {tp!r}: extend a_sample")
+
+
+async def test_every_step_field_round_trips(store: StateStore) -> None:
+    """Built from the fields themselves, so a field added to StepRecord is covered too."""
+    world = world_on(store)
+    stored = await started(world, "fields-1")
+    hints = get_type_hints(StepRecord)
+    changes = {
+        f.name: a_sample(hints[f.name], f.name)
+        for f in dataclasses.fields(StepRecord)
+        if f.name != "name"
+    }
+    for f in dataclasses.fields(StepRecord):
+        if f.name in changes:
+            assert changes[f.name] != f.default, f"the sample of {f.name} is its default"
+    step = replace(stored.steps[1], **changes)
+    steps = (stored.steps[0], step, *stored.steps[2:])
+    await store.save(replace(stored, steps=steps), ())
+    loaded = await store.load("fields-1")
+    assert loaded is not None
+    assert loaded.steps == steps
+
+
+def the_largest_order(order_id: str) -> Order:
+    """The largest order either intake accepts: 100 lines of 128-character SKUs and a
+    128-character customer id, in characters that take the most room once stored (a
+    control character is six code units as JSON, an astral one two). The HTTP route's
+    64 KiB body limit refuses it; the `orders` queue's 256 KiB accepts it."""
+    control, astral = "\x01" * 128, "\U0001f600" * 128
+    body = {
+        "orderId": order_id,
+        "customerId": control,
+        "items": [
+            {"sku": astral if i % 10 == 0 else control, "quantity": 1_000_000, "unitPrice": 1e12}
+            for i in range(100)
+        ],
+        "priority": "high",
+        "replyTo": "q" * 256,
+    }
+    raw = json.dumps(body).encode()
+    assert len(raw) <= MAX_MESSAGE_BYTES
+    submission = parse(OrderSubmissionIn, raw)
+    assert len(submission.items) == 100
+    return submission.to_order(datetime(2030, 1, 1, tzinfo=UTC))
+
+
+async def test_the_largest_accepted_order_round_trips(store: StateStore) -> None:
+    world = world_on(store)
+    order = the_largest_order("big-1")
+    await submit_order(world.deps(), order)
+    stored = await store.load("big-1")
+    assert stored is not None and stored.order == order
+    claim = machine.claim(stored, ORDER_FULFILMENT, world.policy, "a", world.clock.now())
+    assert claim is not None
+    request = next(m for m in claim.process.state.outbox if "payload" in m.body)
+    assert len(request.body["payload"]["items"]) == 100
+    await store.save(claim.process, claim.history)
+    claimed = await store.load("big-1")
+    assert claimed is not None
+    assert claimed.order == order
+    assert claimed.state == claim.process.state
+    assert claimed.steps == claim.process.steps

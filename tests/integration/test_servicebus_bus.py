@@ -1,0 +1,167 @@
+"""The Service Bus adapter against the local broker, through the real SDK: batches per
+queue, the sender pool under concurrency, the one retry and BusUnavailable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from azure.servicebus.aio import ServiceBusClient
+
+from devhost.broker import Broker
+from shared.adapters.servicebus_bus import SENDERS_PER_QUEUE, ServiceBusMessageBus
+from shared.contract import Queue
+from shared.domain.model import Outgoing
+from shared.ports import BusUnavailable
+from tests.broker.helpers import body_of, connect, receive_n
+
+pytestmark = pytest.mark.broker
+
+
+@pytest.fixture
+def broker() -> Iterator[Broker]:
+    broker = Broker(control_port=None).start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+async def bus(broker: Broker) -> AsyncIterator[ServiceBusMessageBus]:
+    bus = ServiceBusMessageBus.from_connection_string(broker.connection_string)
+    yield bus
+    await bus.close()
+
+
+def message(queue: str, message_id: str, deliver_at: datetime | None = None) -> Outgoing:
+    return Outgoing(queue, message_id, {"orderId": message_id, "n": 1}, deliver_at)
+
+
+async def received(broker: Broker, queue: str, count: int, timeout: float = 10) -> list[str]:
+    async with (
+        connect(broker.connection_string) as client,
+        client.get_queue_receiver(queue) as receiver,
+    ):
+        got = await receive_n(receiver, count, timeout)
+        for m in got:
+            await receiver.complete_message(m)
+        return [str(m.message_id) for m in got]
+
+
+async def test_a_calls_messages_go_as_one_batch_per_queue_in_order(
+    broker: Broker, bus: ServiceBusMessageBus
+) -> None:
+    later = datetime.now(UTC) + timedelta(seconds=2)
+    await bus.send(
+        [
+            message(Queue.ORDER_STATUS, "s-1"),
+            message(Queue.SCHEDULER, "n-1", deliver_at=later),
+            message(Queue.ORDER_STATUS, "s-2"),
+            message(Queue.ORDER_STATUS, "s-3"),
+        ]
+    )
+    assert bus.sent == 4 and bus.transfers == 2
+    assert await received(broker, Queue.ORDER_STATUS, 3) == ["s-1", "s-2", "s-3"]
+    async with (
+        connect(broker.connection_string) as client,
+        client.get_queue_receiver(Queue.SCHEDULER) as receiver,
+    ):
+        [nudge] = await receive_n(receiver, 1, timeout=10)
+        assert nudge.scheduled_enqueue_time_utc is not None
+        assert abs(nudge.scheduled_enqueue_time_utc - later) < timedelta(milliseconds=2)
+        assert nudge.enqueued_time_utc is not None
+        assert nudge.enqueued_time_utc >= later - timedelta(milliseconds=2)
+        assert nudge.message_id == "n-1"
+        assert json.loads(body_of(nudge)) == {"orderId": "n-1", "n": 1}
+        assert nudge.content_type == "application/json"
+        assert nudge.application_properties == {b"orderId": b"n-1"}
+        await receiver.complete_message(nudge)
+
+
+async def test_concurrent_senders_share_a_few_links_and_keep_each_calls_order(
+    broker: Broker, bus: ServiceBusMessageBus
+) -> None:
+    calls = 120
+    await asyncio.gather(
+        *(
+            bus.send(
+                [
+                    message(Queue.AGENT_REPLIES, f"{i:03d}-a"),
+                    message(Queue.AGENT_REPLIES, f"{i:03d}-b"),
+                ]
+            )
+            for i in range(calls)
+        )
+    )
+    assert bus.sent == 2 * calls and bus.transfers == calls
+    assert 1 <= bus.open_links()[Queue.AGENT_REPLIES] <= SENDERS_PER_QUEUE
+    ids = await received(broker, Queue.AGENT_REPLIES, 2 * calls)
+    assert sorted(ids) == sorted(f"{i:03d}-{s}" for i in range(calls) for s in "ab")
+    for i in range(calls):
+        assert ids.index(f"{i:03d}-a") + 1 == ids.index(f"{i:03d}-b")
+
+
+async def test_lasting_contention_grows_the_pool_to_its_size_and_no_further(
+    bus: ServiceBusMessageBus,
+) -> None:
+    deadline = time.monotonic() + 30
+    rounds = 0
+    while time.monotonic() < deadline:
+        await asyncio.gather(
+            *(bus.send([message(Queue.ORDER_STATUS, f"g-{rounds}-{i}")]) for i in range(32))
+        )
+        rounds += 1
+        assert bus.open_links()[Queue.ORDER_STATUS] <= SENDERS_PER_QUEUE
+        if bus.open_links()[Queue.ORDER_STATUS] == SENDERS_PER_QUEUE:
+            break
+    assert bus.open_links()[Queue.ORDER_STATUS] == SENDERS_PER_QUEUE
+    assert bus.sent == 32 * rounds
+
+
+async def test_one_caller_at_a_time_reuses_one_link(bus: ServiceBusMessageBus) -> None:
+    for i in range(5):
+        await bus.send([message(Queue.ORDER_STATUS, f"one-{i}")])
+    assert bus.open_links() == {Queue.ORDER_STATUS: 1}
+
+
+async def test_a_resent_batch_is_dropped_by_duplicate_detection(
+    broker: Broker, bus: ServiceBusMessageBus
+) -> None:
+    batch = [message(Queue.ORDER_STATUS, "d-1"), message(Queue.ORDER_STATUS, "d-2")]
+    await bus.send(batch)
+    await bus.send(batch)
+    assert await received(broker, Queue.ORDER_STATUS, 4, timeout=2) == ["d-1", "d-2"]
+
+
+async def test_a_dead_link_is_replaced_once_and_the_send_goes_through(broker: Broker) -> None:
+    client = ServiceBusClient.from_connection_string(broker.connection_string, retry_total=0)
+    bus = ServiceBusMessageBus(client)  # no SDK retries: the adapter's own one must do it
+    await bus.send([message(Queue.ORDER_STATUS, "before")])
+    port = broker.port
+    broker.stop()
+    again = Broker(port=port, control_port=None).start()
+    try:
+        await bus.send([message(Queue.ORDER_STATUS, "after")])
+        assert await received(again, Queue.ORDER_STATUS, 1) == ["after"]
+    finally:
+        await bus.close()
+        again.stop()
+
+
+async def test_an_unreachable_broker_is_bus_unavailable(broker: Broker) -> None:
+    # Without the SDK's own retries (seconds of back-off each) only the adapter's one is left.
+    client = ServiceBusClient.from_connection_string(broker.connection_string, retry_total=0)
+    bus = ServiceBusMessageBus(client)
+    broker.stop()
+    started = time.monotonic()
+    try:
+        with pytest.raises(BusUnavailable):
+            await bus.send([message(Queue.ORDER_STATUS, "lost")])
+        with pytest.raises(BusUnavailable):
+            await bus.ping()
+    finally:
+        await bus.close()
+    assert time.monotonic() - started < 30
