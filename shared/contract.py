@@ -62,6 +62,8 @@ class PoisonProperty:
     REASON: Final = "poisonReason"
     DETAIL: Final = "poisonDetail"
     ORIGINAL_DELIVERY_COUNT: Final = "originalDeliveryCount"
+    TRUNCATED_FROM: Final = "poisonTruncatedFrom"
+    """Set when the body was cut to fit: the original size in bytes."""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
+from uuid import UUID
 
 from azure.core.credentials_async import AsyncTokenCredential
 from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
@@ -201,20 +202,29 @@ class ServiceBusMessageBus:
             await self._credential.close()
 
 
+POISON_BODY_LIMIT = 192 * 1024
+"""Leaves room for the properties under the Standard tier's 256 KiB message limit."""
 POISON_TTL = timedelta(milliseconds=1)
 
 
 def _poison_copy(poison: Poison) -> ServiceBusMessage:
+    """A body too large to travel with the copy's properties is cut, and says so: the
+    alternative, failing the send, would leave the message to ten redeliveries."""
+    body = poison.body
+    properties: dict[str | bytes, int | float | bytes | bool | str | UUID] = {
+        PoisonProperty.COPY_OF: poison.message_id,
+        PoisonProperty.REASON: poison.reason,
+        PoisonProperty.DETAIL: poison.detail[:1024],
+        PoisonProperty.ORIGINAL_DELIVERY_COUNT: poison.delivery_count,
+    }
+    if len(body) > POISON_BODY_LIMIT:
+        properties[PoisonProperty.TRUNCATED_FROM] = len(body)
+        body = body[:POISON_BODY_LIMIT]
     return ServiceBusMessage(
-        poison.body,
+        body,
         message_id=f"poison:{poison.message_id}",
         time_to_live=POISON_TTL,
-        application_properties={
-            PoisonProperty.COPY_OF: poison.message_id,
-            PoisonProperty.REASON: poison.reason,
-            PoisonProperty.DETAIL: poison.detail[:1024],
-            PoisonProperty.ORIGINAL_DELIVERY_COUNT: poison.delivery_count,
-        },
+        application_properties=properties,
     )
 
 

@@ -49,6 +49,7 @@ POISON_KEYS = frozenset(
         PoisonProperty.REASON,
         PoisonProperty.DETAIL,
         PoisonProperty.ORIGINAL_DELIVERY_COUNT,
+        PoisonProperty.TRUNCATED_FROM,
     }
 )
 """What the bus adapter's ``park`` adds to a poison message's copy on its way here."""

@@ -10,13 +10,18 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from azure.servicebus import ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
 
 from devhost.broker import Broker
-from shared.adapters.servicebus_bus import SENDERS_PER_QUEUE, ServiceBusMessageBus
-from shared.contract import Queue
+from shared.adapters.servicebus_bus import (
+    POISON_BODY_LIMIT,
+    SENDERS_PER_QUEUE,
+    ServiceBusMessageBus,
+)
+from shared.contract import PoisonProperty, Queue
 from shared.domain.model import Outgoing
-from shared.ports import BusUnavailable
+from shared.ports import BusUnavailable, Poison
 from tests.broker.helpers import body_of, connect, receive_n
 
 pytestmark = pytest.mark.broker
@@ -165,3 +170,39 @@ async def test_an_unreachable_broker_is_bus_unavailable(broker: Broker) -> None:
     finally:
         await bus.close()
     assert time.monotonic() - started < 30
+
+
+async def parked(broker: Broker, queue: str, count: int) -> list[ServiceBusReceivedMessage]:
+    """Drain the main queue (expired copies move on the way), then read the DLQ."""
+    async with connect(broker.connection_string) as client:
+        async with client.get_queue_receiver(queue, max_wait_time=1) as receiver:
+            assert await receiver.receive_messages(max_wait_time=1) == []
+        dlq = client.get_queue_receiver(queue, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+        async with dlq:
+            got = await receive_n(dlq, count, 10)
+            for m in got:
+                await dlq.complete_message(m)
+            return got
+
+
+async def test_park_dead_letters_a_copy_with_the_reason(
+    broker: Broker, bus: ServiceBusMessageBus
+) -> None:
+    await bus.park(Poison(Queue.SCHEDULER, "m-1", b"{oops", "invalid-message", "bad JSON"))
+    (copy,) = await parked(broker, Queue.SCHEDULER, 1)
+    props = {k.decode(): v for k, v in (copy.application_properties or {}).items()}  # type: ignore[union-attr]
+    assert b"".join(copy.body) == b"{oops"
+    assert props[PoisonProperty.COPY_OF] in ("m-1", b"m-1")
+    assert props[PoisonProperty.REASON] in ("invalid-message", b"invalid-message")
+    assert PoisonProperty.TRUNCATED_FROM not in props
+
+
+async def test_park_cuts_a_body_too_large_to_travel_with_its_reason(
+    broker: Broker, bus: ServiceBusMessageBus
+) -> None:
+    huge = b"x" * (250 * 1024)
+    await bus.park(Poison(Queue.SCHEDULER, "m-2", huge, "invalid-message", "too large"))
+    (copy,) = await parked(broker, Queue.SCHEDULER, 1)
+    props = {k.decode(): v for k, v in (copy.application_properties or {}).items()}  # type: ignore[union-attr]
+    assert len(b"".join(copy.body)) == POISON_BODY_LIMIT
+    assert props[PoisonProperty.TRUNCATED_FROM] == len(huge)
