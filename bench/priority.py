@@ -1,0 +1,516 @@
+"""High-priority lanes: does a high-priority order stay fast while normal orders queue?
+
+A backlog of ``--normal`` orders is POSTed as fast as the intake takes them while every
+remote call takes ``--latency-ms`` (so the agents, not the runtime, are the bottleneck);
+once the backlog is in, a trickle of ``--high`` orders with ``"priority": "high"`` follows,
+one every ``--interval`` seconds, while the backlog drains. The same load runs twice on
+one stack (each on a fresh table): with the lanes, and with the trickle sent as normal
+orders (``no-lanes``), so the effect of the lanes shows as a ratio. Printed per class:
+count, intake-to-Processed latency p50/p95/p99 (server clock), the ratio trickle p50 /
+backlog p50, and how long the backlog took to drain; also the deepest backlog seen per
+queue and the messages sent on the high-priority agent queues.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+
+from bench._common import (
+    RESULTS,
+    CpuMeter,
+    LatencySummary,
+    Machine,
+    console,
+    cpu_table,
+    fmt,
+    print_machine,
+    ratio,
+    table,
+)
+from bench._load import DONE, Load, StatusQueue, Tracked, _post, order_body, run_load
+from bench._stack import Stack, Timings, get_json, put_json, set_faults
+from bench.throughput import hop_breakdown, hops_table, progress_bar
+from shared.contract import Queue, Setting
+from shared.domain.workflow import AGENTS
+
+MODES = ("lanes", "no-lanes")
+WARMUP_LATENCY_MS = 20
+WATCHED_QUEUES = (
+    Queue.SCHEDULER,
+    Queue.AGENT_REPLIES,
+    *(q for spec in AGENTS.values() for q in (spec.queue, spec.high_priority_queue)),
+)
+
+
+@dataclass
+class ClassSummary:
+    """One class of orders in one run: the backlog or the trickle."""
+
+    name: str
+    sent_as: str
+    orders: int
+    processed: int
+    unfinished: int
+    server: LatencySummary
+    client: LatencySummary
+
+    @classmethod
+    def of(cls, name: str, sent_as: str, orders: list[Tracked]) -> ClassSummary:
+        done = [o for o in orders if o.state == "Processed"]
+        return cls(
+            name=name,
+            sent_as=sent_as,
+            orders=len(orders),
+            processed=len(done),
+            unfinished=sum(1 for o in orders if o.state not in DONE),
+            server=LatencySummary.of([v for o in done if (v := o.server_latency) is not None]),
+            client=LatencySummary.of([v for o in done if (v := o.client_latency) is not None]),
+        )
+
+
+@dataclass
+class PriorityRun:
+    mode: str
+    backlog: ClassSummary
+    trickle: ClassSummary
+    submit_seconds: float
+    """First to last backlog POST accepted."""
+    drain_seconds: float
+    """Server clock: first backlog order's intake to the last one's Processed."""
+    trickle_window: tuple[float, float]
+    """Seconds after the first backlog intake when the first and last trickle order was
+    taken in (server clock)."""
+    high_lane_messages: dict[str, int] = field(default_factory=dict)
+    peak_active: dict[str, int] = field(default_factory=dict)
+    hops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
+    cpu_wall: float = 0.0
+    machine_busy: float = 0.0
+
+    @property
+    def p50_ratio(self) -> float:
+        return _div(self.trickle.server.p50, self.backlog.server.p50)
+
+
+def _div(a: float, b: float) -> float:
+    return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
+
+
+async def _queue_counters(session: aiohttp.ClientSession, stack: Stack) -> dict[str, Any]:
+    stats: dict[str, Any] = await get_json(session, f"{stack.broker_control_url}/_broker/stats")
+    return stats
+
+
+async def _watch_depths(
+    session: aiohttp.ClientSession, stack: Stack, peak: dict[str, int], stop: asyncio.Event
+) -> None:
+    """The deepest backlog (ready messages) seen per queue, sampled twice a second."""
+    while not stop.is_set():
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
+            stats = await _queue_counters(session, stack)
+            for queue in WATCHED_QUEUES:
+                active = int(stats.get(queue, {}).get("active", 0))
+                peak[queue] = max(peak.get(queue, 0), active)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.5)
+
+
+async def drive(
+    stack: Stack, args: argparse.Namespace, mode: str, session: aiohttp.ClientSession
+) -> PriorityRun:
+    """The backlog, then the trickle while it drains; waits until every order finished."""
+    tag = uuid.uuid4().hex[:6]
+    rng = random.Random(args.seed)
+    backlog = [Tracked(f"prio-{tag}-n{i:04d}") for i in range(args.normal)]
+    trickle = [Tracked(f"prio-{tag}-h{i:03d}") for i in range(args.high)]
+    tracked = {o.order_id: o for o in (*backlog, *trickle)}
+    bodies = {o.order_id: order_body(o.order_id, rng) for o in tracked.values()}
+    sent_as = "high" if mode == "lanes" else "normal"
+    for order in trickle:
+        bodies[order.order_id]["priority"] = sent_as
+    url = f"{stack.api}/orders"
+
+    total = len(tracked)
+    finished = 0
+    all_done = asyncio.Event()
+
+    with progress_bar() as progress:
+        task = progress.add_task(mode, total=total)
+
+        def on_event(order_id: str, status: str, at: datetime | None) -> None:
+            nonlocal finished
+            order = tracked.get(order_id)
+            if order is None:
+                return
+            if status == "Received" and at is not None:
+                order.created_at = at
+            elif status in DONE and order.state not in DONE:
+                order.state, order.finished_at, order.observed = status, at, time.monotonic()
+                finished += 1
+                progress.update(task, completed=finished)
+                if finished == total:
+                    all_done.set()
+
+        stop = asyncio.Event()
+        source = StatusQueue(stack.connection_string)
+        watcher = asyncio.create_task(source.run(on_event, stop))
+        peak: dict[str, int] = {}
+        depths = asyncio.create_task(_watch_depths(session, stack, peak, stop))
+        before = await _queue_counters(session, stack)
+        meter = CpuMeter({**stack.pids(), "driver (this process)": os.getpid()})
+        meter.start()
+        started = time.monotonic()
+        submit_seconds = math.nan
+        try:
+            # The backlog's client and the trickle's client are separate applications:
+            # separate connection pools, so the trickle's POSTs do not queue behind 600.
+            async with (
+                aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=args.submit_concurrency),
+                    timeout=aiohttp.ClientTimeout(total=60),
+                ) as bulk,
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as urgent,
+            ):
+
+                async def submit(client: aiohttp.ClientSession, order: Tracked) -> None:
+                    order.submitted = time.monotonic()
+                    await _post(client, url, bodies[order.order_id])
+                    order.accepted = time.monotonic()
+
+                await asyncio.gather(*(submit(bulk, o) for o in backlog))
+                submit_seconds = time.monotonic() - started
+                await asyncio.sleep(args.delay)
+                trickle_started = time.monotonic()
+
+                async def paced(i: int, order: Tracked) -> None:
+                    await asyncio.sleep(
+                        max(trickle_started + i * args.interval - time.monotonic(), 0)
+                    )
+                    await submit(urgent, order)
+
+                await asyncio.gather(*(paced(i, o) for i, o in enumerate(trickle)))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        all_done.wait(), max(started + args.timeout - time.monotonic(), 0)
+                    )
+        finally:
+            meter.stop()
+            stop.set()
+            for job in (watcher, depths):
+                try:
+                    await asyncio.wait_for(job, 10)
+                except (TimeoutError, asyncio.CancelledError):
+                    job.cancel()
+    after = await _queue_counters(session, stack)
+    if watcher.done() and not watcher.cancelled() and (exc := watcher.exception()) is not None:
+        raise RuntimeError(f"completion source failed: {exc!r}") from exc
+
+    high_lanes = [spec.high_priority_queue for spec in AGENTS.values()]
+    sent = {
+        q: int(after.get(q, {}).get("sent", 0)) - int(before.get(q, {}).get("sent", 0))
+        for q in high_lanes
+    }
+    intake = [o.created_at for o in backlog if o.created_at is not None]
+    ends = [o.finished_at for o in backlog if o.finished_at is not None]
+    first = min(intake) if intake else None
+    drain = (max(ends) - first).total_seconds() if first and ends else math.nan
+    trickle_in = [o.created_at for o in trickle if o.created_at is not None]
+    window = (
+        ((min(trickle_in) - first).total_seconds(), (max(trickle_in) - first).total_seconds())
+        if first and trickle_in
+        else (math.nan, math.nan)
+    )
+    trickle_name = "high-priority trickle" if mode == "lanes" else "trickle, sent as normal"
+    run = PriorityRun(
+        mode=mode,
+        backlog=ClassSummary.of("normal backlog", "normal", backlog),
+        trickle=ClassSummary.of(trickle_name, sent_as, trickle),
+        submit_seconds=submit_seconds,
+        drain_seconds=drain,
+        trickle_window=window,
+        high_lane_messages=sent,
+        peak_active=peak,
+        cpu=dict(meter.used),
+        cpu_wall=meter.wall,
+        machine_busy=meter.machine_busy,
+    )
+    sample = backlog[:: max(1, len(backlog) // 40)]
+    for name, orders in (("backlog", sample), ("trickle", trickle)):
+        hops = await hop_breakdown(session, stack.api, [o.order_id for o in orders])
+        run.hops[name] = {hop: asdict(h) for hop, h in hops.items()}
+        console.print(hops_table(f"latency by hop, {mode}: {name} (sample)", hops))
+    console.print(cpu_table(meter, f"CPU during the {mode} run"))
+    return run
+
+
+async def warm_high_lanes(
+    stack: Stack, session: aiohttp.ClientSession, count: int, seed: int
+) -> None:
+    """A few high-priority orders through, so the run does not pay for opening the
+    high lanes' sender links (the first send to a queue opens one, under a lock)."""
+    rng = random.Random(seed)
+    ids = [f"warm-high-{uuid.uuid4().hex[:6]}-{i}" for i in range(count)]
+    await asyncio.gather(
+        *(
+            _post(session, f"{stack.api}/orders", {**order_body(i, rng), "priority": "high"})
+            for i in ids
+        )
+    )
+    pending = set(ids)
+    end = time.monotonic() + 60
+    while pending and time.monotonic() < end:
+        await asyncio.sleep(0.2)
+        for order_id in list(pending):
+            view = await get_json(session, f"{stack.api}/orders/{order_id}")
+            if view.get("processState") in DONE:
+                pending.discard(order_id)
+    if pending:
+        console.print(f"[yellow]{len(pending)} high-priority warm-up orders did not finish[/]")
+
+
+async def set_latency(
+    session: aiohttp.ClientSession, stack: Stack, latency_ms: int, jitter_ms: int
+) -> None:
+    await set_faults(session, stack.simulator_url, 0.0, latency_ms, jitter_ms)
+    # Routing may move charge-payment to the secondary provider when the primary is
+    # full: give it the same latency, or it would be a free extra lane.
+    await put_json(
+        session,
+        f"{stack.simulator_url}/_sim/faults/payment-secondary",
+        {"transientErrorRate": 0.0, "latencyMs": latency_ms, "latencyJitterMs": jitter_ms},
+    )
+
+
+async def measure(args: argparse.Namespace) -> list[PriorityRun]:
+    timings = Timings(
+        step_timeout=args.step_timeout,
+        pending_timeout=args.step_timeout,
+        supervisor_period=5,
+    )
+    env = {Setting.HIGH_PRIORITY_STEP_TIMEOUT_SECONDS: str(args.high_step_timeout)}
+    runs: list[PriorityRun] = []
+    async with Stack("priority", timings=timings, seed=args.seed, runtime_env=env) as stack:
+        console.print(
+            f"[dim]stack up: Azurite :{stack.table_port}, broker :{stack.broker_port}, "
+            f"simulator :{stack.simulator_port}, runtime :{stack.http_port}; "
+            f"logs in {stack.run_dir}[/]"
+        )
+        async with aiohttp.ClientSession() as session:
+            for i, mode in enumerate(args.modes):
+                if i:
+                    await stack.fresh_table()
+                if args.warmup:
+                    # Quick calls for the warm-up; normal and high lanes (in both modes, so
+                    # the runs differ only in how the trickle is sent) at the same time.
+                    await set_latency(session, stack, WARMUP_LATENCY_MS, 0)
+                    await asyncio.gather(
+                        run_load(
+                            f"{stack.api}/orders",
+                            [f"warm-{uuid.uuid4().hex[:6]}-{j:03d}" for j in range(args.warmup)],
+                            Load(concurrency=min(args.warmup, 16)),
+                            StatusQueue(stack.connection_string),
+                            timeout=120,
+                        ),
+                        warm_high_lanes(stack, session, min(args.warmup, 4), args.seed),
+                    )
+                await set_latency(session, stack, args.latency_ms, args.jitter_ms)
+                runs.append(await drive(stack, args, mode, session))
+    return runs
+
+
+def results_table(runs: list[PriorityRun]) -> Any:
+    t = table(
+        "intake -> Processed per class (server clock, ms)",
+        [
+            "run",
+            "class",
+            "sent as",
+            "orders",
+            "Processed",
+            "unfinished",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "max ms",
+            "client p50 ms",
+        ],
+        right_from=3,
+    )
+    for r in runs:
+        for c in (r.backlog, r.trickle):
+            t.add_row(
+                r.mode,
+                c.name,
+                c.sent_as,
+                str(c.orders),
+                str(c.processed),
+                str(c.unfinished),
+                *c.server.cells(),
+                fmt(c.client.p50 * 1000, 0),
+            )
+    return t
+
+
+def summary_table(runs: list[PriorityRun]) -> Any:
+    t = table(
+        "per run",
+        [
+            "run",
+            "trickle p50 / backlog p50",
+            "backlog submitted in s",
+            "backlog drained in s",
+            "backlog orders/s",
+            "trickle taken in at s",
+            "messages on -high queues",
+        ],
+    )
+    for r in runs:
+        t.add_row(
+            r.mode,
+            ratio(r.trickle.server.p50, r.backlog.server.p50),
+            fmt(r.submit_seconds, 1),
+            fmt(r.drain_seconds, 1),
+            fmt(_div(r.backlog.processed, r.drain_seconds), 1),
+            f"{fmt(r.trickle_window[0], 1)}-{fmt(r.trickle_window[1], 1)}",
+            str(sum(r.high_lane_messages.values())),
+        )
+    return t
+
+
+def peaks_table(runs: list[PriorityRun]) -> Any:
+    t = table("deepest backlog seen (ready messages)", ["queue", *(r.mode for r in runs)])
+    for queue in WATCHED_QUEUES:
+        if any(r.peak_active.get(queue) for r in runs):
+            t.add_row(queue, *(str(r.peak_active.get(queue, 0)) for r in runs))
+    return t
+
+
+def effect_lines(runs: list[PriorityRun]) -> list[str]:
+    by_mode = {r.mode: r for r in runs}
+    lanes, plain = by_mode.get("lanes"), by_mode.get("no-lanes")
+    if lanes is None or plain is None:
+        return []
+    out = []
+    for name in ("p50", "p95", "p99"):
+        a = float(getattr(lanes.trickle.server, name))
+        b = float(getattr(plain.trickle.server, name))
+        out.append(
+            f"trickle {name}: {fmt(a * 1000, 0)} ms with lanes vs {fmt(b * 1000, 0)} ms "
+            f"without = {ratio(a, b)}"
+        )
+    a, b = lanes.drain_seconds, plain.drain_seconds
+    out.append(f"backlog drain: {fmt(a, 1)} s with lanes vs {fmt(b, 1)} s without = {ratio(a, b)}")
+    return out
+
+
+def save(machine: Machine, args: argparse.Namespace, runs: list[PriorityRun]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"priority-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    data = {
+        "machine": asdict(machine),
+        "args": vars(args),
+        "runs": [{**asdict(r), "p50_ratio": r.p50_ratio} for r in runs],
+        "effect": effect_lines(runs),
+    }
+    path.write_text(json.dumps(data, indent=2, default=str))
+    console.print(f"[dim]saved {path}[/]")
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.priority", description=__doc__)
+    parser.add_argument("--normal", type=int, default=600, help="backlog orders (600)")
+    parser.add_argument("--high", type=int, default=40, help="trickle orders (40)")
+    parser.add_argument(
+        "--interval", type=float, default=0.25, help="seconds between trickle orders (0.25)"
+    )
+    parser.add_argument(
+        "--delay", type=float, default=0.0, help="seconds from backlog submitted to trickle (0)"
+    )
+    parser.add_argument(
+        "--latency-ms", type=int, default=2000, help="simulated latency per remote call (2000)"
+    )
+    parser.add_argument("--jitter-ms", type=int, default=0, help="extra random latency (0)")
+    parser.add_argument(
+        "--submit-concurrency", type=int, default=64, help="backlog POSTs in flight (64)"
+    )
+    parser.add_argument(
+        "--mode",
+        choices=(*MODES, "both"),
+        default="both",
+        help="lanes, no-lanes (trickle sent as normal) or both (default)",
+    )
+    parser.add_argument(
+        "--step-timeout",
+        type=float,
+        default=600.0,
+        help="StepTimeoutSeconds, longer than the backlog waits (600)",
+    )
+    parser.add_argument(
+        "--high-step-timeout",
+        type=float,
+        default=60.0,
+        help="HighPriorityStepTimeoutSeconds (60)",
+    )
+    parser.add_argument("--warmup", type=int, default=10, help="orders before each run (10)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per run at most")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run (120 + 10 orders) in about 1.5 minutes"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.normal = min(args.normal, 120)
+        args.high = min(args.high, 10)
+        args.warmup = min(args.warmup, 3)
+        args.timeout = min(args.timeout, 60)
+    if args.normal < 1 or args.high < 1 or args.interval < 0 or args.latency_ms < 0:
+        parser.error("--normal and --high must be positive, --interval and --latency-ms not <0")
+    args.modes = list(MODES) if args.mode == "both" else [args.mode]
+    return args
+
+
+def describe(args: argparse.Namespace) -> str:
+    return (
+        f"backlog {args.normal} normal orders ({args.submit_concurrency} POSTs in flight), "
+        f"then {args.high} trickle orders every {args.interval:g} s; remote latency "
+        f"{args.latency_ms} ms (+0-{args.jitter_ms} ms) per call; StepTimeoutSeconds "
+        f"{args.step_timeout:g}, HighPriorityStepTimeoutSeconds {args.high_step_timeout:g}; "
+        f"runs: {', '.join(args.modes)}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    machine = print_machine("priority: high-priority lanes under a normal backlog")
+    console.print(f"[dim]{describe(args)}[/]")
+    runs = asyncio.run(measure(args))
+    console.print(results_table(runs))
+    console.print(summary_table(runs))
+    console.print(peaks_table(runs))
+    for line in effect_lines(runs):
+        console.print(line)
+    console.print(
+        "[dim]latency: order createdAt to the Processed transition (server clock); client: "
+        "POST sent to the Processed notification read. Drain: first backlog intake to the "
+        "last backlog order Processed. peak: most ready messages seen in a queue.[/]"
+    )
+    save(machine, args, runs)
+    unfinished = sum(r.backlog.unfinished + r.trickle.unfinished for r in runs)
+    return 0 if unfinished == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
