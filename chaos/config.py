@@ -14,12 +14,21 @@ from shared.contract import Queue, Setting
 from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import ORDER_FULFILMENT, AgentName
 
-SERVICES: tuple[str, ...] = tuple(name.value for name in AgentName)
+SERVICES: tuple[str, ...] = tuple(step.agent.value for step in ORDER_FULFILMENT.steps)
+"""Where an order is planned to fail: each step's primary service."""
+ALL_SERVICES: tuple[str, ...] = tuple(name.value for name in AgentName)
+"""Where faults are injected: every service, alternatives included."""
+PRIMARY_OF: dict[str, str] = {
+    alternative.value: step.agent.value
+    for step in ORDER_FULFILMENT.steps
+    for alternative in step.alternatives
+}
 WORKFLOW_QUEUES: tuple[str, ...] = (
     Queue.SCHEDULER,
     Queue.AGENT_REPLIES,
     Queue.AGENT_INVENTORY,
     Queue.AGENT_PAYMENT,
+    Queue.AGENT_PAYMENT_SECONDARY,
     Queue.AGENT_SHIPPING,
 )
 """Where the broker misbehaves: the queues whose losses the pattern is built to heal.
@@ -30,8 +39,10 @@ broker throws away cannot be healed by any design, it would only be a broken bro
 
 
 def failing_sku(service: str) -> str:
-    """The SKU the given service always rejects (card declined, out of stock, ...)."""
-    return f"PERM-{service.upper()}"
+    """The SKU the given service always rejects (card declined, out of stock, ...); an
+    alternative provider rejects what its step's primary rejects (a declined card is
+    declined everywhere), so routing cannot change an order's planned outcome."""
+    return f"PERM-{PRIMARY_OF.get(service, service).upper()}"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 import aiohttp
 
-from chaos.config import SERVICES, ChaosConfig, RemoteFaults
+from chaos.config import ALL_SERVICES, ChaosConfig, RemoteFaults
 
 
 class ControlError(RuntimeError):
@@ -22,7 +22,7 @@ async def _put(session: aiohttp.ClientSession, url: str, body: Any) -> None:
 async def switch_on(
     session: aiohttp.ClientSession, simulator: str, broker: str, config: ChaosConfig
 ) -> None:
-    for service in SERVICES:
+    for service in ALL_SERVICES:
         faults = config.remote.for_service(service)
         await _put(session, f"{simulator}/_sim/faults/{service}", faults)
     await _put(session, f"{broker}/_broker/faults", config.broker.to_json(config.seed))
@@ -30,7 +30,7 @@ async def switch_on(
 
 async def switch_off(session: aiohttp.ClientSession, simulator: str, broker: str) -> None:
     """Every fault off; the rejected SKUs stay rejected (a declined card stays declined)."""
-    for service in SERVICES:
+    for service in ALL_SERVICES:
         await _put(session, f"{simulator}/_sim/faults/{service}", RemoteFaults.cleared(service))
     async with session.delete(f"{broker}/_broker/faults") as r:
         if r.status >= 300:

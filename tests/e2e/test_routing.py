@@ -22,11 +22,6 @@ async def charged_by(system: System, order_id: str) -> list[str]:
     ]
 
 
-def attempts(view: dict[str, Any], step: str) -> int:
-    (found,) = [s["attempts"] for s in view["steps"] if s["name"] == step]
-    return int(found)
-
-
 def dispatches(view: dict[str, Any]) -> list[str]:
     return [h["detail"] for h in view["history"] if h["event"] == "step-dispatched"]
 
@@ -52,9 +47,9 @@ async def test_payment_fails_over_to_the_secondary_and_moves_back(system: System
     for i in range(2, 5):
         view = await system.wait_for(f"route-{i}")
         assert view["processState"] == "Processed", view
-        assert attempts(view, "charge-payment") == 1, view["history"]
+        charges = [d for d in dispatches(view) if d.startswith("charge-payment")]
+        assert "agent-payment-secondary (instead of payment: circuit" in charges[0], charges
         assert await charged_by(system, f"route-{i}") == ["payment-secondary"]
-        assert any("instead of payment: circuit" in d for d in dispatches(view))
 
     # The primary recovers: a heartbeat probe closes its breaker and work moves back.
     await system.clear_faults()
@@ -89,7 +84,10 @@ async def test_high_priority_orders_travel_the_high_lanes(system: System) -> Non
         assert r.status == 202, await r.text()
     view = await system.wait_for("vip-1")
     assert view["processState"] == "Processed"
-    assert [d.split(" to ")[1] for d in dispatches(view)] == [
+    lanes = [d.split(" to ")[1].split(" ")[0] for d in dispatches(view)]
+    # A loaded machine may time a step out against the tight complete-by: it is then
+    # dispatched again, on the same lane.
+    assert list(dict.fromkeys(lanes)) == [
         "agent-inventory-high",
         "agent-payment-high",
         "agent-shipping-high",
