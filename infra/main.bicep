@@ -161,6 +161,8 @@ var queueNames = [
   'agent-payment-high'
   'agent-payment-secondary-high'
   'agent-shipping-high'
+  'scheduler-high'
+  'agent-replies-high'
 ]
 
 // ---------------------------------------------------------------------------

@@ -22,6 +22,10 @@ class Queue:
     AGENT_SHIPPING: Final = "agent-shipping"
     AGENT_PAYMENT_SECONDARY: Final = "agent-payment-secondary"
     """The alternative payment provider's agent (issue 7: health-aware routing)."""
+    SCHEDULER_HIGH: Final = "scheduler-high"
+    AGENT_REPLIES_HIGH: Final = "agent-replies-high"
+    """The Scheduler's lanes for high-priority orders: their claims and replies do not
+    wait behind a normal backlog either."""
     ORDER_STATUS: Final = "order-status"
     OPERATOR_ALERTS: Final = "operator-alerts"
 
@@ -51,6 +55,8 @@ ALL_QUEUES: Final[tuple[str, ...]] = (
     Queue.OPERATOR_ALERTS,
     Queue.AGENT_PAYMENT_SECONDARY,
     *(f"{q}{HIGH_PRIORITY_SUFFIX}" for q in AGENT_QUEUES),
+    Queue.SCHEDULER_HIGH,
+    Queue.AGENT_REPLIES_HIGH,
 )
 
 

@@ -28,9 +28,15 @@ def idempotency_key(order_id: str, operation: str) -> str:
     return f"{order_id}:{operation}"
 
 
-def nudge(order_id: str, version: int, reason: str, deliver_at: datetime | None = None) -> Outgoing:
+def nudge(
+    order_id: str,
+    version: int,
+    reason: str,
+    deliver_at: datetime | None = None,
+    high: bool = False,
+) -> Outgoing:
     return Outgoing(
-        queue=Queue.SCHEDULER,
+        queue=Queue.SCHEDULER_HIGH if high else Queue.SCHEDULER,
         message_id=f"nudge:{order_id}:{version}",
         body={"orderId": order_id, "reason": reason},
         deliver_at=deliver_at,
@@ -72,6 +78,7 @@ def agent_reply(
     outcome: Outcome,
     result: JsonObject | None = None,
     error: ErrorInfo | None = None,
+    high: bool = False,
 ) -> Outgoing:
     body: dict[str, object] = {
         "orderId": order_id,
@@ -86,7 +93,7 @@ def agent_reply(
         failure = error or ErrorInfo("unknown", "no detail")
         body["error"] = {"code": failure.code, "message": failure.message}
     return Outgoing(
-        queue=Queue.AGENT_REPLIES,
+        queue=Queue.AGENT_REPLIES_HIGH if high else Queue.AGENT_REPLIES,
         message_id=f"rep:{order_id}:{step}:{action.value}:{attempt}",
         body=body,
     )

@@ -169,7 +169,8 @@ def start(order: Order, workflow: Workflow, now: datetime, cause: str | None = N
     steps = tuple(StepRecord(name=s.name) for s in workflow.steps)
     b = _Builder(OrderProcess(order, state, steps), now, cause)
     b.note("submitted", f"{len(order.items)} item(s), priority {order.priority.value}")
-    b.send(messages.nudge(order.order_id, b.state.version, "submitted"))
+    high = order.priority is Priority.HIGH
+    b.send(messages.nudge(order.order_id, b.state.version, "submitted", high=high))
     b.notify(NotificationStatus.RECEIVED)
     return b.build()
 
@@ -376,7 +377,15 @@ def _requeue(b: _Builder, policy: ProcessPolicy, failures: int, reason: str) -> 
         complete_by=deliver_at + policy.pending_timeout,
     )
     b.note(reason, f"nudge at {messages.iso(deliver_at)}")
-    b.send(messages.nudge(b.order.order_id, b.state.version, reason, deliver_at if delay else None))
+    b.send(
+        messages.nudge(
+            b.order.order_id,
+            b.state.version,
+            reason,
+            deliver_at if delay else None,
+            high=b.order.priority is Priority.HIGH,
+        )
+    )
 
 
 def _hold_for_operator(b: _Builder, reason: str) -> None:

@@ -25,7 +25,7 @@ HEARTBEAT_SCHEDULE = "*/5 * * * * *"
 """Every 5 s: well inside routing's 60 s staleness limit, a write per agent per beat."""
 
 
-async def _perform(agent: AgentName, queue: str, msg: func.ServiceBusMessage) -> None:
+async def _perform(agent: AgentName, queue: str, msg: func.ServiceBusMessage, high: bool) -> None:
     c = await bootstrap.container()
     try:
         request = parse(AgentRequestIn, msg.get_body())
@@ -39,6 +39,7 @@ async def _perform(agent: AgentName, queue: str, msg: func.ServiceBusMessage) ->
                 complete_by=request.deadline(),
                 idempotency_key=request.idempotency_key,
                 payload=request.payload,
+                high_priority=high,
             ),
         )
     except InvalidMessage as exc:
@@ -52,7 +53,7 @@ def _register(agent: AgentName, high: bool) -> None:
     name = f"{agent.value.replace('-', '_')}_agent{'_high' if high else ''}"
 
     async def handle(msg: func.ServiceBusMessage) -> None:
-        await _perform(agent, queue, msg)
+        await _perform(agent, queue, msg, high)
 
     handle.__name__ = handle.__qualname__ = name
     trigger: Callable[[Callable[..., Awaitable[None]]], object] = bp.service_bus_queue_trigger(

@@ -1,4 +1,6 @@
-"""Scheduler glue: work nudges on `scheduler`, agent answers on `agent-replies`."""
+"""Scheduler glue: work nudges on `scheduler`, agent answers on `agent-replies`, and the
+same two for high-priority orders on their own lanes (`scheduler-high`,
+`agent-replies-high`), so their claims and replies never wait behind a normal backlog."""
 
 from __future__ import annotations
 
@@ -13,34 +15,56 @@ from shared.wire import AgentReplyIn, InvalidMessage, NudgeIn, parse
 bp = func.Blueprint()
 
 
-@bp.service_bus_queue_trigger(
-    arg_name="msg", queue_name=Queue.SCHEDULER, connection=Setting.SERVICE_BUS
-)
-async def scheduler_nudge(msg: func.ServiceBusMessage) -> None:
+async def _nudge(queue: str, msg: func.ServiceBusMessage) -> None:
     c = await bootstrap.container()
     try:
         nudge = parse(NudgeIn, msg.get_body())
     except InvalidMessage as exc:
-        await reject(c, Queue.SCHEDULER, msg, str(exc))
+        await reject(c, queue, msg, str(exc))
         return
     handled = await scheduler.on_nudge(c.process, nudge.order_id, msg.message_id)
     if handled is scheduler.Handled.UNKNOWN_ORDER:
-        await reject(c, Queue.SCHEDULER, msg, f"no order {nudge.order_id!r}", UNKNOWN_ORDER)
+        await reject(c, queue, msg, f"no order {nudge.order_id!r}", UNKNOWN_ORDER)
+
+
+async def _reply(queue: str, msg: func.ServiceBusMessage) -> None:
+    c = await bootstrap.container()
+    try:
+        reply = parse(AgentReplyIn, msg.get_body())
+    except InvalidMessage as exc:
+        await reject(c, queue, msg, str(exc))
+        return
+    handled = await scheduler.on_reply(c.process, reply.to_reply(), msg.message_id)
+    if handled is scheduler.Handled.UNKNOWN_ORDER:
+        await reject(c, queue, msg, f"no order {reply.order_id!r}", UNKNOWN_ORDER)
+    elif handled is scheduler.Handled.UNKNOWN_STEP:
+        detail = f"order {reply.order_id!r} has no step {reply.step!r}"
+        await reject(c, queue, msg, detail, UNKNOWN_STEP)
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="msg", queue_name=Queue.SCHEDULER, connection=Setting.SERVICE_BUS
+)
+async def scheduler_nudge(msg: func.ServiceBusMessage) -> None:
+    await _nudge(Queue.SCHEDULER, msg)
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="msg", queue_name=Queue.SCHEDULER_HIGH, connection=Setting.SERVICE_BUS
+)
+async def scheduler_nudge_high(msg: func.ServiceBusMessage) -> None:
+    await _nudge(Queue.SCHEDULER_HIGH, msg)
 
 
 @bp.service_bus_queue_trigger(
     arg_name="msg", queue_name=Queue.AGENT_REPLIES, connection=Setting.SERVICE_BUS
 )
 async def scheduler_reply(msg: func.ServiceBusMessage) -> None:
-    c = await bootstrap.container()
-    try:
-        reply = parse(AgentReplyIn, msg.get_body())
-    except InvalidMessage as exc:
-        await reject(c, Queue.AGENT_REPLIES, msg, str(exc))
-        return
-    handled = await scheduler.on_reply(c.process, reply.to_reply(), msg.message_id)
-    if handled is scheduler.Handled.UNKNOWN_ORDER:
-        await reject(c, Queue.AGENT_REPLIES, msg, f"no order {reply.order_id!r}", UNKNOWN_ORDER)
-    elif handled is scheduler.Handled.UNKNOWN_STEP:
-        detail = f"order {reply.order_id!r} has no step {reply.step!r}"
-        await reject(c, Queue.AGENT_REPLIES, msg, detail, UNKNOWN_STEP)
+    await _reply(Queue.AGENT_REPLIES, msg)
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="msg", queue_name=Queue.AGENT_REPLIES_HIGH, connection=Setting.SERVICE_BUS
+)
+async def scheduler_reply_high(msg: func.ServiceBusMessage) -> None:
+    await _reply(Queue.AGENT_REPLIES_HIGH, msg)

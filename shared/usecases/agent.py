@@ -47,6 +47,8 @@ class StepRequest:
     complete_by: datetime
     idempotency_key: str
     payload: JsonObject
+    high_priority: bool = False
+    """Came on a high-priority lane: the reply goes on the Scheduler's high lane too."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ async def _reply(
                 outcome=outcome,
                 result=result,
                 error=error,
+                high=request.high_priority,
             )
         ]
     )

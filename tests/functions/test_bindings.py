@@ -62,6 +62,8 @@ def test_every_consumed_queue_has_one_trigger_on_the_service_bus_connection() ->
         Queue.AGENT_PAYMENT_SECONDARY,
         Queue.AGENT_SHIPPING,
         *(high_priority(q) for q in AGENT_QUEUES),
+        Queue.SCHEDULER_HIGH,
+        Queue.AGENT_REPLIES_HIGH,
     }
     assert sorted(queues) == sorted((q, Setting.SERVICE_BUS) for q in consumed)
     assert consumed <= set(ALL_QUEUES)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from azure.functions.timer import TimerRequest
 
-from shared.contract import PoisonProperty, Queue
+from shared.contract import AGENT_QUEUES, PoisonProperty, Queue, high_priority
 from shared.domain.model import ProcessState
 from shared.domain.workflow import AgentName
 from shared.ports import BusUnavailable, PermanentRemoteError, TransientRemoteError
@@ -175,6 +175,28 @@ async def test_whole_order_through_every_queue_function(harness: Harness) -> Non
     assert state is not None and state.state.process_state is ProcessState.PROCESSED
     keys = [c.idempotency_key for r in harness.remotes.values() for c in r.calls]
     assert sorted(keys) == ["fn-1:charge-payment", "fn-1:create-shipment", "fn-1:reserve-inventory"]
+
+
+async def test_a_high_priority_order_travels_only_the_high_lanes(harness: Harness) -> None:
+    await harness.message("submit_order_message", {**ORDER, "priority": "high"}, "sub-1")
+    lanes = [
+        (Queue.SCHEDULER_HIGH, "scheduler_nudge_high"),
+        (high_priority(Queue.AGENT_INVENTORY), "inventory_agent_high"),
+        (high_priority(Queue.AGENT_PAYMENT), "payment_agent_high"),
+        (high_priority(Queue.AGENT_SHIPPING), "shipping_agent_high"),
+        (Queue.AGENT_REPLIES_HIGH, "scheduler_reply_high"),
+    ]
+    used: list[str] = []
+    for _ in range(10):
+        for queue, function in lanes:
+            for message in harness.bus.take(queue):
+                used.append(queue)
+                await harness.message(function, dict(message.body), message.message_id)
+    state = await harness.store.load("fn-1")
+    assert state is not None and state.state.process_state is ProcessState.PROCESSED
+    assert set(used) == {queue for queue, _ in lanes}
+    normal = {Queue.SCHEDULER, Queue.AGENT_REPLIES, *AGENT_QUEUES}
+    assert not [m for m in harness.bus.sent if m.queue in normal]
 
 
 async def test_agent_retries_transient_faults_and_reports_permanent_ones(harness: Harness) -> None:
