@@ -11,18 +11,13 @@ import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 
-import aiohttp
 import pytest
 
-import function_app
 from devhost.broker import Broker
-from devhost.host.loader import functions_of
-from devhost.host.runtime import LocalHost
 from devhost.simulator import SimulatorServer
-from shared import bootstrap
 from shared.cli.app import run
 from shared.contract import Setting
-from tests.e2e.conftest import System, e2e_settings
+from tests.e2e.conftest import System, e2e_settings, running_system
 
 
 @dataclass(frozen=True)
@@ -63,14 +58,5 @@ async def quick_system(
         Setting.MAX_FAILURE_COUNT: "1",
         Setting.STATE_TABLE: f"cli{uuid.uuid4().hex[:12]}",
     }
-    for name, value in settings.items():
-        monkeypatch.setenv(name, value)
-    bootstrap.reset()
-    host = LocalHost(functions_of(function_app.app), settings, port=0, drain_timeout=5)
-    await host.start()
-    try:
-        async with aiohttp.ClientSession() as session:
-            yield System(host.api_url, simulator.url, broker, session, settings)
-    finally:
-        await host.stop()
-        await bootstrap.shutdown()
+    async with running_system(settings, broker, simulator, monkeypatch) as started:
+        yield started

@@ -7,6 +7,7 @@ Everything runs on free ports, so the suite never collides with a developer's ru
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -140,6 +141,18 @@ async def system(
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[System]:
     settings = e2e_settings(azurite_table_port, broker, simulator.url)
+    async with running_system(settings, broker, simulator, monkeypatch) as started:
+        yield started
+
+
+@contextlib.asynccontextmanager
+async def running_system(
+    settings: dict[str, str],
+    broker: Broker,
+    simulator: SimulatorServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[System]:
+    """The local runtime on a free port with these settings (also set in the env)."""
     for name, value in settings.items():
         monkeypatch.setenv(name, value)
     bootstrap.reset()
