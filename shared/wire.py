@@ -8,7 +8,14 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+)
 
 from shared.domain.model import (
     Action,
@@ -91,10 +98,20 @@ class AgentRequestIn(_Wire):
         return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
+def _cut(limit: int) -> BeforeValidator:
+    """A remote service's error text is kept, but bounded: it is stored with the order
+    (state, history, notifications), and a reply must not be refused for its length."""
+
+    def cut(value: object) -> object:
+        return value[:limit] if isinstance(value, str) else value
+
+    return BeforeValidator(cut)
+
+
 class ErrorIn(_Wire):
     model_config = ConfigDict(extra="ignore", frozen=True)
-    code: str
-    message: str
+    code: Annotated[str, _cut(100)]
+    message: Annotated[str, _cut(1000)]
 
 
 class AgentReplyIn(_Wire):

@@ -330,3 +330,23 @@ async def test_openapi_document_is_served_and_valid(harness: Harness) -> None:
     validate(spec)
     order_schema = spec["components"]["schemas"]["OrderSubmission"]
     assert set(order_schema["required"]) == {"customerId", "items"}
+
+
+async def test_a_huge_error_text_in_a_reply_is_kept_but_cut(harness: Harness) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    await harness.message("scheduler_nudge", {"orderId": "fn-1"})
+    (request,) = harness.bus.take(Queue.AGENT_INVENTORY)
+    reply = {
+        "orderId": "fn-1",
+        "step": "reserve-inventory",
+        "action": "do",
+        "attempt": request.body["attempt"],
+        "outcome": "failed",
+        "error": {"code": "c" * 300, "message": "m" * 100_000},
+    }
+    await harness.message("scheduler_reply", reply, message_id="huge")
+    state = await harness.store.load("fn-1")
+    assert state is not None and state.state.process_state is ProcessState.COMPENSATED
+    assert harness.bus.parked == []
+    error = state.steps[0].error
+    assert error is not None and (len(error.code), len(error.message)) == (100, 1000)
