@@ -125,6 +125,11 @@ class HealthStore(Protocol):
         """Every published (agent, instance) view: one small partition, no history."""
         ...
 
+    async def forget_agents(self, silent_since: datetime) -> int:
+        """Delete heartbeats older than `silent_since` (instances that scaled in), so the
+        partition routing reads stays the size of the live fleet. Returns how many."""
+        ...
+
     async def record_sweep(self, sweep: SweepRecord) -> None: ...
 
     async def recent_sweeps(self, limit: int) -> tuple[SweepRecord, ...]:

@@ -135,6 +135,13 @@ class InMemoryHealthStore:
         await asyncio.sleep(0)
         return tuple(self._health[k] for k in sorted(self._health))
 
+    async def forget_agents(self, silent_since: datetime) -> int:
+        await asyncio.sleep(0)
+        gone = [k for k, h in self._health.items() if h.heartbeat_at < silent_since]
+        for key in gone:
+            del self._health[key]
+        return len(gone)
+
     async def record_sweep(self, sweep: SweepRecord) -> None:
         await asyncio.sleep(0)
         cutoff = sweep.started_at - self._retention

@@ -21,7 +21,13 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
-from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    AzureError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
 from azure.data.tables import TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
@@ -80,6 +86,31 @@ class TableHealthStore:
             "PartitionKey eq @pk", {"pk": AGENTS_PARTITION}, limit=None, select=None
         )
         return tuple(sorted((_to_health(e) for e in entities), key=lambda h: (h.agent, h.instance)))
+
+    async def forget_agents(self, silent_since: datetime) -> int:
+        """Keys only; one delete per row, each conditional on the row not having been
+        refreshed since it was read (a revived instance keeps its newer heartbeat)."""
+        silent = await self._read(
+            "PartitionKey eq @pk and HeartbeatAt lt @cut",
+            {"pk": AGENTS_PARTITION, "cut": silent_since},
+            limit=_PRUNE_BATCH,
+            select=["PartitionKey", "RowKey"],
+        )
+        forgotten = 0
+        for entity in silent:
+            try:
+                await self._table.delete_entity(
+                    entity["PartitionKey"],
+                    entity["RowKey"],
+                    etag=entity.metadata["etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                )
+                forgotten += 1
+            except (ResourceNotFoundError, ResourceModifiedError):
+                continue
+            except AzureError as exc:
+                raise StoreUnavailable(str(exc)) from None
+        return forgotten
 
     async def record_sweep(self, sweep: SweepRecord) -> None:
         entity = _sweep_entity(sweep)

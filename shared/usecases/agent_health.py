@@ -25,6 +25,9 @@ PUBLISH_EVERY = timedelta(seconds=2)
 WINDOW = 50
 """Remote calls the success rate and latency are computed over."""
 PROBE_TIMEOUT = 2.0
+FORGET_AFTER = timedelta(hours=1)
+"""Heartbeats this old belong to instances that scaled in; the page shows them as STALE
+until then."""
 
 
 class HealthProbe(Protocol):
@@ -120,10 +123,17 @@ class HealthMonitor:
 async def heartbeat(
     agents: list[tuple[HealthMonitor, HealthProbe]], store: HealthStore
 ) -> list[AgentHealth]:
-    """Probe tripped breakers, then publish every agent's health, idle or not."""
+    """Probe tripped breakers, publish every agent's health, idle or not, and forget the
+    instances that have been silent for FORGET_AFTER (they scaled in)."""
     published = []
     for monitor, remote in agents:
         await monitor.probe(remote)
         await monitor.publish(store, force=True)
         published.append(monitor.snapshot())
+    if agents:
+        now = agents[0][0].snapshot().heartbeat_at
+        try:
+            await store.forget_agents(now - FORGET_AFTER)
+        except (StateStoreError, OSError) as exc:
+            log.warning("silent agents not forgotten: %s", exc)
     return published

@@ -152,3 +152,15 @@ def test_sweep_keys_sort_newest_first_and_by_instance_within_an_instant() -> Non
     ]
     assert keys == sorted(keys)
     assert SWEEPS_PARTITION.startswith("~")  # no order id (letter or digit first) can take it
+
+
+async def test_heartbeats_of_instances_gone_silent_are_forgotten(
+    health_store: HealthStore,
+) -> None:
+    gone = a_heartbeat(instance="scaled-in", heartbeat_at=T0 - timedelta(hours=2))
+    live = a_heartbeat(instance="live", heartbeat_at=T0)
+    await health_store.publish_health(gone)
+    await health_store.publish_health(live)
+    assert await health_store.forget_agents(T0 - timedelta(hours=1)) == 1
+    assert await health_store.agent_health() == (live,)
+    assert await health_store.forget_agents(T0 - timedelta(hours=1)) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -119,3 +120,13 @@ async def test_a_call_cut_short_by_the_deadline_does_not_trip_the_breaker() -> N
             policy=RetryPolicy(call_timeout=10),
         )
     assert breaker.state is not BreakerState.CLOSED
+
+
+async def test_heartbeat_forgets_instances_silent_for_an_hour() -> None:
+    clock = FakeClock()
+    store = InMemoryHealthStore()
+    old = a_monitor(clock).snapshot()
+    await store.publish_health(replace(old, instance="scaled-in"))
+    clock.advance(3601)
+    await heartbeat([(a_monitor(clock), Probed(healthy=True))], store)
+    assert [h.instance for h in await store.agent_health()] == ["i-1"]
