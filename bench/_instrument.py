@@ -167,8 +167,12 @@ class CountingStore:
         )
         return result
 
-    async def watch(self, order_id: str, check_at: datetime, *, replace: bool) -> None:
-        await self._timed("watch", 1, self.inner.watch(order_id, check_at, replace=replace))
+    async def watch(
+        self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
+    ) -> None:
+        await self._timed(
+            "watch", 1, self.inner.watch(order_id, check_at, replace=replace, version=version)
+        )
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         result: tuple[WatchEntry, ...] = await self._timed("due", 0, self.inner.due(now, limit))
@@ -178,8 +182,8 @@ class CountingStore:
     async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
         await self._timed("reschedule", 1, self.inner.reschedule(entry, check_at))
 
-    async def unwatch(self, order_id: str) -> None:
-        await self._timed("unwatch", 1, self.inner.unwatch(order_id))
+    async def unwatch(self, order_id: str, version: int | None = None) -> None:
+        await self._timed("unwatch", 1, self.inner.unwatch(order_id, version))
 
     async def ping(self) -> None:
         await self._timed("ping", 0, self.inner.ping())

@@ -68,6 +68,8 @@ class WatchEntry:
     order_id: str
     check_at: datetime
     etag: str
+    version: int = 0
+    """The state version the entry was written for (see `StateStore.unwatch`)."""
 
 
 class Clock(Protocol):
@@ -94,9 +96,12 @@ class StateStore(Protocol):
         self, state: ProcessState | None, page_size: int, continuation: str | None
     ) -> Page: ...
 
-    async def watch(self, order_id: str, check_at: datetime, *, replace: bool) -> None:
-        """Put an order on the Supervisor's watch list. Without `replace` an existing
-        entry is kept as it is (its earlier check time must not be pushed back)."""
+    async def watch(
+        self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
+    ) -> None:
+        """Put an order on the Supervisor's watch list for state `version`. Without
+        `replace` an existing entry is kept as it is (its earlier check time must not be
+        pushed back)."""
         ...
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
@@ -107,7 +112,11 @@ class StateStore(Protocol):
         """Move an entry's check time, conditional on its ETag; a lost race is ignored."""
         ...
 
-    async def unwatch(self, order_id: str) -> None: ...
+    async def unwatch(self, order_id: str, version: int | None = None) -> None:
+        """Take an order off the watch list. With `version`, only an entry written for
+        that state version or an earlier one goes: an operator's resubmit that re-watched
+        the order a moment after the Scheduler finished it keeps its entry."""
+        ...
 
     async def ping(self) -> None:
         """Raise StoreUnavailable unless the store answers."""

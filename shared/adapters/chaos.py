@@ -59,8 +59,10 @@ class ChaosStateStore:
     ) -> Page:
         return await self._inner.list_by_state(state, page_size, continuation)
 
-    async def watch(self, order_id: str, check_at: datetime, *, replace: bool) -> None:
-        await self._inner.watch(order_id, check_at, replace=replace)
+    async def watch(
+        self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
+    ) -> None:
+        await self._inner.watch(order_id, check_at, replace=replace, version=version)
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         return await self._inner.due(now, limit)
@@ -69,9 +71,9 @@ class ChaosStateStore:
         self.dice.roll("before rescheduling a watch entry")
         await self._inner.reschedule(entry, check_at)
 
-    async def unwatch(self, order_id: str) -> None:
+    async def unwatch(self, order_id: str, version: int | None = None) -> None:
         self.dice.roll("before unwatching a finished order")
-        await self._inner.unwatch(order_id)
+        await self._inner.unwatch(order_id, version)
 
     async def ping(self) -> None:
         await self._inner.ping()

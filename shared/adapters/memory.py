@@ -29,7 +29,7 @@ class InMemoryStateStore:
     def __init__(self) -> None:
         self._records: dict[str, tuple[OrderProcess, str]] = {}
         self._history: dict[str, list[HistoryEntry]] = {}
-        self._watch: dict[str, tuple[datetime, str]] = {}
+        self._watch: dict[str, tuple[datetime, str, int]] = {}
         self._etags = itertools.count(1)
         self.operations: Counter[str] = Counter()
 
@@ -85,17 +85,19 @@ class InMemoryStateStore:
         more = len(ids) > page_size
         return Page(items, chosen[-1] if more and chosen else None)
 
-    async def watch(self, order_id: str, check_at: datetime, *, replace: bool) -> None:
+    async def watch(
+        self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
+    ) -> None:
         await asyncio.sleep(0)
         self.operations["write"] += 1
         if replace or order_id not in self._watch:
-            self._watch[order_id] = (check_at, self._etag())
+            self._watch[order_id] = (check_at, self._etag(), version)
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         await asyncio.sleep(0)
         self.operations["query"] += 1
         found = sorted(
-            (WatchEntry(order_id, at, etag) for order_id, (at, etag) in self._watch.items()),
+            (WatchEntry(order_id, at, etag, v) for order_id, (at, etag, v) in self._watch.items()),
             key=lambda e: (e.check_at, e.order_id),
         )
         return tuple(e for e in found if e.check_at <= now)[:limit]
@@ -105,18 +107,20 @@ class InMemoryStateStore:
         self.operations["write"] += 1
         current = self._watch.get(entry.order_id)
         if current is not None and current[1] == entry.etag:
-            self._watch[entry.order_id] = (check_at, self._etag())
+            self._watch[entry.order_id] = (check_at, self._etag(), current[2])
 
-    async def unwatch(self, order_id: str) -> None:
+    async def unwatch(self, order_id: str, version: int | None = None) -> None:
         await asyncio.sleep(0)
         self.operations["write"] += 1
-        self._watch.pop(order_id, None)
+        current = self._watch.get(order_id)
+        if current is not None and (version is None or current[2] <= version):
+            del self._watch[order_id]
 
     async def ping(self) -> None:
         return None
 
     def watched(self) -> dict[str, datetime]:
-        return {order_id: at for order_id, (at, _) in self._watch.items()}
+        return {order_id: at for order_id, (at, _, _) in self._watch.items()}
 
 
 class InMemoryHealthStore:

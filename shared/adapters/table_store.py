@@ -188,12 +188,15 @@ class TableStateStore:
             raise StoreUnavailable(str(exc)) from None
         return Page(tuple(items), _encode_token(next_token))
 
-    async def watch(self, order_id: str, check_at: datetime, *, replace: bool) -> None:
+    async def watch(
+        self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
+    ) -> None:
         await self.ensure_table()
         entity = {
             "PartitionKey": rows.watch_partition(order_id),
             "RowKey": order_id,
             "CheckAt": check_at,
+            "StateVersion": version,
         }
         self.operations["write"] += 1
         try:
@@ -213,13 +216,13 @@ class TableStateStore:
                 self._query(
                     "PartitionKey eq @pk and CheckAt le @now",
                     {"pk": partition, "now": now},
-                    select=["RowKey", "CheckAt"],
+                    select=["RowKey", "CheckAt", "StateVersion"],
                 )
                 for partition in rows.watch_partitions()
             )
         )
         entries = [
-            WatchEntry(e["RowKey"], e["CheckAt"], e.metadata["etag"])
+            WatchEntry(e["RowKey"], e["CheckAt"], e.metadata["etag"], int(e.get("StateVersion", 0)))
             for shard in found
             for e in shard
         ]
@@ -231,6 +234,7 @@ class TableStateStore:
             "PartitionKey": rows.watch_partition(entry.order_id),
             "RowKey": entry.order_id,
             "CheckAt": check_at,
+            "StateVersion": entry.version,
         }
         self.operations["write"] += 1
         try:
@@ -248,12 +252,29 @@ class TableStateStore:
         except AzureError as exc:
             raise StoreUnavailable(str(exc)) from None
 
-    async def unwatch(self, order_id: str) -> None:
-        self.operations["write"] += 1
+    async def unwatch(self, order_id: str, version: int | None = None) -> None:
+        """With `version`: a point read, then a delete conditional on that read's ETag."""
+        partition = rows.watch_partition(order_id)
+        etag: str | None = None
         try:
-            await self._table.delete_entity(rows.watch_partition(order_id), order_id)
-        except ResourceNotFoundError:
+            if version is not None:
+                self.operations["read"] += 1
+                entry = await self._table.get_entity(partition, order_id, select=["StateVersion"])
+                if int(entry.get("StateVersion", 0)) > version:
+                    return
+                etag = entry.metadata["etag"]
+            self.operations["write"] += 1
+            if etag is None:
+                await self._table.delete_entity(partition, order_id)
+            else:
+                await self._table.delete_entity(
+                    partition, order_id, etag=etag, match_condition=MatchConditions.IfNotModified
+                )
+        except (ResourceNotFoundError, ResourceModifiedError):
             pass
+        except HttpResponseError as exc:
+            if exc.status_code not in (404, 412):
+                raise StoreUnavailable(str(exc)) from None
         except AzureError as exc:
             raise StoreUnavailable(str(exc)) from None
 

@@ -44,7 +44,7 @@ async def commit(deps: ProcessDeps, transition: Transition) -> OrderProcess:
     log_transition(transition)
     await deps.bus.send(transition.outgoing)
     if transition.is_terminal:
-        await deps.store.unwatch(process.order_id)
+        await deps.store.unwatch(process.order_id, process.state.version)
     return process
 
 

@@ -47,7 +47,9 @@ async def resubmit_order(deps: ProcessDeps, order_id: str, operator: str) -> Ord
     transition = machine.resubmit(process, deps.policy, now, operator, RESUBMIT_CAUSE)
     check_at = machine.next_check(transition.process, deps.workflow(process), deps.policy, now)
     if check_at is not None:
-        await deps.store.watch(order_id, check_at, replace=True)
+        await deps.store.watch(
+            order_id, check_at, replace=True, version=transition.process.state.version
+        )
     try:
         return await commit(deps, transition)
     except ConcurrencyConflict:

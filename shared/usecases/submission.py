@@ -45,7 +45,9 @@ async def submit_order(
     transition = machine.start(order, workflow, now, cause)
     check_at = machine.next_check(transition.process, workflow, deps.policy, now)
     assert check_at is not None
-    await deps.store.watch(order.order_id, check_at, replace=False)
+    await deps.store.watch(
+        order.order_id, check_at, replace=False, version=transition.process.state.version
+    )
     try:
         await deps.store.create(transition.process, transition.history)
     except AlreadyExists:

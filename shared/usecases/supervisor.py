@@ -106,7 +106,7 @@ async def _check(deps: ProcessDeps, entry: WatchEntry, report: SweepReport) -> N
     if process.state.process_state.is_terminal:
         # The Scheduler stopped before it unwatched: resend the last outbox, then forget it.
         await deps.bus.send(process.state.outbox)
-        await deps.store.unwatch(entry.order_id)
+        await deps.store.unwatch(entry.order_id, process.state.version)
         report.finished += 1
         return
     now = deps.clock.now()

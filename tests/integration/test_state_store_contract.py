@@ -38,6 +38,7 @@ from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import AlreadyExists, ConcurrencyConflict, StateStore
 from shared.settings import azurite_connection_string
 from shared.usecases import scheduler
+from shared.usecases.operator import resubmit_order
 from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
@@ -229,6 +230,53 @@ async def test_watch_list_finds_only_due_entries_and_honours_etags(store: StateS
     later = await store.due(now + timedelta(seconds=1000), 10)
     assert [e.order_id for e in later] == ["w-1"]
     assert await store.due(now + timedelta(seconds=1000), limit=0) == ()
+
+
+async def test_unwatch_for_a_version_keeps_an_entry_written_for_a_later_one(
+    store: StateStore,
+) -> None:
+    now = World().clock.now()
+    await store.watch("v-1", now, replace=False, version=3)
+    await store.unwatch("v-1", version=2)  # the Scheduler finished version 2 ...
+    (entry,) = await store.due(now, 10)  # ... but a resubmit already watched version 3
+    assert entry.version == 3
+    await store.reschedule(entry, now)
+    (moved,) = await store.due(now, 10)
+    assert moved.version == 3  # rescheduling keeps the version
+    await store.unwatch("v-1", version=3)
+    assert await store.due(now, 10) == ()
+    await store.watch("v-2", now, replace=False, version=9)
+    await store.unwatch("v-2")  # no version: unconditional
+    assert await store.due(now, 10) == ()
+
+
+async def test_a_resubmit_racing_the_schedulers_unwatch_stays_watched(store: StateStore) -> None:
+    """The Scheduler saves Error and unwatches; an operator resubmits in between. Whatever
+    the interleaving, an order that is Pending again is on the watch list."""
+    for round_ in range(6):
+        world = replace(world_on(store), policy=replace(World().policy, max_failure_count=1))
+        order_id = f"race-{round_}"
+        await started(world, order_id)
+        await scheduler.on_nudge(world.deps(), order_id)
+        world.clock.advance(31)
+        process = await store.load(order_id)
+        assert process is not None
+        transition = machine.recover(process, world.policy, world.clock.now())
+        assert transition is not None and transition.is_terminal
+        await store.save(transition.process, transition.history)
+        scheduler_unwatch = store.unwatch(order_id, transition.process.state.version)
+        operator = resubmit_order(world.deps(), order_id, "alice")
+        if round_ == 0:  # the worst case: the Scheduler unwatches after the resubmit
+            await operator
+            await scheduler_unwatch
+        elif round_ % 2:
+            await asyncio.gather(scheduler_unwatch, operator)
+        else:
+            await asyncio.gather(operator, scheduler_unwatch)
+        resumed = await store.load(order_id)
+        assert resumed is not None and resumed.state.process_state is ProcessState.PENDING
+        due = await store.due(world.clock.now() + timedelta(days=1), 1000)
+        assert order_id in {e.order_id for e in due}
 
 
 async def test_finished_orders_leave_the_watch_list(store: StateStore) -> None:
