@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 from shared.domain import process as machine
 from shared.domain.model import OrderProcess, ProcessState
@@ -58,8 +60,22 @@ async def resubmit_order(deps: ProcessDeps, order_id: str, operator: str) -> Ord
         ) from None
 
 
-async def check_health(deps: ProcessDeps) -> dict[str, str]:
-    """Each dependency answers or names its failure; never raises."""
+HEALTH_TTL = timedelta(seconds=5)
+_health_reports: weakref.WeakKeyDictionary[ProcessDeps, tuple[datetime, dict[str, str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def check_health(deps: ProcessDeps, ttl: timedelta = HEALTH_TTL) -> dict[str, str]:
+    """Each dependency answers or names its failure; never raises.
+
+    The answer is reused for `ttl` per worker: the route is anonymous, so a flood of
+    probes must not turn into a flood of storage and Service Bus calls.
+    """
+    now = deps.clock.now()
+    cached = _health_reports.get(deps)
+    if cached is not None and timedelta(0) <= now - cached[0] < ttl:
+        return dict(cached[1])
     report: dict[str, str] = {}
     for name, probe in (("stateStore", deps.store.ping), ("serviceBus", deps.bus.ping)):
         try:
@@ -67,4 +83,5 @@ async def check_health(deps: ProcessDeps) -> dict[str, str]:
             report[name] = "ok"
         except Exception as exc:  # health reports every failure kind
             report[name] = f"unavailable: {type(exc).__name__}"
-    return report
+    _health_reports[deps] = (now, report)
+    return dict(report)

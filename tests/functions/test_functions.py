@@ -159,6 +159,22 @@ async def test_health_reports_its_dependencies(harness: Harness) -> None:
     assert body(response) == {"status": "ok", "checks": {"stateStore": "ok", "serviceBus": "ok"}}
 
 
+async def test_health_answers_from_a_short_cache_then_sees_a_failure(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert (await harness.http("health", "GET", "health")).status_code == 200
+
+    async def down() -> None:
+        raise BusUnavailable("gone")
+
+    monkeypatch.setattr(harness.bus, "ping", down)
+    assert (await harness.http("health", "GET", "health")).status_code == 200  # cached
+    harness.clock.advance(6)
+    degraded = await harness.http("health", "GET", "health")
+    assert degraded.status_code == 503
+    assert body(degraded)["checks"]["serviceBus"] == "unavailable: BusUnavailable"
+
+
 async def test_whole_order_through_every_queue_function(harness: Harness) -> None:
     await harness.message("submit_order_message", ORDER, message_id="sub-1")
     for _ in range(10):
