@@ -10,6 +10,7 @@ risking a customer's order on the trial call.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 from datetime import datetime, timedelta
@@ -54,6 +55,7 @@ class HealthMonitor:
         self._calls: deque[tuple[bool, float]] = deque(maxlen=WINDOW)
         self._published_at: datetime | None = None
         self._published_breaker: BreakerState | None = None
+        self._publishing = asyncio.Lock()
 
     def started(self) -> None:
         self.in_flight += 1
@@ -89,18 +91,24 @@ class HealthMonitor:
         return self._clock.now() - self._published_at >= PUBLISH_EVERY
 
     async def publish(self, store: HealthStore, *, force: bool = False) -> bool:
-        """Never raises: a lost heartbeat only makes routing a little less informed."""
-        if not (force or self.due()):
-            return False
-        health = self.snapshot()
-        self._published_at = health.heartbeat_at
-        self._published_breaker = health.breaker
-        try:
-            await store.publish_health(health)
-        except (StateStoreError, OSError) as exc:
-            log.warning("agent %s heartbeat not published: %s", self.agent, exc)
-            return False
-        return True
+        """Never raises: a lost heartbeat only makes routing a little less informed.
+
+        One write at a time, each snapshot taken when its turn comes: two writes in flight
+        could land out of order and leave an older breaker state in the table (seen in the
+        demo: a slow `closed` overwrote `open`, and orders kept going to a failing provider).
+        """
+        async with self._publishing:
+            if not (force or self.due()):
+                return False
+            health = self.snapshot()
+            try:
+                await store.publish_health(health)
+            except (StateStoreError, OSError) as exc:
+                log.warning("agent %s heartbeat not published: %s", self.agent, exc)
+                return False
+            self._published_at = health.heartbeat_at
+            self._published_breaker = health.breaker
+            return True
 
     async def probe(self, remote: HealthProbe) -> None:
         """Close a tripped breaker through the service's health call, not an order."""

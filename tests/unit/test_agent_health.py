@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import timedelta
 
@@ -9,7 +10,7 @@ import pytest
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryHealthStore
-from shared.domain.health import BreakerState
+from shared.domain.health import AgentHealth, BreakerState
 from shared.ports import StoreUnavailable, TransientRemoteError
 from shared.resilience import CircuitBreaker, DeadlinePassed, RetryPolicy, call_until_deadline
 from shared.usecases.agent_health import HealthMonitor, heartbeat
@@ -130,3 +131,30 @@ async def test_heartbeat_forgets_instances_silent_for_an_hour() -> None:
     clock.advance(3601)
     await heartbeat([(a_monitor(clock), Probed(healthy=True))], store)
     assert [h.instance for h in await store.agent_health()] == ["i-1"]
+
+
+async def test_publishes_land_in_order_so_a_slow_old_snapshot_cannot_win() -> None:
+    clock = FakeClock()
+    monitor = a_monitor(clock)
+    release = asyncio.Event()
+
+    class SlowFirstWrite(InMemoryHealthStore):
+        writes = 0
+
+        async def publish_health(self, health: AgentHealth) -> None:
+            self.writes += 1
+            if self.writes == 1:
+                await release.wait()
+            await super().publish_health(health)
+
+    store = SlowFirstWrite()
+    slow = asyncio.create_task(monitor.publish(store, force=True))  # snapshot: closed
+    await asyncio.sleep(0)
+    monitor.breaker.record_failure()
+    monitor.breaker.record_failure()  # the breaker opens meanwhile
+    fresh = asyncio.create_task(monitor.publish(store))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(slow, fresh)
+    (stored,) = await store.agent_health()
+    assert stored.breaker is BreakerState.OPEN
