@@ -473,8 +473,6 @@ def _dispatch(
             agent, why = AgentName(step.agent), ""
     else:
         agent, why = b.routing.choose(definition.candidates)
-    if agent is definition.agent:
-        why = ""
     high = b.order.priority is Priority.HIGH
     queue = AGENTS[agent].queue_for(high)
     deadline = b.now + policy.timeout(definition, b.order.priority)

@@ -18,7 +18,8 @@ from shared.domain.health import AgentHealth, BreakerState
 from shared.domain.workflow import AgentName
 
 STALE_AFTER = timedelta(seconds=60)
-"""A heartbeat older than this means the agent may be gone: it gets no new work."""
+"""A heartbeat older than this means the agent may be gone: it gets no new work, and the
+operator page flags it STALE."""
 
 
 class Availability(IntEnum):
@@ -98,13 +99,13 @@ class Routing:
     def choose(
         self, candidates: Sequence[AgentName], avoid: str | None = None
     ) -> tuple[AgentName, str]:
-        """The agent to dispatch to and why.
+        """The agent to dispatch to, and why not the first candidate ('' when it is).
 
         `avoid` is the agent whose attempt just timed out: the Supervisor's retry goes
         elsewhere when another candidate is at least as available.
         """
         if len(candidates) == 1:
-            return candidates[0], "only agent"
+            return candidates[0], ""
         if avoid is not None and not any(
             c.value != avoid and self._known(c) is Availability.HEALTHY for c in candidates
         ):
@@ -114,9 +115,8 @@ class Routing:
             key=lambda ic: (self._rank(ic[1]), ic[1].value == avoid, ic[0]),
         )
         chosen = ranked[0][1]
-        view = self.views.get(chosen.value)
         if chosen is candidates[0]:
-            return chosen, view.reason if view else "primary"
+            return chosen, ""
         skipped = candidates[0].value
         why = self.views[skipped].reason if skipped in self.views else "not known"
         if skipped == avoid and self._rank(candidates[0]) <= self._rank(chosen):
