@@ -21,18 +21,17 @@ import azure.functions as func
 from shared import bootstrap
 from shared.contract import Route
 from shared.domain.messages import iso
-from shared.functions.http import json_response, problem
+from shared.domain.routing import STALE_AFTER
+from shared.functions.http import bounded_int, json_response, opt_iso
 from shared.usecases.ops import (
     DEFAULT_COUNT_CAP,
     MAX_COUNT_CAP,
-    STALE_AFTER,
     AgentView,
     OpsSnapshot,
     ops_snapshot,
 )
 
 bp = func.Blueprint()
-_COUNT_CAP = re.compile(r"^[0-9]{1,4}$")
 _NO_STORE = {"Cache-Control": "no-store"}
 
 
@@ -80,13 +79,11 @@ async def ops_page(req: func.HttpRequest) -> func.HttpResponse:
 
 @bp.route(route=Route.OPS_DATA, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
 async def ops_data(req: func.HttpRequest) -> func.HttpResponse:
-    raw = req.params.get("countCap", str(DEFAULT_COUNT_CAP))
-    if not _COUNT_CAP.match(raw) or not 1 <= int(raw) <= MAX_COUNT_CAP:
-        return problem(
-            400, "Invalid countCap", f"countCap must be a whole number from 1 to {MAX_COUNT_CAP}"
-        )
+    count_cap = bounded_int(req, "countCap", DEFAULT_COUNT_CAP, 1, MAX_COUNT_CAP)
+    if isinstance(count_cap, func.HttpResponse):
+        return count_cap
     c = await bootstrap.container()
-    snapshot = await ops_snapshot(c.process, c.health, int(raw))
+    snapshot = await ops_snapshot(c.process, c.health, count_cap)
     return json_response(snapshot_view(snapshot), headers=dict(_NO_STORE))
 
 
@@ -150,7 +147,7 @@ def _agent_view(view: AgentView) -> dict[str, Any]:
         "capacity": h.capacity,
         "calls": h.calls,
         "heartbeatAt": iso(h.heartbeat_at),
-        "openUntil": iso(h.open_until) if h.open_until is not None else None,
+        "openUntil": opt_iso(h.open_until),
         "ageSeconds": round(view.age.total_seconds(), 1),
         "stale": view.stale,
     }

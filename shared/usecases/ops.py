@@ -25,14 +25,13 @@ from typing import Final, TypeVar
 
 from shared.domain.health import AgentHealth, SweepRecord
 from shared.domain.model import ProcessState, StateRecord
+from shared.domain.routing import STALE_AFTER
 from shared.domain.workflow import WORKFLOWS
 from shared.ports import HealthStore, Page
 from shared.usecases.commit import ProcessDeps
 
 log = logging.getLogger("orders.ops")
 
-STALE_AFTER: Final = timedelta(seconds=60)
-"""A heartbeat older than this is flagged: the instance has stopped or cannot write."""
 DEFAULT_COUNT_CAP: Final = 50
 MAX_COUNT_CAP: Final = 1000
 ERROR_LIMIT: Final = 20

@@ -10,8 +10,9 @@ import pytest
 from shared.adapters.memory import InMemoryHealthStore, InMemoryStateStore
 from shared.domain.health import AgentHealth, BreakerState
 from shared.domain.model import ProcessState
+from shared.domain.routing import STALE_AFTER
 from shared.ports import Page
-from shared.usecases.ops import STALE_AFTER, ops_snapshot
+from shared.usecases.ops import ops_snapshot
 from shared.usecases.submission import submit_order
 from tests.builders import World, an_order
 
