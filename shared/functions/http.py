@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import azure.functions as func
@@ -49,13 +50,27 @@ def read_json(req: func.HttpRequest) -> tuple[Any, func.HttpResponse | None]:
         return None, problem(400, "Invalid JSON", f"the body is not JSON: {exc}")
 
 
+_WHOLE_NUMBER = re.compile(r"^[0-9]{1,4}$")
+"""ASCII digits only: str.isdigit() accepts '²', which int() then refuses."""
+
+
+def bounded_int(
+    req: func.HttpRequest, name: str, default: int, low: int, high: int
+) -> int | func.HttpResponse:
+    """A whole-number query parameter within [low, high], or the 400 that says why not."""
+    raw = req.params.get(name, str(default))
+    if _WHOLE_NUMBER.match(raw) and low <= int(raw) <= high:
+        return int(raw)
+    return problem(400, f"Invalid {name}", f"{name} must be a whole number from {low} to {high}")
+
+
 def base_url(req: func.HttpRequest) -> str:
     url = str(req.url)
     marker = url.find("/api/")
     return url[:marker] if marker >= 0 else url.rstrip("/")
 
 
-def _opt_iso(value: Any) -> str | None:
+def opt_iso(value: Any) -> str | None:
     return iso(value) if value is not None else None
 
 
@@ -64,7 +79,7 @@ def state_view(state: StateRecord) -> dict[str, Any]:
         "orderId": state.order_id,
         "processState": state.process_state.value,
         "lockedBy": state.locked_by,
-        "completeBy": _opt_iso(state.complete_by),
+        "completeBy": opt_iso(state.complete_by),
         "failureCount": state.failure_count,
         "attempt": state.attempt,
         "phase": state.phase.value,
@@ -101,7 +116,7 @@ def order_view(process: OrderProcess) -> dict[str, Any]:
                 "name": s.name,
                 "status": s.status.value,
                 "attempts": s.attempts,
-                "completeBy": _opt_iso(s.complete_by),
+                "completeBy": opt_iso(s.complete_by),
                 "compensationAttempts": s.compensation_attempts,
                 "error": {"code": s.error.code, "message": s.error.message} if s.error else None,
             }

@@ -10,7 +10,7 @@ from shared import bootstrap
 from shared.contract import Route
 from shared.domain.model import ProcessState
 from shared.domain.process import InvalidTransition
-from shared.functions.http import json_response, order_view, problem, state_view
+from shared.functions.http import bounded_int, json_response, order_view, problem, state_view
 from shared.openapi import document
 from shared.ports import BusUnavailable, StateStoreError
 from shared.usecases.operator import (
@@ -23,8 +23,6 @@ from shared.usecases.operator import (
 
 bp = func.Blueprint()
 _ORDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_PAGE_SIZE = re.compile(r"^[0-9]{1,4}$")
-"""ASCII digits only: str.isdigit() accepts '²', which int() then refuses."""
 _UNAVAILABLE = ("Try again", "the state store is unavailable")
 
 
@@ -57,12 +55,12 @@ async def list_orders_http(req: func.HttpRequest) -> func.HttpResponse:
         except ValueError:
             allowed = ", ".join(s.value for s in ProcessState)
             return problem(400, "Invalid state", f"state must be one of {allowed}")
-    raw_size = req.params.get("pageSize", "100")
-    if not _PAGE_SIZE.match(raw_size) or not 1 <= int(raw_size) <= 1000:
-        return problem(400, "Invalid pageSize", "pageSize must be a whole number from 1 to 1000")
+    page_size = bounded_int(req, "pageSize", 100, 1, 1000)
+    if isinstance(page_size, func.HttpResponse):
+        return page_size
     c = await bootstrap.container()
     try:
-        page = await list_orders(c.process, state, int(raw_size), req.params.get("continuation"))
+        page = await list_orders(c.process, state, page_size, req.params.get("continuation"))
     except ValueError as exc:
         return problem(400, "Invalid continuation", str(exc))
     except StateStoreError:
