@@ -31,6 +31,7 @@ from azure.core.exceptions import (
 from azure.data.tables import TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
+from shared.adapters.table_rows import utc, utc_or_none
 from shared.domain.health import AgentHealth, BreakerState, SweepRecord
 from shared.ports import StoreUnavailable
 
@@ -214,8 +215,8 @@ def _to_health(entity: Any) -> AgentHealth:
         in_flight=int(entity["InFlight"]),
         capacity=int(entity["Capacity"]),
         calls=int(entity["Calls"]),
-        heartbeat_at=_utc(entity["HeartbeatAt"]),
-        open_until=_utc(open_until) if open_until is not None else None,
+        heartbeat_at=utc(entity["HeartbeatAt"]),
+        open_until=utc_or_none(open_until),
     )
 
 
@@ -246,14 +247,7 @@ def _to_sweep(entity: Any) -> SweepRecord:
     counts = {name: int(entity.get(column, 0)) for name, column in _SWEEP_COUNTS}
     return SweepRecord(
         instance=str(entity["Instance"]),
-        started_at=_utc(entity["StartedAt"]),
-        finished_at=_utc(entity["FinishedAt"]),
+        started_at=utc(entity["StartedAt"]),
+        finished_at=utc(entity["FinishedAt"]),
         **counts,
     )
-
-
-def _utc(value: Any) -> datetime:
-    """The SDK's TablesEntityDatetime as a plain aware datetime (equal values compare equal)."""
-    at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-    at = (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
-    return datetime(*at.timetuple()[:6], at.microsecond, tzinfo=UTC)

@@ -84,19 +84,18 @@ def is_current_layout(state: Mapping[str, Any]) -> bool:
     return STEPS in state
 
 
-def _utc(value: Any) -> datetime | None:
+def utc_or_none(value: Any) -> datetime | None:
+    return None if value is None else utc(value)
+
+
+def utc(value: Any) -> datetime:
+    """A timestamp as read from a table (the SDK's TablesEntityDatetime, or ISO text in
+    JSON) as a plain aware UTC datetime, so that equal instants compare equal."""
     if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    return datetime.fromisoformat(str(value))
-
-
-def _required_utc(value: Any) -> datetime:
-    at = _utc(value)
-    if at is None:
         raise ValueError("a required timestamp is missing")
-    return at
+    at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    at = (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
+    return datetime(*at.timetuple()[:6], at.microsecond, tzinfo=UTC)
 
 
 def _without_nulls(entity: Entity) -> Entity:
@@ -200,7 +199,7 @@ def _outgoing(data: Mapping[str, Any]) -> Outgoing:
         queue=data["queue"],
         message_id=data["messageId"],
         body=data["body"],
-        deliver_at=_utc(data.get("deliverAt")),
+        deliver_at=utc_or_none(data.get("deliverAt")),
     )
 
 
@@ -215,7 +214,7 @@ def to_order(entity: Mapping[str, Any], created_at: str = "OrderCreatedAt") -> O
         priority=Priority(entity.get("Priority", Priority.NORMAL.value)),
         reply_to=entity.get("ReplyTo"),
         fingerprint=entity["Fingerprint"],
-        created_at=_required_utc(entity[created_at]),
+        created_at=utc(entity[created_at]),
     )
 
 
@@ -224,15 +223,15 @@ def to_state(entity: Mapping[str, Any]) -> StateRecord:
         order_id=entity["OrderID"],
         process_state=ProcessState(entity["ProcessState"]),
         locked_by=entity.get("LockedBy"),
-        complete_by=_utc(entity.get("CompleteBy")),
+        complete_by=utc_or_none(entity.get("CompleteBy")),
         failure_count=int(entity.get("FailureCount", 0)),
         attempt=int(entity.get("Attempt", 0)),
         phase=Phase(entity.get("Phase", Phase.FORWARD.value)),
         current_step=int(entity.get("CurrentStep", 0)),
         last_error=get_text(entity, "LastError"),
         version=int(entity.get("Version", 0)),
-        created_at=_required_utc(entity["CreatedAt"]),
-        updated_at=_required_utc(entity["UpdatedAt"]),
+        created_at=utc(entity["CreatedAt"]),
+        updated_at=utc(entity["UpdatedAt"]),
         workflow=entity["Workflow"],
         outbox=tuple(_outgoing(m) for m in json.loads(get_text(entity, "Outbox") or "[]")),
         outbox_cause=entity.get("OutboxCause"),
@@ -252,7 +251,7 @@ def to_process(state: Mapping[str, Any], etag: str | None) -> OrderProcess:
 
 def to_history(entity: Mapping[str, Any]) -> HistoryEntry:
     return HistoryEntry(
-        at=_required_utc(entity["At"]),
+        at=utc(entity["At"]),
         event=entity["Event"],
         detail=get_text(entity, "Detail") or "",
         process_state=ProcessState(entity["ProcessState"]),
@@ -267,7 +266,7 @@ def _legacy_step(entity: Mapping[str, Any]) -> StepRecord:
         name=entity["Step"],
         status=StepStatus(entity["Status"]),
         attempts=int(entity.get("Attempts", 0)),
-        complete_by=_utc(entity.get("CompleteBy")),
+        complete_by=utc_or_none(entity.get("CompleteBy")),
         result=json.loads(entity["Result"]) if "Result" in entity else None,
         error=ErrorInfo(code, entity.get("ErrorMessage", "")) if code else None,
         compensation_attempts=int(entity.get("CompensationAttempts", 0)),
