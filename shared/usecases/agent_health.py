@@ -138,10 +138,9 @@ async def heartbeat(
         await monitor.probe(remote)
         await monitor.publish(store, force=True)
         published.append(monitor.snapshot())
-    if agents:
-        now = agents[0][0].snapshot().heartbeat_at
+    if published:
         try:
-            await store.forget_agents(now - FORGET_AFTER)
+            await store.forget_agents(published[0].heartbeat_at - FORGET_AFTER)
         except (StateStoreError, OSError) as exc:
             log.warning("silent agents not forgotten: %s", exc)
     return published
