@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
+from shared.bootstrap import AGENT_CAPACITY
 from shared.contract import ALL_QUEUES, QUEUE_PROPERTIES, Setting
 from shared.domain.model import ExhaustedPolicy
 from shared.settings import Settings
@@ -455,3 +456,8 @@ def test_host_json_service_bus_options_fit_the_queues_and_the_code() -> None:
     step_timeout = deployed_app_settings()[Setting.STEP_TIMEOUT_SECONDS]
     assert isinstance(step_timeout, str)
     assert renewal >= int(step_timeout), "an agent step may outlive its message lock"
+
+
+def test_agent_capacity_in_heartbeats_is_what_host_json_lets_one_instance_serve() -> None:
+    host = load_json(HOST_JSON)
+    assert host["extensions"]["serviceBus"]["maxConcurrentCalls"] == AGENT_CAPACITY
