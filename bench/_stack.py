@@ -295,6 +295,14 @@ class Stack:
             Setting.INSTANCE_ID: f"bench-{self.name}",
         }
 
+    def describe(self) -> str:
+        """One line for the console: where each part listens and where the logs go."""
+        return (
+            f"stack up: Azurite :{self.table_port}, broker :{self.broker_port}, "
+            f"simulator :{self.simulator_port}, runtime :{self.http_port}; "
+            f"logs in {self.run_dir}"
+        )
+
     def pids(self) -> dict[str, int]:
         return {name: child.pid for name, child in self.children.items() if child.alive()}
 

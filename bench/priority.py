@@ -303,11 +303,7 @@ async def measure(args: argparse.Namespace) -> list[PriorityRun]:
     env = {Setting.HIGH_PRIORITY_STEP_TIMEOUT_SECONDS: str(args.high_step_timeout)}
     runs: list[PriorityRun] = []
     async with Stack("priority", timings=timings, seed=args.seed, runtime_env=env) as stack:
-        console.print(
-            f"[dim]stack up: Azurite :{stack.table_port}, broker :{stack.broker_port}, "
-            f"simulator :{stack.simulator_port}, runtime :{stack.http_port}; "
-            f"logs in {stack.run_dir}[/]"
-        )
+        console.print(f"[dim]{stack.describe()}[/]")
         async with aiohttp.ClientSession() as session:
             for i, mode in enumerate(args.modes):
                 if i:

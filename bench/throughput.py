@@ -296,11 +296,7 @@ async def measure_ours(args: argparse.Namespace) -> list[RunSummary]:
         instrument=getattr(args, "instrument", False),
         broker_db=not getattr(args, "broker_in_memory", False),
     ) as stack:
-        console.print(
-            f"[dim]stack up: Azurite :{stack.table_port}, broker :{stack.broker_port}, "
-            f"simulator :{stack.simulator_port}, runtime :{stack.http_port}; "
-            f"logs in {stack.run_dir}[/]"
-        )
+        console.print(f"[dim]{stack.describe()}[/]")
         async with aiohttp.ClientSession() as session:
             for i, rate in enumerate(args.fault_rates):
                 if i:
