@@ -48,7 +48,7 @@ from shared.domain.process import AgentReply, ProcessPolicy
 from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import AlreadyExists, StoreUnavailable
 from shared.settings import azurite_connection_string
-from shared.usecases.commit import ProcessDeps
+from shared.usecases.deps import ProcessDeps
 from shared.usecases.supervisor import sweep
 
 POLICY = ProcessPolicy(

@@ -27,7 +27,7 @@ from shared.resilience import CircuitBreaker
 from shared.settings import Settings
 from shared.usecases.agent import AgentDeps
 from shared.usecases.agent_health import HealthMonitor
-from shared.usecases.commit import ProcessDeps
+from shared.usecases.deps import ProcessDeps
 from shared.usecases.routing import RoutingSource
 
 

@@ -19,7 +19,7 @@ from shared.domain.model import (
     Priority,
 )
 from shared.domain.process import AgentReply, ProcessPolicy
-from shared.usecases.commit import ProcessDeps
+from shared.usecases.deps import ProcessDeps
 
 _ids: Iterator[int] = iter(range(1, 1_000_000))
 

@@ -3,33 +3,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from shared.domain.model import OrderProcess
-from shared.domain.process import ProcessPolicy, Transition
-from shared.domain.routing import PRIMARY_ONLY, Routing
-from shared.domain.workflow import WORKFLOWS, Workflow
-from shared.ports import Clock, MessageBus, StateStore
-from shared.usecases.routing import RoutingSource
+from shared.domain.process import Transition
+from shared.usecases.deps import ProcessDeps
 
 log = logging.getLogger("orders")
-
-
-@dataclass(frozen=True)
-class ProcessDeps:
-    store: StateStore
-    bus: MessageBus
-    clock: Clock
-    policy: ProcessPolicy
-    instance_id: str = "local"
-    routing: RoutingSource | None = None
-    """Agent health to route steps on; None: every step goes to its primary agent."""
-
-    async def current_routing(self) -> Routing:
-        return await self.routing.current() if self.routing is not None else PRIMARY_ONLY
-
-    def workflow(self, process: OrderProcess) -> Workflow:
-        return WORKFLOWS[process.state.workflow]
 
 
 async def commit(deps: ProcessDeps, transition: Transition) -> OrderProcess:

@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 from shared.domain import process as machine
 from shared.domain.model import OrderProcess, ProcessState
 from shared.ports import ConcurrencyConflict, Page
-from shared.usecases.commit import ProcessDeps, commit
+from shared.usecases.commit import commit
+from shared.usecases.deps import ProcessDeps
 
 RESUBMIT_CAUSE = "operator-resubmit"
 

@@ -28,7 +28,7 @@ from shared.domain.model import ProcessState, StateRecord
 from shared.domain.routing import STALE_AFTER
 from shared.domain.workflow import WORKFLOWS
 from shared.ports import HealthStore, Page
-from shared.usecases.commit import ProcessDeps
+from shared.usecases.deps import ProcessDeps
 
 log = logging.getLogger("orders.ops")
 

@@ -10,7 +10,8 @@ from shared.domain import process as machine
 from shared.domain.model import OrderProcess
 from shared.domain.process import AgentReply, Transition
 from shared.ports import ConcurrencyConflict
-from shared.usecases.commit import ProcessDeps, commit
+from shared.usecases.commit import commit
+from shared.usecases.deps import ProcessDeps
 
 log = logging.getLogger("orders.scheduler")
 

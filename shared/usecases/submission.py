@@ -9,7 +9,8 @@ from shared.domain import process as machine
 from shared.domain.model import Order, OrderProcess
 from shared.domain.workflow import ORDER_FULFILMENT, Workflow
 from shared.ports import AlreadyExists, BusUnavailable
-from shared.usecases.commit import ProcessDeps, log_transition
+from shared.usecases.commit import log_transition
+from shared.usecases.deps import ProcessDeps
 
 log = logging.getLogger("orders.submission")
 

@@ -10,7 +10,8 @@ from shared.domain import process as machine
 from shared.domain.health import SweepRecord
 from shared.domain.model import ProcessState
 from shared.ports import ConcurrencyConflict, HealthStore, WatchEntry
-from shared.usecases.commit import ProcessDeps, commit
+from shared.usecases.commit import commit
+from shared.usecases.deps import ProcessDeps
 
 log = logging.getLogger("orders.supervisor")
 

@@ -14,7 +14,7 @@ from shared.domain.model import Outcome, Outgoing, Priority, ProcessState
 from shared.domain.routing import STALE_AFTER, Availability, Routing, merge
 from shared.domain.workflow import ORDER_FULFILMENT, WORKFLOWS, AgentName
 from shared.usecases import scheduler
-from shared.usecases.commit import ProcessDeps
+from shared.usecases.deps import ProcessDeps
 from shared.usecases.routing import RoutingSource
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep

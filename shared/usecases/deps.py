@@ -1,0 +1,29 @@
+"""What every process use case needs: the ports, the policy, and where to route steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.domain.model import OrderProcess
+from shared.domain.process import ProcessPolicy
+from shared.domain.routing import PRIMARY_ONLY, Routing
+from shared.domain.workflow import WORKFLOWS, Workflow
+from shared.ports import Clock, MessageBus, StateStore
+from shared.usecases.routing import RoutingSource
+
+
+@dataclass(frozen=True)
+class ProcessDeps:
+    store: StateStore
+    bus: MessageBus
+    clock: Clock
+    policy: ProcessPolicy
+    instance_id: str = "local"
+    routing: RoutingSource | None = None
+    """Agent health to route steps on; None: every step goes to its primary agent."""
+
+    async def current_routing(self) -> Routing:
+        return await self.routing.current() if self.routing is not None else PRIMARY_ONLY
+
+    def workflow(self, process: OrderProcess) -> Workflow:
+        return WORKFLOWS[process.state.workflow]
