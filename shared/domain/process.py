@@ -403,8 +403,10 @@ def _hold_for_operator(b: _Builder, reason: str) -> None:
     )
 
 
-def _dispatch_forward(b: _Builder, workflow: Workflow, policy: ProcessPolicy, start: int) -> None:
-    index = start
+def _dispatch_forward(
+    b: _Builder, workflow: Workflow, policy: ProcessPolicy, from_step: int
+) -> None:
+    index = from_step
     while index < len(b.steps) and b.steps[index].status is StepStatus.COMPLETED:
         index += 1
     if index >= len(workflow.steps):
@@ -423,10 +425,10 @@ def _dispatch_forward(b: _Builder, workflow: Workflow, policy: ProcessPolicy, st
 
 
 def _dispatch_compensation(
-    b: _Builder, workflow: Workflow, policy: ProcessPolicy, start: int
+    b: _Builder, workflow: Workflow, policy: ProcessPolicy, from_step: int
 ) -> None:
     """Undo the completed steps in reverse order, one deadline-bound agent step at a time."""
-    index = min(start, len(b.steps) - 1)
+    index = min(from_step, len(b.steps) - 1)
     while index >= 0 and not (
         b.steps[index].status is StepStatus.COMPLETED and workflow.steps[index].compensation
     ):
