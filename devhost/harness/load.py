@@ -18,7 +18,7 @@ import contextlib
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from http import HTTPStatus
@@ -355,8 +355,9 @@ OnOrder = Callable[[Tracked], None]
 
 
 class LoadRun:
-    """Submits planned orders at the pace of `load` to `targets` and, given a completion
-    source, follows them until each reached one of `done_states` or `timeout` passed."""
+    """Submits planned orders at the pace of `load` to `targets` and, while a completion
+    source is followed, waits until each reached one of `done_states` or `timeout` passed
+    (counted from the first submission)."""
 
     def __init__(
         self,
@@ -378,7 +379,7 @@ class LoadRun:
         self.on_submitted, self.on_finished = on_submitted, on_finished
         self.finished = 0
         self.submit_seconds = 0.0
-        self.started = time.monotonic()
+        self.started: float | None = None
         self._following = False
 
     def pending(self) -> list[str]:
@@ -402,13 +403,15 @@ class LoadRun:
         elif status:
             order.state = status
 
-    def _past_deadline(self) -> bool:
-        return self.timeout is not None and time.monotonic() > self.started + self.timeout
+    def _left(self) -> float | None:
+        if self.timeout is None or self.started is None:
+            return None
+        return self.started + self.timeout - time.monotonic()
 
     async def _wait_done(self, order: Tracked) -> None:
         if not self._following:
             return
-        left = None if self.timeout is None else self.started + self.timeout - time.monotonic()
+        left = self._left()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(order.done.wait(), None if left is None else max(left, 0))
 
@@ -423,35 +426,38 @@ class LoadRun:
                 self.admission.release()
         if self.on_submitted is not None:
             self.on_submitted(order)
-        if all(o.accepted for o in self.orders):
-            self.submit_seconds = time.monotonic() - self.started
 
     async def _one(
-        self,
-        session: aiohttp.ClientSession,
-        i: int,
-        order: Tracked,
-        room: asyncio.Semaphore | None,
-        gate: asyncio.Semaphore | None,
+        self, session: aiohttp.ClientSession, i: int, order: Tracked, pace: _Pace
     ) -> None:
-        if self.load.rate is not None:
-            await asyncio.sleep(max(self.started + i / self.load.rate - time.monotonic(), 0))
-        async with room or contextlib.nullcontext():
-            if self._past_deadline():
+        if pace.load.rate is not None:
+            await asyncio.sleep(max(pace.origin + i / pace.load.rate - time.monotonic(), 0))
+        async with pace.room or contextlib.nullcontext():
+            left = self._left()
+            if left is not None and left < 0:
                 return
-            async with gate or contextlib.nullcontext():
+            async with pace.gate or contextlib.nullcontext():
                 await self._post(session, i, order)
             await self._wait_done(order)
 
-    async def submit(self, session: aiohttp.ClientSession, started: float | None = None) -> None:
-        """Every order at its slot; with a completion source running (`run`), each slot of
+    async def submit(
+        self,
+        session: aiohttp.ClientSession,
+        orders: Sequence[Tracked] | None = None,
+        *,
+        load: Load | None = None,
+        started: float | None = None,
+    ) -> None:
+        """Every order (of the run, or the `orders` given) at its slot of `load` (the run's
+        by default), counted from `started` (now by default). While following, a slot of
         `concurrency` is held until its order finished. The first failure cancels the rest."""
-        self.started = time.monotonic() if started is None else started
-        room = asyncio.Semaphore(self.load.concurrency) if self.load.concurrency else None
-        gate = asyncio.Semaphore(self.load.submitting) if self.load.submitting else None
+        pace = _Pace.of(load or self.load, time.monotonic() if started is None else started)
+        if self.started is None:
+            self.started = pace.origin
+        batch = self.orders if orders is None else list(orders)
         tasks = [
-            asyncio.ensure_future(self._one(session, i, order, room, gate))
-            for i, order in enumerate(self.orders)
+            asyncio.ensure_future(self._one(session, i, order, pace))
+            for i, order in enumerate(batch)
         ]
         try:
             await asyncio.gather(*tasks)
@@ -459,6 +465,18 @@ class LoadRun:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+        if all(o.accepted for o in batch):
+            self.submit_seconds = max(o.accepted or 0.0 for o in batch) - pace.origin
+
+    async def wait(self) -> None:
+        """Until every order finished, the timeout passed or the source stopped."""
+        await asyncio.gather(*(self._wait_done(o) for o in self.orders))
+
+    def result(self) -> LoadResult:
+        started = self.started if self.started is not None else time.monotonic()
+        ended = max((o.observed for o in self.orders if o.observed), default=time.monotonic())
+        submit_seconds = self.submit_seconds or (ended - started)
+        return LoadResult(self.load, self.orders, started, ended, submit_seconds, self.done_states)
 
     async def run(
         self,
@@ -467,23 +485,16 @@ class LoadRun:
         before_start: Callable[[], Awaitable[None]] | None = None,
     ) -> LoadResult:
         """Submit and follow; ends when every order finished or the timeout passed."""
-        async with self._follow(source):
+        async with self.following(source):
             if before_start is not None:
                 await before_start()
             await self.submit(session)
-            await asyncio.gather(*(self._wait_done(o) for o in self.orders))
-        ended = max((o.observed for o in self.orders if o.observed), default=time.monotonic())
-        return LoadResult(
-            self.load,
-            self.orders,
-            self.started,
-            ended,
-            self.submit_seconds or (ended - self.started),
-            self.done_states,
-        )
+            await self.wait()
+        return self.result()
 
     @contextlib.asynccontextmanager
-    async def _follow(self, source: CompletionSource) -> Any:
+    async def following(self, source: CompletionSource) -> AsyncIterator[None]:
+        """`source` feeds this run's orders while the block runs."""
         stop = asyncio.Event()
         watcher = asyncio.create_task(source.run(self.on_event, stop))
 
@@ -503,6 +514,20 @@ class LoadRun:
             await _stop(watcher)
         if watcher.done() and not watcher.cancelled() and (exc := watcher.exception()) is not None:
             raise RuntimeError(f"completion source failed: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class _Pace:
+    load: Load
+    origin: float
+    room: asyncio.Semaphore | None
+    gate: asyncio.Semaphore | None
+
+    @classmethod
+    def of(cls, load: Load, origin: float) -> _Pace:
+        room = asyncio.Semaphore(load.concurrency) if load.concurrency else None
+        gate = asyncio.Semaphore(load.submitting) if load.submitting else None
+        return cls(load, origin, room, gate)
 
 
 async def _stop(watcher: asyncio.Task[None]) -> None:
