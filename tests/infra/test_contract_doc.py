@@ -1,0 +1,375 @@
+"""docs/contract.md against the code, so that the page users read cannot drift from it.
+
+Every table in the page has the names in backticks in its first column; each test reads
+one kind of table and compares its names with what the code declares, both ways.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from aiohttp import web
+
+from devhost import services
+from devhost.__main__ import DEFAULT_PORT, add_demo_options, add_run_options
+from devhost.broker.control import build_app as broker_control_app
+from devhost.broker.engine import Engine
+from devhost.simulator.control import add_control_routes
+from shared import bootstrap
+from shared.adapters import table_rows
+from shared.contract import ALL_QUEUES, QUEUE_PROPERTIES, PoisonProperty, Route, Setting
+from shared.domain import messages
+from shared.domain.model import (
+    Action,
+    ErrorInfo,
+    ExhaustedPolicy,
+    NotificationStatus,
+    Outcome,
+    Priority,
+    ProcessState,
+    StepRecord,
+    StepStatus,
+)
+from shared.domain.process import start
+from shared.domain.workflow import ORDER_FULFILMENT
+from shared.openapi import document
+from shared.wire import OrderSubmissionIn
+from tests.app_functions import registered_functions
+from tests.builders import an_order
+from tests.infra.deployment import ROOT
+
+DOC = ROOT / "docs" / "contract.md"
+API_PREFIX = "/api"
+_HEADING = re.compile(r"^#{2,4}\s+(.*?)\s*$")
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+_TICKED = re.compile(r"`([^`]+)`")
+
+
+@dataclass(frozen=True)
+class Table:
+    heading: str
+    rows: tuple[tuple[str, ...], ...]
+
+    def names(self) -> list[str]:
+        """The first backticked name of each row's first column."""
+        found = []
+        for row in self.rows:
+            match = _TICKED.search(row[0])
+            assert match, f"{self.heading}: row without a `name` in its first column: {row}"
+            found.append(match.group(1))
+        return found
+
+    def by_name(self) -> dict[str, tuple[str, ...]]:
+        names = self.names()
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        assert not duplicates, f"{self.heading}: listed twice: {duplicates}"
+        return dict(zip(names, self.rows, strict=True))
+
+
+def _cells(line: str) -> tuple[str, ...]:
+    return tuple(c.strip() for c in _CELL_SPLIT.split(line.strip().strip("|")))
+
+
+def parse_tables(markdown: str) -> list[Table]:
+    """Markdown tables with the heading they sit under (header and rule rows dropped)."""
+    tables: list[Table] = []
+    heading = ""
+    block: list[str] = []
+
+    def flush() -> None:
+        if len(block) >= 2:
+            width = len(_cells(block[0]))
+            rows = tuple(_cells(line) for line in block[2:])
+            for row in rows:
+                assert len(row) == width, f"{heading}: a row with {len(row)} cells: {row}"
+            tables.append(Table(heading, rows))
+        block.clear()
+
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("|"):
+            block.append(line)
+            continue
+        flush()
+        if match := _HEADING.match(line):
+            heading = match.group(1)
+    flush()
+    return tables
+
+
+TABLES = parse_tables(DOC.read_text(encoding="utf-8"))
+
+
+def tables(heading: str) -> list[Table]:
+    found = [t for t in TABLES if t.heading == heading]
+    assert found, f"docs/contract.md has no table under the heading {heading!r}"
+    return found
+
+
+def table(heading: str) -> Table:
+    (only,) = tables(heading)
+    return only
+
+
+def documented(heading: str) -> set[str]:
+    return set(table(heading).by_name())
+
+
+def ticked(cell: str) -> list[str]:
+    return _TICKED.findall(cell)
+
+
+def missing_and_extra(doc: set[str], code: set[str]) -> str:
+    return f"in the code only: {sorted(code - doc)}; in the doc only: {sorted(doc - code)}"
+
+
+# Queues ---------------------------------------------------------------------------------
+
+
+def test_queues_are_exactly_the_contract_queues() -> None:
+    doc, code = documented("1. Queues"), set(ALL_QUEUES)
+    assert doc == code, missing_and_extra(doc, code)
+
+
+def test_each_queue_names_the_function_that_consumes_it() -> None:
+    consumers = {
+        f.trigger["queueName"]: f.name
+        for f in registered_functions()
+        if f.trigger_type == "serviceBusTrigger"
+    }
+    for queue, row in table("1. Queues").by_name().items():
+        named = ticked(row[2])
+        expected = [consumers[queue]] if queue in consumers else []
+        assert named == expected, f"queue {queue}: the doc says {named}, the code {expected}"
+
+
+def test_queue_properties_match_the_code() -> None:
+    rows = table("1.1 Queue properties").by_name()
+    code = {k: json.dumps(v) for k, v in dataclasses.asdict(QUEUE_PROPERTIES).items()}
+    doc = {name: ticked(row[1])[0] for name, row in rows.items()}
+    assert doc == code
+
+
+def test_poison_properties_match_the_code() -> None:
+    code = {v for k, v in vars(PoisonProperty).items() if k.isupper()}
+    doc = documented("1.2 Poison messages")
+    assert doc == code, missing_and_extra(doc, code)
+
+
+# HTTP routes ----------------------------------------------------------------------------
+
+
+def _routes() -> dict[tuple[str, str], tuple[str, ...]]:
+    routes = {}
+    for name, row in table("2. HTTP API").by_name().items():
+        method, path = name.split(" ", 1)
+        routes[(method, path)] = row
+    return routes
+
+
+def test_routes_are_exactly_the_openapi_paths_and_methods() -> None:
+    code = {
+        (method.upper(), f"{API_PREFIX}{path}")
+        for path, operations in document()["paths"].items()
+        for method in operations
+    }
+    doc = set(_routes())
+    assert doc == code, missing_and_extra({str(r) for r in doc}, {str(r) for r in code})
+
+
+def test_every_declared_route_is_documented() -> None:
+    code = {f"{API_PREFIX}/{v}" for k, v in vars(Route).items() if k.isupper()}
+    doc = {path for _, path in _routes()}
+    assert doc == code, missing_and_extra(doc, code)
+
+
+def test_route_status_codes_are_the_openapi_responses() -> None:
+    paths = document()["paths"]
+    for (method, path), row in _routes().items():
+        responses = paths[path.removeprefix(API_PREFIX)][method.lower()]["responses"]
+        assert sorted(ticked(row[2])) == sorted(responses), f"{method} {path}"
+
+
+def test_route_auth_levels_are_the_bindings() -> None:
+    bindings = {
+        (method, f"{API_PREFIX}/{f.trigger['route']}"): str(f.trigger["authLevel"]).lower()
+        for f in registered_functions()
+        if f.trigger_type == "httpTrigger"
+        for method in f.trigger["methods"]
+    }
+    doc = {route: row[1] for route, row in _routes().items()}
+    assert doc == bindings
+
+
+def test_order_submission_fields_match_the_validating_model() -> None:
+    code = set(OrderSubmissionIn.model_json_schema(by_alias=True)["properties"])
+    for heading in ("2.1 Order submission body", "5.1 Order message"):
+        doc = documented(heading)
+        assert doc == code, f"{heading}: {missing_and_extra(doc, code)}"
+
+
+# State store ----------------------------------------------------------------------------
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_state_record_properties_are_what_the_table_adapter_writes() -> None:
+    process = start(an_order(reply_to="order-status"), ORDER_FULFILMENT, NOW, cause="m-1").process
+    # Every optional property set, so none is left out as a null.
+    full = replace(
+        process,
+        state=replace(process.state, locked_by="i-1", complete_by=NOW, last_error="boom"),
+    )
+    code = set(table_rows.state_entity(full)) - {"PartitionKey", "RowKey"}
+    doc = documented("3.1 State record")
+    assert doc == code, missing_and_extra(doc, code)
+
+
+def test_step_record_fields_match_the_domain() -> None:
+    code = {f.name for f in dataclasses.fields(StepRecord)}
+    doc = documented("3.2 Step record")
+    assert doc == code, missing_and_extra(doc, code)
+
+
+# Status values --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("heading", "values"),
+    [
+        ("4.1 Process states", ProcessState),
+        ("4.2 Step statuses", StepStatus),
+        ("4.3 Notification statuses", NotificationStatus),
+    ],
+)
+def test_status_values_match_the_domain(heading: str, values: type[Any]) -> None:
+    code = {v.value for v in values}
+    doc = documented(heading)
+    assert doc == code, missing_and_extra(doc, code)
+
+
+def test_other_values_match_the_domain() -> None:
+    enums = {"action": Action, "outcome": Outcome, "priority": Priority}
+    code = {(v.value, of) for of, e in enums.items() for v in e}
+    code |= {(v.value, "ExhaustedPolicy") for v in ExhaustedPolicy}
+    doc = {(ticked(row[0])[0], ticked(row[1])[0]) for row in table("4.4 Other values").rows}
+    assert doc == code
+
+
+# Messages -------------------------------------------------------------------------------
+
+POISON_ALERT_EXTRAS = {"queue", "body"}
+"""Added by the poison path (shared/functions/messages.py) to an operator alert."""
+
+
+def _message_fields() -> dict[str, set[str]]:
+    request = messages.agent_request(
+        queue="q",
+        order_id="o",
+        step="s",
+        action=Action.DO,
+        attempt=1,
+        complete_by=NOW,
+        operation="op",
+        payload={},
+    )
+    succeeded = messages.agent_reply(
+        order_id="o", step="s", action=Action.DO, attempt=1, outcome=Outcome.SUCCEEDED
+    )
+    failed = messages.agent_reply(
+        order_id="o",
+        step="s",
+        action=Action.DO,
+        attempt=1,
+        outcome=Outcome.FAILED,
+        error=ErrorInfo("c", "m"),
+    )
+    status = messages.status("o", 1, NotificationStatus.FAILED, NOW, None, detail="why")
+    alert = messages.operator_alert("o", 1, "r", 3, "e", NOW)
+    return {
+        "5.2 Nudge": set(messages.nudge("o", 1, "r").body),
+        "5.3 Agent request": set(request.body),
+        "5.4 Agent reply": set(succeeded.body) | set(failed.body),
+        "5.5 Status notification": set(status.body),
+        "5.6 Operator alert": set(alert.body) | POISON_ALERT_EXTRAS,
+    }
+
+
+@pytest.mark.parametrize("heading", sorted(_message_fields()))
+def test_message_fields_match_what_the_domain_sends(heading: str) -> None:
+    code = _message_fields()[heading]
+    doc = documented(heading)
+    assert doc == code, missing_and_extra(doc, code)
+
+
+# Settings -------------------------------------------------------------------------------
+
+
+def test_settings_are_exactly_the_settings_the_code_reads() -> None:
+    code = {v for k, v in vars(Setting).items() if k.isupper() and isinstance(v, str)}
+    code.add(bootstrap.CHAOS_SETTING)
+    doc = documented("6. Settings")
+    assert doc == code, missing_and_extra(doc, code)
+
+
+# Local runtime and control APIs ---------------------------------------------------------
+
+_LONG_OPTION = re.compile(r"(?<![\w-])--[a-z][a-z-]*")
+
+
+def _options(configure: Any) -> set[str]:
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    return set(_LONG_OPTION.findall(parser.format_help())) - {"--help"}
+
+
+def test_devhost_flags_match_its_parser() -> None:
+    run_table, demo_table = tables("7.2 Flags")
+    run = _options(add_run_options)
+    assert set(run_table.by_name()) == run
+    assert set(demo_table.by_name()) == _options(add_demo_options) - run
+
+
+def test_local_ports_match_the_code() -> None:
+    code = {
+        "runtime": {DEFAULT_PORT},
+        "simulator": {services.SIMULATOR_DEFAULT_PORT},
+        "broker": {services.BROKER_DEFAULT_PORT},
+        "broker-control": {services.BROKER_CONTROL_PORT},
+        "azurite": set(services.AZURITE_PORTS.values()),
+    }
+    rows = table("7.1 Ports").by_name()
+    doc = {name: {int(p) for p in ticked(row[1]) if p.isdigit()} for name, row in rows.items()}
+    assert doc == code
+
+
+def _routes_of(app: web.Application) -> set[str]:
+    return {
+        f"{route.method} {route.resource.canonical}"
+        for route in app.router.routes()
+        if route.method != "HEAD" and route.resource is not None
+    }
+
+
+def test_simulator_control_routes_match_the_code() -> None:
+    app = web.Application()
+    add_control_routes(app.router)
+    doc, code = documented("8.1 Simulator (port 7072)"), _routes_of(app)
+    assert doc == code, missing_and_extra(doc, code)
+
+
+def test_broker_control_routes_match_the_code() -> None:
+    engine = cast(Engine, SimpleNamespace(queue_names={}))
+    doc, code = documented("8.2 Local broker (port 7073)"), _routes_of(broker_control_app(engine))
+    assert doc == code, missing_and_extra(doc, code)
+
+
+def test_not_yet_implemented_parts_declare_nothing() -> None:
+    assert not [t for t in TABLES if t.heading == "9. Not yet implemented"]
