@@ -12,7 +12,7 @@ from typing import Final
 
 
 class Queue:
-    """Service Bus queue names (DESIGN.md section 2)."""
+    """Service Bus queue names (docs/contract.md#1-queues)."""
 
     ORDERS: Final = "orders"
     SCHEDULER: Final = "scheduler"
@@ -87,7 +87,7 @@ QUEUE_PROPERTIES: Final = QueueProperties()
 
 
 class Setting:
-    """App setting names read by the code (DESIGN.md section 6)."""
+    """App setting names read by the code (docs/contract.md#6-settings)."""
 
     STORAGE: Final = "AzureWebJobsStorage"
     SERVICE_BUS: Final = "ServiceBusConnection"
@@ -107,7 +107,7 @@ class Setting:
 
 
 class Route:
-    """HTTP routes below /api (DESIGN.md section 4)."""
+    """HTTP routes below /api (docs/contract.md#2-http-api)."""
 
     ORDERS: Final = "orders"
     ORDER: Final = "orders/{orderId}"

@@ -1,4 +1,4 @@
-"""A small client of the operator HTTP API (DESIGN.md section 4) on aiohttp.
+"""A small client of the operator HTTP API (docs/contract.md#2-http-api) on aiohttp.
 
 Every HTTP or network failure becomes a CliError here, so the commands only deal with
 answers; the key travels in a session header and never appears in a message.

@@ -1,4 +1,4 @@
-"""Outgoing message bodies in wire form (camelCase, DESIGN.md section 5).
+"""Outgoing message bodies in wire form (camelCase, docs/contract.md#5-messages).
 
 Names are mapped explicitly here so that snake_case stays inside and the contract's
 field names live in one place. Message ids are deterministic for duplicate detection.
