@@ -438,7 +438,8 @@ class LoadRun:
                 return
             async with pace.gate or contextlib.nullcontext():
                 await self._post(session, i, order)
-            await self._wait_done(order)
+            if pace.room is not None:
+                await self._wait_done(order)
 
     async def submit(
         self,
@@ -450,7 +451,8 @@ class LoadRun:
     ) -> None:
         """Every order (of the run, or the `orders` given) at its slot of `load` (the run's
         by default), counted from `started` (now by default). While following, a slot of
-        `concurrency` is held until its order finished. The first failure cancels the rest."""
+        `concurrency` is held until its order finished (so a closed loop returns when its
+        orders did). The first failure cancels the rest."""
         pace = _Pace.of(load or self.load, time.monotonic() if started is None else started)
         if self.started is None:
             self.started = pace.origin
