@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -11,6 +13,17 @@ from shared.domain.model import JsonObject
 from shared.ports import PermanentRemoteError, RemoteCall, TransientRemoteError
 
 _TRANSIENT_STATUSES = {408, 429}
+
+
+@contextlib.contextmanager
+def translated_errors(what: str) -> Iterator[None]:
+    """Where the network's failures become the port's: a service that cannot be reached
+    is a transient failure, worth a retry. aiohttp's exception is not chained (`from
+    None`): its repr is in the message."""
+    try:
+        yield
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise TransientRemoteError("unreachable", f"{what}: {exc!r}") from None
 
 
 class HttpRemoteService:
@@ -28,7 +41,7 @@ class HttpRemoteService:
             "idempotencyKey": call.idempotency_key,
             "payload": dict(call.payload),
         }
-        try:
+        with translated_errors(call.operation):
             async with self._session.post(
                 url,
                 json=body,
@@ -37,8 +50,6 @@ class HttpRemoteService:
             ) as response:
                 text = await response.text()
                 status = response.status
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise TransientRemoteError("unreachable", f"{call.operation}: {exc!r}") from None
         data = _json(text)
         if status < 300:
             result = data.get("result", data)
@@ -50,14 +61,12 @@ class HttpRemoteService:
         raise PermanentRemoteError(code, message)
 
     async def probe(self, timeout: float) -> None:
-        try:
+        with translated_errors("health probe"):
             async with self._session.get(
                 f"{self._base_url}/health", timeout=aiohttp.ClientTimeout(total=timeout)
             ) as response:
                 status = response.status
                 await response.read()
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise TransientRemoteError("unreachable", f"health probe: {exc!r}") from None
         if status >= 300:
             raise TransientRemoteError(f"http-{status}", "health probe failed")
 

@@ -105,6 +105,18 @@ class _SenderPool:
             await self.drop(slot)
 
 
+@contextlib.asynccontextmanager
+async def translated_errors(pool: _SenderPool, slot: int, where: str = "") -> AsyncIterator[None]:
+    """Where the SDK's send and link errors become BusUnavailable. The link that failed is
+    dropped first, so the slot's next user opens a fresh one. The SDK's exception is not
+    chained (`from None`): its text is in the message."""
+    try:
+        yield
+    except _SEND_ERRORS as exc:
+        await pool.drop(slot)
+        raise BusUnavailable(f"{where}{exc}") from None
+
+
 class ServiceBusMessageBus:
     """One client per worker and a small pool of cached senders per queue."""
 
@@ -170,15 +182,15 @@ class ServiceBusMessageBus:
         async with pool.slot() as slot:
             for attempt in (1, 2):
                 try:
-                    sender = await pool.link(slot)
-                    for batch in await _batches(sender, messages):
-                        await sender.send_messages(batch)
-                        self.transfers += 1
+                    async with translated_errors(pool, slot, f"send to {queue} failed: "):
+                        sender = await pool.link(slot)
+                        for batch in await _batches(sender, messages):
+                            await sender.send_messages(batch)
+                            self.transfers += 1
                     return
-                except _SEND_ERRORS as exc:
-                    await pool.drop(slot)
+                except BusUnavailable:
                     if attempt == 2:
-                        raise BusUnavailable(f"send to {queue} failed: {exc}") from None
+                        raise
 
     def open_links(self) -> dict[str, int]:
         """Open sender links per queue, for health views and tests."""
@@ -187,12 +199,8 @@ class ServiceBusMessageBus:
     async def ping(self) -> None:
         """Opening a sender proves the namespace answers and the credential is accepted."""
         pool = self._pool("scheduler")
-        async with pool.slot() as slot:
-            try:
-                await pool.link(slot)
-            except _SEND_ERRORS as exc:
-                await pool.drop(slot)
-                raise BusUnavailable(str(exc)) from None
+        async with pool.slot() as slot, translated_errors(pool, slot):
+            await pool.link(slot)
 
     async def close(self) -> None:
         for pool in self._pools.values():

@@ -23,7 +23,6 @@ from typing import Any, Final, TypeVar
 
 from azure.core import MatchConditions
 from azure.core.exceptions import (
-    AzureError,
     ResourceExistsError,
     ResourceModifiedError,
     ResourceNotFoundError,
@@ -31,9 +30,9 @@ from azure.core.exceptions import (
 from azure.data.tables import TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
+from shared.adapters.table_errors import refused_with, translated_errors
 from shared.adapters.table_rows import utc, utc_or_none
 from shared.domain.health import AgentHealth, BreakerState, SweepRecord
-from shared.ports import StoreUnavailable
 
 AGENTS_PARTITION: Final = "~agents"
 SWEEPS_PARTITION: Final = "~sweeps"
@@ -99,7 +98,7 @@ class TableHealthStore:
         )
         forgotten = 0
         for entity in silent:
-            try:
+            with translated_errors(when=_revived_or_gone):
                 await self._table.delete_entity(
                     entity["PartitionKey"],
                     entity["RowKey"],
@@ -107,10 +106,6 @@ class TableHealthStore:
                     match_condition=MatchConditions.IfNotModified,
                 )
                 forgotten += 1
-            except (ResourceNotFoundError, ResourceModifiedError):
-                continue
-            except AzureError as exc:
-                raise StoreUnavailable(str(exc)) from None
         return forgotten
 
     async def record_sweep(self, sweep: SweepRecord) -> None:
@@ -137,23 +132,18 @@ class TableHealthStore:
         if not expired:
             return
         operations: list[Any] = [("delete", e) for e in expired]
-        try:
+        # a refused batch: another instance pruned the same rows first; the next sweep retries
+        with translated_errors(when=refused_with(TableTransactionError)):
             await self._table.submit_transaction(operations)
-        except TableTransactionError:
-            return  # another instance pruned the same rows first; the next sweep retries
-        except AzureError as exc:
-            raise StoreUnavailable(str(exc)) from None
 
     async def _write(self, operation: Callable[[], Awaitable[_T]]) -> _T:
         """Creates the table on first use (the state store may not have written yet)."""
-        try:
+        with translated_errors(where=f"table {self._table_name}: "):
             try:
                 return await operation()
             except ResourceNotFoundError:
                 await self._create_table()
                 return await operation()
-        except AzureError as exc:
-            raise StoreUnavailable(f"table {self._table_name}: {exc}") from None
 
     async def _create_table(self) -> None:
         with contextlib.suppress(ResourceExistsError):
@@ -170,19 +160,22 @@ class TableHealthStore:
         """The first `limit` rows in key order (all of them without a limit); a missing
         table reads as empty."""
         found: list[Any] = []
-        try:
-            pager = self._table.query_entities(
-                query, parameters=parameters, select=select, results_per_page=limit
-            )
-            async for entity in pager:
-                found.append(entity)
-                if limit is not None and len(found) >= limit:
-                    break
-        except ResourceNotFoundError:
-            return []
-        except AzureError as exc:
-            raise StoreUnavailable(f"table {self._table_name}: {exc}") from None
+        with translated_errors(where=f"table {self._table_name}: "):
+            try:
+                pager = self._table.query_entities(
+                    query, parameters=parameters, select=select, results_per_page=limit
+                )
+                async for entity in pager:
+                    found.append(entity)
+                    if limit is not None and len(found) >= limit:
+                        break
+            except ResourceNotFoundError:
+                return []
         return found
+
+
+_revived_or_gone = refused_with(ResourceNotFoundError, ResourceModifiedError)
+"""A silent agent's row was refreshed (the instance came back) or deleted since it was read."""
 
 
 def _health_entity(health: AgentHealth) -> dict[str, Any]:

@@ -20,7 +20,6 @@ from typing import Any
 
 from azure.core import MatchConditions
 from azure.core.exceptions import (
-    AzureError,
     HttpResponseError,
     ResourceExistsError,
     ResourceModifiedError,
@@ -30,17 +29,44 @@ from azure.data.tables import TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
 from shared.adapters import table_rows as rows
+from shared.adapters.table_errors import (
+    Refusal,
+    refused_status,
+    refused_with,
+    translated_errors,
+)
 from shared.domain.model import HistoryEntry, OrderProcess, ProcessState
 from shared.ports import (
     AlreadyExists,
     ConcurrencyConflict,
     Page,
-    StoreUnavailable,
+    StateStoreError,
     WatchEntry,
 )
 
 _CONFLICT_CODES = {"UpdateConditionNotSatisfied", "ConditionNotMet", "ResourceNotFound"}
 _EXISTS_CODES = {"EntityAlreadyExists"}
+
+
+def _transaction_refused(codes: set[str], statuses: tuple[int, ...] = ()) -> Refusal:
+    def refused(exc: HttpResponseError) -> bool:
+        code = getattr(exc, "error_code", None)
+        return isinstance(exc, TableTransactionError) and (
+            code in codes or exc.status_code in statuses
+        )
+
+    return refused
+
+
+_ORDER_EXISTS = _transaction_refused(_EXISTS_CODES)
+_STATE_CHANGED = _transaction_refused(_CONFLICT_CODES | _EXISTS_CODES, (404, 409, 412))
+
+
+def _watch_moved_on(exc: HttpResponseError) -> bool:
+    """The entry changed or went since it was read (a Scheduler, another Supervisor)."""
+    return isinstance(exc, (ResourceModifiedError, ResourceNotFoundError)) or (
+        exc.status_code in (404, 412)
+    )
 
 
 class TableStateStore:
@@ -63,12 +89,10 @@ class TableStateStore:
         async with self._ready_lock:
             if self._ready:
                 return
-            try:
+            with translated_errors(
+                when=refused_with(ResourceExistsError), where=f"table {self._table_name}: "
+            ):
                 await self._service.create_table(self._table_name)
-            except ResourceExistsError:
-                pass
-            except AzureError as exc:
-                raise StoreUnavailable(f"table {self._table_name}: {exc}") from None
             self._ready = True
 
     async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
@@ -80,23 +104,18 @@ class TableStateStore:
                 process.order_id, self._table.create_entity(entity), create=True
             )
         operations: list[Any] = [("create", entity), *(("create", e) for e in appended)]
-        try:
+        with translated_errors(AlreadyExists(process.order_id), when=_ORDER_EXISTS):
             results = await self._transact(operations)
-        except TableTransactionError as exc:
-            if getattr(exc, "error_code", None) in _EXISTS_CODES:
-                raise AlreadyExists(process.order_id) from None
-            raise StoreUnavailable(str(exc)) from None
         return str(results[0]["etag"])
 
     async def load(self, order_id: str) -> OrderProcess | None:
         await self.ensure_table()
         self.operations["read"] += 1
-        try:
-            state = await self._table.get_entity(order_id, rows.STATE_ROW)
-        except ResourceNotFoundError:
-            return None
-        except AzureError as exc:
-            raise StoreUnavailable(str(exc)) from None
+        with translated_errors():
+            try:
+                state = await self._table.get_entity(order_id, rows.STATE_ROW)
+            except ResourceNotFoundError:
+                return None
         etag = str(state.metadata["etag"])
         if rows.is_current_layout(state):
             return rows.to_process(state, etag)
@@ -130,13 +149,8 @@ class TableStateStore:
             ("update", entity, conditional),
             *(("create", e) for e in appended),
         ]
-        try:
+        with translated_errors(ConcurrencyConflict(process.order_id), when=_STATE_CHANGED):
             results = await self._transact(operations)
-        except TableTransactionError as exc:
-            code = getattr(exc, "error_code", None)
-            if code in _CONFLICT_CODES | _EXISTS_CODES or exc.status_code in (404, 409, 412):
-                raise ConcurrencyConflict(process.order_id) from None
-            raise StoreUnavailable(str(exc)) from None
         return str(results[0]["etag"])
 
     async def _write(
@@ -145,17 +159,13 @@ class TableStateStore:
         """One single-entity write. On create an existing entity means the order exists;
         on update a changed or missing one means a lost race."""
         self.operations["write"] += 1
-        try:
+        lost: StateStoreError
+        if create:
+            lost, refused = AlreadyExists(order_id), refused_status(409)
+        else:
+            lost, refused = ConcurrencyConflict(order_id), refused_status(404, 409, 412)
+        with translated_errors(lost, when=refused):
             result = await call
-        except HttpResponseError as exc:
-            lost = (409,) if create else (404, 409, 412)
-            if exc.status_code not in lost:
-                raise StoreUnavailable(str(exc)) from None
-            if create:
-                raise AlreadyExists(order_id) from None
-            raise ConcurrencyConflict(order_id) from None
-        except AzureError as exc:
-            raise StoreUnavailable(str(exc)) from None
         return str(result["etag"])
 
     async def history(self, order_id: str) -> tuple[HistoryEntry, ...]:
@@ -174,7 +184,7 @@ class TableStateStore:
         parameters = {"row": rows.STATE_ROW, **({"state": state.value} if state else {})}
         token = _decode_token(continuation)
         self.operations["query"] += 1
-        try:
+        with translated_errors():
             pager: Any = self._table.query_entities(
                 query, parameters=parameters, results_per_page=page_size
             ).by_page(continuation_token=token)
@@ -184,8 +194,6 @@ class TableStateStore:
                     items.append(rows.to_state(entity))
                 break
             next_token = pager.continuation_token
-        except AzureError as exc:
-            raise StoreUnavailable(str(exc)) from None
         return Page(tuple(items), _encode_token(next_token))
 
     async def watch(
@@ -199,15 +207,11 @@ class TableStateStore:
             "StateVersion": version,
         }
         self.operations["write"] += 1
-        try:
+        with translated_errors(when=refused_with(ResourceExistsError)):
             if replace:
                 await self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
             else:
                 await self._table.create_entity(entity)
-        except ResourceExistsError:
-            pass
-        except AzureError as exc:
-            raise StoreUnavailable(str(exc)) from None
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         await self.ensure_table()
@@ -237,26 +241,19 @@ class TableStateStore:
             "StateVersion": entry.version,
         }
         self.operations["write"] += 1
-        try:
+        with translated_errors(when=_watch_moved_on):
             await self._table.update_entity(
                 entity,
                 mode=UpdateMode.REPLACE,
                 etag=entry.etag,
                 match_condition=MatchConditions.IfNotModified,
             )
-        except (ResourceModifiedError, ResourceNotFoundError):
-            pass
-        except HttpResponseError as exc:
-            if exc.status_code not in (404, 412):
-                raise StoreUnavailable(str(exc)) from None
-        except AzureError as exc:
-            raise StoreUnavailable(str(exc)) from None
 
     async def unwatch(self, order_id: str, version: int | None = None) -> None:
         """With `version`: a point read, then a delete conditional on that read's ETag."""
         partition = rows.watch_partition(order_id)
         etag: str | None = None
-        try:
+        with translated_errors(when=_watch_moved_on):
             if version is not None:
                 self.operations["read"] += 1
                 entry = await self._table.get_entity(partition, order_id, select=["StateVersion"])
@@ -270,45 +267,28 @@ class TableStateStore:
                 await self._table.delete_entity(
                     partition, order_id, etag=etag, match_condition=MatchConditions.IfNotModified
                 )
-        except (ResourceNotFoundError, ResourceModifiedError):
-            pass
-        except HttpResponseError as exc:
-            if exc.status_code not in (404, 412):
-                raise StoreUnavailable(str(exc)) from None
-        except AzureError as exc:
-            raise StoreUnavailable(str(exc)) from None
 
     async def ping(self) -> None:
         await self.ensure_table()
-        try:
+        with translated_errors(when=refused_with(ResourceNotFoundError)):
             await self._table.get_entity("~ping", "~ping")
-        except ResourceNotFoundError:
-            return
-        except AzureError as exc:
-            raise StoreUnavailable(str(exc)) from None
 
     async def _transact(self, operations: list[Any]) -> list[dict[str, Any]]:
+        """Raises the driver's errors: each caller knows what a refused transaction means."""
         self.operations["write"] += 1
-        try:
-            return [dict(r) for r in await self._table.submit_transaction(operations)]
-        except TableTransactionError:
-            raise
-        except AzureError as exc:
-            raise StoreUnavailable(str(exc)) from None
+        return [dict(r) for r in await self._table.submit_transaction(operations)]
 
     async def _query(
         self, query: str, parameters: dict[str, Any], select: list[str] | None = None
     ) -> list[Any]:
         self.operations["query"] += 1
-        try:
+        with translated_errors():
             return [
                 e
                 async for e in self._table.query_entities(
                     query, parameters=parameters, select=select
                 )
             ]
-        except AzureError as exc:
-            raise StoreUnavailable(str(exc)) from None
 
 
 def _encode_token(token: Any) -> str | None:
