@@ -1,0 +1,112 @@
+"""How each service of the system is started, and how it says it is up.
+
+One command builder per service, used by every starter (`python -m devhost`, the test
+fixtures, chaos and bench), so a new flag or a renamed binary changes in one place.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from devhost.harness.ports import LOOPBACK
+from devhost.harness.process import ROOT
+
+NODE_BIN = ROOT / "node_modules" / ".bin"
+AZURITE = NODE_BIN / "azurite"
+AZURITE_TABLE = NODE_BIN / "azurite-table"
+AZURITE_MISSING = "{binary} not found: run bin/setup (npm ci in {root}) first"
+AZURITE_CLOSED = "successfully closed"
+"""Azurite prints this once per service on SIGTERM, and then its node process lingers."""
+
+_HOST = re.escape(LOOPBACK)
+BROKER_READY = rf"broker listening on amqp://{_HOST}:(\d+) \(control http://{_HOST}:(\d+)\)"
+"""Groups: the AMQP port and the control port (both bound, also when 0 was asked)."""
+SIMULATOR_READY = rf"simulator listening on http://{_HOST}:(\d+)"
+RUNTIME_READY = rf"devhost listening on http://{_HOST}:(\d+)"
+
+
+def azurite_missing(binary: Path) -> str:
+    return AZURITE_MISSING.format(binary=binary, root=ROOT)
+
+
+def azurite_command(
+    *,
+    table_port: int,
+    blob_port: int | None = None,
+    queue_port: int | None = None,
+    location: Path | None = None,
+) -> list[str]:
+    """Azurite on loopback: in memory unless `location` is given; the table-only binary
+    when only a table port is asked for (it starts faster and takes less memory)."""
+    ports = {"blob": blob_port, "queue": queue_port, "table": table_port}
+    binary = AZURITE_TABLE if blob_port is None and queue_port is None else AZURITE
+    command = [str(binary), "--silent", "--skipApiVersionCheck", "--loose"]
+    command += ["--inMemoryPersistence"] if location is None else ["--location", str(location)]
+    for kind, port in ports.items():
+        if port is not None:
+            command += [f"--{kind}Host", LOOPBACK, f"--{kind}Port", str(port)]
+    return command
+
+
+def broker_command(
+    *,
+    port: int,
+    control_port: int,
+    db: Path | None,
+    lock_seconds: float | None = None,
+    log_level: str = "WARNING",
+    python: str = sys.executable,
+) -> list[str]:
+    """The local Service Bus broker; `db=None` keeps messages in memory. A control port
+    of 0 would switch the control API off, so callers pass a free port."""
+    command = [python, "-m", "devhost.broker", "--port", str(port)]
+    command += ["--control-port", str(control_port)]
+    if db is not None:
+        command += ["--db", str(db)]
+    if lock_seconds is not None:
+        command += ["--lock-seconds", str(lock_seconds)]
+    return [*command, "--log-level", log_level]
+
+
+def simulator_command(
+    *,
+    port: int,
+    seed: int | None,
+    db: Path | None = None,
+    log_level: str = "WARNING",
+    python: str = sys.executable,
+) -> list[str]:
+    """The remote-service simulator; port 0 picks a free one (read it from the ready line)."""
+    command = [python, "-m", "devhost.simulator", "--port", str(port)]
+    if db is not None:
+        command += ["--db", str(db)]
+    if seed is not None:
+        command += ["--seed", str(seed)]
+    return [*command, "--log-level", log_level]
+
+
+def runtime_command(
+    *,
+    port: int,
+    state_dir: Path,
+    module: str = "devhost",
+    extra: Sequence[str] = (),
+    python: str = sys.executable,
+) -> list[str]:
+    """A local Functions runtime that starts no services: the caller runs them."""
+    return [
+        *(python, "-m", module, "--no-services"),
+        *("--port", str(port), "--state-dir", str(state_dir)),
+        *extra,
+    ]
+
+
+def service_bus_connection_string(port: int) -> str:
+    """The local broker speaks the Service Bus emulator's connection string."""
+    return (
+        f"Endpoint=sb://{LOOPBACK}:{port};SharedAccessKeyName=RootManageSharedAccessKey;"
+        "SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+    )
