@@ -1,4 +1,5 @@
-"""The aiohttp application: the three remote services plus the ``/_sim`` control API."""
+"""The aiohttp application: the remote services (operations, outcome queries, health)
+plus the ``/_sim`` control API."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from devhost.simulator.calls import handle_call, handle_probe
 from devhost.simulator.control import add_control_routes
 from devhost.simulator.effects import EffectLedger
 from devhost.simulator.problems import problem
+from devhost.simulator.queries import handle_query
 from devhost.simulator.services import SERVICE_NAMES
 from devhost.simulator.state import STATE, SimulatorState
 
@@ -63,6 +65,7 @@ def create_app(db_path: str | Path | None = None, seed: int | None = None) -> we
     services = "|".join(SERVICE_NAMES)
     app.router.add_post(f"/{{service:{services}}}/{{operation}}", handle_call)
     app.router.add_get(f"/{{service:{services}}}/health", handle_probe)
+    app.router.add_get(f"/{{service:{services}}}/operations/{{key}}", handle_query)
     add_control_routes(app.router)
     app.on_shutdown.append(_wake_hung_calls)
     app.on_cleanup.append(_close)

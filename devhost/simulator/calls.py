@@ -1,10 +1,13 @@
 """Service calls, as the agents make them.
 
 A call goes: validate, count the call against its key, decide faults, maybe hang, then
-finish (latency, transient-before, settle the effect, transient-after). The finishing
-part is shielded from client disconnects: a real server that got the request keeps
-going when the caller times out, and that is exactly the case that makes idempotency
-keys necessary. Only hangs end early, because a hung call never got going.
+finish (latency, transient-before, ``slowMs`` of work, settle the effect,
+transient-after), and with apply-then-hang, hang after settling so the reply is lost.
+The finishing part is shielded from client disconnects: a real server that got the
+request keeps going when the caller times out, and that is exactly the case that makes
+idempotency keys necessary. Only hangs before the effect end early, because such a hung
+call never got going. From registration until settled the key counts as in progress,
+which is what outcome queries answer with 409 meanwhile.
 """
 
 from __future__ import annotations
@@ -18,18 +21,13 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from devhost.simulator.effects import KeyConflict, Outcome, OutcomeKind
-from devhost.simulator.faults import (
-    FaultDecision,
-    FaultSettings,
-    TransientFault,
-    TransientPhase,
-    decide,
-)
+from devhost.simulator.faults import FaultDecision, FaultSettings, TransientPhase, decide
 from devhost.simulator.problems import (
     problem,
     problem_body,
     problem_response,
     read_json,
+    transient_problem,
     validation_detail,
 )
 from devhost.simulator.services import (
@@ -48,8 +46,6 @@ log = logging.getLogger("devhost.simulator")
 
 HANG_POLL_SECONDS = 0.2
 """How often a hung call looks for a vanished client when the runner does not cancel it."""
-RETRY_AFTER_SECONDS = "1"
-FAULT_HEADER = "X-Simulator-Fault"
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 
@@ -97,18 +93,6 @@ async def _parse_call(request: web.Request, service: Service) -> Call | web.Resp
     except ValidationError as exc:
         return problem(400, "invalid-payload", "Invalid payload", validation_detail(exc))
     return Call(service, operation, envelope.order_id, key, payload)
-
-
-def _transient_response(fault: TransientFault) -> web.Response:
-    headers = {FAULT_HEADER: fault.phase.value}
-    if fault.status == 429:
-        headers["Retry-After"] = RETRY_AFTER_SECONDS
-        return problem(429, "rate-limited", "Too many requests", "slow down", headers)
-    if fault.status == 500:
-        return problem(500, "internal-error", "Internal error", "injected fault", headers)
-    return problem(
-        503, "service-unavailable", "Service unavailable", "injected transient fault", headers
-    )
 
 
 def _outcome_for(call: Call, settings: FaultSettings) -> Outcome:
@@ -178,7 +162,10 @@ async def _finish(
     if fault is not None and fault.phase is TransientPhase.BEFORE_APPLY:
         stats.transient_errors += 1
         _log_fault(call, f"{fault.phase.value} {fault.status}")
-        return _transient_response(fault)
+        return transient_problem(fault.status, fault.phase.value)
+    if decision.slow_seconds > 0:
+        stats.slow_calls += 1
+        await asyncio.sleep(decision.slow_seconds)
     outcome, fresh = state.ledger.settle(
         name, call.key, call.operation.name, call.order_id, _outcome_for(call, settings)
     )
@@ -193,7 +180,7 @@ async def _finish(
         stats.transient_errors += 1
         stats.transient_errors_after_apply += 1
         _log_fault(call, f"{fault.phase.value} {fault.status}")
-        return _transient_response(fault)
+        return transient_problem(fault.status, fault.phase.value)
     return _outcome_response(outcome, replayed=not fresh)
 
 
@@ -206,7 +193,9 @@ async def handle_call(request: web.Request) -> web.Response:
     name = call.service.name
     stats = state.stats[name]
     stats.calls += 1
-    registered = state.ledger.register_call(name, call.key, call.operation.name, call.order_id)
+    registered = state.ledger.register_call(
+        name, call.key, call.operation.name, call.order_id, request.headers.get("traceparent")
+    )
     if isinstance(registered, KeyConflict):
         stats.key_reuse_rejections += 1
         first = registered.existing
@@ -218,15 +207,29 @@ async def handle_call(request: web.Request) -> web.Response:
         )
     settings = state.faults.get(name)
     decision = decide(settings, state.seed, name, call.key, registered.calls)
-    if decision.hang_seconds is not None:
-        stats.hangs += 1
-        _log_fault(call, f"hanging {decision.hang_seconds:g}s")
-        if not await _hang(request, state, decision.hang_seconds):
-            return problem(503, "hung", "Service hung", "the call hung and was abandoned")
-    task = asyncio.create_task(_finish(state, call, settings, decision))
-    state.finishing.add(task)
-    task.add_done_callback(state.finishing.discard)
-    return await asyncio.shield(task)
+    state.in_progress.begin(name, call.key)
+    handed_over = False
+    try:
+        if decision.hang_seconds is not None:
+            stats.hangs += 1
+            _log_fault(call, f"hanging {decision.hang_seconds:g}s")
+            if not await _hang(request, state, decision.hang_seconds):
+                return problem(503, "hung", "Service hung", "the call hung and was abandoned")
+        task = asyncio.create_task(_finish(state, call, settings, decision))
+        state.finishing.add(task)
+        task.add_done_callback(state.finishing.discard)
+        task.add_done_callback(lambda _: state.in_progress.end(name, call.key))
+        handed_over = True
+    finally:
+        if not handed_over:
+            state.in_progress.end(name, call.key)
+    response = await asyncio.shield(task)
+    if decision.apply_then_hang_seconds is not None:
+        stats.apply_then_hangs += 1
+        _log_fault(call, f"settled, then hanging {decision.apply_then_hang_seconds:g}s")
+        if not await _hang(request, state, decision.apply_then_hang_seconds):
+            return problem(503, "hung", "Service hung", "the reply hung and was abandoned")
+    return response
 
 
 _probe_rng = random.Random()

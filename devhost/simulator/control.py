@@ -64,7 +64,9 @@ async def get_effects(request: web.Request) -> web.Response:
 
 
 async def delete_effects(request: web.Request) -> web.Response:
-    request.app[STATE].ledger.clear()
+    state = request.app[STATE]
+    state.ledger.clear()
+    state.query_numbers.clear()
     log.info("effects cleared")
     return web.Response(status=204)
 

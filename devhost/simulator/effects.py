@@ -29,12 +29,19 @@ CREATE TABLE IF NOT EXISTS effects (
     applied INTEGER NOT NULL DEFAULT 0,
     outcome TEXT,
     response TEXT,
+    traceparents TEXT NOT NULL DEFAULT '[]',
     UNIQUE (service, idempotency_key)
 );
 CREATE INDEX IF NOT EXISTS effects_order ON effects (order_id);
 """
 
-_COLUMNS = "service, idempotency_key, operation, order_id, calls, applied, outcome, response"
+_COLUMNS = (
+    "service, idempotency_key, operation, order_id, calls, applied, outcome, response, traceparents"
+)
+
+MAX_TRACEPARENTS = 10
+"""The most recent ``traceparent`` headers kept per key: enough to follow the retries of
+one step, bounded so a key retried for hours stays one small row."""
 
 
 class OutcomeKind(Enum):
@@ -59,6 +66,8 @@ class Effect:
     calls: int
     applied: int
     outcome: Outcome | None
+    traceparents: tuple[str, ...] = ()
+    """``traceparent`` headers of the calls that carried one, most recent last."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,6 +77,7 @@ class Effect:
             "idempotencyKey": self.idempotency_key,
             "calls": self.calls,
             "applied": self.applied,
+            "traceparents": list(self.traceparents),
         }
 
 
@@ -90,6 +100,7 @@ def _effect(row: sqlite3.Row) -> Effect:
         calls=row["calls"],
         applied=row["applied"],
         outcome=outcome,
+        traceparents=tuple(json.loads(row["traceparents"])),
     )
 
 
@@ -113,6 +124,15 @@ class EffectLedger:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {row["name"] for row in self._db.execute("PRAGMA table_info(effects)")}
+        if "traceparents" not in columns:  # a ledger file from before traceparents
+            self._db.execute(
+                "ALTER TABLE effects ADD COLUMN traceparents TEXT NOT NULL DEFAULT '[]'"
+            )
+
+    def get(self, service: str, key: str) -> Effect | None:
+        """One key's row by the unique index: what an outcome query reads."""
+        return self._get(service, key)
 
     def _get(self, service: str, key: str) -> Effect | None:
         row = self._db.execute(
@@ -122,7 +142,12 @@ class EffectLedger:
         return None if row is None else _effect(row)
 
     def register_call(
-        self, service: str, key: str, operation: str, order_id: str
+        self,
+        service: str,
+        key: str,
+        operation: str,
+        order_id: str,
+        traceparent: str | None = None,
     ) -> Effect | KeyConflict:
         """Count a call against its key, or refuse it if the key belongs to another request."""
         with self._transaction():
@@ -131,17 +156,21 @@ class EffectLedger:
                 existing.operation != operation or existing.order_id != order_id
             ):
                 return KeyConflict(existing)
+            seen = () if existing is None else existing.traceparents
+            if traceparent is not None:
+                seen = (*seen, traceparent)[-MAX_TRACEPARENTS:]
             if existing is None:
                 self._db.execute(
-                    "INSERT INTO effects (service, idempotency_key, operation, order_id, calls)"
-                    " VALUES (?, ?, ?, ?, 1)",
-                    (service, key, operation, order_id),
+                    "INSERT INTO effects"
+                    " (service, idempotency_key, operation, order_id, calls, traceparents)"
+                    " VALUES (?, ?, ?, ?, 1, ?)",
+                    (service, key, operation, order_id, json.dumps(seen)),
                 )
             else:
                 self._db.execute(
-                    "UPDATE effects SET calls = calls + 1"
+                    "UPDATE effects SET calls = calls + 1, traceparents = ?"
                     " WHERE service = ? AND idempotency_key = ?",
-                    (service, key),
+                    (json.dumps(seen), service, key),
                 )
             effect = self._get(service, key)
         assert effect is not None

@@ -3,6 +3,8 @@
 Decisions come from a random generator derived from (seed, service, key, call number)
 rather than one shared stream, so a given call of a given key gets the same fault no
 matter how other traffic interleaves: tests and demos replay exactly with ``--seed``.
+Outcome queries (``GET /{service}/operations/{key}``) get their own stream per
+(seed, service, key, query number), so asking never shifts the faults of the calls.
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ class FaultSettings(BaseModel):
         default=DEFAULT_HANG_SECONDS, alias="hangSeconds", ge=0.0, allow_inf_nan=False
     )
     permanent_failure_skus: list[str] = Field(default_factory=list, alias="permanentFailureSkus")
+    slow_ms: int = Field(default=0, alias="slowMs", ge=0)
+    """Work time of every operation: the call answers after it, unlike a hang, which
+    never does. Operations only: the service's read API and health probe stay fast."""
+    apply_then_hang_rate: float = Field(
+        default=0.0, alias="applyThenHangRate", ge=0.0, le=1.0, allow_inf_nan=False
+    )
+    """Share of operations that settle (apply) and then hang for ``hangSeconds``: the
+    reply is lost although the effect happened, the case outcome queries exist for."""
 
     def to_json(self) -> dict[str, object]:
         """Camel-case form, the same shape the control API accepts."""
@@ -82,7 +92,17 @@ class TransientFault:
 class FaultDecision:
     delay_seconds: float
     hang_seconds: float | None
+    """A hang before anything is applied."""
     transient: TransientFault | None
+    slow_seconds: float = 0.0
+    apply_then_hang_seconds: float | None = None
+    """A hang after the effect settled; excludes the other two faults."""
+
+
+@dataclass(frozen=True)
+class QueryDecision:
+    delay_seconds: float
+    transient_status: int | None
 
 
 def _transient_status(draw: float) -> int:
@@ -99,19 +119,47 @@ def decide(
     """Decide the faults of one call.
 
     Every call draws the same number of values whatever the settings, so changing one
-    knob does not reshuffle the outcome of the others for the same seed.
+    knob does not reshuffle the outcome of the others for the same seed. The
+    apply-then-hang draw comes last, so runs seeded before it existed replay the same
+    while its rate is 0. A hang wins over apply-then-hang, which wins over a transient
+    error (its reply is lost anyway).
     """
     rng = random.Random(f"{seed}:{service}:{key}:{call_number}")
-    hang_draw, transient_draw, phase_draw, status_draw, jitter_draw = (
-        rng.random() for _ in range(5)
+    hang_draw, transient_draw, phase_draw, status_draw, jitter_draw, apply_hang_draw = (
+        rng.random() for _ in range(6)
     )
     jitter_ms = jitter_draw * settings.latency_jitter_ms
+    hang_seconds = settings.hang_seconds if hang_draw < settings.hang_rate else None
+    apply_then_hang_seconds = None
+    if hang_seconds is None and apply_hang_draw < settings.apply_then_hang_rate:
+        apply_then_hang_seconds = settings.hang_seconds
     transient: TransientFault | None = None
-    if transient_draw < settings.transient_error_rate:
+    if apply_then_hang_seconds is None and transient_draw < settings.transient_error_rate:
         phase = TransientPhase.BEFORE_APPLY if phase_draw < 0.5 else TransientPhase.AFTER_APPLY
         transient = TransientFault(phase=phase, status=_transient_status(status_draw))
     return FaultDecision(
         delay_seconds=(settings.latency_ms + jitter_ms) / 1000.0,
-        hang_seconds=settings.hang_seconds if hang_draw < settings.hang_rate else None,
+        hang_seconds=hang_seconds,
         transient=transient,
+        slow_seconds=settings.slow_ms / 1000.0,
+        apply_then_hang_seconds=apply_then_hang_seconds,
+    )
+
+
+def decide_query(
+    settings: FaultSettings, seed: int, service: str, key: str, query_number: int
+) -> QueryDecision:
+    """Decide the faults of one outcome query: latency and transient errors only.
+
+    A provider whose operations hang still answers its read API, so hangs, slowness and
+    permanent failures are for operations alone.
+    """
+    rng = random.Random(f"{seed}:{service}:{key}:query:{query_number}")
+    transient_draw, status_draw, jitter_draw = (rng.random() for _ in range(3))
+    jitter_ms = jitter_draw * settings.latency_jitter_ms
+    status = None
+    if transient_draw < settings.transient_error_rate:
+        status = _transient_status(status_draw)
+    return QueryDecision(
+        delay_seconds=(settings.latency_ms + jitter_ms) / 1000.0, transient_status=status
     )

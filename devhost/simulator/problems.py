@@ -66,3 +66,20 @@ async def read_json(request: web.Request) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"body is not valid JSON: {exc}") from exc
+
+
+FAULT_HEADER = "X-Simulator-Fault"
+RETRY_AFTER_SECONDS = "1"
+
+
+def transient_problem(status: int, fault: str) -> web.Response:
+    """An injected retryable error; ``fault`` names it in the ``X-Simulator-Fault`` header."""
+    headers = {FAULT_HEADER: fault}
+    if status == 429:
+        headers["Retry-After"] = RETRY_AFTER_SECONDS
+        return problem(429, "rate-limited", "Too many requests", "slow down", headers)
+    if status == 500:
+        return problem(500, "internal-error", "Internal error", "injected fault", headers)
+    return problem(
+        503, "service-unavailable", "Service unavailable", "injected transient fault", headers
+    )

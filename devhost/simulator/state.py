@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -11,6 +12,41 @@ from devhost.simulator.effects import EffectLedger
 from devhost.simulator.faults import FaultBoard
 from devhost.simulator.services import SERVICE_NAMES
 from devhost.simulator.stats import StatsBoard
+
+
+class CallsInProgress:
+    """Keys with an operation still running, so a query does not call them not applied.
+
+    In memory: after a restart no call is running any more, which is exactly right.
+    """
+
+    def __init__(self) -> None:
+        self._running: Counter[tuple[str, str]] = Counter()
+
+    def begin(self, service: str, key: str) -> None:
+        self._running[service, key] += 1
+
+    def end(self, service: str, key: str) -> None:
+        self._running[service, key] -= 1
+        if self._running[service, key] <= 0:
+            del self._running[service, key]
+
+    def running(self, service: str, key: str) -> bool:
+        return (service, key) in self._running
+
+
+class QueryNumbers:
+    """How often each key was queried, the query's counterpart of a key's call count."""
+
+    def __init__(self) -> None:
+        self._asked: Counter[tuple[str, str]] = Counter()
+
+    def next(self, service: str, key: str) -> int:
+        self._asked[service, key] += 1
+        return self._asked[service, key]
+
+    def clear(self) -> None:
+        self._asked.clear()
 
 
 @dataclass
@@ -25,6 +61,8 @@ class SimulatorState:
     """Set at shutdown so hung calls end instead of holding the server."""
     finishing: set[asyncio.Task[web.Response]] = field(default_factory=set)
     """Calls still finishing after their client left; cancelled at cleanup."""
+    in_progress: CallsInProgress = field(default_factory=CallsInProgress)
+    query_numbers: QueryNumbers = field(default_factory=QueryNumbers)
 
 
 STATE = web.AppKey("simulator_state", SimulatorState)

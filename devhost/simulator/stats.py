@@ -24,6 +24,10 @@ class ServiceStats:
     permanent_failures: int = 0
     idempotent_repeats: int = 0
     key_reuse_rejections: int = 0
+    slow_calls: int = 0
+    apply_then_hangs: int = 0
+    queries: int = 0
+    query_transient_errors: int = 0
 
     def to_json(self) -> dict[str, int]:
         return {_camel(name): value for name, value in asdict(self).items()}

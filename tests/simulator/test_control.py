@@ -16,6 +16,8 @@ DEFAULTS = {
     "latencyJitterMs": 0,
     "hangSeconds": 600.0,
     "permanentFailureSkus": [],
+    "slowMs": 0,
+    "applyThenHangRate": 0.0,
 }
 
 
@@ -126,6 +128,7 @@ async def test_effects_are_listed_in_call_order(sim: SimClient) -> None:
         "idempotencyKey": "o-1:inv",
         "calls": 1,
         "applied": 1,
+        "traceparents": [],
     }
 
 
@@ -184,6 +187,10 @@ async def test_stats_count_per_service(sim: SimClient) -> None:
         "permanentFailures": 0,
         "idempotentRepeats": 1,
         "keyReuseRejections": 0,
+        "slowCalls": 0,
+        "applyThenHangs": 0,
+        "queries": 0,
+        "queryTransientErrors": 0,
     }
     assert stats["shipping"]["permanentFailures"] == 1
 

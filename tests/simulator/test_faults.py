@@ -191,6 +191,7 @@ async def test_concurrent_repeats_apply_once(sim: SimClient) -> None:
         "idempotencyKey": "k-race",
         "calls": 50,
         "applied": 1,
+        "traceparents": [],
     }
 
 

@@ -98,6 +98,7 @@ async def test_repeat_returns_stored_result_without_applying_again(sim: SimClien
         "idempotencyKey": "k-1",
         "calls": 2,
         "applied": 1,
+        "traceparents": [],
     }
     stats = await sim.stats("payment")
     assert (stats["calls"], stats["applied"], stats["idempotentRepeats"]) == (2, 1, 1)
@@ -214,6 +215,7 @@ async def test_permanent_failure_for_a_blocked_sku(
         "idempotencyKey": "k-1",
         "calls": 1,
         "applied": 0,
+        "traceparents": [],
     }
 
 
