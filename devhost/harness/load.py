@@ -29,9 +29,10 @@ from azure.servicebus import ServiceBusReceiveMode
 from azure.servicebus.aio import ServiceBusClient
 
 from shared.contract import Queue, Route
+from shared.domain.model import ProcessState
 
-DONE = frozenset({"Processed", "Compensated"})
-TERMINAL = DONE | {"Error"}
+DONE = frozenset({ProcessState.PROCESSED.value, ProcessState.COMPENSATED.value})
+"""Where an order ends by itself; Error waits for an operator (`clients.TERMINAL` has all three)."""
 SOURCE_STOP_SECONDS = 10.0
 
 

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from devhost.harness.clients import TERMINAL
 from devhost.harness.load import (
-    TERMINAL,
     Load,
     LoadRun,
     OnEvent,
