@@ -35,6 +35,7 @@ from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus
 from shared.adapters.table_store import TableStateStore
 from shared.domain import process as machine
+from shared.domain.messages import AgentReply
 from shared.domain.model import (
     Action,
     Order,
@@ -44,7 +45,7 @@ from shared.domain.model import (
     Priority,
     ProcessState,
 )
-from shared.domain.process import AgentReply, ProcessPolicy
+from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import AlreadyExists, StoreUnavailable
 from shared.settings import azurite_connection_string

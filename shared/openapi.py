@@ -6,8 +6,8 @@ from functools import cache
 from typing import Any
 
 from shared.contract import Route
+from shared.domain.messages import OrderSubmission
 from shared.domain.model import ProcessState
-from shared.wire import OrderSubmissionIn
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
 
@@ -125,7 +125,7 @@ _OPS_SNAPSHOT = {
 
 @cache
 def document() -> dict[str, Any]:
-    submission = OrderSubmissionIn.model_json_schema(
+    submission = OrderSubmission.model_json_schema(
         by_alias=True, ref_template="#/components/schemas/{model}"
     )
     definitions = submission.pop("$defs", {})

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.domain.messages import AgentReply
 from shared.domain.model import (
     Action,
     ErrorInfo,
@@ -18,7 +19,7 @@ from shared.domain.model import (
     Outgoing,
     Priority,
 )
-from shared.domain.process import AgentReply, ProcessPolicy
+from shared.domain.process import ProcessPolicy
 from shared.usecases.deps import ProcessDeps
 
 _ids: Iterator[int] = iter(range(1, 1_000_000))

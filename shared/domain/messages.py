@@ -1,12 +1,32 @@
-"""Outgoing message bodies in wire form (camelCase, docs/contract.md#5-messages).
+"""The messages on the queues, each defined once: its wire form, its queue, its message-id
+rule, and the validation it gets when it arrives.
 
-Names are mapped explicitly here so that snake_case stays inside and the contract's
-field names live in one place. Message ids are deterministic for duplicate detection.
+The camelCase field names of the contract (DESIGN.md section 5) are the fields' aliases,
+so one declaration serves sending and receiving. Message ids are deterministic: a re-send
+after a crash is dropped by the broker's duplicate detection. A body that fails `parse`
+is a poison message (InvalidMessage), dead-lettered rather than redelivered.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, Self, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+)
 
 from shared.contract import Queue
 from shared.domain.model import (
@@ -14,9 +34,19 @@ from shared.domain.model import (
     ErrorInfo,
     JsonObject,
     NotificationStatus,
+    Order,
+    OrderLine,
     Outcome,
     Outgoing,
+    Priority,
 )
+from shared.domain.workflow import AGENTS, AgentName
+
+MAX_MESSAGE_BYTES = 256 * 1024
+
+
+class InvalidMessage(ValueError):
+    """A message body that no retry can fix: it must be dead-lettered, not redelivered."""
 
 
 def iso(at: datetime) -> str:
@@ -28,111 +58,250 @@ def idempotency_key(order_id: str, operation: str) -> str:
     return f"{order_id}:{operation}"
 
 
-def nudge(
-    order_id: str,
-    version: int,
-    reason: str,
-    deliver_at: datetime | None = None,
-    high: bool = False,
-) -> Outgoing:
-    return Outgoing(
-        queue=Queue.SCHEDULER_HIGH if high else Queue.SCHEDULER,
-        message_id=f"nudge:{order_id}:{version}",
-        body={"orderId": order_id, "reason": reason},
-        deliver_at=deliver_at,
-    )
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
-def agent_request(
-    *,
-    queue: str,
-    order_id: str,
-    step: str,
-    action: Action,
-    attempt: int,
-    complete_by: datetime,
-    operation: str,
-    payload: JsonObject,
-) -> Outgoing:
-    return Outgoing(
-        queue=queue,
-        message_id=f"req:{order_id}:{step}:{action.value}:{attempt}",
-        body={
-            "orderId": order_id,
-            "step": step,
-            "action": action.value,
-            "attempt": attempt,
-            "completeBy": iso(complete_by),
-            "idempotencyKey": idempotency_key(order_id, operation),
-            "payload": dict(payload),
-        },
-    )
+_ERROR_LIMITS = {"code": 100, "message": 1000}
 
 
-def agent_reply(
-    *,
-    order_id: str,
-    step: str,
-    action: Action,
-    attempt: int,
-    outcome: Outcome,
-    result: JsonObject | None = None,
-    error: ErrorInfo | None = None,
-    high: bool = False,
-) -> Outgoing:
-    body: dict[str, object] = {
-        "orderId": order_id,
-        "step": step,
-        "action": action.value,
-        "attempt": attempt,
-        "outcome": outcome.value,
+def _bounded_error(value: object) -> object:
+    """A remote service's error text is kept, but bounded: it is stored with the order
+    (state, history, notifications), and a reply must not be refused for its length."""
+    if not isinstance(value, dict):
+        return value
+    return {
+        key: text[: _ERROR_LIMITS[key]] if key in _ERROR_LIMITS and isinstance(text, str) else text
+        for key, text in value.items()
     }
-    if outcome is Outcome.SUCCEEDED:
-        body["result"] = dict(result or {})
-    else:
-        failure = error or ErrorInfo("unknown", "no detail")
-        body["error"] = {"code": failure.code, "message": failure.message}
-    return Outgoing(
-        queue=Queue.AGENT_REPLIES_HIGH if high else Queue.AGENT_REPLIES,
-        message_id=f"rep:{order_id}:{step}:{action.value}:{attempt}",
-        body=body,
-    )
 
 
-def status(
-    order_id: str,
-    version: int,
-    status: NotificationStatus,
-    at: datetime,
-    reply_to: str | None,
-    detail: str | None = None,
-) -> Outgoing:
-    body: dict[str, object] = {"orderId": order_id, "status": status.value, "at": iso(at)}
-    if detail:
-        body["detail"] = detail
-    return Outgoing(
-        queue=reply_to or Queue.ORDER_STATUS,
-        message_id=f"status:{order_id}:{status.value}:{version}",
-        body=body,
-    )
+_ORDER_ID = StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", strict=True)
+OrderId = Annotated[str, _ORDER_ID, Field(alias="orderId")]
+Text = Annotated[str, StringConstraints(min_length=1, max_length=128, strip_whitespace=True)]
+QueueName = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,259}$", strict=True)
+]
+Attempt = Annotated[int, Field(strict=True, ge=1)]
+UtcTime = Annotated[datetime, AfterValidator(_utc), PlainSerializer(iso, return_type=str)]
 
 
-def operator_alert(
-    order_id: str,
-    version: int,
-    reason: str,
-    failure_count: int,
-    last_error: str | None,
-    at: datetime,
-) -> Outgoing:
-    return Outgoing(
-        queue=Queue.OPERATOR_ALERTS,
-        message_id=f"alert:{order_id}:{version}",
-        body={
-            "orderId": order_id,
-            "reason": reason,
-            "failureCount": failure_count,
-            "lastError": last_error,
-            "at": iso(at),
-        },
-    )
+_adapters: dict[type[Any], TypeAdapter[Any]] = {}
+
+
+def _adapter(kind: type[Any]) -> TypeAdapter[Any]:
+    adapter = _adapters.get(kind)
+    if adapter is None:
+        adapter = _adapters[kind] = TypeAdapter(kind)
+    return adapter
+
+
+T = TypeVar("T")
+
+
+def _decode(adapter: TypeAdapter[T], body: bytes | str) -> T:
+    if len(body) > MAX_MESSAGE_BYTES:
+        raise InvalidMessage(f"body of {len(body)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    try:
+        return adapter.validate_json(body)
+    except ValidationError as exc:
+        raise InvalidMessage(describe(exc)) from None
+
+
+def describe(exc: ValidationError) -> str:
+    """One line per problem, with the JSON path, for a problem+json detail or a DLQ reason."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        location = ".".join(str(p) for p in error["loc"]) or "body"
+        parts.append(f"{location}: {error['msg']}")
+    return "; ".join(parts)
+
+
+class _Message:
+    """Both directions of a frozen dataclass message; unknown fields are ignored."""
+
+    _optional: frozenset[str] = frozenset()
+    """Fields left out of the body when None (the others are sent, null or not)."""
+
+    @classmethod
+    def parse(cls, body: bytes | str) -> Self:
+        """Decode and validate a body, or raise InvalidMessage with a short reason."""
+        parsed: Self = _decode(_adapter(cls), body)
+        return parsed
+
+    def to_body(self) -> dict[str, Any]:
+        return self._dump({name for name in self._optional if getattr(self, name) is None})
+
+    def _dump(self, leave_out: set[str]) -> dict[str, Any]:
+        body: dict[str, Any] = _adapter(type(self)).dump_python(
+            self, mode="json", by_alias=True, exclude=leave_out
+        )
+        return body
+
+
+@dataclass(frozen=True)
+class Nudge(_Message):
+    """Asks the Scheduler to look at an order; the reason is for the log."""
+
+    order_id: OrderId
+    reason: str | None = None
+
+    def outgoing(
+        self, version: int, *, high: bool = False, deliver_at: datetime | None = None
+    ) -> Outgoing:
+        return Outgoing(
+            queue=Queue.SCHEDULER_HIGH if high else Queue.SCHEDULER,
+            message_id=f"nudge:{self.order_id}:{version}",
+            body=self.to_body(),
+            deliver_at=deliver_at,
+        )
+
+
+@dataclass(frozen=True)
+class AgentRequest(_Message):
+    """The Scheduler asks an Agent to do or undo one step before its complete-by."""
+
+    order_id: OrderId
+    step: Text
+    action: Action
+    attempt: Attempt
+    """The claim's attempt number: the fencing token the reply must carry back."""
+    complete_by: Annotated[UtcTime, Field(alias="completeBy")]
+    idempotency_key: Annotated[Text, Field(alias="idempotencyKey")]
+    payload: JsonObject
+
+    def answer(
+        self, outcome: Outcome, *, result: JsonObject | None = None, error: ErrorInfo | None = None
+    ) -> AgentReply:
+        """The reply to this request: it names the same step, action and attempt."""
+        return AgentReply(
+            self.order_id, self.step, self.action, self.attempt, outcome, result, error
+        )
+
+    def outgoing(self, agent: AgentName, *, high: bool = False) -> Outgoing:
+        return Outgoing(
+            queue=AGENTS[agent].queue_for(high),
+            message_id=f"req:{self.order_id}:{self.step}:{self.action.value}:{self.attempt}",
+            body=self.to_body(),
+        )
+
+
+@dataclass(frozen=True)
+class AgentReply(_Message):
+    """An Agent's answer: a result when it succeeded, an error when it failed."""
+
+    order_id: OrderId
+    step: Text
+    action: Action
+    attempt: Attempt
+    outcome: Outcome
+    result: JsonObject | None = None
+    error: Annotated[ErrorInfo | None, BeforeValidator(_bounded_error)] = None
+
+    def to_body(self) -> dict[str, Any]:
+        if self.outcome is Outcome.SUCCEEDED:
+            return replace(self, result=dict(self.result or {}), error=None)._dump({"error"})
+        failure = self.error or ErrorInfo("unknown", "no detail")
+        return replace(self, result=None, error=failure)._dump({"result"})
+
+    def outgoing(self, *, high: bool = False) -> Outgoing:
+        return Outgoing(
+            queue=Queue.AGENT_REPLIES_HIGH if high else Queue.AGENT_REPLIES,
+            message_id=f"rep:{self.order_id}:{self.step}:{self.action.value}:{self.attempt}",
+            body=self.to_body(),
+        )
+
+
+@dataclass(frozen=True)
+class StatusNotification(_Message):
+    """Where the order is, for the submitting application."""
+
+    order_id: OrderId
+    status: NotificationStatus
+    at: UtcTime
+    detail: str | None = None
+    """With Failed: the reason; absent otherwise."""
+
+    _optional = frozenset({"detail"})
+
+    def outgoing(self, version: int, reply_to: str | None) -> Outgoing:
+        return Outgoing(
+            queue=reply_to or Queue.ORDER_STATUS,
+            message_id=f"status:{self.order_id}:{self.status.value}:{version}",
+            body=self.to_body(),
+        )
+
+
+@dataclass(frozen=True)
+class OperatorAlert(_Message):
+    """An order needs a person: held in Error, compensating, or named by a poison message."""
+
+    order_id: OrderId
+    reason: str
+    failure_count: Annotated[int, Field(alias="failureCount")]
+    last_error: Annotated[str | None, Field(alias="lastError")]
+    at: UtcTime
+    queue: str | None = None
+    """Poison alerts only: the queue the message came from."""
+    body: str | None = None
+    """Poison alerts only: the start of the message."""
+
+    _optional = frozenset({"queue", "body"})
+
+    def outgoing(self, occasion: int | str) -> Outgoing:
+        """`occasion` makes the id once per cause: the order's state version, or for a
+        poison message its queue and message id."""
+        return Outgoing(
+            queue=Queue.OPERATOR_ALERTS,
+            message_id=f"alert:{self.order_id}:{occasion}",
+            body=self.to_body(),
+        )
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class OrderItem(_Wire):
+    sku: Text
+    quantity: Annotated[int, Field(strict=True, gt=0, le=1_000_000)]
+    unit_price: Annotated[
+        float, Field(alias="unitPrice", strict=True, ge=0, le=1e12, allow_inf_nan=False)
+    ]
+
+
+class OrderSubmission(_Wire):
+    """An order, as POST /api/orders takes it and as a message on the `orders` queue
+    (where the sender picks the message id); unknown fields are refused."""
+
+    order_id: Annotated[str, _ORDER_ID] | None = Field(default=None, alias="orderId")
+    customer_id: Text = Field(alias="customerId")
+    items: Annotated[list[OrderItem], Field(min_length=1, max_length=100)]
+    priority: Literal["normal", "high"] = "normal"
+    reply_to: QueueName | None = Field(default=None, alias="replyTo")
+
+    @classmethod
+    def parse(cls, body: bytes | str) -> Self:
+        parsed: Self = _decode(_adapter(cls), body)
+        return parsed
+
+    def to_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return body
+
+    def fingerprint(self) -> str:
+        """Same body, same fingerprint: what makes a repeated submission idempotent."""
+        canonical = self.model_dump(mode="json", by_alias=True, exclude={"order_id"})
+        encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(encoded.encode()).hexdigest()
+
+    def to_order(self, now: datetime) -> Order:
+        return Order(
+            order_id=self.order_id or uuid.uuid4().hex,
+            customer_id=self.customer_id,
+            items=tuple(OrderLine(i.sku, i.quantity, i.unit_price) for i in self.items),
+            priority=Priority(self.priority),
+            reply_to=self.reply_to,
+            fingerprint=self.fingerprint(),
+            created_at=now,
+        )

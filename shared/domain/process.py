@@ -10,7 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from shared.domain import messages
+from shared.domain.messages import (
+    AgentReply,
+    AgentRequest,
+    Nudge,
+    OperatorAlert,
+    StatusNotification,
+    idempotency_key,
+    iso,
+)
 from shared.domain.model import (
     Action,
     ErrorInfo,
@@ -63,17 +71,6 @@ class ProcessPolicy:
         exponent = max(failure_count - 1, 0)
         delay: timedelta = self.backoff_base * (2**exponent)
         return min(delay, self.backoff_cap)
-
-
-@dataclass(frozen=True)
-class AgentReply:
-    order_id: str
-    step: str
-    action: Action
-    attempt: int
-    outcome: Outcome
-    result: JsonObject | None = None
-    error: ErrorInfo | None = None
 
 
 @dataclass(frozen=True)
@@ -131,16 +128,18 @@ class _Builder:
         self.outgoing.append(message)
 
     def notify(self, status: NotificationStatus, detail: str | None = None) -> None:
-        self.send(
-            messages.status(
-                self.order.order_id,
-                self.state.version,
-                status,
-                self.now,
-                self.order.reply_to,
-                detail,
-            )
+        notification = StatusNotification(self.order.order_id, status, self.now, detail or None)
+        self.send(notification.outgoing(self.state.version, self.order.reply_to))
+
+    def alert(self, reason: str) -> None:
+        alert = OperatorAlert(
+            order_id=self.order.order_id,
+            reason=reason,
+            failure_count=self.state.failure_count,
+            last_error=self.state.last_error,
+            at=self.now,
         )
+        self.send(alert.outgoing(self.state.version))
 
     def build(self) -> Transition:
         outgoing = tuple(self.outgoing)
@@ -170,7 +169,7 @@ def start(order: Order, workflow: Workflow, now: datetime, cause: str | None = N
     b = _Builder(OrderProcess(order, state, steps), now, cause)
     b.note("submitted", f"{len(order.items)} item(s), priority {order.priority.value}")
     high = order.priority is Priority.HIGH
-    b.send(messages.nudge(order.order_id, b.state.version, "submitted", high=high))
+    b.send(Nudge(order.order_id, "submitted").outgoing(b.state.version, high=high))
     b.notify(NotificationStatus.RECEIVED)
     return b.build()
 
@@ -285,22 +284,13 @@ def recover(
     b.set(
         failure_count=failures,
         locked_by=None,
-        last_error=f"{what} not completed by {messages.iso(deadline)}",
+        last_error=f"{what} not completed by {iso(deadline)}",
     )
     b.note("timed-out", b.state.last_error or "")
     if failures < policy.max_failure_count:
         _requeue(b, policy, failures, "requeued")
     elif policy.exhausted_policy is ExhaustedPolicy.COMPENSATE and state.phase is Phase.FORWARD:
-        b.send(
-            messages.operator_alert(
-                b.order.order_id,
-                b.state.version,
-                "max-failure-count-reached-compensating",
-                failures,
-                b.state.last_error,
-                now,
-            )
-        )
+        b.alert("max-failure-count-reached-compensating")
         b.notify(NotificationStatus.FAILED, b.state.last_error)
         b.set(phase=Phase.COMPENSATE, current_step=index - 1, failure_count=0)
         _requeue(b, policy, 1, "compensation-requested")
@@ -376,14 +366,12 @@ def _requeue(b: _Builder, policy: ProcessPolicy, failures: int, reason: str) -> 
         locked_by=None,
         complete_by=deliver_at + policy.pending_timeout,
     )
-    b.note(reason, f"nudge at {messages.iso(deliver_at)}")
+    b.note(reason, f"nudge at {iso(deliver_at)}")
     b.send(
-        messages.nudge(
-            b.order.order_id,
+        Nudge(b.order.order_id, reason).outgoing(
             b.state.version,
-            reason,
-            deliver_at if delay else None,
             high=b.order.priority is Priority.HIGH,
+            deliver_at=deliver_at if delay else None,
         )
     )
 
@@ -391,16 +379,7 @@ def _requeue(b: _Builder, policy: ProcessPolicy, failures: int, reason: str) -> 
 def _hold_for_operator(b: _Builder, reason: str) -> None:
     b.set(process_state=ProcessState.ERROR, locked_by=None, complete_by=None)
     b.note("error", reason)
-    b.send(
-        messages.operator_alert(
-            b.order.order_id,
-            b.state.version,
-            reason,
-            b.state.failure_count,
-            b.state.last_error,
-            b.now,
-        )
-    )
+    b.alert(reason)
 
 
 def _dispatch_forward(
@@ -484,18 +463,16 @@ def _dispatch(
         "compensation-dispatched" if compensate else "step-dispatched",
         f"{operation} to {queue}" + (f" (instead of {why})" if why else ""),
     )
-    b.send(
-        messages.agent_request(
-            queue=queue,
-            order_id=b.order.order_id,
-            step=definition.name,
-            action=action,
-            attempt=b.state.attempt,
-            complete_by=deadline,
-            operation=operation,
-            payload=payload,
-        )
+    request = AgentRequest(
+        order_id=b.order.order_id,
+        step=definition.name,
+        action=action,
+        attempt=b.state.attempt,
+        complete_by=deadline,
+        idempotency_key=idempotency_key(b.order.order_id, operation),
+        payload=payload,
     )
+    b.send(request.outgoing(agent, high=high))
 
 
 def _order_payload(order: Order) -> JsonObject:

@@ -7,17 +7,15 @@ Consumption (per-function scaling), and both share the agent's breaker and healt
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 import azure.functions as func
 
 from shared import bootstrap
-from shared.contract import Setting
+from shared.contract import Queue, Setting, high_priority
+from shared.domain.messages import AgentRequest, InvalidMessage
 from shared.domain.workflow import AGENTS, AgentName
-from shared.functions.messages import UNKNOWN_STEP, reject
-from shared.usecases.agent import StepRequest, UnknownStep, perform_step
+from shared.functions.poison import UNKNOWN_STEP, reject
+from shared.usecases.agent import UnknownStep, perform_step
 from shared.usecases.agent_health import heartbeat
-from shared.wire import AgentRequestIn, InvalidMessage, parse
 
 bp = func.Blueprint()
 
@@ -25,46 +23,75 @@ HEARTBEAT_SCHEDULE = "*/5 * * * * *"
 """Every 5 s: well inside routing's 60 s staleness limit, a write per agent per beat."""
 
 
-async def _perform(agent: AgentName, queue: str, msg: func.ServiceBusMessage, high: bool) -> None:
+async def _perform(agent: AgentName, msg: func.ServiceBusMessage, high: bool = False) -> None:
+    """One step for `agent`; a request it can never perform is dead-lettered from the
+    lane the Scheduler sends it on, which is the lane the calling trigger listens to."""
+    queue = AGENTS[agent].queue_for(high)
     c = await bootstrap.container()
     try:
-        request = parse(AgentRequestIn, msg.get_body())
-        await perform_step(
-            c.agent(agent),
-            StepRequest(
-                order_id=request.order_id,
-                step=request.step,
-                action=request.action,
-                attempt=request.attempt,
-                complete_by=request.deadline(),
-                idempotency_key=request.idempotency_key,
-                payload=request.payload,
-                high_priority=high,
-            ),
-        )
+        await perform_step(c.agent(agent), AgentRequest.parse(msg.get_body()), high=high)
     except InvalidMessage as exc:
         await reject(c, queue, msg, str(exc))
     except UnknownStep as exc:
         await reject(c, queue, msg, str(exc), UNKNOWN_STEP)
 
 
-def _register(agent: AgentName, high: bool) -> None:
-    queue = AGENTS[agent].queue_for(high)
-    name = f"{agent.value.replace('-', '_')}_agent{'_high' if high else ''}"
-
-    async def handle(msg: func.ServiceBusMessage) -> None:
-        await _perform(agent, queue, msg, high)
-
-    handle.__name__ = handle.__qualname__ = name
-    trigger: Callable[[Callable[..., Awaitable[None]]], object] = bp.service_bus_queue_trigger(
-        arg_name="msg", queue_name=queue, connection=Setting.SERVICE_BUS
-    )
-    trigger(bp.function_name(name)(handle))
+@bp.service_bus_queue_trigger(
+    arg_name="msg", queue_name=Queue.AGENT_INVENTORY, connection=Setting.SERVICE_BUS
+)
+async def inventory_agent(msg: func.ServiceBusMessage) -> None:
+    await _perform(AgentName.INVENTORY, msg)
 
 
-for _agent in AGENTS:
-    for _high in (False, True):
-        _register(_agent, _high)
+@bp.service_bus_queue_trigger(
+    arg_name="msg", queue_name=high_priority(Queue.AGENT_INVENTORY), connection=Setting.SERVICE_BUS
+)
+async def inventory_agent_high(msg: func.ServiceBusMessage) -> None:
+    await _perform(AgentName.INVENTORY, msg, high=True)
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="msg", queue_name=Queue.AGENT_PAYMENT, connection=Setting.SERVICE_BUS
+)
+async def payment_agent(msg: func.ServiceBusMessage) -> None:
+    await _perform(AgentName.PAYMENT, msg)
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="msg", queue_name=high_priority(Queue.AGENT_PAYMENT), connection=Setting.SERVICE_BUS
+)
+async def payment_agent_high(msg: func.ServiceBusMessage) -> None:
+    await _perform(AgentName.PAYMENT, msg, high=True)
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="msg", queue_name=Queue.AGENT_PAYMENT_SECONDARY, connection=Setting.SERVICE_BUS
+)
+async def payment_secondary_agent(msg: func.ServiceBusMessage) -> None:
+    await _perform(AgentName.PAYMENT_SECONDARY, msg)
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="msg",
+    queue_name=high_priority(Queue.AGENT_PAYMENT_SECONDARY),
+    connection=Setting.SERVICE_BUS,
+)
+async def payment_secondary_agent_high(msg: func.ServiceBusMessage) -> None:
+    await _perform(AgentName.PAYMENT_SECONDARY, msg, high=True)
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="msg", queue_name=Queue.AGENT_SHIPPING, connection=Setting.SERVICE_BUS
+)
+async def shipping_agent(msg: func.ServiceBusMessage) -> None:
+    await _perform(AgentName.SHIPPING, msg)
+
+
+@bp.service_bus_queue_trigger(
+    arg_name="msg", queue_name=high_priority(Queue.AGENT_SHIPPING), connection=Setting.SERVICE_BUS
+)
+async def shipping_agent_high(msg: func.ServiceBusMessage) -> None:
+    await _perform(AgentName.SHIPPING, msg, high=True)
 
 
 @bp.timer_trigger(arg_name="timer", schedule=HEARTBEAT_SCHEDULE, run_on_startup=False)

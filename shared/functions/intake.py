@@ -9,17 +9,17 @@ from pydantic import ValidationError
 
 from shared import bootstrap
 from shared.contract import Queue, Route, Setting
+from shared.domain.messages import InvalidMessage, OrderSubmission, describe
 from shared.functions.http import base_url, json_response, problem, read_json
-from shared.functions.messages import CONFLICT, reject
+from shared.functions.poison import CONFLICT, reject
 from shared.ports import StateStoreError
 from shared.usecases.submission import OrderConflict, submit_order
-from shared.wire import InvalidMessage, OrderSubmissionIn, describe, parse
 
 bp = func.Blueprint()
 log = logging.getLogger("orders.intake")
 
 
-def _check_reply_to(order: OrderSubmissionIn, allowed: frozenset[str]) -> str | None:
+def _check_reply_to(order: OrderSubmission, allowed: frozenset[str]) -> str | None:
     if order.reply_to is not None and order.reply_to not in allowed:
         return (
             f"replyTo {order.reply_to!r} is not on the allow-list ({Setting.REPLY_TO_ALLOW_LIST})"
@@ -33,7 +33,7 @@ async def submit_order_http(req: func.HttpRequest) -> func.HttpResponse:
     if failure is not None:
         return failure
     try:
-        submission = OrderSubmissionIn.model_validate(body)
+        submission = OrderSubmission.model_validate(body)
     except ValidationError as exc:
         return problem(400, "Invalid order", describe(exc))
     c = await bootstrap.container()
@@ -65,7 +65,7 @@ async def submit_order_http(req: func.HttpRequest) -> func.HttpResponse:
 async def submit_order_message(msg: func.ServiceBusMessage) -> None:
     c = await bootstrap.container()
     try:
-        submission = parse(OrderSubmissionIn, msg.get_body())
+        submission = OrderSubmission.parse(msg.get_body())
         if reason := _check_reply_to(submission, c.settings.reply_to_allow_list):
             raise InvalidMessage(reason)
         if submission.order_id is None:

@@ -8,9 +8,9 @@ import azure.functions as func
 
 from shared import bootstrap
 from shared.contract import Queue, Setting
-from shared.functions.messages import UNKNOWN_ORDER, UNKNOWN_STEP, reject
+from shared.domain.messages import AgentReply, InvalidMessage, Nudge
+from shared.functions.poison import UNKNOWN_ORDER, UNKNOWN_STEP, reject
 from shared.usecases import scheduler
-from shared.wire import AgentReplyIn, InvalidMessage, NudgeIn, parse
 
 bp = func.Blueprint()
 
@@ -18,7 +18,7 @@ bp = func.Blueprint()
 async def _nudge(queue: str, msg: func.ServiceBusMessage) -> None:
     c = await bootstrap.container()
     try:
-        nudge = parse(NudgeIn, msg.get_body())
+        nudge = Nudge.parse(msg.get_body())
     except InvalidMessage as exc:
         await reject(c, queue, msg, str(exc))
         return
@@ -30,11 +30,11 @@ async def _nudge(queue: str, msg: func.ServiceBusMessage) -> None:
 async def _reply(queue: str, msg: func.ServiceBusMessage) -> None:
     c = await bootstrap.container()
     try:
-        reply = parse(AgentReplyIn, msg.get_body())
+        reply = AgentReply.parse(msg.get_body())
     except InvalidMessage as exc:
         await reject(c, queue, msg, str(exc))
         return
-    handled = await scheduler.on_reply(c.process, reply.to_reply(), msg.message_id)
+    handled = await scheduler.on_reply(c.process, reply, msg.message_id)
     if handled is scheduler.Handled.UNKNOWN_ORDER:
         await reject(c, queue, msg, f"no order {reply.order_id!r}", UNKNOWN_ORDER)
     elif handled is scheduler.Handled.UNKNOWN_STEP:

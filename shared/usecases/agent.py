@@ -7,10 +7,9 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 
-from shared.domain import messages
+from shared.domain.messages import AgentRequest
 from shared.domain.model import Action, ErrorInfo, JsonObject, Outcome
 from shared.domain.workflow import WORKFLOWS, AgentName
 from shared.ports import (
@@ -39,19 +38,6 @@ class AgentOutcome(StrEnum):
 
 
 @dataclass(frozen=True)
-class StepRequest:
-    order_id: str
-    step: str
-    action: Action
-    attempt: int
-    complete_by: datetime
-    idempotency_key: str
-    payload: JsonObject
-    high_priority: bool = False
-    """Came on a high-priority lane: the reply goes on the Scheduler's high lane too."""
-
-
-@dataclass(frozen=True)
 class AgentDeps:
     agent: AgentName
     bus: MessageBus
@@ -65,7 +51,7 @@ class AgentDeps:
     """Where `monitor` publishes heartbeats; None: health is not published."""
 
 
-def operation_for(agent: AgentName, request: StepRequest) -> str:
+def operation_for(agent: AgentName, request: AgentRequest) -> str:
     for workflow in WORKFLOWS.values():
         index = workflow.index_of(request.step)
         if index is None:
@@ -80,26 +66,31 @@ def operation_for(agent: AgentName, request: StepRequest) -> str:
     raise UnknownStep(f"unknown step {request.step!r}")
 
 
-async def perform_step(deps: AgentDeps, request: StepRequest) -> AgentOutcome:
+async def perform_step(
+    deps: AgentDeps, request: AgentRequest, *, high: bool = False
+) -> AgentOutcome:
     """Reply succeeded or failed; past the deadline reply nothing at all.
 
     Silence is deliberate: the Supervisor owns recovery once complete-by has passed, and a
-    late answer would race with the retry it starts.
+    late answer would race with the retry it starts. A request that came on a
+    high-priority lane (`high`) is answered on the Scheduler's high lane too.
     """
     operation = operation_for(deps.agent, request)
     monitor = deps.monitor
     if monitor is None:
-        return await _perform(deps, request, operation)
+        return await _perform(deps, request, operation, high)
     monitor.started()
     try:
-        return await _perform(deps, request, operation)
+        return await _perform(deps, request, operation, high)
     finally:
         monitor.finished()
         if deps.health is not None:
             await monitor.publish(deps.health)
 
 
-async def _perform(deps: AgentDeps, request: StepRequest, operation: str) -> AgentOutcome:
+async def _perform(
+    deps: AgentDeps, request: AgentRequest, operation: str, high: bool
+) -> AgentOutcome:
     if deps.clock.now() >= request.complete_by:
         log.info(
             "order %s %s %s arrived after its complete-by; ignored",
@@ -132,10 +123,12 @@ async def _perform(deps: AgentDeps, request: StepRequest, operation: str) -> Age
         )
         return AgentOutcome.DEADLINE_PASSED
     except PermanentRemoteError as exc:
-        await _reply(deps, request, Outcome.FAILED, error=ErrorInfo(exc.code, exc.message))
+        failed = request.answer(Outcome.FAILED, error=ErrorInfo(exc.code, exc.message))
+        await deps.bus.send([failed.outgoing(high=high)])
         log.info("order %s %s failed permanently: %s", request.order_id, operation, exc.code)
         return AgentOutcome.FAILED
-    await _reply(deps, request, Outcome.SUCCEEDED, result=result)
+    succeeded = request.answer(Outcome.SUCCEEDED, result=result)
+    await deps.bus.send([succeeded.outgoing(high=high)])
     log.info("order %s %s succeeded (attempt %d)", request.order_id, operation, request.attempt)
     return AgentOutcome.SUCCEEDED
 
@@ -158,26 +151,3 @@ def _observer(deps: AgentDeps) -> Callable[[bool, float], None] | None:
 
 
 _publishing: set[asyncio.Task[bool]] = set()
-
-
-async def _reply(
-    deps: AgentDeps,
-    request: StepRequest,
-    outcome: Outcome,
-    result: JsonObject | None = None,
-    error: ErrorInfo | None = None,
-) -> None:
-    await deps.bus.send(
-        [
-            messages.agent_reply(
-                order_id=request.order_id,
-                step=request.step,
-                action=request.action,
-                attempt=request.attempt,
-                outcome=outcome,
-                result=result,
-                error=error,
-                high=request.high_priority,
-            )
-        ]
-    )

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from shared.domain import process as machine
+from shared.domain.messages import AgentReply
 from shared.domain.model import OrderProcess
-from shared.domain.process import AgentReply, Transition
+from shared.domain.process import Transition
 from shared.ports import ConcurrencyConflict
 from shared.usecases.commit import commit
 from shared.usecases.deps import ProcessDeps

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from shared.contract import AGENT_QUEUES, ALL_QUEUES, Queue, Route, Setting, high_priority
+from shared.domain.workflow import AGENTS
 from tests.app_functions import registered_functions
 
 
@@ -94,3 +95,17 @@ def test_function_names_are_unique_and_name_their_role() -> None:
     assert len(names) == len(set(names))
     assert {"scheduler_nudge", "scheduler_reply", "supervisor"} <= set(names)
     assert {"inventory_agent", "payment_agent", "shipping_agent"} <= set(names)
+
+
+def test_each_agent_lane_has_its_named_trigger_on_the_queue_the_scheduler_sends_to() -> None:
+    bound = {
+        name: t["queueName"]
+        for name, t in triggers().items()
+        if t["type"] == "serviceBusTrigger" and name.endswith(("_agent", "_agent_high"))
+    }
+    expected = {
+        f"{agent.value.replace('-', '_')}_agent{'_high' if high else ''}": spec.queue_for(high)
+        for agent, spec in AGENTS.items()
+        for high in (False, True)
+    }
+    assert bound == expected

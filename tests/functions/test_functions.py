@@ -292,6 +292,9 @@ async def test_poison_messages_are_dead_lettered_with_a_reason_on_first_delivery
         ("ghost", "unknown-order"),
     ]
     assert "agent-replies message bad-2" in alerts[0].body["lastError"]
+    assert alerts[0].message_id == "alert:x:agent-replies:bad-2"
+    assert (alerts[0].body["queue"], alerts[0].body["failureCount"]) == ("agent-replies", 0)
+    assert json.loads(alerts[0].body["body"]) == {"orderId": "x"}
     assert (await harness.store.list_by_state(None, 10, None)).items == ()
 
 

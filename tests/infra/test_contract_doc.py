@@ -22,11 +22,26 @@ from devhost import services
 from devhost.__main__ import DEFAULT_PORT, add_demo_options, add_run_options
 from devhost.broker.control import build_app as broker_control_app
 from devhost.broker.engine import Engine
-from devhost.simulator.control import add_control_routes
-from shared import bootstrap
+from devhost.broker.faults import FaultConfig
+from devhost.simulator.app import create_app
+from devhost.simulator.faults import FaultSettings
 from shared.adapters import table_rows
-from shared.contract import ALL_QUEUES, QUEUE_PROPERTIES, PoisonProperty, Route, Setting
-from shared.domain import messages
+from shared.contract import (
+    ALL_QUEUES,
+    QUEUE_PROPERTIES,
+    ChaosSetting,
+    PoisonProperty,
+    Route,
+    Setting,
+)
+from shared.domain.messages import (
+    AgentReply,
+    AgentRequest,
+    Nudge,
+    OperatorAlert,
+    OrderSubmission,
+    StatusNotification,
+)
 from shared.domain.model import (
     Action,
     ErrorInfo,
@@ -41,7 +56,6 @@ from shared.domain.model import (
 from shared.domain.process import start
 from shared.domain.workflow import ORDER_FULFILMENT
 from shared.openapi import document
-from shared.wire import OrderSubmissionIn
 from tests.app_functions import registered_functions
 from tests.builders import an_order
 from tests.infra.deployment import ROOT
@@ -209,7 +223,7 @@ def test_route_auth_levels_are_the_bindings() -> None:
 
 
 def test_order_submission_fields_match_the_validating_model() -> None:
-    code = set(OrderSubmissionIn.model_json_schema(by_alias=True)["properties"])
+    code = set(OrderSubmission.model_json_schema(by_alias=True)["properties"])
     for heading in ("2.1 Order submission body", "5.1 Order message"):
         doc = documented(heading)
         assert doc == code, f"{heading}: {missing_and_extra(doc, code)}"
@@ -265,40 +279,20 @@ def test_other_values_match_the_domain() -> None:
 
 # Messages -------------------------------------------------------------------------------
 
-POISON_ALERT_EXTRAS = {"queue", "body"}
-"""Added by the poison path (shared/functions/messages.py) to an operator alert."""
-
 
 def _message_fields() -> dict[str, set[str]]:
-    request = messages.agent_request(
-        queue="q",
-        order_id="o",
-        step="s",
-        action=Action.DO,
-        attempt=1,
-        complete_by=NOW,
-        operation="op",
-        payload={},
-    )
-    succeeded = messages.agent_reply(
-        order_id="o", step="s", action=Action.DO, attempt=1, outcome=Outcome.SUCCEEDED
-    )
-    failed = messages.agent_reply(
-        order_id="o",
-        step="s",
-        action=Action.DO,
-        attempt=1,
-        outcome=Outcome.FAILED,
-        error=ErrorInfo("c", "m"),
-    )
-    status = messages.status("o", 1, NotificationStatus.FAILED, NOW, None, detail="why")
-    alert = messages.operator_alert("o", 1, "r", 3, "e", NOW)
+    request = AgentRequest("o", "s", Action.DO, 1, NOW, "o:op", {})
+    succeeded = AgentReply("o", "s", Action.DO, 1, Outcome.SUCCEEDED)
+    failed = AgentReply("o", "s", Action.DO, 1, Outcome.FAILED, error=ErrorInfo("c", "m"))
+    status = StatusNotification("o", NotificationStatus.FAILED, NOW, detail="why")
+    alert = OperatorAlert("o", "r", 3, "e", NOW)
+    poison_alert = dataclasses.replace(alert, failure_count=0, queue="q", body="{}")
     return {
-        "5.2 Nudge": set(messages.nudge("o", 1, "r").body),
-        "5.3 Agent request": set(request.body),
-        "5.4 Agent reply": set(succeeded.body) | set(failed.body),
-        "5.5 Status notification": set(status.body),
-        "5.6 Operator alert": set(alert.body) | POISON_ALERT_EXTRAS,
+        "5.2 Nudge": set(Nudge("o", "r").to_body()),
+        "5.3 Agent request": set(request.to_body()),
+        "5.4 Agent reply": set(succeeded.to_body()) | set(failed.to_body()),
+        "5.5 Status notification": set(status.to_body()),
+        "5.6 Operator alert": set(alert.to_body()) | set(poison_alert.to_body()),
     }
 
 
@@ -314,7 +308,7 @@ def test_message_fields_match_what_the_domain_sends(heading: str) -> None:
 
 def test_settings_are_exactly_the_settings_the_code_reads() -> None:
     code = {v for k, v in vars(Setting).items() if k.isupper() and isinstance(v, str)}
-    code.add(bootstrap.CHAOS_SETTING)
+    code.add(ChaosSetting.FAULT_RATE)
     doc = documented("6. Settings")
     assert doc == code, missing_and_extra(doc, code)
 
@@ -358,16 +352,33 @@ def _routes_of(app: web.Application) -> set[str]:
     }
 
 
-def test_simulator_control_routes_match_the_code() -> None:
-    app = web.Application()
-    add_control_routes(app.router)
-    doc, code = documented("8.1 Simulator (port 7072)"), _routes_of(app)
+def test_simulator_routes_match_the_code() -> None:
+    routes = _routes_of(create_app())
+    control = {r for r in routes if r.split(" ", 1)[1].startswith("/_sim/")}
+    for heading, code in (
+        ("8.1 Simulator services (port 7072)", routes - control),
+        ("8.2 Simulator control API", control),
+    ):
+        doc = documented(heading)
+        assert doc == code, f"{heading}: {missing_and_extra(doc, code)}"
+
+
+def test_simulator_fault_settings_match_the_code() -> None:
+    code = set(FaultSettings().to_json())
+    doc = documented("8.3 Simulator fault settings")
     assert doc == code, missing_and_extra(doc, code)
 
 
 def test_broker_control_routes_match_the_code() -> None:
     engine = cast(Engine, SimpleNamespace(queue_names={}))
-    doc, code = documented("8.2 Local broker (port 7073)"), _routes_of(broker_control_app(engine))
+    doc = documented("8.4 Local broker control API (port 7073)")
+    code = _routes_of(broker_control_app(engine))
+    assert doc == code, missing_and_extra(doc, code)
+
+
+def test_broker_fault_settings_match_the_code() -> None:
+    code = set(FaultConfig().to_json())
+    doc = documented("8.5 Broker fault settings")
     assert doc == code, missing_and_extra(doc, code)
 
 

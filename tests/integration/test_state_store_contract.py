@@ -25,6 +25,7 @@ from shared.adapters.memory import InMemoryStateStore
 from shared.adapters.table_store import TableStateStore
 from shared.contract import Queue
 from shared.domain import process as machine
+from shared.domain.messages import MAX_MESSAGE_BYTES, OrderSubmission
 from shared.domain.model import (
     ErrorInfo,
     HistoryEntry,
@@ -42,7 +43,6 @@ from shared.usecases.operator import resubmit_order
 from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
-from shared.wire import MAX_MESSAGE_BYTES, OrderSubmissionIn, parse
 from tests.builders import World, a_reply, an_order
 
 
@@ -373,7 +373,7 @@ def the_largest_order(order_id: str) -> Order:
     }
     raw = json.dumps(body).encode()
     assert len(raw) <= MAX_MESSAGE_BYTES
-    submission = parse(OrderSubmissionIn, raw)
+    submission = OrderSubmission.parse(raw)
     assert len(submission.items) == 100
     return submission.to_order(datetime(2030, 1, 1, tzinfo=UTC))
 

@@ -9,6 +9,7 @@ end every order converges to a terminal state once faults stop.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import defaultdict
 from datetime import datetime
 
@@ -18,8 +19,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from shared.contract import Queue
-from shared.domain import messages
 from shared.domain import process as machine
+from shared.domain.messages import AgentReply
 from shared.domain.model import (
     Action,
     ErrorInfo,
@@ -29,7 +30,6 @@ from shared.domain.model import (
     ProcessState,
     StepStatus,
 )
-from shared.domain.process import AgentReply
 from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import BusUnavailable
 from shared.usecases import scheduler
@@ -75,15 +75,7 @@ class OrderProcessMachine(RuleBasedStateMachine):
         elif message.queue in AGENT_QUEUES:
             self._agent(message)
         elif message.queue == Queue.AGENT_REPLIES:
-            reply = AgentReply(
-                order_id=body["orderId"],
-                step=body["step"],
-                action=Action(body["action"]),
-                attempt=body["attempt"],
-                outcome=Outcome(body["outcome"]),
-                result=body.get("result"),
-                error=ErrorInfo(**body["error"]) if "error" in body else None,
-            )
+            reply = AgentReply.parse(json.dumps(body))
             before = run(self.world.store.load(reply.order_id))
             handled = run(self._guarded(scheduler.on_reply(deps, reply, message.message_id)))
             if isinstance(before, OrderProcess) and before.state.attempt != reply.attempt:
@@ -113,7 +105,7 @@ class OrderProcessMachine(RuleBasedStateMachine):
                 self.undone[order_id].append(step)
         outcome = Outcome.FAILED if fails else Outcome.SUCCEEDED
         self.world.bus.sent.append(
-            messages.agent_reply(
+            AgentReply(
                 order_id=order_id,
                 step=step,
                 action=action,
@@ -121,7 +113,7 @@ class OrderProcessMachine(RuleBasedStateMachine):
                 outcome=outcome,
                 result={"key": key} if not fails else None,
                 error=ErrorInfo("declined", "no") if fails else None,
-            )
+            ).outgoing()
         )
 
     # --- rules -------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""What the queue-triggered functions do with a message no retry can fix."""
+"""Poison handling: what the queue-triggered functions do with a message no retry can fix."""
 
 from __future__ import annotations
 
@@ -8,17 +8,19 @@ import logging
 import azure.functions as func
 
 from shared.bootstrap import Container
-from shared.contract import PoisonProperty, Queue
-from shared.domain.messages import iso
-from shared.domain.model import Outgoing
+from shared.contract import PoisonProperty
+from shared.domain.messages import OperatorAlert
 from shared.ports import Poison
 
-log = logging.getLogger("orders.messages")
+log = logging.getLogger("orders.poison")
 
 INVALID = "invalid-message"
 UNKNOWN_ORDER = "unknown-order"
 UNKNOWN_STEP = "unknown-step"
 CONFLICT = "order-conflict"
+
+ALERT_BODY_BYTES = 2048
+"""How much of a poison message its operator alert carries."""
 
 
 def _order_id_of(body: bytes) -> str:
@@ -64,20 +66,13 @@ async def reject(
     order_id = _order_id_of(body)
     if not order_id:
         return
-    await bus.send(
-        [
-            Outgoing(
-                queue=Queue.OPERATOR_ALERTS,
-                message_id=f"{reason}:{queue}:{msg.message_id}",
-                body={
-                    "orderId": order_id,
-                    "reason": reason,
-                    "failureCount": 0,
-                    "lastError": f"{queue} message {msg.message_id}: {detail}",
-                    "at": iso(container.process.clock.now()),
-                    "queue": queue,
-                    "body": body[:2048].decode("utf-8", errors="replace"),
-                },
-            )
-        ]
+    alert = OperatorAlert(
+        order_id=order_id,
+        reason=reason,
+        failure_count=0,
+        last_error=f"{queue} message {msg.message_id}: {detail}",
+        at=container.process.clock.now(),
+        queue=queue,
+        body=body[:ALERT_BODY_BYTES].decode("utf-8", errors="replace"),
     )
+    await bus.send([alert.outgoing(f"{queue}:{msg.message_id}")])
