@@ -11,30 +11,29 @@ messages through the broker before stopping it.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from devhost.harness import services as commands
+from devhost.harness.ports import LOOPBACK, port_open
+from devhost.harness.process import Child, StartError
 from shared.contract import Setting
 from shared.domain.workflow import AGENTS
 
 log = logging.getLogger("devhost.services")
 
-LOOPBACK = "127.0.0.1"
 AZURITE_PORTS = {"blob": 10000, "queue": 10001, "table": 10002}
 BROKER_DEFAULT_PORT = 5672
 BROKER_CONTROL_PORT = 7073
 SIMULATOR_DEFAULT_PORT = 7072
 SERVICE_URL_SETTINGS = tuple(spec.service_url_setting for spec in AGENTS.values())
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+LOG_LEVEL = "INFO"
+"""The services log their lifecycle under .devhost/logs for the developer to read."""
 
 
 class ServiceStartError(Exception):
@@ -50,20 +49,12 @@ class ServiceSpec:
     ports: tuple[int, ...]
     endpoint: str
     ready_line: str | None = None
+    """A regex on the service's output; the open ports are the fallback."""
     missing_hint: str | None = None
     startup_timeout: float = 30.0
     env: Mapping[str, str] = field(default_factory=dict)
-    # Output that proves a clean shutdown finished, for processes that then linger.
     closed_marker: str | None = None
     closed_count: int = 1
-
-
-def port_open(port: int, host: str = LOOPBACK, timeout: float = 0.25) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def _connection_fields(connection_string: str) -> dict[str, str]:
@@ -99,84 +90,66 @@ def plan(
     """Decide from the settings alone which local services the app will talk to."""
     specs: list[ServiceSpec] = []
     if settings.get(Setting.STORAGE, "").strip().lower() == "usedevelopmentstorage=true":
-        azurite = root / "node_modules" / ".bin" / "azurite"
-        command = [
-            str(azurite),
-            "--silent",
-            "--skipApiVersionCheck",
-            "--loose",
-            "--location",
-            str(state_dir / "azurite"),
-        ]
-        for kind, port in AZURITE_PORTS.items():
-            command += [f"--{kind}Host", LOOPBACK, f"--{kind}Port", str(port)]
-        specs.append(
-            ServiceSpec(
-                name="azurite",
-                command=tuple(command),
-                ports=tuple(AZURITE_PORTS.values()),
-                endpoint=", ".join(f"{k} {LOOPBACK}:{p}" for k, p in AZURITE_PORTS.items()),
-                missing_hint=f"{azurite} not found: run npm ci in {root}",
-                # Azurite closes all three services on SIGTERM but node never exits.
-                closed_marker="successfully closed",
-                closed_count=len(AZURITE_PORTS),
-            )
-        )
+        specs.append(_azurite(root, state_dir))
     amqp_port = broker_port(settings.get(Setting.SERVICE_BUS, ""))
     if amqp_port is not None:
-        db = str(state_dir / "broker.sqlite3")
+        command = commands.broker_command(
+            port=amqp_port,
+            control_port=BROKER_CONTROL_PORT,
+            db=state_dir / "broker.sqlite3",
+            log_level=LOG_LEVEL,
+            python=python,
+        )
+        control = f"http://{LOOPBACK}:{BROKER_CONTROL_PORT}"
         specs.append(
             ServiceSpec(
                 name="broker",
-                command=(
-                    *(python, "-m", "devhost.broker", "--port", str(amqp_port), "--db", db),
-                    *("--control-port", str(BROKER_CONTROL_PORT)),
-                ),
+                command=tuple(command),
                 ports=(amqp_port,),
-                endpoint=f"amqp://{LOOPBACK}:{amqp_port} (control http://{LOOPBACK}:{BROKER_CONTROL_PORT})",
-                ready_line="broker listening on",
+                endpoint=f"amqp://{LOOPBACK}:{amqp_port} (control {control})",
+                ready_line=commands.BROKER_READY,
             )
         )
     http_port = simulator_port(settings)
     if http_port is not None:
-        db = str(state_dir / "simulator.sqlite3")
+        command = commands.simulator_command(
+            port=http_port,
+            seed=None,
+            db=state_dir / "simulator.sqlite3",
+            log_level=LOG_LEVEL,
+            python=python,
+        )
         specs.append(
             ServiceSpec(
                 name="simulator",
-                command=(python, "-m", "devhost.simulator", "--port", str(http_port), "--db", db),
+                command=tuple(command),
                 ports=(http_port,),
                 endpoint=f"http://{LOOPBACK}:{http_port}",
-                ready_line="simulator listening on",
+                ready_line=commands.SIMULATOR_READY,
             )
         )
     return specs
 
 
-@dataclass
-class Child:
-    """A process we started and therefore must stop."""
-
-    spec: ServiceSpec
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    reported_exit: bool = False
-
-    def output(self) -> str:
-        try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-
-    def closed_cleanly(self) -> bool:
-        marker = self.spec.closed_marker
-        return marker is not None and self.output().count(marker) >= self.spec.closed_count
-
-    def tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            return f"(no output: {exc})"
-        return "\n".join(text.splitlines()[-lines:]) or "(no output)"
+def _azurite(root: Path, state_dir: Path) -> ServiceSpec:
+    bin_dir = root / "node_modules" / ".bin"
+    command = commands.azurite_command(
+        table_port=AZURITE_PORTS["table"],
+        blob_port=AZURITE_PORTS["blob"],
+        queue_port=AZURITE_PORTS["queue"],
+        location=state_dir / "azurite",
+        bin_dir=bin_dir,
+    )
+    return ServiceSpec(
+        name="azurite",
+        command=tuple(command),
+        ports=tuple(AZURITE_PORTS.values()),
+        endpoint=", ".join(f"{k} {LOOPBACK}:{p}" for k, p in AZURITE_PORTS.items()),
+        missing_hint=commands.azurite_missing(Path(command[0])),
+        # Azurite closes all three services on SIGTERM but node never exits.
+        closed_marker=commands.AZURITE_CLOSED,
+        closed_count=len(AZURITE_PORTS),
+    )
 
 
 @dataclass(frozen=True)
@@ -194,6 +167,7 @@ class Services:
         self.state_dir = state_dir
         self.children: list[Child] = []
         self.endpoints: list[Endpoint] = []
+        self._reported: set[str] = set()
 
     def ensure_all(self, specs: Sequence[ServiceSpec]) -> None:
         for spec in specs:
@@ -210,112 +184,47 @@ class Services:
         executable = Path(spec.command[0])
         if executable.is_absolute() and not executable.exists():
             raise ServiceStartError(spec.missing_hint or f"{executable} not found")
-        child = self._spawn(spec)
-        self.children.append(child)
-        self._wait_ready(child)
-        self.endpoints.append(Endpoint(spec.name, spec.endpoint, "started"))
-        log.info("%s started on %s (pid %d)", spec.name, spec.endpoint, child.process.pid)
-
-    def _spawn(self, spec: ServiceSpec) -> Child:
-        logs = self.state_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        log_path = logs / f"{spec.name}.log"
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.root), env.get("PYTHONPATH")]))
-        env.update(spec.env)
-        with log_path.open("wb") as output:
-            process = subprocess.Popen(
-                spec.command,
-                cwd=self.root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return Child(spec, process, log_path)
-
-    def _wait_ready(self, child: Child) -> None:
-        spec = child.spec
-        deadline = time.monotonic() + spec.startup_timeout
-        while time.monotonic() < deadline:
-            code = child.process.poll()
-            if code is not None:
-                child.reported_exit = True
-                raise ServiceStartError(
-                    f"{spec.name} exited with code {code} during startup "
-                    f"(log {child.log_path}):\n{child.tail()}"
-                )
-            if self._is_ready(child):
-                return
-            time.sleep(0.1)
-        self._terminate(child, timeout=2.0)
-        raise ServiceStartError(
-            f"{spec.name} did not become ready within {spec.startup_timeout:.0f} s "
-            f"(log {child.log_path}):\n{child.tail()}"
+        child = Child(
+            spec.name,
+            spec.command,
+            self.state_dir / "logs" / f"{spec.name}.log",
+            env=spec.env,
+            cwd=self.root,
+            closed_marker=spec.closed_marker,
+            closed_count=spec.closed_count,
+            append=False,
         )
-
-    @staticmethod
-    def _is_ready(child: Child) -> bool:
-        # The ready line is the precise signal; open ports are the fallback so a
-        # reworded banner cannot make startup hang until the timeout.
-        if child.spec.ready_line is not None and child.spec.ready_line in child.output():
-            return True
-        return all(port_open(port) for port in child.spec.ports)
+        self.children.append(child.start())
+        try:
+            child.wait_ready(line=spec.ready_line, ports=spec.ports, timeout=spec.startup_timeout)
+        except StartError as exc:
+            self._reported.add(child.name)
+            child.stop(timeout=2.0)
+            raise ServiceStartError(str(exc)) from None
+        self.endpoints.append(Endpoint(spec.name, spec.endpoint, "started"))
+        log.info("%s started on %s (pid %d)", spec.name, spec.endpoint, child.pid)
 
     def check(self) -> None:
         """Report (once) a child that died while the host is running."""
         for child in self.children:
-            code = child.process.poll()
-            if code is not None and not child.reported_exit:
-                child.reported_exit = True
-                log.error(
-                    "%s exited unexpectedly with code %d (log %s):\n%s",
-                    child.spec.name,
-                    code,
-                    child.log_path,
-                    child.tail(),
-                )
+            if child.alive() or child.name in self._reported:
+                continue
+            self._reported.add(child.name)
+            log.error(
+                "%s exited unexpectedly with code %s (log %s):\n%s",
+                child.name,
+                child.returncode,
+                child.log_path,
+                child.tail(20),
+            )
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop what we started, newest first; services found running are not ours."""
         while self.children:
             child = self.children.pop()
-            self._terminate(child, timeout)
-
-    @staticmethod
-    def _terminate(child: Child, timeout: float) -> None:
-        process = child.process
-        if process.poll() is not None:
-            return
-        _signal_group(process, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                log.info("%s stopped", child.spec.name)
-                return
-            if child.closed_cleanly():
-                _signal_group(process, signal.SIGKILL)
-                process.wait()
-                log.info("%s stopped", child.spec.name)
-                return
-            time.sleep(0.05)
-        log.warning("%s did not stop within %.0f s: killing it", child.spec.name, timeout)
-        _signal_group(process, signal.SIGKILL)
-        process.wait()
-
-
-def _signal_group(process: subprocess.Popen[bytes], signum: signal.Signals) -> None:
-    # The child leads its own session, so signalling the group also reaches anything
-    # it spawned (Azurite's node workers).
-    try:
-        os.killpg(process.pid, signum)
-    except ProcessLookupError:
-        return
-    except PermissionError as exc:
-        log.warning("cannot signal process group %d (%s); signalling the child", process.pid, exc)
-        process.send_signal(signum)
+            if child.alive():
+                child.stop(timeout)
+                log.info("%s stopped", child.name)
 
 
 # What devhost itself keeps in the state folder. ``--fresh`` removes only these, so a

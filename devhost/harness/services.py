@@ -38,11 +38,13 @@ def azurite_command(
     blob_port: int | None = None,
     queue_port: int | None = None,
     location: Path | None = None,
+    bin_dir: Path = NODE_BIN,
 ) -> list[str]:
     """Azurite on loopback: in memory unless `location` is given; the table-only binary
     when only a table port is asked for (it starts faster and takes less memory)."""
     ports = {"blob": blob_port, "queue": queue_port, "table": table_port}
-    binary = AZURITE_TABLE if blob_port is None and queue_port is None else AZURITE
+    only_table = blob_port is None and queue_port is None
+    binary = bin_dir / ("azurite-table" if only_table else "azurite")
     command = [str(binary), "--silent", "--skipApiVersionCheck", "--loose"]
     command += ["--inMemoryPersistence"] if location is None else ["--location", str(location)]
     for kind, port in ports.items():

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from devhost.__main__ import SUBCOMMANDS, build_parser
-from devhost.services import port_open
+from devhost.harness.ports import port_open
 from tests.devhost.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,16 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from devhost.harness.ports import free_port, port_open
 from devhost.services import (
     Services,
     ServiceSpec,
     ServiceStartError,
     broker_port,
     plan,
-    port_open,
     wipe_state,
 )
-from tests.devhost.conftest import free_port
 
 EMULATOR = "Endpoint=sb://localhost:5680;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true"
 
@@ -61,7 +60,8 @@ def test_plan_follows_the_settings(tmp_path: Path) -> None:
     assert specs["azurite"].ports == (10000, 10001, 10002)
     broker_db = str(tmp_path / "state" / "broker.sqlite3")
     assert specs["broker"].command == (
-        "py", "-m", "devhost.broker", "--port", "5680", "--db", broker_db, "--control-port", "7073",
+        "py", "-m", "devhost.broker", "--port", "5680", "--control-port", "7073", "--db", broker_db,
+        "--log-level", "INFO",
     )  # fmt: skip
     assert specs["simulator"].ports == (7080,)
 
@@ -101,7 +101,7 @@ def test_child_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
     services.ensure(fake_spec(port, mode="ignore-term"))
     child = services.children[0]
     services.stop(timeout=0.5)
-    assert child.process.returncode is not None
+    assert child.returncode is not None
 
 
 def test_service_already_answering_is_left_alone(tmp_path: Path) -> None:
