@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -85,6 +87,19 @@ class SimClient:
         return await self.request(
             "POST", f"/{service}/{operation}", json=body, headers=headers, time_limit=time_limit
         )
+
+    async def outcome(self, service: str, key: str) -> Reply:
+        """Ask ``GET /{service}/operations/{key}``, the key percent-encoded like a client must."""
+        return await self.request("GET", f"/{service}/operations/{quote(key, safe='')}")
+
+    async def outcome_when(self, service: str, key: str, status: int) -> Reply:
+        """Ask until the answer has ``status``; for effects settling in the background."""
+        for _ in range(50):
+            reply = await self.outcome(service, key)
+            if reply.status == status:
+                return reply
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{service} {key}: still {reply.status} {reply.body}")
 
     async def put_faults(self, service: str, settings: Any) -> Reply:
         return await self.request("PUT", f"/_sim/faults/{service}", json=settings)
