@@ -3,9 +3,10 @@
 ``CountingStore`` and ``CountingBus`` wrap the real adapters and record, per calling
 function (a context variable set by a wrapper around each Functions entry point), how
 many times each port method ran, how long it took, how many Table Storage operations and
-entities that is, and which messages were sent. ``install()`` puts them into the app's
-composition root and around the indexed functions without changing ``shared/`` or
-``devhost/``; ``bench.instrumented_runtime`` does that inside ``python -m devhost``.
+entities that is, and which messages were sent. ``install()`` hands them to the
+composition root's port decorator hook (``shared.bootstrap.decorate_ports``) and wraps
+the indexed functions, without changing ``devhost/``; ``bench.instrumented_runtime``
+does that inside ``python -m devhost``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from shared import bootstrap
 from shared.adapters import table_rows
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
 from shared.ports import ConcurrencyConflict, MessageBus, Page, Poison, StateStore, WatchEntry
@@ -278,28 +280,22 @@ def wrap_specs(specs: list[Any], stats: Stats = STATS) -> None:
         specs[i] = replace(spec, func=wrapped)
 
 
+def counting(stats: Stats = STATS) -> bootstrap.PortDecorator:
+    """Counters outermost: above chaos faults, when a run injects them."""
+
+    def decorate(ports: bootstrap.Ports) -> bootstrap.Ports:
+        return bootstrap.Ports(CountingStore(ports.store, stats), CountingBus(ports.bus, stats))
+
+    return decorate
+
+
 def install(stats: Stats = STATS) -> None:
-    """Counting decorators into shared.bootstrap.build and around every function."""
+    """Counting decorators on the ports of every container built, and around every function."""
     import function_app  # noqa: PLC0415 - imported only when instrumenting
     from devhost.host.loader import functions_of  # noqa: PLC0415
-    from shared import bootstrap  # noqa: PLC0415
 
     wrap_specs(functions_of(function_app.app), stats)
-    original = bootstrap.build
-    if getattr(original, "__bench_wrapped__", False):
-        return
-
-    def build(settings: Any) -> Any:
-        container = original(settings)
-        container.process = replace(
-            container.process,
-            store=CountingStore(container.process.store, stats),
-            bus=CountingBus(container.process.bus, stats),
-        )
-        return container
-
-    build.__bench_wrapped__ = True  # type: ignore[attr-defined]
-    bootstrap.build = build
+    bootstrap.decorate_ports(counting(stats))
 
 
 def dump(path: Path, stats: Stats = STATS) -> None:

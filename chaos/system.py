@@ -21,8 +21,7 @@ import aiohttp
 
 from chaos.config import ChaosConfig
 from chaos.processes import Child, StartError, python
-from shared.bootstrap import CHAOS_SETTING
-from shared.contract import Queue, Setting
+from shared.contract import ChaosSetting, Queue, Setting
 from shared.domain.workflow import AGENTS
 from shared.settings import azurite_connection_string
 from tests.azurite import free_port, running_azurite
@@ -180,7 +179,7 @@ class ChaosSystem:
                 for name, spec in AGENTS.items()
             },
             Setting.INSTANCE_ID: slot.instance_id,
-            CHAOS_SETTING: str(self.config.chaos_fault_rate),
+            ChaosSetting.FAULT_RATE: str(self.config.chaos_fault_rate),
             **self.config.timings.settings(),
         }
 

@@ -7,7 +7,7 @@ setting is missing; the first invocation that needs a client builds them all.
 from __future__ import annotations
 
 import asyncio
-import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -80,10 +80,20 @@ class Container:
 AGENT_CAPACITY = 16
 """Requests one instance serves at once per agent queue: host.json maxConcurrentCalls."""
 
-CHAOS_SETTING = "ChaosFaultRate"
-"""Chaos runs only (never deployed): the chance that a store or bus call crashes."""
+
+@dataclass(frozen=True)
+class Ports:
+    """The two ports every process use case writes through, as a decorator sees them."""
+
+    store: StateStore
+    bus: MessageBus
+
+
+PortDecorator = Callable[[Ports], Ports]
+"""Wraps the built ports without the use cases knowing: chaos faults, bench's counters."""
 
 _current: tuple[asyncio.AbstractEventLoop, Container] | None = None
+_decorate: PortDecorator | None = None
 
 
 async def container() -> Container:
@@ -91,8 +101,15 @@ async def container() -> Container:
     global _current
     loop = asyncio.get_running_loop()
     if _current is None or _current[0] is not loop:
-        _current = (loop, build(Settings.from_env()))
+        _current = (loop, build(Settings.from_env(), _decorate))
     return _current[1]
+
+
+def decorate_ports(decorator: PortDecorator | None) -> None:
+    """Wrap the ports of every container built from now on (bench counts calls through
+    the app's own functions this way); None stops it. Never called in a deployed app."""
+    global _decorate
+    _decorate = decorator
 
 
 def use(container: Container) -> None:
@@ -121,13 +138,18 @@ def compose(
     remotes: dict[AgentName, RemoteService],
     clock: Clock | None = None,
     health: HealthStore | None = None,
+    decorate: PortDecorator | None = None,
 ) -> Container:
-    """Without a health store the ops records stay in memory (tests, tools)."""
+    """Without a health store the ops records stay in memory (tests, tools). `decorate`
+    wraps the store and the bus before any use case sees them."""
     health = health if health is not None else InMemoryHealthStore()
     clock = clock or SystemClock()
+    ports = Ports(store, bus)
+    if decorate is not None:
+        ports = decorate(ports)
     process = ProcessDeps(
-        store=store,
-        bus=bus,
+        store=ports.store,
+        bus=ports.bus,
         clock=clock,
         policy=settings.policy,
         instance_id=settings.instance_id,
@@ -141,9 +163,11 @@ def compose(
     )
 
 
-def build(settings: Settings) -> Container:
-    """`use_env_settings=False`: otherwise aiohttp reads proxy variables and ~/.netrc on
-    every storage request, in a thread; profiling showed a fifth of the worker's CPU there."""
+def build(settings: Settings, decorate: PortDecorator | None = None) -> Container:
+    """The real adapters; with a chaos fault rate set, crashes are injected beneath
+    `decorate`. `use_env_settings=False`: otherwise aiohttp reads proxy variables and
+    ~/.netrc on every storage request, in a thread; profiling showed a fifth of the
+    worker's CPU there."""
     credentials: dict[str | None, DefaultAzureCredential] = {}
 
     def identity(client_id: str | None) -> DefaultAzureCredential:
@@ -174,13 +198,21 @@ def build(settings: Settings) -> Container:
     remotes: dict[AgentName, RemoteService] = {
         name: HttpRemoteService(url, session) for name, url in settings.service_urls.items()
     }
-    store: StateStore = TableStateStore(tables, settings.state_table)
-    sender: MessageBus = bus
-    chaos_rate = float(os.environ.get(CHAOS_SETTING) or 0)
-    if chaos_rate > 0:
-        store = ChaosStateStore(store, chaos_rate)
-        sender = ChaosMessageBus(bus, chaos_rate)
+    store = TableStateStore(tables, settings.state_table)
     health = TableHealthStore(tables, settings.state_table)
-    built = compose(settings, store, sender, remotes, health=health)
+    if settings.chaos_fault_rate > 0:
+        decorate = _then(_chaos(settings.chaos_fault_rate), decorate)
+    built = compose(settings, store, bus, remotes, health=health, decorate=decorate)
     built.session = session
     return built
+
+
+def _chaos(rate: float) -> PortDecorator:
+    def inject(ports: Ports) -> Ports:
+        return Ports(ChaosStateStore(ports.store, rate), ChaosMessageBus(ports.bus, rate))
+
+    return inject
+
+
+def _then(inner: PortDecorator, outer: PortDecorator | None) -> PortDecorator:
+    return inner if outer is None else lambda ports: outer(inner(ports))

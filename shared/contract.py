@@ -106,6 +106,14 @@ class Setting:
     INSTANCE_ID: Final = "WEBSITE_INSTANCE_ID"
 
 
+class ChaosSetting:
+    """Test-only settings (docs/contract.md#6-settings): read by the code, set only by
+    chaos runs, never deployed, so absent from the Bicep and the local settings files."""
+
+    FAULT_RATE: Final = "ChaosFaultRate"
+    """The chance that a state-store or bus call crashes; 0 (off) unless a chaos run sets it."""
+
+
 class Route:
     """HTTP routes below /api (docs/contract.md#2-http-api)."""
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from shared.contract import Setting
+from shared.contract import ChaosSetting, Setting
 from shared.domain.model import ExhaustedPolicy
 from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import AGENTS, AgentName
@@ -54,6 +54,8 @@ class Settings:
     reply_to_allow_list: frozenset[str]
     service_urls: Mapping[AgentName, str]
     instance_id: str
+    chaos_fault_rate: float = 0.0
+    """Test-only (chaos runs): the chance that a state-store or bus call crashes."""
 
     @property
     def policy(self) -> ProcessPolicy:
@@ -93,6 +95,7 @@ class Settings:
             },
             instance_id=values.get(Setting.INSTANCE_ID)
             or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+            chaos_fault_rate=_number(values, ChaosSetting.FAULT_RATE, 0, minimum=0),
         )
 
 
