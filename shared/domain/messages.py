@@ -146,6 +146,8 @@ class Nudge(_Message):
     order_id: OrderId
     reason: str | None = None
 
+    _optional = frozenset({"reason"})
+
     def outgoing(
         self, version: int, *, high: bool = False, deliver_at: datetime | None = None
     ) -> Outgoing:
