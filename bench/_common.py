@@ -1,4 +1,4 @@
-"""Shared helpers of the benchmarks: statistics, machine facts, rich output, free ports."""
+"""Shared helpers of the benchmarks: statistics, machine facts, rich output."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import math
 import os
 import platform
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -19,15 +18,8 @@ from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-LOOPBACK = "127.0.0.1"
 
 console = Console(width=None if sys.stdout.isatty() else 170)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -18,7 +18,7 @@ import uuid
 from azure.servicebus import ServiceBusMessage
 
 from bench._common import console, fmt, print_machine, table
-from bench._stack import Stack
+from bench._stack import BenchStack
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
 from shared.domain.model import Outgoing
 
@@ -27,8 +27,8 @@ BATCH = 20
 
 async def run(messages: int) -> list[tuple[str, float]]:
     out: list[tuple[str, float]] = []
-    async with Stack("bus-sends", start_runtime=False) as stack:
-        bus = ServiceBusMessageBus.from_connection_string(stack.connection_string)
+    async with BenchStack("bus-sends", runtimes=()) as stack:
+        bus = ServiceBusMessageBus.from_connection_string(stack.service_bus_connection_string)
         try:
             await bus.send([Outgoing("order-status", f"warm-{uuid.uuid4().hex}", {"x": 1})])
             started = time.perf_counter()

@@ -26,8 +26,8 @@ import aiohttp
 
 from bench._common import RESULTS, console, fmt, print_machine, table
 from bench._instrument import TABLE_KIND
-from bench._load import Load, StatusQueue, run_load
-from bench._stack import Stack, Timings, get_json, set_faults
+from bench._stack import BenchStack, Timings, set_faults
+from devhost.harness.load import Load, StatusQueue, run_load
 from shared.domain.workflow import ORDER_FULFILMENT
 
 STEPS = [s.name for s in ORDER_FULFILMENT.steps]
@@ -192,33 +192,34 @@ def aim_table(summary: dict[str, dict[str, float]], roles: dict[str, Any], order
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     timings = Timings(step_timeout=30, pending_timeout=60, supervisor_period=5)
     async with (
-        Stack("cost", timings=timings, seed=args.seed, instrument=True) as stack,
+        BenchStack("cost", timings, seed=args.seed, instrument=True) as stack,
         aiohttp.ClientSession() as session,
     ):
-        await set_faults(session, stack.simulator_url, 0.0, args.latency_ms)
+        broker = stack.broker(session)
+        await set_faults(stack.simulator(session), 0.0, args.latency_ms)
         tag = uuid.uuid4().hex[:6]
         await run_load(
-            f"{stack.api}/orders",
+            stack.api(),
             [f"warm-{tag}-{i}" for i in range(5)],
             Load(concurrency=5),
-            StatusQueue(stack.connection_string),
+            StatusQueue(stack.service_bus_connection_string),
             timeout=60,
         )
         await asyncio.sleep(1.0)  # the last unwatch follows the Processed notification
         await stack.runtime_stats(reset=True)
-        broker_before = await get_json(session, f"{stack.broker_control_url}/_broker/stats")
+        broker_before = await broker.stats()
         started = time.monotonic()
         result = await run_load(
-            f"{stack.api}/orders",
+            stack.api(),
             [f"cost-{tag}-{i:05d}" for i in range(args.orders)],
             Load(concurrency=args.concurrency),
-            StatusQueue(stack.connection_string),
+            StatusQueue(stack.service_bus_connection_string),
             timeout=args.timeout,
         )
         await asyncio.sleep(1.5)
         elapsed = time.monotonic() - started
         stats = await stack.runtime_stats()
-        broker_after = await get_json(session, f"{stack.broker_control_url}/_broker/stats")
+        broker_after = await broker.stats()
     sent_by_queue = {
         q: int(broker_after[q]["sent"]) - int(broker_before.get(q, {}).get("sent", 0))
         for q in broker_after

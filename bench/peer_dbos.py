@@ -32,18 +32,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bench._common import (
-    LOOPBACK,
-    RESULTS,
-    CpuMeter,
-    console,
-    cpu_table,
-    free_port,
-    print_machine,
-)
-from bench._load import CompletionsFeed, Load, run_load
+from bench._common import RESULTS, CpuMeter, console, cpu_table, print_machine
 from bench._profile import Recorder
-from bench._stack import Child, get_json, set_faults, wait_for_port, wait_healthy
+from bench._stack import set_faults
 from bench.throughput import (
     RunSummary,
     add_load_options,
@@ -52,6 +43,11 @@ from bench.throughput import (
     results_table,
     save,
 )
+from devhost.harness.clients import AppClient, SimulatorControl
+from devhost.harness.load import CompletionsFeed, Load, run_load
+from devhost.harness.ports import LOOPBACK, free_port
+from devhost.harness.process import Child
+from devhost.harness.services import simulator_command
 
 # -- the peer application (runs in its own process) ----------------------------------------
 
@@ -221,27 +217,15 @@ async def serve(port: int, db: Path, simulator: str) -> None:
 # -- the benchmark (runs in the driver) ------------------------------------------------------
 
 
-async def measure_peer(args: argparse.Namespace) -> list[RunSummary]:
-    load = Load(rate=args.rate) if args.rate else Load(concurrency=args.concurrency)
-    run_dir = RESULTS / f"peer-{time.strftime('%Y%m%d-%H%M%S')}"
-    work = Path(tempfile.mkdtemp(prefix="bench-peer-"))
-    sim_port, peer_port = free_port(), free_port()
+def _children(
+    args: argparse.Namespace, run_dir: Path, work: Path, sim_port: int, peer_port: int
+) -> tuple[Child, Child]:
+    """The simulator and the DBOS peer, logging under `run_dir`."""
     simulator = Child(
         "simulator",
-        [
-            sys.executable,
-            "-m",
-            "devhost.simulator",
-            "--port",
-            str(sim_port),
-            "--seed",
-            str(args.seed),
-            "--log-level",
-            "WARNING",
-        ],
+        simulator_command(port=sim_port, seed=args.seed),
         run_dir / "logs" / "simulator.log",
     )
-    sim_url = f"http://{LOOPBACK}:{sim_port}"
     peer = Child(
         "dbos peer",
         [
@@ -254,43 +238,67 @@ async def measure_peer(args: argparse.Namespace) -> list[RunSummary]:
             "--db",
             str(work / "dbos.sqlite"),
             "--simulator",
-            sim_url,
+            f"http://{LOOPBACK}:{sim_port}",
         ],
         run_dir / "logs" / "peer.log",
     )
+    return simulator, peer
+
+
+async def measure_peer(args: argparse.Namespace) -> list[RunSummary]:
+    load = Load(rate=args.rate) if args.rate else Load(concurrency=args.concurrency)
+    run_dir = RESULTS / f"peer-{time.strftime('%Y%m%d-%H%M%S')}"
+    work = Path(tempfile.mkdtemp(prefix="bench-peer-"))
+    sim_port, peer_port = free_port(), free_port()
     base = f"http://{LOOPBACK}:{peer_port}"
+    simulator, peer = _children(args, run_dir, work, sim_port, peer_port)
     runs: list[RunSummary] = []
     try:
         simulator.start()
-        wait_for_port(simulator, sim_port)
+        simulator.wait_ready(ports=(sim_port,))
         peer.start()
-        await wait_healthy(f"{base}/api/health", peer)
         async with aiohttp.ClientSession() as session:
+            await AppClient(session, f"{base}/api").wait_healthy(child=peer)
+            control = SimulatorControl(session, f"http://{LOOPBACK}:{sim_port}")
             for rate in args.fault_rates:
-                await set_faults(session, sim_url, rate, args.latency_ms)
-                tag = uuid.uuid4().hex[:6]
-                if args.warmup:
-                    await run_load(
-                        f"{base}/api/orders",
-                        [f"warm-{tag}-{i:04d}" for i in range(args.warmup)],
-                        Load(concurrency=min(args.warmup, 16)),
-                        CompletionsFeed(base),
-                        timeout=120,
-                    )
-                async with session.delete(f"{sim_url}/_sim/stats"):
-                    pass
-                runs.append(
-                    await _measure_one(args, rate, load, base, peer, simulator, tag, run_dir)
+                summary = await _measure_rate(
+                    args, rate, load, base, control, (peer, simulator), run_dir
                 )
-                stats = await get_json(session, f"{sim_url}/_sim/stats")
-                runs[-1].retries = sum(
-                    int(s.get("transientErrors", 0)) for s in stats.values() if isinstance(s, dict)
-                )
+                runs.append(summary)
     finally:
         peer.stop()
         simulator.stop()
         shutil.rmtree(work, ignore_errors=True)
     return runs
+
+
+async def _measure_rate(
+    args: argparse.Namespace,
+    rate: float,
+    load: Load,
+    base: str,
+    control: SimulatorControl,
+    children: tuple[Child, Child],
+    run_dir: Path,
+) -> RunSummary:
+    """Warm-up, then one measured run at one fault rate; remote retries from the simulator."""
+    await set_faults(control, rate, args.latency_ms)
+    tag = uuid.uuid4().hex[:6]
+    if args.warmup:
+        await run_load(
+            f"{base}/api",
+            [f"warm-{tag}-{i:04d}" for i in range(args.warmup)],
+            Load(concurrency=min(args.warmup, 16)),
+            CompletionsFeed(base),
+            timeout=120,
+        )
+    await control.clear_stats()
+    summary = await _measure_one(args, rate, load, base, *children, tag, run_dir)
+    stats = await control.stats()
+    summary.retries = sum(
+        int(s.get("transientErrors", 0)) for s in stats.values() if isinstance(s, dict)
+    )
+    return summary
 
 
 async def _measure_one(
@@ -317,7 +325,7 @@ async def _measure_one(
     with progress_bar() as progress:
         task = progress.add_task(f"DBOS, {rate:.0%} faults", total=args.orders)
         result = await run_load(
-            f"{base}/api/orders",
+            f"{base}/api",
             [f"dbos-{tag}-{i:05d}" for i in range(args.orders)],
             load,
             CompletionsFeed(base),

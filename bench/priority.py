@@ -19,11 +19,9 @@ import contextlib
 import json
 import math
 import os
-import random
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from typing import Any
 
 import aiohttp
@@ -40,9 +38,18 @@ from bench._common import (
     ratio,
     table,
 )
-from bench._load import DONE, Load, StatusQueue, Tracked, _post, order_body, run_load
-from bench._stack import Stack, Timings, get_json, put_json, set_faults
+from bench._stack import BenchStack, Timings, set_faults
 from bench.throughput import hop_breakdown, hops_table, progress_bar
+from devhost.harness.clients import BrokerControl, ControlError, SimulatorControl
+from devhost.harness.load import (
+    DONE,
+    Load,
+    LoadRun,
+    StatusQueue,
+    Tracked,
+    plan,
+    run_load,
+)
 from shared.contract import Queue, Setting
 from shared.domain.workflow import AGENTS
 
@@ -109,18 +116,15 @@ def _div(a: float, b: float) -> float:
     return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
 
 
-async def _queue_counters(session: aiohttp.ClientSession, stack: Stack) -> dict[str, Any]:
-    stats: dict[str, Any] = await get_json(session, f"{stack.broker_control_url}/_broker/stats")
-    return stats
+async def _queue_counters(broker: BrokerControl) -> dict[str, Any]:
+    return await broker.stats()
 
 
-async def _watch_depths(
-    session: aiohttp.ClientSession, stack: Stack, peak: dict[str, int], stop: asyncio.Event
-) -> None:
+async def _watch_depths(broker: BrokerControl, peak: dict[str, int], stop: asyncio.Event) -> None:
     """The deepest backlog (ready messages) seen per queue, sampled twice a second."""
     while not stop.is_set():
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError):
-            stats = await _queue_counters(session, stack)
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, OSError, ControlError):
+            stats = await _queue_counters(broker)
             for queue in WATCHED_QUEUES:
                 active = int(stats.get(queue, {}).get("active", 0))
                 peak[queue] = max(peak.get(queue, 0), active)
@@ -128,116 +132,117 @@ async def _watch_depths(
             await asyncio.wait_for(stop.wait(), 0.5)
 
 
-async def drive(
-    stack: Stack, args: argparse.Namespace, mode: str, session: aiohttp.ClientSession
-) -> PriorityRun:
-    """The backlog, then the trickle while it drains; waits until every order finished."""
-    tag = uuid.uuid4().hex[:6]
-    rng = random.Random(args.seed)
-    backlog = [Tracked(f"prio-{tag}-n{i:04d}") for i in range(args.normal)]
-    trickle = [Tracked(f"prio-{tag}-h{i:03d}") for i in range(args.high)]
-    tracked = {o.order_id: o for o in (*backlog, *trickle)}
-    bodies = {o.order_id: order_body(o.order_id, rng) for o in tracked.values()}
-    sent_as = "high" if mode == "lanes" else "normal"
-    for order in trickle:
-        bodies[order.order_id]["priority"] = sent_as
-    url = f"{stack.api}/orders"
+@dataclass
+class Classes:
+    """The two classes of a run: the backlog, and the trickle sent as `sent_as`."""
 
-    total = len(tracked)
-    finished = 0
-    all_done = asyncio.Event()
+    backlog: list[Tracked]
+    trickle: list[Tracked]
+    sent_as: str
 
-    with progress_bar() as progress:
-        task = progress.add_task(mode, total=total)
+    @classmethod
+    def plan(cls, args: argparse.Namespace, mode: str) -> Classes:
+        tag = uuid.uuid4().hex[:6]
+        ids = [f"prio-{tag}-n{i:04d}" for i in range(args.normal)]
+        ids += [f"prio-{tag}-h{i:03d}" for i in range(args.high)]
+        orders = plan(ids, args.seed)
+        sent_as = "high" if mode == "lanes" else "normal"
+        trickle = orders[args.normal :]
+        for order in trickle:
+            order.body["priority"] = sent_as
+        return cls(orders[: args.normal], trickle, sent_as)
 
-        def on_event(order_id: str, status: str, at: datetime | None) -> None:
-            nonlocal finished
-            order = tracked.get(order_id)
-            if order is None:
-                return
-            if status == "Received" and at is not None:
-                order.created_at = at
-            elif status in DONE and order.state not in DONE:
-                order.state, order.finished_at, order.observed = status, at, time.monotonic()
-                finished += 1
-                progress.update(task, completed=finished)
-                if finished == total:
-                    all_done.set()
 
-        stop = asyncio.Event()
-        source = StatusQueue(stack.connection_string)
-        watcher = asyncio.create_task(source.run(on_event, stop))
-        peak: dict[str, int] = {}
-        depths = asyncio.create_task(_watch_depths(session, stack, peak, stop))
-        before = await _queue_counters(session, stack)
-        meter = CpuMeter({**stack.pids(), "driver (this process)": os.getpid()})
-        meter.start()
-        started = time.monotonic()
-        submit_seconds = math.nan
+async def _submit_classes(run: LoadRun, args: argparse.Namespace, classes: Classes) -> float:
+    """The backlog at once, then the trickle paced; returns the backlog's submit seconds."""
+    # The backlog's client and the trickle's client are separate applications:
+    # separate connection pools, so the trickle's POSTs do not queue behind 600.
+    async with (
+        aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=args.submit_concurrency),
+            timeout=aiohttp.ClientTimeout(total=60),
+        ) as bulk,
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as urgent,
+    ):
+        await run.submit(bulk, classes.backlog)
+        submit_seconds = run.submit_seconds
+        await asyncio.sleep(args.delay)
+        paced = Load(rate=1 / args.interval) if args.interval else Load()
+        await run.submit(urgent, classes.trickle, load=paced)
+    return submit_seconds
+
+
+async def _load_classes(
+    stack: BenchStack,
+    broker: BrokerControl,
+    args: argparse.Namespace,
+    classes: Classes,
+    run: LoadRun,
+) -> tuple[float, dict[str, int], CpuMeter]:
+    """Submit and follow both classes while watching queue depths and CPU."""
+    peak: dict[str, int] = {}
+    stop = asyncio.Event()
+    depths = asyncio.create_task(_watch_depths(broker, peak, stop))
+    meter = CpuMeter({**stack.pids(), "driver (this process)": os.getpid()})
+    meter.start()
+    submit_seconds = math.nan
+    try:
+        async with run.following(StatusQueue(stack.service_bus_connection_string)):
+            submit_seconds = await _submit_classes(run, args, classes)
+            await run.wait()
+    finally:
+        meter.stop()
+        stop.set()
         try:
-            # The backlog's client and the trickle's client are separate applications:
-            # separate connection pools, so the trickle's POSTs do not queue behind 600.
-            async with (
-                aiohttp.ClientSession(
-                    connector=aiohttp.TCPConnector(limit=args.submit_concurrency),
-                    timeout=aiohttp.ClientTimeout(total=60),
-                ) as bulk,
-                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as urgent,
-            ):
+            await asyncio.wait_for(depths, 10)
+        except (TimeoutError, asyncio.CancelledError):
+            depths.cancel()
+    return submit_seconds, peak, meter
 
-                async def submit(client: aiohttp.ClientSession, order: Tracked) -> None:
-                    order.submitted = time.monotonic()
-                    await _post(client, url, bodies[order.order_id])
-                    order.accepted = time.monotonic()
 
-                await asyncio.gather(*(submit(bulk, o) for o in backlog))
-                submit_seconds = time.monotonic() - started
-                await asyncio.sleep(args.delay)
-                trickle_started = time.monotonic()
-
-                async def paced(i: int, order: Tracked) -> None:
-                    await asyncio.sleep(
-                        max(trickle_started + i * args.interval - time.monotonic(), 0)
-                    )
-                    await submit(urgent, order)
-
-                await asyncio.gather(*(paced(i, o) for i, o in enumerate(trickle)))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        all_done.wait(), max(started + args.timeout - time.monotonic(), 0)
-                    )
-        finally:
-            meter.stop()
-            stop.set()
-            for job in (watcher, depths):
-                try:
-                    await asyncio.wait_for(job, 10)
-                except (TimeoutError, asyncio.CancelledError):
-                    job.cancel()
-    after = await _queue_counters(session, stack)
-    if watcher.done() and not watcher.cancelled() and (exc := watcher.exception()) is not None:
-        raise RuntimeError(f"completion source failed: {exc!r}") from exc
-
-    high_lanes = [spec.high_priority_queue for spec in AGENTS.values()]
-    sent = {
-        q: int(after.get(q, {}).get("sent", 0)) - int(before.get(q, {}).get("sent", 0))
-        for q in high_lanes
-    }
-    intake = [o.created_at for o in backlog if o.created_at is not None]
-    ends = [o.finished_at for o in backlog if o.finished_at is not None]
+def _drain(classes: Classes) -> tuple[float, tuple[float, float]]:
+    """Backlog drain seconds and the trickle's intake window, on the server clock."""
+    intake = [o.created_at for o in classes.backlog if o.created_at is not None]
+    ends = [o.finished_at for o in classes.backlog if o.finished_at is not None]
     first = min(intake) if intake else None
     drain = (max(ends) - first).total_seconds() if first and ends else math.nan
-    trickle_in = [o.created_at for o in trickle if o.created_at is not None]
+    trickle_in = [o.created_at for o in classes.trickle if o.created_at is not None]
     window = (
         ((min(trickle_in) - first).total_seconds(), (max(trickle_in) - first).total_seconds())
         if first and trickle_in
         else (math.nan, math.nan)
     )
+    return drain, window
+
+
+async def drive(
+    stack: BenchStack, args: argparse.Namespace, mode: str, session: aiohttp.ClientSession
+) -> PriorityRun:
+    """The backlog, then the trickle while it drains; waits until every order finished."""
+    classes = Classes.plan(args, mode)
+    broker = stack.broker(session)
+    with progress_bar() as progress:
+        task = progress.add_task(mode, total=len(classes.backlog) + len(classes.trickle))
+        run = LoadRun(
+            [*classes.backlog, *classes.trickle],
+            Load(),
+            [("runtime", stack.api())],
+            timeout=args.timeout,
+        )
+        run.on_finished = lambda _: progress.update(task, completed=run.finished)
+        before = await _queue_counters(broker)
+        submit_seconds, peak, meter = await _load_classes(stack, broker, args, classes, run)
+    after = await _queue_counters(broker)
+    sent = {
+        q: int(after.get(q, {}).get("sent", 0)) - int(before.get(q, {}).get("sent", 0))
+        for q in (spec.high_priority_queue for spec in AGENTS.values())
+    }
+    drain, window = _drain(classes)
     trickle_name = "high-priority trickle" if mode == "lanes" else "trickle, sent as normal"
-    run = PriorityRun(
+    result = PriorityRun(
         mode=mode,
-        backlog=ClassSummary.of("normal backlog", "normal", backlog),
-        trickle=ClassSummary.of(trickle_name, sent_as, trickle),
+        backlog=ClassSummary.of("normal backlog", "normal", classes.backlog),
+        trickle=ClassSummary.of(trickle_name, classes.sent_as, classes.trickle),
         submit_seconds=submit_seconds,
         drain_seconds=drain,
         trickle_window=window,
@@ -247,50 +252,43 @@ async def drive(
         cpu_wall=meter.wall,
         machine_busy=meter.machine_busy,
     )
-    sample = backlog[:: max(1, len(backlog) // 40)]
-    for name, orders in (("backlog", sample), ("trickle", trickle)):
-        hops = await hop_breakdown(session, stack.api, [o.order_id for o in orders])
-        run.hops[name] = {hop: asdict(h) for hop, h in hops.items()}
+    sample = classes.backlog[:: max(1, len(classes.backlog) // 40)]
+    for name, orders in (("backlog", sample), ("trickle", classes.trickle)):
+        hops = await hop_breakdown(stack.app(session), [o.order_id for o in orders])
+        result.hops[name] = {hop: asdict(h) for hop, h in hops.items()}
         console.print(hops_table(f"latency by hop, {mode}: {name} (sample)", hops))
     console.print(cpu_table(meter, f"CPU during the {mode} run"))
-    return run
+    return result
 
 
 async def warm_high_lanes(
-    stack: Stack, session: aiohttp.ClientSession, count: int, seed: int
+    stack: BenchStack, session: aiohttp.ClientSession, count: int, seed: int
 ) -> None:
     """A few high-priority orders through, so the run does not pay for opening the
     high lanes' sender links (the first send to a queue opens one, under a lock)."""
-    rng = random.Random(seed)
-    ids = [f"warm-high-{uuid.uuid4().hex[:6]}-{i}" for i in range(count)]
-    await asyncio.gather(
-        *(
-            _post(session, f"{stack.api}/orders", {**order_body(i, rng), "priority": "high"})
-            for i in ids
-        )
-    )
-    pending = set(ids)
+    orders = plan([f"warm-high-{uuid.uuid4().hex[:6]}-{i}" for i in range(count)], seed)
+    for order in orders:
+        order.body["priority"] = "high"
+    await LoadRun(orders, Load(), [("runtime", stack.api())]).submit(session)
+    app = stack.app(session)
+    pending = {o.order_id for o in orders}
     end = time.monotonic() + 60
     while pending and time.monotonic() < end:
         await asyncio.sleep(0.2)
         for order_id in list(pending):
-            view = await get_json(session, f"{stack.api}/orders/{order_id}")
+            view = await app.order(order_id)
             if view.get("processState") in DONE:
                 pending.discard(order_id)
     if pending:
         console.print(f"[yellow]{len(pending)} high-priority warm-up orders did not finish[/]")
 
 
-async def set_latency(
-    session: aiohttp.ClientSession, stack: Stack, latency_ms: int, jitter_ms: int
-) -> None:
-    await set_faults(session, stack.simulator_url, 0.0, latency_ms, jitter_ms)
+async def set_latency(simulator: SimulatorControl, latency_ms: int, jitter_ms: int) -> None:
+    await set_faults(simulator, 0.0, latency_ms, jitter_ms)
     # Routing may move charge-payment to the secondary provider when the primary is
     # full: give it the same latency, or it would be a free extra lane.
-    await put_json(
-        session,
-        f"{stack.simulator_url}/_sim/faults/payment-secondary",
-        {"transientErrorRate": 0.0, "latencyMs": latency_ms, "latencyJitterMs": jitter_ms},
+    await simulator.set_faults(
+        "payment-secondary", transientErrorRate=0.0, latencyMs=latency_ms, latencyJitterMs=jitter_ms
     )
 
 
@@ -300,29 +298,30 @@ async def measure(args: argparse.Namespace) -> list[PriorityRun]:
         pending_timeout=args.step_timeout,
         supervisor_period=5,
     )
-    env = {Setting.HIGH_PRIORITY_STEP_TIMEOUT_SECONDS: str(args.high_step_timeout)}
+    extra = {Setting.HIGH_PRIORITY_STEP_TIMEOUT_SECONDS: str(args.high_step_timeout)}
     runs: list[PriorityRun] = []
-    async with Stack("priority", timings=timings, seed=args.seed, runtime_env=env) as stack:
+    async with BenchStack("priority", timings, seed=args.seed, settings=extra) as stack:
         console.print(f"[dim]{stack.describe()}[/]")
         async with aiohttp.ClientSession() as session:
+            simulator = stack.simulator(session)
             for i, mode in enumerate(args.modes):
                 if i:
                     await stack.fresh_table()
                 if args.warmup:
                     # Quick calls for the warm-up; normal and high lanes (in both modes, so
                     # the runs differ only in how the trickle is sent) at the same time.
-                    await set_latency(session, stack, WARMUP_LATENCY_MS, 0)
+                    await set_latency(simulator, WARMUP_LATENCY_MS, 0)
                     await asyncio.gather(
                         run_load(
-                            f"{stack.api}/orders",
+                            stack.api(),
                             [f"warm-{uuid.uuid4().hex[:6]}-{j:03d}" for j in range(args.warmup)],
                             Load(concurrency=min(args.warmup, 16)),
-                            StatusQueue(stack.connection_string),
+                            StatusQueue(stack.service_bus_connection_string),
                             timeout=120,
                         ),
                         warm_high_lanes(stack, session, min(args.warmup, 4), args.seed),
                     )
-                await set_latency(session, stack, args.latency_ms, args.jitter_ms)
+                await set_latency(simulator, args.latency_ms, args.jitter_ms)
                 runs.append(await drive(stack, args, mode, session))
     return runs
 

@@ -36,8 +36,9 @@ from typing import Any
 import aiohttp
 
 from bench._common import RESULTS, console, fmt, print_machine, table
-from bench._load import Load, LoadResult, StatusQueue, parse_time, run_load
-from bench._stack import Stack, Timings, get_json, put_json, set_faults
+from bench._stack import BenchStack, Timings, set_faults
+from devhost.harness.clients import AppClient, SimulatorControl
+from devhost.harness.load import Load, LoadResult, StatusQueue, parse_time, run_load
 from shared.resilience import CircuitBreaker
 
 PAYMENT = "charge-payment"
@@ -88,22 +89,22 @@ def payment_dispatches(view: dict[str, Any]) -> list[datetime]:
     ]
 
 
-async def views(session: aiohttp.ClientSession, api: str, ids: list[str]) -> list[dict[str, Any]]:
-    return [await get_json(session, f"{api}/orders/{order_id}") for order_id in ids]
+async def views(app: AppClient, ids: list[str]) -> list[dict[str, Any]]:
+    return [await app.order(order_id) for order_id in ids]
 
 
-async def baseline(stack: Stack, session: aiohttp.ClientSession, count: int) -> float:
+async def baseline(stack: BenchStack, session: aiohttp.ClientSession, count: int) -> float:
     """Slowest fault-free 'payment dispatched -> Processed' of a few orders (seconds)."""
     ids = [f"base-{uuid.uuid4().hex[:6]}-{i}" for i in range(count)]
     await run_load(
-        f"{stack.api}/orders",
+        stack.api(),
         ids,
         Load(concurrency=count),
-        StatusQueue(stack.connection_string),
+        StatusQueue(stack.service_bus_connection_string),
         timeout=60,
     )
     rests = []
-    for view in await views(session, stack.api, ids):
+    for view in await views(stack.app(session), ids):
         dispatched = payment_dispatches(view)
         done = _first(_events(view), "processed", dispatched[0]) if dispatched else None
         if dispatched and done:
@@ -164,46 +165,43 @@ async def _until(check: Any, timeout: float, what: str) -> None:
     raise TimeoutError(f"{what} did not happen within {timeout:.0f} s")
 
 
-def _start_load(stack: Stack, ids: list[str], timeout: float) -> asyncio.Task[Any]:
+def _start_load(stack: BenchStack, ids: list[str], timeout: float) -> asyncio.Task[Any]:
     """Every order of the scenario in flight at once, completions read from order-status."""
     return asyncio.create_task(
         run_load(
-            f"{stack.api}/orders",
+            stack.api(),
             ids,
             Load(concurrency=len(ids)),
-            StatusQueue(stack.connection_string),
+            StatusQueue(stack.service_bus_connection_string),
             timeout=timeout,
         )
     )
 
 
-async def _payment_stat(session: aiohttp.ClientSession, stack: Stack, key: str) -> int:
-    stats = await get_json(session, f"{stack.simulator_url}/_sim/stats")
+async def _payment_stat(simulator: SimulatorControl, key: str) -> int:
+    stats = await simulator.stats()
     return int(stats.get("payment", {}).get(key, 0))
 
 
 async def agent_hang(
-    stack: Stack, session: aiohttp.ClientSession, args: argparse.Namespace, rest: float
+    stack: BenchStack, session: aiohttp.ClientSession, args: argparse.Namespace, rest: float
 ) -> list[Recovery]:
     ids = [f"hang-{uuid.uuid4().hex[:6]}-{i}" for i in range(args.orders)]
-    hangs_before = await _payment_stat(session, stack, "hangs")
-    await put_json(
-        session,
-        f"{stack.simulator_url}/_sim/faults/payment",
-        {"hangRate": 1.0, "hangSeconds": 300, "latencyMs": args.latency_ms},
-    )
+    simulator = stack.simulator(session)
+    hangs_before = await _payment_stat(simulator, "hangs")
+    await simulator.set_faults("payment", hangRate=1.0, hangSeconds=300, latencyMs=args.latency_ms)
     load = _start_load(stack, ids, args.timeout)
 
     async def all_hung() -> bool:
-        return await _payment_stat(session, stack, "hangs") - hangs_before >= len(ids)
+        return await _payment_stat(simulator, "hangs") - hangs_before >= len(ids)
 
     await _until(all_hung, 60, "a hung payment call for every order")
-    await set_faults(session, stack.simulator_url, 0.0, args.latency_ms)
+    await set_faults(simulator, 0.0, args.latency_ms)
     result: LoadResult = await load
     out = []
     ready = datetime.fromtimestamp(0, UTC)
     tripped = len(ids) >= breaker_defaults()[0]
-    for view in await views(session, stack.api, ids):
+    for view in await views(stack.app(session), ids):
         dispatched = payment_dispatches(view)
         out.append(
             recovery_of(
@@ -212,7 +210,7 @@ async def agent_hang(
                 dispatched[0],
                 dispatched[0],
                 ready,
-                stack.timings,
+                timings_of(args),
                 rest,
                 breaker_tripped=tripped,
             )
@@ -222,34 +220,33 @@ async def agent_hang(
 
 
 async def runtime_killed(
-    stack: Stack, session: aiohttp.ClientSession, args: argparse.Namespace, rest: float
+    stack: BenchStack, session: aiohttp.ClientSession, args: argparse.Namespace, rest: float
 ) -> tuple[list[Recovery], float]:
     ids = [f"kill-{uuid.uuid4().hex[:6]}-{i}" for i in range(args.orders)]
-    calls_before = await _payment_stat(session, stack, "calls")
-    await put_json(
-        session, f"{stack.simulator_url}/_sim/faults/payment", {"latencyMs": args.slow_ms}
-    )
+    simulator = stack.simulator(session)
+    calls_before = await _payment_stat(simulator, "calls")
+    await simulator.set_faults("payment", latencyMs=args.slow_ms)
     load = _start_load(stack, ids, args.timeout)
 
     async def all_in_payment() -> bool:
-        return await _payment_stat(session, stack, "calls") - calls_before >= len(ids)
+        return await _payment_stat(simulator, "calls") - calls_before >= len(ids)
 
     await _until(all_in_payment, 60, "a payment call for every order")
     crash_at = datetime.now(UTC)
-    stack.runtime.kill()
-    await set_faults(session, stack.simulator_url, 0.0, args.latency_ms)
+    stack.kill_runtime("a")
+    await set_faults(simulator, 0.0, args.latency_ms)
     await asyncio.sleep(args.down)
-    restart_seconds = await stack.start_runtime()
+    stack.start_runtime("a")
+    await stack.wait_healthy(session, "a")
     ready_at = datetime.now(UTC)
     await load
     out = []
-    for view in await views(session, stack.api, ids):
+    for view in await views(stack.app(session), ids):
         before = [at for at in payment_dispatches(view) if at <= crash_at]
         first = before[-1] if before else crash_at
         out.append(
-            recovery_of("runtime killed", view, crash_at, first, ready_at, stack.timings, rest)
+            recovery_of("runtime killed", view, crash_at, first, ready_at, timings_of(args), rest)
         )
-    _ = restart_seconds
     return out, (ready_at - crash_at).total_seconds()
 
 
@@ -306,15 +303,19 @@ def report(rows: list[Recovery], t: Timings, rest: float) -> None:
     )
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    timings = Timings(
+def timings_of(args: argparse.Namespace) -> Timings:
+    return Timings(
         step_timeout=args.step_timeout, pending_timeout=30, supervisor_period=args.period
     )
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    timings = timings_of(args)
     async with (
-        Stack("recovery", timings=timings, seed=args.seed) as stack,
+        BenchStack("recovery", timings, seed=args.seed) as stack,
         aiohttp.ClientSession() as session,
     ):
-        await set_faults(session, stack.simulator_url, 0.0, args.latency_ms)
+        await set_faults(stack.simulator(session), 0.0, args.latency_ms)
         rest = await baseline(stack, session, 5)
         rows = await agent_hang(stack, session, args, rest)
         killed, down = await runtime_killed(stack, session, args, rest)

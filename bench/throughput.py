@@ -36,9 +36,10 @@ from bench._common import (
     print_machine,
     table,
 )
-from bench._load import Load, LoadResult, StatusQueue, parse_time, run_load
 from bench._profile import Recorder
-from bench._stack import Stack, Timings, get_json, set_faults
+from bench._stack import BenchStack, Timings, set_faults
+from devhost.harness.clients import AppClient, SimulatorControl
+from devhost.harness.load import Load, LoadResult, StatusQueue, parse_time, run_load
 
 
 @dataclass
@@ -78,8 +79,8 @@ class RunSummary:
             seconds=result.elapsed,
             throughput=result.throughput,
             submit_rate=result.submit_rate,
-            server=result.server,
-            client=result.client,
+            server=LatencySummary.of(result.server_latencies),
+            client=LatencySummary.of(result.client_latencies),
             cpu=dict(meter.used) if meter else {},
             cpu_wall=meter.wall if meter else 0.0,
             machine_busy=meter.machine_busy if meter else 0.0,
@@ -143,14 +144,12 @@ HOPS = (
 )
 
 
-async def hop_breakdown(
-    session: aiohttp.ClientSession, api: str, order_ids: list[str]
-) -> dict[str, LatencySummary]:
+async def hop_breakdown(app: AppClient, order_ids: list[str]) -> dict[str, LatencySummary]:
     """Where an order's time goes, from the history of a sample of orders."""
     spans: dict[str, list[float]] = {name: [] for name, _, _ in HOPS}
     for order_id in order_ids:
         try:
-            view = await get_json(session, f"{api}/orders/{order_id}")
+            view = await app.order(order_id)
         except Exception:  # a sample: skip what cannot be read
             continue
         marks: dict[str, datetime] = {}
@@ -174,32 +173,32 @@ def hops_table(title: str, hops: dict[str, LatencySummary]) -> Any:
     return t
 
 
-async def _sim_retries(session: aiohttp.ClientSession, url: str) -> int:
-    stats = await get_json(session, f"{url}/_sim/stats")
+async def _sim_retries(simulator: SimulatorControl) -> int:
+    stats = await simulator.stats()
     return sum(int(s.get("transientErrors", 0)) for s in stats.values() if isinstance(s, dict))
 
 
 async def measure_run(
-    stack: Stack,
+    stack: BenchStack,
     session: aiohttp.ClientSession,
     args: argparse.Namespace,
     rate: float,
     load: Load,
 ) -> RunSummary:
     """One measured run at one fault rate on a running stack."""
-    await set_faults(session, stack.simulator_url, rate, args.latency_ms)
+    simulator = stack.simulator(session)
+    await set_faults(simulator, rate, args.latency_ms)
     tag = uuid.uuid4().hex[:6]
     if args.warmup:
         await run_load(
-            f"{stack.api}/orders",
+            stack.api(),
             [f"warm-{tag}-{i:04d}" for i in range(args.warmup)],
             Load(concurrency=min(args.warmup, 16)),
-            StatusQueue(stack.connection_string),
+            StatusQueue(stack.service_bus_connection_string),
             timeout=120,
         )
-    async with session.delete(f"{stack.simulator_url}/_sim/stats"):
-        pass
-    if stack.instrument:
+    await simulator.clear_stats()
+    if getattr(args, "instrument", False):
         await stack.runtime_stats(reset=True)
     meter = CpuMeter({**stack.pids(), "driver (this process)": os.getpid()})
     recorders: list[Recorder] = []
@@ -208,11 +207,8 @@ async def measure_run(
         meter.start()
         if not args.profile:
             return
-        targets = {
-            "runtime": stack.children["runtime"].pid,
-            "broker": stack.children["broker"].pid,
-            "driver": os.getpid(),
-        }
+        pids = stack.pids()
+        targets = {"runtime": pids["runtime"], "broker": pids["broker"], "driver": os.getpid()}
         for name, pid in targets.items():
             out = stack.run_dir / f"pyspy-{name}-{rate:.2f}.txt"
             recorders.append(Recorder(name, pid, out, duration=int(args.timeout)))
@@ -220,10 +216,10 @@ async def measure_run(
     with progress_bar() as progress:
         task = progress.add_task(f"{rate:.0%} faults", total=args.orders)
         result = await run_load(
-            f"{stack.api}/orders",
+            stack.api(),
             [f"tp-{tag}-{i:05d}" for i in range(args.orders)],
             load,
-            StatusQueue(stack.connection_string),
+            StatusQueue(stack.service_bus_connection_string),
             timeout=args.timeout,
             seed=args.seed,
             on_progress=lambda done, total: progress.update(task, completed=done),
@@ -232,14 +228,14 @@ async def measure_run(
     meter.stop()
     profiles = [p for r in recorders if (p := r.finish()) is not None]
     summary = RunSummary.of("ours", rate, result, meter)
-    summary.retries = await _sim_retries(session, stack.simulator_url)
+    summary.retries = await _sim_retries(simulator)
     summary.profiles = {p.name: p.to_json() for p in profiles}
-    if stack.instrument:
+    if getattr(args, "instrument", False):
         stats = await stack.runtime_stats()
         summary.functions = stats
         console.print(functions_table(f"inside the runtime, {rate:.0%} faults", stats, result))
     step = max(1, args.orders // 60)
-    hops = await hop_breakdown(session, stack.api, [o.order_id for o in result.orders[::step]])
+    hops = await hop_breakdown(stack.app(session), [o.order_id for o in result.orders[::step]])
     summary.hops = {name: asdict(h) for name, h in hops.items()}
     console.print(hops_table(f"latency by hop, {rate:.0%} faults (sample)", hops))
     console.print(cpu_table(meter, f"CPU during the {rate:.0%} faults run"))
@@ -289,9 +285,9 @@ async def measure_ours(args: argparse.Namespace) -> list[RunSummary]:
     )
     runs: list[RunSummary] = []
     load = Load(rate=args.rate) if args.rate else Load(concurrency=args.concurrency)
-    async with Stack(
+    async with BenchStack(
         "throughput",
-        timings=timings,
+        timings,
         seed=args.seed,
         instrument=getattr(args, "instrument", False),
         broker_db=not getattr(args, "broker_in_memory", False),
@@ -302,7 +298,7 @@ async def measure_ours(args: argparse.Namespace) -> list[RunSummary]:
                 if i:
                     await stack.fresh_table()
                 runs.append(await measure_run(stack, session, args, rate, load))
-                broker_stats = await get_json(session, f"{stack.broker_control_url}/_broker/stats")
+                broker_stats = await stack.broker(session).stats()
                 dead = sum(int(q.get("deadLettered", 0)) for q in broker_stats.values())
                 sent = sum(int(q.get("sent", 0)) for q in broker_stats.values())
                 console.print(f"[dim]broker: {sent:,} messages so far, {dead} dead-lettered[/]")
