@@ -6,13 +6,11 @@ Everything runs on free ports, so the suite never collides with a developer's ru
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -21,6 +19,8 @@ from azure.servicebus.aio import ServiceBusClient
 
 import function_app
 from devhost.broker import Broker
+from devhost.harness.clients import TERMINAL as TERMINAL_STATES
+from devhost.harness.clients import AppClient, SimulatorControl
 from devhost.host.loader import functions_of
 from devhost.host.runtime import LocalHost
 from devhost.simulator import SimulatorServer
@@ -29,7 +29,7 @@ from shared.contract import Queue, Setting
 from shared.domain.workflow import AGENTS
 from shared.settings import azurite_connection_string
 
-TERMINAL = {"Processed", "Compensated", "Error"}
+TERMINAL = set(TERMINAL_STATES)
 
 
 def e2e_settings(table_port: int, broker: Broker, simulator_url: str) -> dict[str, str]:
@@ -53,54 +53,40 @@ def e2e_settings(table_port: int, broker: Broker, simulator_url: str) -> dict[st
 
 @dataclass
 class System:
+    """The running system as the tests see it: the app's API and the simulator's
+    control API through the harness clients, the in-process broker, the settings."""
+
     api: str
     simulator: str
     broker: Broker
     session: aiohttp.ClientSession
     settings: dict[str, str]
+    app: AppClient = field(init=False)
+    sim: SimulatorControl = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.app = AppClient(self.session, self.api)
+        self.sim = SimulatorControl(self.session, self.simulator)
 
     async def submit(self, order_id: str, skus: tuple[str, ...] = ("SKU-1",)) -> dict[str, Any]:
-        body = {
-            "orderId": order_id,
-            "customerId": "c-1",
-            "items": [{"sku": s, "quantity": 1, "unitPrice": 5.0} for s in skus],
-        }
-        async with self.session.post(f"{self.api}/orders", json=body) as r:
-            assert r.status == 202, await r.text()
-            answer: dict[str, Any] = await r.json()
-            return answer
+        return await self.app.submit_order(order_id, skus)
 
     async def order(self, order_id: str) -> dict[str, Any]:
-        async with self.session.get(f"{self.api}/orders/{order_id}") as r:
-            assert r.status == 200, await r.text()
-            view: dict[str, Any] = await r.json()
-            return view
+        return await self.app.order(order_id)
 
     async def wait_for(
         self, order_id: str, states: set[str] = TERMINAL, timeout: float = 60, **fields: Any
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        view: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            view = await self.order(order_id)
-            if view["processState"] in states and all(view.get(k) == v for k, v in fields.items()):
-                return view
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"order {order_id} did not reach {states} {fields}: {view}")
+        return await self.app.wait_for(order_id, states, timeout, **fields)
 
     async def faults(self, service: str, **faults: Any) -> None:
-        async with self.session.put(f"{self.simulator}/_sim/faults/{service}", json=faults) as r:
-            assert r.status == 200, await r.text()
+        await self.sim.set_faults(service, **faults)
 
     async def clear_faults(self) -> None:
-        async with self.session.delete(f"{self.simulator}/_sim/faults"):
-            pass
+        await self.sim.clear_faults()
 
     async def effects(self, order_id: str) -> list[dict[str, Any]]:
-        url = f"{self.simulator}/_sim/effects?orderId={order_id}"
-        async with self.session.get(url) as r:
-            found: list[dict[str, Any]] = await r.json()
-            return found
+        return await self.sim.effects(order_id)
 
     async def drain(self, queue: str, order_id: str) -> list[dict[str, Any]]:
         """Receive (and complete) what is on a queue for one order, with the real SDK."""

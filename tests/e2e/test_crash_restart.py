@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,13 +10,15 @@ import aiohttp
 import pytest
 
 from devhost.broker import Broker
+from devhost.harness.clients import AppClient, ControlError, SimulatorControl
+from devhost.harness.ports import LOOPBACK, free_port
+from devhost.harness.process import Child
+from devhost.harness.services import runtime_command
 from devhost.simulator import SimulatorServer
 from shared.contract import Setting
-from tests.azurite import free_port
 from tests.e2e.conftest import TERMINAL, e2e_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -31,34 +29,13 @@ def durable_broker(tmp_path: Path) -> Iterator[Broker]:
         yield b
 
 
-def start_runtime(settings: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "devhost", "--no-services", "--port", str(port)],
-            cwd=ROOT,
-            env={**os.environ, **settings},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-
-
-async def wait_healthy(session: aiohttp.ClientSession, url: str) -> None:
-    for _ in range(120):
-        try:
-            async with session.get(f"{url}/health") as r:
-                if r.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.25)
-    raise AssertionError("the runtime did not come up")
-
-
-async def states(session: aiohttp.ClientSession, api: str, ids: list[str]) -> dict[str, str]:
+async def states(app: AppClient, ids: list[str]) -> dict[str, str]:
     found = {}
     for order_id in ids:
-        async with session.get(f"{api}/orders/{order_id}") as r:
-            found[order_id] = (await r.json())["processState"] if r.status == 200 else "missing"
+        try:
+            found[order_id] = (await app.order(order_id))["processState"]
+        except ControlError:
+            found[order_id] = "missing"
     return found
 
 
@@ -71,34 +48,25 @@ async def test_killed_runtime_restarted_finishes_every_order_once(
         settings[Setting.STEP_TIMEOUT_SECONDS] = "6"
         settings[Setting.MAX_FAILURE_COUNT] = "5"
         port = free_port()
-        api = f"http://127.0.0.1:{port}/api"
-        log = tmp_path / "runtime.log"
+        command = runtime_command(port=port, state_dir=tmp_path / "devhost")
+        runtime = Child("runtime", command, tmp_path / "runtime.log", env=settings)
         ids = [f"crash-{i:02d}" for i in range(30)]
-        runtime = start_runtime(settings, port, log)
+        runtime.start()
         try:
             async with aiohttp.ClientSession() as session:
-                await wait_healthy(session, api)
-                async with session.put(
-                    f"{simulator.url}/_sim/faults/payment", json={"latencyMs": 1200}
-                ) as r:
-                    assert r.status == 200
+                app = AppClient(session, f"http://{LOOPBACK}:{port}/api")
+                await app.wait_healthy(30, runtime)
+                await SimulatorControl(session, simulator.url).set_faults("payment", latencyMs=1200)
                 for order_id in ids:
-                    body = {
-                        "orderId": order_id,
-                        "customerId": "c",
-                        "items": [{"sku": "S", "quantity": 1, "unitPrice": 1.0}],
-                    }
-                    async with session.post(f"{api}/orders", json=body) as r:
-                        assert r.status == 202
+                    await app.submit_order(order_id, ("S",), customer_id="c", unit_price=1.0)
                 await asyncio.sleep(0.5)
-                before = await states(session, api, ids)
-                runtime.send_signal(signal.SIGKILL)
-                runtime.wait(10)
+                before = await states(app, ids)
+                runtime.kill()
                 assert any(s not in TERMINAL for s in before.values()), "killed too late"
-                runtime = start_runtime(settings, port, log)
-                await wait_healthy(session, api)
+                runtime.start()
+                await app.wait_healthy(30, runtime)
                 for _ in range(240):
-                    found = await states(session, api, ids)
+                    found = await states(app, ids)
                     if all(s in TERMINAL for s in found.values()):
                         break
                     await asyncio.sleep(0.5)
@@ -107,23 +75,18 @@ async def test_killed_runtime_restarted_finishes_every_order_once(
                 # resubmits them, and they finish without repeating completed steps.
                 held = [order_id for order_id, s in found.items() if s == "Error"]
                 for order_id in held:
-                    async with session.post(f"{api}/orders/{order_id}/resubmit") as r:
-                        assert r.status == 202, await r.text()
+                    status, answer = await app.resubmit(order_id)
+                    assert status == 202, answer
                 for _ in range(240):
-                    found = await states(session, api, ids)
+                    found = await states(app, ids)
                     if all(s in TERMINAL - {"Error"} for s in found.values()):
                         break
                     await asyncio.sleep(0.5)
                 assert set(found.values()) == {"Processed"}, found
-                async with session.get(f"{simulator.url}/_sim/effects") as r:
-                    effects = await r.json()
+                effects = await SimulatorControl(session, simulator.url).effects()
                 mine = [e for e in effects if e["orderId"] in ids]
                 assert len(mine) == 3 * len(ids)
                 assert all(e["applied"] == 1 for e in mine)
         finally:
-            runtime.send_signal(signal.SIGTERM)
-            try:
-                runtime.wait(30)
-            except subprocess.TimeoutExpired:
-                runtime.kill()
-        assert "devhost listening" in log.read_text()
+            runtime.stop(timeout=30)
+        assert "devhost listening" in runtime.output()
