@@ -17,9 +17,9 @@ from types import FrameType
 from rich.console import Console
 
 from chaos import config as presets
-from chaos.processes import ROOT
 from chaos.report import print_report
 from chaos.run import run_chaos
+from devhost.harness.process import ROOT
 
 
 def build_parser() -> argparse.ArgumentParser:

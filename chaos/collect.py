@@ -8,13 +8,12 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-import aiohttp
 from azure.data.tables.aio import TableServiceClient
 from azure.servicebus.aio import ServiceBusClient
 
 from chaos.model import Alert, Effect
+from devhost.harness.clients import SimulatorControl
 from shared.adapters import table_rows as rows
 from shared.adapters.table_store import TableStateStore
 from shared.contract import Queue
@@ -97,14 +96,8 @@ class StoreReader:
         return found
 
 
-async def get_json(session: aiohttp.ClientSession, url: str) -> Any:
-    async with session.get(url, timeout=aiohttp.ClientTimeout(total=60)) as r:
-        r.raise_for_status()
-        return await r.json()
-
-
-async def effects(session: aiohttp.ClientSession, simulator: str) -> tuple[Effect, ...]:
-    return tuple(Effect.from_json(e) for e in await get_json(session, f"{simulator}/_sim/effects"))
+async def effects(simulator: SimulatorControl) -> tuple[Effect, ...]:
+    return tuple(Effect.from_json(e) for e in await simulator.effects())
 
 
 async def drain_alerts(connection_string: str, max_wait: float = 2.0) -> list[Alert]:

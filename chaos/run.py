@@ -28,7 +28,8 @@ from chaos.invariants import check_all
 from chaos.load import plan_orders, submit_all
 from chaos.model import Accepted, Alert, Check, Convergence, Figures, Observations, PlannedOrder
 from chaos.monitor import Monitor
-from chaos.system import RUNTIMES, ChaosSystem, KillEvent
+from chaos.system import RUNTIMES, KillEvent, chaos_stack
+from devhost.harness.stack import Stack
 from shared.domain.model import ProcessState
 from shared.domain.workflow import ORDER_FULFILMENT
 
@@ -67,7 +68,7 @@ class _Run:
     """What the phases share."""
 
     config: ChaosConfig
-    system: ChaosSystem
+    system: Stack
     session: aiohttp.ClientSession
     reader: StoreReader
     monitor: Monitor
@@ -86,7 +87,7 @@ class _Run:
         return self.monitor.now()
 
     def targets(self) -> list[tuple[str, str]]:
-        return [(slot.name, slot.api) for slot in self.system.slots.values()]
+        return [(name, self.system.api(name)) for name in self.system.runtimes]
 
     def on_accepted(self, accepted: Accepted) -> None:
         self.accepted[accepted.order_id] = accepted
@@ -122,21 +123,22 @@ async def run_chaos(
     run_id = f"c{config.seed}-{uuid.uuid4().hex[:4]}"
     planned = {p.order_id: p for p in plan_orders(config, run_id)}
     say(f"starting Azurite, broker, simulator and two runtimes (logs in {workdir})")
-    with ChaosSystem(config, workdir) as system:
+    with chaos_stack(config, workdir) as system:
         result = RunResult(config, run_id, workdir, system.table_name)
         connector = aiohttp.TCPConnector(limit=128)
         async with aiohttp.ClientSession(connector=connector) as session:
-            reader = StoreReader(system.storage_connection, system.table_name)
+            reader = StoreReader(system.storage_connection_string, system.table_name)
             monitor = Monitor(reader, config.monitor_seconds)
             ticker: asyncio.Task[None] | None = None
             try:
                 await system.start_runtimes(session)
-                await control.switch_on(session, system.simulator, system.broker_control, config)
+                simulator, broker = system.simulator(session), system.broker(session)
+                await control.switch_on(simulator, broker, config)
                 monitor.start()
                 run = _Run(config, system, session, reader, monitor, planned, say, result)
                 ticker = asyncio.create_task(_tick(run))
                 await _load(run)
-                await control.switch_off(session, system.simulator, system.broker_control)
+                await control.switch_off(simulator, broker)
                 say("load done; faults off (injected crashes stay on); waiting for convergence")
                 result.checks.append(await _converge_and_check(run, "after the load"))
                 if config.resubmit_errors:
@@ -212,7 +214,7 @@ async def _kill_on_schedule(run: _Run) -> None:
         await run.system.wait_healthy(run.session, name)
         back = run.now() - at
         run.result.kills.append(KillEvent(name, instance, pid, at, back))
-        run.progress(f"[{run.now():6.1f} s] {run.system.slots[name].instance_id} up again")
+        run.progress(f"[{run.now():6.1f} s] {run.system.instance_id(name)} up again")
 
 
 async def _converge_and_check(run: _Run, title: str) -> Check:
@@ -262,10 +264,11 @@ async def _observe(
     states = await run.reader.states()
     ids = {s.order_id for s in states} | set(run.accepted)
     processes = await run.reader.processes(ids)
-    effects = await collect.effects(run.session, system.simulator)
-    run.alerts.extend(await collect.drain_alerts(system.broker_connection))
-    simulator_stats = await collect.get_json(run.session, f"{system.simulator}/_sim/stats")
-    broker_stats = await collect.get_json(run.session, f"{system.broker_control}/_broker/stats")
+    simulator = system.simulator(run.session)
+    effects = await collect.effects(simulator)
+    run.alerts.extend(await collect.drain_alerts(system.service_bus_connection_string))
+    simulator_stats = await simulator.stats()
+    broker_stats = await system.broker(run.session).stats()
     observations = Observations(
         workflow=ORDER_FULFILMENT,
         max_failure_count=run.config.timings.max_failure_count,
@@ -316,16 +319,14 @@ async def _resubmit(
     """POST resubmit until it is taken. A 409 after a failed try means that try went
     through (the order is no longer in Error); on the first try it is a real refusal."""
     for attempt in range(20):
-        name, api = targets[(first + attempt) % len(targets)]
+        name, _ = targets[(first + attempt) % len(targets)]
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with run.session.post(f"{api}/orders/{order_id}/resubmit") as r:
-                if r.status == 202 or (r.status == 409 and attempt > 0):
-                    previous = run.accepted[order_id]
-                    run.accepted[order_id] = Accepted(order_id, run.now(), name, previous.tries)
-                    return
-                if r.status < 500:
-                    raise ResubmitError(
-                        f"resubmit of {order_id} answered {r.status}: {await r.text()}"
-                    )
+            status, answer = await run.system.app(run.session, name).resubmit(order_id)
+            if status == 202 or (status == 409 and attempt > 0):
+                previous = run.accepted[order_id]
+                run.accepted[order_id] = Accepted(order_id, run.now(), name, previous.tries)
+                return
+            if status < 500:
+                raise ResubmitError(f"resubmit of {order_id} answered {status}: {answer}")
         await asyncio.sleep(0.2 * (attempt + 1))
     raise ResubmitError(f"resubmit of {order_id} never accepted")
