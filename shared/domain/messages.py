@@ -1,7 +1,7 @@
 """The messages on the queues, each defined once: its wire form, its queue, its message-id
 rule, and the validation it gets when it arrives.
 
-The camelCase field names of the contract (DESIGN.md section 5) are the fields' aliases,
+The camelCase field names of the contract (docs/contract.md#5-messages) are the fields' aliases,
 so one declaration serves sending and receiving. Message ids are deterministic: a re-send
 after a crash is dropped by the broker's duplicate detection. A body that fails `parse`
 is a poison message (InvalidMessage), dead-lettered rather than redelivered.
