@@ -111,6 +111,13 @@ class LocalHost:
             len(self.queues),
         )
 
+    async def listening(self, timeout: float = 60.0) -> None:
+        """Wait until every Service Bus trigger has its link open. Tests call it after
+        ``start`` so that the first message's complete-by does not pay for a dozen links
+        opening at once; raises ``TimeoutError`` if the broker never answers."""
+        waits = [queue.listening.wait() for queue in self.queues]
+        await asyncio.wait_for(asyncio.gather(*waits), timeout)
+
     async def stop(self) -> None:
         """Stop intake everywhere, let running invocations finish, then close clients."""
         if not self._started:

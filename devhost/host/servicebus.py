@@ -71,6 +71,9 @@ class QueueTrigger:
         self._batch_size = config.max_message_batch_size
         self._pool = pool
         self._stopping = asyncio.Event()
+        self.listening = asyncio.Event()
+        """Set once the receiver's link is open: a message sent from then on is taken
+        without the seconds a first link needs on a loaded machine."""
         self._loop_task: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._retiring: set[asyncio.Task[None]] = set()
@@ -123,6 +126,8 @@ class QueueTrigger:
             receiver._further_pull_receive_timeout = FURTHER_PULL_SECONDS
             mine: set[asyncio.Task[None]] = set()
             try:
+                await receiver.__aenter__()
+                self.listening.set()
                 async for _ in self._pump(receiver, mine):
                     health.succeeded(self.queue)
                     delay = BACKOFF_INITIAL
