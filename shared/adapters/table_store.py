@@ -28,6 +28,7 @@ from azure.core.exceptions import (
 from azure.data.tables import TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
+from shared import jsonbounds
 from shared.adapters import table_rows as rows
 from shared.adapters.table_errors import (
     Refusal,
@@ -301,6 +302,6 @@ def _decode_token(token: str | None) -> Any:
     if not token:
         return None
     try:
-        return json.loads(base64.urlsafe_b64decode(token.encode()))
-    except (ValueError, UnicodeDecodeError):
+        return jsonbounds.loads(base64.urlsafe_b64decode(token.encode()))
+    except ValueError:
         raise ValueError("invalid continuation token") from None

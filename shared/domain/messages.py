@@ -28,6 +28,7 @@ from pydantic import (
     ValidationError,
 )
 
+from shared import jsonbounds
 from shared.contract import Queue
 from shared.domain.model import (
     Action,
@@ -103,7 +104,10 @@ def _decode(adapter: TypeAdapter[T], body: bytes | str) -> T:
     if len(body) > MAX_MESSAGE_BYTES:
         raise InvalidMessage(f"body of {len(body)} bytes exceeds {MAX_MESSAGE_BYTES}")
     try:
+        jsonbounds.check_depth(body)
         return adapter.validate_json(body)
+    except jsonbounds.TooDeep as exc:
+        raise InvalidMessage(str(exc)) from None
     except ValidationError as exc:
         raise InvalidMessage(describe(exc)) from None
 
@@ -264,9 +268,16 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+def _whole_float(value: object) -> object:
+    """JSON Schema's integer includes 9799.0; strings and 9799.5 stay refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 class OrderItem(_Wire):
     sku: Text
-    quantity: Annotated[int, Field(strict=True, gt=0, le=1_000_000)]
+    quantity: Annotated[int, BeforeValidator(_whole_float), Field(strict=True, gt=0, le=1_000_000)]
     unit_price: Annotated[
         float, Field(alias="unitPrice", strict=True, ge=0, le=1e12, allow_inf_nan=False)
     ]

@@ -8,6 +8,7 @@ from typing import Any
 
 import azure.functions as func
 
+from shared import jsonbounds
 from shared.domain.messages import iso
 from shared.domain.model import HistoryEntry, OrderProcess, StateRecord
 
@@ -32,21 +33,32 @@ def json_response(
     )
 
 
+def is_json_media_type(content_type: str | None) -> bool:
+    """`application/json` or `application/*+json`, with any parameters (e.g. charset)."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
 def read_json(req: func.HttpRequest) -> tuple[Any, func.HttpResponse | None]:
-    """The parsed body, or the 4xx that explains why there is none."""
-    content_type = (req.headers.get("content-type") or "").split(";")[0].strip().lower()
-    if content_type and content_type != "application/json" and not content_type.endswith("+json"):
-        return None, problem(
-            415, "Unsupported Media Type", f"send application/json, not {content_type}"
-        )
+    """The parsed body, or the 4xx that explains why there is none.
+
+    A missing content type is refused too: a browser's cross-site form or `text/plain`
+    POST must not pass as JSON (the request would be "simple", with no CORS preflight).
+    """
+    content_type = req.headers.get("content-type")
+    if not is_json_media_type(content_type):
+        sent = (content_type or "").split(";")[0].strip() or "no content type"
+        return None, problem(415, "Unsupported Media Type", f"send application/json, not {sent}")
     raw = req.get_body() or b""
     if len(raw) > MAX_BODY_BYTES:
         return None, problem(
             413, "Payload Too Large", f"the body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}"
         )
     try:
-        return json.loads(raw), None
-    except (ValueError, UnicodeDecodeError) as exc:
+        return jsonbounds.loads(raw), None
+    except ValueError as exc:
         return None, problem(400, "Invalid JSON", f"the body is not JSON: {exc}")
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 import azure.functions as func
 
+from shared import jsonbounds
 from shared.bootstrap import Container
 from shared.contract import PoisonProperty
 from shared.domain.messages import OperatorAlert
@@ -25,8 +25,8 @@ ALERT_BODY_BYTES = 2048
 
 def _order_id_of(body: bytes) -> str:
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        data = jsonbounds.loads(body)
+    except ValueError:
         return ""
     value = data.get("orderId") if isinstance(data, dict) else None
     return value if isinstance(value, str) else ""
