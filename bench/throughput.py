@@ -178,6 +178,29 @@ async def _sim_retries(simulator: SimulatorControl) -> int:
     return sum(int(s.get("transientErrors", 0)) for s in stats.values() if isinstance(s, dict))
 
 
+async def warm_up(stack: BenchStack, count: int, tag: str) -> None:
+    """A few orders through first, so the run does not pay for links and caches."""
+    if count:
+        await run_load(
+            stack.api(),
+            [f"warm-{tag}-{i:04d}" for i in range(count)],
+            Load(concurrency=min(count, 16)),
+            StatusQueue(stack.service_bus_connection_string),
+            timeout=120,
+        )
+
+
+def profilers(
+    stack: BenchStack, args: argparse.Namespace, rate: float, recorders: list[Recorder]
+) -> None:
+    """py-spy on the runtime, the broker and the driver for the run (``--profile``)."""
+    pids = stack.pids()
+    targets = {"runtime": pids["runtime"], "broker": pids["broker"], "driver": os.getpid()}
+    for name, pid in targets.items():
+        out = stack.run_dir / f"pyspy-{name}-{rate:.2f}.txt"
+        recorders.append(Recorder(name, pid, out, duration=int(args.timeout)))
+
+
 async def measure_run(
     stack: BenchStack,
     session: aiohttp.ClientSession,
@@ -187,31 +210,20 @@ async def measure_run(
 ) -> RunSummary:
     """One measured run at one fault rate on a running stack."""
     simulator = stack.simulator(session)
+    instrument = getattr(args, "instrument", False)
     await set_faults(simulator, rate, args.latency_ms)
     tag = uuid.uuid4().hex[:6]
-    if args.warmup:
-        await run_load(
-            stack.api(),
-            [f"warm-{tag}-{i:04d}" for i in range(args.warmup)],
-            Load(concurrency=min(args.warmup, 16)),
-            StatusQueue(stack.service_bus_connection_string),
-            timeout=120,
-        )
+    await warm_up(stack, args.warmup, tag)
     await simulator.clear_stats()
-    if getattr(args, "instrument", False):
+    if instrument:
         await stack.runtime_stats(reset=True)
     meter = CpuMeter({**stack.pids(), "driver (this process)": os.getpid()})
     recorders: list[Recorder] = []
 
     async def begin() -> None:
         meter.start()
-        if not args.profile:
-            return
-        pids = stack.pids()
-        targets = {"runtime": pids["runtime"], "broker": pids["broker"], "driver": os.getpid()}
-        for name, pid in targets.items():
-            out = stack.run_dir / f"pyspy-{name}-{rate:.2f}.txt"
-            recorders.append(Recorder(name, pid, out, duration=int(args.timeout)))
+        if args.profile:
+            profilers(stack, args, rate, recorders)
 
     with progress_bar() as progress:
         task = progress.add_task(f"{rate:.0%} faults", total=args.orders)
@@ -230,18 +242,28 @@ async def measure_run(
     summary = RunSummary.of("ours", rate, result, meter)
     summary.retries = await _sim_retries(simulator)
     summary.profiles = {p.name: p.to_json() for p in profiles}
-    if getattr(args, "instrument", False):
-        stats = await stack.runtime_stats()
-        summary.functions = stats
-        console.print(functions_table(f"inside the runtime, {rate:.0%} faults", stats, result))
-    step = max(1, args.orders // 60)
-    hops = await hop_breakdown(stack.app(session), [o.order_id for o in result.orders[::step]])
-    summary.hops = {name: asdict(h) for name, h in hops.items()}
-    console.print(hops_table(f"latency by hop, {rate:.0%} faults (sample)", hops))
+    if instrument:
+        summary.functions = await stack.runtime_stats()
+        title = f"inside the runtime, {rate:.0%} faults"
+        console.print(functions_table(title, summary.functions, result))
+    await print_hops(stack, session, rate, result, summary)
     console.print(cpu_table(meter, f"CPU during the {rate:.0%} faults run"))
     for profile in profiles:
         console.print(profile.table())
     return summary
+
+
+async def print_hops(
+    stack: BenchStack,
+    session: aiohttp.ClientSession,
+    rate: float,
+    result: LoadResult,
+    summary: RunSummary,
+) -> None:
+    step = max(1, len(result.orders) // 60)
+    hops = await hop_breakdown(stack.app(session), [o.order_id for o in result.orders[::step]])
+    summary.hops = {name: asdict(h) for name, h in hops.items()}
+    console.print(hops_table(f"latency by hop, {rate:.0%} faults (sample)", hops))
 
 
 def functions_table(title: str, stats: dict[str, Any], result: LoadResult) -> Any:
