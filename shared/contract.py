@@ -114,6 +114,17 @@ class ChaosSetting:
     """The chance that a state-store or bus call crashes; 0 (off) unless a chaos run sets it."""
 
 
+class DevhostSetting:
+    """Local runtime only (docs/contract.md#73-keys): read by `python -m devhost`, never by
+    the app, never deployed. In Azure the platform checks the keys; locally they are
+    checked only when asked, so that the auth levels can be tested end to end."""
+
+    ENFORCE_KEYS: Final = "DevhostEnforceKeys"
+    """`true`: HTTP routes need a key as in Azure; anything else: no keys, as Core Tools."""
+    FUNCTION_KEY: Final = "DevhostFunctionKey"
+    MASTER_KEY: Final = "DevhostMasterKey"
+
+
 class Route:
     """HTTP routes below /api (docs/contract.md#2-http-api)."""
 

@@ -1,8 +1,11 @@
 """The HTTP front door: aiohttp in front of the app's ``httpTrigger`` functions.
 
-Behaves like Core Tools rather than like production: no function keys are checked
-(auth levels are shown in the banner only), and any exception escaping a function
+Behaves like Core Tools rather than like production: function keys are checked only
+with ``DevhostEnforceKeys=true`` (see ``guard``), and any exception escaping a function
 becomes a short problem+json 500 so one broken handler never takes the runtime down.
+Unlike Core Tools it answers only to loopback host names and refuses state-changing
+requests from another origin: a web page open in the developer's browser must not be
+able to drive it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import azure.functions as func
 from aiohttp import web
 from multidict import CIMultiDict
 
+from devhost.host import guard
 from devhost.host.invoke import invoke, new_invocation_id
 from devhost.host.loader import HTTP_TRIGGER, FunctionSpec, HostConfig
 from devhost.host.routing import Matched, MethodNotAllowed, Router
@@ -90,8 +94,17 @@ class HttpFrontend:
         port: int = 7071,
         max_body_bytes: int = MAX_BODY_BYTES,
         shutdown_timeout: float = 30.0,
+        keys: guard.Keys | None = None,
     ) -> None:
         self._router = build_router(triggers)
+        self._levels = {
+            spec.name: guard.AuthLevel.of(trigger.get("authLevel"))
+            for spec, trigger in triggers
+            if trigger.get("type") == HTTP_TRIGGER
+        }
+        self._keys = keys
+        wildcard = host in ("", "0.0.0.0", "::")
+        self._also_hosts = frozenset() if wildcard else frozenset({guard.host_name(host)})
         self._prefix = f"/{config.route_prefix}" if config.route_prefix else ""
         self._host = host
         self._port = port
@@ -146,7 +159,38 @@ class HttpFrontend:
         )
         return response
 
+    def _refusal(self, request: web.Request) -> web.Response | None:
+        """Host and Origin checks, before any routing; neither value is echoed."""
+        host_header = request.headers.get("Host")
+        if not guard.allowed_host(host_header, self._also_hosts):
+            return problem(
+                421, "Misdirected Request", "this runtime answers only to loopback host names"
+            )
+        own = f"{request.scheme}://{host_header or request.host}"
+        if guard.foreign_origin(request.method, request.headers.get("Origin"), own):
+            return problem(
+                403, "Forbidden", "state-changing requests are taken from this origin only"
+            )
+        return None
+
+    def _unauthorized(self, request: web.Request, spec: FunctionSpec) -> web.Response | None:
+        if self._keys is None:
+            return None
+        level = self._levels.get(spec.name, guard.AuthLevel.FUNCTION)
+        presented = request.headers.get(guard.KEY_HEADER) or request.query.get(guard.KEY_QUERY)
+        if self._keys.admits(level, presented):
+            return None
+        needed = "the master key" if level is guard.AuthLevel.ADMIN else "a function key"
+        return problem(
+            401,
+            "Unauthorized",
+            f"{needed} is required, as {guard.KEY_HEADER} header or ?{guard.KEY_QUERY}=",
+        )
+
     async def _dispatch(self, request: web.Request) -> tuple[web.StreamResponse, str | None]:
+        refused = self._refusal(request)
+        if refused is not None:
+            return refused, None
         relative = self._relative(request.rel_url.raw_path)
         found = self._router.match(request.method, relative) if relative is not None else None
         if isinstance(found, MethodNotAllowed):
@@ -159,6 +203,9 @@ class HttpFrontend:
         if not isinstance(found, Matched):
             return problem(404, "Not Found", f"no function serves {request.rel_url.path}"), None
         spec = found.target
+        unauthorized = self._unauthorized(request, spec)
+        if unauthorized is not None:
+            return unauthorized, spec.name
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from devhost.host.guard import Keys
 from devhost.host.http import HttpFrontend
 from devhost.host.loader import (
     HTTP_TRIGGER,
@@ -67,7 +68,12 @@ class LocalHost:
             for spec in self.functions
         ]
         self._http = HttpFrontend(
-            self.triggers, self.config, host=host, port=port, shutdown_timeout=drain_timeout
+            self.triggers,
+            self.config,
+            host=host,
+            port=port,
+            shutdown_timeout=drain_timeout,
+            keys=Keys.from_settings(self.settings),
         )
         self._pool = ClientPool(self.settings)
         self.timers = [
