@@ -18,7 +18,7 @@ async def test_an_order_in_error_is_listed_shown_resubmitted_and_watched_to_the_
 ) -> None:
     system = quick_system
     env = {"ORDERS_API_URL": system.api, "ORDERS_OPERATOR": "cli-test"}
-    await system.faults("shipping", hangRate=1.0, hangSeconds=3)
+    await system.faults("shipping", hangRate=1.0, hangSeconds=30)
     await system.submit("cli-stuck-1")
     await system.submit("cli-stuck-2")
     await system.wait_for("cli-stuck-1", {"Error"}, timeout=30)

@@ -38,7 +38,9 @@ def e2e_settings(table_port: int, broker: Broker, simulator_url: str) -> dict[st
         Setting.SERVICE_BUS: broker.connection_string,
         Setting.STATE_TABLE: f"e2e{uuid.uuid4().hex[:12]}",
         Setting.SUPERVISOR_SCHEDULE: "*/1 * * * * *",
-        Setting.STEP_TIMEOUT_SECONDS: "2",
+        # Room for a step on a loaded 2-core machine, where broker, simulator and host
+        # share one process; tests that need a timeout hang far longer than this.
+        Setting.STEP_TIMEOUT_SECONDS: "6",
         Setting.PENDING_TIMEOUT_SECONDS: "8",
         Setting.MAX_FAILURE_COUNT: "3",
         Setting.EXHAUSTED_POLICY: "hold",
@@ -145,6 +147,7 @@ async def running_system(
     host = LocalHost(functions_of(function_app.app), settings, port=0, drain_timeout=5)
     await host.start()
     try:
+        await host.listening()
         async with aiohttp.ClientSession() as session:
             yield System(host.api_url, simulator.url, broker, session, settings)
     finally:
