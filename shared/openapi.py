@@ -8,6 +8,7 @@ from typing import Any
 from shared.contract import Route
 from shared.domain.messages import OrderSubmission
 from shared.domain.model import ProcessState
+from shared.jsonbounds import MAX_DEPTH
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
 
@@ -17,6 +18,16 @@ def _problem(description: str) -> dict[str, Any]:
         "description": description,
         "content": {"application/problem+json": {"schema": _PROBLEM}},
     }
+
+
+_UNAUTHORIZED = {"401": _problem("no valid key for this route's auth level")}
+_CROSS_ORIGIN = {"403": _problem("local runtime only: a state change from another Origin")}
+_UNAVAILABLE = {
+    "503": {
+        **_problem("the state store is unavailable; retry after Retry-After seconds"),
+        "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+    }
+}
 
 
 def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +153,10 @@ def document() -> dict[str, Any]:
         "info": {
             "title": "Order processing (Scheduler-Agent-Supervisor)",
             "version": "1.0.0",
-            "description": "Errors are application/problem+json; no input produces a 5xx.",
+            "description": (
+                "Errors are application/problem+json; no input produces a 5xx (503 means a "
+                f"dependency is down: retry). JSON bodies nest at most {MAX_DEPTH} levels deep."
+            ),
         },
         "servers": [{"url": "/api"}],
         "paths": {
@@ -166,6 +180,9 @@ def document() -> dict[str, Any]:
                         "409": _problem("the order id is taken by another body"),
                         "413": _problem("body too large"),
                         "415": _problem("not JSON"),
+                        **_UNAUTHORIZED,
+                        **_CROSS_ORIGIN,
+                        **_UNAVAILABLE,
                     },
                 },
                 "get": {
@@ -192,6 +209,8 @@ def document() -> dict[str, Any]:
                             },
                         ),
                         "400": _problem("bad query"),
+                        **_UNAUTHORIZED,
+                        **_UNAVAILABLE,
                     },
                 },
             },
@@ -220,6 +239,8 @@ def document() -> dict[str, Any]:
                             },
                         ),
                         "404": _problem("unknown order"),
+                        **_UNAUTHORIZED,
+                        **_UNAVAILABLE,
                     },
                 }
             },
@@ -232,6 +253,9 @@ def document() -> dict[str, Any]:
                         "202": _json("back to Pending at the failed step", _STATE),
                         "404": _problem("unknown order"),
                         "409": _problem("the order is not in Error"),
+                        **_UNAUTHORIZED,
+                        **_CROSS_ORIGIN,
+                        **_UNAVAILABLE,
                     },
                 }
             },
@@ -253,7 +277,8 @@ def document() -> dict[str, Any]:
                         "200": {
                             "description": "an HTML page (open it with ?code=ADMIN_KEY)",
                             "content": {"text/html": {"schema": {"type": "string"}}},
-                        }
+                        },
+                        **_UNAUTHORIZED,
                     },
                 }
             },
@@ -273,6 +298,7 @@ def document() -> dict[str, Any]:
                     "responses": {
                         "200": _json("the snapshot", _OPS_SNAPSHOT),
                         "400": _problem("bad countCap"),
+                        **_UNAUTHORIZED,
                     },
                 }
             },

@@ -159,3 +159,10 @@ async def test_keys_are_enforced_as_azure_does(
 def test_enforcement_without_keys_is_a_settings_error(make_host: HostFactory) -> None:
     with pytest.raises(SettingsError, match="DevhostMasterKey"):
         make_host(keyed_app(), {DevhostSetting.ENFORCE_KEYS: "true"})
+
+
+def test_the_key_settings_are_documented() -> None:
+    from tests.infra.test_contract_doc import documented  # noqa: PLC0415
+
+    code = {v for k, v in vars(DevhostSetting).items() if k.isupper()}
+    assert documented("7.3 Local front door") == code
