@@ -203,19 +203,22 @@ async def test_receive_and_delete_removes_on_delivery(
 async def test_duplicate_message_id_is_accepted_but_not_enqueued_within_the_window(
     make_broker: BrokerFactory,
 ) -> None:
-    broker = make_broker(duplicate_detection_window_seconds=0.5)
+    window = 2.0
+    broker = make_broker(duplicate_detection_window_seconds=window)
     async with (
         connect(broker.connection_string) as client,
         sender_and_receiver(client, QUEUE) as (sender, receiver),
     ):
         await sender.send_messages(ServiceBusMessage("one", message_id="same"))
+        # The broker accepted "one" before the send returned: its window ends before this.
+        window_over = time.monotonic() + window
         await sender.send_messages(ServiceBusMessage("two", message_id="same"))
         await sender.send_messages(ServiceBusMessage("three", message_id="other"))
         messages = await receive_n(receiver, 2)
         assert [str(m) for m in messages] == ["one", "three"]
         for message in messages:
             await receiver.complete_message(message)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(max(0.0, window_over - time.monotonic()) + 0.05)
         await sender.send_messages(ServiceBusMessage("four", message_id="same"))
         [late] = await receive_n(receiver, 1)
         assert str(late) == "four"  # the window is over: the same id is new again
