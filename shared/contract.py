@@ -115,9 +115,10 @@ class ChaosSetting:
 
 
 class DevhostSetting:
-    """Local runtime only (docs/contract.md#73-keys): read by `python -m devhost`, never by
-    the app, never deployed. In Azure the platform checks the keys; locally they are
-    checked only when asked, so that the auth levels can be tested end to end."""
+    """Local runtime only (docs/contract.md#73-local-front-door): read by
+    `python -m devhost`, never by the app, never deployed. In Azure the platform checks
+    the keys; locally they are checked only when asked, so that the auth levels can be
+    tested end to end."""
 
     ENFORCE_KEYS: Final = "DevhostEnforceKeys"
     """`true`: HTTP routes need a key as in Azure; anything else: no keys, as Core Tools."""

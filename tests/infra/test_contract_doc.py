@@ -30,6 +30,7 @@ from shared.contract import (
     ALL_QUEUES,
     QUEUE_PROPERTIES,
     ChaosSetting,
+    DevhostSetting,
     PoisonProperty,
     Route,
     Setting,
@@ -380,6 +381,41 @@ def test_broker_fault_settings_match_the_code() -> None:
     code = set(FaultConfig().to_json())
     doc = documented("8.5 Broker fault settings")
     assert doc == code, missing_and_extra(doc, code)
+
+
+def test_local_runtime_settings_match_the_code() -> None:
+    code = {v for k, v in vars(DevhostSetting).items() if k.isupper()}
+    doc = documented("7.3 Local front door")
+    assert doc == code, missing_and_extra(doc, code)
+
+
+# References to the page -----------------------------------------------------------------
+
+_REFERENCE = re.compile(r"contract\.md#([A-Za-z0-9_-]+)")
+REFERRING = ("shared", "devhost", "tests", "docs", "infra", "chaos", "bench")
+
+
+def _anchor(heading: str) -> str:
+    """The anchor a Markdown renderer gives a heading (GitHub's rule, ASCII headings)."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def test_every_reference_to_a_section_of_the_page_resolves() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    anchors = {_anchor(m.group(1)) for line in text.splitlines() if (m := _HEADING.match(line))}
+    files = [ROOT / "README.md"] + [
+        path
+        for folder in REFERRING
+        for path in (ROOT / folder).rglob("*")
+        if path.suffix in {".py", ".md", ".bicep"} and "__pycache__" not in path.parts
+    ]
+    dangling = sorted(
+        f"{path.relative_to(ROOT)}: #{anchor}"
+        for path in files
+        for anchor in _REFERENCE.findall(path.read_text(encoding="utf-8"))
+        if anchor not in anchors
+    )
+    assert not dangling, f"links to sections docs/contract.md does not have: {dangling}"
 
 
 def test_not_yet_implemented_parts_declare_nothing() -> None:
