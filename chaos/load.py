@@ -17,6 +17,7 @@ import aiohttp
 
 from chaos.config import SERVICES, ChaosConfig, failing_sku
 from chaos.model import Accepted, PlannedOrder
+from devhost.harness.clients import AppClient
 
 SUBMIT_TIMEOUT_SECONDS = 120.0
 REQUEST_TIMEOUT_SECONDS = 15.0
@@ -81,17 +82,13 @@ async def submit_one(
         name, api = targets[(first + tries) % len(targets)]
         tries += 1
         try:
-            async with session.post(
-                f"{api}/orders",
-                json=dict(order.body),
-                timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS),
-            ) as r:
-                if r.status == 202:
-                    return Accepted(order.order_id, time.monotonic() - started, name, tries)
-                text = await r.text()
-                if r.status < 500:
-                    raise LoadError(f"order {order.order_id} refused: {r.status} {text[:300]}")
-                last = f"{r.status} {text[:200]}"
+            app = AppClient(session, api)
+            status, answer = await app.submit(order.body, timeout=REQUEST_TIMEOUT_SECONDS)
+            if status == 202:
+                return Accepted(order.order_id, time.monotonic() - started, name, tries)
+            if status < 500:
+                raise LoadError(f"order {order.order_id} refused: {status} {str(answer)[:300]}")
+            last = f"{status} {str(answer)[:200]}"
         except (aiohttp.ClientError, TimeoutError) as exc:
             last = f"{type(exc).__name__}: {exc}"
         await asyncio.sleep(min(0.1 * tries, 1.0))

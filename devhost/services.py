@@ -145,7 +145,7 @@ def _azurite(root: Path, state_dir: Path) -> ServiceSpec:
         command=tuple(command),
         ports=tuple(AZURITE_PORTS.values()),
         endpoint=", ".join(f"{k} {LOOPBACK}:{p}" for k, p in AZURITE_PORTS.items()),
-        missing_hint=commands.azurite_missing(Path(command[0])),
+        missing_hint=commands.azurite_missing(Path(command[0]), root),
         # Azurite closes all three services on SIGTERM but node never exits.
         closed_marker=commands.AZURITE_CLOSED,
         closed_count=len(AZURITE_PORTS),

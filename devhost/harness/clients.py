@@ -71,8 +71,12 @@ class AppClient:
         async with self.session.request(method, url, **kwargs) as response:
             return response.status, await _body(response)
 
-    async def submit(self, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
-        return await self._ask("POST", self.url(Route.ORDERS), json=body)
+    async def submit(
+        self, body: Mapping[str, Any], *, timeout: float | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """POST an order as given (status and answer; no judgement of the status)."""
+        limit = None if timeout is None else aiohttp.ClientTimeout(total=timeout)
+        return await self._ask("POST", self.url(Route.ORDERS), json=dict(body), timeout=limit)
 
     async def submit_order(
         self,

@@ -17,7 +17,7 @@ from devhost.harness.process import ROOT
 NODE_BIN = ROOT / "node_modules" / ".bin"
 AZURITE = NODE_BIN / "azurite"
 AZURITE_TABLE = NODE_BIN / "azurite-table"
-AZURITE_MISSING = "{binary} not found: run bin/setup (npm ci in {root}) first"
+AZURITE_MISSING = "{binary} not found: run npm ci in {root} (bin/setup does it)"
 AZURITE_CLOSED = "successfully closed"
 """Azurite prints this once per service on SIGTERM, and then its node process lingers."""
 
@@ -28,8 +28,8 @@ SIMULATOR_READY = rf"simulator listening on http://{_HOST}:(\d+)"
 RUNTIME_READY = rf"devhost listening on http://{_HOST}:(\d+)"
 
 
-def azurite_missing(binary: Path) -> str:
-    return AZURITE_MISSING.format(binary=binary, root=ROOT)
+def azurite_missing(binary: Path, root: Path = ROOT) -> str:
+    return AZURITE_MISSING.format(binary=binary, root=root)
 
 
 def azurite_command(
