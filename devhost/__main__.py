@@ -32,6 +32,10 @@ log = logging.getLogger("devhost")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PORT = 7071
 SERVICE_WATCH_SECONDS = 2.0
+DRAIN_TIMEOUT = 4.0
+"""Ctrl-C or SIGTERM ends the runtime within 10 s: intake stops, running invocations get
+this long, then clients close. A cut invocation's message is abandoned and redelivered,
+which every handler tolerates (a crash does the same)."""
 # Problems a developer fixes by editing config or starting something: no traceback.
 USER_ERRORS = (
     SettingsError,
@@ -99,8 +103,8 @@ def add_run_options(parser: argparse.ArgumentParser, *, inherit: bool = False) -
     parser.add_argument(
         "--drain-timeout",
         type=float,
-        default=default(30.0),
-        help="seconds running invocations get to finish at shutdown",
+        default=default(DRAIN_TIMEOUT),
+        help=f"seconds running invocations get to finish at shutdown (default {DRAIN_TIMEOUT:g})",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", default=default(False), help="debug logging"
