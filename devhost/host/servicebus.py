@@ -45,6 +45,7 @@ __all__ = [
 log = logging.getLogger("devhost.servicebus")
 
 RECEIVE_WAIT_SECONDS = 1.0
+LINK_OPEN_SECONDS = 30.0
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 10.0
 CANCEL_ABANDON_SECONDS = 2.0
@@ -126,7 +127,10 @@ class QueueTrigger:
             receiver._further_pull_receive_timeout = FURTHER_PULL_SECONDS
             mine: set[asyncio.Task[None]] = set()
             try:
-                await receiver.__aenter__()
+                # Opened here, not by the first receive, which would give the link only
+                # RECEIVE_WAIT_SECONDS: a dozen links opening at once on a loaded machine
+                # overran that, and each receiver backed off as if the broker were down.
+                await asyncio.wait_for(receiver.__aenter__(), LINK_OPEN_SECONDS)
                 self.listening.set()
                 async for _ in self._pump(receiver, mine):
                     health.succeeded(self.queue)
