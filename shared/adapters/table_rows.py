@@ -152,6 +152,7 @@ def state_entity(process: OrderProcess) -> Entity:
             "UpdatedAt": state.updated_at,
             "Workflow": state.workflow,
             "OutboxCause": state.outbox_cause,
+            "CancelRequested": state.cancel_requested,
             "CustomerId": order.customer_id,
             "Priority": order.priority.value,
             "ReplyTo": order.reply_to,
@@ -235,6 +236,7 @@ def to_state(entity: Mapping[str, Any]) -> StateRecord:
         workflow=entity["Workflow"],
         outbox=tuple(_outgoing(m) for m in json.loads(get_text(entity, "Outbox") or "[]")),
         outbox_cause=entity.get("OutboxCause"),
+        cancel_requested=bool(entity.get("CancelRequested", False)),
     )
 
 

@@ -18,11 +18,19 @@ class ProcessState(StrEnum):
     ERROR = "Error"
     COMPENSATING = "Compensating"
     COMPENSATED = "Compensated"
+    SUSPENDED = "Suspended"
+    CANCELLED = "Cancelled"
 
     @property
     def is_terminal(self) -> bool:
-        """Error counts as terminal for supervision: only an operator moves it on."""
-        return self in (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.ERROR)
+        """Terminal for supervision: no deadline runs. Error and Suspended count too, since
+        only an operator moves them on."""
+        return self.is_final or self in (ProcessState.ERROR, ProcessState.SUSPENDED)
+
+    @property
+    def is_final(self) -> bool:
+        """Nothing, not even an operator, moves the order on."""
+        return self in (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.CANCELLED)
 
 
 class StepStatus(StrEnum):
@@ -61,6 +69,9 @@ class NotificationStatus(StrEnum):
     PROCESSED = "Processed"
     FAILED = "Failed"
     COMPENSATED = "Compensated"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    CANCELLED = "Cancelled"
 
 
 class ExhaustedPolicy(StrEnum):
@@ -149,6 +160,9 @@ class StateRecord:
     workflow: str
     outbox: tuple[Outgoing, ...] = ()
     outbox_cause: str | None = None
+    cancel_requested: bool = False
+    """An operator cancelled: the order compensates every step that may have taken effect,
+    then ends Cancelled rather than Compensated."""
 
 
 @dataclass(frozen=True)

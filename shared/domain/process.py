@@ -216,49 +216,79 @@ def apply_reply(
     cause: str | None = None,
     routing: Routing = PRIMARY_ONLY,
 ) -> Transition | None:
-    """An agent's answer, accepted only for the running step of the current attempt."""
+    """An agent's answer, accepted only for the running step of the current attempt.
+
+    A Suspended order records the answer and dispatches nothing; a cancelled order takes
+    the answer of the step that was running when the cancel came, then undoes.
+    """
     state = process.state
     index = state.current_step
-    expected = ProcessState.PROCESSING if reply.action is Action.DO else ProcessState.COMPENSATING
     if (
         reply.attempt != state.attempt
-        or state.process_state is not expected
         or index >= len(process.steps)
         or process.steps[index].name != reply.step
     ):
         return None
     step = process.steps[index]
     b = _Builder(process, now, cause, routing)
+    held = state.process_state is ProcessState.SUSPENDED
     if reply.action is Action.DO:
-        if step.status is not StepStatus.RUNNING:
+        if step.status is not StepStatus.RUNNING or not _awaits_step(state):
             return None
         if reply.outcome is Outcome.SUCCEEDED:
             b.set_step(index, status=StepStatus.COMPLETED, result=reply.result or {}, error=None)
             b.note("step-completed", step.name)
-            _dispatch_forward(b, workflow, policy, index + 1)
+            if held:
+                pass
+            elif state.cancel_requested:
+                _dispatch_compensation(b, workflow, policy, index)
+            else:
+                _dispatch_forward(b, workflow, policy, index + 1)
         else:
             error = reply.error or ErrorInfo("unknown", "the agent gave no reason")
             b.set_step(index, status=StepStatus.FAILED, error=error)
-            b.set(
-                phase=Phase.COMPENSATE,
-                process_state=ProcessState.COMPENSATING,
-                last_error=f"{step.name}: {error.code}: {error.message}",
-            )
             b.note("step-failed", f"{step.name}: {error.code}")
-            b.notify(NotificationStatus.FAILED, b.state.last_error)
-            _dispatch_compensation(b, workflow, policy, index - 1)
+            if not state.cancel_requested:
+                b.set(
+                    phase=Phase.COMPENSATE,
+                    process_state=state.process_state if held else ProcessState.COMPENSATING,
+                    last_error=f"{step.name}: {error.code}: {error.message}",
+                )
+                b.notify(NotificationStatus.FAILED, b.state.last_error)
+            if not held:
+                _dispatch_compensation(b, workflow, policy, index - 1)
     else:
-        if step.status is not StepStatus.COMPLETED:
+        awaited = state.process_state is ProcessState.COMPENSATING or (
+            held and state.phase is Phase.COMPENSATE
+        )
+        if not awaited or not _undoable(step):
             return None
         if reply.outcome is Outcome.SUCCEEDED:
             b.set_step(index, status=StepStatus.COMPENSATED, complete_by=None)
             b.note("step-compensated", step.name)
-            _dispatch_compensation(b, workflow, policy, index - 1)
+            if not held:
+                _dispatch_compensation(b, workflow, policy, index - 1)
         else:
             error = reply.error or ErrorInfo("unknown", "the agent gave no reason")
             b.set(last_error=f"compensation of {step.name}: {error.code}: {error.message}")
             _hold_for_operator(b, "compensation-failed")
     return b.build()
+
+
+def _awaits_step(state: StateRecord) -> bool:
+    """May a forward step's answer be taken in this state? Also while Suspended (the step
+    may finish) and while a cancel waits for the step that was running."""
+    return state.process_state in (ProcessState.PROCESSING, ProcessState.SUSPENDED) or (
+        state.process_state is ProcessState.COMPENSATING and state.cancel_requested
+    )
+
+
+def _undoable(step: StepRecord) -> bool:
+    """Completed, or in doubt: dispatched with no answer before its complete-by passed, so
+    it may have taken effect. Compensations are idempotent, so undoing it is safe."""
+    return step.status is StepStatus.COMPLETED or (
+        step.status is StepStatus.NOT_STARTED and step.attempts > 0
+    )
 
 
 def recover(
@@ -276,9 +306,10 @@ def recover(
     index = state.current_step
     what = "claim" if state.process_state is ProcessState.PENDING else _step_label(process)
     running = index < len(process.steps) and process.steps[index].status is StepStatus.RUNNING
-    if state.process_state is ProcessState.PROCESSING and running:
+    if running:
+        # No answer by its complete-by: in doubt. A cancelling order undoes it next.
         b.set_step(index, status=StepStatus.NOT_STARTED, complete_by=None)
-    if state.process_state is ProcessState.COMPENSATING and index < len(process.steps):
+    elif state.process_state is ProcessState.COMPENSATING and index < len(process.steps):
         b.set_step(index, complete_by=None)
     failures = state.failure_count + 1
     b.set(
@@ -316,6 +347,114 @@ def resubmit(
     b.note("resubmitted", f"by {operator}")
     _requeue(b, policy, 0, "resubmitted")
     return b.build()
+
+
+def cancel(
+    process: OrderProcess,
+    policy: ProcessPolicy,
+    now: datetime,
+    operator: str = "operator",
+    reason: str | None = None,
+    cause: str | None = None,
+) -> Transition | None:
+    """An operator stops the order: nothing new is dispatched, every step that may have
+    taken effect is undone in reverse order, and the order ends Cancelled.
+
+    A step still running keeps its attempt, so its answer is taken (or its complete-by
+    passes) before it is undone too. None: the order is already being cancelled.
+    """
+    state = process.state
+    if state.process_state.is_final:
+        raise InvalidTransition(
+            f"order {process.order_id} is {state.process_state.value}: nothing to cancel"
+        )
+    if state.cancel_requested and not state.process_state.is_terminal:
+        return None
+    b = _Builder(process, now, cause)
+    b.set(cancel_requested=True, phase=Phase.COMPENSATE, failure_count=0)
+    b.note("cancel-requested", f"by {operator}" + (f": {reason}" if reason else ""))
+    _continue_cancel(b, process, policy)
+    return b.build()
+
+
+def suspend(
+    process: OrderProcess,
+    now: datetime,
+    operator: str = "operator",
+    cause: str | None = None,
+) -> Transition | None:
+    """An operator pauses the order: no further step is dispatched and no deadline counts.
+
+    A running step may still answer; its answer is recorded (see apply_reply). An Error
+    order is already held, so it is refused like a final one. None: already Suspended.
+    """
+    current = process.state.process_state
+    if current is ProcessState.SUSPENDED:
+        return None
+    if current.is_terminal:
+        raise InvalidTransition(f"order {process.order_id} is {current.value}: cannot suspend")
+    b = _Builder(process, now, cause)
+    b.set(process_state=ProcessState.SUSPENDED, locked_by=None, complete_by=None)
+    b.note("suspended", f"by {operator}, was {current.value}")
+    b.notify(NotificationStatus.SUSPENDED)
+    return b.build()
+
+
+def resume(
+    process: OrderProcess,
+    policy: ProcessPolicy,
+    now: datetime,
+    operator: str = "operator",
+    cause: str | None = None,
+) -> Transition:
+    """A Suspended order continues where it stopped, with fresh deadlines.
+
+    A step that had not answered is dispatched again (same idempotency key, the next
+    claim's attempt number), as after a recovery; FailureCount is what it was.
+    """
+    if process.state.process_state is not ProcessState.SUSPENDED:
+        raise InvalidTransition(
+            f"order {process.order_id} is {process.state.process_state.value}, not Suspended"
+        )
+    b = _Builder(process, now, cause)
+    b.note("resumed", f"by {operator}")
+    b.notify(NotificationStatus.RESUMED)
+    if process.state.cancel_requested:
+        _continue_cancel(b, process, policy)
+        return b.build()
+    index = process.state.current_step
+    if index < len(b.steps) and b.steps[index].status is StepStatus.RUNNING:
+        b.set_step(index, status=StepStatus.NOT_STARTED, complete_by=None)
+    elif index < len(b.steps):
+        b.set_step(index, complete_by=None)
+    _requeue(b, policy, 0, "resumed")
+    return b.build()
+
+
+def _continue_cancel(b: _Builder, process: OrderProcess, policy: ProcessPolicy) -> None:
+    """Wait for what is in flight (a step or a compensation whose complete-by has not
+    passed), else go back to the Scheduler, which undoes from the current step down.
+
+    A step is undone only once its answer is in or its complete-by has passed: undone
+    earlier, a late request could still apply it after its undo."""
+    state = process.state
+    index = state.current_step
+    step = process.steps[index] if index < len(process.steps) else None
+    live = step is not None and step.complete_by is not None and step.complete_by > b.now
+    # A Compensating order's current step is the one whose compensation is out.
+    in_flight = live and (
+        (step is not None and step.status is StepStatus.RUNNING)
+        or state.process_state is ProcessState.COMPENSATING
+    )
+    if in_flight and step is not None:
+        b.set(process_state=ProcessState.COMPENSATING, complete_by=step.complete_by)
+        b.note("cancelling", f"waiting for {step.name} until {iso(step.complete_by or b.now)}")
+        return
+    if step is not None and step.status is StepStatus.RUNNING:
+        b.set_step(index, status=StepStatus.NOT_STARTED, complete_by=None)
+    elif step is not None:
+        b.set_step(index, complete_by=None)
+    _requeue(b, policy, 0, "cancelling")
 
 
 def next_check(
@@ -408,19 +547,18 @@ def _dispatch_compensation(
 ) -> None:
     """Undo the completed steps in reverse order, one deadline-bound agent step at a time."""
     index = min(from_step, len(b.steps) - 1)
-    while index >= 0 and not (
-        b.steps[index].status is StepStatus.COMPLETED and workflow.steps[index].compensation
-    ):
+    while index >= 0 and not (_undoable(b.steps[index]) and workflow.steps[index].compensation):
         index -= 1
     if index < 0:
+        cancelled = b.state.cancel_requested
         b.set(
-            process_state=ProcessState.COMPENSATED,
+            process_state=ProcessState.CANCELLED if cancelled else ProcessState.COMPENSATED,
             current_step=0,
             locked_by=None,
             complete_by=None,
         )
-        b.note("compensated")
-        b.notify(NotificationStatus.COMPENSATED)
+        b.note("cancelled" if cancelled else "compensated")
+        b.notify(NotificationStatus.CANCELLED if cancelled else NotificationStatus.COMPENSATED)
         return
     step = b.steps[index]
     payload = {"result": dict(step.result or {})}

@@ -1,18 +1,25 @@
-"""What operators and clients ask of an order: inspect, list, resubmit, health."""
+"""What operators and clients ask of an order: inspect, list, resubmit, cancel, suspend,
+resume, health."""
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 from shared.domain import process as machine
 from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.process import Transition
 from shared.ports import ConcurrencyConflict, Page
 from shared.usecases.commit import commit
 from shared.usecases.deps import ProcessDeps
 
 RESUBMIT_CAUSE = "operator-resubmit"
+CANCEL_CAUSE = "operator-cancel"
+SUSPEND_CAUSE = "operator-suspend"
+RESUME_CAUSE = "operator-resume"
+MAX_RACES = 5
 
 
 class OrderNotFound(LookupError):
@@ -59,6 +66,83 @@ async def resubmit_order(deps: ProcessDeps, order_id: str, operator: str) -> Ord
         raise machine.InvalidTransition(
             f"order {order_id} changed while it was being resubmitted"
         ) from None
+
+
+async def cancel_order(
+    deps: ProcessDeps, order_id: str, operator: str, reason: str | None = None
+) -> OrderProcess:
+    """Stop the order and undo whatever may have taken effect; it ends Cancelled.
+
+    Idempotent: asked again while it is being cancelled, it changes nothing. Raises
+    InvalidTransition once the order is Processed, Compensated or Cancelled.
+    """
+    now = deps.clock.now()
+    return await _operate(
+        deps,
+        order_id,
+        CANCEL_CAUSE,
+        lambda p: machine.cancel(p, deps.policy, now, operator, reason, CANCEL_CAUSE),
+    )
+
+
+async def suspend_order(deps: ProcessDeps, order_id: str, operator: str) -> OrderProcess:
+    """Stop dispatching and stop the deadlines; the order leaves the watch list (the
+    commit unwatches it), so the Supervisor cannot count a failure against it."""
+    now = deps.clock.now()
+    return await _operate(
+        deps,
+        order_id,
+        SUSPEND_CAUSE,
+        lambda p: machine.suspend(p, now, operator, SUSPEND_CAUSE),
+    )
+
+
+async def resume_order(deps: ProcessDeps, order_id: str, operator: str) -> OrderProcess:
+    """Continue a Suspended order with fresh deadlines. Asked again before the Scheduler
+    has claimed it, it sends the nudge again; otherwise it is InvalidTransition."""
+    now = deps.clock.now()
+
+    def decide(process: OrderProcess) -> Transition | None:
+        state = process.state
+        if state.process_state is not ProcessState.SUSPENDED and state.outbox_cause == RESUME_CAUSE:
+            return None
+        return machine.resume(process, deps.policy, now, operator, RESUME_CAUSE)
+
+    return await _operate(deps, order_id, RESUME_CAUSE, decide)
+
+
+async def _operate(
+    deps: ProcessDeps,
+    order_id: str,
+    cause: str,
+    decide: Callable[[OrderProcess], Transition | None],
+) -> OrderProcess:
+    """Read, decide, write conditionally; a lost race reads again and decides again.
+
+    The order goes on the watch list before the write, so a crash in between cannot
+    leave a moving order unwatched (a spare entry only costs the Supervisor a read).
+    None from `decide` means nothing to change: the messages of an earlier try of the
+    same action are sent again, since that try may have stopped before sending them.
+    """
+    for _ in range(MAX_RACES):
+        process = await deps.store.load(order_id)
+        if process is None:
+            raise OrderNotFound(order_id)
+        transition = decide(process)
+        if transition is None:
+            if process.state.outbox_cause == cause:
+                await deps.bus.send(process.state.outbox)
+            return process
+        now = deps.clock.now()
+        changed = transition.process
+        check_at = machine.next_check(changed, deps.workflow(changed), deps.policy, now)
+        if check_at is not None:
+            await deps.store.watch(order_id, check_at, replace=False, version=changed.state.version)
+        try:
+            return await commit(deps, transition)
+        except ConcurrencyConflict:
+            continue
+    raise ConcurrencyConflict(f"order {order_id}: lost {MAX_RACES} races in a row")
 
 
 HEALTH_TTL = timedelta(seconds=5)

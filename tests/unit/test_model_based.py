@@ -1,8 +1,9 @@
 """Model-based test: random interleavings of everything that can happen to orders.
 
 Hypothesis drives submissions, claims by several schedulers, agent replies delivered in
-order, late, twice or never, supervisor sweeps (two at once), clock jumps, and crashes
-between a state write and its sends. The invariants hold after every step, and at the
+order, late, twice or never, supervisor sweeps (two at once), clock jumps, crashes
+between a state write and its sends, and operators who resubmit, cancel, suspend and
+resume. The invariants hold after every step, and at the
 end every order converges to a terminal state once faults stop.
 """
 
@@ -30,10 +31,11 @@ from shared.domain.model import (
     ProcessState,
     StepStatus,
 )
+from shared.domain.process import InvalidTransition
 from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import BusUnavailable
 from shared.usecases import scheduler
-from shared.usecases.operator import resubmit_order
+from shared.usecases.operator import cancel_order, resubmit_order, resume_order, suspend_order
 from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
@@ -42,6 +44,7 @@ from tests.builders import World, a_policy, an_order
 AGENT_QUEUES = (Queue.AGENT_INVENTORY, Queue.AGENT_PAYMENT, Queue.AGENT_SHIPPING)
 ORDER_IDS = [f"m-{i}" for i in range(2)]
 STEPS = [s.name for s in ORDER_FULFILMENT.steps]
+UNDO = {s.name: s.compensation for s in ORDER_FULFILMENT.steps}
 MAX_FAILURES = 3
 
 
@@ -188,6 +191,23 @@ class OrderProcessMachine(RuleBasedStateMachine):
             run(self._guarded(resubmit_order(self.world.deps(), order_id, "op")))
             self._collect()
 
+    @rule(
+        order_id=st.sampled_from(ORDER_IDS),
+        action=st.sampled_from(["cancel", "suspend", "resume"]),
+        lose_sends=st.booleans(),
+    )
+    def operator_acts(self, order_id: str, action: str, lose_sends: bool) -> None:
+        if not isinstance(run(self.world.store.load(order_id)), OrderProcess):
+            return
+        act = {"cancel": cancel_order, "suspend": suspend_order, "resume": resume_order}[action]
+        self.world.bus.fail_next = 1 if lose_sends else 0
+        try:
+            run(self._guarded(act(self.world.deps(), order_id, "op")))
+        except InvalidTransition:
+            event(f"{action} refused")
+        self.world.bus.fail_next = 0
+        self._collect()
+
     # --- invariants --------------------------------------------------------------
 
     def _orders(self) -> list[OrderProcess]:
@@ -201,16 +221,31 @@ class OrderProcessMachine(RuleBasedStateMachine):
             state = p.state
             assert 0 <= state.failure_count <= MAX_FAILURES
             held = state.process_state in (ProcessState.PROCESSING, ProcessState.COMPENSATING)
-            assert (state.locked_by is not None) == held, state
+            if state.locked_by is not None:
+                assert held, state
+            if held and not state.cancel_requested:
+                # A cancel that waits for a suspended order's running step holds no lock.
+                assert state.locked_by is not None, state
             running = [i for i, s in enumerate(p.steps) if s.status is StepStatus.RUNNING]
             assert len(running) <= 1
             if running:
-                assert state.process_state is ProcessState.PROCESSING
+                assert state.process_state in (
+                    ProcessState.PROCESSING,
+                    ProcessState.SUSPENDED,
+                    ProcessState.COMPENSATING,
+                ), state
+                if state.process_state is ProcessState.COMPENSATING:
+                    assert state.cancel_requested
                 assert running == [state.current_step]
             if state.process_state is ProcessState.PROCESSED:
                 assert all(s.status is StepStatus.COMPLETED for s in p.steps)
             if state.process_state is ProcessState.COMPENSATED:
                 assert not any(s.status is StepStatus.COMPLETED for s in p.steps)
+            if state.process_state is ProcessState.CANCELLED:
+                assert all(
+                    s.status in (StepStatus.COMPENSATED, StepStatus.FAILED) or s.attempts == 0
+                    for s in p.steps
+                ), p.steps
             if not state.process_state.is_terminal:
                 deadline = machine.next_deadline(p, self.world.policy)
                 assert p.order_id in watched, f"{p.order_id} is in flight but unwatched"
@@ -223,12 +258,24 @@ class OrderProcessMachine(RuleBasedStateMachine):
             assert keys == {f"{order_id}:{operation}"}
 
     @invariant()
+    def a_cancelled_order_has_no_effect_applied_and_not_undone(self) -> None:
+        for p in self._orders():
+            if p.state.process_state is ProcessState.CANCELLED:
+                for step in STEPS:
+                    if self.applied.get(f"{p.order_id}:{step}"):
+                        assert self.applied.get(f"{p.order_id}:{UNDO[step]}"), (step, p.steps)
+
+    @invariant()
     def compensation_undoes_completed_steps_in_reverse(self) -> None:
         for undone in self.undone.values():
             assert undone == sorted(set(undone), key=STEPS.index, reverse=True)
 
     def teardown(self) -> None:
-        """Faults stop: everything converges to Processed, Compensated or Error."""
+        """Faults stop, operators resume what they suspended: everything converges to
+        Processed, Compensated, Cancelled or Error."""
+        for p in self._orders():
+            if p.state.process_state is ProcessState.SUSPENDED:
+                run(resume_order(self.world.deps(), p.order_id, "op"))
         for _ in range(200):
             self._collect()
             while self.inflight:
@@ -243,7 +290,8 @@ class OrderProcessMachine(RuleBasedStateMachine):
             event(f"ended {p.state.process_state.value}")
             event(f"attempts reached {min(p.state.attempt, 3)}")
             assert p.state.process_state.is_terminal, p.state
-            if p.state.process_state is ProcessState.COMPENSATED:
+            assert p.state.process_state is not ProcessState.SUSPENDED
+            if p.state.process_state in (ProcessState.COMPENSATED, ProcessState.CANCELLED):
                 expected = [s.name for s in p.steps if s.status is StepStatus.COMPENSATED]
                 assert sorted(self.undone[p.order_id]) == sorted(expected)
 
