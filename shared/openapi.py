@@ -61,6 +61,44 @@ _STATE = {
     },
 }
 
+_CANCEL_BODY = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"reason": {"type": "string", "maxLength": 500}},
+}
+
+
+def _operator_action(
+    operation_id: str, summary: str, conflict: str, body: bool = False
+) -> dict[str, Any]:
+    """An operator's POST on one order: 202 with its state, or a problem."""
+    responses: dict[str, Any] = {
+        "202": _json("accepted; asked again, the same answer", _STATE),
+        "404": _problem("unknown order"),
+        "409": _problem(conflict),
+        **_UNAUTHORIZED,
+        **_CROSS_ORIGIN,
+        **_UNAVAILABLE,
+    }
+    operation: dict[str, Any] = {
+        "operationId": operation_id,
+        "summary": summary,
+        "security": [{"adminKey": []}],
+        "parameters": [_ORDER_ID],
+    }
+    if body:
+        operation["requestBody"] = {
+            "required": False,
+            "content": {"application/json": {"schema": _CANCEL_BODY}},
+        }
+        responses |= {
+            "400": _problem("invalid body"),
+            "413": _problem("body too large"),
+            "415": _problem("a body that is not JSON"),
+        }
+    return {"post": operation | {"responses": responses}}
+
+
 _INT = {"type": "integer"}
 _TIME = {"type": "string", "format": "date-time"}
 _OPS_SNAPSHOT = {
@@ -259,6 +297,22 @@ def document() -> dict[str, Any]:
                     },
                 }
             },
+            f"/{Route.CANCEL}": _operator_action(
+                "cancelOrder",
+                "Stop the order, undo every step that may have taken effect, end Cancelled",
+                "the order is Processed, Compensated or Cancelled",
+                body=True,
+            ),
+            f"/{Route.SUSPEND}": _operator_action(
+                "suspendOrder",
+                "Dispatch nothing further and stop the deadlines",
+                "the order is Processed, Compensated, Cancelled or Error",
+            ),
+            f"/{Route.RESUME}": _operator_action(
+                "resumeOrder",
+                "Continue a Suspended order where it stopped, with fresh deadlines",
+                "the order is not Suspended",
+            ),
             f"/{Route.HEALTH}": {
                 "get": {
                     "operationId": "health",

@@ -1,29 +1,43 @@
-"""Status and operator routes: inspect, list, resubmit, health."""
+"""Status and operator routes: inspect, list, resubmit, cancel, suspend, resume, health."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import azure.functions as func
 
 from shared import bootstrap
 from shared.contract import Route
-from shared.domain.model import ProcessState
+from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.process import InvalidTransition
-from shared.functions.http import bounded_int, json_response, order_view, problem, state_view
+from shared.functions.http import (
+    bounded_int,
+    json_response,
+    order_view,
+    problem,
+    read_json,
+    state_view,
+)
 from shared.openapi import document
 from shared.ports import BusUnavailable, StateStoreError
+from shared.usecases.deps import ProcessDeps
 from shared.usecases.operator import (
     OrderNotFound,
+    cancel_order,
     check_health,
     inspect_order,
     list_orders,
     resubmit_order,
+    resume_order,
+    suspend_order,
 )
 
 bp = func.Blueprint()
 _ORDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _UNAVAILABLE = ("Try again", "the state store is unavailable")
+MAX_REASON = 500
 
 
 def _not_found(order_id: str) -> func.HttpResponse:
@@ -90,6 +104,72 @@ async def resubmit_order_http(req: func.HttpRequest) -> func.HttpResponse:
             503,
             "Try again",
             "resubmitted, but the Scheduler could not be told yet: retry",
+            {"Retry-After": "5"},
+        )
+    return json_response(state_view(process.state), status=202)
+
+
+@bp.route(route=Route.CANCEL, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+async def cancel_order_http(req: func.HttpRequest) -> func.HttpResponse:
+    reason = _cancel_reason(req)
+    if isinstance(reason, func.HttpResponse):
+        return reason
+    return await _operator_action(
+        req,
+        "Already final",
+        lambda deps, order_id, operator: cancel_order(deps, order_id, operator, reason),
+    )
+
+
+@bp.route(route=Route.SUSPEND, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+async def suspend_order_http(req: func.HttpRequest) -> func.HttpResponse:
+    return await _operator_action(req, "Cannot suspend", suspend_order)
+
+
+@bp.route(route=Route.RESUME, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+async def resume_order_http(req: func.HttpRequest) -> func.HttpResponse:
+    return await _operator_action(req, "Not Suspended", resume_order)
+
+
+def _cancel_reason(req: func.HttpRequest) -> str | func.HttpResponse | None:
+    """The optional body `{"reason"?: str}`; no body at all is a cancel without a reason."""
+    if not (req.get_body() or b"").strip():
+        return None
+    data, error = read_json(req)
+    if error is not None:
+        return error
+    if not isinstance(data, dict) or set(data) - {"reason"}:
+        return problem(400, "Invalid body", 'the body is {"reason"?: string}, nothing else')
+    reason: Any = data.get("reason")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
+        return problem(400, "Invalid reason", f"reason is a string of at most {MAX_REASON}")
+    return reason or None
+
+
+async def _operator_action(
+    req: func.HttpRequest,
+    refusal: str,
+    act: Callable[[ProcessDeps, str, str], Awaitable[OrderProcess]],
+) -> func.HttpResponse:
+    """The answer every operator action shares: 202 with the state, 404, 409, 503."""
+    order_id = req.route_params.get("orderId", "")
+    if not _ORDER_ID.match(order_id):
+        return _not_found(order_id)
+    c = await bootstrap.container()
+    operator = req.headers.get("x-operator") or "operator"
+    try:
+        process = await act(c.process, order_id, operator[:64])
+    except OrderNotFound:
+        return _not_found(order_id)
+    except InvalidTransition as exc:
+        return problem(409, refusal, str(exc))
+    except StateStoreError:
+        return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
+    except BusUnavailable:
+        return problem(
+            503,
+            "Try again",
+            "stored, but the Scheduler could not be told yet: retry",
             {"Retry-After": "5"},
         )
     return json_response(state_view(process.state), status=202)

@@ -75,6 +75,12 @@ async def test_order_routes_never_5xx(harness: Harness, order_id: str) -> None:
     check(
         await harness.http("resubmit_order_http", "POST", "orders/x/resubmit", route_params=route)
     )
+    for action in ("cancel", "suspend", "resume"):
+        check(
+            await harness.http(
+                f"{action}_order_http", "POST", f"orders/x/{action}", route_params=route
+            )
+        )
 
 
 @SLOW

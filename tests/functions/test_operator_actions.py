@@ -1,0 +1,108 @@
+"""Cancel, suspend and resume over HTTP: codes, bodies, and what the order does next."""
+
+from __future__ import annotations
+
+import azure.functions as func
+import pytest
+
+from shared.contract import Queue
+from shared.domain.model import ProcessState
+from tests.functions.conftest import Harness
+from tests.functions.test_functions import ORDER, assert_problem, body
+
+ROUTE = {"orderId": "fn-1"}
+
+
+async def act(
+    harness: Harness,
+    action: str,
+    payload: object = None,
+    *,
+    raw: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> func.HttpResponse:
+    return await harness.http(
+        f"{action}_order_http",
+        "POST",
+        f"orders/fn-1/{action}",
+        payload,
+        raw=raw,
+        headers=headers,
+        route_params=ROUTE,
+    )
+
+
+async def state(harness: Harness) -> ProcessState:
+    process = await harness.store.load("fn-1")
+    assert process is not None
+    return process.state.process_state
+
+
+async def test_cancel_answers_202_and_again_202_then_409_once_cancelled(harness: Harness) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    first = await act(harness, "cancel", {"reason": "customer asked"})
+    assert first.status_code == 202
+    answer = body(first)
+    assert (answer["orderId"], answer["processState"]) == ("fn-1", "Pending")
+    again = await act(harness, "cancel")  # no body at all
+    assert again.status_code == 202
+    assert body(again)["processState"] == "Pending"
+    for nudge in harness.bus.take(Queue.SCHEDULER):
+        await harness.message("scheduler_nudge", nudge.body, nudge.message_id)
+    assert await state(harness) is ProcessState.CANCELLED
+    assert_problem(await act(harness, "cancel"), 409)
+    assert_problem(await act(harness, "suspend"), 409)
+    assert_problem(await act(harness, "resume"), 409)
+    history = await harness.store.history("fn-1")
+    assert any(h.detail == "by operator: customer asked" for h in history)
+
+
+async def test_suspend_then_resume(harness: Harness) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    assert_problem(await act(harness, "resume"), 409)
+    suspended = await act(harness, "suspend", headers={"x-operator": "alice"})
+    assert suspended.status_code == 202
+    assert body(suspended)["processState"] == "Suspended"
+    assert (await act(harness, "suspend")).status_code == 202
+    resumed = await act(harness, "resume")
+    assert resumed.status_code == 202
+    assert body(resumed)["processState"] == "Pending"
+    history = await harness.store.history("fn-1")
+    assert any(h.event == "suspended" and h.detail.startswith("by alice") for h in history)
+
+
+@pytest.mark.parametrize("action", ["cancel", "suspend", "resume"])
+async def test_unknown_order_is_404(harness: Harness, action: str) -> None:
+    assert_problem(await act(harness, action), 404)
+    response = await harness.http(
+        f"{action}_order_http", "POST", "orders/%/x", route_params={"orderId": "../x"}
+    )
+    assert_problem(response, 404)
+
+
+@pytest.mark.parametrize(
+    ("raw", "content_type", "status"),
+    [
+        (b'{"reason": 3}', "application/json", 400),
+        (b'{"reason": "ok", "force": true}', "application/json", 400),
+        (b"[]", "application/json", 400),
+        (b'"reason"', "application/json", 400),
+        (b"{", "application/json", 400),
+        (b'{"reason": "' + b"x" * 501 + b'"}', "application/json", 400),
+        (b'{"reason": "ok"}', "text/plain", 415),
+        (b'{"reason": "' + b"x" * 70_000 + b'"}', "application/json", 413),
+    ],
+)
+async def test_cancel_with_a_bad_body_is_refused(
+    harness: Harness, raw: bytes, content_type: str, status: int
+) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    response = await act(harness, "cancel", raw=raw, headers={"content-type": content_type})
+    assert_problem(response, status)
+    assert await state(harness) is ProcessState.PENDING
+
+
+async def test_cancel_with_a_null_reason_is_a_cancel(harness: Harness) -> None:
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    response = await act(harness, "cancel", {"reason": None})
+    assert response.status_code == 202
