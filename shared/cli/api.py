@@ -78,13 +78,27 @@ class OperatorApi:
         return _object(body, order_id)
 
     async def resubmit(self, order_id: str) -> View:
-        body = await self._call(
+        return await self._act(Route.RESUBMIT, order_id)
+
+    async def cancel(self, order_id: str, reason: str | None = None) -> View:
+        return await self._act(Route.CANCEL, order_id, {"reason": reason} if reason else None)
+
+    async def suspend(self, order_id: str) -> View:
+        return await self._act(Route.SUSPEND, order_id)
+
+    async def resume(self, order_id: str) -> View:
+        return await self._act(Route.RESUME, order_id)
+
+    async def _act(self, route: str, order_id: str, body: Any = None) -> View:
+        """An operator's POST on one order, recorded under the operator's name."""
+        answer = await self._call(
             "POST",
-            _order_route(Route.RESUBMIT, order_id),
+            _order_route(route, order_id),
             order_id=order_id,
             headers={OPERATOR_HEADER: self.config.operator},
+            body=body,
         )
-        return _object(body, order_id)
+        return _object(answer, order_id)
 
     async def _call(
         self,
@@ -94,11 +108,12 @@ class OperatorApi:
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
         order_id: str | None = None,
+        body: Any = None,
     ) -> Any:
         url = f"{self.config.api}/{route}"
         try:
             async with self._session.request(
-                method, url, params=params, headers=headers
+                method, url, params=params, headers=headers, json=body
             ) as response:
                 text = await response.text()
                 status = response.status

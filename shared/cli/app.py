@@ -34,6 +34,9 @@ _ORDERS: dict[str, ApiCommand] = {
     "list": commands.orders_list,
     "show": commands.orders_show,
     "resubmit": commands.orders_resubmit,
+    "cancel": commands.orders_cancel,
+    "suspend": commands.orders_suspend,
+    "resume": commands.orders_resume,
     "watch": commands.orders_watch,
 }
 _DLQ: dict[str, ApiCommand] = {

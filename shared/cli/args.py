@@ -64,6 +64,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+MAX_REASON = 500
+"""As the API takes it (shared/functions/operator.py): refused here, not after a round trip."""
+
+
+def _reason(text: str) -> str:
+    if len(text) > MAX_REASON:
+        raise argparse.ArgumentTypeError(f"--reason is at most {MAX_REASON} characters")
+    return text
+
+
 def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     def default(value: object) -> object:
         return argparse.SUPPRESS if suppress else value
@@ -96,7 +106,7 @@ def _api(parser: argparse.ArgumentParser, suppress: bool) -> None:
     group.add_argument(
         "--operator",
         default=default,
-        help=f"name recorded with a resubmit (env {OPERATOR_ENV}; default your login)",
+        help=f"name recorded with an order action (env {OPERATOR_ENV}; default your login)",
     )
 
 
@@ -150,9 +160,11 @@ def build_parser() -> Parser:
     _bus(parser, suppress=False)
     groups = parser.add_subparsers(dest="group", required=True, metavar="{orders,dlq}")
 
-    orders = groups.add_parser("orders", help="inspect and resubmit orders (HTTP API)")
+    orders = groups.add_parser("orders", help="inspect and operate orders (HTTP API)")
     commands = orders.add_subparsers(
-        dest="command", required=True, metavar="{list,show,resubmit,watch}"
+        dest="command",
+        required=True,
+        metavar="{list,show,resubmit,cancel,suspend,resume,watch}",
     )
     listing = _leaf(commands, "list", "list orders, optionally in one state")
     listing.add_argument("--state", type=process_state, help="e.g. Error, Pending, Processing")
@@ -168,6 +180,13 @@ def build_parser() -> Parser:
     show.add_argument("order_id", metavar="ORDER_ID")
     resubmit = _leaf(commands, "resubmit", "send orders in Error back to Pending")
     resubmit.add_argument("order_ids", metavar="ORDER_ID", nargs="+")
+    cancel = _leaf(commands, "cancel", "stop orders and undo what they did; they end Cancelled")
+    cancel.add_argument("order_ids", metavar="ORDER_ID", nargs="+")
+    cancel.add_argument("--reason", type=_reason, help="why, recorded in the history")
+    suspend = _leaf(commands, "suspend", "pause orders: nothing dispatched, no deadline counts")
+    suspend.add_argument("order_ids", metavar="ORDER_ID", nargs="+")
+    resume = _leaf(commands, "resume", "continue Suspended orders where they stopped")
+    resume.add_argument("order_ids", metavar="ORDER_ID", nargs="+")
     watch = _leaf(commands, "watch", "poll an order until it ends, printing each change")
     watch.add_argument("order_id", metavar="ORDER_ID")
     watch.add_argument(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -16,7 +17,10 @@ from shared.cli.errors import CliError, Exit, NotFound, Usage
 from shared.contract import ALL_QUEUES
 from shared.domain.model import ProcessState
 
-TERMINAL = frozenset(s.value for s in ProcessState if s.is_terminal)
+TERMINAL = frozenset(
+    s.value for s in ProcessState if s.is_terminal and s is not ProcessState.SUSPENDED
+)
+"""Where `orders watch` stops: a Suspended order has not ended, it waits for a resume."""
 
 
 @dataclass
@@ -61,6 +65,57 @@ async def orders_show(args: argparse.Namespace, config: ApiConfig, console: Cons
 
 
 async def orders_resubmit(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    return await _act_on_each(
+        args,
+        config,
+        console,
+        lambda api, order_id: api.resubmit(order_id),
+        "resubmitted",
+        "only an order in Error can be resubmitted",
+    )
+
+
+async def orders_cancel(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    return await _act_on_each(
+        args,
+        config,
+        console,
+        lambda api, order_id: api.cancel(order_id, args.reason),
+        "cancelling",
+        "a Processed, Compensated or Cancelled order cannot be cancelled",
+    )
+
+
+async def orders_suspend(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    return await _act_on_each(
+        args,
+        config,
+        console,
+        lambda api, order_id: api.suspend(order_id),
+        "suspended",
+        "a finished order or one in Error cannot be suspended",
+    )
+
+
+async def orders_resume(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    return await _act_on_each(
+        args,
+        config,
+        console,
+        lambda api, order_id: api.resume(order_id),
+        "resumed",
+        "only a Suspended order can be resumed",
+    )
+
+
+async def _act_on_each(
+    args: argparse.Namespace,
+    config: ApiConfig,
+    console: Console,
+    act: Callable[[OperatorApi, str], Awaitable[View]],
+    done: str,
+    refused: str,
+) -> int:
     """Each order gets its own answer; the exit code is that of the first failure.
 
     Only per-order answers (404, 409) are collected: a refused key or an unreachable API
@@ -71,20 +126,15 @@ async def orders_resubmit(args: argparse.Namespace, config: ApiConfig, console: 
     async with OperatorApi.open(config) as api:
         for order_id in dict.fromkeys(args.order_ids):
             try:
-                state = await api.resubmit(order_id)
+                state = await act(api, order_id)
             except NotFound as exc:
                 results.append({"orderId": order_id, "result": "not found", "detail": exc.message})
                 code = code or exc.code
             except CliError as exc:
                 if exc.code != Exit.FAILED:
                     raise
-                results.append(
-                    {
-                        "orderId": order_id,
-                        "result": "refused",
-                        "detail": f"only an order in Error can be resubmitted: {exc.message}",
-                    }
-                )
+                detail = f"{refused}: {exc.message}"
+                results.append({"orderId": order_id, "result": "refused", "detail": detail})
                 code = code or exc.code
             else:
                 detail = (
@@ -92,7 +142,7 @@ async def orders_resubmit(args: argparse.Namespace, config: ApiConfig, console: 
                     f"failures {state.get('failureCount')}"
                 )
                 results.append(
-                    {"orderId": order_id, "result": "resubmitted", "detail": detail, "state": state}
+                    {"orderId": order_id, "result": done, "detail": detail, "state": state}
                 )
     if console.json:
         console.data(results)
@@ -102,7 +152,7 @@ async def orders_resubmit(args: argparse.Namespace, config: ApiConfig, console: 
 
 
 async def orders_watch(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
-    """Exit 0 when the order ends Processed, 1 when it ends Error or Compensated."""
+    """Exit 0 when the order ends Processed, 1 when it ends Error, Compensated or Cancelled."""
     deadline = time.monotonic() + args.max_wait if args.max_wait else None
     previous: View | None = None
     async with OperatorApi.open(config) as api:

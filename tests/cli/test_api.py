@@ -24,6 +24,7 @@ KEY = "admin-key-not-for-printing"
 class StandIn:
     url: str
     seen: list[web.Request] = field(default_factory=list)
+    bodies: list[Any] = field(default_factory=list)
     status: dict[str, int] = field(default_factory=dict)
 
 
@@ -66,10 +67,25 @@ async def api() -> AsyncIterator[StandIn]:
             status=202,
         )
 
+    async def act(request: web.Request) -> web.Response:
+        stand_in.seen.append(request)
+        stand_in.bodies.append(await request.json() if request.can_read_body else None)
+        order_id, action = request.match_info["orderId"], request.match_info["action"]
+        if order_id == "done":
+            return problem(409, f"order done is Processed: cannot {action}")
+        if order_id == "gone":
+            return problem(404, "no order with id 'gone'")
+        state = {"cancel": "Compensating", "suspend": "Suspended", "resume": "Pending"}[action]
+        return web.json_response(
+            {"orderId": order_id, "processState": state, "attempt": 1, "failureCount": 0},
+            status=202,
+        )
+
     app = web.Application()
     app.router.add_get("/api/orders", listing)
     app.router.add_get("/api/orders/{orderId}", order)
     app.router.add_post("/api/orders/{orderId}/resubmit", resubmit)
+    app.router.add_post("/api/orders/{orderId}/{action:cancel|suspend|resume}", act)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -158,3 +174,51 @@ async def test_resubmit_json_lists_each_answer(api: StandIn) -> None:
         ("gone", "not found"),
         ("o-2", "resubmitted"),
     ]
+
+
+async def test_cancel_sends_the_reason_and_reports_each_order(api: StandIn) -> None:
+    result = await cli(
+        "orders",
+        "cancel",
+        "o-1",
+        "done",
+        "--reason",
+        "customer asked",
+        "--operator",
+        "ann",
+        env=env(api),
+    )
+    assert result.code == Exit.FAILED
+    rows = {line.split()[0]: line for line in result.out.splitlines()[1:]}
+    assert "cancelling  Compensating, attempt 1, failures 0" in rows["o-1"]
+    assert "cannot be cancelled: order done is Processed" in rows["done"]
+    assert api.bodies == [{"reason": "customer asked"}] * 2
+    assert {r.headers["x-operator"] for r in api.seen} == {"ann"}
+
+
+async def test_cancel_without_a_reason_sends_no_body(api: StandIn) -> None:
+    result = await cli("orders", "cancel", "o-1", "--json", env=env(api))
+    assert result.code == Exit.OK, result.err
+    assert api.bodies == [None]
+    (answer,) = json.loads(result.out)
+    assert (answer["result"], answer["state"]["processState"]) == ("cancelling", "Compensating")
+
+
+@pytest.mark.parametrize(
+    ("action", "result", "state"),
+    [("suspend", "suspended", "Suspended"), ("resume", "resumed", "Pending")],
+)
+async def test_suspend_and_resume_json_and_exit_codes(
+    api: StandIn, action: str, result: str, state: str
+) -> None:
+    done = await cli("orders", action, "o-1", "gone", "--json", env=env(api))
+    assert done.code == Exit.NOT_FOUND
+    answers: list[dict[str, Any]] = json.loads(done.out)
+    assert [(a["orderId"], a["result"]) for a in answers] == [
+        ("o-1", result),
+        ("gone", "not found"),
+    ]
+    assert answers[0]["state"]["processState"] == state
+    refused = await cli("orders", action, "done", env=env(api))
+    assert refused.code == Exit.FAILED
+    assert "refused" in refused.out

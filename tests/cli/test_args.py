@@ -33,6 +33,10 @@ def test_an_option_after_the_command_wins_over_the_default_not_the_reverse() -> 
         (["orders", "list", "--page-size", "0"], "--page-size must be 1 to 1000, got 0"),
         (["orders", "list", "--page-size", "x"], "--page-size must be a whole number"),
         (["orders", "resubmit"], "the following arguments are required: ORDER_ID"),
+        (["orders", "cancel"], "the following arguments are required: ORDER_ID"),
+        (["orders", "suspend"], "the following arguments are required: ORDER_ID"),
+        (["orders", "resume"], "the following arguments are required: ORDER_ID"),
+        (["orders", "cancel", "o-1", "--reason", "x" * 501], "--reason is at most 500"),
         (["dlq", "list", "--queue", "nope"], "invalid choice: 'nope'"),
         (["dlq", "requeue", "--queue", "orders"], "one of the arguments --message-id --all"),
         (
