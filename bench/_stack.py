@@ -65,29 +65,16 @@ class BenchStack(Stack):
         **kwargs: Any,
     ) -> None:
         self.run_dir = RESULTS / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        self.stats_file = self.run_dir / "runtime-stats.json"
+        if instrument:
+            kwargs["runtime_module"] = INSTRUMENTED_RUNTIME
+            extra = kwargs.get("runtime_extra", ())
+            kwargs["runtime_extra"] = (*extra, "--stats-file", str(self.stats_file))
         work = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
         overrides = {**timings.settings(), **(settings or {})}
         super().__init__(name, work, settings=overrides, log_dir=self.run_dir / "logs", **kwargs)
         self.timings = timings
         self.instrument = instrument
-        self.stats_file = self.run_dir / "runtime-stats.json"
-
-    def start_runtime(self, name: str = "a") -> Child:
-        if not self.instrument:
-            return super().start_runtime(name)
-        # The instrumented runtime takes its counters file first, then devhost's options.
-        runtime = self.runtimes[name]
-        runtime.incarnation += 1
-        log = self.log_dir / f"runtime-{name}{runtime.incarnation}.log"
-        runtime.logs.append(log)
-        command = services.runtime_command(
-            port=runtime.port, state_dir=self.workdir / "devhost", module=INSTRUMENTED_RUNTIME
-        )
-        at = command.index(INSTRUMENTED_RUNTIME) + 1
-        command[at:at] = ["--stats-file", str(self.stats_file)]
-        env = {**self.settings(name), **self.runtime_env}
-        runtime.child = Child(f"runtime {self.instance_id(name)}", command, log, env=env)
-        return runtime.child.start()
 
     async def __aenter__(self) -> BenchStack:
         await super().__aenter__()

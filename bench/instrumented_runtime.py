@@ -1,15 +1,17 @@
-"""``python -m bench.instrumented_runtime --stats-file PATH [devhost options]``.
+"""``python -m bench.instrumented_runtime [devhost options] --stats-file PATH``.
 
 The local runtime (``python -m devhost``) with the counting decorators of
 ``bench._instrument`` around the state store, the message bus and every function.
 SIGUSR1 writes the counters to ``--stats-file``; SIGUSR2 resets them; they are also
-written at exit. Nothing in ``shared/`` or ``devhost/`` changes.
+written at exit. ``--stats-file`` may stand anywhere, so the harness's Stack starts this
+runtime like ``python -m devhost`` with it among the extra options. Nothing in
+``shared/`` or ``devhost/`` changes.
 """
 
 from __future__ import annotations
 
+import argparse
 import signal
-import sys
 from pathlib import Path
 from types import FrameType
 
@@ -17,12 +19,15 @@ from bench._instrument import STATS, dump, install
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 2 or args[0] != "--stats-file":
-        print("usage: python -m bench.instrumented_runtime --stats-file PATH [devhost options]")
-        return 2
-    path = Path(args[1])
-    rest = args[2:]
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.instrumented_runtime",
+        usage="%(prog)s [devhost options] --stats-file PATH",
+        allow_abbrev=False,
+        add_help=False,
+    )
+    parser.add_argument("--stats-file", type=Path, required=True)
+    known, rest = parser.parse_known_args(argv)
+    path: Path = known.stats_file
 
     def on_dump(signum: int, frame: FrameType | None) -> None:
         dump(path)
