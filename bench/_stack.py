@@ -22,8 +22,7 @@ from devhost.harness import services
 from devhost.harness.clients import SimulatorControl
 from devhost.harness.ports import free_port
 from devhost.harness.process import Child, StartError
-from devhost.harness.stack import Stack
-from shared.contract import Setting
+from devhost.harness.stack import Stack, timing_settings
 
 INSTRUMENTED_RUNTIME = "bench.instrumented_runtime"
 
@@ -37,18 +36,13 @@ class Timings:
     supervisor_period: int = 5
     max_failure_count: int = 3
 
-    @property
-    def schedule(self) -> str:
-        return f"*/{self.supervisor_period} * * * * *"
-
     def settings(self) -> dict[str, str]:
-        return {
-            Setting.SUPERVISOR_SCHEDULE: self.schedule,
-            Setting.STEP_TIMEOUT_SECONDS: str(self.step_timeout),
-            Setting.PENDING_TIMEOUT_SECONDS: str(self.pending_timeout),
-            Setting.MAX_FAILURE_COUNT: str(self.max_failure_count),
-            Setting.EXHAUSTED_POLICY: "hold",
-        }
+        return timing_settings(
+            step_timeout=self.step_timeout,
+            pending_timeout=self.pending_timeout,
+            supervisor_period=self.supervisor_period,
+            max_failure_count=self.max_failure_count,
+        )
 
 
 class BenchStack(Stack):

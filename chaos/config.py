@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from shared.contract import Queue, Setting
+from devhost.harness.stack import timing_settings
+from shared.contract import Queue
 from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import ORDER_FULFILMENT, AgentName
 
@@ -89,13 +90,12 @@ class Timings:
         return (self.max_failure_count + 2 * steps) * self.expiry_seconds
 
     def settings(self) -> dict[str, str]:
-        return {
-            Setting.STEP_TIMEOUT_SECONDS: str(self.step_timeout_seconds),
-            Setting.PENDING_TIMEOUT_SECONDS: str(self.pending_timeout_seconds),
-            Setting.SUPERVISOR_SCHEDULE: f"*/{self.supervisor_period_seconds} * * * * *",
-            Setting.MAX_FAILURE_COUNT: str(self.max_failure_count),
-            Setting.EXHAUSTED_POLICY: "hold",
-        }
+        return timing_settings(
+            step_timeout=self.step_timeout_seconds,
+            pending_timeout=self.pending_timeout_seconds,
+            supervisor_period=self.supervisor_period_seconds,
+            max_failure_count=self.max_failure_count,
+        )
 
 
 @dataclass(frozen=True)

@@ -334,6 +334,21 @@ class Stack:
         self._previous_handlers.clear()
 
 
+def timing_settings(
+    *, step_timeout: float, pending_timeout: float, supervisor_period: int, max_failure_count: int
+) -> dict[str, str]:
+    """The runtime's timing settings for a measured or chaos run: a sweep every
+    `supervisor_period` s, and an order out of failures held in Error (not compensated),
+    so the bounds of recovery follow from these numbers alone."""
+    return {
+        Setting.STEP_TIMEOUT_SECONDS: str(step_timeout),
+        Setting.PENDING_TIMEOUT_SECONDS: str(pending_timeout),
+        Setting.SUPERVISOR_SCHEDULE: f"*/{supervisor_period} * * * * *",
+        Setting.MAX_FAILURE_COUNT: str(max_failure_count),
+        Setting.EXHAUSTED_POLICY: "hold",
+    }
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
