@@ -28,6 +28,8 @@ def check_depth(raw: bytes | str, max_depth: int = MAX_DEPTH) -> None:
     Brackets inside strings do not count; malformed input is left to the parser.
     """
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if data.count(b"[") + data.count(b"{") <= max_depth:
+        return
     depth = 0
     for match in _STRING_OR_BRACKET.finditer(data):
         token = match.group()
