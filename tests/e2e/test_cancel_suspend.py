@@ -1,0 +1,218 @@
+"""Cancel, suspend and resume end to end on the local runtime.
+
+Every cancel must leave no remote effect applied and not undone; the simulator's effect
+ledger is the judge. Waits are on conditions (order views, sweep records), never on
+fixed sleeps, so that a loaded machine only makes the tests slower.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from devhost.broker import Broker
+from devhost.simulator import SimulatorServer
+from shared.contract import Queue, Route, Setting
+from tests.e2e.conftest import System, e2e_settings, running_system
+
+pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
+
+UNDO = {
+    "reserve-inventory": "release-inventory",
+    "charge-payment": "refund-payment",
+    "create-shipment": "cancel-shipment",
+}
+ENDED = {"Processed", "Compensated", "Cancelled", "Error"}
+
+
+async def act(
+    system: System, order_id: str, action: str, body: dict[str, Any] | None = None
+) -> tuple[int, dict[str, Any]]:
+    route = {"cancel": Route.CANCEL, "suspend": Route.SUSPEND, "resume": Route.RESUME}[action]
+    async with system.session.post(
+        system.app.url(route, order_id), json=body, headers={"x-operator": "e2e"}
+    ) as response:
+        return response.status, await response.json(content_type=None)
+
+
+def step(view: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(s for s in view["steps"] if s["name"] == name)
+    return found
+
+
+def cancel_requested_in(view: dict[str, Any]) -> str:
+    """The process state the order was in when the cancel arrived."""
+    entries = [h for h in view["history"] if h["event"] == "cancel-requested"]
+    assert len(entries) == 1, view["history"]
+    state: str = entries[0]["processState"]
+    return state
+
+
+async def wait_step(
+    system: System, order_id: str, name: str, status: str, timeout: float = 60
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    view: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        view = await system.order(order_id)
+        if step(view, name)["status"] == status:
+            return view
+        await asyncio.sleep(0.1)
+    raise TimeoutError(f"{order_id}: {name} never {status}: {view}")
+
+
+async def assert_every_effect_undone(system: System, order_id: str) -> list[dict[str, Any]]:
+    """No effect applied and not undone: each applied do-operation has its compensation
+    applied at the same service (the agent that did a step also undoes it)."""
+    effects = await system.effects(order_id)
+    applied = {(e["service"], e["operation"]) for e in effects if e["applied"]}
+    for service, operation in applied:
+        if operation in UNDO:
+            assert (service, UNDO[operation]) in applied, (operation, effects)
+    return effects
+
+
+async def cancelled(system: System, order_id: str, timeout: float = 60) -> dict[str, Any]:
+    view = await system.wait_for(order_id, ENDED, timeout)
+    assert view["processState"] == "Cancelled", view
+    await assert_every_effect_undone(system, order_id)
+    statuses = [m["status"] for m in await system.drain(Queue.ORDER_STATUS, order_id)]
+    assert statuses[-1] == "Cancelled" and "Compensated" not in statuses, statuses
+    return view
+
+
+async def test_cancel_in_pending_dispatches_nothing(system: System) -> None:
+    # Nudges wait on the broker, so the order stays Pending until the cancel is in.
+    system.broker.set_faults(delay_rate=1.0, delay_ms=3000, queues=[Queue.SCHEDULER])
+    await system.submit("cancel-pending-1")
+    status, answer = await act(system, "cancel-pending-1", "cancel", {"reason": "changed mind"})
+    system.broker.set_faults()
+    assert status == 202, answer
+    assert answer["processState"] == "Pending"
+    again, _ = await act(system, "cancel-pending-1", "cancel")
+    assert again == 202
+    view = await cancelled(system, "cancel-pending-1")
+    assert cancel_requested_in(view) == "Pending"
+    assert await system.effects("cancel-pending-1") == []
+    status, _ = await act(system, "cancel-pending-1", "cancel")
+    assert status == 409
+
+
+async def test_cancel_mid_step_undoes_the_running_step_once_it_answers(system: System) -> None:
+    await system.faults("shipping", latencyMs=2500)
+    await system.submit("cancel-mid-1")
+    await wait_step(system, "cancel-mid-1", "create-shipment", "Running")
+    status, answer = await act(system, "cancel-mid-1", "cancel")
+    assert status == 202, answer
+    view = await cancelled(system, "cancel-mid-1")
+    assert cancel_requested_in(view) == "Processing"
+    effects = {e["operation"]: e["applied"] for e in await system.effects("cancel-mid-1")}
+    assert effects["release-inventory"] and effects["refund-payment"]
+    assert effects["cancel-shipment"]  # the step that was running is undone too
+    assert {s["status"] for s in view["steps"]} == {"Compensated"}
+
+
+async def test_cancel_in_error_undoes_the_step_in_doubt_and_the_completed_ones(
+    azurite_table_port: int,
+    broker: Broker,
+    simulator: SimulatorServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = e2e_settings(azurite_table_port, broker, simulator.url)
+    settings[Setting.MAX_FAILURE_COUNT] = "1"
+    async with running_system(settings, broker, simulator, monkeypatch) as system:
+        await system.faults("shipping", hangRate=1.0, hangSeconds=30)
+        await system.submit("cancel-error-1")
+        view = await system.wait_for("cancel-error-1", ENDED, 60)
+        assert view["processState"] == "Error"
+        await system.clear_faults()
+        status, answer = await act(system, "cancel-error-1", "cancel")
+        assert status == 202, answer
+        view = await cancelled(system, "cancel-error-1")
+        assert cancel_requested_in(view) == "Error"
+        assert step(view, "create-shipment")["compensationAttempts"] >= 1
+
+
+async def test_cancel_of_a_suspended_order(system: System) -> None:
+    await system.faults("payment", latencyMs=2000)
+    await system.submit("cancel-suspended-1")
+    await wait_step(system, "cancel-suspended-1", "charge-payment", "Running")
+    status, answer = await act(system, "cancel-suspended-1", "suspend")
+    assert status == 202 and answer["processState"] == "Suspended", answer
+    await wait_step(system, "cancel-suspended-1", "charge-payment", "Completed")
+    held = await system.order("cancel-suspended-1")
+    assert held["processState"] == "Suspended"
+    assert step(held, "create-shipment")["status"] == "NotStarted"  # nothing new dispatched
+    status, answer = await act(system, "cancel-suspended-1", "cancel")
+    assert status == 202, answer
+    view = await cancelled(system, "cancel-suspended-1")
+    assert cancel_requested_in(view) == "Suspended"
+    effects = {e["operation"] for e in await system.effects("cancel-suspended-1")}
+    assert "create-shipment" not in effects
+
+
+async def test_cancel_during_compensation_ends_cancelled(system: System) -> None:
+    await system.faults("payment", permanentFailureSkus=["DECLINED"])
+    await system.faults("inventory", latencyMs=2500)
+    await system.submit("cancel-undo-1", skus=("SKU-1", "DECLINED"))
+    await system.wait_for("cancel-undo-1", {"Compensating"}, 60)
+    status, answer = await act(system, "cancel-undo-1", "cancel")
+    assert status == 202, answer
+    view = await cancelled(system, "cancel-undo-1")
+    assert cancel_requested_in(view) == "Compensating"
+    assert step(view, "charge-payment")["status"] == "Failed"
+    assert step(view, "reserve-inventory")["status"] == "Compensated"
+
+
+async def sweeps_after(system: System, moment: datetime, count: int, timeout: float = 60) -> None:
+    """Wait until the Supervisor has finished `count` sweeps that started after `moment`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        async with system.session.get(system.app.url(Route.OPS_DATA)) as response:
+            data = await response.json()
+        started = [datetime.fromisoformat(s["startedAt"]) for s in data.get("sweeps", [])]
+        if sum(1 for at in started if at > moment) >= count:
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"fewer than {count} sweeps after {moment}")
+
+
+@pytest.fixture
+async def hanging_shipping(system: System) -> AsyncIterator[System]:
+    await system.faults("shipping", hangRate=1.0, hangSeconds=30)
+    yield system
+
+
+async def test_suspended_order_counts_no_failure_and_resumes_with_a_fresh_deadline(
+    hanging_shipping: System,
+) -> None:
+    system = hanging_shipping
+    await system.submit("suspend-1")
+    running = await wait_step(system, "suspend-1", "create-shipment", "Running")
+    status, answer = await act(system, "suspend-1", "suspend")
+    assert status == 202 and answer["processState"] == "Suspended", answer
+    complete_by = datetime.fromisoformat(step(running, "create-shipment")["completeBy"])
+    await sweeps_after(system, complete_by, 3)
+    held = await system.order("suspend-1")
+    assert held["processState"] == "Suspended"
+    assert held["failureCount"] == 0
+    assert "timed-out" not in [h["event"] for h in held["history"]]
+    await system.clear_faults()
+    status, answer = await act(system, "suspend-1", "resume")
+    assert status == 202 and answer["processState"] == "Pending", answer
+    done = await system.wait_for("suspend-1", ENDED, 60)
+    assert done["processState"] == "Processed"
+    assert done["failureCount"] == 0
+    shipping = step(done, "create-shipment")
+    assert shipping["attempts"] == 2  # dispatched again, under the same key
+    keys = {e["idempotencyKey"] for e in await system.effects("suspend-1")}
+    assert "suspend-1:create-shipment" in keys
+    status, _ = await act(system, "suspend-1", "resume")
+    assert status == 409
+    statuses = [m["status"] for m in await system.drain(Queue.ORDER_STATUS, "suspend-1")]
+    assert statuses == ["Received", "Processing", "Suspended", "Resumed", "Processed"]
