@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from azure.servicebus import ServiceBusClient, ServiceBusMessage
+
+from devhost.harness.ports import free_port
 
 pytestmark = pytest.mark.broker
 
@@ -22,14 +23,8 @@ READY = re.compile(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_cli_prints_ready_line_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
-    amqp_port, control_port = _free_port(), _free_port()
+    amqp_port, control_port = free_port(), free_port()
     command = [
         sys.executable, "-m", "devhost.broker",
         "--port", str(amqp_port),

@@ -3,19 +3,25 @@ the log counts, the monitor's bookkeeping and the report."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from chaos import config as presets
 from chaos.collect import InFlight
 from chaos.config import SERVICES, Timings, failing_sku
 from chaos.figures import count_log_lines
-from chaos.load import plan_orders
+from chaos.load import plan_orders, submit_all
 from chaos.model import Accepted, Check, Convergence, Figures, InvariantResult
 from chaos.monitor import Monitor
 from chaos.report import as_text
 from chaos.run import RunResult
 from chaos.system import KillEvent
+from devhost.harness.ports import free_port
 from shared.domain.model import ProcessState
 from tests.chaos.test_invariants import healthy
 
@@ -34,6 +40,43 @@ def test_the_plan_is_seeded_and_spreads_rejected_skus_over_every_service() -> No
     plain = [i["sku"] for p in first if p.failing_service is None for i in p.body["items"]]
     assert not [sku for sku in plain if sku.startswith("PERM-")]
     assert plan_orders(presets.full(orders=300, seed=6), "r") != first
+
+
+class CountingWindow:
+    def __init__(self) -> None:
+        self.admitted = 0
+        self.open = 0
+
+    async def admit(self) -> None:
+        self.admitted += 1
+        self.open += 1
+
+    def release(self) -> None:
+        self.open -= 1
+
+
+async def test_submission_alternates_runtimes_at_the_pace_and_passes_the_window() -> None:
+    async def accept(request: web.Request) -> web.Response:
+        return web.json_response({"orderId": (await request.json())["orderId"]}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/api/orders", accept)
+    planned = plan_orders(presets.quick(orders=6), "s")
+    window = CountingWindow()
+    seen: list[Accepted] = []
+    down = ("a", f"http://127.0.0.1:{free_port()}/api")
+    async with TestServer(app) as server, aiohttp.ClientSession() as session:
+        up = ("b", str(server.make_url("/api")))
+        started = time.monotonic()
+        accepted = await submit_all(
+            session, [down, up], planned, 50.0, 2, started, seen.append, window
+        )
+    assert [a.order_id for a in accepted] == [p.order_id for p in planned]
+    assert {a.runtime for a in accepted} == {"b"}
+    assert [a.tries for a in accepted] == [2, 1] * 3  # even orders try the dead "a" first
+    assert all(a.at >= i / 50.0 for i, a in enumerate(accepted))
+    assert sorted(seen, key=lambda a: a.order_id) == accepted
+    assert (window.admitted, window.open) == (6, 0)
 
 
 def test_the_bound_counts_every_dispatch_and_every_expiry() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,13 +121,6 @@ def build_app(
     app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
     app.register_functions(bp)
     return app
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 HostFactory = Callable[..., LocalHost]

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from devhost.broker import Broker
 from devhost.harness.clients import (
@@ -15,6 +16,7 @@ from devhost.harness.clients import (
     ControlError,
     SimulatorControl,
 )
+from devhost.harness.ports import free_port
 from devhost.harness.process import StartError
 from devhost.simulator import SimulatorServer
 
@@ -89,7 +91,7 @@ async def test_broker_faults_and_stats(
         await broker.set_faults({"duplicateRat": 1})
 
 
-async def fake_app(session: aiohttp.ClientSession) -> tuple[web.AppRunner, AppClient]:
+def fake_app() -> web.Application:
     """A stand-in for the app's HTTP API: enough to check the client's calls."""
     seen: dict[str, int] = {}
 
@@ -112,17 +114,12 @@ async def fake_app(session: aiohttp.ClientSession) -> tuple[web.AppRunner, AppCl
     app.router.add_post("/api/orders", submit)
     app.router.add_get("/api/orders/{orderId}", order)
     app.router.add_get("/api/health", health)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    return runner, AppClient(session, f"http://127.0.0.1:{port}/api")
+    return app
 
 
 async def test_app_client_submits_and_waits(session: aiohttp.ClientSession) -> None:
-    runner, app = await fake_app(session)
-    try:
+    async with TestServer(fake_app()) as server:
+        app = AppClient(session, str(server.make_url("/api")))
         assert await app.wait_healthy(timeout=5) < 5
         assert await app.submit_order("o-1", ("A", "B"), priority="high") == {"orderId": "o-1"}
         with pytest.raises(ControlError, match="submit bad answered 400"):
@@ -131,13 +128,9 @@ async def test_app_client_submits_and_waits(session: aiohttp.ClientSession) -> N
         assert view["processState"] == "Processed"
         with pytest.raises(TimeoutError, match="did not reach"):
             await app.wait_for("o-2", {"Error"}, timeout=0.3)
-    finally:
-        await runner.cleanup()
 
 
 async def test_wait_healthy_gives_up(session: aiohttp.ClientSession) -> None:
-    from devhost.harness.ports import free_port  # noqa: PLC0415
-
     app = AppClient(session, f"http://127.0.0.1:{free_port()}/api")
     with pytest.raises(StartError, match="not healthy within"):
         await app.wait_healthy(timeout=0.3)

@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from devhost.harness.clients import TERMINAL
 from devhost.harness.load import (
@@ -93,14 +94,8 @@ async def served() -> AsyncIterator[tuple[FakeApp, str, aiohttp.ClientSession]]:
     app = web.Application()
     app.router.add_post("/api/orders", fake.post)
     app.router.add_get("/api/orders/{order_id}", fake.view)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    async with aiohttp.ClientSession() as session:
-        yield fake, f"http://127.0.0.1:{port}/api", session
-    await runner.cleanup()
+    async with TestServer(app) as server, aiohttp.ClientSession() as session:
+        yield fake, str(server.make_url("/api")), session
 
 
 async def test_closed_loop_keeps_at_most_concurrency_orders_unfinished(

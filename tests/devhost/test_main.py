@@ -22,12 +22,11 @@ import pytest
 from devhost.__main__ import SUBCOMMANDS, build_parser
 from devhost.broker import Broker
 from devhost.harness.clients import AppClient, SimulatorControl
-from devhost.harness.ports import port_open
+from devhost.harness.ports import free_port, port_open
 from devhost.simulator import SimulatorServer
 from shared.contract import Setting
 from shared.domain.workflow import AGENTS
 from shared.settings import azurite_connection_string
-from tests.devhost.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
