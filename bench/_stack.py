@@ -1,6 +1,5 @@
 """What the benchmarks add to the harness's Stack: timing settings, a results directory
-per run, the instrumented runtime, the same faults at every service, and a lone Azurite
-for the in-process benchmarks."""
+per run, the instrumented runtime and the same faults at every service."""
 
 from __future__ import annotations
 
@@ -12,16 +11,14 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench._common import RESULTS
-from devhost.harness import services
 from devhost.harness.clients import SimulatorControl
-from devhost.harness.ports import free_port
-from devhost.harness.process import Child, StartError
+from devhost.harness.process import StartError
 from devhost.harness.stack import Stack, timing_settings
 
 INSTRUMENTED_RUNTIME = "bench.instrumented_runtime"
@@ -96,26 +93,6 @@ class BenchStack(Stack):
                     data: dict[str, Any] = json.loads(self.stats_file.read_text())
                     return data
         raise StartError(f"the runtime did not write {self.stats_file}")
-
-
-@contextlib.contextmanager
-def azurite_only(name: str) -> Iterator[tuple[Child, int]]:
-    """A fresh in-memory Azurite table service, for the in-process benchmarks."""
-    work = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
-    port = free_port()
-    command = services.azurite_command(table_port=port)
-    if not Path(command[0]).exists():
-        raise StartError(services.azurite_missing(Path(command[0])))
-    child = Child(
-        "azurite", command, work / "azurite.log", cwd=work, closed_marker=services.AZURITE_CLOSED
-    )
-    child.start()
-    try:
-        child.wait_ready(ports=(port,))
-        yield child, port
-    finally:
-        child.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 async def set_faults(

@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bench._common import RESULTS, console, fmt, print_machine, ratio, table
 from bench._instrument import TABLE_KIND, CountingBus, CountingStore, Stats
-from bench._stack import azurite_only
+from devhost.harness.stack import lone_azurite
 from shared.adapters import table_rows
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus
@@ -311,7 +311,7 @@ async def finalize(store: TableStateStore, order_id: str) -> None:
 async def run(args: argparse.Namespace) -> list[SweepFigures]:
     figures: list[SweepFigures] = []
     rows_per_finished = 0
-    with azurite_only("supervisor") as (_, port):
+    with lone_azurite("bench-supervisor-") as port:
         service = TableServiceClient.from_connection_string(azurite_connection_string(port))
         store = TableStateStore(service, f"sup{uuid.uuid4().hex[:10]}")
         await store.ensure_table()

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.azurite import running_azurite
+from devhost.harness.stack import lone_azurite
 
 
 @pytest.fixture(scope="session")
 def azurite_table_port() -> Iterator[int]:
-    with running_azurite() as port:
+    with lone_azurite() as port:
         yield port

@@ -10,11 +10,13 @@ share a GIL with a runtime. Everything started is stopped on exit, runtimes firs
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
+import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -170,12 +172,8 @@ class Stack:
         return child
 
     def _start_azurite(self) -> None:
-        command = services.azurite_command(table_port=self.table_port)
-        if not Path(command[0]).exists():
-            raise StartError(services.azurite_missing(Path(command[0])))
-        child = self._service(
-            "azurite", command, cwd=self.workdir, closed_marker=services.AZURITE_CLOSED
-        )
+        child = azurite_child(self.table_port, self.workdir, self.log_dir / "azurite.log")
+        self.services["azurite"] = child.start()
         child.wait_ready(ports=[self.table_port], timeout=STARTUP_TIMEOUT)
 
     def _start_broker(self) -> None:
@@ -332,6 +330,29 @@ class Stack:
         for signum, handler in self._previous_handlers.items():
             signal.signal(signum, handler)
         self._previous_handlers.clear()
+
+
+def azurite_child(table_port: int, workdir: Path, log: Path) -> Child:
+    """Azurite's table service, in memory, on `table_port` (not started yet); a
+    StartError with the setup hint when node_modules has no Azurite."""
+    command = services.azurite_command(table_port=table_port)
+    if not Path(command[0]).exists():
+        raise StartError(services.azurite_missing(Path(command[0])))
+    return Child("azurite", command, log, cwd=workdir, closed_marker=services.AZURITE_CLOSED)
+
+
+@contextlib.contextmanager
+def lone_azurite(prefix: str = "azurite-") -> Iterator[int]:
+    """A fresh Azurite table service on a free port, for the test fixtures and the
+    in-process benchmarks; yields its port, stops it and removes its directory after."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix=prefix) as workdir:
+        child = azurite_child(port, Path(workdir), Path(workdir) / "azurite.log").start()
+        try:
+            child.wait_ready(ports=[port], timeout=STARTUP_TIMEOUT)
+            yield port
+        finally:
+            child.stop()
 
 
 def timing_settings(

@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 import pytest
 from azure.data.tables.aio import TableServiceClient
 
+from devhost.harness.ports import free_port
 from shared.adapters.table_health import TableHealthStore
 from shared.adapters.table_store import TableStateStore
 from shared.ports import StoreUnavailable, WatchEntry
 from shared.settings import azurite_connection_string
-from tests.azurite import free_port
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
