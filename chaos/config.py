@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from devhost.harness.stack import timing_settings
-from shared.contract import Queue
+from shared.contract import AGENT_QUEUES, Queue
 from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import ORDER_FULFILMENT, AgentName
 
@@ -24,14 +24,7 @@ PRIMARY_OF: dict[str, str] = {
     for step in ORDER_FULFILMENT.steps
     for alternative in step.alternatives
 }
-WORKFLOW_QUEUES: tuple[str, ...] = (
-    Queue.SCHEDULER,
-    Queue.AGENT_REPLIES,
-    Queue.AGENT_INVENTORY,
-    Queue.AGENT_PAYMENT,
-    Queue.AGENT_PAYMENT_SECONDARY,
-    Queue.AGENT_SHIPPING,
-)
+WORKFLOW_QUEUES: tuple[str, ...] = (Queue.SCHEDULER, Queue.AGENT_REPLIES, *AGENT_QUEUES)
 """Where the broker misbehaves: the queues whose losses the pattern is built to heal.
 
 `operator-alerts` and `order-status` are left alone: an acknowledged alert that the
