@@ -95,12 +95,24 @@ def one_key_per_order_and_operation(obs: Observations) -> InvariantResult:
 
 
 def compensations_exactly_for_completed_steps(obs: Observations) -> InvariantResult:
-    """Undo what completed, nothing else, last first: in the history and at the services."""
+    """Undo what completed, nothing else, last first: in the history and at the services.
+
+    A cancelled order also undoes the steps in doubt (dispatched, never answered), so for
+    it only the order is checked here; that nothing stays applied is checked by
+    `cancelled_orders_leave_nothing_applied`.
+    """
     undo_step = _undo_steps(obs.workflow)
+    steps = [s.name for s in obs.workflow.steps]
     effects = _effects_by_order(obs.effects)
     violations: list[str] = []
     for order_id, process in sorted(obs.processes.items()):
         state = process.state.process_state
+        if process.state.cancel_requested:
+            compensated = _details(process.history, "step-compensated")
+            in_reverse = sorted(set(compensated), key=steps.index, reverse=True)
+            if compensated != in_reverse:
+                violations.append(f"{order_id}: cancelled, history compensated {compensated}")
+            continue
         completed = _details(process.history, "step-completed")
         compensated = _details(process.history, "step-compensated")
         expected = completed[::-1]
@@ -158,6 +170,29 @@ def effects_match_history(obs: Observations) -> InvariantResult:
                 f"{completed}: an effect would stay without compensation"
             )
     return _result("remote effects match the order history", len(obs.processes), violations)
+
+
+def cancelled_orders_leave_nothing_applied(obs: Observations) -> InvariantResult:
+    """A Cancelled order has no remote effect applied and not undone: each applied step's
+    compensation is applied too, at the same service (the agent that did it undoes it)."""
+    undo = {s.name: s.compensation for s in obs.workflow.steps if s.compensation}
+    effects = _effects_by_order(obs.effects)
+    cancelled = sorted(
+        order_id
+        for order_id, p in obs.processes.items()
+        if p.state.process_state is ProcessState.CANCELLED
+    )
+    violations: list[str] = []
+    for order_id in cancelled:
+        applied = {(e.service, e.operation) for e in effects.get(order_id, ()) if e.applied}
+        violations += [
+            f"{order_id}: Cancelled, but {operation} at {service} was never undone"
+            for service, operation in sorted(applied)
+            if operation in undo and (service, undo[operation]) not in applied
+        ]
+    return _result(
+        "a Cancelled order has no effect applied and not undone", len(cancelled), violations
+    )
 
 
 def every_error_has_an_alert(obs: Observations) -> InvariantResult:
@@ -229,7 +264,8 @@ def stale_replies_ignored(obs: Observations) -> InvariantResult:
 
 def outcomes_match_orders(obs: Observations) -> InvariantResult:
     """An order without a rejected SKU is never compensated; one with a rejected SKU
-    never completes, and fails at the step of the service that rejects it."""
+    never completes, and fails at the step of the service that rejects it; one an
+    operator cancelled ends Cancelled (or Error)."""
     step_of_service = {s.agent.value: s.name for s in obs.workflow.steps}
     violations: list[str] = []
     for order_id, planned in sorted(obs.planned.items()):
@@ -238,6 +274,11 @@ def outcomes_match_orders(obs: Observations) -> InvariantResult:
             continue  # reported by the terminal check
         state = process.state.process_state
         failed = [_step_of(d) for d in _details(process.history, "step-failed")]
+        if process.state.cancel_requested:
+            # An operator cancelled it: it ends Cancelled, or in Error if an undo failed.
+            if state not in (ProcessState.CANCELLED, ProcessState.ERROR):
+                violations.append(f"{order_id}: cancelled, yet {state.value}")
+            continue
         if planned.failing_service is None:
             if state not in (ProcessState.PROCESSED, ProcessState.ERROR) or failed:
                 violations.append(
@@ -258,6 +299,7 @@ CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     each_effect_at_one_provider,
     one_key_per_order_and_operation,
     compensations_exactly_for_completed_steps,
+    cancelled_orders_leave_nothing_applied,
     effects_match_history,
     every_error_has_an_alert,
     locks_and_failure_counts,
