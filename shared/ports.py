@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from shared.domain.health import AgentHealth, SweepRecord
+from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.model import (
     HistoryEntry,
     JsonObject,
@@ -137,6 +137,14 @@ class HealthStore(Protocol):
     async def forget_agents(self, silent_since: datetime) -> int:
         """Delete heartbeats older than `silent_since` (instances that scaled in), so the
         partition routing reads stays the size of the live fleet. Returns how many."""
+        ...
+
+    async def agent_records(self) -> AgentRecords:
+        """Heartbeats and drain flags in one read: the routing refresh costs one query."""
+        ...
+
+    async def set_drain(self, drain: AgentDrain) -> None:
+        """Store an agent's drain flag (last write wins); heartbeat sweeps never remove it."""
         ...
 
     async def record_sweep(self, sweep: SweepRecord) -> None: ...

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from shared.domain.health import AgentHealth, SweepRecord
+from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
 from shared.ports import (
     AlreadyExists,
@@ -128,6 +128,7 @@ class InMemoryHealthStore:
 
     def __init__(self, retention: timedelta = timedelta(hours=1)) -> None:
         self._health: dict[tuple[str, str], AgentHealth] = {}
+        self._drains: dict[str, AgentDrain] = {}
         self._sweeps: list[SweepRecord] = []
         self._retention = retention
 
@@ -145,6 +146,15 @@ class InMemoryHealthStore:
         for key in gone:
             del self._health[key]
         return len(gone)
+
+    async def agent_records(self) -> AgentRecords:
+        await asyncio.sleep(0)
+        health = tuple(self._health[k] for k in sorted(self._health))
+        return AgentRecords(health, tuple(self._drains[k] for k in sorted(self._drains)))
+
+    async def set_drain(self, drain: AgentDrain) -> None:
+        await asyncio.sleep(0)
+        self._drains[drain.agent] = drain
 
     async def record_sweep(self, sweep: SweepRecord) -> None:
         await asyncio.sleep(0)

@@ -6,6 +6,9 @@ and no second role assignment:
 
 - `~agents`: one row per (agent, instance), RowKey `{agent}:{instance}`, upserted on
   every heartbeat, so the partition holds as many rows as there are live views.
+  The operators' drain flags share it, one row per agent, RowKey `~drain:{agent}` (after
+  every heartbeat key, and without a `HeartbeatAt`, so sweeps of silent instances never
+  touch them): the Scheduler's routing refresh reads heartbeats and drains in one query.
 - `~sweeps`: one row per sweep, RowKey `{inverted started-at}:{instance}`, so the
   service's own key order is newest first and `recent_sweeps(n)` reads n rows.
   Growth is bounded by age: each `record_sweep` deletes (in one batch) up to
@@ -32,10 +35,17 @@ from azure.data.tables.aio import TableClient, TableServiceClient
 
 from shared.adapters.table_errors import refused_with, translated_errors
 from shared.adapters.table_rows import utc, utc_or_none
-from shared.domain.health import AgentHealth, BreakerState, SweepRecord
+from shared.domain.health import (
+    AgentDrain,
+    AgentHealth,
+    AgentRecords,
+    BreakerState,
+    SweepRecord,
+)
 
 AGENTS_PARTITION: Final = "~agents"
 SWEEPS_PARTITION: Final = "~sweeps"
+DRAIN_KEY_PREFIX: Final = "~drain:"
 SWEEP_RETENTION: Final = timedelta(hours=1)
 _PRUNE_BATCH: Final = 25
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -53,6 +63,10 @@ def sweep_row_key(started_at: datetime, instance: str) -> str:
 
 def agent_row_key(agent: str, instance: str) -> str:
     return f"{_key_part(agent)}:{_key_part(instance)}"
+
+
+def drain_row_key(agent: str) -> str:
+    return f"{DRAIN_KEY_PREFIX}{_key_part(agent)}"
 
 
 def _key_part(value: str) -> str:
@@ -82,10 +96,22 @@ class TableHealthStore:
         await self._write(lambda: self._table.upsert_entity(entity, mode=UpdateMode.REPLACE))
 
     async def agent_health(self) -> tuple[AgentHealth, ...]:
+        return (await self.agent_records()).health
+
+    async def agent_records(self) -> AgentRecords:
         entities = await self._read(
             "PartitionKey eq @pk", {"pk": AGENTS_PARTITION}, limit=None, select=None
         )
-        return tuple(sorted((_to_health(e) for e in entities), key=lambda h: (h.agent, h.instance)))
+        drains = [e for e in entities if str(e["RowKey"]).startswith(DRAIN_KEY_PREFIX)]
+        beats = [e for e in entities if not str(e["RowKey"]).startswith(DRAIN_KEY_PREFIX)]
+        health = sorted((_to_health(e) for e in beats), key=lambda h: (h.agent, h.instance))
+        return AgentRecords(
+            tuple(health), tuple(sorted((_to_drain(e) for e in drains), key=lambda d: d.agent))
+        )
+
+    async def set_drain(self, drain: AgentDrain) -> None:
+        entity = _drain_entity(drain)
+        await self._write(lambda: self._table.upsert_entity(entity, mode=UpdateMode.REPLACE))
 
     async def forget_agents(self, silent_since: datetime) -> int:
         """Keys only; one delete per row, each conditional on the row not having been
@@ -210,6 +236,31 @@ def _to_health(entity: Any) -> AgentHealth:
         calls=int(entity["Calls"]),
         heartbeat_at=utc(entity["HeartbeatAt"]),
         open_until=utc_or_none(open_until),
+    )
+
+
+def _drain_entity(drain: AgentDrain) -> dict[str, Any]:
+    entity: dict[str, Any] = {
+        "PartitionKey": AGENTS_PARTITION,
+        "RowKey": drain_row_key(drain.agent),
+        "Agent": drain.agent,
+        "Drained": drain.drained,
+        "Since": drain.since,
+        "By": drain.by,
+    }
+    if drain.reason is not None:
+        entity["Reason"] = drain.reason
+    return entity
+
+
+def _to_drain(entity: Any) -> AgentDrain:
+    reason = entity.get("Reason")
+    return AgentDrain(
+        agent=str(entity["Agent"]),
+        drained=bool(entity["Drained"]),
+        reason=None if reason is None else str(reason),
+        since=utc(entity["Since"]),
+        by=str(entity.get("By", "operator")),
     )
 
 

@@ -53,3 +53,27 @@ class SweepRecord:
     finished: int
     lost_races: int
     failed: int
+
+
+@dataclass(frozen=True)
+class AgentDrain:
+    """An operator's drain flag on one agent, for a provider's maintenance window.
+
+    Stored beside the heartbeats so the Scheduler reads both in its routing refresh; a
+    drained agent gets no new dispatch, but still undoes what it did.
+    """
+
+    agent: str
+    drained: bool
+    reason: str | None
+    since: datetime
+    """When the flag was last set or cleared."""
+    by: str = "operator"
+
+
+@dataclass(frozen=True)
+class AgentRecords:
+    """Everything stored about the agents, read at once: what routing needs each refresh."""
+
+    health: tuple[AgentHealth, ...]
+    drains: tuple[AgentDrain, ...]

@@ -7,6 +7,7 @@ from an older attempt, a duplicate. None is normal control flow, never an error.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -190,6 +191,12 @@ def claim(
     """
     if process.state.process_state is not ProcessState.PENDING:
         return None
+    if process.state.phase is Phase.FORWARD:
+        blocked = _drained_step(process.steps, workflow, routing, process.state.current_step)
+        if blocked is not None:
+            b = _Builder(process, now, cause, routing)
+            _wait_for_drained(b, policy, blocked)
+            return b.build()
     b = _Builder(process, now, cause, routing)
     forward = process.state.phase is Phase.FORWARD
     b.set(
@@ -515,6 +522,49 @@ def _requeue(b: _Builder, policy: ProcessPolicy, failures: int, reason: str) -> 
     )
 
 
+DRAIN_RECHECK = timedelta(seconds=10)
+"""How often an order waiting for a drained agent looks again (at most)."""
+
+
+def _drained_step(
+    steps: Sequence[StepRecord], workflow: Workflow, routing: Routing, from_step: int
+) -> int | None:
+    """The next forward step, when every agent that may take it is drained.
+
+    A retry that must stay with the agent that has its key waits for that agent alone.
+    """
+    index = from_step
+    while index < len(steps) and steps[index].status is StepStatus.COMPLETED:
+        index += 1
+    if index >= len(workflow.steps):
+        return None
+    step, definition = steps[index], workflow.steps[index]
+    pinned = step.attempts > 0 and step.status is StepStatus.NOT_STARTED and step.agent
+    if pinned and step.agent and not definition.retry_elsewhere:
+        candidates: tuple[AgentName, ...] = (AgentName(step.agent),)
+    else:
+        candidates = definition.candidates
+    return index if routing.all_drained(candidates) else None
+
+
+def _wait_for_drained(b: _Builder, policy: ProcessPolicy, index: int) -> None:
+    """Pending again, FailureCount unchanged, with a nudge to look later. Each look moves
+    the Pending deadline on, so the Supervisor counts nothing while the agent is drained."""
+    deliver_at = b.now + min(DRAIN_RECHECK, policy.pending_timeout / 2)
+    b.set(
+        process_state=ProcessState.PENDING,
+        locked_by=None,
+        current_step=index,
+        complete_by=deliver_at + policy.pending_timeout,
+    )
+    b.note("waiting", f"{b.steps[index].name}: its agents are drained, nudge at {iso(deliver_at)}")
+    b.send(
+        Nudge(b.order.order_id, "waiting").outgoing(
+            b.state.version, high=b.order.priority is Priority.HIGH, deliver_at=deliver_at
+        )
+    )
+
+
 def _hold_for_operator(b: _Builder, reason: str) -> None:
     b.set(process_state=ProcessState.ERROR, locked_by=None, complete_by=None)
     b.note("error", reason)
@@ -536,6 +586,9 @@ def _dispatch_forward(
         )
         b.note("processed")
         b.notify(NotificationStatus.PROCESSED)
+        return
+    if _drained_step(b.steps, workflow, b.routing, index) is not None:
+        _wait_for_drained(b, policy, index)
         return
     step = b.steps[index]
     _dispatch(b, workflow, policy, index, Action.DO, _order_payload(b.order))

@@ -5,6 +5,9 @@ redirect its work, capacity metrics send work where there is room. Preference or
 kept among healthy agents, so work moves back to the primary as soon as it recovers.
 An agent nobody has heard from yet is given the benefit of the doubt (a fresh
 deployment must be able to start); one that stopped publishing is not.
+
+An operator may drain an agent (a provider's maintenance window): it gets no new
+dispatch; its steps go to another candidate, or wait when every candidate is drained.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import IntEnum
 
-from shared.domain.health import AgentHealth, BreakerState
+from shared.domain.health import AgentHealth, AgentRecords, BreakerState
 from shared.domain.workflow import AgentName
 
 STALE_AFTER = timedelta(seconds=60)
@@ -95,6 +98,12 @@ class Routing:
     """A snapshot of agent health the pure state machine routes on."""
 
     views: dict[str, AgentView] = field(default_factory=dict)
+    drained: frozenset[str] = frozenset()
+    """Agents an operator drained: no new dispatch goes to them."""
+
+    def all_drained(self, candidates: Sequence[AgentName]) -> bool:
+        """Must the step wait? Only when no candidate is open to new work."""
+        return bool(candidates) and all(c.value in self.drained for c in candidates)
 
     def choose(
         self, candidates: Sequence[AgentName], avoid: str | None = None
@@ -102,10 +111,22 @@ class Routing:
         """The agent to dispatch to, and why not the first candidate ('' when it is).
 
         `avoid` is the agent whose attempt just timed out: the Supervisor's retry goes
-        elsewhere when another candidate is at least as available.
+        elsewhere when another candidate is at least as available. A drained candidate
+        is never chosen while another is open (callers check `all_drained` first).
         """
-        if len(candidates) == 1:
-            return candidates[0], ""
+        usable = [c for c in candidates if c.value not in self.drained] or list(candidates)
+        chosen = self._best(usable, avoid)
+        if chosen is candidates[0]:
+            return chosen, ""
+        skipped = candidates[0].value
+        if skipped in self.drained:
+            return chosen, f"{skipped}: drained"
+        why = self.views[skipped].reason if skipped in self.views else "not known"
+        if skipped == avoid and self._rank(candidates[0]) <= self._rank(chosen):
+            why = "its attempt timed out"
+        return chosen, f"{skipped}: {why}"
+
+    def _best(self, candidates: Sequence[AgentName], avoid: str | None) -> AgentName:
         if avoid is not None and not any(
             c.value != avoid and self._known(c) is Availability.HEALTHY for c in candidates
         ):
@@ -114,14 +135,7 @@ class Routing:
             enumerate(candidates),
             key=lambda ic: (self._rank(ic[1]), ic[1].value == avoid, ic[0]),
         )
-        chosen = ranked[0][1]
-        if chosen is candidates[0]:
-            return chosen, ""
-        skipped = candidates[0].value
-        why = self.views[skipped].reason if skipped in self.views else "not known"
-        if skipped == avoid and self._rank(candidates[0]) <= self._rank(chosen):
-            why = "its attempt timed out"
-        return chosen, f"{skipped}: {why}"
+        return ranked[0][1]
 
     def _known(self, agent: AgentName) -> Availability:
         view = self.views.get(agent.value)
@@ -131,6 +145,14 @@ class Routing:
         """Unknown ranks with healthy: silence alone must not move work away."""
         availability = self._known(agent)
         return Availability.HEALTHY if availability is Availability.UNKNOWN else availability
+
+
+def routing_from(records: AgentRecords, now: datetime) -> Routing:
+    """The snapshot the Scheduler routes on: merged health plus the drained agents."""
+    return Routing(
+        merge(records.health, now),
+        frozenset(d.agent for d in records.drains if d.drained),
+    )
 
 
 PRIMARY_ONLY = Routing()

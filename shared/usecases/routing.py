@@ -1,4 +1,5 @@
-"""Agent health as the Scheduler routes on it: one small read every few seconds."""
+"""Agent health and drain flags as the Scheduler routes on them: one small read every few
+seconds."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 import logging
 from datetime import datetime, timedelta
 
-from shared.domain.routing import PRIMARY_ONLY, Routing, merge
+from shared.domain.routing import PRIMARY_ONLY, Routing, routing_from
 from shared.ports import Clock, HealthStore, StateStoreError
 
 log = logging.getLogger("orders.scheduler")
@@ -34,11 +35,11 @@ class RoutingSource:
                 return self._routing
             now = self._clock.now()
             try:
-                observations = await self._store.agent_health()
+                records = await self._store.agent_records()
             except (StateStoreError, OSError) as exc:
                 log.warning("agent health not read, routing on the last snapshot: %s", exc)
             else:
-                self._routing = Routing(merge(observations, now))
+                self._routing = routing_from(records, now)
             self._read_at = now
         return self._routing
 

@@ -9,7 +9,7 @@ import pytest
 
 from shared.adapters.memory import InMemoryHealthStore
 from shared.contract import Queue, high_priority
-from shared.domain.health import AgentHealth, BreakerState
+from shared.domain.health import AgentHealth, AgentRecords, BreakerState
 from shared.domain.model import Outcome, Outgoing, Priority, ProcessState
 from shared.domain.routing import STALE_AFTER, Availability, Routing, merge
 from shared.domain.workflow import ORDER_FULFILMENT, WORKFLOWS, AgentName
@@ -298,24 +298,24 @@ async def test_routing_reads_health_once_per_refresh_and_keeps_the_last_on_failu
     store = InMemoryHealthStore()
     source = RoutingSource(store, world.clock)
     reads = 0
-    original = store.agent_health
+    original = store.agent_records
 
-    async def counting() -> tuple[AgentHealth, ...]:
+    async def counting() -> AgentRecords:
         nonlocal reads
         reads += 1
         return await original()
 
-    store.agent_health = counting  # type: ignore[method-assign]
+    store.agent_records = counting  # type: ignore[method-assign]
     await store.publish_health(health("payment", at=world.clock.now()))
     first = await source.current()
     await source.current()
     assert reads == 1 and "payment" in first.views
     world.clock.advance(3)
 
-    async def failing() -> tuple[AgentHealth, ...]:
+    async def failing() -> AgentRecords:
         from shared.ports import StoreUnavailable  # noqa: PLC0415
 
         raise StoreUnavailable("down")
 
-    store.agent_health = failing  # type: ignore[method-assign]
+    store.agent_records = failing  # type: ignore[method-assign]
     assert (await source.current()) is first
