@@ -6,9 +6,17 @@ missing setting; clients are built on the first invocation (shared.bootstrap).
 
 import azure.functions as func
 
-from shared.functions import agents, intake, operator, ops, scheduler, supervisor
+from shared.functions import agents, fleet, intake, operator, ops, scheduler, supervisor
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
-for blueprint in (intake.bp, operator.bp, ops.bp, scheduler.bp, agents.bp, supervisor.bp):
+for blueprint in (
+    intake.bp,
+    operator.bp,
+    ops.bp,
+    fleet.bp,
+    scheduler.bp,
+    agents.bp,
+    supervisor.bp,
+):
     app.register_functions(blueprint)

@@ -140,3 +140,8 @@ class Route:
     OPS_PAGE: Final = "ops"
     """The operator's status page (HTML); it polls OPS_DATA."""
     OPS_DATA: Final = "ops/data"
+    AGENTS: Final = "agents"
+    AGENT_DRAIN: Final = "agents/{agent}/drain"
+    """Drain or undrain one agent (a provider's maintenance window)."""
+    FAILURES: Final = "failures"
+    """The Error orders grouped by step and error code."""

@@ -172,6 +172,128 @@ _OPS_SNAPSHOT = {
 }
 
 
+_AGENT = {
+    "type": "object",
+    "required": ["agent", "queue", "highPriorityQueue", "drained", "health"],
+    "properties": {
+        "agent": {"type": "string"},
+        "queue": {"type": "string"},
+        "highPriorityQueue": {"type": "string"},
+        "drained": {"type": "boolean"},
+        "reason": {"type": ["string", "null"]},
+        "since": {"type": ["string", "null"], "format": "date-time"},
+        "by": {"type": ["string", "null"]},
+        "health": {
+            "description": "null until the agent has published a heartbeat",
+            "type": ["object", "null"],
+            "properties": {
+                "status": {"enum": ["healthy", "unknown", "probe", "full", "unavailable"]},
+                "detail": {"type": "string"},
+                "breaker": {"enum": ["closed", "open", "half-open"]},
+                "successRate": {"type": "number"},
+                "latencyMs": {"type": ["number", "null"]},
+                "inFlight": _INT,
+                "capacity": _INT,
+                "lastHeartbeat": _TIME,
+                "instances": _INT,
+            },
+        },
+    },
+}
+_AGENT_NAME = {"name": "agent", "in": "path", "required": True, "schema": {"type": "string"}}
+_DRAIN_BODY = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["drained"],
+    "properties": {
+        "drained": {"type": "boolean"},
+        "reason": {"type": ["string", "null"], "maxLength": 500},
+    },
+}
+_FAILURES = {
+    "type": "object",
+    "required": ["groups", "scanned", "scanCap", "truncated"],
+    "properties": {
+        "groups": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "step": {"type": "string"},
+                    "errorCode": {"type": "string"},
+                    "count": _INT,
+                    "firstAt": _TIME,
+                    "lastAt": _TIME,
+                    "sampleOrderIds": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+        "scanned": _INT,
+        "scanCap": _INT,
+        "truncated": {"type": "boolean", "description": "more Error orders than scanCap"},
+    },
+}
+
+
+def _fleet_paths() -> dict[str, Any]:
+    """Operating the fleet: agents (drain) and the Error orders grouped by failure."""
+    admin: list[dict[str, list[str]]] = [{"adminKey": []}]
+    return {
+        f"/{Route.AGENTS}": {
+            "get": {
+                "operationId": "listAgents",
+                "summary": "Each agent with its queue, health and drain flag",
+                "security": admin,
+                "responses": {
+                    "200": _json(
+                        "the agents",
+                        {
+                            "type": "object",
+                            "properties": {"agents": {"type": "array", "items": _AGENT}},
+                        },
+                    ),
+                    **_UNAUTHORIZED,
+                    **_UNAVAILABLE,
+                },
+            }
+        },
+        f"/{Route.AGENT_DRAIN}": {
+            "put": {
+                "operationId": "drainAgent",
+                "summary": "Drain (no new dispatch) or undrain an agent",
+                "security": admin,
+                "parameters": [_AGENT_NAME],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _DRAIN_BODY}},
+                },
+                "responses": {
+                    "200": _json("the agent as stored now", _AGENT),
+                    "400": _problem("invalid body"),
+                    "404": _problem("unknown agent"),
+                    "413": _problem("body too large"),
+                    "415": _problem("a body that is not JSON"),
+                    **_UNAUTHORIZED,
+                    **_CROSS_ORIGIN,
+                    **_UNAVAILABLE,
+                },
+            }
+        },
+        f"/{Route.FAILURES}": {
+            "get": {
+                "operationId": "listFailures",
+                "summary": "The Error orders grouped by step and error code, largest first",
+                "security": admin,
+                "responses": {
+                    "200": _json("the groups", _FAILURES),
+                    **_UNAUTHORIZED,
+                    **_UNAVAILABLE,
+                },
+            }
+        },
+    }
+
+
 @cache
 def document() -> dict[str, Any]:
     submission = OrderSubmission.model_json_schema(
@@ -356,6 +478,7 @@ def document() -> dict[str, Any]:
                     },
                 }
             },
+            **_fleet_paths(),
             f"/{Route.OPENAPI}": {
                 "get": {
                     "operationId": "openapi",

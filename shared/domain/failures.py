@@ -1,0 +1,50 @@
+"""Why an order is in Error, as a (step, error code) pair operators can group by.
+
+The state record keeps the last failure in words (`LastError`); its forms are fixed by the
+state machine (shared/domain/process.py): `{step}: {code}: {message}` for an agent's
+answer, `compensation of {step}: {code}: {message}` for a failed undo, and
+`{what} not completed by {time}` when the Supervisor gave up on a deadline, which is
+the code `timeout`. A compensation's failure is named after its operation
+(`refund-payment`), so an undo that fails is never mistaken for the step it undoes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from shared.domain.model import Phase, StateRecord
+from shared.domain.workflow import WORKFLOWS
+
+TIMEOUT: Final = "timeout"
+UNKNOWN: Final = "unknown"
+_TIMED_OUT = re.compile(r" not completed by \S+$")
+_ANSWERED = re.compile(r"^(?:compensation of )?[^:]+: (?P<code>[^:\s]+): ")
+
+
+@dataclass(frozen=True)
+class Failure:
+    step: str
+    error_code: str
+
+
+def failure_of(state: StateRecord) -> Failure:
+    return Failure(_step(state), _code(state.last_error or ""))
+
+
+def _code(last_error: str) -> str:
+    if _TIMED_OUT.search(last_error):
+        return TIMEOUT
+    answered = _ANSWERED.match(last_error)
+    return answered["code"] if answered else UNKNOWN
+
+
+def _step(state: StateRecord) -> str:
+    workflow = WORKFLOWS.get(state.workflow)
+    if workflow is None or not 0 <= state.current_step < len(workflow.steps):
+        return str(state.current_step)
+    definition = workflow.steps[state.current_step]
+    if state.phase is Phase.COMPENSATE and definition.compensation:
+        return definition.compensation
+    return definition.name

@@ -1,0 +1,130 @@
+"""Operating the fleet rather than one order: the agents (drain, undrain) and the Error
+orders grouped by failure."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import azure.functions as func
+
+from shared import bootstrap
+from shared.contract import Route
+from shared.domain.messages import iso
+from shared.domain.workflow import AgentName
+from shared.functions.http import json_response, opt_iso, problem, read_json
+from shared.ports import StateStoreError
+from shared.usecases.agents import AgentStatus, list_agents, set_drain
+from shared.usecases.failures import SCAN_CAP, FailureReport, group_failures
+
+bp = func.Blueprint()
+MAX_REASON = 500
+_UNAVAILABLE = ("Try again", "the state store is unavailable")
+_RETRY = {"Retry-After": "5"}
+
+
+@bp.route(route=Route.AGENTS, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+async def agents_http(req: func.HttpRequest) -> func.HttpResponse:
+    c = await bootstrap.container()
+    try:
+        statuses = await list_agents(c.health, c.process.clock)
+    except StateStoreError:
+        return problem(503, *_UNAVAILABLE, _RETRY)
+    now = c.process.clock.now()
+    return json_response({"agents": [agent_view(s, now) for s in statuses]})
+
+
+@bp.route(route=Route.AGENT_DRAIN, methods=["PUT"], auth_level=func.AuthLevel.ADMIN)
+async def drain_agent_http(req: func.HttpRequest) -> func.HttpResponse:
+    agent = req.route_params.get("agent", "")
+    if agent not in {a.value for a in AgentName}:
+        known = ", ".join(a.value for a in AgentName)
+        return problem(404, "Agent not found", f"no agent {agent[:64]!r}; agents: {known}")
+    body = _drain_body(req)
+    if isinstance(body, func.HttpResponse):
+        return body
+    drained, reason = body
+    c = await bootstrap.container()
+    operator = (req.headers.get("x-operator") or "operator")[:64]
+    try:
+        status = await set_drain(c.health, c.process.clock, agent, drained, reason, operator)
+    except StateStoreError:
+        return problem(503, *_UNAVAILABLE, _RETRY)
+    return json_response(agent_view(status, c.process.clock.now()))
+
+
+@bp.route(route=Route.FAILURES, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+async def failures_http(req: func.HttpRequest) -> func.HttpResponse:
+    c = await bootstrap.container()
+    try:
+        report = await group_failures(c.process.store)
+    except StateStoreError:
+        return problem(503, *_UNAVAILABLE, _RETRY)
+    return json_response(failures_view(report))
+
+
+def _drain_body(req: func.HttpRequest) -> tuple[bool, str | None] | func.HttpResponse:
+    data, error = read_json(req)
+    if error is not None:
+        return error
+    if not isinstance(data, dict) or set(data) - {"drained", "reason"}:
+        return problem(
+            400, "Invalid body", 'the body is {"drained": boolean, "reason"?: string}, nothing else'
+        )
+    drained: Any = data.get("drained")
+    if not isinstance(drained, bool):
+        return problem(400, "Invalid drained", "drained is required: true or false")
+    reason: Any = data.get("reason")
+    if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
+        return problem(400, "Invalid reason", f"reason is a string of at most {MAX_REASON}")
+    return drained, reason or None
+
+
+def agent_view(status: AgentStatus, now: datetime) -> dict[str, Any]:
+    drain = status.drain
+    return {
+        "agent": status.spec.name.value,
+        "queue": status.spec.queue,
+        "highPriorityQueue": status.spec.high_priority_queue,
+        "drained": status.drained,
+        "reason": drain.reason if drain else None,
+        "since": opt_iso(drain.since) if drain else None,
+        "by": drain.by if drain else None,
+        "health": _health_view(status, now),
+    }
+
+
+def _health_view(status: AgentStatus, now: datetime) -> dict[str, Any] | None:
+    latest, view = status.latest, status.view
+    if latest is None or view is None:
+        return None
+    return {
+        "status": view.availability.name.lower(),
+        "detail": view.reason,
+        "breaker": latest.breaker.value,
+        "successRate": view.success_rate,
+        "latencyMs": status.latency_ms(now),
+        "inFlight": view.in_flight,
+        "capacity": view.capacity,
+        "lastHeartbeat": iso(latest.heartbeat_at),
+        "instances": len(status.instances),
+    }
+
+
+def failures_view(report: FailureReport) -> dict[str, Any]:
+    return {
+        "groups": [
+            {
+                "step": g.step,
+                "errorCode": g.error_code,
+                "count": g.count,
+                "firstAt": iso(g.first_at),
+                "lastAt": iso(g.last_at),
+                "sampleOrderIds": list(g.sample_order_ids),
+            }
+            for g in report.groups
+        ],
+        "scanned": report.scanned,
+        "scanCap": SCAN_CAP,
+        "truncated": report.truncated,
+    }

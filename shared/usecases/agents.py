@@ -1,0 +1,92 @@
+"""The agents as an operator sees them (health, drained or not), and the drain switch.
+
+A drain is a row in the state table beside the heartbeats; every instance's Scheduler
+reads it in its next routing refresh (shared/usecases/routing.py), so a drain takes
+effect everywhere within that period, with no message to lose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, BreakerState
+from shared.domain.routing import STALE_AFTER, AgentView, merge
+from shared.domain.workflow import AGENTS, AgentName, AgentSpec
+from shared.ports import Clock, HealthStore
+
+
+class UnknownAgent(Exception):
+    """No agent has this name."""
+
+
+@dataclass(frozen=True)
+class AgentStatus:
+    spec: AgentSpec
+    view: AgentView | None
+    """Merged over the fresh instances, as routing sees it; None: never heard from."""
+    instances: tuple[AgentHealth, ...]
+    drain: AgentDrain | None
+    """The stored flag (drained or not); None: never drained."""
+
+    @property
+    def drained(self) -> bool:
+        return self.drain is not None and self.drain.drained
+
+    @property
+    def latest(self) -> AgentHealth | None:
+        return max(self.instances, key=lambda h: h.heartbeat_at, default=None)
+
+    def latency_ms(self, now: datetime) -> float | None:
+        """The mean latency over the fresh instances' recent calls."""
+        fresh = [h for h in self.instances if now - h.heartbeat_at <= STALE_AFTER]
+        calls = sum(h.calls for h in fresh)
+        if calls:
+            return sum(h.latency_ms * h.calls for h in fresh) / calls
+        latest = self.latest
+        return latest.latency_ms if latest else None
+
+    @property
+    def breaker(self) -> BreakerState | None:
+        latest = self.latest
+        return latest.breaker if latest else None
+
+
+async def list_agents(store: HealthStore, clock: Clock) -> tuple[AgentStatus, ...]:
+    """Every agent of the workflows, in a fixed order, heard from or not."""
+    return _statuses(await store.agent_records(), clock.now())
+
+
+async def set_drain(
+    store: HealthStore,
+    clock: Clock,
+    agent: str,
+    drained: bool,
+    reason: str | None = None,
+    operator: str = "operator",
+) -> AgentStatus:
+    """Raises UnknownAgent. Setting the same flag again only refreshes its reason and time."""
+    name = _agent_name(agent)
+    await store.set_drain(AgentDrain(name.value, drained, reason, clock.now(), operator))
+    return next(s for s in await list_agents(store, clock) if s.spec.name is name)
+
+
+def _agent_name(agent: str) -> AgentName:
+    try:
+        return AgentName(agent)
+    except ValueError:
+        raise UnknownAgent(agent) from None
+
+
+def _statuses(records: AgentRecords, now: datetime) -> tuple[AgentStatus, ...]:
+    views = merge(records.health, now)
+    drains = {d.agent: d for d in records.drains}
+    return tuple(
+        AgentStatus(
+            spec=spec,
+            view=views.get(name.value),
+            instances=tuple(h for h in records.health if h.agent == name.value),
+            drain=drains.get(name.value),
+        )
+        for name, spec in AGENTS.items()
+    )
