@@ -89,6 +89,33 @@ class OperatorApi:
     async def resume(self, order_id: str) -> View:
         return await self._act(Route.RESUME, order_id)
 
+    async def agents(self) -> list[View]:
+        body = await self._call("GET", Route.AGENTS)
+        agents = body.get("agents") if isinstance(body, dict) else None
+        if not isinstance(agents, list):
+            raise CliError(f"unexpected answer from {self.config.api}/{Route.AGENTS}: no agents")
+        return agents
+
+    async def drain(self, agent: str, drained: bool, reason: str | None = None) -> View:
+        """Drain or undrain one agent, recorded under the operator's name."""
+        route = Route.AGENT_DRAIN.replace("{agent}", quote(agent, safe=""))
+        answer = await self._call(
+            "PUT",
+            route,
+            headers={OPERATOR_HEADER: self.config.operator},
+            body={"drained": drained, **({"reason": reason} if reason else {})},
+            missing=f"agent {agent!r}",
+        )
+        if not isinstance(answer, dict):
+            raise CliError(f"unexpected answer for agent {agent!r}: not a JSON object")
+        return answer
+
+    async def failures(self) -> View:
+        body = await self._call("GET", Route.FAILURES)
+        if not isinstance(body, dict) or not isinstance(body.get("groups"), list):
+            raise CliError(f"unexpected answer from {self.config.api}/{Route.FAILURES}: no groups")
+        return body
+
     async def _act(self, route: str, order_id: str, body: Any = None) -> View:
         """An operator's POST on one order, recorded under the operator's name."""
         answer = await self._call(
@@ -109,6 +136,7 @@ class OperatorApi:
         headers: Mapping[str, str] | None = None,
         order_id: str | None = None,
         body: Any = None,
+        missing: str | None = None,
     ) -> Any:
         url = f"{self.config.api}/{route}"
         try:
@@ -133,6 +161,9 @@ class OperatorApi:
         body = _json(text, kind)
         if status < 400:
             return body
+        if status == 404 and missing is not None:
+            detail = _detail(body)
+            raise NotFound(f"{missing} not found" + (f" ({detail})" if detail else ""))
         raise self._error(status, body, order_id)
 
     def _error(self, status: int, body: Any, order_id: str | None) -> CliError:

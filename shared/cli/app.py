@@ -6,6 +6,7 @@ were given, and a key must never reach a terminal's scrollback or a CI log.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
@@ -39,6 +40,11 @@ _ORDERS: dict[str, ApiCommand] = {
     "resume": commands.orders_resume,
     "watch": commands.orders_watch,
 }
+_AGENTS: dict[str, ApiCommand] = {
+    "list": commands.agents_list,
+    "drain": commands.agents_drain,
+    "undrain": commands.agents_undrain,
+}
 _DLQ: dict[str, ApiCommand] = {
     "list": commands.dlq_list,
     "requeue": commands.dlq_requeue,
@@ -70,11 +76,11 @@ async def run(
             return int(done.code or 0)
         console = Console(out, args.json)
         config: ApiConfig | BusConfig
-        if args.group == "orders":
+        if args.group in ("orders", "agents", "failures"):
             settings = None if (args.url or values.get(API_URL_ENV)) else _lenient()
             config = api_config(args.url, args.key, args.operator, args.timeout, values, settings)
             secrets.append(config.key)
-            command = _ORDERS[args.command]
+            command = _api_command(args)
         else:
             secrets += [args.connection]
             config = bus_config(args.connection, args.namespace, values)
@@ -85,6 +91,12 @@ async def run(
         secrets += [values.get(API_KEY_ENV), *_env_secrets(values)]
         print(f"{PROG}: error: {redact(exc.message, secrets)}", file=err, flush=True)
         return int(exc.code)
+
+
+def _api_command(args: argparse.Namespace) -> ApiCommand:
+    if args.group == "failures":
+        return commands.failures
+    return (_ORDERS if args.group == "orders" else _AGENTS)[args.command]
 
 
 def _flag_values(argv: Sequence[str], flags: tuple[str, ...]) -> list[str | None]:

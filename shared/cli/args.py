@@ -1,4 +1,5 @@
-"""Argument parsing: ``orders`` (the HTTP API) and ``dlq`` (dead-letter sub-queues).
+"""Argument parsing: ``orders``, ``agents`` and ``failures`` (the HTTP API) and ``dlq``
+(dead-letter sub-queues).
 
 Common options are accepted before or after the command (``orders list --json`` and
 ``--json orders list`` alike), because people type them wherever they remember them.
@@ -158,7 +159,9 @@ def build_parser() -> Parser:
     _common(parser, suppress=False)
     _api(parser, suppress=False)
     _bus(parser, suppress=False)
-    groups = parser.add_subparsers(dest="group", required=True, metavar="{orders,dlq}")
+    groups = parser.add_subparsers(
+        dest="group", required=True, metavar="{orders,agents,failures,dlq}"
+    )
 
     orders = groups.add_parser("orders", help="inspect and operate orders (HTTP API)")
     commands = orders.add_subparsers(
@@ -193,6 +196,29 @@ def build_parser() -> Parser:
         "--interval", type=_seconds, default=1.0, help="seconds between polls (default 1)"
     )
     watch.add_argument("--max-wait", type=_seconds, help="give up after this many seconds")
+
+    agents = groups.add_parser("agents", help="agents' health; drain one for maintenance")
+    agent_commands = agents.add_subparsers(
+        dest="command", required=True, metavar="{list,drain,undrain}"
+    )
+    _leaf(agent_commands, "list", "each agent with its queue, health and drain flag")
+    drain = _leaf(
+        agent_commands,
+        "drain",
+        "no new dispatches to AGENT: its steps go to an alternative or wait, uncounted",
+    )
+    drain.add_argument("agent", metavar="AGENT", help="e.g. payment, shipping")
+    drain.add_argument("--reason", type=_reason, help="why, shown to other operators")
+    undrain = _leaf(agent_commands, "undrain", "let AGENT take new dispatches again")
+    undrain.add_argument("agent", metavar="AGENT")
+    failures = groups.add_parser(
+        "failures",
+        help="the Error orders grouped by step and error code, largest first",
+        description="the Error orders grouped by step and error code, largest first",
+        epilog=EPILOG,
+    )
+    _common(failures, suppress=True)
+    _api(failures, suppress=True)
 
     dlq = groups.add_parser("dlq", help="dead-letter sub-queues (Service Bus)")
     dlq_commands = dlq.add_subparsers(dest="command", required=True, metavar="{list,requeue,purge}")

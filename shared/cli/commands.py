@@ -175,6 +175,46 @@ async def orders_watch(args: argparse.Namespace, config: ApiConfig, console: Con
             await asyncio.sleep(args.interval)
 
 
+async def agents_list(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    async with OperatorApi.open(config) as api:
+        agents = await api.agents()
+    if console.json:
+        console.data(agents)
+    else:
+        console.show(output.agents_table(agents))
+    return Exit.OK
+
+
+async def agents_drain(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    return await _drain(args.agent, True, args.reason, config, console)
+
+
+async def agents_undrain(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    return await _drain(args.agent, False, None, config, console)
+
+
+async def _drain(
+    agent: str, drained: bool, reason: str | None, config: ApiConfig, console: Console
+) -> int:
+    async with OperatorApi.open(config) as api:
+        view = await api.drain(agent, drained, reason)
+    if console.json:
+        console.data(view)
+    else:
+        console.show(output.drain_line(view))
+    return Exit.OK
+
+
+async def failures(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    async with OperatorApi.open(config) as api:
+        report = await api.failures()
+    if console.json:
+        console.data(report)
+    else:
+        console.show(output.failures_table(report))
+    return Exit.OK
+
+
 async def dlq_list(args: argparse.Namespace, config: BusConfig, console: Console) -> int:
     queues = list(dict.fromkeys(args.queue or ALL_QUEUES))
     async with DeadLetterQueues.open(config) as bus:

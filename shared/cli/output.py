@@ -237,6 +237,83 @@ def resubmit_table(results: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
+# -- agents and failures ------------------------------------------------------------------
+
+
+AGENT_COLUMNS = (
+    "AGENT",
+    "QUEUE",
+    "DRAINED",
+    "HEALTH",
+    "BREAKER",
+    "SUCCESS",
+    "LATENCY",
+    "IN FLIGHT",
+    "HEARTBEAT",
+    "DRAIN REASON",
+)
+
+
+def agents_table(agents: Sequence[Mapping[str, Any]]) -> str:
+    if not agents:
+        return "no agents"
+    return table(
+        AGENT_COLUMNS,
+        (_agent_row(a) for a in agents),
+    )
+
+
+def _agent_row(agent: Mapping[str, Any]) -> list[Any]:
+    health = agent.get("health") or {}
+    drained = agent.get("drained")
+    rate, latency = health.get("successRate"), health.get("latencyMs")
+    return [
+        agent.get("agent"),
+        agent.get("queue"),
+        f"yes since {when(agent.get('since'))}" if drained else "no",
+        health.get("status", "never heard from"),
+        health.get("breaker"),
+        f"{rate:.0%}" if isinstance(rate, int | float) else None,
+        f"{latency:.0f} ms" if isinstance(latency, int | float) else None,
+        f"{health['inFlight']}/{health['capacity']}" if "inFlight" in health else None,
+        when(health.get("lastHeartbeat")),
+        cell(agent.get("reason"), WIDE) if drained else None,
+    ]
+
+
+def drain_line(agent: Mapping[str, Any]) -> str:
+    name = agent.get("agent")
+    if not agent.get("drained"):
+        return f"{name} undrained: it takes new dispatches again"
+    reason = agent.get("reason")
+    return f"{name} drained: no new dispatches" + (f" ({reason})" if reason else "")
+
+
+def failures_table(report: Mapping[str, Any]) -> str:
+    groups = report.get("groups") or []
+    text = (
+        table(
+            ["COUNT", "STEP", "ERROR CODE", "FIRST", "LAST", "SAMPLE ORDER IDS"],
+            (
+                [
+                    g.get("count"),
+                    g.get("step"),
+                    g.get("errorCode"),
+                    when(g.get("firstAt")),
+                    when(g.get("lastAt")),
+                    " ".join(g.get("sampleOrderIds") or []),
+                ]
+                for g in groups
+            ),
+        )
+        if groups
+        else "no orders in Error"
+    )
+    if report.get("truncated"):
+        text += f"\nonly the first {report.get('scanned')} Error orders were read (the cap)"
+    return text
+
+
 # -- dead letters -------------------------------------------------------------------------
 
 

@@ -44,7 +44,7 @@ def test_an_option_after_the_command_wins_over_the_default_not_the_reverse() -> 
             "not allowed with argument",
         ),
         (["orders", "watch", "o", "--interval", "-1"], "seconds must be positive"),
-        ([], "required: {orders,dlq}"),
+        ([], "required: {orders,agents,failures,dlq}"),
     ],
 )
 def test_bad_arguments_raise_one_line_usage_errors(argv: list[str], message: str) -> None:

@@ -29,7 +29,7 @@ def run(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
 def test_help_lists_the_commands_and_exit_codes() -> None:
     done = run("--help")
     assert done.returncode == 0
-    assert "{orders,dlq}" in done.stdout and "exit codes: 0 ok" in done.stdout
+    assert "{orders,agents,failures,dlq}" in done.stdout and "exit codes: 0 ok" in done.stdout
 
 
 def test_an_unreachable_api_is_one_line_on_stderr_and_exit_5() -> None:
