@@ -173,6 +173,28 @@ async def test_broker_outage_is_survived(
         restarted.stop()
 
 
+async def test_listening_returns_once_the_receiver_takes_messages(
+    broker: Any, make_host: HostFactory
+) -> None:
+    recorder = Recorder(expected=1)
+    host = make_host(build_app(recorder, timer=False), {"TestBus": broker.connection_string})
+    await host.start()
+    await host.listening(timeout=30)
+    await send(broker.connection_string, message("first"))
+    await asyncio.wait_for(recorder.completed.wait(), 10)
+    assert [m["delivery_count"] for m in recorder.messages] == [1]
+
+
+async def test_listening_gives_up_while_the_broker_is_down(
+    broker: Any, make_host: HostFactory
+) -> None:
+    broker.stop()
+    host = make_host(build_app(Recorder(), timer=False), {"TestBus": broker.connection_string})
+    await host.start()
+    with pytest.raises(TimeoutError):
+        await host.listening(timeout=1)
+
+
 def test_connection_setting_forms() -> None:
     assert connection_info("Bus", {"Bus": "Endpoint=sb://x/"}).connection_string
     identity = connection_info("Bus", {"Bus__fullyQualifiedNamespace": "ns.servicebus.windows.net"})
