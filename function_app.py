@@ -6,7 +6,7 @@ missing setting; clients are built on the first invocation (shared.bootstrap).
 
 import azure.functions as func
 
-from shared.functions import agents, fleet, intake, operator, ops, scheduler, supervisor
+from shared.functions import agents, bulk, fleet, intake, operator, ops, scheduler, supervisor
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
@@ -14,6 +14,7 @@ for blueprint in (
     intake.bp,
     operator.bp,
     ops.bp,
+    bulk.bp,
     fleet.bp,
     scheduler.bp,
     agents.bp,

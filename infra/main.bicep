@@ -134,6 +134,10 @@ param paymentSecondaryServiceUrl string
 @minValue(1)
 param highPriorityStepTimeoutSeconds int = 15
 
+@description('BulkActionsPerSecond: how fast a bulk job (POST /api/orders/bulk) acts on orders.')
+@minValue(1)
+param bulkActionsPerSecond int = 50
+
 // ---------------------------------------------------------------------------
 // Names
 // ---------------------------------------------------------------------------
@@ -250,6 +254,7 @@ module api 'app/function.bicep' = {
     shippingServiceUrl: shippingServiceUrl
     paymentSecondaryServiceUrl: paymentSecondaryServiceUrl
     highPriorityStepTimeoutSeconds: highPriorityStepTimeoutSeconds
+    bulkActionsPerSecond: bulkActionsPerSecond
   }
 }
 

@@ -17,12 +17,13 @@ from azure.identity.aio import DefaultAzureCredential
 from shared.adapters.chaos import ChaosMessageBus, ChaosStateStore
 from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
-from shared.adapters.memory import InMemoryHealthStore
+from shared.adapters.memory import InMemoryBulkStore, InMemoryHealthStore, InMemoryStateStore
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
+from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_health import TableHealthStore
 from shared.adapters.table_store import TableStateStore
 from shared.domain.workflow import AgentName
-from shared.ports import Clock, HealthStore, MessageBus, RemoteService, StateStore
+from shared.ports import BulkStore, Clock, HealthStore, MessageBus, RemoteService, StateStore
 from shared.resilience import CircuitBreaker
 from shared.settings import Settings
 from shared.usecases.agent import AgentDeps
@@ -41,6 +42,8 @@ class Container:
     session: aiohttp.ClientSession | None = None
     health: HealthStore = field(default_factory=InMemoryHealthStore)
     """Agent heartbeats and Supervisor sweeps (ops records; in the state table when built)."""
+    bulk: BulkStore | None = None
+    """Bulk jobs and their scan of orders; None when the store has no bulk adapter."""
 
     async def close(self) -> None:
         """Release the clients (the local runtime and tests; the Functions host never stops)."""
@@ -160,7 +163,18 @@ def compose(
         process=process,
         remotes=remotes,
         health=health,
+        bulk=_bulk_store(store),
     )
+
+
+def _bulk_store(store: StateStore) -> BulkStore | None:
+    """Bulk jobs live beside the orders they scan, in the same store (undecorated: a
+    job's own records are not an order's state)."""
+    if isinstance(store, TableStateStore):
+        return TableBulkStore(store)
+    if isinstance(store, InMemoryStateStore):
+        return InMemoryBulkStore(store)
+    return None
 
 
 def build(settings: Settings, decorate: PortDecorator | None = None) -> Container:

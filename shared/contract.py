@@ -104,6 +104,8 @@ class Setting:
     PAYMENT_SECONDARY_SERVICE_URL: Final = "PaymentSecondaryServiceUrl"
     SHIPPING_SERVICE_URL: Final = "ShippingServiceUrl"
     INSTANCE_ID: Final = "WEBSITE_INSTANCE_ID"
+    BULK_ACTIONS_PER_SECOND: Final = "BulkActionsPerSecond"
+    """The pace of a bulk job's actions, per instance running the bulk timer."""
 
 
 class ChaosSetting:
@@ -145,3 +147,7 @@ class Route:
     """Drain or undrain one agent (a provider's maintenance window)."""
     FAILURES: Final = "failures"
     """The Error orders grouped by step and error code."""
+    BULK: Final = "orders/bulk"
+    """Resubmit, cancel, suspend or resume every order a filter matches (or preview it)."""
+    BULK_JOB: Final = "bulk/{bulkId}"
+    """A bulk job's progress."""

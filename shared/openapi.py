@@ -294,6 +294,119 @@ def _fleet_paths() -> dict[str, Any]:
     }
 
 
+_BULK_FILTER = {
+    "type": "object",
+    "additionalProperties": False,
+    "minProperties": 1,
+    "description": "at least one field: a bulk action never matches everything",
+    "properties": {
+        "state": {"enum": _STATES},
+        **{
+            name: {"type": "string", "minLength": 1, "maxLength": 200}
+            for name in ("step", "errorCode", "customerId")
+        },
+        "createdFrom": {**_TIME, "description": "orders created at or after"},
+        "createdTo": {**_TIME, "description": "orders created before"},
+    },
+}
+_BULK_BODY = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["action", "filter"],
+    "properties": {
+        "action": {"enum": ["resubmit", "cancel", "suspend", "resume"]},
+        "filter": _BULK_FILTER,
+        "dryRun": {"type": "boolean"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
+    },
+}
+_BULK_PREVIEW = {
+    "type": "object",
+    "required": ["matched", "sampleOrderIds", "effects"],
+    "properties": {
+        "matched": _INT,
+        "sampleOrderIds": {"type": "array", "items": {"type": "string"}, "maxItems": 10},
+        "effects": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["operation", "count"],
+                "properties": {"operation": {"type": "string"}, "count": _INT},
+            },
+        },
+    },
+}
+_BULK_JOB = {
+    "type": "object",
+    "required": ["bulkId", "action", "state", "matched", "done", "skipped", "failed"],
+    "properties": {
+        "bulkId": {"type": "string"},
+        "action": {"enum": ["resubmit", "cancel", "suspend", "resume"]},
+        "state": {"enum": ["Running", "Done"]},
+        "matched": _INT,
+        "done": _INT,
+        "skipped": _INT,
+        "failed": _INT,
+    },
+}
+
+
+def _bulk_paths() -> dict[str, Any]:
+    """Bulk actions: a preview (dry run) or a durable, paced job, and its progress."""
+    admin: list[dict[str, list[str]]] = [{"adminKey": []}]
+    return {
+        f"/{Route.BULK}": {
+            "post": {
+                "operationId": "bulkOrders",
+                "summary": "Resubmit, cancel, suspend or resume every order a filter matches",
+                "security": admin,
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _BULK_BODY}},
+                },
+                "responses": {
+                    "200": _json(
+                        "dryRun: what the action would do; nothing changed", _BULK_PREVIEW
+                    ),
+                    "202": {
+                        **_json(
+                            "the job is stored; the timer works it",
+                            {
+                                "type": "object",
+                                "required": ["bulkId", "matched"],
+                                "properties": {"bulkId": {"type": "string"}, "matched": _INT},
+                            },
+                        ),
+                        "headers": {"Location": {"schema": {"type": "string"}}},
+                    },
+                    "400": _problem("invalid body: unknown action, empty filter, bad date, limit"),
+                    "413": _problem("body too large"),
+                    "415": _problem("a body that is not JSON"),
+                    **_UNAUTHORIZED,
+                    **_CROSS_ORIGIN,
+                    **_UNAVAILABLE,
+                },
+            }
+        },
+        f"/{Route.BULK_JOB}": {
+            "get": {
+                "operationId": "getBulkJob",
+                "summary": "A bulk job's progress",
+                "security": admin,
+                "parameters": [
+                    {"name": "bulkId", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": _json("the job", _BULK_JOB),
+                    "404": _problem("unknown bulk job"),
+                    **_UNAUTHORIZED,
+                    **_UNAVAILABLE,
+                },
+            }
+        },
+    }
+
+
 @cache
 def document() -> dict[str, Any]:
     submission = OrderSubmission.model_json_schema(
@@ -479,6 +592,7 @@ def document() -> dict[str, Any]:
                 }
             },
             **_fleet_paths(),
+            **_bulk_paths(),
             f"/{Route.OPENAPI}": {
                 "get": {
                     "operationId": "openapi",

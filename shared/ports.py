@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from shared.domain.bulk import BulkJob, JobState
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.model import (
     HistoryEntry,
@@ -151,6 +152,41 @@ class HealthStore(Protocol):
 
     async def recent_sweeps(self, limit: int) -> tuple[SweepRecord, ...]:
         """Newest first."""
+        ...
+
+
+@dataclass(frozen=True)
+class OrderPage:
+    """A page of whole orders (state, steps and order) as a bulk job scans them."""
+
+    items: tuple[OrderProcess, ...]
+    continuation: str | None
+
+
+class BulkStore(Protocol):
+    """The durable bulk jobs (their own partition of the state table) and the scan of
+    orders they work through, a page at a time."""
+
+    async def create_job(self, job: BulkJob) -> str:
+        """Store a new job; returns its ETag."""
+        ...
+
+    async def load_job(self, bulk_id: str) -> BulkJob | None: ...
+
+    async def save_job(self, job: BulkJob) -> str:
+        """Replace the job conditional on `job.etag`; raises ConcurrencyConflict when
+        another run changed it first. Returns the new ETag."""
+        ...
+
+    async def jobs(self, state: JobState) -> tuple[BulkJob, ...]:
+        """The jobs in one state (a query over the jobs' partition only)."""
+        ...
+
+    async def orders(
+        self, state: ProcessState, page_size: int, continuation: str | None
+    ) -> OrderPage:
+        """One page of the orders in `state`, in a stable key order; raises ValueError
+        for a continuation it did not hand out."""
         ...
 
 

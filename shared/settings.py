@@ -56,6 +56,9 @@ class Settings:
     instance_id: str
     chaos_fault_rate: float = 0.0
     """Test-only (chaos runs): the chance that a state-store or bus call crashes."""
+    bulk_actions_per_second: float = 50.0
+    """How fast a bulk job acts on orders, so a fleet-wide action does not crowd out
+    the orders' own traffic."""
 
     @property
     def policy(self) -> ProcessPolicy:
@@ -96,6 +99,7 @@ class Settings:
             instance_id=values.get(Setting.INSTANCE_ID)
             or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
             chaos_fault_rate=_number(values, ChaosSetting.FAULT_RATE, 0, minimum=0),
+            bulk_actions_per_second=_number(values, Setting.BULK_ACTIONS_PER_SECOND, 50),
         )
 
 

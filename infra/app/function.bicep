@@ -97,6 +97,10 @@ param paymentSecondaryServiceUrl string
 @minValue(1)
 param highPriorityStepTimeoutSeconds int
 
+@description('BulkActionsPerSecond.')
+@minValue(1)
+param bulkActionsPerSecond int
+
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
 }
@@ -200,6 +204,7 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     ShippingServiceUrl: shippingServiceUrl
     PaymentSecondaryServiceUrl: paymentSecondaryServiceUrl
     HighPriorityStepTimeoutSeconds: string(highPriorityStepTimeoutSeconds)
+    BulkActionsPerSecond: string(bulkActionsPerSecond)
   }
 }
 

@@ -13,12 +13,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from shared.domain.bulk import BulkJob, JobState
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
 from shared.ports import (
     AlreadyExists,
     BusUnavailable,
     ConcurrencyConflict,
+    OrderPage,
     Page,
     Poison,
     WatchEntry,
@@ -121,6 +123,60 @@ class InMemoryStateStore:
 
     def watched(self) -> dict[str, datetime]:
         return {order_id: at for order_id, (at, _, _) in self._watch.items()}
+
+
+class InMemoryBulkStore:
+    """Bulk jobs beside an in-memory state store, whose orders it scans."""
+
+    def __init__(self, store: InMemoryStateStore) -> None:
+        self._store = store
+        self._jobs: dict[str, tuple[BulkJob, str]] = {}
+        self._etags = itertools.count(1)
+
+    def _etag(self) -> str:
+        return f'W/"job-{next(self._etags)}"'
+
+    async def create_job(self, job: BulkJob) -> str:
+        await asyncio.sleep(0)
+        if job.bulk_id in self._jobs:
+            raise AlreadyExists(job.bulk_id)
+        etag = self._etag()
+        self._jobs[job.bulk_id] = (replace(job, etag=None), etag)
+        return etag
+
+    async def load_job(self, bulk_id: str) -> BulkJob | None:
+        await asyncio.sleep(0)
+        found = self._jobs.get(bulk_id)
+        return None if found is None else replace(found[0], etag=found[1])
+
+    async def save_job(self, job: BulkJob) -> str:
+        await asyncio.sleep(0)
+        current = self._jobs.get(job.bulk_id)
+        if current is None or current[1] != job.etag:
+            raise ConcurrencyConflict(job.bulk_id)
+        etag = self._etag()
+        self._jobs[job.bulk_id] = (replace(job, etag=None), etag)
+        return etag
+
+    async def jobs(self, state: JobState) -> tuple[BulkJob, ...]:
+        await asyncio.sleep(0)
+        return tuple(
+            replace(job, etag=etag)
+            for _, (job, etag) in sorted(self._jobs.items())
+            if job.state is state
+        )
+
+    async def orders(
+        self, state: ProcessState, page_size: int, continuation: str | None
+    ) -> OrderPage:
+        await asyncio.sleep(0)
+        if continuation is not None and not continuation.startswith("after:"):
+            raise ValueError("invalid continuation token")
+        after = continuation[len("after:") :] if continuation else None
+        page = await self._store.list_by_state(state, page_size, after)
+        processes = [await self._store.load(s.order_id) for s in page.items]
+        items = tuple(p for p in processes if p is not None)
+        return OrderPage(items, f"after:{page.continuation}" if page.continuation else None)
 
 
 class InMemoryHealthStore:

@@ -79,6 +79,11 @@ class TableStateStore:
         self._ready_lock = asyncio.Lock()
         self.operations: Counter[str] = Counter()
 
+    @property
+    def table(self) -> TableClient:
+        """The table client, shared with the bulk jobs' adapter (same table)."""
+        return self._table
+
     async def close(self) -> None:
         await self._table.close()
         await self._service.close()
@@ -305,3 +310,8 @@ def _decode_token(token: str | None) -> Any:
         return jsonbounds.loads(base64.urlsafe_b64decode(token.encode()))
     except ValueError:
         raise ValueError("invalid continuation token") from None
+
+
+encode_token = _encode_token
+decode_token = _decode_token
+"""Public for the bulk jobs' scan, which pages through the same table the same way."""

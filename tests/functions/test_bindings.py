@@ -34,6 +34,8 @@ def test_http_routes_methods_and_auth_levels() -> None:
         (Route.AGENTS, ("GET",)): "ADMIN",
         (Route.AGENT_DRAIN, ("PUT",)): "ADMIN",
         (Route.FAILURES, ("GET",)): "ADMIN",
+        (Route.BULK, ("POST",)): "ADMIN",
+        (Route.BULK_JOB, ("GET",)): "ADMIN",
     }
 
 
@@ -87,6 +89,13 @@ def test_timers_supervisor_from_the_app_setting_and_agent_heartbeat() -> None:
             "runOnStartup": False,
         },
         "agent_heartbeat": {
+            "type": "timerTrigger",
+            "direction": "IN",
+            "name": "timer",
+            "schedule": "*/5 * * * * *",
+            "runOnStartup": False,
+        },
+        "bulk_actions": {
             "type": "timerTrigger",
             "direction": "IN",
             "name": "timer",

@@ -1,0 +1,165 @@
+"""Bulk jobs on Azure Table Storage, and the page-by-page scan of orders they work through.
+
+A job is one row in the state table's `~bulk` partition (RowKey: the bulk id), beside
+the orders' partitions and out of their way (order ids never start with `~`). Every
+change is a REPLACE conditional on the ETag read, so two timer runs on two instances
+cannot both claim the same page. The filter, the cursor and the page in flight are JSON
+properties; the counters are real properties, so a progress read is one point read.
+
+The scan is the state store's own operator query (state rows, filtered server-side by
+`ProcessState`), one page per call with the service's continuation; whole entities are
+read because the filter needs the customer id and the preview the steps.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceNotFoundError
+from azure.data.tables import UpdateMode
+from azure.data.tables.aio import TableClient
+
+from shared.adapters import table_rows as rows
+from shared.adapters.table_errors import refused_status, translated_errors
+from shared.adapters.table_store import TableStateStore, decode_token, encode_token
+from shared.domain.bulk import BulkAction, BulkFilter, BulkJob, Cursor, JobState, parse_filter
+from shared.domain.model import OrderProcess, ProcessState
+from shared.ports import AlreadyExists, ConcurrencyConflict, OrderPage
+
+BULK_PARTITION: Final = "~bulk"
+
+
+class TableBulkStore:
+    """Shares the state store's table client (and its table's creation)."""
+
+    def __init__(self, store: TableStateStore) -> None:
+        self._store = store
+
+    @property
+    def _table(self) -> TableClient:
+        return self._store.table
+
+    async def create_job(self, job: BulkJob) -> str:
+        await self._store.ensure_table()
+        with translated_errors(AlreadyExists(job.bulk_id), when=refused_status(409)):
+            result = await self._table.create_entity(_job_entity(job))
+        return str(result["etag"])
+
+    async def load_job(self, bulk_id: str) -> BulkJob | None:
+        await self._store.ensure_table()
+        with translated_errors():
+            try:
+                entity = await self._table.get_entity(BULK_PARTITION, bulk_id)
+            except ResourceNotFoundError:
+                return None
+        return _to_job(entity)
+
+    async def save_job(self, job: BulkJob) -> str:
+        if job.etag is None:
+            raise ConcurrencyConflict(f"bulk job {job.bulk_id} was not read before saving")
+        with translated_errors(
+            ConcurrencyConflict(job.bulk_id), when=refused_status(404, 409, 412)
+        ):
+            result = await self._table.update_entity(
+                _job_entity(job),
+                mode=UpdateMode.REPLACE,
+                etag=job.etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
+        return str(result["etag"])
+
+    async def jobs(self, state: JobState) -> tuple[BulkJob, ...]:
+        await self._store.ensure_table()
+        with translated_errors():
+            found = [
+                e
+                async for e in self._table.query_entities(
+                    "PartitionKey eq @pk and State eq @state",
+                    parameters={"pk": BULK_PARTITION, "state": state.value},
+                )
+            ]
+        return tuple(_to_job(e) for e in found)
+
+    async def orders(
+        self, state: ProcessState, page_size: int, continuation: str | None
+    ) -> OrderPage:
+        await self._store.ensure_table()
+        token = decode_token(continuation)
+        items: list[OrderProcess] = []
+        with translated_errors():
+            pager: Any = self._table.query_entities(
+                "RowKey eq @row and ProcessState eq @state",
+                parameters={"row": rows.STATE_ROW, "state": state.value},
+                results_per_page=page_size,
+            ).by_page(continuation_token=token)
+            entities = []
+            async for page in pager:
+                entities = [e async for e in page]
+                break
+            next_token = pager.continuation_token
+        for entity in entities:
+            if rows.is_current_layout(entity):
+                items.append(rows.to_process(entity, str(entity.metadata["etag"])))
+            else:
+                legacy = await self._store.load(str(entity["PartitionKey"]))
+                if legacy is not None:
+                    items.append(legacy)
+        return OrderPage(tuple(items), encode_token(next_token))
+
+
+def _cursor_json(cursor: Cursor | None) -> str | None:
+    if cursor is None:
+        return None
+    return json.dumps({"stateIndex": cursor.state_index, "continuation": cursor.continuation})
+
+
+def _cursor(raw: Any) -> Cursor | None:
+    if raw is None:
+        return None
+    data = json.loads(str(raw))
+    return Cursor(int(data["stateIndex"]), data.get("continuation"))
+
+
+def _job_entity(job: BulkJob) -> dict[str, Any]:
+    entity: dict[str, Any] = {
+        "PartitionKey": BULK_PARTITION,
+        "RowKey": job.bulk_id,
+        "Action": job.action.value,
+        "Filter": json.dumps(job.filter.to_json()),
+        "State": job.state.value,
+        "Matched": job.matched,
+        "Done": job.done,
+        "Skipped": job.skipped,
+        "Failed": job.failed,
+        "Operator": job.operator,
+        "CreatedAt": job.created_at,
+        "UpdatedAt": job.updated_at,
+        "Cursor": _cursor_json(job.cursor),
+        "InFlight": json.dumps(list(job.in_flight)),
+    }
+    if job.next_cursor is not None:
+        entity["NextCursor"] = _cursor_json(job.next_cursor)
+    return entity
+
+
+def _to_job(entity: Any) -> BulkJob:
+    flt = json.loads(entity["Filter"])
+    return BulkJob(
+        bulk_id=str(entity["RowKey"]),
+        action=BulkAction(entity["Action"]),
+        filter=parse_filter(flt) if flt else BulkFilter(),
+        matched=int(entity.get("Matched", 0)),
+        created_at=rows.utc(entity["CreatedAt"]),
+        updated_at=rows.utc(entity["UpdatedAt"]),
+        operator=str(entity.get("Operator", "operator")),
+        state=JobState(entity["State"]),
+        done=int(entity.get("Done", 0)),
+        skipped=int(entity.get("Skipped", 0)),
+        failed=int(entity.get("Failed", 0)),
+        cursor=_cursor(entity.get("Cursor")) or Cursor(),
+        in_flight=tuple(json.loads(entity.get("InFlight") or "[]")),
+        next_cursor=_cursor(entity.get("NextCursor")),
+        etag=str(entity.metadata["etag"]),
+    )

@@ -1,0 +1,106 @@
+"""Bulk action glue: the preview and start route, the progress route, and the timer that
+works the jobs (shared/usecases/bulk.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import azure.functions as func
+
+from shared import bootstrap
+from shared.contract import Route
+from shared.domain.bulk import BulkJob, BulkRequestError, parse_request
+from shared.functions.http import json_response, problem, read_json
+from shared.ports import StateStoreError
+from shared.usecases.bulk import (
+    BulkDeps,
+    BulkJobNotFound,
+    job_status,
+    preview,
+    start_job,
+    work_jobs,
+)
+
+bp = func.Blueprint()
+_BULK_ID: Final = re.compile(r"^[0-9a-f]{32}$")
+_UNAVAILABLE: Final = ("Try again", "the state store is unavailable")
+BULK_SCHEDULE: Final = "*/5 * * * * *"
+"""Every five seconds: a job starts within seconds of its 202. Fixed, not a setting:
+the pace is BulkActionsPerSecond, and an idle run costs one query of `~bulk`."""
+
+
+def job_view(job: BulkJob) -> dict[str, Any]:
+    return {
+        "bulkId": job.bulk_id,
+        "action": job.action.value,
+        "state": job.state.value,
+        "matched": job.matched,
+        "done": job.done,
+        "skipped": job.skipped,
+        "failed": job.failed,
+    }
+
+
+async def _deps() -> BulkDeps | None:
+    c = await bootstrap.container()
+    if c.bulk is None:
+        return None
+    return BulkDeps(c.process, c.bulk, c.settings.bulk_actions_per_second)
+
+
+@bp.route(route=Route.BULK, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+async def bulk_orders(req: func.HttpRequest) -> func.HttpResponse:
+    data, error = read_json(req)
+    if error is not None:
+        return error
+    try:
+        request = parse_request(data)
+    except BulkRequestError as exc:
+        return problem(400, exc.title, str(exc))
+    deps = await _deps()
+    if deps is None:
+        return problem(503, "Try again", "bulk jobs are not available on this store")
+    operator = (req.headers.get("x-operator") or "operator")[:64]
+    try:
+        if request.dry_run:
+            found = await preview(deps, request)
+            return json_response(
+                {
+                    "matched": found.matched,
+                    "sampleOrderIds": found.sample_order_ids,
+                    "effects": found.effects_view(),
+                }
+            )
+        job = await start_job(deps, request, operator)
+    except StateStoreError:
+        return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
+    location = "/api/" + Route.BULK_JOB.replace("{bulkId}", job.bulk_id)
+    return json_response(
+        {"bulkId": job.bulk_id, "matched": job.matched}, status=202, headers={"Location": location}
+    )
+
+
+@bp.route(route=Route.BULK_JOB, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+async def bulk_job(req: func.HttpRequest) -> func.HttpResponse:
+    bulk_id = req.route_params.get("bulkId", "")
+    not_found = problem(404, "Bulk job not found", f"no bulk job with id {bulk_id[:64]!r}")
+    if not _BULK_ID.match(bulk_id):
+        return not_found
+    deps = await _deps()
+    if deps is None:
+        return not_found
+    try:
+        job = await job_status(deps, bulk_id)
+    except BulkJobNotFound:
+        return not_found
+    except StateStoreError:
+        return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
+    return json_response(job_view(job))
+
+
+@bp.timer_trigger(arg_name="timer", schedule=BULK_SCHEDULE, run_on_startup=False)
+async def bulk_actions(timer: func.TimerRequest) -> None:
+    deps = await _deps()
+    if deps is not None:
+        await work_jobs(deps)

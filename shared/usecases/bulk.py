@@ -1,0 +1,249 @@
+"""Bulk actions: preview what a filter matches, start a durable job, and work the jobs a
+page at a time from a timer.
+
+A job never holds its orders in memory: it stores a cursor into the scan of one process
+state at a time and reads the next page of `PAGE_SIZE` orders when it needs it. Each
+order goes through the same use case as the single operator action, so a bulk cancel
+is exactly N single cancels. At most once per order: the page about to be acted on is
+written into the job (ETag-conditional) before its first action, and the cursor moves
+past it only with the page's counters, in one conditional write after its last action.
+A run that dies in between leaves that page in the job; the next run re-reads each of
+its orders' history and skips those this job already acted on.
+
+Runs never overlap: the timer holds the host's singleton lock (Azure and the local
+runtime alike), and two runs that did would lose a conditional write and stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Final
+
+from shared.domain.bulk import (
+    BulkAction,
+    BulkJob,
+    BulkRequest,
+    Cursor,
+    JobState,
+    Preview,
+    acted_by,
+    matches,
+    states_to_scan,
+)
+from shared.domain.model import OrderProcess
+from shared.domain.process import InvalidTransition
+from shared.ports import BulkStore, BusUnavailable, ConcurrencyConflict, StateStoreError
+from shared.usecases.deps import ProcessDeps
+from shared.usecases.operator import (
+    OrderNotFound,
+    cancel_order,
+    resubmit_order,
+    resume_order,
+    suspend_order,
+)
+
+log = logging.getLogger("orders.bulk")
+
+PAGE_SIZE: Final = 100
+"""Orders read per page: one query, and the most one page may act on."""
+RUN_BUDGET: Final = timedelta(seconds=20)
+"""How long one timer run works before it stops between pages: far inside any
+function time limit, and short enough that a deploy or scale-in loses little."""
+
+_ACTIONS: Final[dict[BulkAction, Callable[[ProcessDeps, str, str], Awaitable[OrderProcess]]]] = {
+    BulkAction.RESUBMIT: resubmit_order,
+    BulkAction.CANCEL: cancel_order,
+    BulkAction.SUSPEND: suspend_order,
+    BulkAction.RESUME: resume_order,
+}
+
+
+class BulkJobNotFound(LookupError):
+    """No bulk job with this id."""
+
+
+class Outcome(Enum):
+    DONE = "done"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class BulkDeps:
+    process: ProcessDeps
+    jobs: BulkStore
+    actions_per_second: float = 50.0
+
+
+async def preview(deps: BulkDeps, request: BulkRequest) -> Preview:
+    """Count what the action would act on (up to `limit`) and what it would cause; a
+    scan of the accepted states, a page at a time, that changes nothing."""
+    found = Preview()
+    cap = request.limit
+    for state in states_to_scan(request.action, request.filter):
+        continuation: str | None = None
+        while cap is None or found.matched < cap:
+            page = await deps.jobs.orders(state, PAGE_SIZE, continuation)
+            for process in page.items:
+                if matches(request.action, request.filter, process):
+                    found.add(request.action, process)
+                    if cap is not None and found.matched >= cap:
+                        break
+            continuation = page.continuation
+            if continuation is None:
+                break
+    return found
+
+
+async def start_job(deps: BulkDeps, request: BulkRequest, operator: str) -> BulkJob:
+    """Count the matches (the job acts on at most that many) and store the job; the
+    timer does the work. A job that matches nothing is stored Done."""
+    counted = await preview(deps, request)
+    now = deps.process.clock.now()
+    job = BulkJob(
+        bulk_id=uuid.uuid4().hex,
+        action=request.action,
+        filter=request.filter,
+        matched=counted.matched,
+        created_at=now,
+        updated_at=now,
+        operator=operator,
+        state=JobState.RUNNING if counted.matched else JobState.DONE,
+    )
+    etag = await deps.jobs.create_job(job)
+    log.info("bulk %s %s: %d orders match %s", job.bulk_id, job.action, job.matched, job.filter)
+    return replace(job, etag=etag)
+
+
+async def job_status(deps: BulkDeps, bulk_id: str) -> BulkJob:
+    job = await deps.jobs.load_job(bulk_id)
+    if job is None:
+        raise BulkJobNotFound(bulk_id)
+    return job
+
+
+async def work_jobs(deps: BulkDeps, budget: timedelta = RUN_BUDGET) -> int:
+    """The timer's run: work the Running jobs, oldest first, until `budget` is spent.
+    Returns how many orders were acted on (done, skipped or failed)."""
+    clock = deps.process.clock
+    deadline = clock.now() + budget
+    acted = 0
+    running = sorted(await deps.jobs.jobs(JobState.RUNNING), key=lambda j: j.created_at)
+    for job in running:
+        if clock.now() >= deadline:
+            break
+        acted += await work_job(deps, job.bulk_id, deadline)
+    return acted
+
+
+async def work_job(deps: BulkDeps, bulk_id: str, deadline: datetime) -> int:
+    """Page after page until the job is Done, the deadline passes, or another run
+    changed the job first (a lost race: that run carries on)."""
+    acted = 0
+    clock = deps.process.clock
+    try:
+        while clock.now() < deadline:
+            job = await deps.jobs.load_job(bulk_id)
+            if job is None or job.state is JobState.DONE:
+                break
+            if job.in_flight:
+                acted += await _act_on_page(deps, job, replay=True)
+                continue
+            claimed = await _claim_next_page(deps, job)
+            if claimed is None:
+                break
+            if claimed.in_flight:
+                acted += await _act_on_page(deps, claimed, replay=False)
+    except ConcurrencyConflict:
+        log.info("bulk %s: another run changed the job first; leaving it to that run", bulk_id)
+    return acted
+
+
+async def _claim_next_page(deps: BulkDeps, job: BulkJob) -> BulkJob | None:
+    """Read the next page and write which of its orders this run is about to act on.
+    None: the job is Done now."""
+    now = deps.process.clock.now()
+    states = states_to_scan(job.action, job.filter)
+    cursor = job.cursor
+    if job.remaining == 0 or cursor.state_index >= len(states):
+        await deps.jobs.save_job(replace(job, state=JobState.DONE, updated_at=now))
+        log.info(
+            "bulk %s done: %d done, %d skipped, %d failed",
+            job.bulk_id,
+            job.done,
+            job.skipped,
+            job.failed,
+        )
+        return None
+    try:
+        page = await deps.jobs.orders(states[cursor.state_index], PAGE_SIZE, cursor.continuation)
+    except ValueError:
+        log.warning("bulk %s: its cursor is no longer valid; the state is skipped", job.bulk_id)
+        page = None
+    if page is None or page.continuation is None:
+        after = Cursor(cursor.state_index + 1, None)
+    else:
+        after = Cursor(cursor.state_index, page.continuation)
+    chosen = tuple(
+        p.order_id for p in (page.items if page else ()) if matches(job.action, job.filter, p)
+    )[: job.remaining]
+    if not chosen:
+        changed = replace(job, cursor=after, updated_at=now)
+        return replace(changed, etag=await deps.jobs.save_job(changed))
+    claimed = replace(job, in_flight=chosen, next_cursor=after, updated_at=now)
+    return replace(claimed, etag=await deps.jobs.save_job(claimed))
+
+
+async def _act_on_page(deps: BulkDeps, job: BulkJob, *, replay: bool) -> int:
+    """Act on the claimed page at the configured pace, then store the counters and move
+    the cursor past the page in one conditional write."""
+    clock = deps.process.clock
+    interval = 1.0 / deps.actions_per_second
+    started = clock.now()
+    outcomes = {o: 0 for o in Outcome}
+    for i, order_id in enumerate(job.in_flight):
+        wait = (started + timedelta(seconds=i * interval) - clock.now()).total_seconds()
+        if wait > 0:
+            await clock.sleep(wait)
+        outcomes[await _act(deps.process, job, order_id, replay=replay)] += 1
+    now = clock.now()
+    finished = replace(
+        job.counted(
+            outcomes[Outcome.DONE], outcomes[Outcome.SKIPPED], outcomes[Outcome.FAILED], now
+        ),
+        cursor=job.next_cursor or job.cursor,
+        in_flight=(),
+        next_cursor=None,
+    )
+    await deps.jobs.save_job(finished)
+    return len(job.in_flight)
+
+
+async def _act(deps: ProcessDeps, job: BulkJob, order_id: str, *, replay: bool) -> Outcome:
+    """The single action on one order, as the operator's own route would do it. An order
+    that no longer matches (someone else moved it on) is skipped, not forced."""
+    try:
+        process = await deps.store.load(order_id)
+        if process is None:
+            return Outcome.SKIPPED
+        if replay:
+            history = await deps.store.history(order_id)
+            if acted_by((h.detail for h in history), job.actor):
+                return Outcome.DONE
+        if not matches(job.action, job.filter, process):
+            return Outcome.SKIPPED
+        await _ACTIONS[job.action](deps, order_id, job.actor)
+    except (InvalidTransition, OrderNotFound):
+        return Outcome.SKIPPED
+    except BusUnavailable:
+        # Stored; the order is on the watch list, so the Supervisor sends the nudge.
+        return Outcome.DONE
+    except (StateStoreError, ConcurrencyConflict) as exc:
+        log.warning("bulk %s: %s on order %s failed: %s", job.bulk_id, job.action, order_id, exc)
+        return Outcome.FAILED
+    return Outcome.DONE
