@@ -549,15 +549,20 @@ def _drained_step(
 
 def _wait_for_drained(b: _Builder, policy: ProcessPolicy, index: int) -> None:
     """Pending again, FailureCount unchanged, with a nudge to look later. Each look moves
-    the Pending deadline on, so the Supervisor counts nothing while the agent is drained."""
-    deliver_at = b.now + min(DRAIN_RECHECK, policy.pending_timeout / 2)
+    the Pending deadline on, so the Supervisor counts nothing while the agent is drained.
+    Only the first look of a wait is noted: a long drain must not grow the history."""
+    recheck = min(DRAIN_RECHECK, policy.pending_timeout / 2)
+    deliver_at = b.now + recheck
     b.set(
         process_state=ProcessState.PENDING,
         locked_by=None,
         current_step=index,
         complete_by=deliver_at + policy.pending_timeout,
     )
-    b.note("waiting", f"{b.steps[index].name}: its agents are drained, nudge at {iso(deliver_at)}")
+    if not any(m.body.get("reason") == "waiting" for m in b.state.outbox):
+        every = f"{recheck.total_seconds():g} s"
+        step = b.steps[index].name
+        b.note("waiting", f"{step}: its agents are drained; looking again every {every}")
     b.send(
         Nudge(b.order.order_id, "waiting").outgoing(
             b.state.version, high=b.order.priority is Priority.HIGH, deliver_at=deliver_at
