@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ from tests.e2e.conftest import System
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
 
+PENDING_TIMEOUT = 8.0
+"""PendingTimeoutSeconds of the e2e settings (tests/e2e/conftest.py)."""
 ROUTING_REFRESH = 2.0
 """Each instance re-reads health and drains this often (shared/usecases/routing.py)."""
 
@@ -73,6 +76,13 @@ def waits(view: dict[str, Any]) -> int:
     return sum(1 for h in view["history"] if h["event"] == "waiting")
 
 
+def waited_seconds(view: dict[str, Any]) -> float:
+    """From the wait's note to the order's last write (each look writes it)."""
+    since = next(h["at"] for h in view["history"] if h["event"] == "waiting")
+    waited = datetime.fromisoformat(view["updatedAt"]) - datetime.fromisoformat(since)
+    return waited.total_seconds()
+
+
 async def wait_until(system: System, order_id: str, done: Any, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
@@ -100,12 +110,15 @@ async def test_a_drained_shipping_agent_makes_orders_wait_uncounted_until_undrai
         assert time.monotonic() < deadline, "no order ever waited for shipping"
     await system.submit(f"ship-{n + 1}")
 
-    # Several Supervisor periods (1 s) and past the Pending timeout (8 s): still waiting,
-    # nothing counted, nothing shipped.
+    # Looked at again past the Pending timeout (8 s) and many Supervisor periods (1 s):
+    # still waiting, nothing counted, nothing shipped, one note in the history.
     for order_id in (waiting, f"ship-{n + 1}"):
-        view = await wait_until(system, order_id, lambda v: waits(v) >= 3, 45)
+        view = await wait_until(
+            system, order_id, lambda v: waits(v) and waited_seconds(v) > PENDING_TIMEOUT + 2, 45
+        )
         assert view["processState"] == "Pending", view
         assert view["currentStep"] == 2 and view["failureCount"] == 0, view
+        assert waits(view) == 1, view["history"]
         assert not any(h["event"] == "timed-out" for h in view["history"]), view["history"]
         shipped = [e for e in await system.effects(order_id) if e["service"] == "shipping"]
         assert shipped == []

@@ -107,7 +107,9 @@ async def test_a_step_whose_every_agent_is_drained_waits_uncounted_then_runs() -
     assert process.state.failure_count == 0
     assert process.steps[2].status is StepStatus.NOT_STARTED and process.steps[2].attempts == 0
     assert world.bus.on(Queue.AGENT_SHIPPING) == []
-    assert any(h.event == "waiting" for h in await world.store.history("o-1"))
+    waits = [h for h in await world.store.history("o-1") if h.event == "waiting"]
+    assert len(waits) == 1  # noted once, not on every look
+    assert waits[0].detail == "create-shipment: its agents are drained; looking again every 10 s"
 
     await undrain(world, store, "shipping")
     (nudge,) = world.bus.take(Queue.SCHEDULER)
