@@ -116,6 +116,22 @@ class OperatorApi:
             raise CliError(f"unexpected answer from {self.config.api}/{Route.FAILURES}: no groups")
         return body
 
+    async def bulk(self, body: Mapping[str, Any]) -> View:
+        """A bulk action or its dry run, recorded under the operator's name."""
+        answer = await self._call(
+            "POST", Route.BULK, headers={OPERATOR_HEADER: self.config.operator}, body=dict(body)
+        )
+        if not isinstance(answer, dict):
+            raise CliError(f"unexpected answer from {self.config.api}/{Route.BULK}")
+        return answer
+
+    async def bulk_job(self, bulk_id: str) -> View:
+        route = Route.BULK_JOB.replace("{bulkId}", quote(bulk_id, safe=""))
+        answer = await self._call("GET", route, missing=f"bulk job {bulk_id!r}")
+        if not isinstance(answer, dict):
+            raise CliError(f"unexpected answer for bulk job {bulk_id!r}: not a JSON object")
+        return answer
+
     async def _act(self, route: str, order_id: str, body: Any = None) -> View:
         """An operator's POST on one order, recorded under the operator's name."""
         answer = await self._call(

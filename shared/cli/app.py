@@ -38,6 +38,7 @@ _ORDERS: dict[str, ApiCommand] = {
     "cancel": commands.orders_cancel,
     "suspend": commands.orders_suspend,
     "resume": commands.orders_resume,
+    "bulk": commands.orders_bulk,
     "watch": commands.orders_watch,
 }
 _AGENTS: dict[str, ApiCommand] = {

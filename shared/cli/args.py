@@ -150,6 +150,37 @@ def _queue_selection(parser: Parser, verb: str) -> None:
     )
 
 
+BULK_ACTIONS = ("resubmit", "cancel", "suspend", "resume")
+MAX_BULK_LIMIT = 100_000
+
+
+def _bulk(commands: argparse._SubParsersAction[Parser]) -> None:
+    bulk = _leaf(
+        commands,
+        "bulk",
+        "act on every order a filter matches: shows a preview and asks first (--yes skips)",
+    )
+    bulk.add_argument("action", metavar="ACTION", choices=BULK_ACTIONS, help="|".join(BULK_ACTIONS))
+    match = bulk.add_argument_group("filter (at least one)")
+    match.add_argument("--state", type=process_state, help="e.g. Error")
+    match.add_argument("--step", help="the step the order stopped at, e.g. charge-payment")
+    match.add_argument("--error-code", help="as `failures` shows it, e.g. timeout")
+    match.add_argument("--customer", help="a customer id")
+    match.add_argument("--created-from", metavar="ISO", help="orders created at or after")
+    match.add_argument("--created-to", metavar="ISO", help="orders created before")
+    bulk.add_argument(
+        "--limit",
+        type=_bounded("--limit", 1, MAX_BULK_LIMIT),
+        help=f"act on at most this many orders (1-{MAX_BULK_LIMIT})",
+    )
+    bulk.add_argument("--dry-run", action="store_true", help="only show the preview")
+    bulk.add_argument("--yes", action="store_true", help="act without asking")
+    bulk.add_argument("--no-wait", action="store_true", help="return once the job is started")
+    bulk.add_argument(
+        "--interval", type=_seconds, default=1.0, help="seconds between progress polls (default 1)"
+    )
+
+
 def build_parser() -> Parser:
     parser = Parser(
         prog=PROG,
@@ -167,7 +198,7 @@ def build_parser() -> Parser:
     commands = orders.add_subparsers(
         dest="command",
         required=True,
-        metavar="{list,show,resubmit,cancel,suspend,resume,watch}",
+        metavar="{list,show,resubmit,cancel,suspend,resume,bulk,watch}",
     )
     listing = _leaf(commands, "list", "list orders, optionally in one state")
     listing.add_argument("--state", type=process_state, help="e.g. Error, Pending, Processing")
@@ -190,6 +221,7 @@ def build_parser() -> Parser:
     suspend.add_argument("order_ids", metavar="ORDER_ID", nargs="+")
     resume = _leaf(commands, "resume", "continue Suspended orders where they stopped")
     resume.add_argument("order_ids", metavar="ORDER_ID", nargs="+")
+    _bulk(commands)
     watch = _leaf(commands, "watch", "poll an order until it ends, printing each change")
     watch.add_argument("order_id", metavar="ORDER_ID")
     watch.add_argument(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -149,6 +150,89 @@ async def _act_on_each(
     else:
         console.show(output.resubmit_table(results))
     return code
+
+
+Confirm = Callable[[str], bool | None]
+"""Asks a yes/no question; None when there is no one to ask (no terminal on stdin)."""
+
+
+def ask_on_terminal(question: str) -> bool | None:
+    if not sys.stdin or not sys.stdin.isatty():
+        return None
+    try:
+        answer = input(question)
+    except EOFError:
+        return None
+    return answer.strip().lower() in ("y", "yes")
+
+
+async def orders_bulk(
+    args: argparse.Namespace,
+    config: ApiConfig,
+    console: Console,
+    confirm: Confirm = ask_on_terminal,
+) -> int:
+    """Preview, confirm, start, then follow the job until Done (exit 1 if any failed)."""
+    flt = {
+        key: value
+        for key, value in (
+            ("state", args.state),
+            ("step", args.step),
+            ("errorCode", args.error_code),
+            ("customerId", args.customer),
+            ("createdFrom", args.created_from),
+            ("createdTo", args.created_to),
+        )
+        if value
+    }
+    if not flt:
+        raise Usage(
+            "name at least one filter (--state, --step, --error-code, --customer, "
+            "--created-from, --created-to): a bulk action never matches everything"
+        )
+    body: dict[str, Any] = {"action": args.action, "filter": flt}
+    if args.limit is not None:
+        body["limit"] = args.limit
+    async with OperatorApi.open(config) as api:
+        if args.dry_run or not args.yes:
+            preview = await api.bulk({**body, "dryRun": True})
+            if console.json and args.dry_run:
+                console.data(preview)
+            elif not console.json:
+                console.show(output.bulk_preview(args.action, preview))
+            if args.dry_run:
+                return Exit.OK
+            if not preview.get("matched"):
+                if console.json:
+                    console.data(preview)
+                else:
+                    console.show("nothing to do")
+                return Exit.OK
+            answer = confirm(f"{args.action} {preview.get('matched')} orders? [y/N] ")
+            if answer is None:
+                raise CliError("no terminal to confirm on: pass --yes to act without asking")
+            if not answer:
+                console.show("not started")
+                return Exit.FAILED
+        started = await api.bulk(body)
+        bulk_id = str(started.get("bulkId"))
+        if args.no_wait:
+            if console.json:
+                console.data(started)
+            else:
+                console.show(f"bulk {bulk_id} started on {started.get('matched')} orders")
+            return Exit.OK
+        previous: View | None = None
+        while True:
+            job = await api.bulk_job(bulk_id)
+            if job != previous and not console.json:
+                console.show(output.bulk_progress(job))
+            previous = job
+            if job.get("state") == "Done":
+                if console.json:
+                    console.data(job)
+                return Exit.FAILED if job.get("failed") else Exit.OK
+            await asyncio.sleep(args.interval)
 
 
 async def orders_watch(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:

@@ -314,6 +314,34 @@ def failures_table(report: Mapping[str, Any]) -> str:
     return text
 
 
+def bulk_preview(action: str, preview: Mapping[str, Any]) -> str:
+    """What a bulk action would do: how many orders, a sample, the remote operations."""
+    matched = preview.get("matched", 0)
+    lines = [f"{action} would act on {matched} order{'' if matched == 1 else 's'}"]
+    samples = preview.get("sampleOrderIds") or []
+    if samples:
+        lines.append("sample: " + " ".join(str(s) for s in samples))
+    effects = preview.get("effects") or []
+    if effects:
+        lines.append(
+            table(
+                ["REMOTE OPERATION", "COUNT"],
+                ([e.get("operation"), e.get("count")] for e in effects),
+            )
+        )
+    else:
+        lines.append("no remote operation")
+    return "\n".join(lines)
+
+
+def bulk_progress(job: Mapping[str, Any]) -> str:
+    return (
+        f"bulk {job.get('bulkId')} {job.get('action')}: {job.get('state')}, "
+        f"{job.get('done')} done, {job.get('skipped')} skipped, {job.get('failed')} failed "
+        f"of {job.get('matched')}"
+    )
+
+
 # -- dead letters -------------------------------------------------------------------------
 
 
