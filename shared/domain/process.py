@@ -304,14 +304,23 @@ def recover(
     now: datetime,
     cause: str | None = None,
 ) -> Transition | None:
-    """The Supervisor's move for an order whose complete-by has passed; None if it has not."""
+    """The Supervisor's move for an order whose deadline has passed; None if it has not.
+
+    FailureCount counts only what happened to the order's step: a complete-by that passed
+    while an agent had the request. A Pending order whose deadline passed was never given
+    to an agent (its nudge was lost or not sent, the broker was down), so it is nudged
+    again and nothing is counted.
+    """
     deadline = next_deadline(process, policy)
     if deadline is None or deadline > now:
         return None
     state = process.state
     b = _Builder(process, now, cause)
+    if state.process_state is ProcessState.PENDING:
+        b.set(locked_by=None)
+        _requeue(b, policy, 0, "renudged")
+        return b.build()
     index = state.current_step
-    what = "claim" if state.process_state is ProcessState.PENDING else _step_label(process)
     running = index < len(process.steps) and process.steps[index].status is StepStatus.RUNNING
     if running:
         # No answer by its complete-by: in doubt. A cancelling order undoes it next.
@@ -322,7 +331,7 @@ def recover(
     b.set(
         failure_count=failures,
         locked_by=None,
-        last_error=f"{what} not completed by {iso(deadline)}",
+        last_error=f"{_step_label(process)} not completed by {iso(deadline)}",
     )
     b.note("timed-out", b.state.last_error or "")
     if failures < policy.max_failure_count:
@@ -334,6 +343,34 @@ def recover(
         _requeue(b, policy, 1, "compensation-requested")
     else:
         _hold_for_operator(b, "max-failure-count-reached")
+    return b.build()
+
+
+def undelivered(
+    process: OrderProcess, policy: ProcessPolicy, now: datetime, cause: str | None = None
+) -> Transition | None:
+    """The stored dispatch of `process` could not be sent (the bus was unreachable): back
+    to Pending with the step not started and FailureCount unchanged, so the next claim
+    sends it again (same key, next attempt) and no deadline counts against the order.
+
+    The send may have got through before it failed; a late answer is then fenced off by
+    its attempt, and the repeat request is idempotent on the same key. None: the state
+    awaits no agent request.
+    """
+    state = process.state
+    index = state.current_step
+    if state.process_state not in (ProcessState.PROCESSING, ProcessState.COMPENSATING):
+        return None
+    if index >= len(process.steps) or process.steps[index].complete_by is None:
+        return None
+    b = _Builder(process, now, cause)
+    if process.steps[index].status is StepStatus.RUNNING:
+        b.set_step(index, status=StepStatus.NOT_STARTED, complete_by=None)
+    else:
+        b.set_step(index, complete_by=None)
+    b.set(locked_by=None)
+    b.note("undelivered", f"{_step_label(process)}: its request could not be sent")
+    _requeue(b, policy, 0, "redispatch")
     return b.build()
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import azure.functions as func
 
 from shared import bootstrap
 from shared.contract import Setting
-from shared.usecases.supervisor import supervise
+from shared.usecases.supervisor import supervise, sweep_budget
 
 bp = func.Blueprint()
 
@@ -16,4 +18,4 @@ bp = func.Blueprint()
 )
 async def supervisor(timer: func.TimerRequest) -> None:
     c = await bootstrap.container()
-    await supervise(c.process, c.health)
+    await supervise(c.process, c.health, sweep_budget(os.environ.get(Setting.SUPERVISOR_SCHEDULE)))

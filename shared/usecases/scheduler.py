@@ -10,8 +10,8 @@ from shared.domain import process as machine
 from shared.domain.messages import AgentReply
 from shared.domain.model import OrderProcess
 from shared.domain.process import Transition
-from shared.ports import ConcurrencyConflict
-from shared.usecases.commit import commit
+from shared.ports import BusUnavailable, ConcurrencyConflict, StateStoreError
+from shared.usecases.commit import commit, log_transition
 from shared.usecases.deps import ProcessDeps
 
 log = logging.getLogger("orders.scheduler")
@@ -100,5 +100,30 @@ async def _apply(
             await commit(deps, transition)
         except ConcurrencyConflict:
             continue
+        except BusUnavailable:
+            await _undelivered(deps, transition, message_id)
+            raise
         return Handled.APPLIED
     raise ConcurrencyConflict(f"order {order_id}: lost {MAX_RACES} races in a row")
+
+
+async def _undelivered(deps: ProcessDeps, sent: Transition, message_id: str | None) -> None:
+    """The transition is stored but its dispatch may not have gone out: note it, so the
+    step's complete-by passing is not counted against the order. Best effort: if this
+    fails too, the Supervisor counts one timeout, as after a crash."""
+    try:
+        process = await deps.store.load(sent.process.order_id)
+        if process is None or process.state.version != sent.process.state.version:
+            return  # not stored, or already moved on (an answer came, so it was sent)
+        transition = machine.undelivered(process, deps.policy, deps.clock.now(), message_id)
+        if transition is None:
+            return
+        await deps.store.save(transition.process, transition.history)
+        log_transition(transition)
+    except StateStoreError as exc:
+        log.warning(
+            "order %s: undelivered dispatch not noted (%s: %s)",
+            sent.process.order_id,
+            type(exc).__name__,
+            exc,
+        )

@@ -4,16 +4,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from shared.domain import process as machine
 from shared.domain.health import SweepRecord
 from shared.domain.model import ProcessState
-from shared.ports import ConcurrencyConflict, HealthStore, WatchEntry
+from shared.ports import (
+    BusUnavailable,
+    ConcurrencyConflict,
+    HealthStore,
+    StoreUnavailable,
+    WatchEntry,
+)
 from shared.usecases.commit import commit
 from shared.usecases.deps import ProcessDeps
 
 log = logging.getLogger("orders.supervisor")
+
+INFRASTRUCTURE_ERRORS = (BusUnavailable, StoreUnavailable, TimeoutError)
+"""What says the system itself is unreachable, not that an order went wrong."""
+
+OUTAGE_AFTER = 3
+"""Infrastructure failures in a row, with no check succeeding, that stop a sweep: one is a
+blip, several in a row are an outage that would fail every remaining check the same way."""
+
+DEFAULT_BUDGET = timedelta(seconds=15)
 
 
 @dataclass
@@ -26,6 +43,11 @@ class SweepReport:
     finished: int = 0
     lost_races: int = 0
     failed: int = 0
+    deferred: int = 0
+    """Due checks not started (the budget ran out or an outage stopped the sweep): they
+    stay due, so the next sweep takes them."""
+    outage: BaseException | None = None
+    """The failure that stopped the sweep when its dependencies could not be reached."""
     recovered_orders: list[str] = field(default_factory=list)
 
     @property
@@ -33,21 +55,48 @@ class SweepReport:
         return self.requeued + self.errored + self.compensating
 
 
-async def sweep(deps: ProcessDeps, limit: int = 500, concurrency: int = 16) -> SweepReport:
+def sweep_budget(schedule: str | None) -> timedelta:
+    """Half the period of an NCRONTAB schedule whose seconds field is `*/N` (the form the
+    settings use), so one sweep ends before the next is due; otherwise DEFAULT_BUDGET."""
+    match = re.fullmatch(r"\*/(\d+)", (schedule or "").split(" ")[0])
+    if match is None or int(match.group(1)) == 0:
+        return DEFAULT_BUDGET
+    return timedelta(seconds=int(match.group(1)) / 2)
+
+
+async def sweep(
+    deps: ProcessDeps,
+    limit: int = 500,
+    concurrency: int = 16,
+    budget: timedelta = DEFAULT_BUDGET,
+) -> SweepReport:
     """Reads only the watch entries that are due, so a sweep costs what is in flight.
 
     Every change is conditional on the ETag read: two Supervisors racing on one order
-    recover it once, and the loser moves on silently.
+    recover it once, and the loser moves on silently. No check starts once `budget` has
+    passed or the bus or store look down; what is left stays due for the next sweep.
     """
-    now = deps.clock.now()
-    entries = await deps.store.due(now, limit)
+    started = deps.clock.now()
+    entries = await deps.store.due(started, limit)
     report = SweepReport(due=len(entries))
     gate = asyncio.Semaphore(concurrency)
+    in_a_row = 0
 
     async def check(entry: WatchEntry) -> None:
+        nonlocal in_a_row
         async with gate:
+            if report.outage is not None or deps.clock.now() - started >= budget:
+                report.deferred += 1
+                return
             try:
                 await _check(deps, entry, report)
+                in_a_row = 0
+            except INFRASTRUCTURE_ERRORS as exc:
+                report.failed += 1
+                in_a_row += 1
+                if in_a_row >= OUTAGE_AFTER and report.outage is None:
+                    report.outage = exc
+                log.debug("order %s supervisor check: %s: %s", entry.order_id, type(exc), exc)
             except Exception as exc:  # one order's failure must not stop the sweep
                 report.failed += 1
                 log.warning(
@@ -67,17 +116,93 @@ async def sweep(deps: ProcessDeps, limit: int = 500, concurrency: int = 16) -> S
             report.compensating,
             report.lost_races,
         )
+    if report.deferred and report.outage is None:
+        log.info(
+            "supervisor sweep stopped at its %g s budget: %d of %d due checks left for the next",
+            budget.total_seconds(),
+            report.deferred,
+            report.due,
+        )
     return report
 
 
-async def supervise(deps: ProcessDeps, health: HealthStore) -> SweepReport:
+@dataclass
+class Outage:
+    """The Supervisor's view of its dependencies across sweeps: while they are down it
+    sweeps less often (doubling up to `cap`), logs the cause once, and says when they
+    are back so the sweeps that follow catch up."""
+
+    base: timedelta = timedelta(seconds=2)
+    cap: timedelta = timedelta(seconds=15)
+    since: datetime | None = None
+    cause: BaseException | None = None
+    retry_at: datetime | None = None
+    delay: timedelta = timedelta(0)
+
+    def waiting(self, now: datetime) -> bool:
+        return self.retry_at is not None and now < self.retry_at
+
+    def failed(self, now: datetime, cause: BaseException) -> None:
+        if self.since is None:
+            self.since, self.cause, self.delay = now, cause, self.base
+            log.warning(
+                "supervisor: %s (%s: %s); sweeps back off up to %g s until it answers, "
+                "no order is counted for it",
+                _what_is_down(cause),
+                type(cause).__name__,
+                cause,
+                self.cap.total_seconds(),
+            )
+        else:
+            self.delay = min(self.delay * 2, self.cap)
+        self.retry_at = now + self.delay
+
+    def swept(self, now: datetime, report: SweepReport) -> None:
+        """A sweep went through. A bus outage is over only once something was sent: a
+        sweep that only read and rescheduled proves nothing about the bus."""
+        self.retry_at = None
+        if self.since is None:
+            return
+        if isinstance(self.cause, BusUnavailable) and not (report.recovered or report.finished):
+            return
+        log.warning(
+            "supervisor: dependencies reachable again after %.0f s; catching up (%d due)",
+            (now - self.since).total_seconds(),
+            report.due,
+        )
+        self.since = self.cause = None
+        self.delay = timedelta(0)
+
+
+OUTAGE = Outage()
+"""This instance's outage state: sweeps run one per timer tick, in one process."""
+
+
+async def supervise(
+    deps: ProcessDeps,
+    health: HealthStore,
+    budget: timedelta = DEFAULT_BUDGET,
+    outage: Outage = OUTAGE,
+) -> SweepReport:
     """One sweep, then a SweepRecord so operators can see the Supervisor is alive.
 
-    The record is best effort: failing to write it is logged and the sweep's work
-    stands, because recovering orders matters more than reporting on it.
+    While the bus or the store is down the sweeps back off (see Outage); nothing is
+    counted against the orders meanwhile, and their checks stay due. The record is best
+    effort: failing to write it is logged and the sweep's work stands, because
+    recovering orders matters more than reporting on it.
     """
     started_at = deps.clock.now()
-    report = await sweep(deps)
+    if outage.waiting(started_at):
+        return SweepReport()
+    try:
+        report = await sweep(deps, budget=budget)
+    except INFRASTRUCTURE_ERRORS as exc:
+        outage.failed(started_at, exc)
+        return SweepReport(outage=exc)
+    if report.outage is not None:
+        outage.failed(started_at, report.outage)
+        return report
+    outage.swept(started_at, report)
     record = SweepRecord(
         instance=deps.instance_id,
         started_at=started_at,
@@ -96,6 +221,14 @@ async def supervise(deps: ProcessDeps, health: HealthStore) -> SweepReport:
     except Exception as exc:  # any failure: the sweep itself has succeeded
         log.warning("supervisor sweep not recorded (%s: %s)", type(exc).__name__, exc)
     return report
+
+
+def _what_is_down(cause: BaseException) -> str:
+    if isinstance(cause, BusUnavailable):
+        return "the message bus is unreachable"
+    if isinstance(cause, StoreUnavailable):
+        return "the state store is unreachable"
+    return "a dependency timed out"
 
 
 async def _check(deps: ProcessDeps, entry: WatchEntry, report: SweepReport) -> None:

@@ -286,16 +286,18 @@ async def test_pending_order_whose_nudge_was_lost_is_nudged_again() -> None:
 
 async def test_redelivered_message_resends_the_outbox_it_produced() -> None:
     world = World()
-    await submit_order(world.deps(), an_order("o-1"))
-    world.bus.take(Queue.SCHEDULER)
+    await submit_and_claim(world)
+    for _ in range(2):
+        (request,) = agent_requests(world)
+        await scheduler.on_reply(world.deps(), a_reply(request))
+    (shipping,) = agent_requests(world)
     world.bus.fail_next = 1
     with pytest.raises(Exception, match="injected"):
-        await scheduler.on_nudge(world.deps(), "o-1", message_id="m-1")
-    assert agent_requests(world) == []
-    # the host redelivers the same message: the claim is stored, the request is re-sent
-    assert await scheduler.on_nudge(world.deps(), "o-1", message_id="m-1") is Handled.STALE
-    (request,) = agent_requests(world)
-    assert request.body["step"] == "reserve-inventory"
+        await scheduler.on_reply(world.deps(), a_reply(shipping), message_id="m-1")
+    assert "Processed" not in statuses(world, "o-1")
+    # the host redelivers the same message: the change is stored, its outbox is re-sent
+    assert await scheduler.on_reply(world.deps(), a_reply(shipping), "m-1") is Handled.STALE
+    assert statuses(world, "o-1")[-1] == "Processed"
 
 
 async def test_notifications_go_to_the_orders_reply_queue() -> None:
