@@ -118,6 +118,16 @@ class AppClient:
     async def resubmit(self, order_id: str) -> tuple[int, dict[str, Any]]:
         return await self._ask("POST", self.url(Route.RESUBMIT, order_id))
 
+    async def cancel(self, order_id: str, reason: str | None = None) -> tuple[int, dict[str, Any]]:
+        body = {} if reason is None else {"reason": reason}
+        return await self._ask("POST", self.url(Route.CANCEL, order_id), json=body)
+
+    async def suspend(self, order_id: str) -> tuple[int, dict[str, Any]]:
+        return await self._ask("POST", self.url(Route.SUSPEND, order_id))
+
+    async def resume(self, order_id: str) -> tuple[int, dict[str, Any]]:
+        return await self._ask("POST", self.url(Route.RESUME, order_id))
+
     async def health(self) -> tuple[int, dict[str, Any]]:
         return await self._ask("GET", self.url(Route.HEALTH), timeout=PROBE_TIMEOUT)
 
