@@ -31,6 +31,9 @@ OUTAGE_AFTER = 3
 blip, several in a row are an outage that would fail every remaining check the same way."""
 
 DEFAULT_BUDGET = timedelta(seconds=15)
+CHECK_TIMEOUT_SECONDS = 5.0
+"""Wall-clock limit of one check: a call that hangs on a dead connection counts as an
+infrastructure failure instead of holding the sweep (and the next timer ticks) up."""
 
 
 @dataclass
@@ -69,6 +72,7 @@ async def sweep(
     limit: int = 500,
     concurrency: int = 16,
     budget: timedelta = DEFAULT_BUDGET,
+    check_timeout: float = CHECK_TIMEOUT_SECONDS,
 ) -> SweepReport:
     """Reads only the watch entries that are due, so a sweep costs what is in flight.
 
@@ -89,7 +93,8 @@ async def sweep(
                 report.deferred += 1
                 return
             try:
-                await _check(deps, entry, report)
+                async with asyncio.timeout(check_timeout):
+                    await _check(deps, entry, report)
                 in_a_row = 0
             except INFRASTRUCTURE_ERRORS as exc:
                 report.failed += 1

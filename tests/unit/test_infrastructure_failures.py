@@ -3,13 +3,15 @@ count against an order; the Supervisor's sweep is bounded and backs off in an ou
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import pytest
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryHealthStore, InMemoryStateStore
+from shared.adapters.memory import InMemoryBus, InMemoryHealthStore, InMemoryStateStore
 from shared.contract import Queue
 from shared.domain.model import OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.ports import BusUnavailable, StoreUnavailable, WatchEntry
@@ -52,6 +54,17 @@ class FlakyStore(InMemoryStateStore):
     async def load(self, order_id: str) -> OrderProcess | None:
         self._check()
         return await super().load(order_id)
+
+
+class HangingBus(InMemoryBus):
+    """A bus whose sends hang, as on a connection the broker dropped without a word."""
+
+    hanging = False
+
+    async def send(self, messages: Sequence[Outgoing]) -> None:
+        if self.hanging:
+            await asyncio.sleep(3600)
+        await super().send(messages)
 
 
 def agent_requests(world: World) -> list[Outgoing]:
@@ -214,6 +227,22 @@ async def test_sweep_with_the_store_down_backs_off_and_logs_once(
     report = await supervise(world.deps(), InMemoryHealthStore(), outage=outage)
     assert report.requeued == 1
     assert (await stored(world, "o-1")).state.failure_count == 0
+
+
+async def test_a_hanging_bus_stops_the_sweep_after_a_few_check_timeouts() -> None:
+    bus = HangingBus()
+    world = World(bus=bus)
+    for i in range(40):
+        await submit_order(world.deps(), an_order(f"o-{i}"))
+    bus.hanging = True
+    world.clock.advance(61)
+    started = asyncio.get_running_loop().time()
+    report = await sweep(world.deps(), concurrency=4, check_timeout=0.05)
+    assert asyncio.get_running_loop().time() - started < 1.0
+    assert isinstance(report.outage, TimeoutError)
+    assert report.failed < 10 and report.deferred > 30
+    orders = [await stored(world, f"o-{i}") for i in range(40)]
+    assert all(p.state.failure_count == 0 for p in orders)
 
 
 def test_sweep_budget_is_half_the_schedule_period() -> None:
