@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
-from azure.data.tables.aio import TableServiceClient
 from azure.identity.aio import DefaultAzureCredential
 
 from shared.adapters.chaos import ChaosMessageBus, ChaosStateStore
@@ -20,6 +19,7 @@ from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.memory import InMemoryBulkStore, InMemoryHealthStore, InMemoryStateStore
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
 from shared.adapters.table_bulk import TableBulkStore
+from shared.adapters.table_client import table_service_client
 from shared.adapters.table_health import TableHealthStore
 from shared.adapters.table_store import TableStateStore
 from shared.domain.workflow import AgentName
@@ -179,9 +179,7 @@ def _bulk_store(store: StateStore) -> BulkStore | None:
 
 def build(settings: Settings, decorate: PortDecorator | None = None) -> Container:
     """The real adapters; with a chaos fault rate set, crashes are injected beneath
-    `decorate`. `use_env_settings=False`: otherwise aiohttp reads proxy variables and
-    ~/.netrc on every storage request, in a thread; profiling showed a fifth of the
-    worker's CPU there."""
+    `decorate`. The clients' timeouts are the adapters' (table_client, servicebus_bus)."""
     credentials: dict[str | None, DefaultAzureCredential] = {}
 
     def identity(client_id: str | None) -> DefaultAzureCredential:
@@ -191,15 +189,10 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
         return credentials[client_id]
 
     if settings.storage.connection_string:
-        tables = TableServiceClient.from_connection_string(
-            settings.storage.connection_string, use_env_settings=False
-        )
+        tables = table_service_client(connection_string=settings.storage.connection_string)
     else:
-        assert settings.storage.endpoint is not None
-        tables = TableServiceClient(
-            settings.storage.endpoint,
-            credential=identity(settings.storage.client_id),
-            use_env_settings=False,
+        tables = table_service_client(
+            endpoint=settings.storage.endpoint, credential=identity(settings.storage.client_id)
         )
     if settings.service_bus.connection_string:
         bus = ServiceBusMessageBus.from_connection_string(settings.service_bus.connection_string)

@@ -10,6 +10,11 @@ messages to one queue go out as one batch (one transfer and one round trip, each
 keeping its id and scheduled enqueue time, in call order), and each queue has a few
 links, each used by one send at a time. Queues are sent one after the other, in the order
 of their first message in the call, so a transition's first message still leaves first.
+
+Why every call has a deadline: a broker that is down refuses the connection, and the
+SDK's default retries made a send take 11 s to fail; a broker that accepts the TCP
+connection but never answers (a stopped process, a black-holed network) hangs the SDK's
+AMQP open with no timeout at all. So the SDK retries little and each call is bounded.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
+from typing import Any
 from uuid import UUID
 
 from azure.core.credentials_async import AsyncTokenCredential
@@ -32,6 +38,25 @@ from shared.ports import BusUnavailable, Poison
 
 SENDERS_PER_QUEUE = 4
 """Links per queue: enough that concurrent handlers rarely wait, few enough to be cheap."""
+
+SEND_TIMEOUT = 10.0
+"""Seconds a send may take in all (a link opened if needed, the batches, the one retry on a
+fresh link) before it fails with BusUnavailable. Far above a healthy send (tens of ms,
+half a second when a link opens) and well under the 60 s message lock a triggered
+handler holds; an HTTP handler that must answer sooner stops waiting on its own. A
+constant, not a setting: it follows from the SDK and the lock, not from a deployment."""
+PING_TIMEOUT = 2.0
+"""The health probe's budget: `/api/health` answers within 3 s, both probes at once."""
+CLOSE_TIMEOUT = 5.0
+"""A link that failed is closed in the background, and given up after this long."""
+CLIENT_RETRIES: dict[str, Any] = {
+    "retry_total": 1,
+    "retry_backoff_factor": 0.2,
+    "retry_backoff_max": 1.0,
+}
+"""The SDK's own retries inside one call: one, quickly. Its defaults (3 tries, 0.8 s
+factor, 120 s cap) spent 11 s on a refused connection; the adapter retries once more on
+a fresh link, and the callers' outbox and the Supervisor retry later still."""
 
 _SEND_ERRORS = (TimeoutError, ServiceBusError, OSError)
 
@@ -93,8 +118,17 @@ class _SenderPool:
     async def drop(self, slot: int) -> None:
         sender, self.senders[slot] = self.senders[slot], None
         if sender is not None:
-            with contextlib.suppress(ServiceBusError, OSError):
-                await sender.close()
+            await _close_quietly(sender)
+
+    def forget(self, slot: int) -> None:
+        """Drop the slot's link without waiting: a link cut off mid-call (its deadline, a
+        cancelled caller) may hang on close as it hung before, so it closes in the
+        background."""
+        sender, self.senders[slot] = self.senders[slot], None
+        if sender is not None:
+            task = asyncio.create_task(_close_quietly(sender))
+            _closing.add(task)
+            task.add_done_callback(_closing.discard)
 
     async def close(self) -> None:
         if self._growing is not None:
@@ -104,16 +138,41 @@ class _SenderPool:
         await asyncio.gather(*(self.drop(slot) for slot in range(len(self.senders))))
 
 
+_closing: set[asyncio.Task[None]] = set()
+"""Background closes of failed links, referenced until done."""
+
+
+async def _close_quietly(sender: ServiceBusSender) -> None:
+    with contextlib.suppress(ServiceBusError, OSError, TimeoutError):
+        async with asyncio.timeout(CLOSE_TIMEOUT):
+            await sender.close()
+
+
 @contextlib.asynccontextmanager
 async def translated_errors(pool: _SenderPool, slot: int, where: str = "") -> AsyncIterator[None]:
     """Where the SDK's send and link errors become BusUnavailable. The link that failed is
-    dropped first, so the slot's next user opens a fresh one. The SDK's exception is not
+    dropped first, so the slot's next user opens a fresh one; a link cut off mid-call (a
+    deadline, a cancelled caller) is dropped without waiting. The SDK's exception is not
     chained (`from None`): its text is in the message."""
     try:
         yield
     except _SEND_ERRORS as exc:
         await pool.drop(slot)
         raise BusUnavailable(f"{where}{exc}") from None
+    except asyncio.CancelledError:
+        pool.forget(slot)
+        raise
+
+
+@contextlib.asynccontextmanager
+async def bounded(timeout: float, where: str = "") -> AsyncIterator[None]:
+    """A call still going after `timeout` is cut off and fails with BusUnavailable (the
+    SDK's own timeouts are translated inside, so a TimeoutError here is the deadline)."""
+    try:
+        async with asyncio.timeout(timeout):
+            yield
+    except TimeoutError:
+        raise BusUnavailable(f"{where}no answer within {timeout:g} s") from None
 
 
 class ServiceBusMessageBus:
@@ -124,26 +183,33 @@ class ServiceBusMessageBus:
         client: ServiceBusClient,
         credential: AsyncTokenCredential | None = None,
         senders_per_queue: int = SENDERS_PER_QUEUE,
+        send_timeout: float = SEND_TIMEOUT,
     ):
         if senders_per_queue < 1:
             raise ValueError("senders_per_queue must be at least 1")
         self._client = client
         self._credential = credential
         self._pool_size = senders_per_queue
+        self._send_timeout = send_timeout
         self._pools: dict[str, _SenderPool] = {}
         self._open_lock = asyncio.Lock()
         self.sent = 0
         self.transfers = 0
 
     @classmethod
-    def from_connection_string(cls, connection_string: str) -> ServiceBusMessageBus:
-        return cls(ServiceBusClient.from_connection_string(connection_string))
+    def from_connection_string(
+        cls, connection_string: str, send_timeout: float = SEND_TIMEOUT
+    ) -> ServiceBusMessageBus:
+        client = ServiceBusClient.from_connection_string(connection_string, **CLIENT_RETRIES)
+        return cls(client, send_timeout=send_timeout)
 
     @classmethod
     def from_namespace(
         cls, fully_qualified_namespace: str, credential: AsyncTokenCredential
     ) -> ServiceBusMessageBus:
-        return cls(ServiceBusClient(fully_qualified_namespace, credential), credential)
+        return cls(
+            ServiceBusClient(fully_qualified_namespace, credential, **CLIENT_RETRIES), credential
+        )
 
     def _pool(self, queue: str) -> _SenderPool:
         pool = self._pools.get(queue)
@@ -178,10 +244,11 @@ class ServiceBusMessageBus:
         """Send with one retry on a fresh link; a batch that is re-sent whole is safe
         because the broker drops the message ids it has already accepted."""
         pool = self._pool(queue)
-        async with pool.slot() as slot:
+        where = f"send to {queue} failed: "
+        async with bounded(self._send_timeout, where), pool.slot() as slot:
             for attempt in (1, 2):
                 try:
-                    async with translated_errors(pool, slot, f"send to {queue} failed: "):
+                    async with translated_errors(pool, slot, where):
                         sender = await pool.link(slot)
                         for batch in await _batches(sender, messages):
                             await sender.send_messages(batch)
@@ -198,13 +265,19 @@ class ServiceBusMessageBus:
     async def ping(self) -> None:
         """Opening a sender proves the namespace answers and the credential is accepted."""
         pool = self._pool("scheduler")
-        async with pool.slot() as slot, translated_errors(pool, slot):
+        async with (
+            bounded(PING_TIMEOUT, "ping: "),
+            pool.slot() as slot,
+            translated_errors(pool, slot),
+        ):
             await pool.link(slot)
 
     async def close(self) -> None:
         """All links at once: each close waits out its link's 1 s keep-alive tick, so one
         after another a worker with a dozen links took that many seconds to stop."""
         await asyncio.gather(*(pool.close() for pool in self._pools.values()))
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(t for t in _closing if t.get_loop() is loop))
         await self._client.close()
         if self._credential is not None:
             await self._credential.close()

@@ -3,8 +3,9 @@ resume, health."""
 
 from __future__ import annotations
 
+import asyncio
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -146,6 +147,9 @@ async def _operate(
 
 
 HEALTH_TTL = timedelta(seconds=5)
+PROBE_TIMEOUT = 2.5
+"""Seconds each dependency has to answer, both at once: `/api/health` answers within 3 s,
+so a probe with a short timeout still learns which dependency is down."""
 _health_reports: weakref.WeakKeyDictionary[ProcessDeps, tuple[datetime, dict[str, str]]] = (
     weakref.WeakKeyDictionary()
 )
@@ -161,12 +165,18 @@ async def check_health(deps: ProcessDeps, ttl: timedelta = HEALTH_TTL) -> dict[s
     cached = _health_reports.get(deps)
     if cached is not None and timedelta(0) <= now - cached[0] < ttl:
         return dict(cached[1])
-    report: dict[str, str] = {}
-    for name, probe in (("stateStore", deps.store.ping), ("serviceBus", deps.bus.ping)):
-        try:
-            await probe()
-            report[name] = "ok"
-        except Exception as exc:  # health reports every failure kind
-            report[name] = f"unavailable: {type(exc).__name__}"
+    probes = {"stateStore": deps.store.ping(), "serviceBus": deps.bus.ping()}
+    answers = await asyncio.gather(*(_probe(p) for p in probes.values()))
+    report = dict(zip(probes, answers, strict=True))
     _health_reports[deps] = (now, report)
     return dict(report)
+
+
+async def _probe(ping: Awaitable[None]) -> str:
+    try:
+        await asyncio.wait_for(ping, PROBE_TIMEOUT)
+    except TimeoutError:
+        return f"unavailable: no answer within {PROBE_TIMEOUT:g} s"
+    except Exception as exc:  # health reports every failure kind
+        return f"unavailable: {type(exc).__name__}"
+    return "ok"
