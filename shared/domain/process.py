@@ -303,13 +303,17 @@ def recover(
     policy: ProcessPolicy,
     now: datetime,
     cause: str | None = None,
+    *,
+    count: bool = True,
 ) -> Transition | None:
     """The Supervisor's move for an order whose deadline has passed; None if it has not.
 
     FailureCount counts only what happened to the order's step: a complete-by that passed
     while an agent had the request. A Pending order whose deadline passed was never given
     to an agent (its nudge was lost or not sent, the broker was down), so it is nudged
-    again and nothing is counted.
+    again and nothing is counted. Without `count` (the deadline passed while the system's
+    own broker or store was down, so the agent may never have had the request) the step
+    is dispatched again, uncounted.
     """
     deadline = next_deadline(process, policy)
     if deadline is None or deadline > now:
@@ -327,6 +331,11 @@ def recover(
         b.set_step(index, status=StepStatus.NOT_STARTED, complete_by=None)
     elif state.process_state is ProcessState.COMPENSATING and index < len(process.steps):
         b.set_step(index, complete_by=None)
+    if not count:
+        b.set(locked_by=None)
+        b.note("expired-in-outage", f"{_step_label(process)}: not counted")
+        _requeue(b, policy, 0, "redispatch")
+        return b.build()
     failures = state.failure_count + 1
     b.set(
         failure_count=failures,

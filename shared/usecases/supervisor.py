@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from shared.domain import process as machine
 from shared.domain.health import SweepRecord
-from shared.domain.model import ProcessState
+from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.process import Transition
 from shared.ports import (
     BusUnavailable,
     ConcurrencyConflict,
@@ -18,7 +20,7 @@ from shared.ports import (
     StoreUnavailable,
     WatchEntry,
 )
-from shared.usecases.commit import commit
+from shared.usecases.commit import commit, log_transition
 from shared.usecases.deps import ProcessDeps
 
 log = logging.getLogger("orders.supervisor")
@@ -73,32 +75,37 @@ async def sweep(
     concurrency: int = 16,
     budget: timedelta = DEFAULT_BUDGET,
     check_timeout: float = CHECK_TIMEOUT_SECONDS,
+    in_outage: Callable[[datetime], bool] = lambda deadline: False,
 ) -> SweepReport:
     """Reads only the watch entries that are due, so a sweep costs what is in flight.
 
     Every change is conditional on the ETag read: two Supervisors racing on one order
     recover it once, and the loser moves on silently. No check starts once `budget` has
-    passed or the bus or store look down; what is left stays due for the next sweep.
+    passed or the bus or store look down; what is left stays due for the next sweep. A
+    deadline that passed `in_outage` (the broker or store was down) is not counted.
     """
     started = deps.clock.now()
     entries = await deps.store.due(started, limit)
     report = SweepReport(due=len(entries))
     gate = asyncio.Semaphore(concurrency)
-    in_a_row = 0
+    in_a_row = succeeded = 0
+    last: BaseException | None = None
 
     async def check(entry: WatchEntry) -> None:
-        nonlocal in_a_row
+        nonlocal in_a_row, succeeded, last
         async with gate:
             if report.outage is not None or deps.clock.now() - started >= budget:
                 report.deferred += 1
                 return
             try:
                 async with asyncio.timeout(check_timeout):
-                    await _check(deps, entry, report)
+                    await _check(deps, entry, report, in_outage)
                 in_a_row = 0
+                succeeded += 1
             except INFRASTRUCTURE_ERRORS as exc:
                 report.failed += 1
                 in_a_row += 1
+                last = exc
                 if in_a_row >= OUTAGE_AFTER and report.outage is None:
                     report.outage = exc
                 log.debug("order %s supervisor check: %s: %s", entry.order_id, type(exc), exc)
@@ -112,6 +119,8 @@ async def sweep(
                 )
 
     await asyncio.gather(*(check(e) for e in entries))
+    if report.outage is None and last is not None and not succeeded:
+        report.outage = last  # every check it tried failed: down, however few there were
     if report.recovered or report.lost_races:
         log.info(
             "supervisor sweep: %d due, %d requeued, %d to Error, %d compensating, %d lost races",
@@ -143,9 +152,17 @@ class Outage:
     cause: BaseException | None = None
     retry_at: datetime | None = None
     delay: timedelta = timedelta(0)
+    past: list[tuple[datetime, datetime]] = field(default_factory=list)
+    """The last few outages this instance saw, from first failure to first success."""
 
     def waiting(self, now: datetime) -> bool:
         return self.retry_at is not None and now < self.retry_at
+
+    def covers(self, moment: datetime, before: timedelta, after: timedelta) -> bool:
+        """Did `moment` fall in an outage, widened by `before` (an outage is seen a little
+        after it begins) and `after` (the backlog it left takes a while to drain)?"""
+        windows = [*self.past, *([(self.since, moment)] if self.since is not None else [])]
+        return any(start - before <= moment <= end + after for start, end in windows)
 
     def failed(self, now: datetime, cause: BaseException) -> None:
         if self.since is None:
@@ -175,9 +192,12 @@ class Outage:
             (now - self.since).total_seconds(),
             report.due,
         )
+        self.past = [*self.past[-(KEPT_OUTAGES - 1) :], (self.since, now)]
         self.since = self.cause = None
         self.delay = timedelta(0)
 
+
+KEPT_OUTAGES = 8
 
 OUTAGE = Outage()
 """This instance's outage state: sweeps run one per timer tick, in one process."""
@@ -199,8 +219,13 @@ async def supervise(
     started_at = deps.clock.now()
     if outage.waiting(started_at):
         return SweepReport()
+    step = deps.policy.step_timeout
+
+    def in_outage(deadline: datetime) -> bool:
+        return outage.covers(deadline, before=step, after=2 * step)
+
     try:
-        report = await sweep(deps, budget=budget)
+        report = await sweep(deps, budget=budget, in_outage=in_outage)
     except INFRASTRUCTURE_ERRORS as exc:
         outage.failed(started_at, exc)
         return SweepReport(outage=exc)
@@ -236,7 +261,12 @@ def _what_is_down(cause: BaseException) -> str:
     return "a dependency timed out"
 
 
-async def _check(deps: ProcessDeps, entry: WatchEntry, report: SweepReport) -> None:
+async def _check(
+    deps: ProcessDeps,
+    entry: WatchEntry,
+    report: SweepReport,
+    in_outage: Callable[[datetime], bool],
+) -> None:
     process = await deps.store.load(entry.order_id)
     if process is None:
         # The submission died between the watch entry and the order rows.
@@ -249,7 +279,9 @@ async def _check(deps: ProcessDeps, entry: WatchEntry, report: SweepReport) -> N
         report.finished += 1
         return
     now = deps.clock.now()
-    transition = machine.recover(process, deps.policy, now)
+    deadline = machine.next_deadline(process, deps.policy)
+    counted = deadline is None or not in_outage(deadline)
+    transition = machine.recover(process, deps.policy, now, count=counted)
     if transition is None:
         check_at = machine.next_check(process, deps.workflow(process), deps.policy, now)
         if check_at is not None:
@@ -257,7 +289,10 @@ async def _check(deps: ProcessDeps, entry: WatchEntry, report: SweepReport) -> N
             report.rescheduled += 1
         return
     try:
-        recovered = await commit(deps, transition)
+        if transition.process.state.failure_count > process.state.failure_count:
+            recovered = await _send_then_save(deps, transition)
+        else:
+            recovered = await commit(deps, transition)
     except ConcurrencyConflict:
         report.lost_races += 1
         return
@@ -272,3 +307,16 @@ async def _check(deps: ProcessDeps, entry: WatchEntry, report: SweepReport) -> N
     check_at = machine.next_check(recovered, deps.workflow(recovered), deps.policy, now)
     if check_at is not None:
         await deps.store.reschedule(entry, check_at)
+
+
+async def _send_then_save(deps: ProcessDeps, transition: Transition) -> OrderProcess:
+    """A counted timeout is stored only once its retry (or alert) has been sent: with the
+    bus down nothing is counted and the outage is noticed first, so the deadlines it
+    made pass are forgiven. Sending first is safe: message ids are per state version, so
+    a repeat is dropped by the broker, and a nudge for an order not yet Pending is stale."""
+    await deps.bus.send(transition.outgoing)
+    etag = await deps.store.save(transition.process, transition.history)
+    log_transition(transition)
+    if transition.is_terminal:
+        await deps.store.unwatch(transition.process.order_id, transition.process.state.version)
+    return replace(transition.process, etag=etag)

@@ -245,6 +245,37 @@ async def test_a_hanging_bus_stops_the_sweep_after_a_few_check_timeouts() -> Non
     assert all(p.state.failure_count == 0 for p in orders)
 
 
+async def test_a_deadline_that_passed_in_an_outage_is_redispatched_uncounted() -> None:
+    world = World(policy=a_policy(max_failure_count=1))
+    health, outage = InMemoryHealthStore(), Outage()
+    await submit_order(world.deps(), an_order("o-1"))
+    world.bus.take(Queue.SCHEDULER)
+    await scheduler.on_nudge(world.deps(), "o-1")
+    agent_requests(world)  # in the broker when it went down: the agent never gets it
+    world.bus.fail_next = DOWN
+    for _ in range(10):
+        world.clock.advance(5)
+        await supervise(world.deps(), health, outage=outage)
+        assert (await stored(world, "o-1")).state.failure_count == 0
+    world.bus.fail_next = 0
+    world.clock.advance(61)
+    report = await supervise(world.deps(), health, outage=outage)
+    assert report.requeued == 1 and report.errored == 0
+    events = [h.event for h in await world.store.history("o-1")]
+    assert "expired-in-outage" in events and "timed-out" not in events
+    process = await stored(world, "o-1")
+    assert process.state.process_state is ProcessState.PENDING
+    assert process.state.failure_count == 0
+    assert process.steps[0].status is StepStatus.NOT_STARTED
+    world.clock.advance(40)  # the outage's backlog has drained
+    assert await scheduler.on_nudge(world.deps(), "o-1") is Handled.APPLIED
+    (request,) = agent_requests(world)
+    assert (request.body["step"], request.body["attempt"]) == ("reserve-inventory", 2)
+    world.clock.advance(31)  # well after the outage: this timeout is the step's own
+    await supervise(world.deps(), health, outage=outage)
+    assert (await stored(world, "o-1")).state.process_state is ProcessState.ERROR
+
+
 def test_sweep_budget_is_half_the_schedule_period() -> None:
     assert sweep_budget("*/5 * * * * *") == timedelta(seconds=2.5)
     assert sweep_budget("*/30 * * * * *") == timedelta(seconds=15)

@@ -334,7 +334,8 @@ async def test_one_failing_check_does_not_stop_the_sweep() -> None:
     report = await sweep(world.deps())
     assert report.failed == 1 and report.requeued == 1
     states = [await world.store.load(i) for i in ("o-1", "o-2")]
-    assert all(s is not None and s.state.failure_count == 1 for s in states)
+    # a timeout is stored only once its retry is sent: the first is counted next sweep
+    assert sorted(s.state.failure_count for s in states if s is not None) == [0, 1]
     assert all(i in world.store.watched() for i in ("o-1", "o-2"))
 
 
