@@ -1,4 +1,5 @@
-"""``python -m chaos [--orders 1000] [--seed N] [--quick]``: prove it heals.
+"""``python -m chaos [--orders 1000] [--seed N] [--quick | --outage [--minutes M]]``:
+prove it heals.
 
 Exit code 0 when every invariant holds, 1 when one fails, 2 when the run itself could
 not be carried out, 130 on Ctrl-C. Everything the run started is stopped in every case.
@@ -29,6 +30,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick", action="store_true", help="the default test suite's run: 60 orders, one kill"
     )
+    parser.add_argument(
+        "--outage",
+        action="store_true",
+        help="the broker down 10 s, then for minutes with a runtime killed (400 orders)",
+    )
+    parser.add_argument(
+        "--minutes", type=float, default=2.5, help="the long broker outage of --outage"
+    )
     parser.add_argument("--rate", type=float, default=None, help="orders per second at most")
     parser.add_argument(
         "--max-in-flight",
@@ -58,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--orders must be at least 1")
     if args.quick:
         config = presets.quick(seed=args.seed, orders=args.orders or 60)
+    elif args.outage:
+        config = presets.outage(orders=args.orders or 400, seed=args.seed, minutes=args.minutes)
     else:
         config = presets.full(orders=args.orders or 1000, seed=args.seed)
     if args.rate is not None:

@@ -1,7 +1,8 @@
 """What a chaos run does: how many orders, how fast, which faults, how many kills.
 
-Two presets: ``full`` (the issue's 1,000-order run) and ``quick`` (the seeded run of
-the default test suite, well under a minute).
+Three presets: ``full`` (the issue's 1,000-order run), ``outage`` (the broker down for
+minutes, a runtime killed meanwhile) and ``quick`` (the seeded run of the default test
+suite, about a minute).
 """
 
 from __future__ import annotations
@@ -136,6 +137,37 @@ class BrokerFaults:
 
 
 @dataclass(frozen=True)
+class InfraFaults:
+    """The system's own infrastructure taken away: the broker killed (kill -9) and started
+    again on the same ports and SQLite file, so its queues survive.
+
+    Azurite is not among them: the harness runs it in memory, so a killed Azurite loses
+    every acknowledged order, which is a different claim from healing."""
+
+    broker_outages: tuple[float, ...] = ()
+    """Seconds each outage lasts; they are spread over the load."""
+    kill_runtime_in_outage: bool = False
+    """Kill -9 a runtime halfway through the longest outage and start it while the broker
+    is still down."""
+
+    @property
+    def outage_seconds(self) -> float:
+        return sum(self.broker_outages)
+
+
+@dataclass(frozen=True)
+class Cancels:
+    """An operator cancels a random share of the accepted orders at a random moment."""
+
+    share: float = 0.0
+    twice_share: float = 0.3
+    """Of the cancelled orders, the share cancelled twice at once (one per runtime)."""
+    within_seconds: float = 12.0
+    """The latest a cancel comes after the 202: long enough to land mid-step, during a
+    compensation, and while the Supervisor retries an order whose step hung."""
+
+
+@dataclass(frozen=True)
 class ChaosConfig:
     orders: int = 1000
     seed: int = 1
@@ -153,6 +185,8 @@ class ChaosConfig:
     timings: Timings = field(default_factory=Timings)
     remote: RemoteFaults = field(default_factory=RemoteFaults)
     broker: BrokerFaults = field(default_factory=BrokerFaults)
+    infra: InfraFaults = field(default_factory=InfraFaults)
+    cancels: Cancels = field(default_factory=Cancels)
     resubmit_errors: bool = True
     """After checking, an operator resubmits the Error orders; checked again after."""
     monitor_seconds: float = 2.0
@@ -164,11 +198,27 @@ class ChaosConfig:
 
 
 def full(orders: int = 1000, seed: int = 1) -> ChaosConfig:
-    return ChaosConfig(orders=orders, seed=seed)
+    return ChaosConfig(
+        orders=orders,
+        seed=seed,
+        infra=InfraFaults(broker_outages=(10.0, 60.0), kill_runtime_in_outage=True),
+        cancels=Cancels(share=0.05),
+    )
+
+
+def outage(orders: int = 400, seed: int = 1, minutes: float = 2.5) -> ChaosConfig:
+    """The broker down briefly, then for minutes with a runtime killed meanwhile."""
+    return ChaosConfig(
+        orders=orders,
+        seed=seed,
+        infra=InfraFaults(broker_outages=(10.0, minutes * 60), kill_runtime_in_outage=True),
+        cancels=Cancels(share=0.05),
+    )
 
 
 def quick(seed: int = 7, orders: int = 60) -> ChaosConfig:
-    """The default suite's run: fewer orders, one kill, modest faults, no resubmission."""
+    """The default suite's run: fewer orders, one kill, a short broker outage, random
+    cancels, modest faults, no resubmission."""
     return ChaosConfig(
         orders=orders,
         seed=seed,
@@ -180,6 +230,8 @@ def quick(seed: int = 7, orders: int = 60) -> ChaosConfig:
         timings=Timings(pending_timeout_seconds=6),
         remote=RemoteFaults(transient_error_rate=0.10, hang_rate=0.02, hang_seconds=6.0),
         broker=BrokerFaults(duplicate_rate=0.05, drop_rate=0.01, delay_rate=0.05, delay_ms=1500),
+        infra=InfraFaults(broker_outages=(6.0,)),
+        cancels=Cancels(share=0.1, within_seconds=8.0),
         resubmit_errors=False,
         monitor_seconds=1.0,
         settle_seconds=30.0,

@@ -213,6 +213,31 @@ def every_error_has_an_alert(obs: Observations) -> InvariantResult:
     return _result("every Error order has an operator alert", len(errors), violations)
 
 
+def no_error_from_an_outage(obs: Observations) -> InvariantResult:
+    """No order ends in Error because the broker was down: an Error order's counted
+    timeouts all fell outside the outages (and the grace after each), so what exhausted
+    it was a remote-service fault of the plan (a hang), never the system's own outage."""
+    errors = sorted(
+        order_id
+        for order_id, p in obs.processes.items()
+        if p.state.process_state is ProcessState.ERROR
+    )
+    violations: list[str] = []
+    for order_id in errors:
+        history = obs.processes[order_id].history
+        for h in (h for h in history if h.event == "timed-out"):
+            window = next(
+                ((s, e) for s, e in obs.outages if s <= h.at <= e + obs.outage_grace), None
+            )
+            if window is not None:
+                violations.append(
+                    f"{order_id}: Error, and a timeout counted at {h.at:%H:%M:%S} fell in the "
+                    f"broker outage {window[0]:%H:%M:%S}-{window[1]:%H:%M:%S} ({h.detail})"
+                )
+                break
+    return _result("no order in Error because of an infrastructure outage", len(errors), violations)
+
+
 def locks_and_failure_counts(obs: Observations) -> InvariantResult:
     """In flight means locked; FailureCount never above MaxFailureCount (sampled during
     the run, in the final state and in every history entry)."""
@@ -302,6 +327,7 @@ CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     cancelled_orders_leave_nothing_applied,
     effects_match_history,
     every_error_has_an_alert,
+    no_error_from_an_outage,
     locks_and_failure_counts,
     stale_replies_ignored,
     outcomes_match_orders,

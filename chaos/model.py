@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from shared.domain.model import OrderProcess, ProcessState
@@ -94,6 +95,10 @@ class Observations:
     terminal_at: float | None
     """When every accepted order was first seen terminal (seconds since the load began)."""
     bound_seconds: float
+    outages: tuple[tuple[datetime, datetime], ...] = ()
+    """When the broker was down (wall clock, UTC): from its kill until it was ready."""
+    outage_grace: timedelta = timedelta(0)
+    """How long after an outage a step's complete-by may still pass because of it."""
 
 
 @dataclass(frozen=True)

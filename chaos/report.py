@@ -66,13 +66,37 @@ def setup_table(result: RunResult) -> Table:
         )
         or "none",
     )
+    table.add_row(
+        "broker kill -9",
+        "; ".join(
+            f"pid {o.pid} at {o.at:.1f} s, back after {o.down_seconds:.1f} s"
+            + (f", {o.runtime_killed} killed meanwhile" if o.runtime_killed else "")
+            for o in result.outages
+        )
+        or "none",
+    )
+    cancels = config.cancels
+    table.add_row(
+        "operator cancels",
+        f"{_pct(cancels.share)} of the orders within {cancels.within_seconds:g} s of their 202, "
+        f"{_pct(cancels.twice_share)} of them twice at once; answers "
+        + (", ".join(f"{k} {n}" for k, n in sorted(result.cancels.items())) or "none"),
+    )
     steps = len(ORDER_FULFILMENT.steps)
+    outages = len(config.infra.broker_outages)
     table.add_row(
         "convergence bound",
         f"{result.bound_seconds:.0f} s after the last submission = (MaxFailureCount "
         f"{t.max_failure_count} + 2 x {steps} steps) x (max(StepTimeout, PendingTimeout) "
         f"{max(t.step_timeout_seconds, t.pending_timeout_seconds)} s + sweep period "
-        f"{t.supervisor_period_seconds} s + longest back-off {t.max_backoff_seconds:g} s)",
+        f"{t.supervisor_period_seconds} s + longest back-off {t.max_backoff_seconds:g} s)"
+        + (
+            f" + {outages} broker outage(s) of {config.infra.outage_seconds:g} s in all, "
+            "each followed by the Supervisor's longest back-off, a PendingTimeout and "
+            "one expiry"
+            if outages
+            else ""
+        ),
     )
     table.add_row("load", f"last order accepted {result.load_seconds:.1f} s after the first")
     for check in result.checks:

@@ -2,7 +2,9 @@
 
 Phases: the system comes up; faults go on; orders are submitted over both runtimes
 (at most `submit_rate` a second and `max_in_flight` unfinished at once) while runtimes
-are killed with SIGKILL and restarted; faults go off; every accepted order must be
+are killed with SIGKILL and restarted, the broker is killed and restarted (a runtime
+killed while it is down), and an operator cancels a random share of the orders; faults
+go off; every accepted order must be
 terminal within the stated bound; the Supervisor's watch list must empty (every outbox
 sent); then the invariants are checked. Optionally an operator resubmits the Error
 orders and everything is checked again.
@@ -12,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -28,8 +33,7 @@ from chaos.invariants import check_all
 from chaos.load import plan_orders, submit_all
 from chaos.model import Accepted, Alert, Check, Convergence, Figures, Observations, PlannedOrder
 from chaos.monitor import Monitor
-from chaos.system import RUNTIMES, KillEvent, chaos_stack
-from devhost.harness.stack import Stack
+from chaos.system import RUNTIMES, BrokerOutage, ChaosStack, KillEvent, chaos_stack
 from shared.domain.model import ProcessState
 from shared.domain.workflow import ORDER_FULFILMENT
 
@@ -38,6 +42,9 @@ TERMINAL_GRACE_SECONDS = 60.0
 """How long past the bound the run keeps waiting, so a late convergence gets a number."""
 RESTART_PAUSE_SECONDS = 1.0
 TICK_SECONDS = 5.0
+SUPERVISOR_BACKOFF_CAP_SECONDS = 15.0
+"""The longest a Supervisor waits between sweeps while its dependencies are down."""
+CANCEL_TRIES = 20
 
 
 @dataclass
@@ -48,6 +55,9 @@ class RunResult:
     table: str
     load_seconds: float = 0.0
     kills: list[KillEvent] = field(default_factory=list)
+    outages: list[BrokerOutage] = field(default_factory=list)
+    cancels: Counter[str] = field(default_factory=Counter)
+    """Operator cancels by answer: 202, 409 (already finished), or failed (no answer)."""
     resubmitted: int = 0
     checks: list[Check] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -56,7 +66,7 @@ class RunResult:
 
     @property
     def bound_seconds(self) -> float:
-        return self.config.timings.convergence_bound_seconds()
+        return bound_seconds(self.config)
 
     @property
     def passed(self) -> bool:
@@ -68,7 +78,7 @@ class _Run:
     """What the phases share."""
 
     config: ChaosConfig
-    system: Stack
+    system: ChaosStack
     session: aiohttp.ClientSession
     reader: StoreReader
     monitor: Monitor
@@ -78,6 +88,12 @@ class _Run:
     accepted: dict[str, Accepted] = field(default_factory=dict)
     alerts: list[Alert] = field(default_factory=list)
     more_accepted: asyncio.Event = field(default_factory=asyncio.Event)
+    disruption: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """Held while a runtime or the broker is down, so two disruptions never overlap
+    (a runtime restarted while the broker is down cannot report healthy)."""
+    faults_on: bool = False
+    cancel_plan: dict[str, tuple[float, bool]] = field(default_factory=dict)
+    cancelling: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def started(self) -> float:
@@ -90,8 +106,14 @@ class _Run:
         return [(name, self.system.api(name)) for name in self.system.runtimes]
 
     def on_accepted(self, accepted: Accepted) -> None:
+        first = accepted.order_id not in self.accepted
         self.accepted[accepted.order_id] = accepted
         self.more_accepted.set()
+        plan = self.cancel_plan.get(accepted.order_id)
+        if first and plan is not None:
+            task = asyncio.create_task(_cancel_later(self, accepted.order_id, *plan))
+            self.cancelling.add(task)
+            task.add_done_callback(self.cancelling.discard)
 
 
 class Window:
@@ -123,7 +145,8 @@ async def run_chaos(
     run_id = f"c{config.seed}-{uuid.uuid4().hex[:4]}"
     planned = {p.order_id: p for p in plan_orders(config, run_id)}
     say(f"starting Azurite, broker, simulator and two runtimes (logs in {workdir})")
-    with chaos_stack(config, workdir) as system:
+    system = chaos_stack(config, workdir)
+    with system:
         result = RunResult(config, run_id, workdir, system.table_name)
         connector = aiohttp.TCPConnector(limit=128)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -136,9 +159,16 @@ async def run_chaos(
                 await control.switch_on(simulator, broker, config)
                 monitor.start()
                 run = _Run(config, system, session, reader, monitor, planned, say, result)
+                run.faults_on = True
+                run.cancel_plan = plan_cancels(config, list(planned))
                 ticker = asyncio.create_task(_tick(run))
                 await _load(run)
-                await control.switch_off(simulator, broker)
+                async with run.disruption:
+                    run.faults_on = False
+                    await control.switch_off(simulator, broker)
+                if run.cancelling:
+                    await asyncio.gather(*run.cancelling)
+                say(f"operator cancels: {dict(sorted(result.cancels.items()))}")
                 say("load done; faults off (injected crashes stay on); waiting for convergence")
                 result.checks.append(await _converge_and_check(run, "after the load"))
                 if config.resubmit_errors:
@@ -175,6 +205,7 @@ async def _load(run: _Run) -> None:
             )
         )
         group.create_task(_kill_on_schedule(run))
+        group.create_task(_broker_outages(run))
     run.result.load_seconds = max(a.at for a in run.accepted.values())
 
 
@@ -205,21 +236,120 @@ async def _kill_on_schedule(run: _Run) -> None:
             run.more_accepted.clear()
             await run.more_accepted.wait()
         name = RUNTIMES[k % len(RUNTIMES)]
-        at = run.now()
-        instance, pid = run.system.kill_runtime(name)
-        unfinished = run.monitor.in_flight(run.accepted)
-        run.progress(f"[{at:6.1f} s] kill -9 {instance} (pid {pid}), {unfinished} unfinished")
+        async with run.disruption:
+            at = run.now()
+            instance, pid = run.system.kill_runtime(name)
+            unfinished = run.monitor.in_flight(run.accepted)
+            run.progress(f"[{at:6.1f} s] kill -9 {instance} (pid {pid}), {unfinished} unfinished")
+            await asyncio.sleep(RESTART_PAUSE_SECONDS)
+            run.system.start_runtime(name)
+            await run.system.wait_healthy(run.session, name)
+            back = run.now() - at
+            run.result.kills.append(KillEvent(name, instance, pid, at, back))
+            run.progress(f"[{run.now():6.1f} s] {run.system.instance_id(name)} up again")
+
+
+async def _broker_outages(run: _Run) -> None:
+    """Kill -9 the broker each time another share of the orders has been accepted (in
+    between the runtime kills) and start it again on its ports and SQLite file after the
+    outage's length; in the longest outage a runtime is killed and started meanwhile."""
+    infra = run.config.infra
+    outages = infra.broker_outages
+    longest = max(range(len(outages)), key=outages.__getitem__) if outages else -1
+    for k, seconds in enumerate(outages):
+        threshold = run.config.orders * (2 * k + 1) / (2 * len(outages) + 1)
+        while len(run.accepted) < threshold:
+            run.more_accepted.clear()
+            await run.more_accepted.wait()
+        async with run.disruption:
+            victim = RUNTIMES[-1] if infra.kill_runtime_in_outage and k == longest else None
+            await _broker_outage(run, seconds, victim)
+
+
+async def _broker_outage(run: _Run, seconds: float, victim: str | None) -> None:
+    system = run.system
+    at, started_at = run.now(), datetime.now(UTC)
+    pid = system.kill_broker()
+    unfinished = run.monitor.in_flight(run.accepted)
+    run.progress(
+        f"[{at:6.1f} s] kill -9 the broker (pid {pid}) for {seconds:g} s, {unfinished} unfinished"
+    )
+    killed = None
+    if victim is not None:
+        await asyncio.sleep(seconds / 2)
+        killed, victim_pid = system.kill_runtime(victim)
+        run.progress(
+            f"[{run.now():6.1f} s] kill -9 {killed} (pid {victim_pid}) while the "
+            "broker is down; started again at once"
+        )
         await asyncio.sleep(RESTART_PAUSE_SECONDS)
-        run.system.start_runtime(name)
-        await run.system.wait_healthy(run.session, name)
-        back = run.now() - at
-        run.result.kills.append(KillEvent(name, instance, pid, at, back))
-        run.progress(f"[{run.now():6.1f} s] {run.system.instance_id(name)} up again")
+        system.start_runtime(victim)
+        await asyncio.sleep(max(seconds / 2 - RESTART_PAUSE_SECONDS, 0))
+    else:
+        await asyncio.sleep(seconds)
+    await asyncio.to_thread(system.restart_broker)
+    ended_at = datetime.now(UTC)
+    down = run.now() - at
+    if run.faults_on:
+        await system.broker(run.session).set_faults(run.config.broker.to_json(run.config.seed))
+    run.result.outages.append(BrokerOutage(pid, at, down, started_at, ended_at, killed))
+    run.progress(f"[{run.now():6.1f} s] broker up again after {down:.1f} s")
+    if victim is not None:
+        await system.wait_healthy(run.session, victim)
+        run.progress(f"[{run.now():6.1f} s] {system.instance_id(victim)} healthy")
+
+
+def plan_cancels(config: ChaosConfig, order_ids: Sequence[str]) -> dict[str, tuple[float, bool]]:
+    """Which orders an operator cancels, how long after their 202, and whether twice at
+    once (seeded)."""
+    cancels = config.cancels
+    rng = random.Random(config.seed * 7919 + 1)
+    plan: dict[str, tuple[float, bool]] = {}
+    for order_id in order_ids:
+        if rng.random() < cancels.share:
+            delay = rng.uniform(0, cancels.within_seconds)
+            plan[order_id] = (delay, rng.random() < cancels.twice_share)
+    return plan
+
+
+async def _cancel_later(run: _Run, order_id: str, delay: float, twice: bool) -> None:
+    await asyncio.sleep(delay)
+    names = list(RUNTIMES)
+    first = random.Random(order_id).randrange(len(names))
+    names = names[first:] + names[:first]
+    asks = [_cancel(run, order_id, names[i:] + names[:i]) for i in range(2 if twice else 1)]
+    for answer in await asyncio.gather(*asks):
+        run.result.cancels[answer] += 1
+
+
+async def _cancel(run: _Run, order_id: str, names: Sequence[str]) -> str:
+    """POST cancel until it is answered: 202 (Cancelled or cancelling) or 409 (already
+    finished); a killed runtime or a 5xx (the store or bus down) is asked again."""
+    for attempt in range(CANCEL_TRIES):
+        name = names[attempt % len(names)]
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            status, answer = await run.system.app(run.session, name).cancel(order_id, "chaos")
+            if status in (202, 409):
+                return str(status)
+            if status < 500:
+                run.result.problems.append(f"cancel of {order_id} answered {status}: {answer}")
+                return "refused"
+        await asyncio.sleep(min(0.5 * (attempt + 1), 3.0))
+    return "failed"
+
+
+def bound_seconds(config: ChaosConfig) -> float:
+    """The timings' bound, plus each broker outage and what it takes after one: the
+    Supervisor's longest back-off, then a Pending timeout before it nudges again."""
+    t = config.timings
+    outages = config.infra.broker_outages
+    after_each = SUPERVISOR_BACKOFF_CAP_SECONDS + t.pending_timeout_seconds + t.expiry_seconds
+    return t.convergence_bound_seconds() + sum(outages) + len(outages) * after_each
 
 
 async def _converge_and_check(run: _Run, title: str) -> Check:
     config = run.config
-    bound = config.timings.convergence_bound_seconds()
+    bound = bound_seconds(config)
     since = max(a.at for a in run.accepted.values())
     terminal_at = await run.monitor.wait_terminal(
         run.accepted, since, since + bound + TERMINAL_GRACE_SECONDS - run.now()
@@ -280,7 +410,9 @@ async def _observe(
         samples=tuple(run.monitor.samples),
         last_submission_at=since,
         terminal_at=terminal_at,
-        bound_seconds=run.config.timings.convergence_bound_seconds(),
+        bound_seconds=bound_seconds(run.config),
+        outages=tuple((o.started_at, o.ended_at) for o in run.result.outages),
+        outage_grace=timedelta(seconds=run.config.timings.expiry_seconds),
     )
     logs = count_log_lines(system.runtime_logs())
     return observations, figures(observations, simulator_stats, broker_stats, logs)

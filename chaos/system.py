@@ -1,18 +1,21 @@
 """What a chaos run starts: the harness `Stack` with two runtimes, and its kill record.
 
 Its own Azurite (in memory, on a free port), a durable local broker (SQLite file, short
-lock), the simulator, and two runtimes (`python -m devhost --no-services`) against the
-same storage and broker: two Schedulers compete for orders, two Supervisors sweep at
-once. Everything started is stopped on exit, also after a failure or Ctrl-C.
+lock; killed and started again for the infrastructure faults), the simulator, and two
+runtimes (`python -m devhost --no-services`) against the same storage and broker: two
+Schedulers compete for orders, two Supervisors sweep at once. Everything started is
+stopped on exit, also after a failure or Ctrl-C.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from chaos.config import ChaosConfig
-from devhost.harness.stack import Stack
+from devhost.harness import services
+from devhost.harness.stack import STARTUP_TIMEOUT, Stack
 from shared.contract import ChaosSetting
 
 RUNTIMES = ("a", "b")
@@ -30,9 +33,46 @@ class KillEvent:
     """Seconds from the kill until the restarted runtime answered /api/health."""
 
 
-def chaos_stack(config: ChaosConfig, workdir: Path) -> Stack:
+@dataclass(frozen=True)
+class BrokerOutage:
+    pid: int
+    at: float
+    """Seconds since the load started, when the broker was killed."""
+    down_seconds: float
+    """Seconds until the broker took connections again."""
+    started_at: datetime
+    ended_at: datetime
+    """Wall clock (UTC), to compare with the orders' history."""
+    runtime_killed: str | None = None
+    """The runtime killed while the broker was down, if any."""
+
+
+class ChaosStack(Stack):
+    """The harness stack, plus a broker that can be killed and started again on the same
+    ports and the same SQLite file (its queues and their messages survive)."""
+
+    def kill_broker(self) -> int:
+        child = self.services["broker"]
+        pid = child.pid
+        child.kill()
+        return pid
+
+    def restart_broker(self) -> None:
+        """Blocks until the broker is ready (call it in a thread)."""
+        command = services.broker_command(
+            port=self.broker_port,
+            control_port=self.control_port,
+            db=self.workdir / "broker.sqlite3",
+            lock_seconds=self.broker_lock_seconds,
+        )
+        self._service("broker", command).wait_ready(
+            line=services.BROKER_READY, timeout=STARTUP_TIMEOUT
+        )
+
+
+def chaos_stack(config: ChaosConfig, workdir: Path) -> ChaosStack:
     """`with chaos_stack(...)` starts the services; the run starts the runtimes."""
-    return Stack(
+    return ChaosStack(
         "chaos",
         workdir,
         seed=config.seed,

@@ -258,7 +258,7 @@ def _what_is_down(cause: BaseException) -> str:
         return "the message bus is unreachable"
     if isinstance(cause, StoreUnavailable):
         return "the state store is unreachable"
-    return "a dependency timed out"
+    return f"a bus or store call hung for over {CHECK_TIMEOUT_SECONDS:g} s"
 
 
 async def _check(
