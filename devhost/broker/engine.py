@@ -316,6 +316,15 @@ class Engine:
 
     # -- time ------------------------------------------------------------------------------
 
+    def seconds_to_deadline(self) -> float | None:
+        """Until the earliest scheduled message or lock expiry, None when there is neither.
+        A head may be stale (a renewed lock, a cancelled schedule): waking early is harmless."""
+        with self.lock:
+            heads = [heap[0][0] for heap in (self._due, self._lock_heap) if heap]
+            if not heads:
+                return None
+            return max(0.0, (min(heads) - self._clock()) / 1000)
+
     def tick(self) -> None:
         """Activate due scheduled messages and expire locks."""
         with self.lock:

@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -32,6 +33,9 @@ from .model import Settlement
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.05
+"""How long settlements wait to be committed to the store."""
+IDLE_TICK_SECONDS = 1.0
+"""The longest the reactor sleeps with nothing due: dedupe pruning needs no more."""
 RECEIVE_WINDOW = 100
 MAX_MESSAGE_SIZE = 1024 * 1024
 STOP_EVENT = "broker_stop"
@@ -110,6 +114,8 @@ class BrokerHandler(MessagingHandler):
         self._connections: set[Any] = set()
         self._pending_acks: list[Any] = []
         self._flush_scheduled = False
+        self._tick: Any = None
+        self._tick_at = 0.0
         self._stopping = False
         self._released = False
 
@@ -150,11 +156,14 @@ class BrokerHandler(MessagingHandler):
             self.injector.trigger(ApplicationEvent(STOP_EVENT))
 
     def on_reactor_init(self, event: Event) -> None:
-        self._container.schedule(TICK_SECONDS, _Timer(self._on_tick))
+        self._arm()
 
     def on_broker_stop(self, event: Event) -> None:
         """Close the listener and every connection; run() returns once all sockets are gone."""
         self._stopping = True
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
         self._flush()
         self._acceptor.close()
         self.injector.close()
@@ -169,6 +178,7 @@ class BrokerHandler(MessagingHandler):
 
     def _on_tick(self) -> None:
         """Activate scheduled messages, expire locks and commit what settlements changed."""
+        self._tick = None
         if self._stopping:
             return
         try:
@@ -177,7 +187,31 @@ class BrokerHandler(MessagingHandler):
             if self.engine.store_pending:
                 self._flush()
         finally:
-            self._container.schedule(TICK_SECONDS, _Timer(self._on_tick))
+            self._arm()
+
+    def _arm(self) -> None:
+        """Wake for the next thing due instead of polling: a scheduled message or a lock
+        expiry, a commit of settlements within TICK_SECONDS, else IDLE_TICK_SECONDS.
+
+        Called after every event that can bring a deadline forward. A lock taken later
+        expires a full lock duration later, so capping the sleep at that duration keeps
+        lock expiry on time without re-arming on every delivery.
+        """
+        if self._stopping:
+            return
+        delay = min(IDLE_TICK_SECONDS, self.engine.limits.lock_ms / 1000)
+        due = self.engine.seconds_to_deadline()
+        if due is not None:
+            delay = min(delay, due)
+        if self.engine.store_pending:
+            delay = min(delay, TICK_SECONDS)
+        at = time.monotonic() + delay
+        if self._tick is not None:
+            if self._tick_at <= at:
+                return
+            self._tick.cancel()
+        self._tick = self._container.schedule(delay, _Timer(self._on_tick))
+        self._tick_at = at
 
     # -- connections -----------------------------------------------------------------------
 
@@ -253,6 +287,7 @@ class BrokerHandler(MessagingHandler):
         node: Node | None = getattr(event.link, "sb_node", None)
         if node is not None and node.kind is NodeKind.ENTITY:
             self.dispatcher.dispatch(node.entity)
+            self._arm()  # a message that expired on the way out was dead-lettered: commit it
 
     # -- outcomes from client receivers ----------------------------------------------------
 
@@ -315,6 +350,7 @@ class BrokerHandler(MessagingHandler):
         # The SDK reports "did not confirm the settlement" until this settled echo arrives.
         delivery.settle()
         self.dispatcher.dispatch_woken()
+        self._arm()
 
     # -- transfers from clients ------------------------------------------------------------
 
@@ -338,8 +374,10 @@ class BrokerHandler(MessagingHandler):
             self._reject(delivery, "amqp:not-found", "The link has no entity.")
         elif node.kind is NodeKind.ENTITY:
             self._on_sent(delivery, node, payload)
+            self._arm()
         else:
             self._on_request(delivery, link, node, payload)
+            self._arm()
 
     @staticmethod
     def _reject(delivery: Any, condition: str, description: str) -> None:

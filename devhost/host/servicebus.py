@@ -155,6 +155,7 @@ class QueueTrigger:
             if free <= 0:
                 await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 continue
+            wait_for_first_message(receiver, RECEIVE_WAIT_SECONDS)
             batch = await receiver.receive_messages(
                 max_message_count=self._batch_size if self.many else free,
                 max_wait_time=RECEIVE_WAIT_SECONDS,
@@ -269,6 +270,80 @@ class QueueTrigger:
 
 FURTHER_PULL_SECONDS = 0.01
 SOCKET_TIMEOUT_SECONDS = 0.02
+
+
+def wait_for_first_message(receiver: ServiceBusReceiver, seconds: float) -> None:
+    """Let the coming receive sleep until bytes arrive on its connection instead of
+    polling the socket in SOCKET_TIMEOUT_SECONDS steps.
+
+    The SDK reads one frame per step and loops until its wait is over; each step holds
+    the connection's socket lock, which writes need too, so the step must stay short
+    (a settlement or lock renewal waits behind it). With nothing arriving that woke each
+    idle receiver 50 times a second, most of the runtime's idle CPU. Here a step of a
+    receive that has no message yet first waits, without the lock, for the connection's
+    stream to be fed; any frame ends the wait, so the first message is not delayed, and
+    settlements, renewals and credit go out meanwhile as before.
+    """
+    handler: Any = getattr(receiver, "_handler", None)
+    if handler is None:
+        return  # opened by the receive itself; the next call wraps it
+    handler._devhost_first_by = asyncio.get_running_loop().time() + seconds
+    if getattr(handler, "_devhost_waits_for_first", False):
+        return
+    handler._devhost_waits_for_first = True
+    received = handler._received_messages
+    do_work = handler.do_work_async
+
+    async def do_work_waiting(**kwargs: Any) -> Any:
+        left = handler._devhost_first_by - asyncio.get_running_loop().time()
+        if received.empty() and left > 0:
+            await _until_fed(getattr(handler._connection, "_transport", None), left)
+        return await do_work(**kwargs)
+
+    handler.do_work_async = do_work_waiting
+
+
+async def _until_fed(transport: Any, seconds: float) -> None:
+    """Return when the transport's stream gets bytes (or EOF), has some unread, or after
+    `seconds`; at once if the transport is not the stream-based one this knows."""
+    reader = getattr(transport, "reader", None)
+    if not isinstance(reader, asyncio.StreamReader):
+        return
+    fed: asyncio.Event | None = getattr(reader, "_devhost_fed", None)
+    if fed is None:
+        fed = _watch(reader)
+    fed.clear()
+    partial = getattr(transport, "_read_buffer", None)
+    unread = partial.getbuffer().nbytes - partial.tell() if partial is not None else 0
+    if unread or getattr(reader, "_buffer", b"") or reader.at_eof() or reader.exception():
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await fed.wait()
+
+
+def _watch(reader: Any) -> asyncio.Event:
+    """An event set whenever the stream is fed: asyncio has no readiness hook of its own."""
+    fed = asyncio.Event()
+    feed_data, feed_eof, set_exception = reader.feed_data, reader.feed_eof, reader.set_exception
+
+    def on_data(data: bytes) -> None:
+        feed_data(data)
+        fed.set()
+
+    def on_eof() -> None:
+        feed_eof()
+        fed.set()
+
+    def on_exception(exc: Exception) -> None:
+        set_exception(exc)
+        fed.set()
+
+    reader.feed_data = on_data
+    reader.feed_eof = on_eof
+    reader.set_exception = on_exception
+    reader._devhost_fed = fed
+    return fed
 
 
 def serialize_lock_renewals(receiver: ServiceBusReceiver) -> None:
