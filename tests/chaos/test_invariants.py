@@ -386,3 +386,22 @@ def test_outcomes_must_match_the_rejected_sku() -> None:
         "comp-2: no rejected SKU, yet Compensated (failed steps ['reserve-inventory'])",
         "ok-1: create-shipment rejects it, yet Processed",
     )
+
+
+def test_an_error_order_whose_counted_timeout_fell_in_a_broker_outage_fails() -> None:
+    timeouts = [("timed-out", "reserve-inventory not completed by ...")] * 3
+    held = a_process("held", ProcessState.ERROR, timeouts, failure_count=3)
+    alert = Alert("held", "max-failure-count-reached", 3)
+    # history entries are at T0 + 0 s, 1 s and 2 s
+    inside = replace(
+        observe([held], alerts=[alert]),
+        outages=((T0 + timedelta(seconds=1), T0 + timedelta(seconds=1.5)),),
+    )
+    (violation,) = failing(invariants.check_all(inside))[
+        "no order in Error because of an infrastructure outage"
+    ]
+    assert violation.startswith("held: Error, and a timeout counted at")
+    after = replace(inside, outages=((T0 - timedelta(seconds=60), T0 - timedelta(seconds=30)),))
+    assert invariants.no_error_from_an_outage(after).passed
+    graced = replace(after, outage_grace=timedelta(seconds=30))
+    assert not invariants.no_error_from_an_outage(graced).passed

@@ -13,13 +13,13 @@ from aiohttp.test_utils import TestServer
 
 from chaos import config as presets
 from chaos.collect import InFlight
-from chaos.config import SERVICES, Timings, failing_sku
+from chaos.config import SERVICES, Cancels, Timings, failing_sku
 from chaos.figures import count_log_lines
 from chaos.load import plan_orders, submit_all
 from chaos.model import Accepted, Check, Convergence, Figures, InvariantResult
 from chaos.monitor import Monitor
 from chaos.report import as_text
-from chaos.run import RunResult
+from chaos.run import RunResult, plan_cancels
 from chaos.system import KillEvent
 from devhost.harness.ports import free_port
 from shared.domain.model import ProcessState
@@ -155,3 +155,15 @@ def test_the_report_shows_setup_figures_and_each_verdict() -> None:
     assert "FAIL no remote effect applied twice (after resubmitting)" in text
     assert "o-1: applied 2 times" in text
     assert "chaos run: FAIL" in text
+
+
+def test_cancel_plan_is_seeded_and_takes_about_its_share() -> None:
+    cancels = Cancels(share=0.2, twice_share=0.5, within_seconds=4)
+    config = presets.quick(seed=3).with_(cancels=cancels)
+    ids = [f"o-{i}" for i in range(1000)]
+    plan = plan_cancels(config, ids)
+    assert plan == plan_cancels(config, ids)
+    assert 150 < len(plan) < 250
+    assert all(0 <= delay <= 4 for delay, _ in plan.values())
+    assert 0.35 < sum(twice for _, twice in plan.values()) / len(plan) < 0.65
+    assert plan_cancels(config.with_(cancels=Cancels()), ids) == {}
