@@ -1,0 +1,155 @@
+"""A bulk resubmit of Error orders on the local runtime: the preview, the durable job
+through a kill -9 of the runtime mid-job, every order finished, and each resubmitted by
+the job exactly once (its history says so)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from devhost.broker import Broker
+from devhost.harness.clients import AppClient, SimulatorControl
+from devhost.harness.ports import LOOPBACK, free_port
+from devhost.harness.process import Child
+from devhost.harness.services import runtime_command
+from devhost.simulator import SimulatorServer
+from shared.contract import Setting
+from tests.e2e.conftest import e2e_settings
+
+pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
+
+ORDERS = 200
+ERROR_GROUP = {"state": "Error", "customerId": "bulk-c"}
+"""Most orders time out at create-shipment; on a loaded machine a few time out waiting
+for their claim at an earlier step, so the group is the customer's Error orders."""
+STEPS = {"reserve-inventory", "charge-payment", "create-shipment"}
+
+
+@pytest.fixture
+def durable_broker(tmp_path: Path) -> Iterator[Broker]:
+    with Broker(
+        port=0, control_port=0, db_path=str(tmp_path / "broker.sqlite3"), lock_seconds=4
+    ) as b:
+        yield b
+
+
+async def count(app: AppClient, state: str) -> int:
+    return len((await app.orders(state, 1000))["items"])
+
+
+async def until(what: str, check: Any, timeout: float, child: Child) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        child.check()
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{what} not within {timeout:.0f} s (last: {last})")
+
+
+async def test_a_bulk_resubmit_survives_a_kill_and_acts_once_per_order(
+    azurite_table_port: int, durable_broker: Broker, tmp_path: Path
+) -> None:
+    with SimulatorServer(port=0, seed=3) as simulator:
+        settings = e2e_settings(azurite_table_port, durable_broker, simulator.url)
+        settings[Setting.STEP_TIMEOUT_SECONDS] = "2"
+        settings[Setting.MAX_FAILURE_COUNT] = "1"
+        # Slow enough that the kill lands mid-job: 200 orders take about 20 s.
+        settings[Setting.BULK_ACTIONS_PER_SECOND] = "10"
+        port = free_port()
+        command = runtime_command(port=port, state_dir=tmp_path / "devhost")
+        runtime = Child("runtime", command, tmp_path / "runtime.log", env=settings)
+        ids = [f"bulk-{i:03d}" for i in range(ORDERS)]
+        runtime.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                api = f"http://{LOOPBACK}:{port}/api"
+                app = AppClient(session, api)
+                sim = SimulatorControl(session, simulator.url)
+                await app.wait_healthy(30, runtime)
+                await sim.set_faults("shipping", hangRate=1.0, hangSeconds=30)
+                for order_id in ids:
+                    await app.submit_order(order_id, ("S",), customer_id="bulk-c")
+
+                async def all_in_error() -> bool:
+                    return await count(app, "Error") == ORDERS
+
+                await until("every order in Error", all_in_error, 180, runtime)
+                await sim.clear_faults()
+
+                async with session.post(
+                    f"{api}/orders/bulk",
+                    json={"action": "resubmit", "filter": ERROR_GROUP, "dryRun": True},
+                ) as response:
+                    assert response.status == 200
+                    preview = await response.json()
+                assert preview["matched"] == ORDERS and len(preview["sampleOrderIds"]) == 10
+                # A resubmit re-runs the step each order stopped at, nothing else.
+                assert {e["operation"] for e in preview["effects"]} <= STEPS
+                assert sum(e["count"] for e in preview["effects"]) == ORDERS
+                assert await count(app, "Error") == ORDERS, "a dry run changed something"
+
+                async with session.post(
+                    f"{api}/orders/bulk", json={"action": "resubmit", "filter": ERROR_GROUP}
+                ) as response:
+                    assert response.status == 202
+                    started = await response.json()
+                    location = response.headers["Location"]
+                assert started["matched"] == ORDERS
+                assert location == f"/api/bulk/{started['bulkId']}"
+                job_url = f"http://{LOOPBACK}:{port}{location}"
+
+                async def some_resubmitted() -> bool:
+                    return await count(app, "Error") <= ORDERS - 15
+
+                await until("the job under way", some_resubmitted, 60, runtime)
+                async with session.get(job_url) as response:
+                    before_kill = await response.json()
+                runtime.kill()
+                assert before_kill["state"] == "Running", "killed too late"
+            # Orders in flight at the kill pass their 2 s deadlines while it is down; with
+            # MaxFailureCount 1 that alone would put them back in Error, which is the
+            # crash's doing, not the job's. The restarted runtime lets them retry.
+            runtime.env[Setting.MAX_FAILURE_COUNT] = "5"
+            runtime.start()
+            async with aiohttp.ClientSession() as session:
+                app = AppClient(session, api)
+                await app.wait_healthy(30, runtime)
+
+                async def job_done() -> dict[str, Any] | None:
+                    async with session.get(job_url) as response:
+                        job: dict[str, Any] = await response.json()
+                    return job if job["state"] == "Done" else None
+
+                job = await until("the job Done", job_done, 180, runtime)
+                assert (job["matched"], job["done"], job["skipped"], job["failed"]) == (
+                    ORDERS,
+                    ORDERS,
+                    0,
+                    0,
+                ), job
+
+                async def all_processed() -> bool:
+                    return await count(app, "Processed") == ORDERS
+
+                await until("every order Processed", all_processed, 180, runtime)
+                for order_id in ids:
+                    history = (await app.order(order_id))["history"]
+                    by_job = [
+                        h
+                        for h in history
+                        if h["event"] == "resubmitted"
+                        and h["detail"] == f"by bulk:{started['bulkId']}"
+                    ]
+                    assert len(by_job) == 1, (order_id, history)
+        finally:
+            runtime.stop(timeout=30)
+        assert "devhost listening" in runtime.output()
