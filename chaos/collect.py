@@ -25,7 +25,7 @@ PAGE_SIZE = 1000
 IN_FLIGHT_FILTER = "RowKey eq @row and ({})".format(
     " or ".join(f"ProcessState eq '{s.value}'" for s in ProcessState if not s.is_terminal)
 )
-IN_FLIGHT_COLUMNS = ["OrderID", "ProcessState", "LockedBy", "FailureCount"]
+IN_FLIGHT_COLUMNS = ["OrderID", "ProcessState", "LockedBy", "FailureCount", "CancelRequested"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class InFlight:
     process_state: ProcessState
     locked_by: str | None
     failure_count: int
+    cancel_requested: bool = False
 
 
 class StoreReader:
@@ -57,6 +58,7 @@ class StoreReader:
                 ProcessState(e["ProcessState"]),
                 e.get("LockedBy"),
                 int(e.get("FailureCount", 0)),
+                bool(e.get("CancelRequested", False)),
             )
             async for e in self._table.query_entities(
                 IN_FLIGHT_FILTER, parameters={"row": rows.STATE_ROW}, select=IN_FLIGHT_COLUMNS

@@ -168,6 +168,18 @@ class Cancels:
 
 
 @dataclass(frozen=True)
+class Suspends:
+    """An operator suspends a random share of the accepted orders for a few seconds, then
+    resumes them (a cancel may come in between: the plans are drawn independently)."""
+
+    share: float = 0.0
+    within_seconds: float = 10.0
+    """The latest a suspend comes after the 202."""
+    hold_seconds: float = 6.0
+    """The longest an order stays suspended before the resume."""
+
+
+@dataclass(frozen=True)
 class ChaosConfig:
     orders: int = 1000
     seed: int = 1
@@ -187,6 +199,7 @@ class ChaosConfig:
     broker: BrokerFaults = field(default_factory=BrokerFaults)
     infra: InfraFaults = field(default_factory=InfraFaults)
     cancels: Cancels = field(default_factory=Cancels)
+    suspends: Suspends = field(default_factory=Suspends)
     resubmit_errors: bool = True
     """After checking, an operator resubmits the Error orders; checked again after."""
     monitor_seconds: float = 2.0
@@ -203,6 +216,7 @@ def full(orders: int = 1000, seed: int = 1) -> ChaosConfig:
         seed=seed,
         infra=InfraFaults(broker_outages=(10.0, 60.0), kill_runtime_in_outage=True),
         cancels=Cancels(share=0.05),
+        suspends=Suspends(share=0.03),
     )
 
 
@@ -213,6 +227,7 @@ def outage(orders: int = 400, seed: int = 1, minutes: float = 2.5) -> ChaosConfi
         seed=seed,
         infra=InfraFaults(broker_outages=(10.0, minutes * 60), kill_runtime_in_outage=True),
         cancels=Cancels(share=0.05),
+        suspends=Suspends(share=0.03),
     )
 
 
@@ -232,6 +247,7 @@ def quick(seed: int = 7, orders: int = 60) -> ChaosConfig:
         broker=BrokerFaults(duplicate_rate=0.05, drop_rate=0.01, delay_rate=0.05, delay_ms=1500),
         infra=InfraFaults(broker_outages=(6.0,)),
         cancels=Cancels(share=0.1, within_seconds=8.0),
+        suspends=Suspends(share=0.08, within_seconds=6.0, hold_seconds=4.0),
         resubmit_errors=False,
         monitor_seconds=1.0,
         settle_seconds=30.0,

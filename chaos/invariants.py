@@ -238,13 +238,33 @@ def no_error_from_an_outage(obs: Observations) -> InvariantResult:
     return _result("no order in Error because of an infrastructure outage", len(errors), violations)
 
 
+def no_failure_counted_while_suspended(obs: Observations) -> InvariantResult:
+    """A Suspended order's deadlines stop: no timeout is counted between a suspend and
+    the resume or cancel that ends it."""
+    violations: list[str] = []
+    suspended = 0
+    for order_id, p in sorted(obs.processes.items()):
+        held = False
+        suspended += any(h.event == "suspended" for h in p.history)
+        for h in p.history:
+            if h.event == "suspended":
+                held = True
+            elif h.event in ("resumed", "cancel-requested"):
+                held = False
+            elif held and h.event == "timed-out":
+                violations.append(f"{order_id}: a timeout counted while Suspended ({h.detail})")
+    return _result("no failure counted while Suspended", suspended, violations)
+
+
 def locks_and_failure_counts(obs: Observations) -> InvariantResult:
     """In flight means locked; FailureCount never above MaxFailureCount (sampled during
     the run, in the final state and in every history entry)."""
     limit = obs.max_failure_count
     violations: list[str] = []
     for s in obs.samples:
-        if s.process_state in IN_FLIGHT and s.locked_by is None:
+        # A cancel waiting for the step of a Suspended order is Compensating, unlocked.
+        waiting = s.process_state is ProcessState.COMPENSATING and s.cancel_requested
+        if s.process_state in IN_FLIGHT and s.locked_by is None and not waiting:
             violations.append(
                 f"{s.order_id}: {s.process_state.value} with no lockedBy (seen at {s.at:.1f} s)"
             )
@@ -328,6 +348,7 @@ CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     effects_match_history,
     every_error_has_an_alert,
     no_error_from_an_outage,
+    no_failure_counted_while_suspended,
     locks_and_failure_counts,
     stale_replies_ignored,
     outcomes_match_orders,

@@ -75,6 +75,7 @@ class Sample:
     process_state: ProcessState
     locked_by: str | None
     failure_count: int
+    cancel_requested: bool = False
 
 
 @dataclass(frozen=True)

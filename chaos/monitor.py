@@ -40,7 +40,10 @@ class Monitor:
         at = self.now()
         found = await self._reader.in_flight()
         self.samples.extend(
-            Sample(at, r.order_id, r.process_state, r.locked_by, r.failure_count) for r in found
+            Sample(
+                at, r.order_id, r.process_state, r.locked_by, r.failure_count, r.cancel_requested
+            )
+            for r in found
         )
         self.unfinished = {r.order_id: r.process_state for r in found}
         self.scan_started_at = at

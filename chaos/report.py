@@ -82,6 +82,13 @@ def setup_table(result: RunResult) -> Table:
         f"{_pct(cancels.twice_share)} of them twice at once; answers "
         + (", ".join(f"{k} {n}" for k, n in sorted(result.cancels.items())) or "none"),
     )
+    suspends = config.suspends
+    table.add_row(
+        "operator suspends",
+        f"{_pct(suspends.share)} of the orders within {suspends.within_seconds:g} s of their "
+        f"202, resumed up to {suspends.hold_seconds:g} s later; answers "
+        + (", ".join(f"{k} {n}" for k, n in sorted(result.suspends.items())) or "none"),
+    )
     steps = len(ORDER_FULFILMENT.steps)
     outages = len(config.infra.broker_outages)
     table.add_row(

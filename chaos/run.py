@@ -18,10 +18,11 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -58,6 +59,8 @@ class RunResult:
     outages: list[BrokerOutage] = field(default_factory=list)
     cancels: Counter[str] = field(default_factory=Counter)
     """Operator cancels by answer: 202, 409 (already finished), or failed (no answer)."""
+    suspends: Counter[str] = field(default_factory=Counter)
+    """Operator suspends and resumes by answer ("suspend 202", "resume 409", ...)."""
     resubmitted: int = 0
     checks: list[Check] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -93,6 +96,7 @@ class _Run:
     (a runtime restarted while the broker is down cannot report healthy)."""
     faults_on: bool = False
     cancel_plan: dict[str, tuple[float, bool]] = field(default_factory=dict)
+    suspend_plan: dict[str, tuple[float, float]] = field(default_factory=dict)
     cancelling: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
@@ -109,11 +113,19 @@ class _Run:
         first = accepted.order_id not in self.accepted
         self.accepted[accepted.order_id] = accepted
         self.more_accepted.set()
+        if not first:
+            return
         plan = self.cancel_plan.get(accepted.order_id)
-        if first and plan is not None:
-            task = asyncio.create_task(_cancel_later(self, accepted.order_id, *plan))
-            self.cancelling.add(task)
-            task.add_done_callback(self.cancelling.discard)
+        if plan is not None:
+            self._operate(_cancel_later(self, accepted.order_id, *plan))
+        hold = self.suspend_plan.get(accepted.order_id)
+        if hold is not None:
+            self._operate(_suspend_later(self, accepted.order_id, *hold))
+
+    def _operate(self, action: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(action)
+        self.cancelling.add(task)
+        task.add_done_callback(self.cancelling.discard)
 
 
 class Window:
@@ -161,6 +173,7 @@ async def run_chaos(
                 run = _Run(config, system, session, reader, monitor, planned, say, result)
                 run.faults_on = True
                 run.cancel_plan = plan_cancels(config, list(planned))
+                run.suspend_plan = plan_suspends(config, list(planned))
                 ticker = asyncio.create_task(_tick(run))
                 await _load(run)
                 async with run.disruption:
@@ -169,6 +182,7 @@ async def run_chaos(
                 if run.cancelling:
                     await asyncio.gather(*run.cancelling)
                 say(f"operator cancels: {dict(sorted(result.cancels.items()))}")
+                say(f"operator suspends: {dict(sorted(result.suspends.items()))}")
                 say("load done; faults off (injected crashes stay on); waiting for convergence")
                 result.checks.append(await _converge_and_check(run, "after the load"))
                 if config.resubmit_errors:
@@ -312,27 +326,57 @@ def plan_cancels(config: ChaosConfig, order_ids: Sequence[str]) -> dict[str, tup
     return plan
 
 
+def plan_suspends(config: ChaosConfig, order_ids: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """Which orders an operator suspends, how long after their 202, and for how long."""
+    suspends = config.suspends
+    rng = random.Random(config.seed * 7919 + 2)
+    return {
+        order_id: (rng.uniform(0, suspends.within_seconds), rng.uniform(0, suspends.hold_seconds))
+        for order_id in order_ids
+        if rng.random() < suspends.share
+    }
+
+
+async def _suspend_later(run: _Run, order_id: str, delay: float, hold: float) -> None:
+    await asyncio.sleep(delay)
+    names = list(RUNTIMES)
+    answer = await _operator(run, order_id, names, "suspend")
+    run.result.suspends[f"suspend {answer}"] += 1
+    if answer != "202":
+        return
+    await asyncio.sleep(hold)
+    answer = await _operator(run, order_id, names[::-1], "resume")
+    run.result.suspends[f"resume {answer}"] += 1
+
+
 async def _cancel_later(run: _Run, order_id: str, delay: float, twice: bool) -> None:
     await asyncio.sleep(delay)
     names = list(RUNTIMES)
     first = random.Random(order_id).randrange(len(names))
     names = names[first:] + names[:first]
-    asks = [_cancel(run, order_id, names[i:] + names[:i]) for i in range(2 if twice else 1)]
+    asks = [
+        _operator(run, order_id, names[i:] + names[:i], "cancel") for i in range(2 if twice else 1)
+    ]
     for answer in await asyncio.gather(*asks):
         run.result.cancels[answer] += 1
 
 
-async def _cancel(run: _Run, order_id: str, names: Sequence[str]) -> str:
-    """POST cancel until it is answered: 202 (Cancelled or cancelling) or 409 (already
-    finished); a killed runtime or a 5xx (the store or bus down) is asked again."""
+async def _operator(run: _Run, order_id: str, names: Sequence[str], action: str) -> str:
+    """POST cancel, suspend or resume until it is answered: 202 or 409 (not in a state
+    that allows it); a killed runtime or a 5xx (the store or bus down) is asked again."""
     for attempt in range(CANCEL_TRIES):
-        name = names[attempt % len(names)]
+        app = run.system.app(run.session, names[attempt % len(names)])
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            status, answer = await run.system.app(run.session, name).cancel(order_id, "chaos")
+            if action == "cancel":
+                status, answer = await app.cancel(order_id, "chaos")
+            else:
+                status, answer = await (app.suspend if action == "suspend" else app.resume)(
+                    order_id
+                )
             if status in (202, 409):
                 return str(status)
             if status < 500:
-                run.result.problems.append(f"cancel of {order_id} answered {status}: {answer}")
+                run.result.problems.append(f"{action} of {order_id} answered {status}: {answer}")
                 return "refused"
         await asyncio.sleep(min(0.5 * (attempt + 1), 3.0))
     return "failed"

@@ -405,3 +405,19 @@ def test_an_error_order_whose_counted_timeout_fell_in_a_broker_outage_fails() ->
     assert invariants.no_error_from_an_outage(after).passed
     graced = replace(after, outage_grace=timedelta(seconds=30))
     assert not invariants.no_error_from_an_outage(graced).passed
+
+
+def test_a_timeout_counted_while_suspended_fails() -> None:
+    events = [("suspended", "by chaos"), ("timed-out", "charge-payment not completed")]
+    held = a_process("s-1", ProcessState.PROCESSING, [*events, ("resumed", "by chaos")])
+    result = invariants.no_failure_counted_while_suspended(observe([held]))
+    assert not result.passed and result.violations[0].startswith("s-1: a timeout counted")
+    resumed = a_process("s-2", ProcessState.PROCESSING, [events[0], ("resumed", ""), events[1]])
+    assert invariants.no_failure_counted_while_suspended(observe([resumed])).passed
+
+
+def test_a_cancel_waiting_on_a_suspended_step_may_be_unlocked() -> None:
+    waiting = Sample(5.0, "ok-1", ProcessState.COMPENSATING, None, 0, cancel_requested=True)
+    assert invariants.locks_and_failure_counts(
+        observe([processed("ok-1")], samples=[waiting])
+    ).passed
