@@ -44,7 +44,10 @@ __all__ = [
 
 log = logging.getLogger("devhost.servicebus")
 
-RECEIVE_WAIT_SECONDS = 1.0
+RECEIVE_WAIT_SECONDS = 5.0
+"""How long one receive waits for a first message. Each receive sends the broker a credit
+frame, so an idle receiver costs one round trip per wait; stopping does not wait for it."""
+STOP_GRACE_SECONDS = 2.0
 LINK_OPEN_SECONDS = 30.0
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 10.0
@@ -76,6 +79,7 @@ class QueueTrigger:
         """Set once the receiver's link is open: a message sent from then on is taken
         without the seconds a first link needs on a loaded machine."""
         self._loop_task: asyncio.Task[None] | None = None
+        self._receiving = False
         self._handlers: set[asyncio.Task[None]] = set()
         self._retiring: set[asyncio.Task[None]] = set()
         self._renewer = AutoLockRenewer(
@@ -95,11 +99,14 @@ class QueueTrigger:
         task = self._loop_task
         if task is None:
             return
-        try:
-            await asyncio.wait_for(asyncio.shield(task), RECEIVE_WAIT_SECONDS + 2)
-        except TimeoutError:
+        if self._receiving:
+            # A receive in progress is cut short; whatever it holds is released when
+            # its receiver is closed (the SDK drains the link), not left locked.
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        _, pending = await asyncio.wait({task}, timeout=STOP_GRACE_SECONDS)
+        for late in pending:
+            late.cancel()
+        await asyncio.gather(task, return_exceptions=True)
         self._loop_task = None
 
     async def close(self) -> None:
@@ -156,10 +163,14 @@ class QueueTrigger:
                 await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 continue
             wait_for_first_message(receiver, RECEIVE_WAIT_SECONDS)
-            batch = await receiver.receive_messages(
-                max_message_count=self._batch_size if self.many else free,
-                max_wait_time=RECEIVE_WAIT_SECONDS,
-            )
+            self._receiving = True
+            try:
+                batch = await receiver.receive_messages(
+                    max_message_count=self._batch_size if self.many else free,
+                    max_wait_time=RECEIVE_WAIT_SECONDS,
+                )
+            finally:
+                self._receiving = False
             yield
             if self.many and batch:
                 self._spawn(self._process(receiver, batch), mine)
