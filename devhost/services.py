@@ -133,11 +133,12 @@ def plan(
 
 def _azurite(root: Path, state_dir: Path) -> ServiceSpec:
     bin_dir = root / "node_modules" / ".bin"
+    location = state_dir / "azurite"
     command = commands.azurite_command(
         table_port=AZURITE_PORTS["table"],
         blob_port=AZURITE_PORTS["blob"],
         queue_port=AZURITE_PORTS["queue"],
-        location=state_dir / "azurite",
+        location=location,
         bin_dir=bin_dir,
     )
     return ServiceSpec(
@@ -146,6 +147,7 @@ def _azurite(root: Path, state_dir: Path) -> ServiceSpec:
         ports=tuple(AZURITE_PORTS.values()),
         endpoint=", ".join(f"{k} {LOOPBACK}:{p}" for k, p in AZURITE_PORTS.items()),
         missing_hint=commands.azurite_missing(Path(command[0]), root),
+        env=commands.azurite_env(location=location),
         # Azurite closes all three services on SIGTERM but node never exits.
         closed_marker=commands.AZURITE_CLOSED,
         closed_count=len(AZURITE_PORTS),

@@ -20,6 +20,9 @@ AZURITE_TABLE = NODE_BIN / "azurite-table"
 AZURITE_MISSING = "{binary} not found: run npm ci in {root} (bin/setup does it)"
 AZURITE_CLOSED = "successfully closed"
 """Azurite prints this once per service on SIGTERM, and then its node process lingers."""
+AZURITE_DURABLE = Path(__file__).with_name("azurite_durable.cjs")
+"""Preloaded into an Azurite that keeps its data on disk: a table write is answered only
+once saved, so a `kill -9` of Azurite loses no write it acknowledged (see the file)."""
 
 _HOST = re.escape(LOOPBACK)
 BROKER_READY = rf"broker listening on amqp://{_HOST}:(\d+) \(control http://{_HOST}:(\d+)\)"
@@ -51,6 +54,14 @@ def azurite_command(
         if port is not None:
             command += [f"--{kind}Host", LOOPBACK, f"--{kind}Port", str(port)]
     return command
+
+
+def azurite_env(*, location: Path | None) -> dict[str, str]:
+    """The environment `azurite_command` needs beside the inherited one: with `location`,
+    the preload that makes the table service save each write before answering it."""
+    if location is None:
+        return {}
+    return {"NODE_OPTIONS": f'--require "{AZURITE_DURABLE}"'}
 
 
 def broker_command(

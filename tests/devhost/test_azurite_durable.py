@@ -1,0 +1,106 @@
+"""Azurite as `python -m devhost` runs it (data on disk, the durable preload) keeps every
+table write it answered across a `kill -9`: single writes and transactions, also those of
+the last moment before the kill, and a table created just before it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from azure.data.tables.aio import TableServiceClient
+
+from devhost.harness.ports import free_port
+from devhost.harness.process import Child
+from devhost.harness.services import (
+    AZURITE_CLOSED,
+    AZURITE_DURABLE,
+    azurite_command,
+    azurite_env,
+)
+from devhost.services import plan
+from shared.contract import Setting
+from shared.settings import azurite_connection_string
+
+pytestmark = pytest.mark.azurite
+
+TABLE = "durable"
+
+
+class DurableAzurite:
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.location = workdir / "data"
+        self.child: Child | None = None
+
+    def start(self) -> None:
+        self.child = Child(
+            "azurite",
+            azurite_command(table_port=self.port, location=self.location),
+            self.workdir / "azurite.log",
+            env=azurite_env(location=self.location),
+            cwd=self.workdir,
+            closed_marker=AZURITE_CLOSED,
+        ).start()
+        self.child.wait_ready(ports=[self.port], timeout=60)
+
+    def kill9(self) -> None:
+        assert self.child is not None and self.child.process is not None
+        os.killpg(self.child.pid, signal.SIGKILL)
+        self.child.process.wait()
+        self.child = None
+
+    def stop(self) -> None:
+        if self.child is not None:
+            self.child.stop()
+            self.child = None
+
+    def client(self) -> TableServiceClient:
+        return TableServiceClient.from_connection_string(azurite_connection_string(self.port))
+
+
+@pytest.fixture
+def azurite(tmp_path: Path) -> Iterator[DurableAzurite]:
+    running = DurableAzurite(tmp_path)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_devhost_runs_azurite_on_disk_with_the_preload(tmp_path: Path) -> None:
+    settings = {Setting.STORAGE: "UseDevelopmentStorage=true"}
+    (spec,) = [s for s in plan(settings, tmp_path, tmp_path / "state") if s.name == "azurite"]
+    assert "--location" in spec.command
+    assert spec.env["NODE_OPTIONS"] == f'--require "{AZURITE_DURABLE}"'
+    assert azurite_env(location=None) == {}
+
+
+async def test_every_answered_write_survives_kill_9(azurite: DurableAzurite) -> None:
+    async with azurite.client() as service:
+        table = await service.create_table(TABLE)
+        async with table:
+
+            async def write(i: int) -> None:
+                row = {"PartitionKey": f"p{i % 4}", "RowKey": f"{i:04d}", "n": i}
+                await table.create_entity(row)
+                await table.update_entity({**row, "n": i + 1000})
+
+            await asyncio.gather(*(write(i) for i in range(200)))
+            await table.submit_transaction(
+                [("create", {"PartitionKey": "tx", "RowKey": f"{i}"}) for i in range(10)]
+            )
+            await table.delete_entity("p0", "0000")
+    azurite.kill9()
+    azurite.start()
+    async with azurite.client() as service, service.get_table_client(TABLE) as table:
+        rows = [e async for e in table.list_entities()]
+    plain = {e["RowKey"]: e["n"] for e in rows if e["PartitionKey"] != "tx"}
+    assert len(plain) == 199 and "0000" not in plain
+    assert all(n == int(key) + 1000 for key, n in plain.items())
+    assert sum(e["PartitionKey"] == "tx" for e in rows) == 10
