@@ -115,7 +115,12 @@ class MemoryStore:
 
 
 class SqliteStore:
-    """SQLite in WAL mode with synchronous=FULL: a flushed batch survives a crash."""
+    """SQLite in WAL mode with synchronous=NORMAL: a flushed batch survives a crash of
+    the broker (kill -9 included), since a WAL commit is in the OS before the send is
+    acknowledged. Not an OS crash or power cut: FULL would fsync every commit, which
+    blocked the reactor thread for ~3 ms per commit and most of its time under load,
+    a guarantee the local stack does not have elsewhere (Azurite saves its tables to
+    disk every 5 s, not per write)."""
 
     _PRUNE_EVERY_MS = 60_000
 
@@ -123,7 +128,7 @@ class SqliteStore:
         # The store is opened by the starting thread and then used only by the reactor thread.
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._messages: dict[tuple[str, int], StoredMessage | None] = {}
         self._ids: dict[tuple[str, str], int] = {}
