@@ -111,6 +111,26 @@ def start_devhost(
     pytest.fail("devhost did not start:\n" + "\n".join(lines))
 
 
+def read_until(
+    process: subprocess.Popen[str], lines: list[str], text: str, timeout: float = 30.0
+) -> None:
+    """Read the runtime's output until a line contains ``text``: the startup timer runs
+    on its own task, so a test that needs its output waits for it instead of racing it."""
+    assert process.stdout is not None
+    # A blocking readline, and a kill at the deadline to end it: select() cannot see
+    # lines already read ahead into the pipe's buffer.
+    watchdog = threading.Timer(timeout, process.kill)
+    watchdog.start()
+    try:
+        while not any(text in line for line in lines):
+            line = process.stdout.readline()
+            if not line:
+                pytest.fail(f"no line with {text!r} within {timeout:.0f} s:\n" + "\n".join(lines))
+            lines.append(line.rstrip())
+    finally:
+        watchdog.cancel()
+
+
 def stop_devhost(process: subprocess.Popen[str], lines: list[str]) -> list[str]:
     process.send_signal(signal.SIGTERM)
     output, _ = process.communicate(timeout=15)
@@ -133,6 +153,7 @@ async def test_process_serves_http_and_stops_on_sigterm(
     async with aiohttp.ClientSession() as session, session.get(f"{url}/api/hello/ada") as response:
         assert response.status == 200
         assert await response.text() == "hello ada from-env"
+    read_until(process, lines, "sweep ran")
     output = stop_devhost(process, lines)
     assert process.returncode == 0, "\n".join(output)
     text = "\n".join(output)
