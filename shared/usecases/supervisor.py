@@ -219,10 +219,13 @@ async def supervise(
     started_at = deps.clock.now()
     if outage.waiting(started_at):
         return SweepReport()
-    step = deps.policy.step_timeout
+    policy = deps.policy
+    # After an outage, a step dispatched as it ended gets its whole complete-by, and an
+    # order it left Pending its Pending timeout, before anything counts again.
+    after = policy.step_timeout + policy.pending_timeout
 
     def in_outage(deadline: datetime) -> bool:
-        return outage.covers(deadline, before=step, after=2 * step)
+        return outage.covers(deadline, before=policy.step_timeout, after=after)
 
     try:
         report = await sweep(deps, budget=budget, in_outage=in_outage)

@@ -267,7 +267,7 @@ async def test_a_deadline_that_passed_in_an_outage_is_redispatched_uncounted() -
     assert process.state.process_state is ProcessState.PENDING
     assert process.state.failure_count == 0
     assert process.steps[0].status is StepStatus.NOT_STARTED
-    world.clock.advance(40)  # the outage's backlog has drained
+    world.clock.advance(70)  # the outage's backlog has drained
     assert await scheduler.on_nudge(world.deps(), "o-1") is Handled.APPLIED
     (request,) = agent_requests(world)
     assert (request.body["step"], request.body["attempt"]) == ("reserve-inventory", 2)
