@@ -45,7 +45,8 @@ RESTART_PAUSE_SECONDS = 1.0
 TICK_SECONDS = 5.0
 SUPERVISOR_BACKOFF_CAP_SECONDS = 15.0
 """The longest a Supervisor waits between sweeps while its dependencies are down."""
-CANCEL_TRIES = 20
+OPERATOR_PATIENCE_SECONDS = 300.0
+"""How long an operator keeps asking: longer than the longest broker outage of a preset."""
 
 
 @dataclass
@@ -342,8 +343,8 @@ async def _suspend_later(run: _Run, order_id: str, delay: float, hold: float) ->
     names = list(RUNTIMES)
     answer = await _operator(run, order_id, names, "suspend")
     run.result.suspends[f"suspend {answer}"] += 1
-    if answer != "202":
-        return
+    # Resume whatever the answer: a 503 may come after the suspend was stored, and a
+    # retry of it may then be refused (409); resuming an order not Suspended is a 409.
     await asyncio.sleep(hold)
     answer = await _operator(run, order_id, names[::-1], "resume")
     run.result.suspends[f"resume {answer}"] += 1
@@ -364,7 +365,9 @@ async def _cancel_later(run: _Run, order_id: str, delay: float, twice: bool) -> 
 async def _operator(run: _Run, order_id: str, names: Sequence[str], action: str) -> str:
     """POST cancel, suspend or resume until it is answered: 202 or 409 (not in a state
     that allows it); a killed runtime or a 5xx (the store or bus down) is asked again."""
-    for attempt in range(CANCEL_TRIES):
+    begun = time.monotonic()
+    attempt = 0
+    while time.monotonic() - begun < OPERATOR_PATIENCE_SECONDS:
         app = run.system.app(run.session, names[attempt % len(names)])
         with contextlib.suppress(aiohttp.ClientError, TimeoutError):
             if action == "cancel":
@@ -378,7 +381,8 @@ async def _operator(run: _Run, order_id: str, names: Sequence[str], action: str)
             if status < 500:
                 run.result.problems.append(f"{action} of {order_id} answered {status}: {answer}")
                 return "refused"
-        await asyncio.sleep(min(0.5 * (attempt + 1), 3.0))
+        attempt += 1
+        await asyncio.sleep(min(0.5 * attempt, 3.0))
     return "failed"
 
 
