@@ -119,8 +119,8 @@ class SqliteStore:
     the broker (kill -9 included), since a WAL commit is in the OS before the send is
     acknowledged. Not an OS crash or power cut: FULL would fsync every commit, which
     blocked the reactor thread for ~3 ms per commit and most of its time under load,
-    a guarantee the local stack does not have elsewhere (Azurite saves its tables to
-    disk every 5 s, not per write)."""
+    a guarantee nothing else in the local stack gives (Azurite's saves and the
+    simulator's ledger do not fsync either)."""
 
     _PRUNE_EVERY_MS = 60_000
 
