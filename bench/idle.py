@@ -181,7 +181,10 @@ def report(result: IdleResult) -> None:
     console.print(t)
     l1, l5, l15 = result.load_average
     console.print(f"load average after the window: {l1:.2f} / {l5:.2f} / {l15:.2f} ({cores} cores)")
-    for label, probe in (("first order (opens links)", result.first), ("one order after the idle spell", result.probe)):
+    for label, probe in (
+        ("first order (opens links)", result.first),
+        ("one order after the idle spell", result.probe),
+    ):
         if probe:
             server = probe.get("serverMs")
             console.print(
