@@ -2,13 +2,14 @@
 
     python -m bench.idle [--seconds 60] [--profile] [--no-probe]
 
-Starts Azurite, the broker, the simulator and the runtime as separate processes (as
-``python -m devhost`` does), waits until the runtime is healthy and every link is
-open, submits nothing, and reads each process's CPU seconds (children included) from
-the OS over the window: an idle system should cost next to nothing, and what it does
-cost is paid again on every test, demo and laptop. Then one order goes through, so a
-saving bought with slower wake-ups shows up as latency. ``--profile`` samples the
-runtime and the broker with py-spy during the window and prints their top frames.
+Starts Azurite (in memory, as bench and chaos run it), the broker, the simulator and the
+runtime as separate processes through the harness's Stack, waits until the runtime is
+healthy, sends one order (it opens the sender links) and lets start-up settle; then
+submits nothing and reads each process's CPU seconds (children included) from the OS
+over the window: an idle system should cost next to nothing, and what it does cost is
+paid again on every test, demo and laptop. Then one order goes through, so a saving
+bought with slower wake-ups shows up as latency. ``--profile`` samples the runtime and
+the broker with py-spy during the window and prints their top frames.
 """
 
 from __future__ import annotations
