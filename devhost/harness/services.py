@@ -22,7 +22,8 @@ AZURITE_CLOSED = "successfully closed"
 """Azurite prints this once per service on SIGTERM, and then its node process lingers."""
 AZURITE_DURABLE = Path(__file__).with_name("azurite_durable.cjs")
 """Preloaded into an Azurite that keeps its data on disk: a table write is answered only
-once saved, so a `kill -9` of Azurite loses no write it acknowledged (see the file)."""
+once it is in a journal on disk, so a `kill -9` of Azurite loses no write it acknowledged
+(see the file)."""
 
 _HOST = re.escape(LOOPBACK)
 BROKER_READY = rf"broker listening on amqp://{_HOST}:(\d+) \(control http://{_HOST}:(\d+)\)"
@@ -58,7 +59,7 @@ def azurite_command(
 
 def azurite_env(*, location: Path | None) -> dict[str, str]:
     """The environment `azurite_command` needs beside the inherited one: with `location`,
-    the preload that makes the table service save each write before answering it."""
+    the preload that makes the table service journal each write before answering it."""
     if location is None:
         return {}
     return {"NODE_OPTIONS": f'--require "{AZURITE_DURABLE}"'}

@@ -1,6 +1,8 @@
 """Azurite as `python -m devhost` runs it (data on disk, the durable preload) keeps every
-table write it answered across a `kill -9`: single writes and transactions, also those of
-the last moment before the kill, and a table created just before it."""
+table write it answered across a `kill -9`: single writes and transactions, those of the
+last moment before the kill and those before and after an autosave, a table created just
+before it; a refused transaction leaves nothing; the journal left by the kill is replayed
+and then removed."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from azure.data.tables import TableTransactionError
 from azure.data.tables.aio import TableServiceClient
 
 from devhost.harness.ports import free_port
@@ -28,6 +31,8 @@ from shared.settings import azurite_connection_string
 pytestmark = pytest.mark.azurite
 
 TABLE = "durable"
+AUTOSAVE = 5
+"""Seconds between Azurite's own saves of its table database."""
 
 
 class DurableAzurite:
@@ -104,3 +109,34 @@ async def test_every_answered_write_survives_kill_9(azurite: DurableAzurite) -> 
     assert len(plain) == 199 and "0000" not in plain
     assert all(n == int(key) + 1000 for key, n in plain.items())
     assert sum(e["PartitionKey"] == "tx" for e in rows) == 10
+
+
+async def test_writes_on_both_sides_of_an_autosave_and_a_refused_transaction(
+    azurite: DurableAzurite,
+) -> None:
+    async with azurite.client() as service:
+        table = await service.create_table(TABLE)
+        async with table:
+            for i in range(20):
+                await table.create_entity({"PartitionKey": "before", "RowKey": f"{i}"})
+            await asyncio.sleep(AUTOSAVE + 1)
+            for i in range(20):
+                await table.upsert_entity({"PartitionKey": "before", "RowKey": f"{i}", "n": 2})
+                await table.create_entity({"PartitionKey": "after", "RowKey": f"{i}"})
+            with pytest.raises(TableTransactionError):
+                await table.submit_transaction(
+                    [
+                        ("create", {"PartitionKey": "before", "RowKey": "new"}),
+                        ("create", {"PartitionKey": "before", "RowKey": "0"}),
+                    ]
+                )
+    azurite.kill9()
+    left = set(azurite.location.glob("*.journal.*"))
+    assert left, "the kill left no journal to replay"
+    azurite.start()
+    async with azurite.client() as service, service.get_table_client(TABLE) as table:
+        rows = [e async for e in table.list_entities()]
+    before = {e["RowKey"]: e.get("n") for e in rows if e["PartitionKey"] == "before"}
+    assert before == {f"{i}": 2 for i in range(20)}
+    assert sum(e["PartitionKey"] == "after" for e in rows) == 20
+    assert not left & set(azurite.location.glob("*.journal.*")), "replayed, saved, removed"

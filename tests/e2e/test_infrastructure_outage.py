@@ -110,7 +110,7 @@ async def test_broker_down_an_order_is_accepted_in_time_and_finishes_when_it_is_
 @dataclass
 class Azurite:
     """An Azurite of this test's own, killed and started again on one port, as
-    `python -m devhost` runs it: data on disk, each answered write saved."""
+    `python -m devhost` runs it: data on disk, each answered write journaled."""
 
     port: int
     workdir: Path
