@@ -69,7 +69,7 @@ class Journal {
     this.left = this.files();
     this.number = this.left.reduce((n, f) => Math.max(n, f.number), 0);
     this.fd = null;
-    this.written = [];
+    this.unsaved = [];
   }
 
   files() {
@@ -92,23 +92,26 @@ class Journal {
     fs.writeSync(this.fd, entries.map((e) => `${JSON.stringify(e)}\n`).join(""));
   }
 
-  /** Start a new file; returns the files a save begun now covers. */
+  /** Start a new file; returns the files a save begun now covers: every one written
+   * since the last save that succeeded (a failed save's files wait for the next one, so
+   * an older image is never replayed over a newer database). */
   rotate() {
     if (this.fd !== null) {
       fs.closeSync(this.fd);
     }
-    const covered = this.written;
+    const covered = [...this.unsaved];
     this.number += 1;
     const file = `${this.dbPath}.journal.${this.number}`;
     this.fd = fs.openSync(file, "a");
-    this.written = [file];
+    this.unsaved.push(file);
     return covered;
   }
 
-  static remove(files) {
-    for (const file of files) {
+  saved(covered) {
+    for (const file of covered) {
       fs.rmSync(file, { force: true });
     }
+    this.unsaved = this.unsaved.filter((file) => !covered.includes(file));
   }
 }
 
@@ -170,7 +173,7 @@ Store.prototype.init = async function durableInit() {
     const covered = journal.rotate();
     saveInternal.call(db, (err) => {
       if (!err) {
-        Journal.remove(covered);
+        journal.saved(covered);
       }
       if (typeof callback === "function") {
         callback(err);
@@ -182,7 +185,9 @@ Store.prototype.init = async function durableInit() {
       replay(this, file);
     }
     await save(this);
-    Journal.remove(journal.left.map((f) => f.file));
+    for (const { file } of journal.left) {
+      fs.rmSync(file, { force: true });
+    }
     journal.left = [];
   }
 };
