@@ -1,6 +1,7 @@
 """The whole system as separate processes on free loopback ports, for bench and chaos.
 
-Azurite (table service, in memory), the local broker, the simulator and one or more
+Azurite (table service, in memory unless `durable_azurite`), the local broker, the
+simulator and one or more
 runtimes (`python -m devhost --no-services`) against the same table and broker, each
 its own process as under `python -m devhost`: the CPU each takes can be read from the
 OS, a runtime can be killed like a crashed instance, and the broker's reactor does not
@@ -62,6 +63,7 @@ class Stack:
         *,
         seed: int | None = 7,
         broker_db: bool = True,
+        durable_azurite: bool = False,
         broker_lock_seconds: float | None = None,
         settings: Mapping[str, str] | None = None,
         runtimes: Sequence[str] = ("a",),
@@ -75,6 +77,7 @@ class Stack:
         self.log_dir = log_dir or workdir
         self.seed = seed
         self.broker_db = broker_db
+        self.durable_azurite = durable_azurite
         self.broker_lock_seconds = broker_lock_seconds
         self.overrides = dict(settings or {})
         self.runtime_module = runtime_module
@@ -154,7 +157,8 @@ class Stack:
         """One line for the console: where each part listens and where the logs go."""
         ports = ", ".join(f"{r.name} :{r.port}" for r in self.runtimes.values())
         return (
-            f"stack up: Azurite :{self.table_port}, broker :{self.broker_port}, "
+            f"stack up: Azurite :{self.table_port}"
+            f"{' (on disk, durable)' if self.durable_azurite else ''}, broker :{self.broker_port}, "
             f"simulator :{self.simulator_port}, runtime {ports}; logs in {self.log_dir}"
         )
 
@@ -172,9 +176,29 @@ class Stack:
         return child
 
     def _start_azurite(self) -> None:
-        child = azurite_child(self.table_port, self.workdir, self.log_dir / "azurite.log")
+        location = self.workdir / "azurite" if self.durable_azurite else None
+        log = self.log_dir / "azurite.log"
+        child = azurite_child(self.table_port, self.workdir, log, location=location)
         self.services["azurite"] = child.start()
         child.wait_ready(ports=[self.table_port], timeout=STARTUP_TIMEOUT)
+
+    def kill_azurite(self) -> int:
+        """`kill -9` Azurite (its whole process group); the pid that died. With
+        `durable_azurite` every write it answered is kept; in memory, everything is lost."""
+        child = self.services.get("azurite")
+        if child is None or not child.alive():
+            raise StartError("azurite is not running")
+        pid = child.pid
+        child.kill()
+        return pid
+
+    def start_azurite(self) -> None:
+        """Start Azurite again on its port (and, durable, its data); blocks until it
+        listens, so call it in a thread from async code."""
+        child = self.services.get("azurite")
+        if child is not None and child.alive():
+            raise StartError("azurite is already running")
+        self._start_azurite()
 
     def _start_broker(self) -> None:
         command = services.broker_command(
@@ -332,13 +356,23 @@ class Stack:
         self._previous_handlers.clear()
 
 
-def azurite_child(table_port: int, workdir: Path, log: Path) -> Child:
-    """Azurite's table service, in memory, on `table_port` (not started yet); a
+def azurite_child(
+    table_port: int, workdir: Path, log: Path, *, location: Path | None = None
+) -> Child:
+    """Azurite's table service on `table_port` (not started yet): in memory, or with
+    `location` on disk with the durable preload, as `python -m devhost` runs it; a
     StartError with the setup hint when node_modules has no Azurite."""
-    command = services.azurite_command(table_port=table_port)
+    command = services.azurite_command(table_port=table_port, location=location)
     if not Path(command[0]).exists():
         raise StartError(services.azurite_missing(Path(command[0])))
-    return Child("azurite", command, log, cwd=workdir, closed_marker=services.AZURITE_CLOSED)
+    return Child(
+        "azurite",
+        command,
+        log,
+        env=services.azurite_env(location=location),
+        cwd=workdir,
+        closed_marker=services.AZURITE_CLOSED,
+    )
 
 
 @contextlib.contextmanager

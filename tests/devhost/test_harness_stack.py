@@ -1,4 +1,5 @@
-"""The whole system as processes: up on free ports, an order through, a runtime crash."""
+"""The whole system as processes: up on free ports, an order through, a runtime crash,
+a durable Azurite killed and started again."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from azure.data.tables.aio import TableServiceClient
 
 from devhost.harness.stack import Stack
 from shared.contract import Setting
@@ -40,6 +42,27 @@ async def test_stack_runs_orders_and_survives_a_killed_runtime(tmp_path: Path) -
         pids = stack.pids()
     assert stack.pids() == {}
     assert all(not _alive(pid) for pid in pids.values())
+
+
+async def test_a_durable_azurite_keeps_what_it_answered_across_kill_and_restart(
+    tmp_path: Path,
+) -> None:
+    with Stack("durable", tmp_path, durable_azurite=True) as stack:
+        port = stack.table_port
+        async with TableServiceClient.from_connection_string(
+            stack.storage_connection_string
+        ) as service:
+            table = await service.create_table("kept")
+            for i in range(20):
+                await table.upsert_entity({"PartitionKey": "p", "RowKey": str(i), "N": i})
+            pid = stack.kill_azurite()
+            assert not _alive(pid) and "azurite" not in stack.pids()
+            stack.start_azurite()
+            assert stack.table_port == port and stack.pids()["azurite"] != pid
+            rows = [e async for e in table.list_entities()]
+            await table.close()
+        assert sorted(e["N"] for e in rows) == list(range(20))
+        assert (tmp_path / "azurite").is_dir()
 
 
 def _alive(pid: int) -> bool:
