@@ -1,8 +1,8 @@
 """What a chaos run does: how many orders, how fast, which faults, how many kills.
 
 Three presets: ``full`` (the issue's 1,000-order run), ``outage`` (the broker down for
-minutes, a runtime killed meanwhile) and ``quick`` (the seeded run of the default test
-suite, about a minute).
+minutes, a runtime killed meanwhile, Azurite down for a minute) and ``quick`` (the seeded
+run of the default test suite, about a minute).
 """
 
 from __future__ import annotations
@@ -139,20 +139,25 @@ class BrokerFaults:
 @dataclass(frozen=True)
 class InfraFaults:
     """The system's own infrastructure taken away: the broker killed (kill -9) and started
-    again on the same ports and SQLite file, so its queues survive.
-
-    Azurite is not among them: the harness runs it in memory, so a killed Azurite loses
-    every acknowledged order, which is a different claim from healing."""
+    again on the same ports and SQLite file, so its queues survive; Azurite killed
+    (kill -9) and started again on the same port and data directory, with the durable
+    preload, so every write it acknowledged survives."""
 
     broker_outages: tuple[float, ...] = ()
-    """Seconds each outage lasts; they are spread over the load."""
+    """Seconds each broker outage lasts; they are spread over the load."""
+    azurite_outages: tuple[float, ...] = ()
+    """Seconds each Azurite outage lasts; spread over the load, between the others."""
     kill_runtime_in_outage: bool = False
     """Kill -9 a runtime halfway through the longest outage and start it while the broker
     is still down."""
 
     @property
+    def outages(self) -> tuple[float, ...]:
+        return (*self.broker_outages, *self.azurite_outages)
+
+    @property
     def outage_seconds(self) -> float:
-        return sum(self.broker_outages)
+        return sum(self.outages)
 
 
 @dataclass(frozen=True)
@@ -214,26 +219,33 @@ def full(orders: int = 1000, seed: int = 1) -> ChaosConfig:
     return ChaosConfig(
         orders=orders,
         seed=seed,
-        infra=InfraFaults(broker_outages=(10.0, 60.0), kill_runtime_in_outage=True),
+        infra=InfraFaults(
+            broker_outages=(10.0, 60.0), azurite_outages=(10.0, 30.0), kill_runtime_in_outage=True
+        ),
         cancels=Cancels(share=0.05),
         suspends=Suspends(share=0.03),
     )
 
 
 def outage(orders: int = 400, seed: int = 1, minutes: float = 2.5) -> ChaosConfig:
-    """The broker down briefly, then for minutes with a runtime killed meanwhile."""
+    """The broker down briefly, then for minutes with a runtime killed meanwhile; Azurite
+    down briefly, then for a minute (the issue's storage outage)."""
     return ChaosConfig(
         orders=orders,
         seed=seed,
-        infra=InfraFaults(broker_outages=(10.0, minutes * 60), kill_runtime_in_outage=True),
+        infra=InfraFaults(
+            broker_outages=(10.0, minutes * 60),
+            azurite_outages=(10.0, 60.0),
+            kill_runtime_in_outage=True,
+        ),
         cancels=Cancels(share=0.05),
         suspends=Suspends(share=0.03),
     )
 
 
 def quick(seed: int = 7, orders: int = 60) -> ChaosConfig:
-    """The default suite's run: fewer orders, one kill, a short broker outage, random
-    cancels, modest faults, no resubmission."""
+    """The default suite's run: fewer orders, one kill, a short broker outage and a
+    short Azurite outage, random cancels, modest faults, no resubmission."""
     return ChaosConfig(
         orders=orders,
         seed=seed,
@@ -245,7 +257,7 @@ def quick(seed: int = 7, orders: int = 60) -> ChaosConfig:
         timings=Timings(pending_timeout_seconds=6),
         remote=RemoteFaults(transient_error_rate=0.10, hang_rate=0.02, hang_seconds=6.0),
         broker=BrokerFaults(duplicate_rate=0.05, drop_rate=0.01, delay_rate=0.05, delay_ms=1500),
-        infra=InfraFaults(broker_outages=(6.0,)),
+        infra=InfraFaults(broker_outages=(6.0,), azurite_outages=(4.0,)),
         cancels=Cancels(share=0.1, within_seconds=8.0),
         suspends=Suspends(share=0.08, within_seconds=6.0, hold_seconds=4.0),
         resubmit_errors=False,

@@ -17,6 +17,9 @@ LOG_PATTERNS: dict[str, re.Pattern[str]] = {
     "requests expired on arrival": re.compile(r"arrived after its complete-by"),
     "agents silent at the deadline": re.compile(r"gave up at its complete-by"),
 }
+IN_OUTAGE = "expired-in-outage"
+RECOVERY_EVENTS = frozenset({"timed-out", IN_OUTAGE})
+"""History events of a Supervisor recovery: counted, or forgiven as the outage's doing."""
 SIMULATOR_KEYS = (
     "calls",
     "applied",
@@ -74,7 +77,10 @@ def figures(
     return Figures(
         states=dict(states),
         recoveries=sum(
-            1 for p in obs.processes.values() for h in p.history if h.event == "timed-out"
+            1 for p in obs.processes.values() for h in p.history if h.event in RECOVERY_EVENTS
+        ),
+        recoveries_in_outage=sum(
+            1 for p in obs.processes.values() for h in p.history if h.event == IN_OUTAGE
         ),
         alerts_by_reason=dict(Counter(a.reason for a in obs.alerts)),
         simulator=simulator,

@@ -21,6 +21,18 @@ def check_all(obs: Observations) -> tuple[InvariantResult, ...]:
     return tuple(check(obs) for check in CHECKS)
 
 
+def no_accepted_order_lost(obs: Observations) -> InvariantResult:
+    """Every order answered 202 is in the state store afterwards (a GET would not 404),
+    whatever was killed meanwhile: Azurite included, it keeps every write it answered."""
+    violations = [
+        f"{order_id}: accepted (202) by runtime {a.runtime} at {a.at:.1f} s but not in the "
+        "state store: LOST"
+        for order_id, a in sorted(obs.accepted.items())
+        if order_id not in obs.processes
+    ]
+    return _result("no accepted order lost", len(obs.accepted), violations)
+
+
 def all_terminal_within_bound(obs: Observations) -> InvariantResult:
     """Every accepted order is stored and terminal, and was so within the stated bound."""
     violations: list[str] = []
@@ -214,9 +226,10 @@ def every_error_has_an_alert(obs: Observations) -> InvariantResult:
 
 
 def no_error_from_an_outage(obs: Observations) -> InvariantResult:
-    """No order ends in Error because the broker was down: an Error order's counted
-    timeouts all fell outside the outages (and the grace after each), so what exhausted
-    it was a remote-service fault of the plan (a hang), never the system's own outage."""
+    """No order ends in Error because the broker or Azurite was down: an Error order's
+    counted timeouts all fell outside the outages (and the grace after each), so what
+    exhausted it was a remote-service fault of the plan (a hang), never the system's own
+    outage."""
     errors = sorted(
         order_id
         for order_id, p in obs.processes.items()
@@ -232,7 +245,7 @@ def no_error_from_an_outage(obs: Observations) -> InvariantResult:
             if window is not None:
                 violations.append(
                     f"{order_id}: Error, and a timeout counted at {h.at:%H:%M:%S} fell in the "
-                    f"broker outage {window[0]:%H:%M:%S}-{window[1]:%H:%M:%S} ({h.detail})"
+                    f"outage {window[0]:%H:%M:%S}-{window[1]:%H:%M:%S} ({h.detail})"
                 )
                 break
     return _result("no order in Error because of an infrastructure outage", len(errors), violations)
@@ -339,6 +352,7 @@ def outcomes_match_orders(obs: Observations) -> InvariantResult:
 
 
 CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
+    no_accepted_order_lost,
     all_terminal_within_bound,
     effects_applied_at_most_once,
     each_effect_at_one_provider,

@@ -97,7 +97,8 @@ class Observations:
     """When every accepted order was first seen terminal (seconds since the load began)."""
     bound_seconds: float
     outages: tuple[tuple[datetime, datetime], ...] = ()
-    """When the broker was down (wall clock, UTC): from its kill until it was ready."""
+    """When the broker or Azurite was down (wall clock, UTC): from its kill until it was
+    ready again."""
     outage_grace: timedelta = timedelta(0)
     """How long after an outage a step's complete-by may still pass because of it."""
 
@@ -117,7 +118,10 @@ class Figures:
 
     states: dict[str, int] = field(default_factory=dict)
     recoveries: int = 0
-    """History `timed-out` events: the Supervisor recovered an expired attempt."""
+    """History `timed-out` and `expired-in-outage` events: the Supervisor recovered an
+    expired attempt."""
+    recoveries_in_outage: int = 0
+    """Of those, the ones not counted: the deadline passed while the bus or store was down."""
     alerts_by_reason: dict[str, int] = field(default_factory=dict)
     simulator: dict[str, int] = field(default_factory=dict)
     broker: dict[str, int] = field(default_factory=dict)

@@ -66,15 +66,17 @@ def setup_table(result: RunResult) -> Table:
         )
         or "none",
     )
-    table.add_row(
-        "broker kill -9",
-        "; ".join(
-            f"pid {o.pid} at {o.at:.1f} s, back after {o.down_seconds:.1f} s"
-            + (f", {o.runtime_killed} killed meanwhile" if o.runtime_killed else "")
-            for o in result.outages
+    for service, label in (("broker", "broker kill -9"), ("azurite", "Azurite kill -9")):
+        table.add_row(
+            label,
+            "; ".join(
+                f"pid {o.pid} at {o.at:.1f} s, back after {o.down_seconds:.1f} s"
+                + (f", {o.runtime_killed} killed meanwhile" if o.runtime_killed else "")
+                for o in result.outages
+                if o.service == service
+            )
+            or "none",
         )
-        or "none",
-    )
     cancels = config.cancels
     table.add_row(
         "operator cancels",
@@ -90,7 +92,7 @@ def setup_table(result: RunResult) -> Table:
         + (", ".join(f"{k} {n}" for k, n in sorted(result.suspends.items())) or "none"),
     )
     steps = len(ORDER_FULFILMENT.steps)
-    outages = len(config.infra.broker_outages)
+    outages = len(config.infra.outages)
     table.add_row(
         "convergence bound",
         f"{result.bound_seconds:.0f} s after the last submission = (MaxFailureCount "
@@ -98,7 +100,8 @@ def setup_table(result: RunResult) -> Table:
         f"{max(t.step_timeout_seconds, t.pending_timeout_seconds)} s + sweep period "
         f"{t.supervisor_period_seconds} s + longest back-off {t.max_backoff_seconds:g} s)"
         + (
-            f" + {outages} broker outage(s) of {config.infra.outage_seconds:g} s in all, "
+            f" + {outages} broker or Azurite outage(s) of {config.infra.outage_seconds:g} s "
+            "in all, "
             "each followed by the Supervisor's longest back-off, a PendingTimeout and "
             "one expiry"
             if outages
@@ -153,7 +156,8 @@ def figures_table(result: RunResult) -> Table:
     def row(label: str, pick: str) -> None:
         table.add_row(label, *(pick_figure(c, pick) for c in checks))
 
-    row("Supervisor recoveries (history timed-out)", "recoveries")
+    row("Supervisor recoveries (history timed-out, expired-in-outage)", "recoveries")
+    row("  of which not counted (deadline passed in an outage)", "recoveries_in_outage")
     row("remote calls", "sim:calls")
     row("  retried calls (same idempotency key)", "sim:retried calls (same key)")
     row("  transient errors injected", "sim:transientErrors")
@@ -185,6 +189,8 @@ def pick_figure(check: Check, pick: str) -> str:
     f = check.figures
     if pick == "recoveries":
         return str(f.recoveries)
+    if pick == "recoveries_in_outage":
+        return str(f.recoveries_in_outage)
     source, _, key = pick.partition(":")
     values = {"sim": f.simulator, "broker": f.broker, "log": f.log_counts}[source]
     return str(values.get(key, 0))

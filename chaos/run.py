@@ -3,9 +3,9 @@
 Phases: the system comes up; faults go on; orders are submitted over both runtimes
 (at most `submit_rate` a second and `max_in_flight` unfinished at once) while runtimes
 are killed with SIGKILL and restarted, the broker is killed and restarted (a runtime
-killed while it is down), and an operator cancels a random share of the orders; faults
-go off; every accepted order must be
-terminal within the stated bound; the Supervisor's watch list must empty (every outbox
+killed while it is down), Azurite is killed and restarted, and an operator cancels a
+random share of the orders; faults go off; every accepted order must be stored (none
+lost) and terminal within the stated bound; the Supervisor's watch list must empty (every outbox
 sent); then the invariants are checked. Optionally an operator resubmits the Error
 orders and everything is checked again.
 """
@@ -34,7 +34,7 @@ from chaos.invariants import check_all
 from chaos.load import plan_orders, submit_all
 from chaos.model import Accepted, Alert, Check, Convergence, Figures, Observations, PlannedOrder
 from chaos.monitor import Monitor
-from chaos.system import RUNTIMES, BrokerOutage, ChaosStack, KillEvent, chaos_stack
+from chaos.system import RUNTIMES, ChaosStack, KillEvent, Outage, chaos_stack
 from shared.domain.model import ProcessState
 from shared.domain.workflow import ORDER_FULFILMENT
 
@@ -57,7 +57,8 @@ class RunResult:
     table: str
     load_seconds: float = 0.0
     kills: list[KillEvent] = field(default_factory=list)
-    outages: list[BrokerOutage] = field(default_factory=list)
+    outages: list[Outage] = field(default_factory=list)
+    """Broker and Azurite outages, in the order they happened."""
     cancels: Counter[str] = field(default_factory=Counter)
     """Operator cancels by answer: 202, 409 (already finished), or failed (no answer)."""
     suspends: Counter[str] = field(default_factory=Counter)
@@ -93,7 +94,7 @@ class _Run:
     alerts: list[Alert] = field(default_factory=list)
     more_accepted: asyncio.Event = field(default_factory=asyncio.Event)
     disruption: asyncio.Lock = field(default_factory=asyncio.Lock)
-    """Held while a runtime or the broker is down, so two disruptions never overlap
+    """Held while a runtime, the broker or Azurite is down, so two disruptions never overlap
     (a runtime restarted while the broker is down cannot report healthy)."""
     faults_on: bool = False
     cancel_plan: dict[str, tuple[float, bool]] = field(default_factory=dict)
@@ -221,6 +222,7 @@ async def _load(run: _Run) -> None:
         )
         group.create_task(_kill_on_schedule(run))
         group.create_task(_broker_outages(run))
+        group.create_task(_azurite_outages(run))
     run.result.load_seconds = max(a.at for a in run.accepted.values())
 
 
@@ -307,11 +309,41 @@ async def _broker_outage(run: _Run, seconds: float, victim: str | None) -> None:
     down = run.now() - at
     if run.faults_on:
         await system.broker(run.session).set_faults(run.config.broker.to_json(run.config.seed))
-    run.result.outages.append(BrokerOutage(pid, at, down, started_at, ended_at, killed))
+    run.result.outages.append(Outage("broker", pid, at, down, started_at, ended_at, killed))
     run.progress(f"[{run.now():6.1f} s] broker up again after {down:.1f} s")
     if victim is not None:
         await system.wait_healthy(run.session, victim)
         run.progress(f"[{run.now():6.1f} s] {system.instance_id(victim)} healthy")
+
+
+async def _azurite_outages(run: _Run) -> None:
+    """Kill -9 Azurite each time another share of the orders has been accepted (offset
+    from the broker outages and the runtime kills) and start it again on its port and
+    data after the outage's length: every write it acknowledged must still be there."""
+    outages = run.config.infra.azurite_outages
+    for k, seconds in enumerate(outages):
+        threshold = run.config.orders * (k + 1.5) / (len(outages) + 1.5)
+        while len(run.accepted) < threshold:
+            run.more_accepted.clear()
+            await run.more_accepted.wait()
+        async with run.disruption:
+            await _azurite_outage(run, seconds)
+
+
+async def _azurite_outage(run: _Run, seconds: float) -> None:
+    system = run.system
+    at, started_at = run.now(), datetime.now(UTC)
+    pid = system.kill_azurite()
+    unfinished = run.monitor.in_flight(run.accepted)
+    run.progress(
+        f"[{at:6.1f} s] kill -9 Azurite (pid {pid}) for {seconds:g} s, {unfinished} unfinished"
+    )
+    await asyncio.sleep(seconds)
+    await asyncio.to_thread(system.start_azurite)
+    ended_at = datetime.now(UTC)
+    down = run.now() - at
+    run.result.outages.append(Outage("azurite", pid, at, down, started_at, ended_at))
+    run.progress(f"[{run.now():6.1f} s] Azurite up again after {down:.1f} s")
 
 
 def plan_cancels(config: ChaosConfig, order_ids: Sequence[str]) -> dict[str, tuple[float, bool]]:
@@ -387,10 +419,10 @@ async def _operator(run: _Run, order_id: str, names: Sequence[str], action: str)
 
 
 def bound_seconds(config: ChaosConfig) -> float:
-    """The timings' bound, plus each broker outage and what it takes after one: the
-    Supervisor's longest back-off, then a Pending timeout before it nudges again."""
+    """The timings' bound, plus each broker or Azurite outage and what it takes after one:
+    the Supervisor's longest back-off, then a Pending timeout before it nudges again."""
     t = config.timings
-    outages = config.infra.broker_outages
+    outages = config.infra.outages
     after_each = SUPERVISOR_BACKOFF_CAP_SECONDS + t.pending_timeout_seconds + t.expiry_seconds
     return t.convergence_bound_seconds() + sum(outages) + len(outages) * after_each
 
@@ -411,6 +443,9 @@ async def _converge_and_check(run: _Run, title: str) -> Check:
     begun = time.monotonic()
     observations, figures_ = await _observe(run, since, terminal_at)
     took = time.monotonic() - begun
+    lost = sorted(set(run.accepted) - set(observations.processes))
+    if lost:
+        run.progress(f"LOST: {len(lost)} accepted order(s) not in the state store: {lost[:5]}")
     check = Check(
         title,
         observations,

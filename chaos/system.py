@@ -1,7 +1,8 @@
 """What a chaos run starts: the harness `Stack` with two runtimes, and its kill record.
 
-Its own Azurite (in memory, on a free port), a durable local broker (SQLite file, short
-lock; killed and started again for the infrastructure faults), the simulator, and two
+Its own Azurite (on disk under the workdir with the durable preload, on a port fixed for
+the run), a durable local broker (SQLite file, short lock), both killed and started again
+for the infrastructure faults, the simulator, and two
 runtimes (`python -m devhost --no-services`) against the same storage and broker: two
 Schedulers compete for orders, two Supervisors sweep at once. Everything started is
 stopped on exit, also after a failure or Ctrl-C.
@@ -34,22 +35,25 @@ class KillEvent:
 
 
 @dataclass(frozen=True)
-class BrokerOutage:
+class Outage:
+    service: str
+    """What was killed: "broker" or "azurite"."""
     pid: int
     at: float
-    """Seconds since the load started, when the broker was killed."""
+    """Seconds since the load started, when it was killed."""
     down_seconds: float
-    """Seconds until the broker took connections again."""
+    """Seconds until it took connections again."""
     started_at: datetime
     ended_at: datetime
     """Wall clock (UTC), to compare with the orders' history."""
     runtime_killed: str | None = None
-    """The runtime killed while the broker was down, if any."""
+    """The runtime killed while it was down, if any."""
 
 
 class ChaosStack(Stack):
-    """The harness stack, plus a broker that can be killed and started again on the same
-    ports and the same SQLite file (its queues and their messages survive)."""
+    """The harness stack (its Azurite durable, so it can be killed and started again), plus
+    a broker that can be killed and started again on the same ports and the same SQLite
+    file (its queues and their messages survive)."""
 
     def kill_broker(self) -> int:
         child = self.services["broker"]
@@ -77,6 +81,7 @@ def chaos_stack(config: ChaosConfig, workdir: Path) -> ChaosStack:
         workdir,
         seed=config.seed,
         broker_db=True,
+        durable_azurite=True,
         broker_lock_seconds=config.timings.broker_lock_seconds,
         settings={
             ChaosSetting.FAULT_RATE: str(config.chaos_fault_rate),

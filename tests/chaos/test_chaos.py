@@ -1,7 +1,8 @@
 """Prove it heals: the whole system under mixed faults, injected crashes, kill -9 of a
-runtime and of the broker, and random operator cancels.
+runtime, of the broker and of Azurite, and random operator cancels.
 
-The seeded quick run (60 orders, one kill, a 6 s broker outage, about a minute) belongs
+The seeded quick run (60 orders, one kill, a 6 s broker outage, a 4 s Azurite outage,
+about a minute) belongs
 to the default suite; the issue's 1,000-order run is marked slow (`bin/test -m slow`).
 """
 
@@ -23,7 +24,8 @@ def assert_healed(result: RunResult) -> None:
     first = result.checks[0]
     assert len(first.observations.accepted) == result.config.orders
     assert len(result.kills) == result.config.kills
-    assert len(result.outages) == len(result.config.infra.broker_outages)
+    assert len(result.outages) == len(result.config.infra.outages)
+    assert {o.service for o in result.outages} == {"broker", "azurite"}
     assert result.cancels["202"] > 0, as_text(result)  # some orders were cancelled
     # The faults did hit: otherwise the run proves nothing.
     assert first.figures.recoveries > 0, as_text(result)

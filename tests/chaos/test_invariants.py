@@ -212,6 +212,15 @@ def test_an_order_not_terminal_or_missing_or_late_fails() -> None:
     assert not late.passed and "beyond the bound" in late.violations[0]
 
 
+def test_an_accepted_order_missing_from_the_store_is_reported_lost() -> None:
+    obs = observe([processed("ok-1")], effects_of_processed("ok-1"))
+    assert invariants.no_accepted_order_lost(obs).passed
+    lost = replace(obs, accepted={**obs.accepted, "lost-1": Accepted("lost-1", 2.0, "b", 1)})
+    (violation,) = failing(invariants.check_all(lost))["no accepted order lost"]
+    assert violation.startswith("lost-1: accepted (202) by runtime b at 2.0 s")
+    assert violation.endswith("LOST")
+
+
 def test_an_effect_applied_twice_fails() -> None:
     effects = [*effects_of_processed("ok-1")[:2], effect("ok-1", "create-shipment", applied=2)]
     result = invariants.effects_applied_at_most_once(observe([processed("ok-1")], effects))
