@@ -15,6 +15,7 @@ from shared.domain.workflow import AgentName
 from shared.functions.http import json_response, opt_iso, problem, read_json
 from shared.ports import StateStoreError
 from shared.usecases.agents import AgentStatus, list_agents, set_drain
+from shared.usecases.budget import HTTP_BUDGET
 from shared.usecases.failures import SCAN_CAP, FailureReport, group_failures
 
 bp = func.Blueprint()
@@ -47,7 +48,9 @@ async def drain_agent_http(req: func.HttpRequest) -> func.HttpResponse:
     c = await bootstrap.container()
     operator = (req.headers.get("x-operator") or "operator")[:64]
     try:
-        status = await set_drain(c.health, c.process.clock, agent, drained, reason, operator)
+        status = await set_drain(
+            c.health, c.process.clock, agent, drained, reason, operator, budget=HTTP_BUDGET
+        )
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, _RETRY)
     return json_response(agent_view(status, c.process.clock.now()))

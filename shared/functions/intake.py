@@ -13,16 +13,11 @@ from shared.domain.messages import InvalidMessage, OrderSubmission, describe
 from shared.functions.http import base_url, json_response, problem, read_json
 from shared.functions.poison import CONFLICT, reject
 from shared.ports import StateStoreError
-from shared.usecases.submission import Budget, OrderConflict, submit_order
+from shared.usecases.budget import HTTP_BUDGET
+from shared.usecases.submission import OrderConflict, submit_order
 
 bp = func.Blueprint()
 log = logging.getLogger("orders.intake")
-
-HTTP_BUDGET = Budget(store=2.0, nudge=0.5)
-"""POST /api/orders answers within 3 s whatever the store and the bus do (the rest is
-parsing and the host): a store that has not answered in 2 s gets a 503 with Retry-After,
-and a stored order is 202 after at most half a second of its nudge (the nudge goes on
-without the client, and the Supervisor backs it up)."""
 
 
 def _check_reply_to(order: OrderSubmission, allowed: frozenset[str]) -> str | None:

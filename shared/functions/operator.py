@@ -21,7 +21,8 @@ from shared.functions.http import (
     state_view,
 )
 from shared.openapi import document
-from shared.ports import BusUnavailable, StateStoreError
+from shared.ports import StateStoreError
+from shared.usecases.budget import HTTP_BUDGET
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.operator import (
     OrderNotFound,
@@ -92,20 +93,13 @@ async def resubmit_order_http(req: func.HttpRequest) -> func.HttpResponse:
     c = await bootstrap.container()
     operator = req.headers.get("x-operator") or "operator"
     try:
-        process = await resubmit_order(c.process, order_id, operator[:64])
+        process = await resubmit_order(c.process, order_id, operator[:64], budget=HTTP_BUDGET)
     except OrderNotFound:
         return _not_found(order_id)
     except InvalidTransition as exc:
         return problem(409, "Not in Error", str(exc))
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
-    except BusUnavailable:
-        return problem(
-            503,
-            "Try again",
-            "resubmitted, but the Scheduler could not be told yet: retry",
-            {"Retry-After": "5"},
-        )
     return json_response(state_view(process.state), status=202)
 
 
@@ -117,18 +111,24 @@ async def cancel_order_http(req: func.HttpRequest) -> func.HttpResponse:
     return await _operator_action(
         req,
         "Already final",
-        lambda deps, order_id, operator: cancel_order(deps, order_id, operator, reason),
+        lambda deps, order_id, operator: cancel_order(
+            deps, order_id, operator, reason, budget=HTTP_BUDGET
+        ),
     )
 
 
 @bp.route(route=Route.SUSPEND, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
 async def suspend_order_http(req: func.HttpRequest) -> func.HttpResponse:
-    return await _operator_action(req, "Cannot suspend", suspend_order)
+    return await _operator_action(
+        req, "Cannot suspend", lambda d, o, op: suspend_order(d, o, op, budget=HTTP_BUDGET)
+    )
 
 
 @bp.route(route=Route.RESUME, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
 async def resume_order_http(req: func.HttpRequest) -> func.HttpResponse:
-    return await _operator_action(req, "Not Suspended", resume_order)
+    return await _operator_action(
+        req, "Not Suspended", lambda d, o, op: resume_order(d, o, op, budget=HTTP_BUDGET)
+    )
 
 
 def _cancel_reason(req: func.HttpRequest) -> str | func.HttpResponse | None:
@@ -165,13 +165,6 @@ async def _operator_action(
         return problem(409, refusal, str(exc))
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
-    except BusUnavailable:
-        return problem(
-            503,
-            "Try again",
-            "stored, but the Scheduler could not be told yet: retry",
-            {"Retry-After": "5"},
-        )
     return json_response(state_view(process.state), status=202)
 
 

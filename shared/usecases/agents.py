@@ -14,6 +14,7 @@ from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, BreakerS
 from shared.domain.routing import STALE_AFTER, AgentView, merge
 from shared.domain.workflow import AGENTS, AgentName, AgentSpec
 from shared.ports import Clock, HealthStore
+from shared.usecases.budget import Budget, within_store_budget
 
 
 class UnknownAgent(Exception):
@@ -64,11 +65,22 @@ async def set_drain(
     drained: bool,
     reason: str | None = None,
     operator: str = "operator",
+    *,
+    budget: Budget | None = None,
 ) -> AgentStatus:
-    """Raises UnknownAgent. Setting the same flag again only refreshes its reason and time."""
+    """Raises UnknownAgent, and StoreUnavailable once `budget.store` has passed (the flag
+    may be stored: setting it again is safe). Setting the same flag again only refreshes
+    its reason and time."""
     name = _agent_name(agent)
-    await store.set_drain(AgentDrain(name.value, drained, reason, clock.now(), operator))
-    return next(s for s in await list_agents(store, clock) if s.spec.name is name)
+    return await within_store_budget(
+        _set_drain(store, clock, AgentDrain(name.value, drained, reason, clock.now(), operator)),
+        budget,
+    )
+
+
+async def _set_drain(store: HealthStore, clock: Clock, drain: AgentDrain) -> AgentStatus:
+    await store.set_drain(drain)
+    return next(s for s in await list_agents(store, clock) if s.spec.name.value == drain.agent)
 
 
 def _agent_name(agent: str) -> AgentName:

@@ -19,13 +19,25 @@ async def commit(deps: ProcessDeps, transition: Transition) -> OrderProcess:
     Supervisor's watch list, so a redelivery or the next sweep sends them again (their ids
     are deterministic, so the broker drops what already went out).
     """
+    process = await save(deps, transition)
+    await send_then_unwatch(deps, transition)
+    return process
+
+
+async def save(deps: ProcessDeps, transition: Transition) -> OrderProcess:
+    """The store's half of a commit: the order as stored, with its new ETag."""
     etag = await deps.store.save(transition.process, transition.history)
-    process = replace(transition.process, etag=etag)
     log_transition(transition)
+    return replace(transition.process, etag=etag)
+
+
+async def send_then_unwatch(deps: ProcessDeps, transition: Transition) -> None:
+    """The rest of a commit, once saved. A finished order leaves the watch list only
+    after its messages went out, so a failed send leaves the Supervisor to resend them."""
     await deps.bus.send(transition.outgoing)
     if transition.is_terminal:
+        process = transition.process
         await deps.store.unwatch(process.order_id, process.state.version)
-    return process
 
 
 def log_transition(transition: Transition) -> None:

@@ -6,14 +6,15 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from shared.domain import process as machine
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.process import Transition
 from shared.ports import ConcurrencyConflict, Page
-from shared.usecases.commit import commit
+from shared.usecases.budget import Budget, send_within_budget, within_store_budget
+from shared.usecases.commit import save, send_then_unwatch
 from shared.usecases.deps import ProcessDeps
 
 RESUBMIT_CAUSE = "operator-resubmit"
@@ -40,20 +41,26 @@ async def list_orders(
     return await deps.store.list_by_state(state, page_size, continuation)
 
 
-async def resubmit_order(deps: ProcessDeps, order_id: str, operator: str) -> OrderProcess:
+async def resubmit_order(
+    deps: ProcessDeps, order_id: str, operator: str, *, budget: Budget | None = None
+) -> OrderProcess:
     """Error back to Pending at the failed step with FailureCount reset.
 
     Idempotent: asked again before the Scheduler has claimed the order, it sends the
     nudge again and answers as before. Raises InvalidTransition in any other state.
     """
+    stored = await within_store_budget(_resubmit(deps, order_id, operator), budget)
+    return await _send(deps, stored, budget)
+
+
+async def _resubmit(deps: ProcessDeps, order_id: str, operator: str) -> _Stored:
     process = await deps.store.load(order_id)
     if process is None:
         raise OrderNotFound(order_id)
     state = process.state
     if state.process_state is ProcessState.PENDING and state.outbox_cause == RESUBMIT_CAUSE:
         # A retried resubmit: the first try stored the change but may have lost its nudge.
-        await deps.bus.send(state.outbox)
-        return process
+        return _Stored(process, None, resend=True)
     now = deps.clock.now()
     transition = machine.resubmit(process, deps.policy, now, operator, RESUBMIT_CAUSE)
     check_at = machine.next_check(transition.process, deps.workflow(process), deps.policy, now)
@@ -62,7 +69,7 @@ async def resubmit_order(deps: ProcessDeps, order_id: str, operator: str) -> Ord
             order_id, check_at, replace=True, version=transition.process.state.version
         )
     try:
-        return await commit(deps, transition)
+        return _Stored(await save(deps, transition), transition)
     except ConcurrencyConflict:
         raise machine.InvalidTransition(
             f"order {order_id} changed while it was being resubmitted"
@@ -70,7 +77,12 @@ async def resubmit_order(deps: ProcessDeps, order_id: str, operator: str) -> Ord
 
 
 async def cancel_order(
-    deps: ProcessDeps, order_id: str, operator: str, reason: str | None = None
+    deps: ProcessDeps,
+    order_id: str,
+    operator: str,
+    reason: str | None = None,
+    *,
+    budget: Budget | None = None,
 ) -> OrderProcess:
     """Stop the order and undo whatever may have taken effect; it ends Cancelled.
 
@@ -83,10 +95,13 @@ async def cancel_order(
         order_id,
         CANCEL_CAUSE,
         lambda p: machine.cancel(p, deps.policy, now, operator, reason, CANCEL_CAUSE),
+        budget,
     )
 
 
-async def suspend_order(deps: ProcessDeps, order_id: str, operator: str) -> OrderProcess:
+async def suspend_order(
+    deps: ProcessDeps, order_id: str, operator: str, *, budget: Budget | None = None
+) -> OrderProcess:
     """Stop dispatching and stop the deadlines; the order leaves the watch list (the
     commit unwatches it), so the Supervisor cannot count a failure against it."""
     now = deps.clock.now()
@@ -95,10 +110,13 @@ async def suspend_order(deps: ProcessDeps, order_id: str, operator: str) -> Orde
         order_id,
         SUSPEND_CAUSE,
         lambda p: machine.suspend(p, now, operator, SUSPEND_CAUSE),
+        budget,
     )
 
 
-async def resume_order(deps: ProcessDeps, order_id: str, operator: str) -> OrderProcess:
+async def resume_order(
+    deps: ProcessDeps, order_id: str, operator: str, *, budget: Budget | None = None
+) -> OrderProcess:
     """Continue a Suspended order with fresh deadlines. Asked again before the Scheduler
     has claimed it, it sends the nudge again; otherwise it is InvalidTransition."""
     now = deps.clock.now()
@@ -109,7 +127,19 @@ async def resume_order(deps: ProcessDeps, order_id: str, operator: str) -> Order
             return None
         return machine.resume(process, deps.policy, now, operator, RESUME_CAUSE)
 
-    return await _operate(deps, order_id, RESUME_CAUSE, decide)
+    return await _operate(deps, order_id, RESUME_CAUSE, decide, budget)
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """An operator action once its store part is done, and what is left to send."""
+
+    process: OrderProcess
+    transition: Transition | None
+    """None: nothing changed."""
+    resend: bool = False
+    """Nothing changed, but an earlier try of the same action may have stopped before
+    sending its messages: they go out again (the broker drops what already went)."""
 
 
 async def _operate(
@@ -117,13 +147,23 @@ async def _operate(
     order_id: str,
     cause: str,
     decide: Callable[[OrderProcess], Transition | None],
+    budget: Budget | None,
 ) -> OrderProcess:
+    stored = await within_store_budget(_decide_and_save(deps, order_id, cause, decide), budget)
+    return await _send(deps, stored, budget)
+
+
+async def _decide_and_save(
+    deps: ProcessDeps,
+    order_id: str,
+    cause: str,
+    decide: Callable[[OrderProcess], Transition | None],
+) -> _Stored:
     """Read, decide, write conditionally; a lost race reads again and decides again.
 
     The order goes on the watch list before the write, so a crash in between cannot
     leave a moving order unwatched (a spare entry only costs the Supervisor a read).
-    None from `decide` means nothing to change: the messages of an earlier try of the
-    same action are sent again, since that try may have stopped before sending them.
+    None from `decide` means nothing to change.
     """
     for _ in range(MAX_RACES):
         process = await deps.store.load(order_id)
@@ -131,19 +171,31 @@ async def _operate(
             raise OrderNotFound(order_id)
         transition = decide(process)
         if transition is None:
-            if process.state.outbox_cause == cause:
-                await deps.bus.send(process.state.outbox)
-            return process
+            return _Stored(process, None, resend=process.state.outbox_cause == cause)
         now = deps.clock.now()
         changed = transition.process
         check_at = machine.next_check(changed, deps.workflow(changed), deps.policy, now)
         if check_at is not None:
             await deps.store.watch(order_id, check_at, replace=False, version=changed.state.version)
         try:
-            return await commit(deps, transition)
+            return _Stored(await save(deps, transition), transition)
         except ConcurrencyConflict:
             continue
     raise ConcurrencyConflict(f"order {order_id}: lost {MAX_RACES} races in a row")
+
+
+async def _send(deps: ProcessDeps, stored: _Stored, budget: Budget | None) -> OrderProcess:
+    """The commit's second half, bounded by `budget`: without one a BusUnavailable is
+    raised (the change is stored; the Supervisor sends what it decided)."""
+    if stored.transition is not None:
+        sends: Awaitable[None] | None = send_then_unwatch(deps, stored.transition)
+    elif stored.resend:
+        sends = deps.bus.send(stored.process.state.outbox)
+    else:
+        sends = None
+    if sends is not None:
+        await send_within_budget(sends, budget, stored.process.order_id, tolerate_bus_failure=False)
+    return stored.process
 
 
 HEALTH_TTL = timedelta(seconds=5)

@@ -15,8 +15,9 @@ from shared.contract import Queue
 from shared.domain.model import OrderProcess, Outgoing, ProcessState
 from shared.ports import StoreUnavailable
 from shared.usecases import operator
+from shared.usecases.budget import Budget
 from shared.usecases.operator import check_health
-from shared.usecases.submission import Budget, submit_order
+from shared.usecases.submission import submit_order
 from tests.builders import World, an_order
 
 BUDGET = Budget(store=0.2, nudge=0.1)
