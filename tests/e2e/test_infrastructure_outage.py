@@ -107,6 +107,53 @@ async def test_broker_down_an_order_is_accepted_in_time_and_finishes_when_it_is_
     assert done["failureCount"] == 0
 
 
+async def operate(system: System, route: str, order_id: str) -> Answer:
+    return await ask(
+        system.session,
+        "POST",
+        system.app.url(route, order_id),
+        headers={"x-operator": "e2e"},
+    )
+
+
+async def test_broker_down_operator_actions_answer_in_time_and_take_effect_when_it_is_back(
+    system: System,
+) -> None:
+    """Each action stores its change and answers 202 within the bound; what it sends
+    (nudges, undos, status) follows once the broker is back."""
+    await system.faults("shipping", hangRate=1.0, hangSeconds=30)
+    await system.submit("held")
+    assert (await system.wait_for("held", timeout=90))["processState"] == "Error"
+    await system.clear_faults()
+    system.broker.stop()
+    try:
+        for order_id in ("to-cancel", "to-pause", "to-hold"):
+            assert (await submit(system, order_id)).status == 202
+        answers = [
+            await operate(system, Route.CANCEL, "to-cancel"),
+            await operate(system, Route.SUSPEND, "to-pause"),
+            await operate(system, Route.RESUME, "to-pause"),
+            await operate(system, Route.SUSPEND, "to-hold"),
+            await operate(system, Route.RESUBMIT, "held"),
+        ]
+        for answer in answers:
+            assert (answer.status, answer.seconds < ANSWER_WITHIN) == (202, True), answer
+        drain_url = f"{system.api}/{Route.AGENT_DRAIN.format(agent='payment-secondary')}"
+        drained = await ask(system.session, "PUT", drain_url, json={"drained": True})
+        assert (drained.status, drained.seconds < ANSWER_WITHIN) == (200, True), drained
+        assert drained.body["drained"] is True
+        assert (await system.order("to-hold"))["processState"] == "Suspended"
+        assert (await system.order("held"))["processState"] == "Pending"
+    finally:
+        system.broker.start()
+    assert (await system.wait_for("to-cancel", timeout=90))["processState"] == "Cancelled"
+    assert [e for e in await system.effects("to-cancel") if e["applied"]] == []
+    for order_id in ("to-pause", "held"):
+        done = await system.wait_for(order_id, timeout=90)
+        assert done["processState"] == "Processed", done
+    assert (await system.order("to-hold"))["processState"] == "Suspended"
+
+
 @dataclass
 class Azurite:
     """An Azurite of this test's own, killed and started again on one port, as
