@@ -163,6 +163,9 @@ async def _decide_and_save(
 
     The order goes on the watch list before the write, so a crash in between cannot
     leave a moving order unwatched (a spare entry only costs the Supervisor a read).
+    The entry is replaced, not kept, so it carries this version: an older change's sends
+    still going on in the background (a suspend's, during a broker outage) unwatch only
+    entries of their own version or older, never the one this change needs.
     None from `decide` means nothing to change.
     """
     for _ in range(MAX_RACES):
@@ -176,7 +179,7 @@ async def _decide_and_save(
         changed = transition.process
         check_at = machine.next_check(changed, deps.workflow(changed), deps.policy, now)
         if check_at is not None:
-            await deps.store.watch(order_id, check_at, replace=False, version=changed.state.version)
+            await deps.store.watch(order_id, check_at, replace=True, version=changed.state.version)
         try:
             return _Stored(await save(deps, transition), transition)
         except ConcurrencyConflict:

@@ -183,3 +183,22 @@ async def test_a_drain_within_the_budget_answers_with_the_flag() -> None:
     status = await set_drain(InMemoryHealthStore(), world.clock, "payment", True, budget=BUDGET)
     assert status.drained
     assert isinstance(status.drain.since if status.drain else None, datetime)
+
+
+async def test_a_resume_while_the_suspends_sends_still_wait_stays_watched() -> None:
+    """The race chaos found: suspend and resume during a broker outage. When the broker
+    returns, the suspend's background sends unwatch entries of the suspend's version; the
+    resumed order's entry carries its own, newer version and stays."""
+    world = World()
+    bus = world.bus = StalledBus()
+    await claimed(world)
+    bus.flowing.clear()
+    await timed(suspend_order(world.deps(), "o-1", "op", budget=BUDGET))
+    resumed = await timed(resume_order(world.deps(), "o-1", "op", budget=BUDGET))
+    assert resumed.state.process_state is ProcessState.PENDING
+    bus.flowing.set()
+    await settle()
+    assert "o-1" in world.store.watched()
+    world.clock.advance(3600)
+    await sweep(world.deps())
+    assert "o-1" in {m.body["orderId"] for m in bus.on(Queue.SCHEDULER)}
