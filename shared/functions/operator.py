@@ -87,20 +87,9 @@ async def list_orders_http(req: func.HttpRequest) -> func.HttpResponse:
 
 @bp.route(route=Route.RESUBMIT, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
 async def resubmit_order_http(req: func.HttpRequest) -> func.HttpResponse:
-    order_id = req.route_params.get("orderId", "")
-    if not _ORDER_ID.match(order_id):
-        return _not_found(order_id)
-    c = await bootstrap.container()
-    operator = req.headers.get("x-operator") or "operator"
-    try:
-        process = await resubmit_order(c.process, order_id, operator[:64], budget=HTTP_BUDGET)
-    except OrderNotFound:
-        return _not_found(order_id)
-    except InvalidTransition as exc:
-        return problem(409, "Not in Error", str(exc))
-    except StateStoreError:
-        return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
-    return json_response(state_view(process.state), status=202)
+    return await _operator_action(
+        req, "Not in Error", lambda d, o, op: resubmit_order(d, o, op, budget=HTTP_BUDGET)
+    )
 
 
 @bp.route(route=Route.CANCEL, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
