@@ -106,6 +106,10 @@ class Setting:
     INSTANCE_ID: Final = "WEBSITE_INSTANCE_ID"
     BULK_ACTIONS_PER_SECOND: Final = "BulkActionsPerSecond"
     """The pace of a bulk job's actions, per instance running the bulk timer."""
+    TRACE_QUERY_URL: Final = "TraceQueryUrl"
+    """Local only, never deployed: where the operator page reads an order's trace
+    (`python -m devhost` points it at its OTLP receiver). Unset in Azure, where traces
+    are in Application Insights."""
 
 
 class ChaosSetting:

@@ -59,6 +59,8 @@ class Settings:
     bulk_actions_per_second: float = 50.0
     """How fast a bulk job acts on orders, so a fleet-wide action does not crowd out
     the orders' own traffic."""
+    trace_query_url: str | None = None
+    """The local trace query the operator page links an order to; None in Azure."""
 
     @property
     def policy(self) -> ProcessPolicy:
@@ -100,6 +102,7 @@ class Settings:
             or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
             chaos_fault_rate=_number(values, ChaosSetting.FAULT_RATE, 0, minimum=0),
             bulk_actions_per_second=_number(values, Setting.BULK_ACTIONS_PER_SECOND, 50),
+            trace_query_url=values.get(Setting.TRACE_QUERY_URL, "").strip() or None,
         )
 
 

@@ -46,7 +46,11 @@ CONNECTION_STRING_SETTINGS = frozenset({Setting.STORAGE, Setting.SERVICE_BUS})
 TEST_ONLY_SETTINGS = frozenset(
     value for name, value in vars(ChaosSetting).items() if name.isupper() and isinstance(value, str)
 )
-PLAIN_SETTINGS = CODE_SETTINGS - PLATFORM_SETTINGS - CONNECTION_STRING_SETTINGS
+# Local only: the operator page's link to devhost's trace receiver; Azure has Application Insights.
+LOCAL_ONLY_SETTINGS = frozenset({Setting.TRACE_QUERY_URL})
+PLAIN_SETTINGS = (
+    CODE_SETTINGS - PLATFORM_SETTINGS - CONNECTION_STRING_SETTINGS - LOCAL_ONLY_SETTINGS
+)
 
 # The Service Bus emulator's documented limits (its config schema, Config-schema.json in
 # Azure/azure-service-bus-emulator-installer): entity properties outside them are rejected.
@@ -285,7 +289,12 @@ def test_deployed_settings_parse_and_every_name_the_code_reads_is_deployed() -> 
     env = RecordingEnv(as_environment(deployed_app_settings()))
     settings = Settings.from_env(env)
     not_deployed = (
-        env.read - set(env) - CONNECTION_STRING_SETTINGS - PLATFORM_SETTINGS - TEST_ONLY_SETTINGS
+        env.read
+        - set(env)
+        - CONNECTION_STRING_SETTINGS
+        - PLATFORM_SETTINGS
+        - TEST_ONLY_SETTINGS
+        - LOCAL_ONLY_SETTINGS
     )
     assert not not_deployed, f"the code reads settings the Bicep never sets: {sorted(not_deployed)}"
     assert settings.storage.connection_string is None and settings.storage.client_id
