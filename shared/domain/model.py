@@ -115,6 +115,9 @@ class StepRecord:
     compensation_attempts: int = 0
     agent: str | None = None
     """The agent the step was last dispatched to; its compensation goes to the same one."""
+    suspect: str | None = None
+    """An agent that timed out on this step and then said it had not applied the key: the
+    next dispatch avoids it when another candidate is healthy (see process.recover)."""
 
 
 @dataclass(frozen=True)

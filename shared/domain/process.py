@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.messages import (
     AgentReply,
     AgentRequest,
@@ -39,7 +40,7 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.domain.routing import PRIMARY_ONLY, Routing
-from shared.domain.workflow import AGENTS, AgentName, StepDefinition, Workflow
+from shared.domain.workflow import AGENTS, WORKFLOWS, AgentName, StepDefinition, Workflow
 
 
 class InvalidTransition(Exception):
@@ -305,6 +306,7 @@ def recover(
     cause: str | None = None,
     *,
     count: bool = True,
+    outcome: RemoteOutcome | None = None,
 ) -> Transition | None:
     """The Supervisor's move for an order whose deadline has passed; None if it has not.
 
@@ -314,6 +316,14 @@ def recover(
     again and nothing is counted. Without `count` (the deadline passed while the system's
     own broker or store was down, so the agent may never have had the request) the step
     is dispatched again, uncounted.
+
+    `outcome` is what the agent's remote service said about the in-doubt step's key
+    (None: not asked). Applied: the step is recorded done (Completed, or Compensated for
+    an undo) with nothing counted, since it did succeed, and the Scheduler goes on. Not
+    applied or never seen: the timeout still counts one failure (the agent did not
+    answer in time), and the retry avoids that agent when another is healthy, because a
+    key known not applied cannot be applied twice. In progress or no answer: as without
+    an outcome, the retry stays where the key lives.
     """
     deadline = next_deadline(process, policy)
     if deadline is None or deadline > now:
@@ -325,11 +335,18 @@ def recover(
         _requeue(b, policy, 0, "renudged")
         return b.build()
     index = state.current_step
-    running = index < len(process.steps) and process.steps[index].status is StepStatus.RUNNING
+    step = process.steps[index] if index < len(process.steps) else None
+    running = step is not None and step.status is StepStatus.RUNNING
+    undoing = state.process_state is ProcessState.COMPENSATING and step is not None
+    asked = step is not None and step.complete_by is not None and (running or undoing)
+    applied = outcome is not None and outcome.kind is RemoteOutcomeKind.APPLIED
+    if applied and asked and step is not None and outcome is not None:
+        _record_applied(b, policy, index, step, undo=not running, outcome=outcome)
+        return b.build()
     if running:
         # No answer by its complete-by: in doubt. A cancelling order undoes it next.
         b.set_step(index, status=StepStatus.NOT_STARTED, complete_by=None)
-    elif state.process_state is ProcessState.COMPENSATING and index < len(process.steps):
+    elif undoing:
         b.set_step(index, complete_by=None)
     if not count:
         b.set(locked_by=None)
@@ -343,16 +360,79 @@ def recover(
         last_error=f"{_step_label(process)} not completed by {iso(deadline)}",
     )
     b.note("timed-out", b.state.last_error or "")
+    known_not_applied = outcome is not None and asked and outcome.safe_to_move and running
+    if outcome is not None and asked and step is not None:
+        _note_outcome(b, step, outcome, moves=known_not_applied)
+    if known_not_applied and step is not None:
+        b.set_step(index, suspect=step.agent)
     if failures < policy.max_failure_count:
         _requeue(b, policy, failures, "requeued")
     elif policy.exhausted_policy is ExhaustedPolicy.COMPENSATE and state.phase is Phase.FORWARD:
         b.alert("max-failure-count-reached-compensating")
         b.notify(NotificationStatus.FAILED, b.state.last_error)
-        b.set(phase=Phase.COMPENSATE, current_step=index - 1, failure_count=0)
+        # The step that timed out may have taken effect: it is undone first, unless its
+        # service said it was not applied.
+        undo_from = index - 1 if known_not_applied else index
+        b.set(phase=Phase.COMPENSATE, current_step=undo_from, failure_count=0)
         _requeue(b, policy, 1, "compensation-requested")
     else:
         _hold_for_operator(b, "max-failure-count-reached")
     return b.build()
+
+
+def _record_applied(
+    b: _Builder,
+    policy: ProcessPolicy,
+    index: int,
+    step: StepRecord,
+    *,
+    undo: bool,
+    outcome: RemoteOutcome,
+) -> None:
+    """The service applied the in-doubt key: record it as if the reply had come, and let
+    the Scheduler's next claim go on from there (next step, next undo, or the end)."""
+    agent = step.agent or "the agent"
+    if undo:
+        # Compensated is not undoable: the next claim's undo walks on below it.
+        b.set_step(index, status=StepStatus.COMPENSATED, complete_by=None)
+        what = f"compensation of {step.name}"
+        recorded, key = "Compensated", _key(b, step, undo=True)
+    else:
+        b.set_step(
+            index,
+            status=StepStatus.COMPLETED,
+            result=dict(outcome.result or {}),
+            error=None,
+            complete_by=None,
+        )
+        what, recorded, key = step.name, "Completed", _key(b, step)
+    b.set(locked_by=None)
+    b.note(
+        "in-doubt-applied",
+        f"{agent} had applied key {key}: {what} recorded {recorded} without calling again",
+    )
+    _requeue(b, policy, 0, "resolved")
+
+
+def _key(b: _Builder, step: StepRecord, *, undo: bool = False) -> str:
+    """The idempotency key the step's request (or its undo's) carried."""
+    workflow = WORKFLOWS.get(b.state.workflow)
+    operation = workflow.operation(step.name, undo) if workflow else None
+    return idempotency_key(b.order.order_id, operation or step.name)
+
+
+def _note_outcome(b: _Builder, step: StepRecord, outcome: RemoteOutcome, *, moves: bool) -> None:
+    """Why the retry goes where it goes, in the order's history."""
+    agent = step.agent or "the agent"
+    if outcome.safe_to_move:
+        said = "had not applied" if outcome.kind is RemoteOutcomeKind.NOT_APPLIED else "never saw"
+        where = "the retry avoids it when another agent is healthy" if moves else "retried"
+        b.note("in-doubt-not-applied", f"{agent} {said} key {_key(b, step)}: {where}")
+    elif outcome.kind is RemoteOutcomeKind.IN_PROGRESS:
+        b.note("in-doubt-unanswered", f"{agent} still runs the call: retried at {agent}")
+    else:
+        why = f" ({outcome.detail})" if outcome.detail else ""
+        b.note("in-doubt-unanswered", f"{agent} gave no answer{why}: retried at {agent}")
 
 
 def undelivered(
@@ -689,6 +769,11 @@ def _dispatch(
     operation = (definition.compensation if compensate else definition.name) or ""
     if compensate:
         agent, why = AgentName(step.agent or definition.agent), ""
+    elif step.attempts > 0 and step.status is StepStatus.NOT_STARTED and step.suspect:
+        # Its service said the key was not applied: moving cannot apply it twice.
+        agent, why = b.routing.choose(definition.candidates, avoid=step.suspect)
+        timed_out = f"{step.suspect}: its attempt timed out"
+        why = why.replace(timed_out, f"{timed_out} and it had not applied the key")
     elif step.attempts > 0 and step.status is StepStatus.NOT_STARTED and step.agent:
         if definition.retry_elsewhere:
             agent, why = b.routing.choose(definition.candidates, avoid=step.agent)
@@ -699,7 +784,7 @@ def _dispatch(
     high = b.order.priority is Priority.HIGH
     queue = AGENTS[agent].queue_for(high)
     deadline = b.now + policy.timeout(definition, b.order.priority)
-    b.set_step(index, complete_by=deadline, agent=agent.value)
+    b.set_step(index, complete_by=deadline, agent=agent.value, suspect=None)
     b.set(current_step=index, complete_by=deadline)
     b.note(
         "compensation-dispatched" if compensate else "step-dispatched",

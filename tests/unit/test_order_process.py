@@ -223,20 +223,21 @@ async def test_threshold_moves_order_to_error_and_alerts_operator() -> None:
     assert "o-1" not in world.store.watched()
 
 
-async def test_exhausted_policy_compensate_undoes_completed_steps() -> None:
+async def test_exhausted_policy_compensate_undoes_the_in_doubt_step_then_completed_ones() -> None:
     world = World(policy=a_policy(max_failure_count=1, exhausted=ExhaustedPolicy.COMPENSATE))
     await submit_and_claim(world)
     (inventory,) = agent_requests(world)
     await scheduler.on_reply(world.deps(), a_reply(inventory))
-    agent_requests(world)  # payment hangs
+    agent_requests(world)  # payment hangs: it may have charged
     world.clock.advance(31)
     report = await sweep(world.deps())
     assert report.compensating == 1
-    world.clock.advance(2)
-    await scheduler.on_nudge(world.deps(), "o-1")
-    (undo,) = agent_requests(world)
-    assert (undo.body["step"], undo.body["action"]) == ("reserve-inventory", "compensate")
-    await scheduler.on_reply(world.deps(), a_reply(undo))
+    for step in ("charge-payment", "reserve-inventory"):
+        world.clock.advance(2)
+        await scheduler.on_nudge(world.deps(), "o-1")
+        (undo,) = agent_requests(world)
+        assert (undo.body["step"], undo.body["action"]) == (step, "compensate")
+        await scheduler.on_reply(world.deps(), a_reply(undo))
     final = await world.store.load("o-1")
     assert final is not None and final.state.process_state is ProcessState.COMPENSATED
     assert len(world.bus.on(Queue.OPERATOR_ALERTS)) == 1
