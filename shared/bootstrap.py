@@ -29,6 +29,7 @@ from shared.settings import Settings
 from shared.usecases.agent import AgentDeps
 from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.outcomes import Asked, OutcomeQueries
 from shared.usecases.routing import RoutingSource
 
 
@@ -66,6 +67,16 @@ class Container:
                 AGENT_CAPACITY,
             )
         return monitor
+
+    def outcome_queries(self) -> OutcomeQueries:
+        """The Supervisor asks each agent's service through that agent's own breaker."""
+        return OutcomeQueries(
+            {
+                name.value: Asked(remote, self.monitor(name).breaker)
+                for name, remote in self.remotes.items()
+            },
+            self.process.clock,
+        )
 
     def agent(self, name: AgentName) -> AgentDeps:
         monitor = self.monitor(name)

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from shared.domain.bulk import BulkJob, JobState
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
+from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import (
     HistoryEntry,
     JsonObject,
@@ -232,4 +233,10 @@ class RemoteService(Protocol):
 
     async def probe(self, timeout: float) -> None:
         """A cheap health call (no effect); raise TransientRemoteError unless it answers."""
+        ...
+
+    async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
+        """What the service did with `key` (its read API, no effect). Raise
+        TransientRemoteError when asking again may help; an answer that cannot be read is
+        RemoteOutcome.unknown, never a guess."""
         ...

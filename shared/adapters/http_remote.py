@@ -6,9 +6,11 @@ import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
+from shared.domain.in_doubt import IN_PROGRESS, NEVER_SEEN, NOT_APPLIED, RemoteOutcome
 from shared.domain.model import JsonObject
 from shared.ports import PermanentRemoteError, RemoteCall, TransientRemoteError
 
@@ -60,6 +62,20 @@ class HttpRemoteService:
             raise TransientRemoteError(code, message)
         raise PermanentRemoteError(code, message)
 
+    async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
+        """`GET {ServiceUrl}/operations/{key}`, the key percent-encoded whole (a key holds
+        `:` and may hold `/`). 408/429/5xx and network failures raise for a retry."""
+        url = f"{self._base_url}/operations/{quote(key, safe='')}"
+        with translated_errors("outcome query"):
+            async with self._session.get(
+                url, timeout=aiohttp.ClientTimeout(total=max(timeout, 0.001))
+            ) as response:
+                status, data = await _read(response)
+        if status in _TRANSIENT_STATUSES or status >= 500:
+            code = str(data.get("code") or f"http-{status}")
+            raise TransientRemoteError(code, "outcome query")
+        return _outcome(status, data)
+
     async def probe(self, timeout: float) -> None:
         with translated_errors("health probe"):
             async with self._session.get(
@@ -69,6 +85,27 @@ class HttpRemoteService:
                 await response.read()
         if status >= 300:
             raise TransientRemoteError(f"http-{status}", "health probe failed")
+
+
+async def _read(response: aiohttp.ClientResponse) -> tuple[int, dict[str, Any]]:
+    return response.status, _json(await response.text())
+
+
+def _outcome(status: int, data: dict[str, Any]) -> RemoteOutcome:
+    """Only the contract's exact answers count; anything else is no answer. A 404 counts
+    as never seen only with the contract's code: a service without the read API also
+    says 404, and reading that as "never seen" would send a retry elsewhere to apply the
+    key twice."""
+    if status == 200 and data.get("applied") is True:
+        result = data.get("result")
+        return RemoteOutcome.applied(result if isinstance(result, dict) else {})
+    if status == 200 and data.get("applied") is False:
+        return NOT_APPLIED
+    if status == 404 and data.get("code") == "operation-not-found":
+        return NEVER_SEEN
+    if status == 409:
+        return IN_PROGRESS
+    return RemoteOutcome.unknown(f"http-{status} {data.get('code') or ''}".strip())
 
 
 def _json(text: str) -> dict[str, Any]:

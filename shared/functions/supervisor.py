@@ -18,4 +18,5 @@ bp = func.Blueprint()
 )
 async def supervisor(timer: func.TimerRequest) -> None:
     c = await bootstrap.container()
-    await supervise(c.process, c.health, sweep_budget(os.environ.get(Setting.SUPERVISOR_SCHEDULE)))
+    budget = sweep_budget(os.environ.get(Setting.SUPERVISOR_SCHEDULE))
+    await supervise(c.process, c.health, budget, queries=c.outcome_queries())

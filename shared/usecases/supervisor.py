@@ -9,8 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from shared.domain import in_doubt
 from shared.domain import process as machine
 from shared.domain.health import SweepRecord
+from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.process import Transition
 from shared.ports import (
@@ -22,6 +24,7 @@ from shared.ports import (
 )
 from shared.usecases.commit import commit, log_transition
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.outcomes import OutcomeQueries
 
 log = logging.getLogger("orders.supervisor")
 
@@ -54,6 +57,16 @@ class SweepReport:
     outage: BaseException | None = None
     """The failure that stopped the sweep when its dependencies could not be reached."""
     recovered_orders: list[str] = field(default_factory=list)
+    in_doubt_applied: int = 0
+    """In-doubt steps their service said were applied: recorded done, not called again."""
+    in_doubt_not_applied: int = 0
+    """Not applied or never seen: retried, away from the agent that timed out if it can."""
+    in_doubt_unanswered: int = 0
+    """Still in progress, or no answer: retried where the key lives, as without asking."""
+
+    @property
+    def in_doubt(self) -> int:
+        return self.in_doubt_applied + self.in_doubt_not_applied + self.in_doubt_unanswered
 
     @property
     def recovered(self) -> int:
@@ -76,13 +89,16 @@ async def sweep(
     budget: timedelta = DEFAULT_BUDGET,
     check_timeout: float = CHECK_TIMEOUT_SECONDS,
     in_outage: Callable[[datetime], bool] = lambda deadline: False,
+    queries: OutcomeQueries | None = None,
 ) -> SweepReport:
     """Reads only the watch entries that are due, so a sweep costs what is in flight.
 
     Every change is conditional on the ETag read: two Supervisors racing on one order
     recover it once, and the loser moves on silently. No check starts once `budget` has
     passed or the bus or store look down; what is left stays due for the next sweep. A
-    deadline that passed `in_outage` (the broker or store was down) is not counted.
+    deadline that passed `in_outage` (the broker or store was down) is not counted. With
+    `queries`, an in-doubt step's service is asked what it did before it is retried
+    (shared/usecases/outcomes.py).
     """
     started = deps.clock.now()
     entries = await deps.store.due(started, limit)
@@ -99,7 +115,7 @@ async def sweep(
                 return
             try:
                 async with asyncio.timeout(check_timeout):
-                    await _check(deps, entry, report, in_outage)
+                    await _check(deps, entry, report, in_outage, queries)
                 in_a_row = 0
                 succeeded += 1
             except INFRASTRUCTURE_ERRORS as exc:
@@ -208,6 +224,7 @@ async def supervise(
     health: HealthStore,
     budget: timedelta = DEFAULT_BUDGET,
     outage: Outage = OUTAGE,
+    queries: OutcomeQueries | None = None,
 ) -> SweepReport:
     """One sweep, then a SweepRecord so operators can see the Supervisor is alive.
 
@@ -228,7 +245,7 @@ async def supervise(
         return outage.covers(deadline, before=policy.step_timeout, after=after)
 
     try:
-        report = await sweep(deps, budget=budget, in_outage=in_outage)
+        report = await sweep(deps, budget=budget, in_outage=in_outage, queries=queries)
     except INFRASTRUCTURE_ERRORS as exc:
         outage.failed(started_at, exc)
         return SweepReport(outage=exc)
@@ -269,6 +286,7 @@ async def _check(
     entry: WatchEntry,
     report: SweepReport,
     in_outage: Callable[[datetime], bool],
+    queries: OutcomeQueries | None = None,
 ) -> None:
     process = await deps.store.load(entry.order_id)
     if process is None:
@@ -284,7 +302,17 @@ async def _check(
     now = deps.clock.now()
     deadline = machine.next_deadline(process, deps.policy)
     counted = deadline is None or not in_outage(deadline)
-    transition = machine.recover(process, deps.policy, now, count=counted)
+    outcome = None
+    doubt = in_doubt.question(process, deps.workflow(process)) if queries and counted else None
+    if doubt is not None and deadline is not None and deadline <= now:
+        if now < doubt.ask_at:
+            # Asked before the service registered a late request, "never seen" is a guess.
+            await deps.store.reschedule(entry, doubt.ask_at)
+            report.rescheduled += 1
+            return
+        assert queries is not None
+        outcome = await queries.ask(doubt.agent, doubt.key)
+    transition = machine.recover(process, deps.policy, now, count=counted, outcome=outcome)
     if transition is None:
         check_at = machine.next_check(process, deps.workflow(process), deps.policy, now)
         if check_at is not None:
@@ -300,6 +328,7 @@ async def _check(
         report.lost_races += 1
         return
     report.recovered_orders.append(entry.order_id)
+    _count_outcome(report, outcome)
     state = recovered.state.process_state
     if state is ProcessState.ERROR:
         report.errored += 1
@@ -310,6 +339,17 @@ async def _check(
     check_at = machine.next_check(recovered, deps.workflow(recovered), deps.policy, now)
     if check_at is not None:
         await deps.store.reschedule(entry, check_at)
+
+
+def _count_outcome(report: SweepReport, outcome: RemoteOutcome | None) -> None:
+    if outcome is None:
+        return
+    if outcome.kind is RemoteOutcomeKind.APPLIED:
+        report.in_doubt_applied += 1
+    elif outcome.safe_to_move:
+        report.in_doubt_not_applied += 1
+    else:
+        report.in_doubt_unanswered += 1
 
 
 async def _send_then_save(deps: ProcessDeps, transition: Transition) -> OrderProcess:

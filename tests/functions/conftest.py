@@ -15,6 +15,7 @@ from devhost.host.loader import FunctionSpec
 from shared import bootstrap
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import JsonObject
 from shared.domain.workflow import AgentName
 from shared.ports import RemoteCall, RemoteService
@@ -39,6 +40,8 @@ class ScriptedRemote:
     answers: list[Any] = field(default_factory=list)
     calls: list[RemoteCall] = field(default_factory=list)
     probes: int = 0
+    outcomes: dict[str, RemoteOutcome] = field(default_factory=dict)
+    queries: list[str] = field(default_factory=list)
 
     async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
         self.calls.append(call)
@@ -49,6 +52,11 @@ class ScriptedRemote:
 
     async def probe(self, timeout: float) -> None:
         self.probes += 1
+
+    async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
+        """No answer unless scripted: the Supervisor then retries as it would without asking."""
+        self.queries.append(key)
+        return self.outcomes.get(key, RemoteOutcome.unknown("not scripted"))
 
 
 @dataclass
