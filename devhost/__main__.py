@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -24,7 +25,14 @@ from devhost.host import FunctionSpec, HostConfig, LoadError, LocalHost, load_ap
 from devhost.host.http import HttpStartError
 from devhost.host.servicebus import ServiceBusConfigError
 from devhost.host.timers import ScheduleError
-from devhost.services import Services, ServiceStartError, plan, wipe_state
+from devhost.services import (
+    OTLP_DEFAULT_PORT,
+    Services,
+    ServiceStartError,
+    plan,
+    telemetry_settings,
+    wipe_state,
+)
 from devhost.settings import LocalSettings, SettingsError, apply_to_environ, load_settings
 
 log = logging.getLogger("devhost")
@@ -74,7 +82,7 @@ def add_run_options(parser: argparse.ArgumentParser, *, inherit: bool = False) -
         "--fresh",
         action="store_true",
         default=default(False),
-        help="forget Azurite, broker and simulator data first",
+        help="forget Azurite, broker, simulator and trace data first",
     )
     parser.add_argument(
         "--state-dir",
@@ -92,7 +100,16 @@ def add_run_options(parser: argparse.ArgumentParser, *, inherit: bool = False) -
         "--no-services",
         action="store_true",
         default=default(False),
-        help="do not start Azurite, broker or simulator",
+        help="do not start Azurite, broker, simulator or OTLP receiver",
+    )
+    parser.add_argument(
+        "--otlp-port",
+        type=int,
+        default=default(OTLP_DEFAULT_PORT),
+        help=(
+            "port of the local OTLP receiver, used unless OTEL_EXPORTER_OTLP_ENDPOINT is set "
+            f"(default {OTLP_DEFAULT_PORT})"
+        ),
     )
     parser.add_argument(
         "--root",
@@ -207,6 +224,9 @@ def prepare(args: argparse.Namespace) -> Prepared:
         wipe_state(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     settings = load_settings(root)
+    if not args.no_services:
+        telemetry = telemetry_settings(settings.values, os.environ, args.otlp_port)
+        settings = dataclasses.replace(settings, values={**settings.values, **telemetry})
     apply_to_environ(settings.values)
     services = Services(root, state_dir)
     try:

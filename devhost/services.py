@@ -30,6 +30,7 @@ AZURITE_PORTS = {"blob": 10000, "queue": 10001, "table": 10002}
 BROKER_DEFAULT_PORT = 5672
 BROKER_CONTROL_PORT = 7073
 SIMULATOR_DEFAULT_PORT = 7072
+OTLP_DEFAULT_PORT = 4318
 SERVICE_URL_SETTINGS = tuple(spec.service_url_setting for spec in AGENTS.values())
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 LOG_LEVEL = "INFO"
@@ -84,6 +85,35 @@ def simulator_port(settings: Mapping[str, str]) -> int | None:
     return None
 
 
+def otlp_port(settings: Mapping[str, str]) -> int | None:
+    """Port of the local receiver if the OTLP endpoint points at this machine."""
+    url = urlparse(settings.get(commands.OTLP_ENDPOINT, ""))
+    if url.hostname in _LOCAL_HOSTS:
+        return url.port or OTLP_DEFAULT_PORT
+    return None
+
+
+def telemetry_settings(
+    values: Mapping[str, str], environ: Mapping[str, str], port: int = OTLP_DEFAULT_PORT
+) -> dict[str, str]:
+    """The telemetry settings of a local run: the user's where set (in the settings file
+    or the environment), else every span to the local receiver on ``port``, all sampled,
+    and the operator page reading them back from it."""
+
+    def given(name: str) -> str:
+        return (values.get(name) or environ.get(name) or "").strip()
+
+    chosen = {
+        commands.OTLP_ENDPOINT: given(commands.OTLP_ENDPOINT) or f"http://{LOOPBACK}:{port}",
+        commands.OTLP_SAMPLER: given(commands.OTLP_SAMPLER) or commands.ALWAYS_ON,
+    }
+    receiver = otlp_port(chosen)
+    query = given(Setting.TRACE_QUERY_URL)
+    if query or receiver is not None:
+        chosen[Setting.TRACE_QUERY_URL] = query or commands.trace_query_url(receiver or port)
+    return chosen
+
+
 def plan(
     settings: Mapping[str, str], root: Path, state_dir: Path, python: str = sys.executable
 ) -> list[ServiceSpec]:
@@ -126,6 +156,20 @@ def plan(
                 ports=(http_port,),
                 endpoint=f"http://{LOOPBACK}:{http_port}",
                 ready_line=commands.SIMULATOR_READY,
+            )
+        )
+    receiver_port = otlp_port(settings)
+    if receiver_port is not None:
+        command = commands.otlp_command(
+            port=receiver_port, db=state_dir / "traces.sqlite", log_level=LOG_LEVEL, python=python
+        )
+        specs.append(
+            ServiceSpec(
+                name="otlp",
+                command=tuple(command),
+                ports=(receiver_port,),
+                endpoint=f"http://{LOOPBACK}:{receiver_port} (traces: /api/traces/{{traceId}})",
+                ready_line=commands.OTLP_READY,
             )
         )
     return specs
@@ -232,7 +276,7 @@ class Services:
 # What devhost itself keeps in the state folder. ``--fresh`` removes only these, so a
 # mistaken ``--state-dir ~`` cannot wipe a home folder and files other tools keep
 # there (the demo's log) survive.
-STATE_ENTRIES = ("azurite", "broker.sqlite3*", "simulator.sqlite3*", "logs")
+STATE_ENTRIES = ("azurite", "broker.sqlite3*", "simulator.sqlite3*", "traces.sqlite*", "logs")
 
 
 def wipe_state(state_dir: Path) -> None:

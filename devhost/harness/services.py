@@ -13,6 +13,7 @@ from pathlib import Path
 
 from devhost.harness.ports import LOOPBACK
 from devhost.harness.process import ROOT
+from shared.contract import Setting
 
 NODE_BIN = ROOT / "node_modules" / ".bin"
 AZURITE = NODE_BIN / "azurite"
@@ -30,6 +31,11 @@ BROKER_READY = rf"broker listening on amqp://{_HOST}:(\d+) \(control http://{_HO
 """Groups: the AMQP port and the control port (both bound, also when 0 was asked)."""
 SIMULATOR_READY = rf"simulator listening on http://{_HOST}:(\d+)"
 RUNTIME_READY = rf"devhost listening on http://{_HOST}:(\d+)"
+OTLP_READY = rf"otlp receiver listening on http://{_HOST}:(\d+)"
+OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+OTLP_SAMPLER = "OTEL_TRACES_SAMPLER"
+ALWAYS_ON = "always_on"
+"""Locally every trace is kept: a developer looks at one order, not at a sample."""
 
 
 def azurite_missing(binary: Path, root: Path = ROOT) -> str:
@@ -100,6 +106,30 @@ def simulator_command(
     if seed is not None:
         command += ["--seed", str(seed)]
     return [*command, "--log-level", log_level]
+
+
+def otlp_command(
+    *, port: int, db: Path | None, log_level: str = "WARNING", python: str = sys.executable
+) -> list[str]:
+    """The local OTLP receiver; port 0 picks a free one (read it from the ready line)."""
+    command = [python, "-m", "devhost.otlp", "--port", str(port)]
+    if db is not None:
+        command += ["--db", str(db)]
+    return [*command, "--log-level", log_level]
+
+
+def telemetry_env(otlp_port: int) -> dict[str, str]:
+    """What a runtime needs to send every span to the receiver on ``otlp_port`` and to
+    let its operator page read them back."""
+    return {
+        OTLP_ENDPOINT: f"http://{LOOPBACK}:{otlp_port}",
+        OTLP_SAMPLER: ALWAYS_ON,
+        Setting.TRACE_QUERY_URL: trace_query_url(otlp_port),
+    }
+
+
+def trace_query_url(otlp_port: int) -> str:
+    return f"http://{LOOPBACK}:{otlp_port}/api/traces"
 
 
 def runtime_command(

@@ -1,7 +1,7 @@
 """The whole system as separate processes on free loopback ports, for bench and chaos.
 
 Azurite (table service, in memory unless `durable_azurite`), the local broker, the
-simulator and one or more
+simulator, the OTLP receiver (every span of the runtimes) and one or more
 runtimes (`python -m devhost --no-services`) against the same table and broker, each
 its own process as under `python -m devhost`: the CPU each takes can be read from the
 OS, a runtime can be killed like a crashed instance, and the broker's reactor does not
@@ -88,6 +88,7 @@ class Stack:
         self.broker_port = 0
         self.control_port = 0
         self.simulator_port = 0
+        self.otlp_port = 0
         self.runtimes = {r: Runtime(r, free_port()) for r in runtimes}
         self.services: dict[str, Child] = {}
         self._previous_handlers: dict[int, Any] = {}
@@ -105,6 +106,11 @@ class Stack:
     @property
     def simulator_url(self) -> str:
         return f"http://{LOOPBACK}:{self.simulator_port}"
+
+    @property
+    def trace_query_url(self) -> str:
+        """`GET {trace_query_url}/{traceId}`: the spans the runtimes exported."""
+        return services.trace_query_url(self.otlp_port)
 
     @property
     def broker_control_url(self) -> str:
@@ -129,6 +135,7 @@ class Stack:
                 for name, spec in AGENTS.items()
             },
             Setting.INSTANCE_ID: self.instance_id(runtime),
+            **services.telemetry_env(self.otlp_port),
             **self.overrides,
         }
 
@@ -159,7 +166,8 @@ class Stack:
         return (
             f"stack up: Azurite :{self.table_port}"
             f"{' (on disk, durable)' if self.durable_azurite else ''}, broker :{self.broker_port}, "
-            f"simulator :{self.simulator_port}, runtime {ports}; logs in {self.log_dir}"
+            f"simulator :{self.simulator_port}, otlp :{self.otlp_port}, runtime {ports}; "
+            f"logs in {self.log_dir}"
         )
 
     # -- services ----------------------------------------------------------------------------
@@ -169,6 +177,7 @@ class Stack:
         self._start_azurite()
         self._start_broker()
         self._start_simulator()
+        self._start_otlp()
 
     def _service(self, name: str, command: Sequence[str], **kwargs: Any) -> Child:
         child = Child(name, command, self.log_dir / f"{name}.log", **kwargs)
@@ -220,6 +229,14 @@ class Stack:
         )
         assert found is not None
         self.simulator_port = int(found[1])
+
+    def _start_otlp(self) -> None:
+        command = services.otlp_command(port=0, db=self.workdir / "traces.sqlite")
+        found = self._service("otlp", command).wait_ready(
+            line=services.OTLP_READY, timeout=STARTUP_TIMEOUT
+        )
+        assert found is not None
+        self.otlp_port = int(found[1])
 
     # -- runtimes ----------------------------------------------------------------------------
 

@@ -22,8 +22,14 @@ async def test_stack_runs_orders_and_survives_a_killed_runtime(tmp_path: Path) -
         Stack("harness", tmp_path, settings=settings, broker_lock_seconds=3) as stack,
         aiohttp.ClientSession() as session,
     ):
-        assert set(stack.pids()) == {"azurite", "broker", "simulator", "runtime"}
+        assert set(stack.pids()) == {"azurite", "broker", "simulator", "otlp", "runtime"}
         assert stack.settings()[Setting.INSTANCE_ID] == "harness-a1"
+        assert stack.settings()["OTEL_EXPORTER_OTLP_ENDPOINT"] == (
+            f"http://127.0.0.1:{stack.otlp_port}"
+        )
+        assert stack.settings()[Setting.TRACE_QUERY_URL] == stack.trace_query_url
+        async with session.get(stack.trace_query_url) as listed:
+            assert listed.status == 200
         app = stack.app(session)
         await stack.simulator(session).set_faults("payment", latencyMs=50)
         await app.submit_order("h-1")

@@ -169,14 +169,16 @@ async def test_process_starts_and_stops_the_simulator(
 ) -> None:
     port = free_port()
     make_project(tmp_path, {"InventoryServiceUrl": f"http://127.0.0.1:{port}/inventory"})
+    otlp = free_port()
     process, _, lines = start_devhost(
-        tmp_path, launch, "--state-dir", str(tmp_path / "state"), env={}
+        tmp_path, launch, "--state-dir", str(tmp_path / "state"), "--otlp-port", str(otlp), env={}
     )
     assert port_open(port), "\n".join(lines)
+    assert any(f"http://127.0.0.1:{otlp} (traces" in line for line in lines)
     assert any(f"http://127.0.0.1:{port}  (started)" in line for line in lines)
     output = stop_devhost(process, lines)
     assert process.returncode == 0, "\n".join(output)
-    assert not port_open(port)
+    assert not port_open(port) and not port_open(otlp)
     assert (tmp_path / "state" / "simulator.sqlite3").exists()
 
 

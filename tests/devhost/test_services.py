@@ -15,6 +15,7 @@ from devhost.services import (
     ServiceStartError,
     broker_port,
     plan,
+    telemetry_settings,
     wipe_state,
 )
 
@@ -144,7 +145,56 @@ def test_missing_azurite_says_run_npm_ci(tmp_path: Path) -> None:
 def test_fresh_removes_only_devhost_state(tmp_path: Path) -> None:
     (tmp_path / "azurite").mkdir()
     (tmp_path / "azurite" / "__azurite_db_table__.json").write_text("{}")
-    for name in ("broker.sqlite3", "broker.sqlite3-wal", "simulator.sqlite3", "notes.txt"):
+    names = ("broker.sqlite3", "broker.sqlite3-wal", "simulator.sqlite3", "traces.sqlite")
+    for name in (*names, "notes.txt"):
         (tmp_path / name).write_text("x")
     wipe_state(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_local_run_sends_every_span_to_the_local_receiver(tmp_path: Path) -> None:
+    telemetry = telemetry_settings({}, {}, 4400)
+    assert telemetry == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4400",
+        "OTEL_TRACES_SAMPLER": "always_on",
+        "TraceQueryUrl": "http://127.0.0.1:4400/api/traces",
+    }
+    (spec,) = plan(telemetry, tmp_path, tmp_path / "state", "py")
+    assert spec.name == "otlp" and spec.ports == (4400,)
+    db = str(tmp_path / "state" / "traces.sqlite")
+    assert spec.command == (
+        "py", "-m", "devhost.otlp", "--port", "4400", "--db", db, "--log-level", "INFO",
+    )  # fmt: skip
+
+
+def test_what_the_user_set_wins_and_a_remote_endpoint_starts_no_receiver(tmp_path: Path) -> None:
+    user = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4500", "TraceQueryUrl": ""}
+    from_env = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio"}
+    telemetry = telemetry_settings(user, from_env, 4318)
+    assert telemetry == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://localhost:4500",
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "TraceQueryUrl": "http://127.0.0.1:4500/api/traces",
+    }
+    remote = telemetry_settings({}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "https://otel.example.com"})
+    assert "TraceQueryUrl" not in remote
+    assert plan(remote, tmp_path, tmp_path / "state") == []
+
+
+def test_the_receiver_is_started_when_its_port_is_free_and_reused_when_it_answers(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    (spec,) = plan(telemetry_settings({}, {}, port), tmp_path, tmp_path / "state")
+    first = Services(tmp_path, tmp_path / "state")
+    first.ensure(spec)
+    try:
+        assert first.endpoints[0].status == "started"
+        assert (tmp_path / "state" / "traces.sqlite").exists()
+        second = Services(tmp_path, tmp_path / "other")
+        second.ensure(spec)
+        assert second.children == []
+        assert second.endpoints[0].status == "already running"
+    finally:
+        first.stop()
+    assert not port_open(port)

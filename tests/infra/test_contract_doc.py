@@ -339,6 +339,7 @@ def test_local_ports_match_the_code() -> None:
         "broker": {services.BROKER_DEFAULT_PORT},
         "broker-control": {services.BROKER_CONTROL_PORT},
         "azurite": set(services.AZURITE_PORTS.values()),
+        "otlp": {services.OTLP_DEFAULT_PORT},
     }
     rows = table("7.1 Ports").by_name()
     doc = {name: {int(p) for p in ticked(row[1]) if p.isdigit()} for name, row in rows.items()}
