@@ -130,6 +130,7 @@ def order_view(process: OrderProcess) -> dict[str, Any]:
                 "attempts": s.attempts,
                 "completeBy": opt_iso(s.complete_by),
                 "compensationAttempts": s.compensation_attempts,
+                "agent": s.agent,
                 "error": {"code": s.error.code, "message": s.error.message} if s.error else None,
             }
             for s in process.steps
