@@ -1,0 +1,301 @@
+"""In-doubt steps: the Supervisor asks the service that holds the key, then acts on it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+
+from shared.adapters.memory import InMemoryHealthStore
+from shared.contract import Queue
+from shared.domain.in_doubt import (
+    IN_PROGRESS,
+    NEVER_SEEN,
+    NOT_APPLIED,
+    RemoteOutcome,
+)
+from shared.domain.messages import AgentReply
+from shared.domain.model import (
+    ExhaustedPolicy,
+    JsonObject,
+    Outcome,
+    Outgoing,
+    ProcessState,
+    StepStatus,
+)
+from shared.ports import RemoteCall, TransientRemoteError
+from shared.resilience import CircuitBreaker
+from shared.usecases import scheduler
+from shared.usecases.deps import ProcessDeps
+from shared.usecases.outcomes import Asked, OutcomeQueries
+from shared.usecases.routing import RoutingSource
+from shared.usecases.submission import submit_order
+from shared.usecases.supervisor import SweepReport, sweep
+from tests.builders import World, a_policy, a_reply, an_order
+from tests.unit.test_routing import BOTH_HEALTHY, health
+
+CHARGE_KEY = "o-1:charge-payment"
+REFUND_KEY = "o-1:refund-payment"
+RESULT = {"chargeId": "ch-1", "amount": 25.0}
+PAST_DEADLINE = 31  # step timeout 30 s plus the 1 s settle margin
+
+
+@dataclass
+class Remote:
+    """A service's read API: scripted answers per key, and the keys it was asked about."""
+
+    answers: dict[str, RemoteOutcome | Exception] = field(default_factory=dict)
+    asked: list[str] = field(default_factory=list)
+    meanwhile: Callable[[], Awaitable[None]] | None = None
+    """Runs while the query is out (the order moves on meanwhile)."""
+
+    async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
+        raise AssertionError("the Supervisor never calls an operation")
+
+    async def probe(self, timeout: float) -> None:
+        return None
+
+    async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
+        self.asked.append(key)
+        if self.meanwhile is not None:
+            await self.meanwhile()
+        answer = self.answers.get(key, NEVER_SEEN)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+@dataclass
+class Setup:
+    world: World
+    deps: ProcessDeps
+    health: InMemoryHealthStore
+    payment: Remote
+    breakers: dict[str, CircuitBreaker]
+    charge: Outgoing | None = None
+    """The payment request that went unanswered."""
+
+    def charge_reply(self) -> AgentReply:
+        assert self.charge is not None
+        return a_reply(self.charge)
+
+    def queries(self) -> OutcomeQueries:
+        services = {
+            "payment": Asked(self.payment, self.breakers["payment"]),
+            "payment-secondary": Asked(Remote(), self.breakers["payment-secondary"]),
+        }
+        return OutcomeQueries(services, self.world.clock)
+
+    async def sweep(self) -> SweepReport:
+        return await sweep(self.deps, queries=self.queries())
+
+    def requests(self, queue: str) -> list[Outgoing]:
+        return self.world.bus.take(queue)
+
+    async def history(self) -> list[str]:
+        return [h.detail for h in await self.world.store.history("o-1")]
+
+    async def healthy(self, *agents: str) -> None:
+        for agent in agents:
+            await self.health.publish_health(health(agent, at=self.world.clock.now()))
+
+
+async def at_payment(world: World | None = None, *healthy: str) -> Setup:
+    """Order o-1 submitted, inventory reserved, its charge sent to payment and unanswered."""
+    world = world or World()
+    store = InMemoryHealthStore()
+    deps = replace(world.deps(), routing=RoutingSource(store, world.clock))
+    breakers = {a: CircuitBreaker(a, world.clock) for a in ("payment", "payment-secondary")}
+    setup = Setup(world, deps, store, Remote(), breakers)
+    await setup.healthy(*healthy)
+    await submit_order(deps, an_order("o-1", clock=world.clock))
+    await scheduler.on_nudge(deps, "o-1")
+    world.bus.take(Queue.SCHEDULER)
+    (reserve,) = setup.requests(Queue.AGENT_INVENTORY)
+    await scheduler.on_reply(deps, a_reply(reserve))
+    (setup.charge,) = setup.requests(Queue.AGENT_PAYMENT)
+    assert setup.charge.body["idempotencyKey"] == CHARGE_KEY
+    return setup
+
+
+async def next_claim(setup: Setup) -> None:
+    setup.world.clock.advance(2)
+    await setup.healthy(*(h.agent for h in BOTH_HEALTHY))
+    await scheduler.on_nudge(setup.deps, "o-1")
+
+
+async def test_an_applied_charge_is_recorded_completed_and_the_order_goes_on() -> None:
+    setup = await at_payment()
+    setup.payment.answers[CHARGE_KEY] = RemoteOutcome.applied(RESULT)
+    setup.world.clock.advance(PAST_DEADLINE)
+
+    report = await setup.sweep()
+
+    assert (report.in_doubt_applied, report.requeued) == (1, 1)
+    process = await setup.world.store.load("o-1")
+    assert process is not None
+    assert process.state.failure_count == 0
+    assert process.state.process_state is ProcessState.PENDING
+    assert (process.steps[1].status, process.steps[1].result) == (StepStatus.COMPLETED, RESULT)
+    assert any(
+        "payment had applied key o-1:charge-payment" in d and "without calling again" in d
+        for d in await setup.history()
+    )
+    await next_claim(setup)
+    assert setup.requests(Queue.AGENT_PAYMENT) == []
+    (ship,) = setup.requests(Queue.AGENT_SHIPPING)
+    await scheduler.on_reply(setup.deps, a_reply(ship))
+    final = await setup.world.store.load("o-1")
+    assert final is not None and final.state.process_state is ProcessState.PROCESSED
+
+
+async def test_an_applied_refund_is_recorded_compensated_and_the_undo_goes_on() -> None:
+    setup = await at_payment()
+    await scheduler.on_reply(setup.deps, setup.charge_reply())
+    (ship,) = setup.requests(Queue.AGENT_SHIPPING)
+    await scheduler.on_reply(setup.deps, a_reply(ship, Outcome.FAILED))
+    (refund,) = setup.requests(Queue.AGENT_PAYMENT)
+    assert (refund.body["action"], refund.body["idempotencyKey"]) == ("compensate", REFUND_KEY)
+    setup.payment.answers[REFUND_KEY] = RemoteOutcome.applied({"refundId": "r-1"})
+    setup.world.clock.advance(PAST_DEADLINE)
+
+    report = await setup.sweep()
+
+    assert report.in_doubt_applied == 1
+    assert setup.payment.asked == [REFUND_KEY]
+    process = await setup.world.store.load("o-1")
+    assert process is not None and process.state.failure_count == 0
+    assert process.steps[1].status is StepStatus.COMPENSATED
+    await next_claim(setup)
+    assert setup.requests(Queue.AGENT_PAYMENT) == []
+    (release,) = setup.requests(Queue.AGENT_INVENTORY)
+    assert (release.body["step"], release.body["action"]) == ("reserve-inventory", "compensate")
+
+
+async def test_not_applied_moves_the_retry_to_a_healthy_alternative_and_counts_one() -> None:
+    setup = await at_payment(None, "payment", "payment-secondary")
+    setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
+    setup.world.clock.advance(PAST_DEADLINE)
+
+    report = await setup.sweep()
+
+    assert (report.in_doubt_not_applied, report.requeued) == (1, 1)
+    process = await setup.world.store.load("o-1")
+    assert process is not None and process.state.failure_count == 1
+    assert process.steps[1].suspect == "payment"
+    await next_claim(setup)
+    assert setup.requests(Queue.AGENT_PAYMENT) == []
+    (retry,) = setup.requests(Queue.AGENT_PAYMENT_SECONDARY)
+    assert retry.body["idempotencyKey"] == CHARGE_KEY
+    process = await setup.world.store.load("o-1")
+    assert process is not None
+    assert (process.steps[1].agent, process.steps[1].suspect) == ("payment-secondary", None)
+    history = await setup.history()
+    assert any("payment had not applied key o-1:charge-payment" in d for d in history)
+    assert any(
+        "agent-payment-secondary (instead of payment: its attempt timed out and it had not "
+        "applied the key)" in d
+        for d in history
+    )
+
+
+async def test_never_seen_is_as_safe_as_not_applied() -> None:
+    setup = await at_payment(None, "payment", "payment-secondary")
+    setup.payment.answers[CHARGE_KEY] = NEVER_SEEN
+    setup.world.clock.advance(PAST_DEADLINE)
+
+    assert (await setup.sweep()).in_doubt_not_applied == 1
+
+    await next_claim(setup)
+    assert len(setup.requests(Queue.AGENT_PAYMENT_SECONDARY)) == 1
+    assert any("payment never saw key" in d for d in await setup.history())
+
+
+async def test_not_applied_without_a_healthy_alternative_retries_at_the_same_agent() -> None:
+    setup = await at_payment()
+    setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
+    setup.world.clock.advance(PAST_DEADLINE)
+    await setup.sweep()
+    setup.world.clock.advance(2)
+    await setup.healthy("payment")  # the secondary was never heard from
+    await scheduler.on_nudge(setup.deps, "o-1")
+    assert len(setup.requests(Queue.AGENT_PAYMENT)) == 1
+    assert setup.requests(Queue.AGENT_PAYMENT_SECONDARY) == []
+
+
+async def test_in_progress_and_no_answer_retry_where_the_key_lives() -> None:
+    for answer, said in (
+        (IN_PROGRESS, "payment still runs the call"),
+        (TransientRemoteError("http-503", "down"), "payment gave no answer"),
+    ):
+        setup = await at_payment(None, "payment", "payment-secondary")
+        setup.payment.answers[CHARGE_KEY] = answer
+        setup.world.clock.advance(PAST_DEADLINE)
+
+        report = await setup.sweep()
+
+        assert (report.in_doubt_unanswered, report.requeued) == (1, 1)
+        process = await setup.world.store.load("o-1")
+        assert process is not None and process.state.failure_count == 1
+        await next_claim(setup)
+        assert len(setup.requests(Queue.AGENT_PAYMENT)) == 1
+        assert setup.requests(Queue.AGENT_PAYMENT_SECONDARY) == []
+        assert any(said in d for d in await setup.history())
+
+
+async def test_nothing_is_asked_before_the_settle_margin_has_passed() -> None:
+    setup = await at_payment()
+    setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
+    setup.world.clock.advance(30.5)
+
+    report = await setup.sweep()
+
+    assert (report.recovered, report.rescheduled, setup.payment.asked) == (0, 1, [])
+    setup.world.clock.advance(0.5)
+    assert (await setup.sweep()).in_doubt_not_applied == 1
+
+
+async def test_an_open_breaker_sends_no_query_and_keeps_todays_rule() -> None:
+    setup = await at_payment(None, "payment", "payment-secondary")
+    setup.world.clock.advance(PAST_DEADLINE)
+    for _ in range(5):  # the agents' calls just tripped it
+        setup.breakers["payment"].record_failure()
+
+    report = await setup.sweep()
+
+    assert (report.in_doubt_unanswered, setup.payment.asked) == (1, [])
+    assert any("circuit open" in d for d in await setup.history())
+
+
+async def test_a_reply_that_lands_while_asking_wins_and_the_answer_changes_nothing() -> None:
+    setup = await at_payment()
+    late = setup.charge_reply()
+
+    async def reply_lands() -> None:
+        await scheduler.on_reply(setup.deps, late)
+
+    setup.payment.answers[CHARGE_KEY] = RemoteOutcome.applied(RESULT)
+    setup.payment.meanwhile = reply_lands
+    setup.world.clock.advance(PAST_DEADLINE)
+
+    report = await setup.sweep()
+
+    assert (report.lost_races, report.recovered, report.in_doubt) == (1, 0, 0)
+    process = await setup.world.store.load("o-1")
+    assert process is not None and process.state.process_state is ProcessState.PROCESSING
+    assert process.steps[1].result == late.result
+    assert len(setup.requests(Queue.AGENT_SHIPPING)) == 1
+    assert setup.world.bus.take(Queue.SCHEDULER) == []
+
+
+async def test_exhausted_compensate_skips_undoing_a_step_known_not_applied() -> None:
+    world = World(policy=a_policy(max_failure_count=1, exhausted=ExhaustedPolicy.COMPENSATE))
+    setup = await at_payment(world)
+    setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
+    setup.world.clock.advance(PAST_DEADLINE)
+
+    assert (await setup.sweep()).compensating == 1
+
+    await next_claim(setup)
+    assert setup.requests(Queue.AGENT_PAYMENT) == []
+    (undo,) = setup.requests(Queue.AGENT_INVENTORY)
+    assert (undo.body["step"], undo.body["action"]) == ("reserve-inventory", "compensate")
