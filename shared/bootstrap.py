@@ -30,6 +30,7 @@ from shared.usecases.agent import AgentDeps
 from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.outcomes import Asked, OutcomeQueries
+from shared.usecases.process_cache import ProcessCache
 from shared.usecases.routing import RoutingSource
 
 
@@ -168,6 +169,7 @@ def compose(
         policy=settings.policy,
         instance_id=settings.instance_id,
         routing=RoutingSource(health, clock),
+        cache=ProcessCache(),
     )
     return Container(
         settings=settings,

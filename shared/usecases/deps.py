@@ -9,6 +9,7 @@ from shared.domain.process import ProcessPolicy
 from shared.domain.routing import PRIMARY_ONLY, Routing
 from shared.domain.workflow import WORKFLOWS, Workflow
 from shared.ports import Clock, MessageBus, StateStore
+from shared.usecases.process_cache import ProcessCache
 from shared.usecases.routing import RoutingSource
 
 
@@ -21,6 +22,8 @@ class ProcessDeps:
     instance_id: str = "local"
     routing: RoutingSource | None = None
     """Agent health to route steps on; None: every step goes to its primary agent."""
+    cache: ProcessCache | None = None
+    """The orders this instance last wrote, for the Scheduler to skip a read; None: read."""
 
     async def current_routing(self) -> Routing:
         return await self.routing.current() if self.routing is not None else PRIMARY_ONLY

@@ -86,25 +86,58 @@ async def _apply(
     message_id: str | None,
     decide: Callable[[OrderProcess], Transition | None],
 ) -> Handled:
-    for _ in range(MAX_RACES):
-        process = await deps.store.load(order_id)
+    """Decide on the copy this instance last wrote when it has one, else on a read. A
+    kept copy is never taken at its word: its transition is saved on its ETag (a lost
+    race forgets it), and nothing to do on it is checked against a fresh read."""
+    process = deps.cache.get(order_id) if deps.cache is not None else None
+    fresh = process is None
+    races = 0
+    while races < MAX_RACES:
         if process is None:
-            return Handled.UNKNOWN_ORDER
+            process, fresh = await deps.store.load(order_id), True
+            if process is None:
+                return Handled.UNKNOWN_ORDER
         transition = decide(process)
         if transition is None:
+            if not fresh:
+                process = None
+                continue
             if message_id is not None and process.state.outbox_cause == message_id:
                 # A redelivery of the message that made this state: its sends may be lost.
                 await deps.bus.send(process.state.outbox)
             return Handled.STALE
         try:
-            await commit(deps, transition)
+            stored = await commit(deps, transition)
         except ConcurrencyConflict:
+            _forget(deps, order_id)
+            races += int(fresh)
+            process = None
             continue
         except BusUnavailable:
+            _forget(deps, order_id)
             await _undelivered(deps, transition, message_id)
             raise
+        except BaseException:
+            _forget(deps, order_id)
+            raise
+        _remember(deps, stored, transition)
         return Handled.APPLIED
     raise ConcurrencyConflict(f"order {order_id}: lost {MAX_RACES} races in a row")
+
+
+def _remember(deps: ProcessDeps, stored: OrderProcess, transition: Transition) -> None:
+    """A finished order gets no more replies (an operator's resubmit reads it afresh)."""
+    if deps.cache is None:
+        return
+    if transition.is_terminal:
+        deps.cache.forget(stored.order_id)
+    else:
+        deps.cache.put(stored)
+
+
+def _forget(deps: ProcessDeps, order_id: str) -> None:
+    if deps.cache is not None:
+        deps.cache.forget(order_id)
 
 
 async def _undelivered(deps: ProcessDeps, sent: Transition, message_id: str | None) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shared.domain import process as machine
 from shared.domain.model import Order, OrderProcess
@@ -69,13 +69,15 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
         order.order_id, check_at, replace=False, version=transition.process.state.version
     )
     try:
-        await deps.store.create(transition.process, transition.history)
+        etag = await deps.store.create(transition.process, transition.history)
     except AlreadyExists:
         raced = await deps.store.load(order.order_id)
         if raced is None:
             raise
         return _repeat(raced, order)
     log_transition(transition)
+    if deps.cache is not None:
+        deps.cache.put(replace(transition.process, etag=etag))  # the claim skips a read
     return _Stored(Submitted(transition.process, created=True), nudge=True)
 
 
