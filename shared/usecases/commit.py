@@ -33,11 +33,15 @@ async def save(deps: ProcessDeps, transition: Transition) -> OrderProcess:
 
 async def send_then_unwatch(deps: ProcessDeps, transition: Transition) -> None:
     """The rest of a commit, once saved. A finished order leaves the watch list only
-    after its messages went out, so a failed send leaves the Supervisor to resend them."""
+    after its messages went out, so a failed send leaves the Supervisor to resend them.
+    A final order's entry goes unconditionally (no re-watch can follow a final state, so
+    the version check's read is spared); Error and Suspended keep the check, since an
+    operator may already have moved the order on and re-watched it."""
     await deps.bus.send(transition.outgoing)
     if transition.is_terminal:
-        process = transition.process
-        await deps.store.unwatch(process.order_id, process.state.version)
+        state = transition.process.state
+        version = None if state.process_state.is_final else state.version
+        await deps.store.unwatch(state.order_id, version)
 
 
 def log_transition(transition: Transition) -> None:
