@@ -55,12 +55,14 @@ DECLINED_SKU = "CARD-DECLINED"
 T = TypeVar("T")
 
 # Faults: remote transient errors and latency everywhere, hangs past the deadline at
-# payment and shipping, permanent failures for one SKU, and duplicated deliveries.
+# payment and shipping (some at payment after charging, so the reply is lost), permanent
+# failures for one SKU, and duplicated deliveries.
 SIM_FAULTS: dict[str, dict[str, Any]] = {
     "inventory": {"transientErrorRate": 0.15, "latencyMs": 20, "latencyJitterMs": 40},
     "payment": {
         "transientErrorRate": 0.10,
         "hangRate": 0.04,
+        "applyThenHangRate": 0.02,
         "latencyMs": 30,
         "permanentFailureSkus": [DECLINED_SKU],
     },
@@ -71,8 +73,11 @@ SIM_FAULTS["payment-secondary"] = {
     "latencyMs": 40,
     "permanentFailureSkus": [DECLINED_SKU],
 }
-OUTAGE = {"transientErrorRate": 1.0, "latencyMs": 30, "permanentFailureSkus": [DECLINED_SKU]}
-"""The primary payment provider fails every call for OUTAGE_SECONDS, a third of the way in."""
+OUTAGE = {"hangRate": 1.0, "latencyMs": 30, "permanentFailureSkus": [DECLINED_SKU]}
+"""A third of the way in, every charge at the primary payment provider hangs for
+OUTAGE_SECONDS while its read API still answers (its breaker stays closed: hangs are cut
+by the step's complete-by, not failures): the Supervisor asks about each in-flight
+charge, hears "not applied" and retries it at the secondary."""
 OUTAGE_SECONDS = 12.0
 HIGH_PRIORITY_EVERY = 10
 BROKER_FAULTS = {"duplicateRate": 0.05}
@@ -201,8 +206,9 @@ def _announce(console: Console) -> None:
         "Faults switched on: 10-15% transient errors at every remote service, hangs past the "
         "step deadline at payment (4%) and shipping (3%), latency spikes, a SKU whose card is "
         f"always declined ({DECLINED_SKU}), and 5% of broker messages delivered twice. "
-        f"A third of the way in, the primary payment provider fails every call for "
-        f"{OUTAGE_SECONDS:.0f} s: new orders are routed to the secondary. Every "
+        f"A third of the way in, every charge at the primary payment provider hangs for "
+        f"{OUTAGE_SECONDS:.0f} s: the Supervisor asks it about each charge in doubt and, "
+        "told it was not applied, retries it at the secondary provider. Every "
         f"{HIGH_PRIORITY_EVERY}th order is high priority (its own agent queues)."
     )
 
@@ -235,7 +241,7 @@ async def _switch_off(simulator: SimulatorControl, broker: BrokerControl) -> Non
 
 async def _payment_outage(simulator: SimulatorControl, count: int, console: Console) -> None:
     await asyncio.sleep(count / 3 / SUBMIT_RATE)
-    console.print("[red]payment provider outage: every call fails[/]")
+    console.print("[red]payment provider outage: every charge hangs[/]")
     await _control(simulator.set_faults("payment", **OUTAGE))
     await asyncio.sleep(OUTAGE_SECONDS)
     await _control(simulator.set_faults("payment", **SIM_FAULTS["payment"]))
@@ -373,6 +379,8 @@ class Figures:
     by_secondary: int
     retries: int
     recoveries: int
+    in_doubt: Counter[str]
+    """In-doubt steps by how their service answered: applied, not-applied, unanswered."""
     duplicates: int
     latencies: list[float]
     high: list[float]
@@ -407,6 +415,12 @@ async def _figures(demo: Demo) -> Figures:
         recoveries=sum(
             1 for v in views for h in (v or {}).get("history", []) if h.get("event") == "timed-out"
         ),
+        in_doubt=Counter(
+            h["event"].removeprefix("in-doubt-")
+            for v in views
+            for h in (v or {}).get("history", [])
+            if str(h.get("event", "")).startswith("in-doubt-")
+        ),
         duplicates=_broker_delta(demo.broker_before, broker_after, "duplicatesSuppressed")
         + _broker_delta(demo.broker_before, broker_after, "duplicated"),
         latencies=[v for v in latency if v is not None],
@@ -428,8 +442,13 @@ def _summary(demo: Demo, f: Figures) -> Table:
         ("not finished", count - sum(f.counts[s] for s in TERMINAL)),
         ("transient faults absorbed by agent retries", f.retries),
         ("Supervisor recoveries (deadline passed, step retried)", f.recoveries),
+        (
+            "in-doubt steps resolved",
+            f"{f.in_doubt.total()} (applied {f.in_doubt['applied']}, "
+            f"not applied {f.in_doubt['not-applied']}, no answer {f.in_doubt['unanswered']})",
+        ),
         ("duplicate deliveries injected / dropped by the broker", f.duplicates),
-        ("charged by the secondary payment provider (routing)", f.by_secondary),
+        ("charged by the secondary payment provider", f.by_secondary),
         (
             "latency p50: high priority / normal (s)",
             f"{_percentile(f.high, 50):.2f} / {_percentile(f.normal, 50):.2f}",
