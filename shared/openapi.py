@@ -117,6 +117,10 @@ _OPS_SNAPSHOT = {
         "countCap": _INT,
         "staleAfterSeconds": {"type": "number"},
         "unavailable": {"type": "array", "items": {"enum": ["orders", "agents", "sweeps"]}},
+        "traceQueryUrl": {
+            "type": ["string", "null"],
+            "description": "where the page reads an order's trace (locally); null in Azure",
+        },
         "orders": {
             "type": "object",
             "properties": {

@@ -3,7 +3,8 @@
 The page is one packaged file with its CSS and script inline (no build step). It holds
 no data of its own, so nothing user-influenced is ever rendered server-side; the script
 puts the data on the page as text. The Content-Security-Policy allows exactly the
-inline script and style of that file (by hash) and requests to this origin only.
+inline script and style of that file (by hash) and requests to this origin only, plus
+the origin of the local trace query (`TraceQueryUrl`) when one is set.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
+from urllib.parse import urlsplit
 
 import azure.functions as func
 
@@ -42,13 +44,14 @@ class Page:
 
 
 @cache
-def page() -> Page:
+def page(trace_query_url: str | None = None) -> Page:
     """Read once per worker; the CSP hashes are computed from the file as shipped."""
     html = resources.files("shared.functions").joinpath("ops_page.html").read_text("utf-8")
     script = _inline_hashes(html, "script")
     style = _inline_hashes(html, "style")
+    connect = " ".join(["'self'", *_origin(trace_query_url)])
     csp = (
-        f"default-src 'none'; script-src {script}; style-src {style}; connect-src 'self'; "
+        f"default-src 'none'; script-src {script}; style-src {style}; connect-src {connect}; "
         "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     )
     return Page(
@@ -62,6 +65,14 @@ def page() -> Page:
     )
 
 
+def _origin(url: str | None) -> list[str]:
+    """The trace query's origin, the one other place the page may fetch from."""
+    parts = urlsplit(url or "")
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return []
+    return [f"{parts.scheme}://{parts.netloc}"]
+
+
 def _inline_hashes(html: str, tag: str) -> str:
     bodies = re.findall(rf"<{tag}>(.*?)</{tag}>", html, flags=re.DOTALL)
     return " ".join(
@@ -71,7 +82,8 @@ def _inline_hashes(html: str, tag: str) -> str:
 
 @bp.route(route=Route.OPS_PAGE, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
 async def ops_page(req: func.HttpRequest) -> func.HttpResponse:
-    found = page()
+    c = await bootstrap.container()
+    found = page(c.settings.trace_query_url)
     return func.HttpResponse(
         found.html, mimetype="text/html", charset="utf-8", headers=dict(found.headers)
     )
@@ -84,7 +96,8 @@ async def ops_data(req: func.HttpRequest) -> func.HttpResponse:
         return count_cap
     c = await bootstrap.container()
     snapshot = await ops_snapshot(c.process, c.health, count_cap)
-    return json_response(snapshot_view(snapshot), headers=dict(_NO_STORE))
+    view = {**snapshot_view(snapshot), "traceQueryUrl": c.settings.trace_query_url}
+    return json_response(view, headers=dict(_NO_STORE))
 
 
 def snapshot_view(snapshot: OpsSnapshot) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import re
@@ -201,3 +202,15 @@ async def test_a_sweep_that_cannot_be_recorded_still_recovers_orders(
     await harness.functions["supervisor"].func(TimerRequest(past_due=False))
     stored = await harness.store.load("ops-1")
     assert stored is not None and stored.state.failure_count == 1
+
+
+async def test_the_page_may_read_the_local_trace_query_and_the_snapshot_names_it(
+    harness: Harness,
+) -> None:
+    assert (await data(harness))["traceQueryUrl"] is None  # Azure: Application Insights
+    c = await bootstrap.container()
+    c.settings = dataclasses.replace(c.settings, trace_query_url="http://127.0.0.1:4318/api/traces")
+    response = await harness.http("ops_page", "GET", Route.OPS_PAGE)
+    csp = response.headers["Content-Security-Policy"]
+    assert "connect-src 'self' http://127.0.0.1:4318;" in csp
+    assert (await data(harness))["traceQueryUrl"] == "http://127.0.0.1:4318/api/traces"
