@@ -96,6 +96,9 @@ class Order:
     fingerprint: str
     """Hash of the canonical submitted body: the same id with another body is a conflict."""
     created_at: datetime
+    trace_parent: str | None = None
+    """The W3C traceparent of the intake that accepted the order: the root its trace
+    continues from when the Supervisor or an operator acts on it."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,8 @@ class Outgoing:
     message_id: str
     body: JsonObject
     deliver_at: datetime | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+    """Application properties besides the body (the trace context, added when sent)."""
 
 
 @dataclass(frozen=True)
