@@ -158,6 +158,7 @@ def state_entity(process: OrderProcess) -> Entity:
             "ReplyTo": order.reply_to,
             "Fingerprint": order.fingerprint,
             "OrderCreatedAt": order.created_at,
+            "TraceParent": order.trace_parent,
         }
     )
     put_text(entity, "LastError", state.last_error)
@@ -216,6 +217,7 @@ def to_order(entity: Mapping[str, Any], created_at: str = "OrderCreatedAt") -> O
         reply_to=entity.get("ReplyTo"),
         fingerprint=entity["Fingerprint"],
         created_at=utc(entity[created_at]),
+        trace_parent=entity.get("TraceParent"),
     )
 
 
