@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import aiohttp
 from rich.console import Console, Group
@@ -49,6 +50,8 @@ from devhost.harness.load import (
     parse_time,
 )
 from devhost.harness.process import Child, StartError
+from devhost.harness.services import trace_query_url
+from devhost.services import OTLP_DEFAULT_PORT
 
 ROOT = Path(__file__).resolve().parent.parent
 DECLINED_SKU = "CARD-DECLINED"
@@ -106,6 +109,7 @@ class Endpoints:
     app: str = "http://127.0.0.1:7071"
     simulator: str = "http://127.0.0.1:7072"
     broker: str = "http://127.0.0.1:7073"
+    traces: str = trace_query_url(OTLP_DEFAULT_PORT)
 
 
 @dataclass
@@ -465,6 +469,27 @@ def _summary(demo: Demo, f: Figures) -> Table:
     return summary
 
 
+def _print_slowest(demo: Demo, traces: str = Endpoints.traces) -> None:
+    """Name the slowest finished order and where to see why: the operator page's order
+    view (its steps, history and trace waterfall) and the raw spans."""
+    timed = [
+        (latency, order.order_id)
+        for order in demo.orders
+        if (latency := _latency(demo.views.get(order.order_id))) is not None
+    ]
+    if not timed:
+        return
+    latency, order_id = max(timed)
+    view = demo.views.get(order_id) or {}
+    trace_id = view.get("traceId")
+    spans = f"{traces}/{trace_id}" if trace_id else f"{traces}?orderId={quote(order_id)}"
+    demo.console.print(
+        f"slowest order: [bold]{order_id}[/] ({latency:.2f} s, {view.get('processState')}); "
+        f"its timeline: {demo.api}/ops?order={quote(order_id)}\n"
+        f"  its spans (JSON): {spans}"
+    )
+
+
 # -- the run ---------------------------------------------------------------------------------
 
 
@@ -477,6 +502,7 @@ async def _drive(demo: Demo, session: aiohttp.ClientSession, timeout: float) -> 
     await _operator_resubmits(demo)
     figures = await _figures(demo)
     demo.console.print(_summary(demo, figures))
+    _print_slowest(demo)
     unfinished = sum(1 for o in demo.orders if o.state not in TERMINAL)
     return 1 if unfinished or figures.applied_twice else 0
 
