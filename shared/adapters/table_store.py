@@ -1,11 +1,14 @@
 """The state store on Azure Table Storage (azure-data-tables, async client).
 
-An order's state, steps and outbox are one entity (see `table_rows`), so `load` is one
-point read and `save` one conditional write of it (If-Match on its ETag). A save that
-appends history rows is an entity-group transaction with them, so the audit trail never
-misses or outruns a state change; a save without history is a plain update, which spares
-the multipart batch encoding. The Supervisor's watch list lives in a few `~watch-NN`
-partitions and is found by a filtered query over in-flight orders only.
+An order's state, steps, outbox and latest history are one entity (see `table_rows`), so
+`load` is one point read and `save` one conditional write of it (If-Match on its ETag):
+the audit trail never misses or outruns a state change, and the common save spares the
+multipart encoding of an entity-group transaction. Only a save whose history outgrows
+the entity is a transaction, which moves the entries to rows. A save replaces the whole
+entity, so it carries the history on: the store remembers, per ETag it read or wrote,
+the history that entity holds, and reads it again only for an ETag it never saw. The
+Supervisor's watch list lives in a few `~watch-NN` partitions and is found by a filtered
+query over in-flight orders only.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -44,6 +47,10 @@ from shared.ports import (
     StateStoreError,
     WatchEntry,
 )
+
+KEPT_HISTORIES = 4096
+"""ETags whose entity's history this store remembers from its own reads and writes, so
+the save that follows a read needs no second one; a few MB at most."""
 
 _CONFLICT_CODES = {"UpdateConditionNotSatisfied", "ConditionNotMet", "ResourceNotFound"}
 _EXISTS_CODES = {"EntityAlreadyExists"}
@@ -78,6 +85,7 @@ class TableStateStore:
         self._ready = False
         self._ready_lock = asyncio.Lock()
         self.operations: Counter[str] = Counter()
+        self._inline: OrderedDict[str, str] = OrderedDict()
 
     @property
     def table(self) -> TableClient:
@@ -103,29 +111,40 @@ class TableStateStore:
 
     async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
         await self.ensure_table()
-        entity = rows.state_entity(process)
-        appended = rows.history_entities(process.order_id, process.state.version, list(history))
-        if not appended:
-            return await self._write(
+        keyed = rows.keyed_history(process.state.version, list(history))
+        inline = rows.inline_history_text(keyed)
+        if inline is not None:
+            entity = rows.state_entity(process, inline)
+            etag = await self._write(
                 process.order_id, self._table.create_entity(entity), create=True
             )
-        operations: list[Any] = [("create", entity), *(("create", e) for e in appended)]
+            return self._kept(etag, inline)
+        operations: list[Any] = [
+            ("create", rows.state_entity(process)),
+            *(("create", e) for e in rows.history_entities(process.order_id, keyed)),
+        ]
         with translated_errors(AlreadyExists(process.order_id), when=_ORDER_EXISTS):
             results = await self._transact(operations)
-        return str(results[0]["etag"])
+        return self._kept(str(results[0]["etag"]), "[]")
 
     async def load(self, order_id: str) -> OrderProcess | None:
         await self.ensure_table()
-        self.operations["read"] += 1
-        with translated_errors():
-            try:
-                state = await self._table.get_entity(order_id, rows.STATE_ROW)
-            except ResourceNotFoundError:
-                return None
+        state = await self._read_state(order_id)
+        if state is None:
+            return None
         etag = str(state.metadata["etag"])
+        self._kept(etag, rows.history_text(state))
         if rows.is_current_layout(state):
             return rows.to_process(state, etag)
         return await self._load_legacy(order_id, etag)
+
+    async def _read_state(self, order_id: str) -> Any:
+        self.operations["read"] += 1
+        with translated_errors():
+            try:
+                return await self._table.get_entity(order_id, rows.STATE_ROW)
+            except ResourceNotFoundError:
+                return None
 
     async def _load_legacy(self, order_id: str, etag: str) -> OrderProcess | None:
         """An order written before steps moved into the state entity: its rows, read with
@@ -136,28 +155,53 @@ class TableStateStore:
         )
         return rows.from_legacy_rows(entities, etag)
 
+    def _kept(self, etag: str, history: str) -> str:
+        """Remember the history the entity at `etag` carries, for the save that follows
+        the read (a save replaces the whole entity, so it must carry the history on)."""
+        self._inline[etag] = history
+        while len(self._inline) > KEPT_HISTORIES:
+            self._inline.popitem(last=False)
+        return etag
+
+    async def _inline_at(self, order_id: str, etag: str) -> list[rows.Keyed]:
+        """The history the entity carries at `etag`: kept from this store's own read or
+        write, else read (a process read elsewhere, or long ago); a changed entity is a
+        lost race either way."""
+        kept = self._inline.pop(etag, None)
+        if kept is None:
+            state = await self._read_state(order_id)
+            if state is None or str(state.metadata["etag"]) != etag:
+                raise ConcurrencyConflict(order_id)
+            kept = rows.history_text(state)
+        return rows.parse_history(kept)
+
     async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        """One conditional replace of the state entity, its history carried in it; when
+        that would grow past its bound, one transaction that also moves it to rows."""
         if process.etag is None:
             raise ConcurrencyConflict(f"order {process.order_id} was not read before saving")
         await self.ensure_table()
-        entity = rows.state_entity(process)
-        appended = rows.history_entities(process.order_id, process.state.version, list(history))
+        keyed = rows.keyed_history(process.state.version, list(history))
+        entries = await self._inline_at(process.order_id, process.etag)
         conditional: dict[str, Any] = {
             "mode": UpdateMode.REPLACE,
             "etag": process.etag,
             "match_condition": MatchConditions.IfNotModified,
         }
-        if not appended:
-            return await self._write(
+        inline = rows.inline_history_text([*entries, *keyed])
+        if inline is not None:
+            entity = rows.state_entity(process, inline)
+            etag = await self._write(
                 process.order_id, self._table.update_entity(entity, **conditional), create=False
             )
+            return self._kept(etag, inline)
         operations: list[Any] = [
-            ("update", entity, conditional),
-            *(("create", e) for e in appended),
+            ("update", rows.state_entity(process), conditional),
+            *(("create", e) for e in rows.history_entities(process.order_id, [*entries, *keyed])),
         ]
         with translated_errors(ConcurrencyConflict(process.order_id), when=_STATE_CHANGED):
             results = await self._transact(operations)
-        return str(results[0]["etag"])
+        return self._kept(str(results[0]["etag"]), "[]")
 
     async def _write(
         self, order_id: str, call: Awaitable[Mapping[str, Any]], *, create: bool
@@ -175,11 +219,18 @@ class TableStateStore:
         return str(result["etag"])
 
     async def history(self, order_id: str) -> tuple[HistoryEntry, ...]:
-        entities = await self._query(
-            "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
-            {"pk": order_id, "lo": rows.HISTORY_PREFIX, "hi": "hist."},
+        """The rows and the state entity's own entries, in one query, in key order."""
+        entities = await self._query(  # spaced: the SDK finds parameters between spaces
+            "PartitionKey eq @pk and ( RowKey eq @state or ( RowKey ge @lo and RowKey lt @hi ) )",
+            {"pk": order_id, "state": rows.STATE_ROW, "lo": rows.HISTORY_PREFIX, "hi": "hist."},
         )
-        return tuple(rows.to_history(e) for e in sorted(entities, key=lambda e: e["RowKey"]))
+        keyed: dict[str, HistoryEntry] = {}
+        for entity in entities:
+            if entity["RowKey"] == rows.STATE_ROW:
+                keyed.update(rows.parse_history(rows.history_text(entity)))
+            else:
+                keyed[entity["RowKey"]] = rows.to_history(entity)
+        return tuple(entry for _, entry in sorted(keyed.items()))
 
     async def list_by_state(
         self, state: ProcessState | None, page_size: int, continuation: str | None
@@ -282,6 +333,7 @@ class TableStateStore:
     async def _transact(self, operations: list[Any]) -> list[dict[str, Any]]:
         """Raises the driver's errors: each caller knows what a refused transaction means."""
         self.operations["write"] += 1
+        self.operations["transaction"] += 1
         return [dict(r) for r in await self._table.submit_transaction(operations)]
 
     async def _query(
