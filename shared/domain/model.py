@@ -121,6 +121,12 @@ class StepRecord:
     suspect: str | None = None
     """An agent that timed out on this step and then said it had not applied the key: the
     next dispatch avoids it when another candidate is healthy (see process.recover)."""
+    dispatched_at: datetime | None = None
+    """When the current attempt was dispatched: step heartbeats never extend its
+    complete-by past this plus StepMaxSeconds."""
+    step_heartbeats: int = 0
+    """Step heartbeats taken for the current attempt: counted here, since a history row
+    per beat would grow the history with the length of a step."""
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,11 @@ class ProcessPolicy:
     backoff_cap: timedelta = timedelta(seconds=60)
     high_priority_step_timeout: timedelta | None = None
     """A tighter complete-by for high-priority orders; None: the same as the others."""
+    step_heartbeat: timedelta = timedelta(seconds=10)
+    """How far one step heartbeat moves a running step's complete-by (from the beat)."""
+    step_max: timedelta | None = None
+    """How long from its dispatch step heartbeats may keep a step running; None: no step
+    runs past the complete-by it was dispatched with (step heartbeats are off)."""
 
     def timeout(self, definition: StepDefinition, priority: Priority) -> timedelta:
         base = (
@@ -378,6 +383,63 @@ def recover(
     else:
         _hold_for_operator(b, "max-failure-count-reached")
     return b.build()
+
+
+def extend_complete_by(
+    process: OrderProcess,
+    attempt: int,
+    step: str,
+    now: datetime,
+    policy: ProcessPolicy,
+) -> Transition | None:
+    """A step heartbeat: the agent of `step` at `attempt` is still running its call, so
+    the step's complete-by and the order's move to now + StepHeartbeatSeconds, never past
+    StepMaxSeconds from the dispatch.
+
+    None changes nothing and tells the agent to stop beating: another attempt holds the
+    order, the step is no longer Running (answered, recovered), the order is Pending,
+    held or finished, the complete-by has already passed (the step is in doubt, the
+    Supervisor's to resolve), or the cap leaves nothing to extend. A beat sends nothing
+    and keeps the outbox as it is (a dispatch message not yet sent must still be resent),
+    and only the first beat of an attempt is noted in the history; the rest are counted.
+    """
+    state = process.state
+    index = state.current_step
+    if state.attempt != attempt or index >= len(process.steps):
+        return None
+    record = process.steps[index]
+    if record.name != step or record.status is not StepStatus.RUNNING:
+        return None
+    if state.process_state not in (ProcessState.PROCESSING, ProcessState.COMPENSATING):
+        return None
+    if policy.step_max is None or record.dispatched_at is None or record.complete_by is None:
+        return None
+    if record.complete_by <= now:
+        return None
+    cap = record.dispatched_at + policy.step_max
+    extended = min(now + policy.step_heartbeat, cap)
+    if extended <= record.complete_by:
+        return None
+    beats = record.step_heartbeats + 1
+    steps = list(process.steps)
+    steps[index] = replace(record, complete_by=extended, step_heartbeats=beats)
+    order_by = extended if state.complete_by is None else max(state.complete_by, extended)
+    next_state = replace(state, version=state.version + 1, updated_at=now, complete_by=order_by)
+    history: tuple[HistoryEntry, ...] = ()
+    if beats == 1:
+        history = (
+            HistoryEntry(
+                at=now,
+                event="step-heartbeat",
+                detail=f"{step}: {record.agent or 'the agent'} still runs its call; complete-by "
+                f"moves with its heartbeats, at most to {iso(cap)}",
+                process_state=state.process_state,
+                failure_count=state.failure_count,
+                attempt=state.attempt,
+            ),
+        )
+    extended_process = OrderProcess(process.order, next_state, tuple(steps), process.etag)
+    return Transition(extended_process, (), history)
 
 
 def _record_applied(
@@ -784,7 +846,14 @@ def _dispatch(
     high = b.order.priority is Priority.HIGH
     queue = AGENTS[agent].queue_for(high)
     deadline = b.now + policy.timeout(definition, b.order.priority)
-    b.set_step(index, complete_by=deadline, agent=agent.value, suspect=None)
+    b.set_step(
+        index,
+        complete_by=deadline,
+        agent=agent.value,
+        suspect=None,
+        dispatched_at=b.now,
+        step_heartbeats=0,
+    )
     b.set(current_step=index, complete_by=deadline)
     b.note(
         "compensation-dispatched" if compensate else "step-dispatched",
