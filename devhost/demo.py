@@ -379,6 +379,8 @@ class Figures:
 
     counts: Counter[str]
     applied_twice: int
+    by_two_providers: int
+    """An order's operation applied at two services: a retry moved after a guess."""
     keys_twice: int
     by_secondary: int
     retries: int
@@ -401,8 +403,23 @@ async def _figures(demo: Demo) -> Figures:
     return Figures(
         counts=Counter(o.state or "Pending" for o in demo.orders),
         applied_twice=sum(1 for e in mine if int(e.get("applied", 0)) > 1),
+        by_two_providers=sum(
+            1
+            for n in Counter(
+                (e["orderId"], e["operation"]) for e in mine if int(e.get("applied", 0))
+            ).values()
+            if n > 1
+        ),
+        # A retry moved to another provider keeps its key: one key, two ledger rows.
         keys_twice=sum(
-            1 for n in Counter((e["orderId"], e["operation"]) for e in mine).values() if n > 1
+            1
+            for n in Counter(
+                (order, operation)
+                for order, operation, _ in {
+                    (e["orderId"], e["operation"], e["idempotencyKey"]) for e in mine
+                }
+            ).values()
+            if n > 1
         ),
         by_secondary=sum(
             1
@@ -462,6 +479,7 @@ def _summary(demo: Demo, f: Figures) -> Table:
             " / ".join(f"{_percentile(f.latencies, p):.2f}" for p in (50, 95, 99)),
         ),
         ("remote effects applied more than once", f.applied_twice),
+        ("orders x operations applied by two providers", f.by_two_providers),
         ("orders x operations with more than one idempotency key", f.keys_twice),
     ]
     for what, figure in rows:
@@ -504,7 +522,7 @@ async def _drive(demo: Demo, session: aiohttp.ClientSession, timeout: float) -> 
     demo.console.print(_summary(demo, figures))
     _print_slowest(demo)
     unfinished = sum(1 for o in demo.orders if o.state not in TERMINAL)
-    return 1 if unfinished or figures.applied_twice else 0
+    return 1 if unfinished or figures.applied_twice or figures.by_two_providers else 0
 
 
 async def run_demo(orders: int, seed: int, fresh: bool, keep: bool, timeout: float) -> int:
