@@ -130,6 +130,14 @@ param shippingServiceUrl string
 @description('PaymentSecondaryServiceUrl: base URL of the secondary payment provider, used when the primary is unhealthy or full.')
 param paymentSecondaryServiceUrl string
 
+@description('StepHeartbeatSeconds: how far one step heartbeat of a long call moves its step\'s complete-by.')
+@minValue(1)
+param stepHeartbeatSeconds int = 10
+
+@description('StepMaxSeconds: how long from its dispatch step heartbeats may keep a step running; 0 turns them off.')
+@minValue(0)
+param stepMaxSeconds int = 0
+
 @description('HighPriorityStepTimeoutSeconds: the tighter complete-by of a high-priority order\'s steps.')
 @minValue(1)
 param highPriorityStepTimeoutSeconds int = 15
@@ -254,6 +262,8 @@ module api 'app/function.bicep' = {
     shippingServiceUrl: shippingServiceUrl
     paymentSecondaryServiceUrl: paymentSecondaryServiceUrl
     highPriorityStepTimeoutSeconds: highPriorityStepTimeoutSeconds
+    stepHeartbeatSeconds: stepHeartbeatSeconds
+    stepMaxSeconds: stepMaxSeconds
     bulkActionsPerSecond: bulkActionsPerSecond
   }
 }

@@ -61,6 +61,11 @@ class Settings:
     the orders' own traffic."""
     trace_query_url: str | None = None
     """The local trace query the operator page links an order to; None in Azure."""
+    step_heartbeat: timedelta = timedelta(seconds=10)
+    step_max: timedelta | None = None
+    """None (StepMaxSeconds 0, the default): no step runs past its complete-by. Off by
+    default because a beat cannot tell a slow call from a hung one: with beats on, a
+    hung remote call holds its step until StepMaxSeconds instead of its complete-by."""
 
     @property
     def policy(self) -> ProcessPolicy:
@@ -70,6 +75,8 @@ class Settings:
             pending_timeout=self.pending_timeout,
             max_failure_count=self.max_failure_count,
             exhausted_policy=self.exhausted_policy,
+            step_heartbeat=self.step_heartbeat,
+            step_max=self.step_max,
         )
 
     @classmethod
@@ -103,6 +110,8 @@ class Settings:
             chaos_fault_rate=_number(values, ChaosSetting.FAULT_RATE, 0, minimum=0),
             bulk_actions_per_second=_number(values, Setting.BULK_ACTIONS_PER_SECOND, 50),
             trace_query_url=values.get(Setting.TRACE_QUERY_URL, "").strip() or None,
+            step_heartbeat=timedelta(seconds=_number(values, Setting.STEP_HEARTBEAT_SECONDS, 10)),
+            step_max=_step_max(values),
         )
 
 
@@ -117,6 +126,11 @@ def _number(values: Mapping[str, str], name: str, default: float, minimum: float
     if number < minimum:
         raise ConfigurationError(f"setting {name} must be at least {minimum}, got {raw!r}")
     return number
+
+
+def _step_max(values: Mapping[str, str]) -> timedelta | None:
+    seconds = _number(values, Setting.STEP_MAX_SECONDS, 0, minimum=0)
+    return timedelta(seconds=seconds) if seconds else None
 
 
 def _policy(values: Mapping[str, str]) -> ExhaustedPolicy:

@@ -97,6 +97,14 @@ param paymentSecondaryServiceUrl string
 @minValue(1)
 param highPriorityStepTimeoutSeconds int
 
+@description('StepHeartbeatSeconds.')
+@minValue(1)
+param stepHeartbeatSeconds int
+
+@description('StepMaxSeconds (0: step heartbeats off).')
+@minValue(0)
+param stepMaxSeconds int
+
 @description('BulkActionsPerSecond.')
 @minValue(1)
 param bulkActionsPerSecond int
@@ -204,6 +212,8 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     ShippingServiceUrl: shippingServiceUrl
     PaymentSecondaryServiceUrl: paymentSecondaryServiceUrl
     HighPriorityStepTimeoutSeconds: string(highPriorityStepTimeoutSeconds)
+    StepHeartbeatSeconds: string(stepHeartbeatSeconds)
+    StepMaxSeconds: string(stepMaxSeconds)
     BulkActionsPerSecond: string(bulkActionsPerSecond)
   }
 }
