@@ -57,6 +57,21 @@ param instanceMemoryMB int = 2048
 param maximumInstanceCount int = 100
 
 // ---------------------------------------------------------------------------
+// Telemetry
+// ---------------------------------------------------------------------------
+
+@description('OTEL_TRACES_SAMPLER: the sampler of the Azure Monitor OpenTelemetry distro, in its own spelling (parentbased_trace_id_ratio, not the SDK\'s parentbased_traceidratio, which the distro does not know and replaces with 5 traces/s). Parent-based (or all), so that once a failed span or the Supervisor\'s recovery keeps an order\'s trace, its later hops are kept too.')
+@allowed([
+  'parentbased_trace_id_ratio'
+  'parentbased_always_on'
+  'always_on'
+])
+param tracesSampler string = 'parentbased_trace_id_ratio'
+
+@description('OTEL_TRACES_SAMPLER_ARG: the share of orders whose trace is kept (0 to 1) for parentbased_trace_id_ratio. Failed spans and recovered orders are kept whatever it says.')
+param tracesSamplerArg string = '0.1'
+
+// ---------------------------------------------------------------------------
 // Service Bus
 // ---------------------------------------------------------------------------
 
@@ -265,6 +280,8 @@ module api 'app/function.bicep' = {
     stepHeartbeatSeconds: stepHeartbeatSeconds
     stepMaxSeconds: stepMaxSeconds
     bulkActionsPerSecond: bulkActionsPerSecond
+    tracesSampler: tracesSampler
+    tracesSamplerArg: tracesSamplerArg
   }
 }
 

@@ -109,6 +109,17 @@ param stepMaxSeconds int
 @minValue(1)
 param bulkActionsPerSecond int
 
+@description('OTEL_TRACES_SAMPLER (the Azure Monitor distro\'s spelling).')
+@allowed([
+  'parentbased_trace_id_ratio'
+  'parentbased_always_on'
+  'always_on'
+])
+param tracesSampler string
+
+@description('OTEL_TRACES_SAMPLER_ARG.')
+param tracesSamplerArg string
+
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
 }
@@ -195,6 +206,9 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     // The connection string only says where to send; it grants nothing by itself.
     APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsights.properties.ConnectionString
     APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
+    // Read by the distro; errors and recovered orders are kept whatever they say.
+    OTEL_TRACES_SAMPLER: tracesSampler
+    OTEL_TRACES_SAMPLER_ARG: tracesSamplerArg
 
     // DefaultAzureCredential's managed-identity leg defaults to this client id.
     AZURE_CLIENT_ID: identityClientId
