@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from shared.adapters.memory import InMemoryHealthStore
 from shared.contract import Queue
+from shared.domain import process as machine
 from shared.domain.in_doubt import (
     IN_PROGRESS,
     NEVER_SEEN,
@@ -17,11 +18,14 @@ from shared.domain.messages import AgentReply
 from shared.domain.model import (
     ExhaustedPolicy,
     JsonObject,
+    OrderProcess,
     Outcome,
     Outgoing,
+    Phase,
     ProcessState,
     StepStatus,
 )
+from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import RemoteCall, TransientRemoteError
 from shared.resilience import CircuitBreaker
 from shared.usecases import scheduler
@@ -299,3 +303,47 @@ async def test_exhausted_compensate_skips_undoing_a_step_known_not_applied() -> 
     assert setup.requests(Queue.AGENT_PAYMENT) == []
     (undo,) = setup.requests(Queue.AGENT_INVENTORY)
     assert (undo.body["step"], undo.body["action"]) == ("reserve-inventory", "compensate")
+
+
+async def loaded(setup: Setup) -> OrderProcess:
+    process = await setup.world.store.load("o-1")
+    assert process is not None
+    return process
+
+
+async def test_recover_takes_an_applied_answer_only_once_the_deadline_passed() -> None:
+    setup = await at_payment()
+    policy, clock = setup.world.policy, setup.world.clock
+    process = await loaded(setup)
+    applied = RemoteOutcome.applied(RESULT)
+
+    assert machine.recover(process, policy, clock.now(), outcome=applied) is None
+    clock.advance(PAST_DEADLINE)
+    # The system's own outage does not stop a known effect from being recorded.
+    moved = machine.recover(process, policy, clock.now(), count=False, outcome=applied)
+
+    assert moved is not None
+    assert moved.process.steps[1].status is StepStatus.COMPLETED
+    assert moved.process.state.failure_count == 0
+
+
+async def test_a_cancelled_order_records_an_applied_charge_then_undoes_it() -> None:
+    setup = await at_payment()
+    policy, clock = setup.world.policy, setup.world.clock
+    cancelling = machine.cancel(await loaded(setup), policy, clock.now())
+    assert cancelling is not None
+    assert cancelling.process.state.process_state is ProcessState.COMPENSATING
+    clock.advance(PAST_DEADLINE)
+
+    resolved = machine.recover(
+        cancelling.process, policy, clock.now(), outcome=RemoteOutcome.applied(RESULT)
+    )
+
+    assert resolved is not None
+    state = resolved.process.state
+    assert (state.process_state, state.phase) == (ProcessState.PENDING, Phase.COMPENSATE)
+    assert resolved.process.steps[1].status is StepStatus.COMPLETED
+    claimed = machine.claim(resolved.process, ORDER_FULFILMENT, policy, "s-1", clock.now())
+    assert claimed is not None
+    (refund,) = [m for m in claimed.outgoing if m.queue == Queue.AGENT_PAYMENT]
+    assert (refund.body["action"], refund.body["idempotencyKey"]) == ("compensate", REFUND_KEY)
