@@ -116,6 +116,19 @@ class Setting:
     are in Application Insights."""
 
 
+class TelemetrySetting:
+    """The standard telemetry variables the code reads (docs/contract.md#61-telemetry-settings),
+    named as OpenTelemetry and Application Insights name them; the SDKs read the rest
+    (`OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`, `OTEL_METRIC_EXPORT_INTERVAL`)."""
+
+    SDK_DISABLED: Final = "OTEL_SDK_DISABLED"
+    SERVICE_NAME: Final = "OTEL_SERVICE_NAME"
+    OTLP_ENDPOINT: Final = "OTEL_EXPORTER_OTLP_ENDPOINT"
+    APPLICATIONINSIGHTS_CONNECTION_STRING: Final = "APPLICATIONINSIGHTS_CONNECTION_STRING"
+    APPLICATIONINSIGHTS_AUTHENTICATION_STRING: Final = "APPLICATIONINSIGHTS_AUTHENTICATION_STRING"
+    AZURE_CLIENT_ID: Final = "AZURE_CLIENT_ID"
+
+
 class ChaosSetting:
     """Test-only settings (docs/contract.md#6-settings): read by the code, set only by
     chaos runs, never deployed, so absent from the Bicep and the local settings files."""

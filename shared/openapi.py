@@ -510,6 +510,10 @@ def document() -> dict[str, Any]:
                                                 "type": "array",
                                                 "items": {"type": "object"},
                                             },
+                                            "traceId": {
+                                                "type": ["string", "null"],
+                                                "pattern": "^[0-9a-f]{32}$",
+                                            },
                                         },
                                     },
                                 ]

@@ -11,6 +11,7 @@ import azure.functions as func
 from shared import jsonbounds
 from shared.domain.messages import iso
 from shared.domain.model import HistoryEntry, OrderProcess, StateRecord
+from shared.telemetry.propagation import trace_id_of
 
 PROBLEM_JSON = "application/problem+json"
 MAX_BODY_BYTES = 64 * 1024
@@ -136,4 +137,5 @@ def order_view(process: OrderProcess) -> dict[str, Any]:
             for s in process.steps
         ],
         "history": [history_view(h) for h in process.history],
+        "traceId": trace_id_of(order.trace_parent),
     }
