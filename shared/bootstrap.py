@@ -26,6 +26,8 @@ from shared.domain.workflow import AgentName
 from shared.ports import BulkStore, Clock, HealthStore, MessageBus, RemoteService, StateStore
 from shared.resilience import CircuitBreaker
 from shared.settings import Settings
+from shared.telemetry import setup as telemetry
+from shared.telemetry.ports import traced, traced_remote
 from shared.usecases.agent import AgentDeps
 from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.deps import ProcessDeps
@@ -73,7 +75,10 @@ class Container:
         """The Supervisor asks each agent's service through that agent's own breaker."""
         return OutcomeQueries(
             {
-                name.value: Asked(remote, self.monitor(name).breaker)
+                name.value: Asked(
+                    traced_remote(remote, name.value, self.monitor(name).breaker),
+                    self.monitor(name).breaker,
+                )
                 for name, remote in self.remotes.items()
             },
             self.process.clock,
@@ -85,7 +90,7 @@ class Container:
             agent=name,
             bus=self.process.bus,
             clock=self.process.clock,
-            remote=self.remotes[name],
+            remote=traced_remote(self.remotes[name], name.value, monitor.breaker),
             breaker=monitor.breaker,
             monitor=monitor,
             health=self.health,
@@ -192,7 +197,9 @@ def _bulk_store(store: StateStore) -> BulkStore | None:
 
 def build(settings: Settings, decorate: PortDecorator | None = None) -> Container:
     """The real adapters; with a chaos fault rate set, crashes are injected beneath
-    `decorate`. The clients' timeouts are the adapters' (table_client, servicebus_bus)."""
+    `decorate`, and with telemetry configured the ports are traced above it all. The
+    clients' timeouts are the adapters' (table_client, servicebus_bus)."""
+    tracing = telemetry.configure()
     credentials: dict[str | None, DefaultAzureCredential] = {}
 
     def identity(client_id: str | None) -> DefaultAzureCredential:
@@ -222,6 +229,8 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
     health = TableHealthStore(tables, settings.state_table)
     if settings.chaos_fault_rate > 0:
         decorate = _then(_chaos(settings.chaos_fault_rate), decorate)
+    if tracing:
+        decorate = trace_ports if decorate is None else _then(decorate, trace_ports)
     built = compose(settings, store, bus, remotes, health=health, decorate=decorate)
     built.session = session
     return built
@@ -232,6 +241,11 @@ def _chaos(rate: float) -> PortDecorator:
         return Ports(ChaosStateStore(ports.store, rate), ChaosMessageBus(ports.bus, rate))
 
     return inject
+
+
+def trace_ports(ports: Ports) -> Ports:
+    """Spans for every store call and send, and the trace context on every message."""
+    return Ports(*traced(ports.store, ports.bus))
 
 
 def _then(inner: PortDecorator, outer: PortDecorator | None) -> PortDecorator:

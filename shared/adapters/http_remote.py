@@ -13,6 +13,7 @@ import aiohttp
 from shared.domain.in_doubt import IN_PROGRESS, NEVER_SEEN, NOT_APPLIED, RemoteOutcome
 from shared.domain.model import JsonObject
 from shared.ports import PermanentRemoteError, RemoteCall, TransientRemoteError
+from shared.telemetry.propagation import carrier as trace_headers
 
 _TRANSIENT_STATUSES = {408, 429}
 
@@ -36,6 +37,10 @@ class HttpRemoteService:
         self._base_url = base_url.rstrip("/")
         self._session = session
 
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
     async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
         url = f"{self._base_url}/{call.operation}"
         body = {
@@ -47,7 +52,7 @@ class HttpRemoteService:
             async with self._session.post(
                 url,
                 json=body,
-                headers={"Idempotency-Key": call.idempotency_key},
+                headers={"Idempotency-Key": call.idempotency_key, **trace_headers()},
                 timeout=aiohttp.ClientTimeout(total=max(timeout, 0.001)),
             ) as response:
                 text = await response.text()
@@ -68,7 +73,9 @@ class HttpRemoteService:
         url = f"{self._base_url}/operations/{quote(key, safe='')}"
         with translated_errors("outcome query"):
             async with self._session.get(
-                url, timeout=aiohttp.ClientTimeout(total=max(timeout, 0.001))
+                url,
+                headers=trace_headers(),
+                timeout=aiohttp.ClientTimeout(total=max(timeout, 0.001)),
             ) as response:
                 status, data = await _read(response)
         if status in _TRANSIENT_STATUSES or status >= 500:

@@ -310,12 +310,16 @@ def _poison_copy(poison: Poison) -> ServiceBusMessage:
 
 
 def _message(message: Outgoing) -> ServiceBusMessage:
+    properties: dict[str | bytes, int | float | bytes | bool | str | UUID] = {
+        "orderId": str(message.body.get("orderId", ""))
+    }
+    properties.update(message.properties.items())
     return ServiceBusMessage(
         json.dumps(dict(message.body), separators=(",", ":")),
         message_id=message.message_id,
         content_type="application/json",
         scheduled_enqueue_time_utc=message.deliver_at,
-        application_properties={"orderId": str(message.body.get("orderId", ""))},
+        application_properties=properties,
     )
 
 
