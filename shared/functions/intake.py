@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import azure.functions as func
 from pydantic import ValidationError
@@ -10,9 +11,12 @@ from pydantic import ValidationError
 from shared import bootstrap
 from shared.contract import Queue, Route, Setting
 from shared.domain.messages import InvalidMessage, OrderSubmission, describe
+from shared.domain.model import Order
 from shared.functions.http import base_url, json_response, problem, read_json
 from shared.functions.poison import CONFLICT, reject
 from shared.ports import StateStoreError
+from shared.telemetry.propagation import current_traceparent
+from shared.telemetry.spans import annotate, consuming, serving
 from shared.usecases.budget import HTTP_BUDGET
 from shared.usecases.submission import OrderConflict, submit_order
 
@@ -28,8 +32,21 @@ def _check_reply_to(order: OrderSubmission, allowed: frozenset[str]) -> str | No
     return None
 
 
+def _traced(submission: OrderSubmission, c: bootstrap.Container) -> Order:
+    """The order with the trace it was accepted in, its root from now on."""
+    order = submission.to_order(c.process.clock.now())
+    annotate(order_id=order.order_id)
+    return replace(order, trace_parent=current_traceparent())
+
+
 @bp.route(route=Route.ORDERS, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
-async def submit_order_http(req: func.HttpRequest) -> func.HttpResponse:
+async def submit_order_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    """The order's trace starts here (or continues the caller's `traceparent`)."""
+    with serving(req, context):
+        return await _submit_http(req)
+
+
+async def _submit_http(req: func.HttpRequest) -> func.HttpResponse:
     body, failure = read_json(req)
     if failure is not None:
         return failure
@@ -41,9 +58,7 @@ async def submit_order_http(req: func.HttpRequest) -> func.HttpResponse:
     if reason := _check_reply_to(submission, c.settings.reply_to_allow_list):
         return problem(400, "Invalid order", reason)
     try:
-        result = await submit_order(
-            c.process, submission.to_order(c.process.clock.now()), budget=HTTP_BUDGET
-        )
+        result = await submit_order(c.process, _traced(submission, c), budget=HTTP_BUDGET)
     except OrderConflict as exc:
         return problem(409, "Order exists", str(exc))
     except StateStoreError as exc:
@@ -65,7 +80,12 @@ async def submit_order_http(req: func.HttpRequest) -> func.HttpResponse:
 @bp.service_bus_queue_trigger(
     arg_name="msg", queue_name=Queue.ORDERS, connection=Setting.SERVICE_BUS
 )
-async def submit_order_message(msg: func.ServiceBusMessage) -> None:
+async def submit_order_message(msg: func.ServiceBusMessage, context: func.Context) -> None:
+    with consuming(msg, context, Queue.ORDERS):
+        await _submit_message(msg)
+
+
+async def _submit_message(msg: func.ServiceBusMessage) -> None:
     c = await bootstrap.container()
     try:
         submission = OrderSubmission.parse(msg.get_body())
@@ -76,7 +96,7 @@ async def submit_order_message(msg: func.ServiceBusMessage) -> None:
             raise InvalidMessage("orderId: required for orders sent as messages")
         await submit_order(
             c.process,
-            submission.to_order(c.process.clock.now()),
+            _traced(submission, c),
             cause=msg.message_id,
             tolerate_bus_failure=False,
         )

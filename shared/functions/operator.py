@@ -22,6 +22,7 @@ from shared.functions.http import (
 )
 from shared.openapi import document
 from shared.ports import StateStoreError
+from shared.telemetry.spans import serving
 from shared.usecases.budget import HTTP_BUDGET
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.operator import (
@@ -86,19 +87,20 @@ async def list_orders_http(req: func.HttpRequest) -> func.HttpResponse:
 
 
 @bp.route(route=Route.RESUBMIT, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
-async def resubmit_order_http(req: func.HttpRequest) -> func.HttpResponse:
+async def resubmit_order_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await _operator_action(
-        req, "Not in Error", lambda d, o, op: resubmit_order(d, o, op, budget=HTTP_BUDGET)
+        req, context, "Not in Error", lambda d, o, op: resubmit_order(d, o, op, budget=HTTP_BUDGET)
     )
 
 
 @bp.route(route=Route.CANCEL, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
-async def cancel_order_http(req: func.HttpRequest) -> func.HttpResponse:
+async def cancel_order_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     reason = _cancel_reason(req)
     if isinstance(reason, func.HttpResponse):
         return reason
     return await _operator_action(
         req,
+        context,
         "Already final",
         lambda deps, order_id, operator: cancel_order(
             deps, order_id, operator, reason, budget=HTTP_BUDGET
@@ -107,16 +109,16 @@ async def cancel_order_http(req: func.HttpRequest) -> func.HttpResponse:
 
 
 @bp.route(route=Route.SUSPEND, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
-async def suspend_order_http(req: func.HttpRequest) -> func.HttpResponse:
+async def suspend_order_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await _operator_action(
-        req, "Cannot suspend", lambda d, o, op: suspend_order(d, o, op, budget=HTTP_BUDGET)
+        req, context, "Cannot suspend", lambda d, o, op: suspend_order(d, o, op, budget=HTTP_BUDGET)
     )
 
 
 @bp.route(route=Route.RESUME, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
-async def resume_order_http(req: func.HttpRequest) -> func.HttpResponse:
+async def resume_order_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await _operator_action(
-        req, "Not Suspended", lambda d, o, op: resume_order(d, o, op, budget=HTTP_BUDGET)
+        req, context, "Not Suspended", lambda d, o, op: resume_order(d, o, op, budget=HTTP_BUDGET)
     )
 
 
@@ -137,10 +139,21 @@ def _cancel_reason(req: func.HttpRequest) -> str | func.HttpResponse | None:
 
 async def _operator_action(
     req: func.HttpRequest,
+    context: func.Context,
     refusal: str,
     act: Callable[[ProcessDeps, str, str], Awaitable[OrderProcess]],
 ) -> func.HttpResponse:
-    """The answer every operator action shares: 202 with the state, 404, 409, 503."""
+    """The answer every operator action shares: 202 with the state, 404, 409, 503. The
+    request is a trace of its own; the messages it sends rejoin the order's."""
+    with serving(req, context):
+        return await _act(req, refusal, act)
+
+
+async def _act(
+    req: func.HttpRequest,
+    refusal: str,
+    act: Callable[[ProcessDeps, str, str], Awaitable[OrderProcess]],
+) -> func.HttpResponse:
     order_id = req.route_params.get("orderId", "")
     if not _ORDER_ID.match(order_id):
         return _not_found(order_id)

@@ -10,6 +10,7 @@ from shared import bootstrap
 from shared.contract import Queue, Setting
 from shared.domain.messages import AgentReply, InvalidMessage, Nudge
 from shared.functions.poison import UNKNOWN_ORDER, UNKNOWN_STEP, reject
+from shared.telemetry.spans import annotate, consuming
 from shared.usecases import scheduler
 
 bp = func.Blueprint()
@@ -22,6 +23,7 @@ async def _nudge(queue: str, msg: func.ServiceBusMessage) -> None:
     except InvalidMessage as exc:
         await reject(c, queue, msg, str(exc))
         return
+    annotate(order_id=nudge.order_id)
     handled = await scheduler.on_nudge(c.process, nudge.order_id, msg.message_id)
     if handled is scheduler.Handled.UNKNOWN_ORDER:
         await reject(c, queue, msg, f"no order {nudge.order_id!r}", UNKNOWN_ORDER)
@@ -34,6 +36,7 @@ async def _reply(queue: str, msg: func.ServiceBusMessage) -> None:
     except InvalidMessage as exc:
         await reject(c, queue, msg, str(exc))
         return
+    annotate(order_id=reply.order_id, step=reply.step, attempt=reply.attempt)
     handled = await scheduler.on_reply(c.process, reply, msg.message_id)
     if handled is scheduler.Handled.UNKNOWN_ORDER:
         await reject(c, queue, msg, f"no order {reply.order_id!r}", UNKNOWN_ORDER)
@@ -45,26 +48,30 @@ async def _reply(queue: str, msg: func.ServiceBusMessage) -> None:
 @bp.service_bus_queue_trigger(
     arg_name="msg", queue_name=Queue.SCHEDULER, connection=Setting.SERVICE_BUS
 )
-async def scheduler_nudge(msg: func.ServiceBusMessage) -> None:
-    await _nudge(Queue.SCHEDULER, msg)
+async def scheduler_nudge(msg: func.ServiceBusMessage, context: func.Context) -> None:
+    with consuming(msg, context, Queue.SCHEDULER):
+        await _nudge(Queue.SCHEDULER, msg)
 
 
 @bp.service_bus_queue_trigger(
     arg_name="msg", queue_name=Queue.SCHEDULER_HIGH, connection=Setting.SERVICE_BUS
 )
-async def scheduler_nudge_high(msg: func.ServiceBusMessage) -> None:
-    await _nudge(Queue.SCHEDULER_HIGH, msg)
+async def scheduler_nudge_high(msg: func.ServiceBusMessage, context: func.Context) -> None:
+    with consuming(msg, context, Queue.SCHEDULER_HIGH):
+        await _nudge(Queue.SCHEDULER_HIGH, msg)
 
 
 @bp.service_bus_queue_trigger(
     arg_name="msg", queue_name=Queue.AGENT_REPLIES, connection=Setting.SERVICE_BUS
 )
-async def scheduler_reply(msg: func.ServiceBusMessage) -> None:
-    await _reply(Queue.AGENT_REPLIES, msg)
+async def scheduler_reply(msg: func.ServiceBusMessage, context: func.Context) -> None:
+    with consuming(msg, context, Queue.AGENT_REPLIES):
+        await _reply(Queue.AGENT_REPLIES, msg)
 
 
 @bp.service_bus_queue_trigger(
     arg_name="msg", queue_name=Queue.AGENT_REPLIES_HIGH, connection=Setting.SERVICE_BUS
 )
-async def scheduler_reply_high(msg: func.ServiceBusMessage) -> None:
-    await _reply(Queue.AGENT_REPLIES_HIGH, msg)
+async def scheduler_reply_high(msg: func.ServiceBusMessage, context: func.Context) -> None:
+    with consuming(msg, context, Queue.AGENT_REPLIES_HIGH):
+        await _reply(Queue.AGENT_REPLIES_HIGH, msg)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ import azure.functions as func
 import pytest
 from azure.functions.servicebus import ServiceBusMessage
 
+from devhost.host.invoke import InvocationContext, TraceContext
 from devhost.host.loader import FunctionSpec
 from shared import bootstrap
 from shared.adapters.clock import FakeClock
@@ -88,7 +90,9 @@ class Harness:
             route_params=route_params or {},
             body=data,
         )
-        response: func.HttpResponse = await self.functions[name].func(request)
+        response: func.HttpResponse = await self.functions[name].func(
+            request, **context_for(self.functions[name])
+        )
         return response
 
     async def message(
@@ -106,7 +110,15 @@ class Harness:
             application_properties=properties or {},
             user_properties=properties or {},
         )
-        await self.functions[name].func(msg)
+        await self.functions[name].func(msg, **context_for(self.functions[name]))
+
+
+def context_for(spec: FunctionSpec, trace_parent: str = "") -> dict[str, Any]:
+    """The `context` argument, for the functions that take one, as the host passes it."""
+    if "context" not in inspect.signature(spec.func).parameters:
+        return {}
+    trace = TraceContext(trace_parent=trace_parent)
+    return {"context": InvocationContext("test-invocation", spec.name, trace_context=trace)}
 
 
 @pytest.fixture

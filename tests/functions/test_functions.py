@@ -12,7 +12,7 @@ from shared.contract import AGENT_QUEUES, PoisonProperty, Queue, high_priority
 from shared.domain.model import ProcessState
 from shared.domain.workflow import AgentName
 from shared.ports import BusUnavailable, PermanentRemoteError, TransientRemoteError
-from tests.functions.conftest import Harness
+from tests.functions.conftest import Harness, context_for
 
 ORDER = {
     "orderId": "fn-1",
@@ -333,7 +333,9 @@ async def test_supervisor_timer_recovers_an_expired_step(harness: Harness) -> No
     await harness.http("submit_order_http", "POST", "orders", ORDER)
     await harness.message("scheduler_nudge", {"orderId": "fn-1"})
     harness.clock.advance(31)
-    await harness.functions["supervisor"].func(TimerRequest(past_due=False))
+    await harness.functions["supervisor"].func(
+        TimerRequest(past_due=False), **context_for(harness.functions["supervisor"])
+    )
     state = await harness.store.load("fn-1")
     assert state is not None
     assert state.state.process_state is ProcessState.PENDING

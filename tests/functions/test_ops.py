@@ -19,7 +19,7 @@ from shared.domain.health import AgentHealth, BreakerState
 from shared.domain.model import ProcessState
 from shared.ports import StoreUnavailable
 from tests.app_functions import registered_functions
-from tests.functions.conftest import Harness
+from tests.functions.conftest import Harness, context_for
 
 ORDER = {"customerId": "c-1", "items": [{"sku": "A", "quantity": 1, "unitPrice": 2.0}]}
 
@@ -41,7 +41,9 @@ async def drive_to_error(harness: Harness, order_id: str) -> None:
     for _ in range(3):
         await harness.message("scheduler_nudge", {"orderId": order_id})
         harness.clock.advance(31)
-        await harness.functions["supervisor"].func(TimerRequest(past_due=False))
+        await harness.functions["supervisor"].func(
+            TimerRequest(past_due=False), **context_for(harness.functions["supervisor"])
+        )
     stored = await harness.store.load(order_id)
     assert stored is not None and stored.state.process_state is ProcessState.ERROR
 
@@ -199,7 +201,9 @@ async def test_a_sweep_that_cannot_be_recorded_still_recovers_orders(
     c = await bootstrap.container()
     monkeypatch.setattr(c, "health", Broken())
     harness.clock.advance(31)
-    await harness.functions["supervisor"].func(TimerRequest(past_due=False))
+    await harness.functions["supervisor"].func(
+        TimerRequest(past_due=False), **context_for(harness.functions["supervisor"])
+    )
     stored = await harness.store.load("ops-1")
     assert stored is not None and stored.state.failure_count == 1
 
