@@ -18,11 +18,13 @@ from typing import Any
 import azure.functions as func
 from aiohttp import web
 from multidict import CIMultiDict
+from opentelemetry.trace import SpanKind
 
 from devhost.host import guard
 from devhost.host.invoke import invoke, new_invocation_id
 from devhost.host.loader import HTTP_TRIGGER, FunctionSpec, HostConfig
 from devhost.host.routing import Matched, MethodNotAllowed, Router
+from devhost.host.tracing import header_carrier, invocation_span
 
 log = logging.getLogger("devhost.http")
 
@@ -221,8 +223,11 @@ class HttpFrontend:
             body=body,
         )
         invocation_id = new_invocation_id()
+        attributes = {"faas.trigger": "http", "faas.invocation_id": invocation_id}
+        carrier = header_carrier(request.headers)
         try:
-            result = await invoke(spec, http_request, invocation_id)
+            with invocation_span(spec.name, SpanKind.SERVER, carrier, attributes) as trace:
+                result = await invoke(spec, http_request, invocation_id, trace)
             return to_aiohttp(result), spec.name
         except Exception:
             log.exception("function %s failed (invocation %s)", spec.name, invocation_id)

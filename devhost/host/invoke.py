@@ -60,11 +60,18 @@ def _wants_context(spec: FunctionSpec) -> bool:
         return False
 
 
-async def invoke(spec: FunctionSpec, trigger_value: Any, invocation_id: str) -> Any:
-    """Run the function with its trigger argument and return what it returned."""
+async def invoke(
+    spec: FunctionSpec, trigger_value: Any, invocation_id: str, trace: TraceContext | None = None
+) -> Any:
+    """Run the function with its trigger argument and return what it returned. `trace`
+    is the host's invocation span (see tracing.py), handed over as the worker does."""
     kwargs: dict[str, Any] = {str(spec.trigger["name"]): trigger_value}
     if _wants_context(spec) and "context" not in kwargs:
-        kwargs["context"] = InvocationContext(invocation_id=invocation_id, function_name=spec.name)
+        kwargs["context"] = InvocationContext(
+            invocation_id=invocation_id,
+            function_name=spec.name,
+            trace_context=trace or TraceContext(),
+        )
     if inspect.iscoroutinefunction(spec.func):
         return await spec.func(**kwargs)
     result = await asyncio.to_thread(spec.func, **kwargs)

@@ -20,6 +20,7 @@ from typing import Any
 
 from azure.servicebus import ServiceBusReceivedMessage, ServiceBusReceiveMode
 from azure.servicebus.aio import AutoLockRenewer, ServiceBusReceiver
+from opentelemetry.trace import SpanKind
 
 from devhost.host.invoke import invoke, new_invocation_id
 from devhost.host.loader import FunctionSpec, HostConfig
@@ -31,6 +32,7 @@ from devhost.host.sb_connection import (
     connection_info,
 )
 from devhost.host.sb_message import host_delivery_count, to_function_message
+from devhost.host.tracing import invocation_span, message_carrier
 
 __all__ = [
     "ClientPool",
@@ -216,7 +218,17 @@ class QueueTrigger:
         log.debug("%s <- %s message %s", self.spec.name, self.queue, ids)
         try:
             converted = [to_function_message(m) for m in messages]
-            await invoke(self.spec, converted if self.many else converted[0], invocation_id)
+            # One message: the host's span is its child; a batch's has no one parent.
+            carrier = {} if self.many else message_carrier(messages[0].application_properties)
+            attributes = {
+                "faas.trigger": "pubsub",
+                "faas.invocation_id": invocation_id,
+                "messaging.destination.name": self.queue,
+            }
+            with invocation_span(self.spec.name, SpanKind.CONSUMER, carrier, attributes) as trace:
+                await invoke(
+                    self.spec, converted if self.many else converted[0], invocation_id, trace
+                )
         except asyncio.CancelledError:
             log.warning(
                 "%s: handler for message %s cancelled at shutdown; abandoning it",

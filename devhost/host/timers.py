@@ -19,9 +19,11 @@ from typing import Any, Protocol
 
 from azure.functions.timer import TimerRequest
 from croniter import croniter
+from opentelemetry.trace import SpanKind
 
 from devhost.host.invoke import invoke, new_invocation_id
 from devhost.host.loader import FunctionSpec, parse_timespan
+from devhost.host.tracing import invocation_span
 
 log = logging.getLogger("devhost.timer")
 
@@ -146,7 +148,9 @@ class TimerRunner:
     async def _execute(self, request: TimerRequest) -> None:
         invocation_id = new_invocation_id()
         log.debug("timer %s fired (past_due=%s)", self.spec.name, request.past_due)
+        attributes = {"faas.trigger": "timer", "faas.invocation_id": invocation_id}
         try:
-            await invoke(self.spec, request, invocation_id)
+            with invocation_span(self.spec.name, SpanKind.INTERNAL, {}, attributes) as trace:
+                await invoke(self.spec, request, invocation_id, trace)
         except Exception:
             log.exception("timer %s failed (invocation %s)", self.spec.name, invocation_id)
