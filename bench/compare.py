@@ -1,10 +1,13 @@
 """Ours and the DBOS peer in the same run, one side-by-side table.
 
-    python -m bench.compare [--orders 2000] [--concurrency 64 | --rate 20] [--quick]
+    python -m bench.compare [--orders 2000] [--concurrency 64 | --rate 20] [--runtimes 1,2,4]
+                            [--quick]
 
 Runs ``bench.throughput`` (the local runtime with Azurite, the broker and the
 simulator) and then ``bench.peer_dbos`` (DBOS Transact with SQLite, the same simulator
-settings) with the same orders, load, remote latency and fault rates.
+settings) with the same orders, load, remote latency and fault rates. With
+``--runtimes 1,2,4`` ours runs once per count of runtime processes (competing for the
+same queues), each row set against the same DBOS run.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ def side_by_side(ours: list[RunSummary], peer: list[RunSummary]) -> object:
         "ours vs DBOS Transact (ratio = ours / DBOS)",
         [
             "faults",
+            "runtimes",
             "ours orders/s",
             "DBOS orders/s",
             "ratio",
@@ -52,6 +56,7 @@ def side_by_side(ours: list[RunSummary], peer: list[RunSummary]) -> object:
         peer_cpu = 1000 * system_cpu(p) / max(p.processed, 1)
         t.add_row(
             f"{o.fault_rate:.0%}",
+            str(o.runtimes),
             fmt(o.throughput, 1),
             fmt(p.throughput, 1),
             ratio(o.throughput, p.throughput),

@@ -1,6 +1,7 @@
 """Orders per second and intake-to-Processed latency on the local runtime.
 
-    python -m bench.throughput [--orders 2000] [--concurrency 64 | --rate 20] [--quick]
+    python -m bench.throughput [--orders 2000] [--concurrency 64 | --rate 20] [--runtimes 1,2,4]
+                               [--quick]
 
 Azurite, the local broker, the simulator and ``python -m devhost --no-services`` run as
 separate processes on free ports; the driver submits orders over HTTP (closed loop: at
@@ -8,6 +9,9 @@ most ``--concurrency`` orders in flight; open loop: ``--rate`` orders per second
 reads completions from the ``order-status`` queue, once without faults and once with
 ``--faults`` transient errors at every remote service. It prints throughput, latency
 percentiles and the CPU each process took (``--profile`` adds a py-spy breakdown).
+``--runtimes 1,2,4`` repeats it all with that many runtime processes competing for the
+same queues and table (as Flex Consumption instances would), the driver's POSTs spread
+round robin over their HTTP ports.
 """
 
 from __future__ import annotations
@@ -64,12 +68,24 @@ class RunSummary:
     profiles: dict[str, Any] = field(default_factory=dict)
     hops: dict[str, Any] = field(default_factory=dict)
     functions: dict[str, Any] = field(default_factory=dict)
+    runtimes: int = 1
+    """Runtime processes serving the run (ours; the peer is one process)."""
+
+    @property
+    def label(self) -> str:
+        return self.system if self.runtimes == 1 else f"{self.system} x{self.runtimes}"
 
     @classmethod
     def of(
-        cls, system: str, fault_rate: float, result: LoadResult, meter: CpuMeter | None
+        cls,
+        system: str,
+        fault_rate: float,
+        result: LoadResult,
+        meter: CpuMeter | None,
+        runtimes: int = 1,
     ) -> RunSummary:
         return cls(
+            runtimes=runtimes,
             system=system,
             fault_rate=fault_rate,
             load=result.load.describe(),
@@ -110,7 +126,7 @@ def results_table(title: str, runs: list[RunSummary]) -> Any:
     )
     for r in runs:
         t.add_row(
-            r.system,
+            r.label,
             f"{r.fault_rate:.0%}",
             str(r.orders),
             str(r.processed),
@@ -182,7 +198,7 @@ async def warm_up(stack: BenchStack, count: int, tag: str) -> None:
     """A few orders through first, so the run does not pay for links and caches."""
     if count:
         await run_load(
-            stack.api(),
+            apis(stack),
             [f"warm-{tag}-{i:04d}" for i in range(count)],
             Load(concurrency=min(count, 16)),
             StatusQueue(stack.service_bus_connection_string),
@@ -195,9 +211,10 @@ def profilers(
 ) -> None:
     """py-spy on the runtime, the broker and the driver for the run (``--profile``)."""
     pids = stack.pids()
-    targets = {"runtime": pids["runtime"], "broker": pids["broker"], "driver": os.getpid()}
+    runtimes = {name: pid for name, pid in pids.items() if name.startswith("runtime")}
+    targets = {**runtimes, "broker": pids["broker"], "driver": os.getpid()}
     for name, pid in targets.items():
-        out = stack.run_dir / f"pyspy-{name}-{rate:.2f}.txt"
+        out = stack.run_dir / f"pyspy-{name.replace(' ', '-')}-{rate:.2f}.txt"
         recorders.append(Recorder(name, pid, out, duration=int(args.timeout)))
 
 
@@ -228,7 +245,7 @@ async def measure_run(
     with progress_bar() as progress:
         task = progress.add_task(f"{rate:.0%} faults", total=args.orders)
         result = await run_load(
-            stack.api(),
+            apis(stack),
             [f"tp-{tag}-{i:05d}" for i in range(args.orders)],
             load,
             StatusQueue(stack.service_bus_connection_string),
@@ -239,7 +256,7 @@ async def measure_run(
         )
     meter.stop()
     profiles = [p for r in recorders if (p := r.finish()) is not None]
-    summary = RunSummary.of("ours", rate, result, meter)
+    summary = RunSummary.of("ours", rate, result, meter, len(stack.runtimes))
     summary.retries = await _sim_retries(simulator)
     summary.profiles = {p.name: p.to_json() for p in profiles}
     if instrument:
@@ -301,7 +318,20 @@ def functions_table(title: str, stats: dict[str, Any], result: LoadResult) -> An
     return t
 
 
+def apis(stack: BenchStack) -> list[str]:
+    """Every runtime's API: the driver spreads its POSTs over them."""
+    return [stack.api(name) for name in stack.runtimes]
+
+
 async def measure_ours(args: argparse.Namespace) -> list[RunSummary]:
+    runs: list[RunSummary] = []
+    for count in getattr(args, "runtimes", [1]):
+        runs += await measure_with(args, count)
+    return runs
+
+
+async def measure_with(args: argparse.Namespace, runtimes: int) -> list[RunSummary]:
+    """Every fault rate with `runtimes` runtime processes on one stack."""
     timings = Timings(
         step_timeout=args.step_timeout, pending_timeout=args.pending_timeout, supervisor_period=5
     )
@@ -313,6 +343,7 @@ async def measure_ours(args: argparse.Namespace) -> list[RunSummary]:
         seed=args.seed,
         instrument=getattr(args, "instrument", False),
         broker_db=not getattr(args, "broker_in_memory", False),
+        runtimes=RUNTIME_NAMES[:runtimes],
     ) as stack:
         console.print(f"[dim]{stack.describe()}[/]")
         async with aiohttp.ClientSession() as session:
@@ -327,10 +358,15 @@ async def measure_ours(args: argparse.Namespace) -> list[RunSummary]:
     return runs
 
 
+RUNTIME_NAMES = tuple("abcdefgh")
+
+
 def describe_setup(args: argparse.Namespace) -> str:
     load = f"rate {args.rate:g}/s" if args.rate else f"concurrency {args.concurrency}"
+    runtimes = ", ".join(str(n) for n in getattr(args, "runtimes", [1]))
     return (
-        f"{args.orders} orders per run, {load}, remote latency {args.latency_ms} ms per call, "
+        f"{args.orders} orders per run, {load}, runtime processes {runtimes}, "
+        f"remote latency {args.latency_ms} ms per call, "
         f"faults {', '.join(f'{r:.0%}' for r in args.fault_rates)}, "
         f"step timeout {args.step_timeout:g} s, warm-up {args.warmup} orders"
     )
@@ -372,7 +408,20 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=30, help="orders before each run (30)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run at most")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--runtimes",
+        type=_runtime_counts,
+        default=[1],
+        help="comma-separated runtime process counts, each run in turn (default 1; e.g. 1,2,4)",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run in under a minute")
+
+
+def _runtime_counts(text: str) -> list[int]:
+    counts = [int(x) for x in text.split(",")]
+    if not counts or any(not 1 <= n <= len(RUNTIME_NAMES) for n in counts):
+        raise argparse.ArgumentTypeError(f"each count must be 1 to {len(RUNTIME_NAMES)}")
+    return counts
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -400,6 +449,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.timeout = min(args.timeout, 25)
     if args.orders < 1 or (args.rate is not None and args.rate <= 0) or args.concurrency < 1:
         parser.error("--orders, --concurrency and --rate must be positive")
+    if args.instrument and max(args.runtimes) > 1:
+        parser.error("--instrument reads one runtime's counters: use it with --runtimes 1")
     return args
 
 

@@ -543,7 +543,7 @@ async def _stop(watcher: asyncio.Task[None]) -> None:
 
 
 async def run_load(
-    api: str,
+    api: str | Sequence[str],
     order_ids: list[str],
     load: Load,
     source: CompletionSource,
@@ -553,10 +553,13 @@ async def run_load(
     on_progress: Callable[[int, int], None] | None = None,
     before_start: Callable[[], Awaitable[None]] | None = None,
 ) -> LoadResult:
-    """Seeded orders to one runtime's API, completions from `source`, on a session of its
-    own (64 connections, 60 s per request); waits (bounded by `timeout`) for each to end."""
+    """Seeded orders to one runtime's API (or, given several, round robin over them),
+    completions from `source`, on a session of its own (64 connections, 60 s per
+    request); waits (bounded by `timeout`) for each to end."""
     orders = plan(order_ids, seed)
-    run = LoadRun(orders, load, [("runtime", api)], timeout=timeout)
+    apis = [api] if isinstance(api, str) else list(api)
+    targets = [(f"runtime {i}" if len(apis) > 1 else "runtime", a) for i, a in enumerate(apis)]
+    run = LoadRun(orders, load, targets, timeout=timeout)
     if on_progress is not None:
         run.on_finished = lambda _: on_progress(run.finished, len(orders))
     connector = aiohttp.TCPConnector(limit=64)
