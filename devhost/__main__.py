@@ -25,6 +25,7 @@ from devhost.host import FunctionSpec, HostConfig, LoadError, LocalHost, load_ap
 from devhost.host.http import HttpStartError
 from devhost.host.servicebus import ServiceBusConfigError
 from devhost.host.timers import ScheduleError
+from devhost.instances import extra_instances, stop_all
 from devhost.services import (
     OTLP_DEFAULT_PORT,
     Services,
@@ -55,6 +56,7 @@ USER_ERRORS = (
 )
 APP_BOOTSTRAP_MODULE = "shared.bootstrap"
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+MAX_INSTANCES = 8
 NOISY_LOGGERS = ("azure", "uamqp", "azure.servicebus._pyamqp", "azure.identity")
 
 
@@ -112,6 +114,15 @@ def add_run_options(parser: argparse.ArgumentParser, *, inherit: bool = False) -
         ),
     )
     parser.add_argument(
+        "--instances",
+        type=_instances,
+        default=default(1),
+        help=(
+            "runtime processes competing for the same queues and table, as Azure's "
+            "instances do (default 1); the others serve HTTP on free ports"
+        ),
+    )
+    parser.add_argument(
         "--root",
         type=Path,
         default=default(REPO_ROOT),
@@ -126,6 +137,13 @@ def add_run_options(parser: argparse.ArgumentParser, *, inherit: bool = False) -
     parser.add_argument(
         "-v", "--verbose", action="store_true", default=default(False), help="debug logging"
     )
+
+
+def _instances(text: str) -> int:
+    count = int(text)
+    if not 1 <= count <= MAX_INSTANCES:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_INSTANCES}")
+    return count
 
 
 def add_subcommand_run_options(parser: argparse.ArgumentParser) -> None:
@@ -282,10 +300,21 @@ async def running_host(args: argparse.Namespace) -> AsyncIterator[Runtime]:
             shutdown_hooks=app_shutdown_hooks(),
         )
         await host.start()
+        state_dir = (args.state_dir or prepared.root / ".devhost").resolve()
+        extras = extra_instances(
+            getattr(args, "instances", 1), state_dir=state_dir, root=prepared.root
+        )
         try:
+            for extra in extras:
+                extra.child.start()
             print_banner(host, prepared.services, settings, prepared.root)
+            for extra in extras:
+                print(
+                    f"  {extra.child.name} on {extra.url} (log {extra.child.log_path})", flush=True
+                )
             yield Runtime(host, prepared.services, stop)
         finally:
+            await asyncio.to_thread(stop_all, extras)
             await host.stop()
     finally:
         prepared.services.stop()
