@@ -20,6 +20,7 @@ from bench.peer_dbos import measure_peer
 from bench.throughput import (
     RunSummary,
     add_load_options,
+    add_runtimes_option,
     describe_setup,
     measure_ours,
     results_table,
@@ -81,6 +82,7 @@ def system_cpu(run: RunSummary) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
     add_load_options(parser)
+    add_runtimes_option(parser)
     parser.add_argument("--step-timeout", type=float, default=30.0)
     parser.add_argument("--pending-timeout", type=float, default=60.0)
     parser.add_argument("--profile", action="store_true", help="py-spy both systems")

@@ -408,13 +408,16 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=30, help="orders before each run (30)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run at most")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="a smoke run in under a minute")
+
+
+def add_runtimes_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runtimes",
         type=_runtime_counts,
         default=[1],
         help="comma-separated runtime process counts, each run in turn (default 1; e.g. 1,2,4)",
     )
-    parser.add_argument("--quick", action="store_true", help="a smoke run in under a minute")
 
 
 def _runtime_counts(text: str) -> list[int]:
@@ -427,6 +430,7 @@ def _runtime_counts(text: str) -> list[int]:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__)
     add_load_options(parser)
+    add_runtimes_option(parser)
     parser.add_argument("--step-timeout", type=float, default=30.0)
     parser.add_argument("--pending-timeout", type=float, default=60.0)
     parser.add_argument(
