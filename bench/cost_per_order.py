@@ -1,15 +1,17 @@
-"""State-store operations and messages per fault-free order, per function and per step.
+"""State-store operations, messages and executions per order, per function and per step.
 
-    python -m bench.cost_per_order [--orders 200] [--quick]
+    python -m bench.cost_per_order [--orders 200] [--quick] [--faults 0.1]
 
 The runtime runs as ``bench.instrumented_runtime``: the real Table adapter (against
 Azurite) and the real Service Bus adapter (against the local broker), each wrapped in a
 counting decorator that attributes every call to the function (and workflow step) that
 made it. After a warm-up the counters are reset, ``--orders`` orders go through without
-faults, and the counts are divided by the number of orders. The adapter's own
-``operations`` counter and the broker's per-queue counters are printed beside them as a
-cross-check, and the result is set against the aim: at most 2 state-store writes per
-step plus 2 per order, and a claim that needs no query.
+faults (or with ``--faults``: that share of remote calls failing transiently at all three
+services, as ``bench.compare --faults`` does), and the counts are divided by the number of
+orders. The adapter's own ``operations`` counter and the broker's per-queue counters are
+printed beside them as a cross-check, and the result is set against the aim: at most 2
+state-store writes per step plus 2 per order, and a claim that needs no query.
+``python -m bench.cost_model`` turns the saved counts into a cost per million orders in Azure.
 """
 
 from __future__ import annotations
@@ -61,9 +63,13 @@ def _order_roles(roles: dict[str, Any]) -> list[str]:
     return [r for r in rank if r in roles] + sorted(r for r in roles if r not in rank)
 
 
-def function_table(roles: dict[str, Any], orders: int) -> Any:
+def _orders_label(orders: int, faults: float) -> str:
+    return f"{orders} fault-free orders" if not faults else f"{orders} orders, {faults:.0%} faults"
+
+
+def function_table(roles: dict[str, Any], orders: int, faults: float = 0.0) -> Any:
     t = table(
-        f"per order, by function (mean over {orders} fault-free orders)",
+        f"per order, by function (mean over {_orders_label(orders, faults)})",
         [
             "function (step)",
             "calls",
@@ -109,6 +115,7 @@ def summarize(roles: dict[str, Any], orders: int) -> dict[str, dict[str, float]]
             int(s["entities"]) for op, s in role["ops"].items() if TABLE_KIND.get(op) == "write"
         )
         group["messages"] += sum(role["sent"].values())
+        group["executions"] += role["invocations"]
         group["conflicts"] += sum(int(s["conflicts"]) for s in role["ops"].values())
     return {g: {k: v / orders for k, v in c.items()} for g, c in groups.items()}
 
@@ -116,7 +123,15 @@ def summarize(roles: dict[str, Any], orders: int) -> dict[str, dict[str, float]]
 def steps_table(summary: dict[str, dict[str, float]]) -> Any:
     t = table(
         "per order, by part of the workflow",
-        ["part", "writes", "queries", "point reads", "entities written", "messages sent"],
+        [
+            "part",
+            "writes",
+            "queries",
+            "point reads",
+            "entities written",
+            "messages sent",
+            "executions",
+        ],
     )
     total: dict[str, float] = {}
     for group, values in summary.items():
@@ -124,7 +139,14 @@ def steps_table(summary: dict[str, dict[str, float]]) -> Any:
             group,
             *(
                 fmt(values.get(k, 0), 2)
-                for k in ("writes", "queries", "point reads", "entities written", "messages")
+                for k in (
+                    "writes",
+                    "queries",
+                    "point reads",
+                    "entities written",
+                    "messages",
+                    "executions",
+                )
             ),
         )
         for k, v in values.items():
@@ -133,7 +155,14 @@ def steps_table(summary: dict[str, dict[str, float]]) -> Any:
         "[bold]whole order[/]",
         *(
             f"[bold]{fmt(total.get(k, 0), 2)}[/]"
-            for k in ("writes", "queries", "point reads", "entities written", "messages")
+            for k in (
+                "writes",
+                "queries",
+                "point reads",
+                "entities written",
+                "messages",
+                "executions",
+            )
         ),
     )
     return t
@@ -206,6 +235,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             timeout=60,
         )
         await asyncio.sleep(1.0)  # the last unwatch follows the Processed notification
+        if args.faults:
+            await set_faults(stack.simulator(session), args.faults, args.latency_ms)
         await stack.runtime_stats(reset=True)
         broker_before = await broker.stats()
         started = time.monotonic()
@@ -225,6 +256,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         for q in broker_after
     }
     return {
+        "faults": args.faults,
         "orders": len(result.orders),
         "processed": result.processed,
         "elapsed": elapsed,
@@ -236,7 +268,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
 def report(data: dict[str, Any]) -> dict[str, Any]:
     orders = max(int(data["processed"]), 1)
     roles: dict[str, Any] = data["stats"]["roles"]
-    console.print(function_table(roles, orders))
+    console.print(function_table(roles, orders, float(data.get("faults", 0.0))))
     summary = summarize(roles, orders)
     console.print(steps_table(summary))
     console.print(aim_table(summary, roles, orders))
@@ -282,6 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--faults",
+        type=float,
+        default=0.0,
+        help="share of remote calls failing transiently after the warm-up (0.1: 10%%)",
+    )
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     if args.quick:
@@ -290,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     print_machine("cost per order: state-store operations and messages")
     data = asyncio.run(measure(args))
     console.print(
-        f"[dim]{data['processed']} of {data['orders']} orders Processed; "
+        f"[dim]{data['processed']} of {data['orders']} orders Processed "
+        f"({args.faults:.0%} transient faults at the remote services); "
         "Table Storage kinds: write = one entity or one entity-group transaction; "
         "query = one query request (due = one per watch shard).[/]"
     )

@@ -1,0 +1,107 @@
+"""bench.cost_model's arithmetic on known counts and round prices."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.cost_model import (
+    Assumptions,
+    OrderCounts,
+    Price,
+    Prices,
+    bills,
+    counts_from_run,
+    markdown,
+    ours,
+    peer_durable_functions,
+    peer_step_functions,
+    peer_temporal,
+    price_notes,
+    remote_calls,
+    traced_share,
+)
+
+
+def _price(usd: float) -> Price:
+    return Price(usd, "test", verified=True)
+
+
+ROUND = Prices(
+    service_bus_per_million_ops=_price(1.0),
+    service_bus_base_per_hour=_price(0.0),
+    storage_per_10k_transactions=_price(1.0),
+    flex_per_million_executions=_price(1.0),
+    flex_per_gb_second=_price(0.000001),
+    log_analytics_per_gb=_price(1.0),
+    step_functions_per_1k_transitions=_price(0.025),
+    temporal_per_million_actions=_price(50.0),
+)
+ORDER = OrderCounts(state_store=8, messages=10, executions=8, remote_calls=3)
+
+
+def test_our_bill_per_meter() -> None:
+    bill = ours(ORDER, ROUND, Assumptions())
+    cost = {line.meter: line.usd_per_million_orders for line in bill.lines}
+    assert cost == pytest.approx(
+        {
+            "Service Bus Standard operations": 30.0,  # 10 messages x 3 operations
+            "Table Storage transactions": 800.0,  # 8 x 1e6 / 1e4
+            "Flex Consumption executions": 8.0,
+            "Flex Consumption memory": 1.6,  # 8 x 0.1 s x 2 GB = 1.6 GB-s per order
+            "Application Insights: the app's spans": 2.9,  # 29 spans x 1 kB x 10% traced
+            "Application Insights: the host's requests": 8.0,  # 8 records x 1 kB
+        }
+    )
+    assert bill.total == pytest.approx(850.5)
+
+
+def test_retries_and_the_traced_share_with_faults() -> None:
+    assert remote_calls(0.0) == 3
+    assert remote_calls(0.1) == pytest.approx(3 / 0.9)
+    assert traced_share(0.0, Assumptions()) == pytest.approx(0.1)
+    # 10% sampled, and every order with at least one of its 3 calls failing: 1 - 0.9^3.
+    assert traced_share(0.1, Assumptions()) == pytest.approx(0.1 + 0.9 * 0.271)
+
+
+def test_peers_for_the_same_three_step_order() -> None:
+    assert peer_step_functions(0.0, ROUND).total == pytest.approx(100.0)  # 4 transitions
+    assert peer_step_functions(0.1, ROUND).total == pytest.approx((4 + 1 / 3) * 25)
+    assert peer_temporal(0.0, ROUND).total == pytest.approx(200.0)  # 4 actions
+    assert peer_temporal(0.1, ROUND).total == pytest.approx((4 + 1 / 3) * 50)
+    durable = {
+        line.meter: line.per_order
+        for line in peer_durable_functions(0.0, ROUND, Assumptions()).lines
+    }
+    # 7 queue messages x 3 + 4 episodes x 3 + the instance insert.
+    # Executions: the starter, 4 orchestrator episodes, 3 activities.
+    assert durable["Storage queue and table transactions"] == 34
+    assert durable["Flex Consumption executions"] == 8
+
+
+def test_counts_from_a_saved_run_leave_out_the_timers() -> None:
+    part = {"writes": 1.0, "queries": 0.5, "point reads": 0.5, "messages": 2.0, "executions": 2.0}
+    run = {
+        "faults": 0.1,
+        "summary": {
+            "intake (POST /api/orders)": part,
+            "claim + dispatch of reserve-inventory": part,
+            "step reserve-inventory (agent + reply)": part,
+            "agent_heartbeat": {"writes": 9.0, "executions": 9.0},
+        },
+    }
+    counts = counts_from_run(run)
+    assert (counts.state_store, counts.messages, counts.executions) == (6.0, 6.0, 6.0)
+    assert counts.faults == 0.1 and counts.remote_calls == pytest.approx(3 / 0.9)
+    with pytest.raises(ValueError, match="execution counts"):
+        counts_from_run({"summary": {"intake": {"writes": 1.0}}})
+
+
+def test_the_table_has_a_row_per_meter_and_a_total_per_system() -> None:
+    faulty = OrderCounts(state_store=8, messages=10, executions=8, remote_calls=3 / 0.9, faults=0.1)
+    table = markdown(bills(ORDER, faulty, ROUND, Assumptions()), 0.1)
+    rows = table.splitlines()
+    assert rows[0].count("10% faults") == 2
+    assert sum("**total**" in row for row in rows) == 4
+    assert "| **this system (Scheduler-Agent-Supervisor)** | **total** | | | **$850.50** |" in table
+    assert "not verified" in price_notes(Prices())
+    assert "not verified" not in price_notes(ROUND)
