@@ -18,6 +18,7 @@ from shared.domain.model import (
     ProcessState,
     StateRecord,
 )
+from shared.domain.reconcile import ReconcileRun
 
 
 class StateStoreError(Exception):
@@ -239,4 +240,22 @@ class RemoteService(Protocol):
         """What the service did with `key` (its read API, no effect). Raise
         TransientRemoteError when asking again may help; an answer that cannot be read is
         RemoteOutcome.unknown, never a guess."""
+        ...
+
+
+class ReconcileStore(Protocol):
+    """The sample reconciliation checks and the runs it keeps for the operator page."""
+
+    async def finished_sample(
+        self, since: datetime, start: str, limit: int
+    ) -> tuple[OrderProcess, ...]:
+        """Up to `limit` orders Processed, Compensated or Cancelled and last changed at or
+        after `since`, in key order from the order id `start` (wrapping round once), read
+        by a server-filtered query whose pages are capped: never every order."""
+        ...
+
+    async def record_run(self, run: ReconcileRun) -> None: ...
+
+    async def recent_runs(self, limit: int) -> tuple[ReconcileRun, ...]:
+        """Newest first."""
         ...
