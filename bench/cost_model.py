@@ -95,6 +95,9 @@ class Prices:
 class Assumptions:
     seconds_per_execution: float = 0.1
     """Billed active time per execution: awaiting the store, the broker and a remote call."""
+    retry_backoff_seconds: float = 0.2
+    """An agent retries a failed call within its execution (shared/resilience.py), after
+    RetryPolicy.initial_backoff: billed time on Flex Consumption."""
     memory_gb: float = 2.0
     """instanceMemoryMB=2048; on demand bills it per instance while it executes, so
     concurrent executions share it: one at a time is the upper bound used here."""
@@ -196,8 +199,10 @@ def traced_share(faults: float, a: Assumptions, steps: int = STEPS) -> float:
     return a.sampling_ratio + (1.0 - a.sampling_ratio) * with_fault
 
 
-def flex_lines(executions: float, p: Prices, a: Assumptions) -> list[Line]:
-    gb_seconds = executions * a.seconds_per_execution * a.memory_gb
+def flex_lines(
+    executions: float, p: Prices, a: Assumptions, extra_seconds: float = 0.0
+) -> list[Line]:
+    gb_seconds = (executions * a.seconds_per_execution + extra_seconds) * a.memory_gb
     return [
         Line(
             "Flex Consumption executions",
@@ -233,17 +238,22 @@ def ours(counts: OrderCounts, p: Prices, a: Assumptions) -> Bill:
                 "transactions",
                 counts.state_store * MILLION / 10_000 * p.storage_per_10k_transactions.usd,
             ),
-            *flex_lines(counts.executions, p, a),
+            *flex_lines(
+                counts.executions,
+                p,
+                a,
+                (counts.remote_calls - STEPS) * a.retry_backoff_seconds,
+            ),
             Line(
                 "Application Insights: the app's spans",
-                span_bytes / GB,
-                "GB",
+                span_bytes / 1000,
+                "kB",
                 span_bytes / GB * MILLION * p.log_analytics_per_gb.usd,
             ),
             Line(
                 "Application Insights: the host's requests",
-                host_bytes / GB,
-                "GB",
+                host_bytes / 1000,
+                "kB",
                 host_bytes / GB * MILLION * p.log_analytics_per_gb.usd,
             ),
         ],
@@ -324,8 +334,7 @@ def _usd(value: float) -> str:
 
 
 def _quantity(value: float, unit: str) -> str:
-    digits = 6 if unit == "GB" else 2
-    return f"{value:,.{digits}f} {unit}"
+    return f"{value:,.2f} {unit}"
 
 
 def bills(

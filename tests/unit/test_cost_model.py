@@ -55,6 +55,12 @@ def test_our_bill_per_meter() -> None:
     assert bill.total == pytest.approx(850.5)
 
 
+def test_a_retry_waits_its_backoff_inside_a_billed_execution() -> None:
+    faulty = OrderCounts(state_store=8, messages=10, executions=8, remote_calls=4, faults=0.25)
+    memory = {line.meter: line.per_order for line in ours(faulty, ROUND, Assumptions()).lines}
+    assert memory["Flex Consumption memory"] == pytest.approx((8 * 0.1 + 1 * 0.2) * 2)
+
+
 def test_retries_and_the_traced_share_with_faults() -> None:
     assert remote_calls(0.0) == 3
     assert remote_calls(0.1) == pytest.approx(3 / 0.9)
