@@ -1,0 +1,181 @@
+"""Reconciliation on Azure Table Storage: the sample of finished orders, and the runs.
+
+The sample is the state rows' own server-side filter (finished `ProcessState`, `UpdatedAt`
+at or after the window's start), starting at a random `PartitionKey` (the order id) and
+wrapping round once, at most `SAMPLE_PAGES` pages each way. The service scans within
+those pages, not the caller: a run asks for at most 2 x `SAMPLE_PAGES` pages, however
+many orders the table holds (a page may come back short or empty when few rows match;
+then the sample is smaller, never the cost larger). Whole state entities are read, since
+the check needs each step's agent.
+
+Runs are rows in the state table's `~reconcile` partition (RowKey: inverted start time
+and instance, newest first, as the Supervisor's sweeps), each with its first
+`KEPT_MISMATCHES` mismatches as JSON; each run deletes up to a batch of rows older
+than `retention`, so the partition stays about one retention window of runs.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from azure.data.tables import TableTransactionError, UpdateMode
+
+from shared.adapters import table_rows as rows
+from shared.adapters.table_errors import refused_with, translated_errors
+from shared.adapters.table_health import sweep_row_key
+from shared.adapters.table_rows import utc
+from shared.adapters.table_store import TableStateStore
+from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.reconcile import FINISHED, Mismatch, ReconcileRun
+
+RECONCILE_PARTITION: Final = "~reconcile"
+SAMPLE_PAGES: Final = 4
+"""Pages read each way round from the random start: the bound on one sample's reads."""
+KEPT_MISMATCHES: Final = 50
+"""Mismatches kept per run (the alerts carry every one): a row stays well under 1 MB."""
+RUN_RETENTION: Final = timedelta(days=7)
+_PRUNE_BATCH: Final = 25
+
+_FILTER: Final = (
+    "RowKey eq @row and UpdatedAt ge @since and "
+    f"({' or '.join(f'ProcessState eq @s{i}' for i in range(len(FINISHED)))})"
+)
+
+
+class TableReconcileStore:
+    """Shares the state store's table client (and its table's creation)."""
+
+    def __init__(self, store: TableStateStore, retention: timedelta = RUN_RETENTION) -> None:
+        self._store = store
+        self._retention = retention
+
+    async def finished_sample(
+        self, since: datetime, start: str, limit: int
+    ) -> tuple[OrderProcess, ...]:
+        if limit <= 0:
+            return ()
+        await self._store.ensure_table()
+        found = await self._scan("PartitionKey ge @start", since, start, limit)
+        if len(found) < limit:
+            found += await self._scan("PartitionKey lt @start", since, start, limit - len(found))
+        processes: list[OrderProcess] = []
+        for entity in found:
+            if rows.is_current_layout(entity):
+                processes.append(rows.to_process(entity, str(entity.metadata["etag"])))
+            else:
+                legacy = await self._store.load(str(entity["PartitionKey"]))
+                if legacy is not None:
+                    processes.append(legacy)
+        return tuple(processes)
+
+    async def _scan(self, where: str, since: datetime, start: str, limit: int) -> list[Any]:
+        parameters: dict[str, Any] = {"row": rows.STATE_ROW, "since": since, "start": start}
+        parameters.update({f"s{i}": s.value for i, s in enumerate(FINISHED)})
+        found: list[Any] = []
+        with translated_errors():
+            pager: Any = self._store.table.query_entities(
+                f"{where} and {_FILTER}", parameters=parameters, results_per_page=limit
+            ).by_page()
+            pages = 0
+            async for page in pager:
+                async for entity in page:
+                    found.append(entity)
+                pages += 1
+                if len(found) >= limit or pages >= SAMPLE_PAGES:
+                    break
+        return found[:limit]
+
+    async def record_run(self, run: ReconcileRun) -> None:
+        await self._store.ensure_table()
+        entity = _run_entity(run)
+        with translated_errors():
+            await self._store.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+        await self._prune(run.started_at - self._retention)
+
+    async def recent_runs(self, limit: int) -> tuple[ReconcileRun, ...]:
+        if limit <= 0:
+            return ()
+        await self._store.ensure_table()
+        found: list[Any] = []
+        with translated_errors():
+            async for entity in self._store.table.query_entities(
+                "PartitionKey eq @pk",
+                parameters={"pk": RECONCILE_PARTITION},
+                results_per_page=limit,
+            ):
+                found.append(entity)
+                if len(found) >= limit:
+                    break
+        return tuple(_to_run(e) for e in found)
+
+    async def _prune(self, older_than: datetime) -> None:
+        """Keys only, one batch at most; usually finds nothing."""
+        expired: list[Any] = []
+        with translated_errors():
+            async for entity in self._store.table.query_entities(
+                "PartitionKey eq @pk and RowKey gt @cut",
+                parameters={"pk": RECONCILE_PARTITION, "cut": sweep_row_key(older_than, "~")},
+                select=["PartitionKey", "RowKey"],
+                results_per_page=_PRUNE_BATCH,
+            ):
+                expired.append(entity)
+                if len(expired) >= _PRUNE_BATCH:
+                    break
+        if not expired:
+            return
+        # refused: another instance pruned the same rows first; the next run retries
+        with translated_errors(when=refused_with(TableTransactionError)):
+            await self._store.table.submit_transaction([("delete", e) for e in expired])
+
+
+def _run_entity(run: ReconcileRun) -> dict[str, Any]:
+    return {
+        "PartitionKey": RECONCILE_PARTITION,
+        "RowKey": sweep_row_key(run.started_at, run.instance),
+        "Instance": run.instance,
+        "StartedAt": run.started_at,
+        "FinishedAt": run.finished_at,
+        "Orders": run.orders,
+        "Queries": run.queries,
+        "Unknown": run.unknown,
+        "MismatchCount": len(run.mismatches),
+        "Mismatches": json.dumps([_mismatch_json(m) for m in run.mismatches[:KEPT_MISMATCHES]]),
+    }
+
+
+def _mismatch_json(m: Mismatch) -> dict[str, str]:
+    return {
+        "orderId": m.order_id,
+        "state": m.state.value,
+        "step": m.step,
+        "agent": m.agent,
+        "key": m.key,
+        "expected": m.expected,
+        "found": m.found,
+    }
+
+
+def _to_mismatch(data: dict[str, str]) -> Mismatch:
+    return Mismatch(
+        order_id=data["orderId"],
+        state=ProcessState(data["state"]),
+        step=data["step"],
+        agent=data["agent"],
+        key=data["key"],
+        expected=data["expected"],
+        found=data["found"],
+    )
+
+
+def _to_run(entity: Any) -> ReconcileRun:
+    return ReconcileRun(
+        instance=str(entity["Instance"]),
+        started_at=utc(entity["StartedAt"]),
+        finished_at=utc(entity["FinishedAt"]),
+        orders=int(entity.get("Orders", 0)),
+        queries=int(entity.get("Queries", 0)),
+        unknown=int(entity.get("Unknown", 0)),
+        mismatches=tuple(_to_mismatch(m) for m in json.loads(str(entity.get("Mismatches", "[]")))),
+    )

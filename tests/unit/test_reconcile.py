@@ -1,0 +1,249 @@
+"""Reconciliation: a finished order's claim against what each service says of its keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from shared.adapters.clock import FakeClock
+from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory_reconcile import InMemoryReconcileStore
+from shared.contract import Queue
+from shared.domain import process as machine
+from shared.domain import reconcile as rules
+from shared.domain.in_doubt import (
+    IN_PROGRESS,
+    NEVER_SEEN,
+    NOT_APPLIED,
+    RemoteOutcome,
+)
+from shared.domain.model import JsonObject, OrderProcess, ProcessState, StepStatus
+from shared.domain.reconcile import Expect, Verdict
+from shared.domain.workflow import ORDER_FULFILMENT
+from shared.ports import RemoteCall
+from shared.resilience import CircuitBreaker
+from shared.usecases.outcomes import Asked, OutcomeQueries
+from shared.usecases.reconcile import Reconciler
+from tests.builders import an_order
+
+APPLIED = RemoteOutcome.applied({"ref": "r"})
+UNKNOWN = RemoteOutcome.unknown("circuit open")
+AGENTS = ("inventory", "payment-secondary", "shipping")
+
+
+def finished(
+    state: ProcessState, order_id: str = "o-1", dispatched: int = 3, clock: FakeClock | None = None
+) -> OrderProcess:
+    clock = clock or FakeClock()
+    process = machine.start(an_order(order_id, clock=clock), ORDER_FULFILMENT, clock.now()).process
+    steps = tuple(
+        replace(s, agent=AGENTS[i], status=StepStatus.COMPLETED) if i < dispatched else s
+        for i, s in enumerate(process.steps)
+    )
+    return replace(
+        process,
+        steps=steps,
+        state=replace(process.state, process_state=state, updated_at=clock.now()),
+    )
+
+
+def judge(
+    check: rules.StepCheck, said: dict[str, RemoteOutcome]
+) -> tuple[Verdict, list[str], rules.Mismatch | None]:
+    """Ask as the use case does, with `said` per key (never seen when absent)."""
+    answers: dict[str, RemoteOutcome] = {}
+    asked: list[str] = []
+    while (key := rules.next_key(check, answers)) is not None:
+        asked.append(key)
+        answers[key] = said.get(key, NEVER_SEEN)
+    return rules.verdict(check, answers), asked, rules.mismatch(check, answers)
+
+
+def charge(state: ProcessState) -> rules.StepCheck:
+    return rules.checks(finished(state), ORDER_FULFILMENT)[1]
+
+
+def test_only_finished_orders_and_dispatched_steps_are_checked() -> None:
+    assert rules.checks(finished(ProcessState.ERROR), ORDER_FULFILMENT) == ()
+    assert rules.checks(finished(ProcessState.PROCESSING), ORDER_FULFILMENT) == ()
+    partly = rules.checks(finished(ProcessState.COMPENSATED, dispatched=2), ORDER_FULFILMENT)
+    assert [(c.step, c.agent, c.expect) for c in partly] == [
+        ("reserve-inventory", "inventory", Expect.UNDONE),
+        ("charge-payment", "payment-secondary", Expect.UNDONE),
+    ]
+    assert partly[1].do_key == "o-1:charge-payment"
+    assert partly[1].undo_key == "o-1:refund-payment"
+
+
+@pytest.mark.parametrize(
+    ("said", "expected", "found"),
+    [
+        (APPLIED, Verdict.MATCH, None),
+        (NOT_APPLIED, Verdict.MISMATCH, "not applied"),
+        (NEVER_SEEN, Verdict.MISMATCH, "never seen"),
+        (UNKNOWN, Verdict.UNKNOWN, None),
+        (IN_PROGRESS, Verdict.UNKNOWN, None),
+    ],
+)
+def test_processed_asks_the_do_key_once(
+    said: RemoteOutcome, expected: Verdict, found: str | None
+) -> None:
+    verdict, asked, mismatch = judge(charge(ProcessState.PROCESSED), {"o-1:charge-payment": said})
+    assert (verdict, asked) == (expected, ["o-1:charge-payment"])
+    assert (mismatch.found if mismatch else None) == found
+    if mismatch is not None:
+        assert mismatch.message == (
+            f"Processed order o-1: charge-payment at payment-secondary: key o-1:charge-payment "
+            f"{found}, expected applied"
+        )
+
+
+@pytest.mark.parametrize("state", [ProcessState.COMPENSATED, ProcessState.CANCELLED])
+@pytest.mark.parametrize(
+    ("undo", "do", "expected", "asked"),
+    [
+        (APPLIED, None, Verdict.MATCH, 1),
+        (NEVER_SEEN, NOT_APPLIED, Verdict.MATCH, 2),
+        (NOT_APPLIED, NEVER_SEEN, Verdict.MATCH, 2),
+        (NEVER_SEEN, APPLIED, Verdict.MISMATCH, 2),
+        (NOT_APPLIED, APPLIED, Verdict.MISMATCH, 2),
+        (UNKNOWN, APPLIED, Verdict.UNKNOWN, 2),
+        (NEVER_SEEN, UNKNOWN, Verdict.UNKNOWN, 2),
+        (UNKNOWN, NOT_APPLIED, Verdict.MATCH, 2),
+    ],
+)
+def test_compensated_or_cancelled_asks_the_undo_then_the_do_key(
+    state: ProcessState,
+    undo: RemoteOutcome,
+    do: RemoteOutcome | None,
+    expected: Verdict,
+    asked: int,
+) -> None:
+    said = {"o-1:refund-payment": undo, **({"o-1:charge-payment": do} if do else {})}
+    verdict, keys, mismatch = judge(charge(state), said)
+    assert verdict is expected
+    assert keys == ["o-1:refund-payment", "o-1:charge-payment"][:asked]
+    if expected is Verdict.MISMATCH:
+        assert mismatch is not None
+        assert mismatch.key == "o-1:charge-payment"
+        assert "still" not in mismatch.message
+        assert mismatch.message.startswith(f"{state.value} order o-1: charge-payment at ")
+        assert "applied, its undo key o-1:refund-payment" in mismatch.message
+        assert mismatch.message.endswith("expected not applied, or undone")
+    else:
+        assert mismatch is None
+
+
+def test_the_alert_names_order_step_agent_and_key_once_per_key() -> None:
+    check = charge(ProcessState.CANCELLED)
+    _, _, mismatch = judge(check, {"o-1:charge-payment": APPLIED})
+    assert mismatch is not None
+    alert = mismatch.alert(2, FakeClock().now())
+    assert alert.queue == Queue.OPERATOR_ALERTS
+    assert alert.message_id == "alert:o-1:reconcile:o-1:charge-payment"
+    assert alert.body["reason"] == "reconciliation-mismatch"
+    assert alert.body["failureCount"] == 2
+    assert "payment-secondary" in alert.body["lastError"]
+
+
+@dataclass
+class Ledger:
+    """Every service's read API from one table of keys (never seen when absent)."""
+
+    said: dict[str, RemoteOutcome] = field(default_factory=dict)
+    asked: list[str] = field(default_factory=list)
+
+    async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
+        raise AssertionError("reconciliation never calls an operation")
+
+    async def probe(self, timeout: float) -> None:
+        return None
+
+    async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
+        self.asked.append(key)
+        return self.said.get(key, NEVER_SEEN)
+
+
+@dataclass
+class Setup:
+    clock: FakeClock = field(default_factory=FakeClock)
+    store: InMemoryStateStore = field(default_factory=InMemoryStateStore)
+    bus: InMemoryBus = field(default_factory=InMemoryBus)
+    ledger: Ledger = field(default_factory=Ledger)
+
+    def reconciler(self, sample_size: int = 50, start: str = "") -> Reconciler:
+        queries = OutcomeQueries(
+            {a: Asked(self.ledger, CircuitBreaker(a, self.clock)) for a in AGENTS}, self.clock
+        )
+        return Reconciler(
+            InMemoryReconcileStore(self.store),
+            queries,
+            self.bus,
+            self.clock,
+            "test-1",
+            sample_size=sample_size,
+            start=lambda: start,
+        )
+
+    async def add(self, process: OrderProcess, applied: bool = True) -> None:
+        await self.store.create(process, ())
+        if applied:
+            for c in rules.checks(process, ORDER_FULFILMENT):
+                if c.expect is Expect.APPLIED:
+                    self.ledger.said[c.do_key] = APPLIED
+                elif c.undo_key:
+                    self.ledger.said[c.undo_key] = APPLIED
+
+
+async def test_a_run_alerts_on_each_mismatch_and_keeps_the_run() -> None:
+    s = Setup()
+    await s.add(finished(ProcessState.PROCESSED, "a-ok"))
+    await s.add(finished(ProcessState.PROCESSED, "b-missing"), applied=False)
+    await s.add(finished(ProcessState.COMPENSATED, "c-undone"))
+    await s.add(finished(ProcessState.ERROR, "d-error"), applied=False)
+    run = await s.reconciler().run()
+    assert run.orders == 3
+    assert run.queries == 9
+    assert [(m.order_id, m.step) for m in run.mismatches] == [
+        ("b-missing", "reserve-inventory"),
+        ("b-missing", "charge-payment"),
+        ("b-missing", "create-shipment"),
+    ]
+    alerts = [m for m in s.bus.sent if m.queue == Queue.OPERATOR_ALERTS]
+    assert {a.body["orderId"] for a in alerts} == {"b-missing"}
+    assert len(alerts) == 3
+    assert (await s.reconciler().run()).mismatches == run.mismatches
+    assert len([m for m in s.bus.sent if m.queue == Queue.OPERATOR_ALERTS]) == 3, "once per key"
+
+
+async def test_the_sample_is_bounded_and_starts_at_the_random_key() -> None:
+    s = Setup()
+    for name in ("a", "b", "c", "d", "e"):
+        await s.add(finished(ProcessState.PROCESSED, f"{name}-order", clock=s.clock))
+    reconciler = s.reconciler(sample_size=2, start="c")
+    run = await reconciler.run()
+    assert run.orders == 2
+    assert run.queries <= 2 * len(ORDER_FULFILMENT.steps) * rules.MAX_QUESTIONS_PER_STEP
+    assert {k.split(":")[0] for k in s.ledger.asked} == {"c-order", "d-order"}
+    s.ledger.asked.clear()
+    await s.reconciler(sample_size=3, start="d").run()
+    assert {k.split(":")[0] for k in s.ledger.asked} == {"d-order", "e-order", "a-order"}
+    assert [r.orders for r in await reconciler.store.recent_runs(5)] == [2]
+
+
+async def test_orders_finished_before_the_window_are_not_sampled() -> None:
+    s = Setup()
+    await s.add(finished(ProcessState.PROCESSED, "old", clock=s.clock), applied=False)
+    s.clock.advance(25 * 3600)
+    run = await s.reconciler().run()
+    assert (run.orders, run.queries, run.mismatches) == (0, 0, ())
+
+
+async def test_an_unanswered_query_is_unknown_not_a_mismatch() -> None:
+    s = Setup()
+    await s.add(finished(ProcessState.PROCESSED, "o-1"), applied=False)
+    s.ledger.said.update(dict.fromkeys(("o-1:reserve-inventory", "o-1:create-shipment"), APPLIED))
+    s.ledger.said["o-1:charge-payment"] = UNKNOWN
+    run = await s.reconciler().run()
+    assert (run.unknown, run.mismatches, s.bus.sent) == (1, (), [])
