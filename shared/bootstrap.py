@@ -34,6 +34,7 @@ from shared.usecases.deps import ProcessDeps
 from shared.usecases.outcomes import Asked, OutcomeQueries
 from shared.usecases.process_cache import ProcessCache
 from shared.usecases.routing import RoutingSource
+from shared.usecases.step_heartbeat import StepHeartbeats
 
 
 @dataclass
@@ -94,6 +95,9 @@ class Container:
             breaker=monitor.breaker,
             monitor=monitor,
             health=self.health,
+            step_heartbeats=StepHeartbeats(
+                self.process.store, self.process.clock, self.process.policy
+            ),
         )
 
 

@@ -99,12 +99,13 @@ class RetryPolicy:
 async def call_until_deadline(
     operation: Callable[[float], Awaitable[T]],
     *,
-    deadline: datetime,
+    deadline: datetime | Callable[[], datetime],
     clock: Clock,
     breaker: CircuitBreaker,
     policy: RetryPolicy,
     rng: random.Random | None = None,
     observe: Callable[[bool, float], None] | None = None,
+    call_limit: float | None = None,
 ) -> T:
     """Retry transient failures with exponential back-off and full jitter until the
     deadline; raise DeadlinePassed when no attempt fits before it any more.
@@ -112,11 +113,16 @@ async def call_until_deadline(
     A call cut short by the deadline itself does not count against the breaker: the
     remote service may be merely slow, and the step's deadline is not its fault.
     `observe(succeeded, seconds)` sees every remote call that ran (for health metrics).
+
+    A `deadline` that step heartbeats move is read as a function. With `call_limit` one
+    call may run that long whatever the deadline: the operation itself then stops the
+    call at the moving deadline by raising DeadlinePassed (see usecases.step_heartbeat).
     """
     jitter = rng or random.Random()
+    current = deadline if callable(deadline) else lambda: deadline
 
     def remaining() -> float:
-        return (deadline - clock.now()).total_seconds()
+        return (current() - clock.now()).total_seconds()
 
     def wait(state: RetryCallState) -> float:
         ceiling = min(policy.max_backoff, policy.initial_backoff * 2 ** (state.attempt_number - 1))
@@ -141,7 +147,11 @@ async def call_until_deadline(
                 observe(succeeded, (clock.now() - started).total_seconds())
 
         try:
-            result = await operation(min(policy.call_timeout, budget))
+            limit = min(policy.call_timeout, budget) if call_limit is None else call_limit
+            result = await operation(limit)
+        except DeadlinePassed:
+            breaker.release_trial()
+            raise
         except TransientRemoteError:
             if budget < policy.call_timeout and remaining() <= 0:
                 breaker.release_trial()

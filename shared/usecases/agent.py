@@ -22,6 +22,7 @@ from shared.ports import (
 )
 from shared.resilience import CircuitBreaker, DeadlinePassed, RetryPolicy, call_until_deadline
 from shared.usecases.agent_health import HealthMonitor
+from shared.usecases.step_heartbeat import KnownDeadline, StepHeartbeats
 
 log = logging.getLogger("orders.agent")
 
@@ -49,6 +50,9 @@ class AgentDeps:
     monitor: HealthMonitor | None = None
     health: HealthStore | None = None
     """Where `monitor` publishes heartbeats; None: health is not published."""
+    step_heartbeats: StepHeartbeats | None = None
+    """Keeps a long call's step alive; None or StepMaxSeconds unset: the call stops at
+    the request's complete-by."""
 
 
 def operation_for(agent: AgentName, request: AgentRequest) -> str:
@@ -100,19 +104,27 @@ async def _perform(
         )
         return AgentOutcome.EXPIRED_ON_ARRIVAL
     call = RemoteCall(request.order_id, operation, request.idempotency_key, request.payload)
+    known = KnownDeadline(request.complete_by)
+    beats = deps.step_heartbeats
+    if beats is None or not beats.enabled or request.action is not Action.DO:
+        beats = None
 
     async def invoke(timeout: float) -> JsonObject:
-        return await deps.remote.invoke(call, timeout)
+        if beats is None:
+            return await deps.remote.invoke(call, timeout)
+        return await beats.keep_alive(request, known, deps.remote.invoke(call, timeout))
 
+    step_max = beats.policy.step_max if beats is not None else None
     try:
         result = await call_until_deadline(
             invoke,
-            deadline=request.complete_by,
+            deadline=lambda: known.at,
             clock=deps.clock,
             breaker=deps.breaker,
             policy=deps.retry,
             rng=deps.rng,
             observe=_observer(deps),
+            call_limit=step_max.total_seconds() if step_max is not None else None,
         )
     except DeadlinePassed:
         log.info(

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from shared.adapters.clock import FakeClock
+from shared.adapters.memory import InMemoryStateStore
+from shared.contract import Queue
 from shared.domain import process as machine
-from shared.domain.model import OrderProcess, ProcessState, StepStatus
+from shared.domain.in_doubt import RemoteOutcome
+from shared.domain.messages import AgentRequest
+from shared.domain.model import HistoryEntry, JsonObject, OrderProcess, ProcessState, StepStatus
 from shared.domain.process import ProcessPolicy
-from shared.domain.workflow import ORDER_FULFILMENT
-from tests.builders import a_policy, a_reply, an_order
+from shared.domain.workflow import ORDER_FULFILMENT, AgentName
+from shared.ports import ConcurrencyConflict, RemoteCall, StoreUnavailable, TransientRemoteError
+from shared.resilience import CircuitBreaker
+from shared.usecases import scheduler
+from shared.usecases.agent import AgentDeps, AgentOutcome, perform_step
+from shared.usecases.step_heartbeat import StepHeartbeats
+from shared.usecases.submission import submit_order
+from tests.builders import World, a_policy, a_reply, an_order
 
 WORKFLOW = ORDER_FULFILMENT
 START = FakeClock().now()
@@ -137,3 +150,166 @@ def test_a_beat_after_the_complete_by_leaves_the_step_in_doubt() -> None:
     policy = beating_policy()
     process = dispatched(policy)
     assert machine.extend_complete_by(process, 1, running_step(process), at(6), policy) is None
+
+
+# The agent's side: beats while its call runs, through the store ------------------------
+
+
+@dataclass
+class SlowRemote:
+    """A service whose call takes `seconds` of the fake clock, then succeeds."""
+
+    clock: FakeClock
+    seconds: float
+    calls: int = 0
+
+    async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
+        self.calls += 1
+        done_at = self.clock.now() + timedelta(seconds=self.seconds)
+        given_up_at = self.clock.now() + timedelta(seconds=timeout)
+        while self.clock.now() < done_at:
+            if self.clock.now() >= given_up_at:
+                raise TransientRemoteError("timeout", "the call timed out")
+            self.clock.advance(0.05)
+            await asyncio.sleep(0)
+        return {"ref": call.idempotency_key}
+
+    async def probe(self, timeout: float) -> None:
+        return None
+
+    async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
+        raise AssertionError("not asked here")
+
+
+class RacingStore(InMemoryStateStore):
+    """Loses the first `conflicts` saves to someone else (an ETag race)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conflicts = 0
+        self.down = False
+
+    async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        if self.down:
+            raise StoreUnavailable("down")
+        if self.conflicts and process.state.process_state is ProcessState.PROCESSING:
+            self.conflicts -= 1
+            raise ConcurrencyConflict(process.order_id)
+        return await super().save(process, history)
+
+
+@dataclass
+class Running:
+    world: World
+    store: RacingStore
+    request: AgentRequest
+    remote: SlowRemote
+
+    def deps(self) -> AgentDeps:
+        policy = self.world.policy
+        return AgentDeps(
+            agent=AgentName.INVENTORY,
+            bus=self.world.bus,
+            clock=self.world.clock,
+            remote=self.remote,
+            breaker=CircuitBreaker("inventory", self.world.clock),
+            step_heartbeats=StepHeartbeats(self.store, self.world.clock, policy),
+        )
+
+    async def stored(self) -> OrderProcess:
+        process = await self.store.load("o-1")
+        assert process is not None
+        return process
+
+
+async def running(
+    call_seconds: float, *, step_max: float | None = 300, conflicts: int = 0
+) -> Running:
+    """Order o-1 claimed (inventory step, complete-by 6 s), its request taken off the bus."""
+    store = RacingStore()
+    world = World(store=store, policy=beating_policy(heartbeat=4, step_max=step_max))
+    await submit_order(world.deps(), an_order("o-1"))
+    world.bus.take(Queue.SCHEDULER)
+    await scheduler.on_nudge(world.deps(), "o-1")
+    [request] = world.bus.take(Queue.AGENT_INVENTORY)
+    store.conflicts = conflicts
+    return Running(
+        world,
+        store,
+        AgentRequest.parse(json.dumps(dict(request.body))),
+        SlowRemote(world.clock, call_seconds),
+    )
+
+
+def stopped_at(run: Running, seconds: float) -> bool:
+    """The agent gave up at that complete-by (within the fake call's clock steps)."""
+    late = run.world.clock.now() - (START + timedelta(seconds=seconds))
+    return timedelta(0) <= late < timedelta(seconds=0.5)
+
+
+def replies(run: Running) -> list[JsonObject]:
+    return [m.body for m in run.world.bus.take(Queue.AGENT_REPLIES)]
+
+
+async def test_a_fast_call_costs_no_beat() -> None:
+    run = await running(call_seconds=1)
+    reads = run.store.operations["read"]
+    assert await perform_step(run.deps(), run.request) is AgentOutcome.SUCCEEDED
+    assert run.store.operations["read"] == reads
+    assert (await run.stored()).steps[0].step_heartbeats == 0
+
+
+async def test_a_call_three_times_the_timeout_is_kept_alive_and_answers() -> None:
+    run = await running(call_seconds=18)
+    assert await perform_step(run.deps(), run.request) is AgentOutcome.SUCCEEDED
+    assert [r["outcome"] for r in replies(run)] == ["succeeded"]
+    step = (await run.stored()).steps[0]
+    assert step.step_heartbeats >= 4
+    assert step.complete_by is not None and step.complete_by > START + timedelta(seconds=18)
+    history = [h.event for h in await run.store.history("o-1")]
+    assert history.count("step-heartbeat") == 1
+
+
+async def test_a_capped_step_stops_at_step_max_and_answers_nothing() -> None:
+    run = await running(call_seconds=18, step_max=10)
+    assert await perform_step(run.deps(), run.request) is AgentOutcome.DEADLINE_PASSED
+    assert replies(run) == []
+    stored = await run.stored()
+    assert stored.steps[0].complete_by == START + timedelta(seconds=10)
+    assert stopped_at(run, 10)
+
+
+async def test_without_step_max_the_call_stops_at_its_complete_by_and_beats_nothing() -> None:
+    run = await running(call_seconds=18, step_max=None)
+    reads = run.store.operations["read"]
+    assert await perform_step(run.deps(), run.request) is AgentOutcome.DEADLINE_PASSED
+    assert run.store.operations["read"] == reads
+    assert stopped_at(run, 6)
+
+
+async def test_a_lost_race_reads_again_once_and_the_beat_goes_through() -> None:
+    run = await running(call_seconds=18, conflicts=1)
+    assert await perform_step(run.deps(), run.request) is AgentOutcome.SUCCEEDED
+    assert (await run.stored()).steps[0].step_heartbeats >= 4
+
+
+async def test_two_lost_races_end_the_beats_at_the_last_known_complete_by() -> None:
+    run = await running(call_seconds=18, conflicts=2)
+    assert await perform_step(run.deps(), run.request) is AgentOutcome.DEADLINE_PASSED
+    assert (await run.stored()).steps[0].step_heartbeats == 0
+    assert stopped_at(run, 6)
+
+
+async def test_a_store_outage_ends_the_beats_and_the_agent_answers_nothing() -> None:
+    run = await running(call_seconds=18)
+    run.store.down = True
+    assert await perform_step(run.deps(), run.request) is AgentOutcome.DEADLINE_PASSED
+    assert replies(run) == []
+    assert stopped_at(run, 6)
+
+
+async def test_a_stale_attempt_stops_beating_once_the_order_moved_on() -> None:
+    run = await running(call_seconds=18)
+    stale = replace(run.request, attempt=run.request.attempt - 1)
+    assert await perform_step(run.deps(), stale) is AgentOutcome.DEADLINE_PASSED
+    assert (await run.stored()).steps[0].step_heartbeats == 0
