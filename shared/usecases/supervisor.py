@@ -318,6 +318,7 @@ async def _check(
         if check_at is not None:
             await deps.store.reschedule(entry, check_at)
             report.rescheduled += 1
+            _say_if_beaten(process, check_at)
         return
     try:
         if transition.process.state.failure_count > process.state.failure_count:
@@ -339,6 +340,21 @@ async def _check(
     check_at = machine.next_check(recovered, deps.workflow(recovered), deps.policy, now)
     if check_at is not None:
         await deps.store.reschedule(entry, check_at)
+
+
+def _say_if_beaten(process: OrderProcess, check_at: datetime) -> None:
+    """Step heartbeats do not move the watch entry (a write per beat saved): the sweep
+    that finds the order at the old time moves the check to the beaten complete-by."""
+    index = process.state.current_step
+    step = process.steps[index] if index < len(process.steps) else None
+    if step is not None and step.step_heartbeats:
+        log.info(
+            "order %s %s: complete-by moved by %d step heartbeat(s); check rescheduled to %s",
+            process.order_id,
+            step.name,
+            step.step_heartbeats,
+            check_at.isoformat(),
+        )
 
 
 def _count_outcome(report: SweepReport, outcome: RemoteOutcome | None) -> None:

@@ -23,6 +23,7 @@ from shared.usecases import scheduler
 from shared.usecases.agent import AgentDeps, AgentOutcome, perform_step
 from shared.usecases.step_heartbeat import StepHeartbeats
 from shared.usecases.submission import submit_order
+from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
 
 WORKFLOW = ORDER_FULFILMENT
@@ -313,3 +314,14 @@ async def test_a_stale_attempt_stops_beating_once_the_order_moved_on() -> None:
     stale = replace(run.request, attempt=run.request.attempt - 1)
     assert await perform_step(run.deps(), stale) is AgentOutcome.DEADLINE_PASSED
     assert (await run.stored()).steps[0].step_heartbeats == 0
+
+
+async def test_the_sweep_reschedules_a_beaten_order_to_its_new_complete_by() -> None:
+    run = await running(call_seconds=18)
+    await sweep(run.world.deps())
+    assert await perform_step(run.deps(), run.request) is AgentOutcome.SUCCEEDED
+    beaten = (await run.stored()).steps[0].complete_by
+    run.store.conflicts = 0
+    report = await sweep(run.world.deps())
+    assert report.recovered == 0
+    assert run.store.watched()["o-1"] == beaten
