@@ -6,7 +6,17 @@ missing setting; clients are built on the first invocation (shared.bootstrap).
 
 import azure.functions as func
 
-from shared.functions import agents, bulk, fleet, intake, operator, ops, scheduler, supervisor
+from shared.functions import (
+    agents,
+    bulk,
+    fleet,
+    intake,
+    operator,
+    ops,
+    reconcile,
+    scheduler,
+    supervisor,
+)
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 
@@ -19,5 +29,6 @@ for blueprint in (
     scheduler.bp,
     agents.bp,
     supervisor.bp,
+    reconcile.bp,
 ):
     app.register_functions(blueprint)

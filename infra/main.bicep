@@ -107,6 +107,14 @@ param stateTableName string = 'Orders'
 @description('SupervisorSchedule: NCRONTAB (six fields, seconds first) of the Supervisor timer. Each run is a billed execution; see docs/deploy.md for the cost of the schedule.')
 param supervisorSchedule string = '*/30 * * * * *'
 
+@description('ReconcileSchedule: NCRONTAB of the reconciliation timer, which checks a sample of recently finished orders against the services\' keys (hourly: 24 billed runs a day).')
+param reconcileSchedule string = '0 0 * * * *'
+
+@description('ReconcileSampleSize: finished orders one reconciliation run checks at most.')
+@minValue(1)
+@maxValue(1000)
+param reconcileSampleSize int = 50
+
 @description('StepTimeoutSeconds: complete-by of a step whose workflow sets no timeout of its own.')
 @minValue(1)
 param stepTimeoutSeconds int = 30
@@ -267,6 +275,8 @@ module api 'app/function.bicep' = {
     maximumInstanceCount: maximumInstanceCount
     stateTableName: stateTableName
     supervisorSchedule: supervisorSchedule
+    reconcileSchedule: reconcileSchedule
+    reconcileSampleSize: reconcileSampleSize
     stepTimeoutSeconds: stepTimeoutSeconds
     pendingTimeoutSeconds: pendingTimeoutSeconds
     maxFailureCount: maxFailureCount

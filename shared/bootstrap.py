@@ -17,13 +17,23 @@ from shared.adapters.chaos import ChaosMessageBus, ChaosStateStore
 from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.memory import InMemoryBulkStore, InMemoryHealthStore, InMemoryStateStore
+from shared.adapters.memory_reconcile import InMemoryReconcileStore
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_health import TableHealthStore
+from shared.adapters.table_reconcile import TableReconcileStore
 from shared.adapters.table_store import TableStateStore
 from shared.domain.workflow import AgentName
-from shared.ports import BulkStore, Clock, HealthStore, MessageBus, RemoteService, StateStore
+from shared.ports import (
+    BulkStore,
+    Clock,
+    HealthStore,
+    MessageBus,
+    ReconcileStore,
+    RemoteService,
+    StateStore,
+)
 from shared.resilience import CircuitBreaker
 from shared.settings import Settings
 from shared.telemetry import setup as telemetry
@@ -49,6 +59,8 @@ class Container:
     """Agent heartbeats and Supervisor sweeps (ops records; in the state table when built)."""
     bulk: BulkStore | None = None
     """Bulk jobs and their scan of orders; None when the store has no bulk adapter."""
+    reconcile: ReconcileStore | None = None
+    """Reconciliation's sample of finished orders and its runs; None as for `bulk`."""
 
     async def close(self) -> None:
         """Release the clients (the local runtime and tests; the Functions host never stops)."""
@@ -186,6 +198,7 @@ def compose(
         remotes=remotes,
         health=health,
         bulk=_bulk_store(store),
+        reconcile=_reconcile_store(store),
     )
 
 
@@ -196,6 +209,15 @@ def _bulk_store(store: StateStore) -> BulkStore | None:
         return TableBulkStore(store)
     if isinstance(store, InMemoryStateStore):
         return InMemoryBulkStore(store)
+    return None
+
+
+def _reconcile_store(store: StateStore) -> ReconcileStore | None:
+    """Beside the orders it samples, undecorated like the bulk store."""
+    if isinstance(store, TableStateStore):
+        return TableReconcileStore(store)
+    if isinstance(store, InMemoryStateStore):
+        return InMemoryReconcileStore(store)
     return None
 
 

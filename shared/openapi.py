@@ -101,6 +101,35 @@ def _operator_action(
 
 _INT = {"type": "integer"}
 _TIME = {"type": "string", "format": "date-time"}
+_RECONCILE_RUN = {
+    "type": "object",
+    "required": ["instance", "startedAt", "finishedAt", "orders", "queries", "unknown"],
+    "properties": {
+        "instance": {"type": "string"},
+        "startedAt": _TIME,
+        "finishedAt": _TIME,
+        "orders": _INT,
+        "queries": _INT,
+        "unknown": _INT,
+        "mismatches": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "orderId": {"type": "string"},
+                    "state": {"enum": ["Processed", "Compensated", "Cancelled"]},
+                    "step": {"type": "string"},
+                    "agent": {"type": "string"},
+                    "key": {"type": "string"},
+                    "expected": {"type": "string"},
+                    "found": {"type": "string"},
+                    "message": {"type": "string"},
+                },
+            },
+        },
+    },
+}
+
 _OPS_SNAPSHOT = {
     "type": "object",
     "required": [
@@ -116,7 +145,15 @@ _OPS_SNAPSHOT = {
         "at": _TIME,
         "countCap": _INT,
         "staleAfterSeconds": {"type": "number"},
-        "unavailable": {"type": "array", "items": {"enum": ["orders", "agents", "sweeps"]}},
+        "unavailable": {
+            "type": "array",
+            "items": {"enum": ["orders", "agents", "sweeps", "reconciliation"]},
+        },
+        "reconciliation": {
+            "type": "array",
+            "description": "the last reconciliation runs, newest first",
+            "items": _RECONCILE_RUN,
+        },
         "traceQueryUrl": {
             "type": ["string", "null"],
             "description": "where the page reads an order's trace (locally); null in Azure",
@@ -277,6 +314,19 @@ def _fleet_paths() -> dict[str, Any]:
                     "404": _problem("unknown agent"),
                     "413": _problem("body too large"),
                     "415": _problem("a body that is not JSON"),
+                    **_UNAUTHORIZED,
+                    **_CROSS_ORIGIN,
+                    **_UNAVAILABLE,
+                },
+            }
+        },
+        f"/{Route.RECONCILE}": {
+            "post": {
+                "operationId": "reconcile",
+                "summary": "Check a sample of finished orders against the services now",
+                "security": admin,
+                "responses": {
+                    "200": _json("the run, with its mismatches", _RECONCILE_RUN),
                     **_UNAUTHORIZED,
                     **_CROSS_ORIGIN,
                     **_UNAVAILABLE,

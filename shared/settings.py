@@ -61,6 +61,8 @@ class Settings:
     the orders' own traffic."""
     trace_query_url: str | None = None
     """The local trace query the operator page links an order to; None in Azure."""
+    reconcile_sample_size: int = 50
+    """Finished orders one reconciliation run checks at most (1 to 1000)."""
     step_heartbeat: timedelta = timedelta(seconds=10)
     step_max: timedelta | None = None
     """None (StepMaxSeconds 0, the default): no step runs past its complete-by. Off by
@@ -110,6 +112,9 @@ class Settings:
             chaos_fault_rate=_number(values, ChaosSetting.FAULT_RATE, 0, minimum=0),
             bulk_actions_per_second=_number(values, Setting.BULK_ACTIONS_PER_SECOND, 50),
             trace_query_url=values.get(Setting.TRACE_QUERY_URL, "").strip() or None,
+            reconcile_sample_size=int(
+                min(_number(values, Setting.RECONCILE_SAMPLE_SIZE, 50, minimum=1), 1000)
+            ),
             step_heartbeat=timedelta(seconds=_number(values, Setting.STEP_HEARTBEAT_SECONDS, 10)),
             step_max=_step_max(values),
         )

@@ -59,6 +59,14 @@ param stateTableName string
 @description('SupervisorSchedule (NCRONTAB).')
 param supervisorSchedule string
 
+@description('ReconcileSchedule (NCRONTAB).')
+param reconcileSchedule string
+
+@description('ReconcileSampleSize.')
+@minValue(1)
+@maxValue(1000)
+param reconcileSampleSize int
+
 @description('StepTimeoutSeconds.')
 @minValue(1)
 param stepTimeoutSeconds int
@@ -216,6 +224,8 @@ resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
     // The app's own settings (shared/contract.py Setting).
     StateTableName: stateTableName
     SupervisorSchedule: supervisorSchedule
+    ReconcileSchedule: reconcileSchedule
+    ReconcileSampleSize: string(reconcileSampleSize)
     StepTimeoutSeconds: string(stepTimeoutSeconds)
     PendingTimeoutSeconds: string(pendingTimeoutSeconds)
     MaxFailureCount: string(maxFailureCount)

@@ -25,6 +25,7 @@ from shared.contract import Route
 from shared.domain.messages import iso
 from shared.domain.routing import STALE_AFTER
 from shared.functions.http import bounded_int, json_response, opt_iso
+from shared.functions.reconcile import run_view
 from shared.usecases.ops import (
     DEFAULT_COUNT_CAP,
     MAX_COUNT_CAP,
@@ -95,7 +96,7 @@ async def ops_data(req: func.HttpRequest) -> func.HttpResponse:
     if isinstance(count_cap, func.HttpResponse):
         return count_cap
     c = await bootstrap.container()
-    snapshot = await ops_snapshot(c.process, c.health, count_cap)
+    snapshot = await ops_snapshot(c.process, c.health, count_cap, reconcile=c.reconcile)
     view = {**snapshot_view(snapshot), "traceQueryUrl": c.settings.trace_query_url}
     return json_response(view, headers=dict(_NO_STORE))
 
@@ -145,6 +146,7 @@ def snapshot_view(snapshot: OpsSnapshot) -> dict[str, Any]:
             }
             for s in snapshot.sweeps
         ],
+        "reconciliation": [run_view(r) for r in snapshot.reconciliation],
     }
 
 

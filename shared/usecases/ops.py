@@ -6,7 +6,8 @@ never counts: per process state it reads one page of at most `count_cap + 1` sta
 (one server-filtered query each, all in parallel) and reports `count_cap+` when there
 are more, or when the service stopped the page early. A refresh thus returns at most
 `len(ProcessState) x (count_cap + 1)` rows, plus one small ops partition for agents and
-`sweep_limit` rows of sweeps, whatever the table holds. The Error orders listed are the
+`sweep_limit` rows of sweeps and `RECONCILE_LIMIT` reconciliation runs, whatever the
+table holds. The Error orders listed are the
 most recently updated of those read, not of all Error orders past the cap.
 
 Each section is read on its own: when one cannot be read, the others still show and the
@@ -25,9 +26,10 @@ from typing import Final, TypeVar
 
 from shared.domain.health import AgentHealth, SweepRecord
 from shared.domain.model import ProcessState, StateRecord
+from shared.domain.reconcile import ReconcileRun
 from shared.domain.routing import STALE_AFTER
 from shared.domain.workflow import WORKFLOWS
-from shared.ports import HealthStore, Page
+from shared.ports import HealthStore, Page, ReconcileStore
 from shared.usecases.deps import ProcessDeps
 
 log = logging.getLogger("orders.ops")
@@ -37,6 +39,7 @@ MAX_COUNT_CAP: Final = 1000
 ERROR_LIMIT: Final = 20
 SWEEP_LIMIT: Final = 10
 RECENT_PER_STATE: Final = 5
+RECONCILE_LIMIT: Final = 5
 
 _T = TypeVar("_T")
 
@@ -74,7 +77,10 @@ class OpsSnapshot:
     agents: tuple[AgentView, ...]
     sweeps: tuple[SweepRecord, ...]
     unavailable: tuple[str, ...]
-    """Sections that could not be read this time: `orders`, `agents`, `sweeps`."""
+    """Sections that could not be read this time: `orders`, `agents`, `sweeps`,
+    `reconciliation`."""
+    reconciliation: tuple[ReconcileRun, ...] = ()
+    """The last reconciliation runs, newest first."""
 
 
 async def ops_snapshot(
@@ -83,15 +89,17 @@ async def ops_snapshot(
     count_cap: int = DEFAULT_COUNT_CAP,
     error_limit: int = ERROR_LIMIT,
     sweep_limit: int = SWEEP_LIMIT,
+    reconcile: ReconcileStore | None = None,
 ) -> OpsSnapshot:
     """Never raises for an unavailable store: see the module docstring."""
     if not 1 <= count_cap <= MAX_COUNT_CAP:
         raise ValueError(f"count_cap must be from 1 to {MAX_COUNT_CAP}")
     states = tuple(ProcessState)
-    pages, beats, sweeps = await asyncio.gather(
+    pages, beats, sweeps, runs = await asyncio.gather(
         _section("orders", _first_pages(deps, states, count_cap + 1)),
         _section("agents", health.agent_health()),
         _section("sweeps", health.recent_sweeps(sweep_limit)),
+        _section("reconciliation", _runs(reconcile)),
     )
     now = deps.clock.now()
     counts: list[StateCount] = []
@@ -122,10 +130,20 @@ async def ops_snapshot(
         sweeps=sweeps or (),
         unavailable=tuple(
             name
-            for name, got in (("orders", pages), ("agents", beats), ("sweeps", sweeps))
+            for name, got in (
+                ("orders", pages),
+                ("agents", beats),
+                ("sweeps", sweeps),
+                ("reconciliation", runs),
+            )
             if got is None
         ),
+        reconciliation=runs or (),
     )
+
+
+async def _runs(reconcile: ReconcileStore | None) -> tuple[ReconcileRun, ...]:
+    return () if reconcile is None else await reconcile.recent_runs(RECONCILE_LIMIT)
 
 
 def step_name(state: StateRecord) -> str:

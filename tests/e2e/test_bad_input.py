@@ -121,6 +121,7 @@ async def keyed_api(
         Setting.SERVICE_BUS: broker.connection_string,
         Setting.STATE_TABLE: f"keys{uuid.uuid4().hex[:12]}",
         Setting.SUPERVISOR_SCHEDULE: "*/1 * * * * *",
+        Setting.RECONCILE_SCHEDULE: "0 0 * * * *",
         Setting.STEP_TIMEOUT_SECONDS: "6",
         **{
             spec.service_url_setting: f"{simulator.url}/{name.value}"

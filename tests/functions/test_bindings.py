@@ -36,6 +36,7 @@ def test_http_routes_methods_and_auth_levels() -> None:
         (Route.FAILURES, ("GET",)): "ADMIN",
         (Route.BULK, ("POST",)): "ADMIN",
         (Route.BULK_JOB, ("GET",)): "ADMIN",
+        (Route.RECONCILE, ("POST",)): "ADMIN",
     }
 
 
@@ -86,6 +87,13 @@ def test_timers_supervisor_from_the_app_setting_and_agent_heartbeat() -> None:
             "direction": "IN",
             "name": "timer",
             "schedule": f"%{Setting.SUPERVISOR_SCHEDULE}%",
+            "runOnStartup": False,
+        },
+        "reconcile": {
+            "type": "timerTrigger",
+            "direction": "IN",
+            "name": "timer",
+            "schedule": f"%{Setting.RECONCILE_SCHEDULE}%",
             "runOnStartup": False,
         },
         "agent_heartbeat": {

@@ -1,0 +1,85 @@
+"""Reconciliation glue: a timer on the app setting ReconcileSchedule (NCRONTAB), and
+`POST /api/reconcile` (admin) to run it now, so an operator need not wait for the timer.
+
+Both run the same bounded check (shared/usecases/reconcile.py); two instances firing at
+once each check their own random sample and alert once per order and key between them
+(the alert's message id), so the timer needs no lock of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import azure.functions as func
+
+from shared import bootstrap
+from shared.contract import Route, Setting
+from shared.domain.messages import iso
+from shared.domain.reconcile import ReconcileRun
+from shared.functions.http import json_response, problem
+from shared.ports import StateStoreError
+from shared.telemetry.spans import serving, timed
+from shared.usecases.reconcile import Reconciler
+
+bp = func.Blueprint()
+
+
+def reconciler(c: bootstrap.Container) -> Reconciler | None:
+    if c.reconcile is None:
+        return None
+    return Reconciler(
+        store=c.reconcile,
+        queries=c.outcome_queries(),
+        bus=c.process.bus,
+        clock=c.process.clock,
+        instance=c.process.instance_id,
+        sample_size=c.settings.reconcile_sample_size,
+    )
+
+
+@bp.timer_trigger(
+    arg_name="timer", schedule=f"%{Setting.RECONCILE_SCHEDULE}%", run_on_startup=False
+)
+async def reconcile(timer: func.TimerRequest, context: func.Context) -> None:
+    with timed(context):
+        found = reconciler(await bootstrap.container())
+        if found is not None:
+            await found.run()
+
+
+@bp.route(route=Route.RECONCILE, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+async def reconcile_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    with serving(req, context):
+        found = reconciler(await bootstrap.container())
+        if found is None:
+            return problem(503, "Try again", "reconciliation needs the state store")
+        try:
+            run = await found.run()
+        except StateStoreError:
+            return problem(503, "Try again", "the state store is unavailable", {"Retry-After": "5"})
+        return json_response(run_view(run))
+
+
+def run_view(run: ReconcileRun) -> dict[str, Any]:
+    """A run as the operator page and `POST /api/reconcile` show it."""
+    return {
+        "instance": run.instance,
+        "startedAt": iso(run.started_at),
+        "finishedAt": iso(run.finished_at),
+        "orders": run.orders,
+        "queries": run.queries,
+        "unknown": run.unknown,
+        "mismatches": [
+            {
+                "orderId": m.order_id,
+                "state": m.state.value,
+                "step": m.step,
+                "agent": m.agent,
+                "key": m.key,
+                "expected": m.expected,
+                "found": m.found,
+                "message": m.message,
+            }
+            for m in run.mismatches
+        ],
+    }
