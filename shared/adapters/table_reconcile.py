@@ -38,9 +38,9 @@ KEPT_MISMATCHES: Final = 50
 RUN_RETENTION: Final = timedelta(days=7)
 _PRUNE_BATCH: Final = 25
 
-_FILTER: Final = (
+_FILTER: Final = (  # the SDK substitutes @names between spaces: no "(@x"
     "RowKey eq @row and UpdatedAt ge @since and "
-    f"({' or '.join(f'ProcessState eq @s{i}' for i in range(len(FINISHED)))})"
+    f"( {' or '.join(f'ProcessState eq @s{i}' for i in range(len(FINISHED)))} )"
 )
 
 

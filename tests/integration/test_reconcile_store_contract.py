@@ -1,0 +1,90 @@
+"""Reconciliation's sample of finished orders and its kept runs, on the in-memory twin
+and real Azurite: finished states only, within the window, from the start key wrapping
+round, at most the limit; runs newest first with their mismatches."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from azure.data.tables.aio import TableServiceClient
+
+from shared.adapters.memory import InMemoryStateStore
+from shared.adapters.memory_reconcile import InMemoryReconcileStore
+from shared.adapters.table_reconcile import TableReconcileStore
+from shared.adapters.table_store import TableStateStore
+from shared.domain import process as machine
+from shared.domain.model import ProcessState, StepStatus
+from shared.domain.reconcile import Mismatch, ReconcileRun
+from shared.domain.workflow import ORDER_FULFILMENT
+from shared.ports import ReconcileStore, StateStore
+from shared.settings import azurite_connection_string
+from tests.builders import an_order
+
+T0 = datetime(2026, 11, 24, 9, 0, 0, 250000, tzinfo=UTC)
+
+
+@pytest.fixture(params=["memory", pytest.param("table", marks=pytest.mark.azurite)])
+async def stores(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[tuple[StateStore, ReconcileStore]]:
+    if request.param == "memory":
+        memory = InMemoryStateStore()
+        yield memory, InMemoryReconcileStore(memory)
+        return
+    port = request.getfixturevalue("azurite_table_port")
+    service = TableServiceClient.from_connection_string(azurite_connection_string(port))
+    table = TableStateStore(service, f"r{uuid.uuid4().hex[:20]}")
+    try:
+        yield table, TableReconcileStore(table)
+    finally:
+        await table.close()
+
+
+async def put(store: StateStore, order_id: str, state: ProcessState, at: datetime) -> None:
+    process = machine.start(an_order(order_id), ORDER_FULFILMENT, at).process
+    steps = tuple(replace(s, agent="inventory", status=StepStatus.COMPLETED) for s in process.steps)
+    state_record = replace(process.state, process_state=state, updated_at=at)
+    await store.create(replace(process, steps=steps, state=state_record), ())
+
+
+async def test_the_sample_is_finished_recent_orders_from_the_start_key(
+    stores: tuple[StateStore, ReconcileStore],
+) -> None:
+    store, reconcile = stores
+    await put(store, "a1", ProcessState.PROCESSED, T0)
+    await put(store, "b1", ProcessState.COMPENSATED, T0)
+    await put(store, "c1", ProcessState.ERROR, T0)
+    await put(store, "d1", ProcessState.CANCELLED, T0)
+    await put(store, "e1", ProcessState.PROCESSING, T0)
+    await put(store, "f1", ProcessState.PROCESSED, T0 - timedelta(days=2))
+    since = T0 - timedelta(hours=24)
+
+    everything = await reconcile.finished_sample(since, "b", 50)
+    assert [p.order_id for p in everything] == ["b1", "d1", "a1"]
+    assert everything[0].steps[0].agent == "inventory"
+    assert everything[0].state.process_state is ProcessState.COMPENSATED
+
+    two = await reconcile.finished_sample(since, "c", 2)
+    assert [p.order_id for p in two] == ["d1", "a1"]
+    assert await reconcile.finished_sample(since, "", 0) == ()
+
+
+async def test_runs_are_kept_newest_first_with_their_mismatches(
+    stores: tuple[StateStore, ReconcileStore],
+) -> None:
+    _, reconcile = stores
+    assert await reconcile.recent_runs(5) == ()
+    mismatch = Mismatch(
+        "o-1", ProcessState.CANCELLED, "charge-payment", "payment", "o-1:charge-payment",
+        "not applied, or undone", "applied, its undo key o-1:refund-payment never seen",
+    )  # fmt: skip
+    first = ReconcileRun("i-1", T0, T0 + timedelta(seconds=2), 3, 7, 1, (mismatch,))
+    second = ReconcileRun("i-2", T0 + timedelta(hours=1), T0 + timedelta(hours=1), 0, 0, 0, ())
+    await reconcile.record_run(first)
+    await reconcile.record_run(second)
+    assert await reconcile.recent_runs(5) == (second, first)
+    assert await reconcile.recent_runs(1) == (second,)
