@@ -197,6 +197,10 @@ class SimulatorControl:
     async def clear_effects(self) -> None:
         await _call(self.session, "DELETE", f"{self.url}/_sim/effects")
 
+    async def forget_effect(self, service: str, key: str) -> None:
+        """The service loses its record of one key (it answers "never seen" after)."""
+        await _call(self.session, "DELETE", f"{self.url}/_sim/effects/{service}/{key}")
+
     async def stats(self) -> dict[str, Any]:
         return dict(await _call(self.session, "GET", f"{self.url}/_sim/stats"))
 

@@ -71,6 +71,21 @@ async def delete_effects(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
+async def delete_effect(request: web.Request) -> web.Response:
+    """Forget one key: the service's record disagrees with the order's from then on
+    (what reconciliation exists to notice)."""
+    service = request.match_info["service"]
+    if service not in SERVICES:
+        return _unknown_service(service)
+    key = request.match_info["key"]
+    if not request.app[STATE].ledger.forget(service, key):
+        return problem(
+            404, "operation-not-found", "Operation not found", f"{service} never saw key {key!r}"
+        )
+    log.info("effect forgotten: %s %s", service, key)
+    return web.Response(status=204)
+
+
 async def get_stats(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].stats.to_json())
 
@@ -90,6 +105,7 @@ def add_control_routes(router: web.UrlDispatcher) -> None:
     router.add_put("/_sim/faults/{service}", put_faults)
     router.add_get("/_sim/effects", get_effects)
     router.add_delete("/_sim/effects", delete_effects)
+    router.add_delete("/_sim/effects/{service}/{key}", delete_effect)
     router.add_get("/_sim/stats", get_stats)
     router.add_delete("/_sim/stats", delete_stats)
     router.add_get("/_sim/health", get_health)

@@ -226,6 +226,13 @@ class EffectLedger:
     def clear(self) -> None:
         self._db.execute("DELETE FROM effects")
 
+    def forget(self, service: str, key: str) -> bool:
+        """Drop one key's row, as if the service had lost its record of the request."""
+        cursor = self._db.execute(
+            "DELETE FROM effects WHERE service = ? AND idempotency_key = ?", (service, key)
+        )
+        return cursor.rowcount > 0
+
     def close(self) -> None:
         self._db.close()
 

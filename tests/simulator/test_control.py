@@ -212,3 +212,17 @@ async def test_the_health_probe_answers_unless_the_service_is_failing(sim: SimCl
     assert (await sim.request("GET", "/payment/health")).status == 503
     assert (await sim.request("GET", "/inventory/health")).status == 200
     assert (await sim.request("GET", "/nowhere/health")).status == 404
+
+
+async def test_delete_one_effect_forgets_only_that_key(sim: SimClient) -> None:
+    await _seed_effects(sim)
+
+    reply = await sim.request("DELETE", "/_sim/effects/payment/o-1:pay")
+
+    assert reply.status == 204
+    assert [e["idempotencyKey"] for e in await sim.effects()] == ["o-1:inv", "o-2:inv"]
+    asked = await sim.request("GET", "/payment/operations/o-1:pay")
+    assert asked.status == 404
+    assert (await sim.request("DELETE", "/_sim/effects/payment/o-1:pay")).status == 404
+    assert (await sim.request("DELETE", "/_sim/effects/inventory/o-1:pay")).status == 404
+    assert (await sim.request("DELETE", "/_sim/effects/billing/o-1:pay")).status == 404
