@@ -10,6 +10,7 @@ from shared.adapters.table_store import TableStateStore
 from shared.bootstrap import Ports, build, compose
 from shared.contract import ChaosSetting, Setting
 from shared.settings import Settings
+from shared.usecases.process_cache import ProcessCache
 
 LOCAL = {
     Setting.STORAGE: "UseDevelopmentStorage=true",
@@ -43,6 +44,14 @@ def test_compose_hands_the_ports_to_the_decorator_before_any_use_case() -> None:
     container = compose(Settings.from_env(LOCAL), store, bus, {}, decorate=lambda _: wrapped)
     assert container.process.store is wrapped.store
     assert container.process.bus is wrapped.bus
+
+
+def test_each_container_keeps_its_own_orders_for_the_scheduler() -> None:
+    settings = Settings.from_env(LOCAL)
+    first = compose(settings, InMemoryStateStore(), InMemoryBus(), {})
+    second = compose(settings, InMemoryStateStore(), InMemoryBus(), {})
+    assert isinstance(first.process.cache, ProcessCache) and len(first.process.cache) == 0
+    assert first.process.cache is not second.process.cache
 
 
 async def test_without_a_fault_rate_build_decorates_the_real_adapters() -> None:
