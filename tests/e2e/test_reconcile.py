@@ -14,7 +14,7 @@ from tests.e2e.conftest import System
 
 async def _service_of(system: System, order_id: str, operation: str) -> str:
     effects = await system.effects(order_id)
-    return next(e["service"] for e in effects if e["operation"] == operation and e["applied"])
+    return str(next(e["service"] for e in effects if e["operation"] == operation and e["applied"]))
 
 
 async def _alerts(system: System) -> list[dict[str, Any]]:
