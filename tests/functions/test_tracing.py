@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 from azure.functions.servicebus import ServiceBusMessage
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -21,12 +23,12 @@ from shared import bootstrap
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.contract import Queue
-from shared.domain.model import OrderProcess, Outgoing
+from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
 from shared.domain.process import start
 from shared.domain.workflow import ORDER_FULFILMENT, AgentName
 from shared.ports import ConcurrencyConflict, RemoteService, TransientRemoteError
 from shared.settings import Settings
-from shared.telemetry import setup, spans
+from shared.telemetry import metrics, setup, spans
 from shared.telemetry.ports import ETAG_OUTCOME, OrderTraces, TracedMessageBus, TracedStateStore
 from shared.telemetry.propagation import DIAGNOSTIC_ID, TRACEPARENT, trace_id_of
 from shared.telemetry.sampling import KEEP
@@ -251,3 +253,31 @@ def test_log_records_carry_the_trace_and_span_ids(
     assert inside.trace_id == format(context.trace_id, "032x")  # type: ignore[attr-defined]
     assert inside.span_id == format(context.span_id, "016x")  # type: ignore[attr-defined]
     assert outside.trace_id == outside.span_id == ""  # type: ignore[attr-defined]
+
+
+async def test_an_order_reaching_an_end_state_is_counted_once(
+    exporter: InMemorySpanExporter,
+) -> None:
+    reader = InMemoryMetricReader()
+    metrics.use_meter_provider(MeterProvider(metric_readers=[reader]))
+    try:
+        store = TracedStateStore(InMemoryStateStore(), OrderTraces())
+        process = a_process()
+        etag = await store.create(process, [])
+        state = replace(process.state, process_state=ProcessState.PROCESSED)
+        entry = HistoryEntry(state.updated_at, "processed", "", ProcessState.PROCESSED, 0, 1)
+        await store.save(replace(process, state=state, etag=etag), [entry])
+        data = reader.get_metrics_data()
+    finally:
+        metrics.use_meter_provider(None)
+    assert data is not None
+    points = {
+        m.name: list(m.data.data_points)
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    (counted,) = points["orders.completed"]
+    assert counted.attributes == {"order.outcome": "Processed"}
+    assert getattr(counted, "value", None) == 1
+    assert "orders.duration" in points
