@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from azure.functions.servicebus import ServiceBusMessage
@@ -271,7 +272,7 @@ async def test_an_order_reaching_an_end_state_is_counted_once(
     finally:
         metrics.use_meter_provider(None)
     assert data is not None
-    points = {
+    points: dict[str, list[Any]] = {
         m.name: list(m.data.data_points)
         for rm in data.resource_metrics
         for sm in rm.scope_metrics
