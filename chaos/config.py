@@ -101,6 +101,9 @@ class RemoteFaults:
     hang_seconds: float = 8.0
     latency_ms: int = 10
     latency_jitter_ms: int = 250
+    apply_then_hang_rate: float = 0.02
+    """Operations that apply and then hang for `hang_seconds`: the reply is lost though
+    the effect happened, so the Supervisor's outcome query must find it applied."""
 
     def for_service(self, service: str) -> dict[str, Any]:
         return {
@@ -109,6 +112,7 @@ class RemoteFaults:
             "hangSeconds": self.hang_seconds,
             "latencyMs": self.latency_ms,
             "latencyJitterMs": self.latency_jitter_ms,
+            "applyThenHangRate": self.apply_then_hang_rate,
             "permanentFailureSkus": [failing_sku(service)],
         }
 

@@ -26,6 +26,8 @@ SIMULATOR_KEYS = (
     "transientErrors",
     "transientErrorsAfterApply",
     "hangs",
+    "applyThenHangs",
+    "queries",
     "permanentFailures",
     "idempotentRepeats",
     "keyReuseRejections",

@@ -6,6 +6,7 @@ failure can be investigated from the report alone.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
@@ -120,13 +121,13 @@ def compensations_exactly_for_completed_steps(obs: Observations) -> InvariantRes
     for order_id, process in sorted(obs.processes.items()):
         state = process.state.process_state
         if process.state.cancel_requested:
-            compensated = _details(process.history, "step-compensated")
+            compensated = _compensated(process.history)
             in_reverse = sorted(set(compensated), key=steps.index, reverse=True)
             if compensated != in_reverse:
                 violations.append(f"{order_id}: cancelled, history compensated {compensated}")
             continue
-        completed = _details(process.history, "step-completed")
-        compensated = _details(process.history, "step-compensated")
+        completed = _completed(process.history)
+        compensated = _compensated(process.history)
         expected = completed[::-1]
         calls = [e for e in effects.get(order_id, ()) if e.operation in undo_step]
         undone = [undo_step[e.operation] for e in calls if e.applied == 1]
@@ -169,7 +170,7 @@ def effects_match_history(obs: Observations) -> InvariantResult:
         state = process.state.process_state
         applied = {e.operation for e in effects.get(order_id, ()) if e.applied == 1}
         done = [s for s in steps if s in applied]
-        completed = _details(process.history, "step-completed")
+        completed = _completed(process.history)
         if missing := [s for s in completed if s not in applied]:
             violations.append(f"{order_id}: {missing} completed but never applied by the service")
         if state is ProcessState.PROCESSED and (completed != steps or done != steps):
@@ -309,11 +310,16 @@ def locks_and_failure_counts(obs: Observations) -> InvariantResult:
 
 def stale_replies_ignored(obs: Observations) -> InvariantResult:
     """Late, duplicated and older-attempt replies change nothing: each step completes,
-    fails and is compensated at most once."""
+    fails and is compensated at most once (by a reply, or by its service's answer to an
+    outcome query: never both)."""
     violations: list[str] = []
     for order_id, p in sorted(obs.processes.items()):
-        for event in ("step-completed", "step-failed", "step-compensated"):
-            counts = Counter(_step_of(d) for d in _details(p.history, event))
+        for event, steps in (
+            ("step-completed", _completed(p.history)),
+            ("step-failed", [_step_of(d) for d in _details(p.history, "step-failed")]),
+            ("step-compensated", _compensated(p.history)),
+        ):
+            counts = Counter(steps)
             violations += [
                 f"{order_id}: {n} x {event} for {step}" for step, n in counts.items() if n > 1
             ]
@@ -375,6 +381,36 @@ def _result(name: str, checked: int, violations: Sequence[str]) -> InvariantResu
 
 def _details(history: Iterable[HistoryEntry], event: str) -> list[str]:
     return [h.detail for h in history if h.event == event]
+
+
+_IN_DOUBT_APPLIED = re.compile(
+    r"had applied key \S+: (?P<undo>compensation of )?(?P<step>\S+) recorded"
+)
+"""An in-doubt step its service said was applied (shared/domain/process.py): recorded
+Completed (or, for an undo, Compensated) without a reply."""
+
+
+def _completed(history: Iterable[HistoryEntry]) -> list[str]:
+    """Steps recorded Completed, by a reply or by an outcome query, in history order."""
+    return _recorded(history, "step-completed", undo=False)
+
+
+def _compensated(history: Iterable[HistoryEntry]) -> list[str]:
+    return _recorded(history, "step-compensated", undo=True)
+
+
+def _recorded(history: Iterable[HistoryEntry], event: str, *, undo: bool) -> list[str]:
+    steps: list[str] = []
+    for h in history:
+        if h.event == event:
+            steps.append(h.detail)
+        elif (
+            h.event == "in-doubt-applied"
+            and (m := _IN_DOUBT_APPLIED.search(h.detail))
+            and bool(m.group("undo")) is undo
+        ):
+            steps.append(m.group("step"))
+    return steps
 
 
 def _step_of(detail: str) -> str:

@@ -49,7 +49,8 @@ def setup_table(result: RunResult) -> Table:
     table.add_row(
         "remote faults",
         f"transient errors {_pct(remote.transient_error_rate)}, hangs {_pct(remote.hang_rate)} "
-        f"({remote.hang_seconds:g} s, past the deadline), latency {remote.latency_ms} ms "
+        f"({remote.hang_seconds:g} s, past the deadline), apply-then-hang "
+        f"{_pct(remote.apply_then_hang_rate)}, latency {remote.latency_ms} ms "
         f"+ up to {remote.latency_jitter_ms} ms",
     )
     table.add_row(
@@ -163,6 +164,8 @@ def figures_table(result: RunResult) -> Table:
     row("  transient errors injected", "sim:transientErrors")
     row("    of which after the effect was applied", "sim:transientErrorsAfterApply")
     row("  hangs injected", "sim:hangs")
+    row("  apply-then-hang injected (effect applied, reply lost)", "sim:applyThenHangs")
+    row("outcome queries (in-doubt steps asked about)", "sim:queries")
     row("  idempotent replays", "sim:idempotentRepeats")
     row("  permanent rejections", "sim:permanentFailures")
     row("broker: duplicate deliveries injected", "broker:duplicated")

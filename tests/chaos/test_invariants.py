@@ -12,6 +12,7 @@ import pytest
 from chaos import invariants
 from chaos.model import Accepted, Alert, Effect, InvariantResult, Observations, PlannedOrder, Sample
 from shared.domain import process as machine
+from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import (
     HistoryEntry,
     Order,
@@ -430,3 +431,50 @@ def test_a_cancel_waiting_on_a_suspended_step_may_be_unlocked() -> None:
     assert invariants.locks_and_failure_counts(
         observe([processed("ok-1")], samples=[waiting])
     ).passed
+
+
+def test_a_step_its_service_said_was_applied_counts_as_completed() -> None:
+    """Apply-then-hang: the charge's reply is lost, the Supervisor's outcome query finds
+    it applied and records it Completed; the checks read that as the step's completion."""
+    policy = a_policy(step_timeout=4)
+    transition = machine.start(an_order("hung-1"), ORDER_FULFILMENT, T0)
+    history = list(transition.history)
+    claimed = machine.claim(transition.process, ORDER_FULFILMENT, policy, "i-1", T0)
+    assert claimed is not None
+    history += claimed.history
+    process, request = claimed.process, claimed.outgoing[0]
+    reply = machine.apply_reply(process, ORDER_FULFILMENT, policy, a_reply(request), T0)
+    assert reply is not None
+    history += reply.history
+    process = reply.process
+    later = T0 + timedelta(seconds=10)
+    claimed = machine.claim(process, ORDER_FULFILMENT, policy, "i-1", T0)
+    if claimed is not None:  # the reply may have dispatched the charge itself
+        history += claimed.history
+        process = claimed.process
+    resolved = machine.recover(
+        process, policy, later, count=True, outcome=RemoteOutcome.applied({"ref": "ch"})
+    )
+    assert resolved is not None
+    history += resolved.history
+    assert any(h.event == "in-doubt-applied" for h in resolved.history)
+    process = resolved.process
+    claimed = machine.claim(process, ORDER_FULFILMENT, policy, "i-1", later)
+    assert claimed is not None
+    history += claimed.history
+    request = claimed.outgoing[0]
+    assert request.body["step"] == "create-shipment"
+    done = machine.apply_reply(claimed.process, ORDER_FULFILMENT, policy, a_reply(request), later)
+    assert done is not None
+    history += done.history
+    assert done.process.state.process_state is ProcessState.PROCESSED
+    final = replace(done.process, history=tuple(history))
+    assert failing(invariants.check_all(observe([final], effects_of_processed("hung-1")))) == {}
+
+    twice = replace(
+        final,
+        history=(*final.history, HistoryEntry(later, "step-completed", "charge-payment",
+                                              ProcessState.PROCESSED, 0, 1)),
+    )  # fmt: skip
+    result = invariants.stale_replies_ignored(observe([twice]))
+    assert result.violations == ("hung-1: 2 x step-completed for charge-payment",)
