@@ -31,6 +31,8 @@ def assert_healed(result: RunResult) -> None:
     assert first.figures.recoveries > 0, as_text(result)
     assert first.figures.broker["duplicated"] > 0
     assert first.figures.simulator["transientErrors"] > 0
+    assert first.figures.simulator["applyThenHangs"] > 0, as_text(result)
+    assert first.figures.simulator["queries"] > 0, as_text(result)
     assert first.figures.log_counts["chaos crashes injected"] > 0
     assert first.figures.states.get("Compensated", 0) > 0
 
