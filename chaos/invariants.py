@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from chaos.model import Effect, InvariantResult, Observations
 from shared.domain.model import HistoryEntry, ProcessState
+from shared.domain.reconcile import FINISHED, MISMATCH_REASON
 from shared.domain.workflow import Workflow
 
 IN_FLIGHT = (ProcessState.PROCESSING, ProcessState.COMPENSATING)
@@ -357,6 +358,24 @@ def outcomes_match_orders(obs: Observations) -> InvariantResult:
     return _result("outcome matches the order", len(obs.planned), violations)
 
 
+def finished_orders_reconcile(obs: Observations) -> InvariantResult:
+    """Reconciliation after the load (every finished order against the services' keys,
+    through the app's own outcome queries) raises no mismatch alert."""
+    violations = [
+        f"{a.order_id}: reconciliation mismatch ({a.last_error})"
+        for a in obs.alerts
+        if a.reason == MISMATCH_REASON
+    ]
+    if obs.reconciled is None:
+        violations.append("reconciliation could not be run after the load")
+    finished = sum(1 for p in obs.processes.values() if p.state.process_state in FINISHED)
+    if obs.reconciled is not None and obs.reconciled < min(finished, 1000):
+        violations.append(f"reconciliation checked {obs.reconciled} of {finished} finished orders")
+    return _result(
+        "finished orders agree with the services (reconciliation)", obs.reconciled or 0, violations
+    )
+
+
 CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     no_accepted_order_lost,
     all_terminal_within_bound,
@@ -372,6 +391,7 @@ CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     locks_and_failure_counts,
     stale_replies_ignored,
     outcomes_match_orders,
+    finished_orders_reconcile,
 )
 
 

@@ -56,13 +56,16 @@ class Alert:
     order_id: str
     reason: str
     failure_count: int
+    last_error: str | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Alert:
+        last_error = data.get("lastError")
         return cls(
             order_id=str(data.get("orderId", "")),
             reason=str(data.get("reason", "")),
             failure_count=int(data.get("failureCount", 0)),
+            last_error=None if last_error is None else str(last_error),
         )
 
 
@@ -101,6 +104,9 @@ class Observations:
     ready again."""
     outage_grace: timedelta = timedelta(0)
     """How long after an outage a step's complete-by may still pass because of it."""
+    reconciled: int | None = None
+    """Finished orders a reconciliation run checked after the load (`POST
+    /api/reconcile`; its mismatches are alerts); None when it could not run."""
 
 
 @dataclass(frozen=True)

@@ -165,7 +165,7 @@ def figures_table(result: RunResult) -> Table:
     row("    of which after the effect was applied", "sim:transientErrorsAfterApply")
     row("  hangs injected", "sim:hangs")
     row("  apply-then-hang injected (effect applied, reply lost)", "sim:applyThenHangs")
-    row("outcome queries (in-doubt steps asked about)", "sim:queries")
+    row("outcome queries (in-doubt steps, then reconciliation)", "sim:queries")
     row("  idempotent replays", "sim:idempotentRepeats")
     row("  permanent rejections", "sim:permanentFailures")
     row("broker: duplicate deliveries injected", "broker:duplicated")

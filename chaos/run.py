@@ -35,6 +35,7 @@ from chaos.load import plan_orders, submit_all
 from chaos.model import Accepted, Alert, Check, Convergence, Figures, Observations, PlannedOrder
 from chaos.monitor import Monitor
 from chaos.system import RUNTIMES, ChaosStack, KillEvent, Outage, chaos_stack
+from shared.contract import Route
 from shared.domain.model import ProcessState
 from shared.domain.workflow import ORDER_FULFILMENT
 
@@ -479,6 +480,7 @@ async def _observe(
     processes = await run.reader.processes(ids)
     simulator = system.simulator(run.session)
     effects = await collect.effects(simulator)
+    reconciled = await _reconcile(run)
     run.alerts.extend(await collect.drain_alerts(system.service_bus_connection_string))
     simulator_stats = await simulator.stats()
     broker_stats = await system.broker(run.session).stats()
@@ -496,9 +498,27 @@ async def _observe(
         bound_seconds=bound_seconds(run.config),
         outages=tuple((o.started_at, o.ended_at) for o in run.result.outages),
         outage_grace=timedelta(seconds=run.config.timings.expiry_seconds),
+        reconciled=reconciled,
     )
     logs = count_log_lines(system.runtime_logs())
     return observations, figures(observations, simulator_stats, broker_stats, logs)
+
+
+async def _reconcile(run: _Run) -> int | None:
+    """Reconciliation over the finished orders (the runtimes sample up to 1000), as an
+    operator would run it: its mismatches land on operator-alerts with the others."""
+    name, _ = run.targets()[0]
+    url = run.system.app(run.session, name).url(Route.RECONCILE)
+    try:
+        async with run.session.post(url, timeout=aiohttp.ClientTimeout(total=120)) as response:
+            if response.status != 200:
+                run.progress(f"reconciliation answered {response.status}")
+                return None
+            answer = await response.json()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        run.progress(f"reconciliation failed: {type(exc).__name__}: {exc}")
+        return None
+    return int(answer["orders"])
 
 
 async def _resubmit_errors(run: _Run) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from chaos.config import ChaosConfig
 from devhost.harness import services
 from devhost.harness.stack import STARTUP_TIMEOUT, Stack
-from shared.contract import ChaosSetting
+from shared.contract import ChaosSetting, Setting
 
 RUNTIMES = ("a", "b")
 DRAIN_SECONDS = 3
@@ -85,6 +85,8 @@ def chaos_stack(config: ChaosConfig, workdir: Path) -> ChaosStack:
         broker_lock_seconds=config.timings.broker_lock_seconds,
         settings={
             ChaosSetting.FAULT_RATE: str(config.chaos_fault_rate),
+            # The check after the load reconciles every order of a run (at most 1000).
+            Setting.RECONCILE_SAMPLE_SIZE: "1000",
             **config.timings.settings(),
         },
         runtimes=RUNTIMES,

@@ -24,6 +24,7 @@ from shared.domain.model import (
     ProcessState,
     StateRecord,
 )
+from shared.domain.reconcile import FINISHED
 from shared.domain.workflow import ORDER_FULFILMENT
 from tests.builders import a_policy, a_reply
 
@@ -135,6 +136,7 @@ def observe(
         last_submission_at=10.0,
         terminal_at=terminal_at,
         bound_seconds=100.0,
+        reconciled=sum(p.state.process_state in FINISHED for p in by_id.values()),
     )
 
 
@@ -478,3 +480,14 @@ def test_a_step_its_service_said_was_applied_counts_as_completed() -> None:
     )  # fmt: skip
     result = invariants.stale_replies_ignored(observe([twice]))
     assert result.violations == ("hung-1: 2 x step-completed for charge-payment",)
+
+
+def test_a_reconciliation_mismatch_or_a_reconciliation_that_did_not_run_fails() -> None:
+    obs = healthy()
+    mismatch = Alert("ok-1", "reconciliation-mismatch", 0, "Processed order ok-1: ...")
+    found = invariants.finished_orders_reconcile(replace(obs, alerts=(mismatch,)))
+    assert found.violations == ("ok-1: reconciliation mismatch (Processed order ok-1: ...)",)
+    not_run = invariants.finished_orders_reconcile(replace(obs, reconciled=None))
+    assert not_run.violations == ("reconciliation could not be run after the load",)
+    partial = invariants.finished_orders_reconcile(replace(obs, reconciled=1))
+    assert partial.violations == ("reconciliation checked 1 of 3 finished orders",)
