@@ -1,6 +1,7 @@
 """From a crash mid-step to Processed, against the bound the design promises.
 
     python -m bench.recovery_time [--orders 8] [--step-timeout 5] [--period 2] [--quick]
+        [--step-heartbeat 2] [--long-call-factor 4]
 
 Two crashes, each on several orders at once, on the local runtime (separate processes):
 
@@ -10,6 +11,13 @@ Two crashes, each on several orders at once, on the local runtime (separate proc
   after the step's complete-by.
 * runtime killed: while every order is in its payment step (the payment service is made
   slow), the runtime process gets SIGKILL and is started again.
+* runtime killed in a long step: the same, on a runtime with step heartbeats on
+  (StepHeartbeatSeconds, StepMaxSeconds) and a payment call (``slowMs``) several times
+  the step timeout, killed once every order's step has been beaten. Measured from the
+  SIGKILL to the Supervisor's recovery (the ``timed-out`` entry), next to two bounds: the
+  heartbeat bound, StepHeartbeatSeconds (or the restart, whichever is later) + one
+  Supervisor period, and the old bound, the complete-by a step needs without heartbeats
+  to let that call finish (dispatch + the call's length) + one period.
 
 The bound per order is: the step's complete-by (dispatch + StepTimeoutSeconds) or the
 restart, whichever is later, + one Supervisor period (detection) + the back-off of the
@@ -37,8 +45,9 @@ import aiohttp
 
 from bench._common import RESULTS, console, fmt, print_machine, table
 from bench._stack import BenchStack, Timings, set_faults
-from devhost.harness.clients import AppClient, SimulatorControl
+from devhost.harness.clients import AppClient, ControlError, SimulatorControl
 from devhost.harness.load import Load, LoadResult, StatusQueue, parse_time, run_load
+from shared.contract import Setting
 from shared.resilience import CircuitBreaker
 
 PAYMENT = "charge-payment"
@@ -71,6 +80,33 @@ class Recovery:
     @property
     def bound(self) -> float:
         return (self.bound_at - self.crash_at).total_seconds()
+
+
+@dataclass
+class BeatenRecovery:
+    """A runtime killed during a long, beaten step: how soon the Supervisor took it back."""
+
+    order_id: str
+    crash_at: datetime
+    dispatched_at: datetime
+    recovered_at: datetime | None
+    heartbeat_bound_at: datetime
+    old_bound_at: datetime
+
+    def _since_crash(self, at: datetime | None) -> float | None:
+        return None if at is None else (at - self.crash_at).total_seconds()
+
+    @property
+    def measured(self) -> float | None:
+        return self._since_crash(self.recovered_at)
+
+    @property
+    def heartbeat_bound(self) -> float:
+        return (self.heartbeat_bound_at - self.crash_at).total_seconds()
+
+    @property
+    def old_bound(self) -> float:
+        return (self.old_bound_at - self.crash_at).total_seconds()
 
 
 def _events(view: dict[str, Any]) -> list[tuple[str, str, datetime]]:
@@ -250,6 +286,85 @@ async def runtime_killed(
     return out, (ready_at - crash_at).total_seconds()
 
 
+async def runtime_killed_beating(
+    session: aiohttp.ClientSession, args: argparse.Namespace
+) -> tuple[list[BeatenRecovery], float]:
+    """Its own stack: step heartbeats on would hold the hang scenario's calls until
+    StepMaxSeconds, since a beat cannot tell a slow call from a hung one."""
+    t = timings_of(args)
+    call = args.long_call_factor * t.step_timeout
+    beats = {
+        Setting.STEP_HEARTBEAT_SECONDS: f"{args.step_heartbeat:g}",
+        Setting.STEP_MAX_SECONDS: f"{3 * call:g}",
+    }
+    ids = [f"beat-{uuid.uuid4().hex[:6]}-{i}" for i in range(args.orders)]
+    async with BenchStack("recovery-heartbeat", t, seed=args.seed, settings=beats) as stack:
+        simulator = stack.simulator(session)
+        await set_faults(simulator, 0.0, args.latency_ms)
+        await simulator.set_faults("payment", latencyMs=args.latency_ms, slowMs=int(call * 1000))
+        load = _start_load(stack, ids, args.timeout)
+        app = stack.app(session)
+
+        async def all_beaten() -> bool:
+            try:
+                found = await views(app, ids)
+            except ControlError:  # not every order is stored yet
+                return False
+            return all(any(e == "step-heartbeat" for e, _, _ in _events(v)) for v in found)
+
+        await _until(all_beaten, 60, "a step heartbeat for every order")
+        crash_at = datetime.now(UTC)
+        stack.kill_runtime("a")
+        await set_faults(simulator, 0.0, args.latency_ms)
+        await asyncio.sleep(args.down)
+        stack.start_runtime("a")
+        await stack.wait_healthy(session, "a")
+        ready_at = datetime.now(UTC)
+        await load
+        out = []
+        for view in await views(app, ids):
+            before = [at for at in payment_dispatches(view) if at <= crash_at]
+            first = before[-1] if before else crash_at
+            beaten = max(crash_at.timestamp() + args.step_heartbeat, ready_at.timestamp())
+            old = max(first.timestamp() + call, ready_at.timestamp())
+            out.append(
+                BeatenRecovery(
+                    order_id=view["orderId"],
+                    crash_at=crash_at,
+                    dispatched_at=first,
+                    recovered_at=_first(_events(view), "timed-out", first),
+                    heartbeat_bound_at=datetime.fromtimestamp(beaten + t.supervisor_period, UTC),
+                    old_bound_at=datetime.fromtimestamp(old + t.supervisor_period, UTC),
+                )
+            )
+    return out, (ready_at - crash_at).total_seconds()
+
+
+def report_beaten(rows: list[BeatenRecovery], args: argparse.Namespace) -> None:
+    out = table(
+        "recovery: runtime killed in a long step (step heartbeats) -> recovered",
+        ["order", "measured s", "heartbeat bound s", "within", "old bound s"],
+    )
+    for r in rows:
+        measured = r.measured
+        ok = measured is not None and measured <= r.heartbeat_bound
+        out.add_row(
+            r.order_id,
+            fmt(measured, 2) if measured is not None else "not recovered",
+            fmt(r.heartbeat_bound, 2),
+            "[green]yes[/]" if ok else "[yellow]no[/]",
+            fmt(r.old_bound, 2),
+        )
+    console.print(out)
+    call = args.long_call_factor * args.step_timeout
+    console.print(
+        f"[dim]measured: SIGKILL -> the Supervisor's timed-out entry. heartbeat bound = "
+        f"StepHeartbeatSeconds {args.step_heartbeat:g} s (or the restart, if later) + "
+        f"Supervisor period {args.period} s; old bound = the complete-by a {call:g} s call "
+        "needs without heartbeats (its dispatch + the call) or the restart, + one period.[/]"
+    )
+
+
 def report(rows: list[Recovery], t: Timings, rest: float) -> None:
     out = table(
         "recovery: crash mid-step -> Processed",
@@ -320,7 +435,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         rows = await agent_hang(stack, session, args, rest)
         killed, down = await runtime_killed(stack, session, args, rest)
         rows += killed
+    async with aiohttp.ClientSession() as session:
+        beaten, beaten_down = await runtime_killed_beating(session, args)
     report(rows, timings, rest)
+    report_beaten(beaten, args)
     measured = [m for r in rows if (m := r.measured) is not None]
     console.print(
         f"[dim]runtime down for {down:.1f} s in the kill scenario (SIGKILL, {args.down:g} s "
@@ -339,6 +457,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for r in rows
         ],
         "worst": max(measured, default=float("nan")),
+        "heartbeat": {
+            "stepHeartbeatSeconds": args.step_heartbeat,
+            "callSeconds": args.long_call_factor * args.step_timeout,
+            "down": beaten_down,
+            "rows": [
+                {
+                    **asdict(r),
+                    "measured": r.measured,
+                    "heartbeatBound": r.heartbeat_bound,
+                    "oldBound": r.old_bound,
+                }
+                for r in beaten
+            ],
+        },
     }
 
 
@@ -351,6 +483,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow-ms", type=int, default=2500, help="payment latency before kill")
     parser.add_argument("--down", type=float, default=1.0, help="seconds the runtime stays dead")
     parser.add_argument("--timeout", type=float, default=180)
+    parser.add_argument(
+        "--step-heartbeat", type=float, default=2.0, help="StepHeartbeatSeconds, long step"
+    )
+    parser.add_argument(
+        "--long-call-factor", type=float, default=4.0, help="long call / step timeout"
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
@@ -366,7 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"[dim]saved {path}[/]")
     # Over the bound is a finding to read in the table, not a failure; an order that
     # never finished is.
-    return 0 if all(r["measured"] is not None for r in data["rows"]) else 1
+    rows = [*data["rows"], *data["heartbeat"]["rows"]]
+    return 0 if all(r["measured"] is not None for r in rows) else 1
 
 
 if __name__ == "__main__":
