@@ -344,6 +344,7 @@ async def measure_with(args: argparse.Namespace, runtimes: int) -> list[RunSumma
         instrument=getattr(args, "instrument", False),
         broker_db=not getattr(args, "broker_in_memory", False),
         runtimes=RUNTIME_NAMES[:runtimes],
+        runtime_env=TRACING[getattr(args, "tracing", "all")],
     ) as stack:
         console.print(f"[dim]{stack.describe()}[/]")
         async with aiohttp.ClientSession() as session:
@@ -360,6 +361,17 @@ async def measure_with(args: argparse.Namespace, runtimes: int) -> list[RunSumma
 
 RUNTIME_NAMES = tuple("abcdefgh")
 
+TRACING: dict[str, dict[str, str]] = {
+    "off": {"OTEL_SDK_DISABLED": "true"},
+    "sampled": {
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.1",
+    },
+    "all": {},
+}
+"""What the runtimes trace: nothing; 10% of orders, as deployed (failed spans and
+recovered orders are kept whatever the ratio); every order, as `python -m devhost`."""
+
 
 def describe_setup(args: argparse.Namespace) -> str:
     load = f"rate {args.rate:g}/s" if args.rate else f"concurrency {args.concurrency}"
@@ -368,7 +380,8 @@ def describe_setup(args: argparse.Namespace) -> str:
         f"{args.orders} orders per run, {load}, runtime processes {runtimes}, "
         f"remote latency {args.latency_ms} ms per call, "
         f"faults {', '.join(f'{r:.0%}' for r in args.fault_rates)}, "
-        f"step timeout {args.step_timeout:g} s, warm-up {args.warmup} orders"
+        f"step timeout {args.step_timeout:g} s, warm-up {args.warmup} orders, "
+        f"tracing {getattr(args, 'tracing', 'all')}"
     )
 
 
@@ -409,6 +422,13 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run at most")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="a smoke run in under a minute")
+    parser.add_argument(
+        "--tracing",
+        choices=sorted(TRACING),
+        default="all",
+        help="off: no OpenTelemetry; sampled: 10%% of orders, as deployed; all: every order "
+        "(default, as python -m devhost), spans exported to the stack's OTLP receiver",
+    )
 
 
 def add_runtimes_option(parser: argparse.ArgumentParser) -> None:
