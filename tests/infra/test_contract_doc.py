@@ -419,6 +419,3 @@ def test_every_reference_to_a_section_of_the_page_resolves() -> None:
     )
     assert not dangling, f"links to sections docs/contract.md does not have: {dangling}"
 
-
-def test_not_yet_implemented_parts_declare_nothing() -> None:
-    assert not [t for t in TABLES if t.heading == "9. Not yet implemented"]
