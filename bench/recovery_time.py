@@ -268,13 +268,7 @@ async def runtime_killed(
         return await _payment_stat(simulator, "calls") - calls_before >= len(ids)
 
     await _until(all_in_payment, 60, "a payment call for every order")
-    crash_at = datetime.now(UTC)
-    stack.kill_runtime("a")
-    await set_faults(simulator, 0.0, args.latency_ms)
-    await asyncio.sleep(args.down)
-    stack.start_runtime("a")
-    await stack.wait_healthy(session, "a")
-    ready_at = datetime.now(UTC)
+    crash_at, ready_at = await _kill_and_restart(stack, session, simulator, args)
     await load
     out = []
     for view in await views(stack.app(session), ids):
@@ -313,13 +307,7 @@ async def runtime_killed_beating(
             return all(any(e == "step-heartbeat" for e, _, _ in _events(v)) for v in found)
 
         await _until(all_beaten, 60, "a step heartbeat for every order")
-        crash_at = datetime.now(UTC)
-        stack.kill_runtime("a")
-        await set_faults(simulator, 0.0, args.latency_ms)
-        await asyncio.sleep(args.down)
-        stack.start_runtime("a")
-        await stack.wait_healthy(session, "a")
-        ready_at = datetime.now(UTC)
+        crash_at, ready_at = await _kill_and_restart(stack, session, simulator, args)
         await load
         out = []
         for view in await views(app, ids):
@@ -472,6 +460,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             ],
         },
     }
+
+
+async def _kill_and_restart(
+    stack: BenchStack,
+    session: aiohttp.ClientSession,
+    simulator: SimulatorControl,
+    args: argparse.Namespace,
+) -> tuple[datetime, datetime]:
+    """SIGKILL runtime a mid-call, heal the provider, start it again: (killed, ready)."""
+    crash_at = datetime.now(UTC)
+    stack.kill_runtime("a")
+    await set_faults(simulator, 0.0, args.latency_ms)
+    await asyncio.sleep(args.down)
+    stack.start_runtime("a")
+    await stack.wait_healthy(session, "a")
+    return crash_at, datetime.now(UTC)
 
 
 def main(argv: list[str] | None = None) -> int:
