@@ -306,11 +306,16 @@ def wait_for_first_message(receiver: ServiceBusReceiver, seconds: float) -> None
     receive that has no message yet first waits, without the lock, for the connection's
     stream to be fed; any frame ends the wait, so the first message is not delayed, and
     settlements, renewals and credit go out meanwhile as before.
+
+    A settlement awaiting its outcome reads the same connection: a message it takes in
+    while the receive sends its credit is buffered before the receive's first step, which
+    then returns it at once instead of waiting for a next message or the wait's end.
     """
     handler: Any = getattr(receiver, "_handler", None)
     if handler is None:
         return  # opened by the receive itself; the next call wraps it
     handler._devhost_first_by = asyncio.get_running_loop().time() + seconds
+    handler._devhost_first_step = True
     if getattr(handler, "_devhost_waits_for_first", False):
         return
     handler._devhost_waits_for_first = True
@@ -318,6 +323,13 @@ def wait_for_first_message(receiver: ServiceBusReceiver, seconds: float) -> None
     do_work = handler.do_work_async
 
     async def do_work_waiting(**kwargs: Any) -> Any:
+        if handler._devhost_first_step:
+            handler._devhost_first_step = False
+            if not received.empty():
+                # Taken in by a settlement while the receive sent its credit: the SDK counts
+                # only what arrives within a step, so it would poll on to the end of its
+                # wait. Reporting "not receiving" ends the receive with them at once.
+                return False
         left = handler._devhost_first_by - asyncio.get_running_loop().time()
         if received.empty() and left > 0:
             await _until_fed(getattr(handler._connection, "_transport", None), left)
