@@ -418,4 +418,3 @@ def test_every_reference_to_a_section_of_the_page_resolves() -> None:
         if anchor not in anchors
     )
     assert not dangling, f"links to sections docs/contract.md does not have: {dangling}"
-
