@@ -5,11 +5,26 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from devhost.harness.stack import lone_azurite
+from shared.telemetry import setup
 
 
 @pytest.fixture(scope="session")
 def azurite_table_port() -> Iterator[int]:
     with lone_azurite() as port:
         yield port
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    """Every span recorded in memory, the ports traced as when telemetry is on."""
+    recorded = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(recorded))
+    setup.use_provider(provider)
+    yield recorded
+    setup.forget()

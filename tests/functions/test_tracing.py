@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -44,16 +44,6 @@ ORDER = {
     "customerId": "c-1",
     "items": [{"sku": "A", "quantity": 1, "unitPrice": 2.0}],
 }
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    recorded = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(recorded))
-    setup.use_provider(provider)
-    yield recorded
-    setup.forget()
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind
 from devhost.host import tracing as host_tracing
 from shared.adapters.http_remote import HttpRemoteService
 from shared.ports import RemoteCall
-from shared.telemetry import setup, spans
+from shared.telemetry import spans
 from shared.telemetry.setup import Export, TelemetryConfig
 
 
@@ -54,16 +54,6 @@ def test_the_export_follows_the_standard_settings(
 ) -> None:
     config = TelemetryConfig.from_env(env)
     assert (config.export, config.client_id, config.service_name) == (export, client_id, "orders")
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    recorded = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(recorded))
-    setup.use_provider(provider)
-    yield recorded
-    setup.forget()
 
 
 @pytest.fixture
