@@ -55,7 +55,7 @@ def azurite_command(
     ports = {"blob": blob_port, "queue": queue_port, "table": table_port}
     only_table = blob_port is None and queue_port is None
     binary = bin_dir / ("azurite-table" if only_table else "azurite")
-    command = [str(binary), "--silent", "--skipApiVersionCheck", "--loose"]
+    command = [str(binary), "--silent", "--skipApiVersionCheck", "--loose", "--disableTelemetry"]
     command += ["--inMemoryPersistence"] if location is None else ["--location", str(location)]
     for kind, port in ports.items():
         if port is not None:
