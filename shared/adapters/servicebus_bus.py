@@ -230,7 +230,11 @@ class ServiceBusMessageBus:
         for message in messages:
             by_queue.setdefault(message.queue, []).append(message)
         for queue, batch in by_queue.items():
-            await self._send_to(queue, [_message(m) for m in batch])
+            bodies = [_body(m) for m in batch]
+            alone = len(batch) == 1 and len(bodies[0]) <= ALONE_MAX_BODY
+            await self._send_to(
+                queue, [_message(m, b) for m, b in zip(batch, bodies, strict=True)], alone
+            )
             self.sent += len(batch)
 
     async def park(self, poison: Poison) -> None:
@@ -240,9 +244,15 @@ class ServiceBusMessageBus:
         application properties carry the reason. The original is then completed."""
         await self._send_to(poison.queue, [_poison_copy(poison)])
 
-    async def _send_to(self, queue: str, messages: list[ServiceBusMessage]) -> None:
+    async def _send_to(
+        self, queue: str, messages: list[ServiceBusMessage], alone: bool = False
+    ) -> None:
         """Send with one retry on a fresh link; a batch that is re-sent whole is safe
-        because the broker drops the message ids it has already accepted."""
+        because the broker drops the message ids it has already accepted.
+
+        `alone`: one message known to fit goes as itself. A batch encodes it once more
+        to measure it, and the broker then unpacks it; a message too large is refused
+        by the batch as a send error, where alone it would cost the link."""
         pool = self._pool(queue)
         where = f"send to {queue} failed: "
         async with bounded(self._send_timeout, where), pool.slot() as slot:
@@ -250,6 +260,10 @@ class ServiceBusMessageBus:
                 try:
                     async with translated_errors(pool, slot, where):
                         sender = await pool.link(slot)
+                        if alone:
+                            await sender.send_messages(messages[0])
+                            self.transfers += 1
+                            return
                         for batch in await _batches(sender, messages):
                             await sender.send_messages(batch)
                             self.transfers += 1
@@ -309,13 +323,21 @@ def _poison_copy(poison: Poison) -> ServiceBusMessage:
     )
 
 
-def _message(message: Outgoing) -> ServiceBusMessage:
+ALONE_MAX_BODY = 64 * 1024
+"""A body this small fits the Standard tier's 256 KiB with any properties we set."""
+
+
+def _body(message: Outgoing) -> str:
+    return json.dumps(dict(message.body), separators=(",", ":"))
+
+
+def _message(message: Outgoing, body: str) -> ServiceBusMessage:
     properties: dict[str | bytes, int | float | bytes | bool | str | UUID] = {
         "orderId": str(message.body.get("orderId", ""))
     }
     properties.update(message.properties.items())
     return ServiceBusMessage(
-        json.dumps(dict(message.body), separators=(",", ":")),
+        body,
         message_id=message.message_id,
         content_type="application/json",
         scheduled_enqueue_time_utc=message.deliver_at,

@@ -132,6 +132,31 @@ async def test_one_caller_at_a_time_reuses_one_link(bus: ServiceBusMessageBus) -
     assert bus.open_links() == {Queue.ORDER_STATUS: 1}
 
 
+async def test_a_lone_message_and_a_large_one_arrive_whole(
+    broker: Broker, bus: ServiceBusMessageBus
+) -> None:
+    """One small message goes as itself, a large one through a batch; both keep their
+    body, id, content type and properties, and a repeat of either is dropped."""
+    large = Outgoing(Queue.ORDER_STATUS, "big-1", {"orderId": "big-1", "pad": "x" * 100_000})
+    small = Outgoing(Queue.ORDER_STATUS, "small-1", {"orderId": "small-1"}, properties={"k": "v"})
+    for outgoing in (small, large, small, large):
+        await bus.send([outgoing])
+    async with (
+        connect(broker.connection_string) as client,
+        client.get_queue_receiver(Queue.ORDER_STATUS) as receiver,
+    ):
+        got = await receive_n(receiver, 4, timeout=2)
+        for m in got:
+            await receiver.complete_message(m)
+    assert [str(m.message_id) for m in got] == ["small-1", "big-1"]
+    first, second = got
+    assert json.loads(body_of(first)) == {"orderId": "small-1"}
+    assert first.content_type == "application/json"
+    assert first.application_properties == {b"orderId": b"small-1", b"k": b"v"}
+    assert second.application_properties == {b"orderId": b"big-1"}
+    assert json.loads(body_of(second))["pad"] == "x" * 100_000
+
+
 async def test_a_resent_batch_is_dropped_by_duplicate_detection(
     broker: Broker, bus: ServiceBusMessageBus
 ) -> None:
