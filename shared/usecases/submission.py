@@ -58,9 +58,11 @@ class _Stored:
 
 
 async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: Workflow) -> _Stored:
-    existing = await deps.store.load(order.order_id)
-    if existing is not None:
-        return _repeat(existing, order)
+    """The create is the existence check: a new order costs two writes and no read.
+
+    A repeat of an order still running finds its watch entry and leaves it as it was; a
+    repeat of a finished one has just watched it again, and takes that entry back.
+    """
     now = deps.clock.now()
     transition = machine.start(order, workflow, now, cause)
     check_at = machine.next_check(transition.process, workflow, deps.policy, now)
@@ -71,10 +73,12 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     try:
         etag = await deps.store.create(transition.process, transition.history)
     except AlreadyExists:
-        raced = await deps.store.load(order.order_id)
-        if raced is None:
+        existing = await deps.store.load(order.order_id)
+        if existing is None:
             raise
-        return _repeat(raced, order)
+        if existing.state.process_state.is_terminal:
+            await deps.store.unwatch(order.order_id, existing.state.version)
+        return _repeat(existing, order)
     log_transition(transition)
     if deps.cache is not None:
         deps.cache.put(replace(transition.process, etag=etag))  # the claim skips a read

@@ -8,6 +8,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 from azure.data.tables.aio import TableServiceClient
@@ -24,7 +25,7 @@ from shared.usecases import scheduler
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.process_cache import ProcessCache
 from shared.usecases.scheduler import Handled
-from shared.usecases.submission import submit_order
+from shared.usecases.submission import OrderConflict, submit_order
 from tests.builders import a_policy, a_reply, an_order
 
 pytestmark = pytest.mark.azurite
@@ -59,7 +60,7 @@ def requests(bus: InMemoryBus) -> list[Outgoing]:
     return [m for q in AGENT_QUEUES for m in bus.take(q)]
 
 
-async def test_a_fault_free_order_costs_one_read_and_no_transaction(
+async def test_a_fault_free_order_costs_no_read_and_no_transaction(
     stores: Callable[[], TableStateStore],
 ) -> None:
     store, bus, clock = stores(), InMemoryBus(), FakeClock()
@@ -69,9 +70,9 @@ async def test_a_fault_free_order_costs_one_read_and_no_transaction(
     for _ in range(3):
         (request,) = requests(bus)
         assert await scheduler.on_reply(deps, a_reply(request)) is Handled.APPLIED
-    # The intake's existence check is the one read; the unwatch of a Processed order
-    # needs none; every history entry rode in the state entity.
-    assert store.operations == {"read": 1, "write": 7}  # watch, create, 4 saves, unwatch
+    # The intake's create is its existence check; the unwatch of a Processed order
+    # needs no read; every history entry rode in the state entity.
+    assert store.operations == {"write": 7}  # watch, create, 4 saves, unwatch
     fresh = stores()
     done = await fresh.load("o-1")
     assert done is not None and done.state.process_state is ProcessState.PROCESSED
@@ -173,3 +174,28 @@ async def test_a_save_on_an_etag_the_entity_no_longer_has_is_a_lost_race(
         await stores().save(process, [])  # reads the history first: the ETag moved on
     with pytest.raises(ConcurrencyConflict):
         await store.save(process, [])
+
+
+async def test_a_repeat_submission_leaves_the_watch_list_as_the_order_needs_it(
+    stores: Callable[[], TableStateStore],
+) -> None:
+    """A repeat of a running order keeps its watch entry; a repeat of a finished one
+    takes back the entry its own watch write made, so the Supervisor never sees it."""
+    store, bus, clock = stores(), InMemoryBus(), FakeClock()
+    deps = instance(store, bus, clock, "s-1")
+    await submit_order(deps, an_order("o-2"))
+    assert await scheduler.on_nudge(deps, "o-2") is Handled.APPLIED
+    far = clock.now() + timedelta(days=1)
+    again = await submit_order(deps, an_order("o-2"))
+    assert not again.created and again.process.state.process_state is ProcessState.PROCESSING
+    assert [e.order_id for e in await store.due(far, 10)] == ["o-2"]
+    for _ in range(3):
+        (request,) = requests(bus)
+        assert await scheduler.on_reply(deps, a_reply(request)) is Handled.APPLIED
+    assert await store.due(far, 10) == ()
+    late = await submit_order(deps, an_order("o-2"))
+    assert not late.created and late.process.state.process_state is ProcessState.PROCESSED
+    assert await store.due(far, 10) == ()
+    with pytest.raises(OrderConflict):
+        await submit_order(deps, an_order("o-2", fingerprint="another body"))
+    assert await store.due(far, 10) == ()

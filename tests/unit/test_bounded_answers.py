@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -39,11 +40,14 @@ class SlowBus(InMemoryBus):
 
 
 class SilentStore(InMemoryStateStore):
-    """Every read hangs, like a store that accepted the connection and went quiet."""
+    """Every call hangs, like a store that accepted the connection and went quiet."""
 
     async def load(self, order_id: str) -> OrderProcess | None:
         await asyncio.sleep(3600)
         return None
+
+    async def watch(self, order_id: str, check_at: Any, *, replace: bool, version: int = 0) -> None:
+        await asyncio.sleep(3600)
 
     async def ping(self) -> None:
         await asyncio.sleep(3600)
