@@ -1,0 +1,301 @@
+"""What one message, one table request and one remote call cost in CPU, on both ends.
+
+    python -m bench.unit_costs [--ops 2000] [--concurrency 16] [--quick]
+
+Against the services of ``python -m devhost`` (Azurite, the broker with its SQLite store,
+the simulator; no runtime), this process does each kind of operation an order is made of,
+through the app's own adapters, ``--concurrency`` at a time as a busy runtime would:
+
+* a message: ``ServiceBusMessageBus.send`` of one message, received by a peek-lock
+  receiver and completed (what a trigger does for every message it takes);
+* the state store's calls: ``watch``, ``create``, ``load``, ``save`` (If-Match) and
+  ``unwatch``;
+* a remote call: ``HttpRemoteService.invoke`` (one POST to the simulator).
+
+It prints CPU milliseconds per operation in this process (the client: what the runtime
+would spend) and in the server process, then an order's bill: those unit costs times
+what one fault-free order does (the counts of ``bench.cost_per_order``). The bill is
+the floor of CPU per order that no change inside the app can go under while every
+message crosses the broker and every state change is a request to the table service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+
+import aiohttp
+from azure.data.tables.aio import TableServiceClient
+from azure.servicebus import ServiceBusReceiveMode
+from azure.servicebus.aio import ServiceBusReceiver
+
+from bench._common import _tree_cpu, console, fmt, print_machine, table
+from bench._stack import BenchStack, set_faults
+from shared.adapters.http_remote import HttpRemoteService
+from shared.adapters.servicebus_bus import ServiceBusMessageBus
+from shared.adapters.table_store import TableStateStore
+from shared.domain import process as machine
+from shared.domain.model import Order, OrderLine, OrderProcess, Outgoing, Priority
+from shared.domain.workflow import ORDER_FULFILMENT
+from shared.ports import RemoteCall
+
+QUEUE = "order-status"
+PAYLOAD = {"customerId": "customer-1", "items": [{"sku": "sku-1", "quantity": 2, "unitPrice": 9.5}]}
+
+PER_ORDER: tuple[tuple[str, int], ...] = (
+    ("message", 10),
+    ("table: watch", 1),
+    ("table: create", 1),
+    ("table: save", 4),
+    ("table: unwatch", 1),
+    ("remote call", 3),
+)
+"""What one fault-free order does (bench.cost_per_order): 10 messages (nudge, 3 agent
+requests, 3 replies, 3 status messages), 7 table requests, 3 remote calls. Each message
+is sent and received once; the 3 status messages are received by the client, not the
+runtime, so the runtime's share of them is only the send."""
+
+
+@dataclass(frozen=True)
+class Cost:
+    name: str
+    ops: int
+    client_s: float
+    server_s: float
+    server: str
+    wall_s: float
+
+    def client_ms(self) -> float:
+        return 1000 * self.client_s / self.ops
+
+    def server_ms(self) -> float:
+        return 1000 * self.server_s / self.ops
+
+
+class Meter:
+    """CPU of this process (the client) and of one service process over one operation kind."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
+
+    async def measure(
+        self, name: str, server: str, ops: int, work: Callable[[], Awaitable[None]]
+    ) -> Cost:
+        client0, server0, wall0 = time.process_time(), self._server(), time.monotonic()
+        await work()
+        wall = time.monotonic() - wall0
+        return Cost(
+            name, ops, time.process_time() - client0, self._server() - server0, server, wall
+        )
+
+    def _server(self) -> float:
+        return _tree_cpu(self.server_pid)
+
+
+async def spread(ops: int, concurrency: int, one: Callable[[int], Awaitable[None]]) -> None:
+    """`ops` calls of `one`, at most `concurrency` at a time."""
+    next_index = iter(range(ops))
+
+    async def worker() -> None:
+        for i in next_index:
+            await one(i)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def messages(stack: BenchStack, ops: int, concurrency: int) -> Cost:
+    bus = ServiceBusMessageBus.from_connection_string(stack.service_bus_connection_string)
+    run = uuid.uuid4().hex[:8]
+    done = asyncio.Event()
+    received = 0
+
+    async def receive(receiver: ServiceBusReceiver) -> None:
+        nonlocal received
+        while received < ops:
+            batch = await receiver.receive_messages(max_message_count=16, max_wait_time=1)
+            for message in batch:
+                await receiver.complete_message(message)
+            received += len(batch)
+        done.set()
+
+    async def send(i: int) -> None:
+        body = {"orderId": f"u-{run}-{i}", "status": "Processed", "at": "2026-11-24T00:00:00Z"}
+        await bus.send([Outgoing(QUEUE, f"u-{run}-{i}", body)])
+
+    try:
+        await bus.send([Outgoing(QUEUE, f"warm-{run}", {"orderId": "warm"})])
+        async with bus._client.get_queue_receiver(  # the adapter's own client
+            QUEUE, receive_mode=ServiceBusReceiveMode.PEEK_LOCK
+        ) as receiver:
+            warm = await receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            for message in warm:
+                await receiver.complete_message(message)
+            pids = stack.pids()
+            meter = Meter(pids["broker"])
+
+            async def work() -> None:
+                receiving = asyncio.ensure_future(receive(receiver))
+                await spread(ops, concurrency, send)
+                await asyncio.wait_for(done.wait(), timeout=120)
+                await receiving
+
+            return await meter.measure("message", "broker", ops, work)
+    finally:
+        await bus.close()
+
+
+def an_order(order_id: str) -> Order:
+    return Order(
+        order_id,
+        "customer-1",
+        (OrderLine("sku-1", 2, 9.5), OrderLine("sku-2", 1, 20.0)),
+        Priority.NORMAL,
+        QUEUE,
+        f"fp-{order_id}",
+        datetime.now(UTC),
+    )
+
+
+def calls(
+    one: Callable[[int], Awaitable[None]], start: int, ops: int, concurrency: int
+) -> Callable[[], Awaitable[None]]:
+    return lambda: spread(ops - start, concurrency, lambda i: one(i + start))
+
+
+async def table_calls(stack: BenchStack, ops: int, concurrency: int) -> list[Cost]:
+    service = TableServiceClient.from_connection_string(stack.storage_connection_string)
+    store = TableStateStore(service, f"unit{uuid.uuid4().hex[:12]}")
+    await store.ensure_table()
+    meter = Meter(stack.pids()["azurite"])
+    run = uuid.uuid4().hex[:8]
+    ids = [f"t-{run}-{i}" for i in range(ops)]
+    now = datetime.now(UTC)
+    transitions = [machine.start(an_order(i), ORDER_FULFILMENT, now) for i in ids]
+    kept: dict[int, OrderProcess] = {}
+    costs: list[Cost] = []
+    try:
+
+        async def watch(i: int) -> None:
+            await store.watch(ids[i], now + timedelta(minutes=5), replace=False, version=1)
+
+        async def create(i: int) -> None:
+            t = transitions[i]
+            kept[i] = replace(t.process, etag=await store.create(t.process, t.history))
+
+        async def load(i: int) -> None:
+            assert await store.load(ids[i]) is not None
+
+        async def save(i: int) -> None:
+            kept[i] = replace(kept[i], etag=await store.save(kept[i], ()))
+
+        async def unwatch(i: int) -> None:
+            await store.unwatch(ids[i])
+
+        for warm in (watch, create, load):  # the connection pool, and the first order
+            await warm(0)
+        for name, one, start in (
+            ("table: watch", watch, 1),
+            ("table: create", create, 1),
+            ("table: load", load, 0),
+            ("table: save", save, 0),
+            ("table: unwatch", unwatch, 0),
+        ):
+            costs.append(
+                await meter.measure(
+                    name, "azurite", ops - start, calls(one, start, ops, concurrency)
+                )
+            )
+        return costs
+    finally:
+        await store.close()
+
+
+async def remote_calls(stack: BenchStack, ops: int, concurrency: int) -> Cost:
+    meter = Meter(stack.pids()["simulator"])
+    run = uuid.uuid4().hex[:8]
+    async with aiohttp.ClientSession() as session:
+        remote = HttpRemoteService(f"{stack.simulator_url}/inventory", session)
+
+        async def call(i: int) -> None:
+            key = f"r-{run}-{i}:reserve-inventory"
+            await remote.invoke(RemoteCall(f"r-{run}-{i}", "reserve-inventory", key, PAYLOAD), 10)
+
+        await call(-1)
+        return await meter.measure(
+            "remote call", "simulator", ops, lambda: spread(ops, concurrency, call)
+        )
+
+
+async def run(ops: int, concurrency: int) -> list[Cost]:
+    async with BenchStack("unit-costs", runtimes=()) as stack:
+        # No remote latency: the simulator answers at once, so only CPU is measured.
+        async with aiohttp.ClientSession() as session:
+            await set_faults(stack.simulator(session), 0.0, 0)
+        costs = [await messages(stack, ops, concurrency)]
+        costs += await table_calls(stack, ops, concurrency)
+        costs.append(await remote_calls(stack, ops, concurrency))
+        return costs
+
+
+def report(costs: list[Cost], concurrency: int) -> None:
+    t = table(
+        f"CPU per operation, {concurrency} at a time",
+        ["operation", "ops", "client ms/op", "server", "server ms/op", "both ms/op", "ops/s"],
+    )
+    for c in costs:
+        t.add_row(
+            c.name,
+            str(c.ops),
+            fmt(c.client_ms(), 3),
+            c.server,
+            fmt(c.server_ms(), 3),
+            fmt(c.client_ms() + c.server_ms(), 3),
+            fmt(c.ops / c.wall_s, 0),
+        )
+    console.print(t)
+    by_name = {c.name: c for c in costs}
+    bill = table(
+        "an order's bill (fault-free): unit costs x what one order does",
+        ["operation", "per order", "client ms", "servers ms"],
+    )
+    client_total = server_total = 0.0
+    for name, count in PER_ORDER:
+        c = by_name[name]
+        client, server = count * c.client_ms(), count * c.server_ms()
+        client_total += client
+        server_total += server
+        bill.add_row(name, str(count), fmt(client, 1), fmt(server, 1))
+    bill.add_row("total", "", fmt(client_total, 1), fmt(server_total, 1))
+    console.print(bill)
+    message = by_name["message"]
+    console.print(
+        f"floor of CPU per order (runtime + broker + Azurite, simulator left out): "
+        f"{fmt(client_total + server_total - 3 * by_name['remote call'].server_ms(), 1)} ms; "
+        f"of it messages {fmt(10 * (message.client_ms() + message.server_ms()), 1)} ms. "
+        "The client column counts sending and receiving each message in one process; "
+        "the HTTP intake and the app's own code come on top."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", type=int, default=2000, help="operations of each kind")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--quick", action="store_true", help="200 of each, a smoke run")
+    args = parser.parse_args(argv)
+    ops = 200 if args.quick else args.ops
+    if ops < 2 or args.concurrency < 1:
+        parser.error("--ops must be at least 2 and --concurrency at least 1")
+    print_machine("unit costs: CPU per message, table request and remote call")
+    costs = asyncio.run(run(ops, args.concurrency))
+    report(costs, args.concurrency)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
