@@ -1,19 +1,26 @@
 """Ours and the DBOS peer in the same run, one side-by-side table.
 
     python -m bench.compare [--orders 2000] [--concurrency 64 | --rate 20] [--runtimes 1,2,4]
-                            [--quick]
+                            [--rounds 1] [--quick]
 
 Runs ``bench.throughput`` (the local runtime with Azurite, the broker and the
 simulator) and then ``bench.peer_dbos`` (DBOS Transact with SQLite, the same simulator
 settings) with the same orders, load, remote latency and fault rates. With
 ``--runtimes 1,2,4`` ours runs once per count of runtime processes (competing for the
 same queues), each row set against the same DBOS run.
+
+``--rounds N`` repeats ours-then-DBOS N times and adds the median of each ratio over the
+rounds: on a shared machine whose speed drifts over minutes (DBOS alone was seen at 42
+and at 67 orders/s ten minutes apart), a ratio taken from neighbouring runs, repeated,
+says more than one pair of runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
+from typing import NamedTuple
 
 from bench._common import console, fmt, print_machine, ratio, table
 from bench.peer_dbos import measure_peer
@@ -74,6 +81,46 @@ def side_by_side(ours: list[RunSummary], peer: list[RunSummary]) -> object:
     return t
 
 
+class Ratios(NamedTuple):
+    """Ours / DBOS."""
+
+    throughput: float
+    p99: float
+    cpu_per_order: float
+
+
+def _ratios(ours: list[RunSummary], peer: list[RunSummary]) -> dict[tuple[float, int], Ratios]:
+    by_rate = {p.fault_rate: p for p in peer}
+    out: dict[tuple[float, int], Ratios] = {}
+    for o in ours:
+        p = by_rate.get(o.fault_rate)
+        if p is not None:
+            out[(o.fault_rate, o.runtimes)] = Ratios(
+                o.throughput / max(p.throughput, 1e-9),
+                o.server.p99 / max(p.server.p99, 1e-9),
+                (system_cpu(o) / max(o.processed, 1))
+                / max(system_cpu(p) / max(p.processed, 1), 1e-9),
+            )
+    return out
+
+
+def medians(rounds: list[tuple[list[RunSummary], list[RunSummary]]]) -> object:
+    """The median of each ratio over the rounds, with its spread (lowest..highest)."""
+    per_round = [_ratios(ours, peer) for ours, peer in rounds]
+    t = table(
+        f"ours / DBOS over {len(rounds)} rounds: median (lowest..highest)",
+        ["faults", "runtimes", "throughput", "p99", "CPU per order"],
+    )
+    for key in per_round[0]:
+        seen = [r[key] for r in per_round if key in r]
+        cells = []
+        for i in range(3):
+            values = [s[i] for s in seen]
+            cells.append(f"{statistics.median(values):.2f}x ({min(values):.2f}..{max(values):.2f})")
+        t.add_row(f"{key[0]:.0%}", str(key[1]), *cells)
+    return t
+
+
 def system_cpu(run: RunSummary) -> float:
     """CPU seconds of the system under test: everything but the driver, the simulator and
     the local OTLP receiver (it stands in for Application Insights; the runtime's cost of
@@ -89,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-timeout", type=float, default=30.0)
     parser.add_argument("--pending-timeout", type=float, default=60.0)
     parser.add_argument("--profile", action="store_true", help="py-spy both systems")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="ours then DBOS, this many times (default 1)"
+    )
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     args.instrument = False
     if args.quick:
         args.orders = min(args.orders, 40)
@@ -98,16 +150,24 @@ def main(argv: list[str] | None = None) -> int:
         args.fault_rates = args.fault_rates[-1:]
     machine = print_machine("ours vs DBOS Transact, same run")
     console.print(f"[dim]{describe_setup(args)}[/]")
-    ours = asyncio.run(measure_ours(args))
-    peer = asyncio.run(measure_peer(args))
-    console.print(results_table("throughput and latency (intake -> Processed)", ours + peer))
-    console.print(side_by_side(ours, peer))
+    rounds: list[tuple[list[RunSummary], list[RunSummary]]] = []
+    for number in range(1, args.rounds + 1):
+        if args.rounds > 1:
+            console.rule(f"round {number} of {args.rounds}")
+        ours = asyncio.run(measure_ours(args))
+        peer = asyncio.run(measure_peer(args))
+        rounds.append((ours, peer))
+        console.print(results_table("throughput and latency (intake -> Processed)", ours + peer))
+        console.print(side_by_side(ours, peer))
     console.print(
         "[dim]CPU ms/order: CPU of the system under test per Processed order (ours: runtime, "
         "broker, Azurite; DBOS: its one process with SQLite), without driver and simulator.[/]"
     )
-    save("compare", machine, args, ours + peer)
-    return 0 if all(r.unfinished == 0 for r in ours + peer) else 1
+    if args.rounds > 1:
+        console.print(medians(rounds))
+    every = [run for ours, peer in rounds for run in ours + peer]
+    save("compare", machine, args, every)
+    return 0 if all(r.unfinished == 0 for r in every) else 1
 
 
 if __name__ == "__main__":
