@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import gc
 import json
 import time
 from collections import Counter, defaultdict
@@ -66,11 +67,33 @@ class RoleStats:
     send_calls: int = 0
 
 
+class CollectorStats:
+    """Time the cyclic garbage collector spends, by generation (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.collections = [0, 0, 0]
+        self._began = 0.0
+
+    def on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        generation = int(info["generation"])
+        self.seconds[generation] += time.perf_counter() - self._began
+        self.collections[generation] += 1
+
+    def reset(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.collections = [0, 0, 0]
+
+
 class Stats:
     def __init__(self) -> None:
         self.roles: dict[str, RoleStats] = defaultdict(RoleStats)
         self.processed_at: dict[str, float] = {}
         self.inner_store: Any = None
+        self.collector = CollectorStats()
 
     def role(self) -> RoleStats:
         return self.roles[ROLE.get()]
@@ -78,6 +101,7 @@ class Stats:
     def reset(self) -> None:
         self.roles.clear()
         self.processed_at.clear()
+        self.collector.reset()
         if self.inner_store is not None and hasattr(self.inner_store, "operations"):
             self.inner_store.operations.clear()
 
@@ -99,6 +123,7 @@ class Stats:
             "roles": roles,
             "adapterOperations": dict(operations) if operations is not None else {},
             "processed": len(self.processed_at),
+            "gc": {"seconds": self.collector.seconds, "collections": self.collector.collections},
         }
 
 
@@ -297,6 +322,7 @@ def install(stats: Stats = STATS) -> None:
 
     wrap_specs(functions_of(function_app.app), stats)
     bootstrap.decorate_ports(counting(stats))
+    gc.callbacks.append(stats.collector.on_gc)
 
 
 def dump(path: Path, stats: Stats = STATS) -> None:

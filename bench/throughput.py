@@ -261,6 +261,7 @@ async def measure_run(
     summary.profiles = {p.name: p.to_json() for p in profiles}
     if instrument:
         summary.functions = await stack.runtime_stats()
+        console.print(collector_line(summary.functions, summary.processed))
         title = f"inside the runtime, {rate:.0%} faults"
         console.print(functions_table(title, summary.functions, result))
     await print_hops(stack, session, rate, result, summary)
@@ -316,6 +317,19 @@ def functions_table(title: str, stats: dict[str, Any], result: LoadResult) -> An
             fmt(1000 * role["sendSeconds"] / role["sendCalls"], 1) if role["sendCalls"] else "-",
         )
     return t
+
+
+def collector_line(stats: dict[str, Any], processed: int) -> str:
+    """The runtime's garbage collector over the run (shared.gc_tuning sets it up)."""
+    gc_stats = stats.get("gc", {})
+    seconds = [float(v) for v in gc_stats.get("seconds", [0, 0, 0])]
+    counts = gc_stats.get("collections", [0, 0, 0])
+    per_order = 1000 * sum(seconds) / max(processed, 1)
+    return (
+        f"garbage collector in the runtime: {sum(seconds):.2f} s ({per_order:.2f} ms per order); "
+        f"collections by generation {counts[0]} / {counts[1]} / {counts[2]}, "
+        f"seconds {seconds[0]:.2f} / {seconds[1]:.2f} / {seconds[2]:.2f}"
+    )
 
 
 def apis(stack: BenchStack) -> list[str]:

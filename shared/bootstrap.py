@@ -25,6 +25,7 @@ from shared.adapters.table_health import TableHealthStore
 from shared.adapters.table_reconcile import TableReconcileStore
 from shared.adapters.table_store import TableStateStore
 from shared.domain.workflow import AgentName
+from shared.gc_tuning import tune_for_long_lived_worker
 from shared.ports import (
     BulkStore,
     Clock,
@@ -259,6 +260,7 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
         decorate = trace_ports if decorate is None else _then(decorate, trace_ports)
     built = compose(settings, store, bus, remotes, health=health, decorate=decorate)
     built.session = session
+    tune_for_long_lived_worker()
     return built
 
 

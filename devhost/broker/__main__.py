@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from shared.contract import QUEUE_PROPERTIES
+from shared.gc_tuning import tune_for_long_lived_worker
 
 from .broker import Broker
 from .faults import FaultConfig, FaultConfigError
@@ -66,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"broker could not start: {exc}", file=sys.stderr)
         return 1
+    # A process of its own, like the runtime: the same collector settings, for the same reason.
+    tune_for_long_lived_worker()
     control = f"http://{args.host}:{broker.control_port}" if broker.control_port else "disabled"
     print(f"broker listening on amqp://{args.host}:{broker.port} (control {control})", flush=True)
     try:
