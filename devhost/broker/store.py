@@ -9,9 +9,14 @@ locked is available again, as it would be once its lock expired.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -120,16 +125,23 @@ class SqliteStore:
     acknowledged. Not an OS crash or power cut: FULL would fsync every commit, which
     blocked the reactor thread for ~3 ms per commit and most of its time under load,
     a guarantee nothing else in the local stack gives (Azurite's saves and the
-    simulator's ledger do not fsync either)."""
+    simulator's ledger do not fsync either).
+
+    The WAL is copied back into the database (a checkpoint, which does fsync) by a thread
+    of its own: SQLite's automatic checkpoint runs inside the commit that fills the WAL,
+    which here is the reactor thread, and every queue stands still while it syncs."""
 
     _PRUNE_EVERY_MS = 60_000
+    SLOW_FLUSH_SECONDS = 0.25
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, checkpoint_seconds: float = 1.0) -> None:
         # The store is opened by the starting thread and then used only by the reactor thread.
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA wal_autocheckpoint=0")
         self._db.executescript(_SCHEMA)
+        self._checkpointer = Checkpointer(path, checkpoint_seconds)
         self._messages: dict[tuple[str, int], StoredMessage | None] = {}
         self._ids: dict[tuple[str, str], int] = {}
         self._sequences: dict[str, int] = {}
@@ -173,6 +185,13 @@ class SqliteStore:
         """Write every pending change in one transaction; on error nothing is dropped."""
         if not self.pending and now_ms < self._next_prune_ms:
             return
+        began = time.monotonic()
+        self._write(now_ms)
+        took = time.monotonic() - began
+        if took > self.SLOW_FLUSH_SECONDS:
+            log.warning("store flush took %.0f ms: every queue waited for it", took * 1000)
+
+    def _write(self, now_ms: int) -> None:
         db = self._db
         deletes = [key for key, row in self._messages.items() if row is None]
         upserts = [
@@ -206,7 +225,38 @@ class SqliteStore:
         self._sequences.clear()
 
     def close(self) -> None:
+        self._checkpointer.stop()
         self._db.close()
+
+
+class Checkpointer:
+    """Copies the WAL back into the database every `seconds` on its own connection.
+
+    PASSIVE never waits for the writer, and the sqlite3 module lets go of the GIL while
+    SQLite works, so the reactor thread goes on committing meanwhile."""
+
+    def __init__(self, path: str, seconds: float) -> None:
+        self._path = path
+        self._seconds = seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="broker-checkpoint", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        db = sqlite3.connect(self._path, check_same_thread=False, isolation_level=None)
+        try:
+            while not self._stop.wait(self._seconds):
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error as exc:
+                    log.warning("checkpoint failed, tried again in %.0f s: %s", self._seconds, exc)
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        finally:
+            db.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 def open_store(path: str | None) -> Store:
