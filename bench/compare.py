@@ -53,6 +53,8 @@ def side_by_side(ours: list[RunSummary], peer: list[RunSummary]) -> object:
             "ours CPU ms/order",
             "DBOS CPU ms/order",
             "ratio",
+            "simulator ms/order ours / DBOS",
+            "CPU ratio, speed-corrected",
         ],
     )
     by_rate = {p.fault_rate: p for p in peer}
@@ -77,8 +79,17 @@ def side_by_side(ours: list[RunSummary], peer: list[RunSummary]) -> object:
             fmt(ours_cpu, 1),
             fmt(peer_cpu, 1),
             ratio(ours_cpu, peer_cpu),
+            f"{fmt(simulator_ms(o), 2)} / {fmt(simulator_ms(p), 2)}",
+            ratio(ours_cpu / simulator_ms(o), peer_cpu / simulator_ms(p)),
         )
     return t
+
+
+def simulator_ms(run: RunSummary) -> float:
+    """The simulator's CPU per order: the same calls, the same work on both sides, so it
+    tells how fast the machine was during the run (on this shared machine it was seen to
+    take twice as long for the same orders an hour apart)."""
+    return max(1000 * run.cpu.get("simulator", 0.0) / max(run.processed, 1), 1e-6)
 
 
 class Ratios(NamedTuple):
@@ -87,6 +98,7 @@ class Ratios(NamedTuple):
     throughput: float
     p99: float
     cpu_per_order: float
+    cpu_speed_corrected: float
 
 
 def _ratios(ours: list[RunSummary], peer: list[RunSummary]) -> dict[tuple[float, int], Ratios]:
@@ -100,6 +112,8 @@ def _ratios(ours: list[RunSummary], peer: list[RunSummary]) -> dict[tuple[float,
                 o.server.p99 / max(p.server.p99, 1e-9),
                 (system_cpu(o) / max(o.processed, 1))
                 / max(system_cpu(p) / max(p.processed, 1), 1e-9),
+                (system_cpu(o) / max(o.processed, 1) / simulator_ms(o))
+                / max(system_cpu(p) / max(p.processed, 1) / simulator_ms(p), 1e-9),
             )
     return out
 
@@ -109,12 +123,12 @@ def medians(rounds: list[tuple[list[RunSummary], list[RunSummary]]]) -> object:
     per_round = [_ratios(ours, peer) for ours, peer in rounds]
     t = table(
         f"ours / DBOS over {len(rounds)} rounds: median (lowest..highest)",
-        ["faults", "runtimes", "throughput", "p99", "CPU per order"],
+        ["faults", "runtimes", "throughput", "p99", "CPU per order", "CPU, speed-corrected"],
     )
     for key in per_round[0]:
         seen = [r[key] for r in per_round if key in r]
         cells = []
-        for i in range(3):
+        for i in range(4):
             values = [s[i] for s in seen]
             cells.append(f"{statistics.median(values):.2f}x ({min(values):.2f}..{max(values):.2f})")
         t.add_row(f"{key[0]:.0%}", str(key[1]), *cells)
@@ -161,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print(side_by_side(ours, peer))
     console.print(
         "[dim]CPU ms/order: CPU of the system under test per Processed order (ours: runtime, "
-        "broker, Azurite; DBOS: its one process with SQLite), without driver and simulator.[/]"
+        "broker, Azurite; DBOS: its one process with SQLite), without driver and simulator. "
+        "Speed-corrected: each side's CPU per order over the simulator's CPU per order in the "
+        "same run, so a machine that was slower for one side counts against neither.[/]"
     )
     if args.rounds > 1:
         console.print(medians(rounds))
