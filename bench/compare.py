@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from bench._common import console, fmt, print_machine, ratio, table
@@ -57,13 +58,8 @@ def side_by_side(ours: list[RunSummary], peer: list[RunSummary]) -> object:
             "CPU ratio, speed-corrected",
         ],
     )
-    by_rate = {p.fault_rate: p for p in peer}
-    for o in ours:
-        p = by_rate.get(o.fault_rate)
-        if p is None:
-            continue
-        ours_cpu = 1000 * system_cpu(o) / max(o.processed, 1)
-        peer_cpu = 1000 * system_cpu(p) / max(p.processed, 1)
+    for o, p in pairs(ours, peer):
+        ours_cpu, peer_cpu = cpu_ms_per_order(o), cpu_ms_per_order(p)
         t.add_row(
             f"{o.fault_rate:.0%}",
             str(o.runtimes),
@@ -85,6 +81,20 @@ def side_by_side(ours: list[RunSummary], peer: list[RunSummary]) -> object:
     return t
 
 
+def pairs(
+    ours: list[RunSummary], peer: list[RunSummary]
+) -> Iterator[tuple[RunSummary, RunSummary]]:
+    """Each of our runs with the peer's run at the same fault rate."""
+    by_rate = {p.fault_rate: p for p in peer}
+    for o in ours:
+        if (p := by_rate.get(o.fault_rate)) is not None:
+            yield o, p
+
+
+def cpu_ms_per_order(run: RunSummary) -> float:
+    return 1000 * system_cpu(run) / max(run.processed, 1)
+
+
 def simulator_ms(run: RunSummary) -> float:
     """The simulator's CPU per order: the same calls, the same work on both sides, so it
     tells how fast the machine was during the run (on this shared machine it was seen to
@@ -102,19 +112,15 @@ class Ratios(NamedTuple):
 
 
 def _ratios(ours: list[RunSummary], peer: list[RunSummary]) -> dict[tuple[float, int], Ratios]:
-    by_rate = {p.fault_rate: p for p in peer}
     out: dict[tuple[float, int], Ratios] = {}
-    for o in ours:
-        p = by_rate.get(o.fault_rate)
-        if p is not None:
-            out[(o.fault_rate, o.runtimes)] = Ratios(
-                o.throughput / max(p.throughput, 1e-9),
-                o.server.p99 / max(p.server.p99, 1e-9),
-                (system_cpu(o) / max(o.processed, 1))
-                / max(system_cpu(p) / max(p.processed, 1), 1e-9),
-                (system_cpu(o) / max(o.processed, 1) / simulator_ms(o))
-                / max(system_cpu(p) / max(p.processed, 1) / simulator_ms(p), 1e-9),
-            )
+    for o, p in pairs(ours, peer):
+        ours_cpu, peer_cpu = cpu_ms_per_order(o), max(cpu_ms_per_order(p), 1e-9)
+        out[(o.fault_rate, o.runtimes)] = Ratios(
+            o.throughput / max(p.throughput, 1e-9),
+            o.server.p99 / max(p.server.p99, 1e-9),
+            ours_cpu / peer_cpu,
+            (ours_cpu / simulator_ms(o)) / (peer_cpu / simulator_ms(p)),
+        )
     return out
 
 
@@ -127,10 +133,10 @@ def medians(rounds: list[tuple[list[RunSummary], list[RunSummary]]]) -> object:
     )
     for key in per_round[0]:
         seen = [r[key] for r in per_round if key in r]
-        cells = []
-        for i in range(4):
-            values = [s[i] for s in seen]
-            cells.append(f"{statistics.median(values):.2f}x ({min(values):.2f}..{max(values):.2f})")
+        cells = [
+            f"{statistics.median(values):.2f}x ({min(values):.2f}..{max(values):.2f})"
+            for values in zip(*seen, strict=True)
+        ]
         t.add_row(f"{key[0]:.0%}", str(key[1]), *cells)
     return t
 
