@@ -260,12 +260,11 @@ class ServiceBusMessageBus:
                 try:
                     async with translated_errors(pool, slot, where):
                         sender = await pool.link(slot)
-                        if alone:
-                            await sender.send_messages(messages[0])
-                            self.transfers += 1
-                            return
-                        for batch in await _batches(sender, messages):
-                            await sender.send_messages(batch)
+                        transfers: Sequence[ServiceBusMessage | ServiceBusMessageBatch] = (
+                            messages if alone else await _batches(sender, messages)
+                        )
+                        for transfer in transfers:
+                            await sender.send_messages(transfer)
                             self.transfers += 1
                     return
                 except BusUnavailable:
