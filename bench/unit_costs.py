@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import time
+import os
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -34,7 +34,7 @@ from azure.data.tables.aio import TableServiceClient
 from azure.servicebus import ServiceBusReceiveMode
 from azure.servicebus.aio import ServiceBusReceiver
 
-from bench._common import _tree_cpu, console, fmt, print_machine, table
+from bench._common import CpuMeter, console, fmt, print_machine, table
 from bench._stack import BenchStack, set_faults
 from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
@@ -86,15 +86,11 @@ class Meter:
     async def measure(
         self, name: str, server: str, ops: int, work: Callable[[], Awaitable[None]]
     ) -> Cost:
-        client0, server0, wall0 = time.process_time(), self._server(), time.monotonic()
+        meter = CpuMeter({"client": os.getpid(), server: self.server_pid})
+        meter.start()
         await work()
-        wall = time.monotonic() - wall0
-        return Cost(
-            name, ops, time.process_time() - client0, self._server() - server0, server, wall
-        )
-
-    def _server(self) -> float:
-        return _tree_cpu(self.server_pid)
+        meter.stop()
+        return Cost(name, ops, meter.used["client"], meter.used[server], server, meter.wall)
 
 
 async def spread(ops: int, concurrency: int, one: Callable[[int], Awaitable[None]]) -> None:
