@@ -28,6 +28,10 @@ class RemoteOutcomeKind(StrEnum):
     NOT_APPLIED = "not-applied"
     NEVER_SEEN = "never-seen"
     IN_PROGRESS = "in-progress"
+    ABANDONED = "abandoned"
+    """Settled for good by `abandon`: the key never applies at that service."""
+    NOT_SUPPORTED = "not-supported"
+    """The service has no abandon route: only time can make "not applied" final."""
     UNKNOWN = "unknown"
     """No answer: unreachable, breaker open, out of time, or an answer we cannot read."""
 

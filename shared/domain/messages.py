@@ -175,13 +175,25 @@ class AgentRequest(_Message):
     complete_by: Annotated[UtcTime, Field(alias="completeBy")]
     idempotency_key: Annotated[Text, Field(alias="idempotencyKey")]
     payload: JsonObject
+    undoes: Text | None = None
+    """A compensation names the do key it undoes: a provider applies an undo only
+    against that key applied (docs/contract.md, section 11)."""
+
+    _optional = frozenset({"undoes"})
 
     def answer(
-        self, outcome: Outcome, *, result: JsonObject | None = None, error: ErrorInfo | None = None
+        self,
+        outcome: Outcome,
+        *,
+        result: JsonObject | None = None,
+        error: ErrorInfo | None = None,
+        agent: str | None = None,
     ) -> AgentReply:
-        """The reply to this request: it names the same step, action and attempt."""
+        """The reply to this request: it names the same step, action and attempt, and
+        the agent that answers, so a late success at a provider the order has left is
+        seen for what it is (an effect at two providers)."""
         return AgentReply(
-            self.order_id, self.step, self.action, self.attempt, outcome, result, error
+            self.order_id, self.step, self.action, self.attempt, outcome, result, error, agent
         )
 
     def outgoing(self, agent: AgentName, *, high: bool = False) -> Outgoing:
@@ -203,12 +215,16 @@ class AgentReply(_Message):
     outcome: Outcome
     result: JsonObject | None = None
     error: Annotated[ErrorInfo | None, BeforeValidator(_bounded_error)] = None
+    agent: Text | None = None
+    """The agent that answers; None from agents older than the field."""
 
     def to_body(self) -> dict[str, Any]:
+        agent = set() if self.agent is not None else {"agent"}
         if self.outcome is Outcome.SUCCEEDED:
-            return replace(self, result=dict(self.result or {}), error=None)._dump({"error"})
+            succeeded = replace(self, result=dict(self.result or {}), error=None)
+            return succeeded._dump({"error", *agent})
         failure = self.error or ErrorInfo("unknown", "no detail")
-        return replace(self, result=None, error=failure)._dump({"result"})
+        return replace(self, result=None, error=failure)._dump({"result", *agent})
 
     def outgoing(self, *, high: bool = False) -> Outgoing:
         return Outgoing(

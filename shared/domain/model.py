@@ -41,6 +41,26 @@ class StepStatus(StrEnum):
     COMPENSATED = "Compensated"
 
 
+class KeyState(StrEnum):
+    """What a step's provider did with the step's do key, as far as the order knows.
+
+    Only a settled key (APPLIED or NOT_APPLIED) lets the order undo the step or send it
+    to another provider: while a request is live and its key unsettled, the provider
+    may still apply it (docs/in-doubt.md)."""
+
+    UNSENT = "unsent"
+    UNSETTLED = "unsettled"
+    """A request went out; the provider may have applied it, or may still."""
+    APPLIED = "applied"
+    NOT_APPLIED = "not-applied"
+    """Final: rejected, abandoned at the provider, or not applied once no request sent
+    with it could still apply."""
+
+    @property
+    def settled(self) -> bool:
+        return self in (KeyState.APPLIED, KeyState.NOT_APPLIED)
+
+
 class Phase(StrEnum):
     """Which way the Scheduler walks the workflow when it next claims the order."""
 
@@ -127,6 +147,16 @@ class StepRecord:
     step_heartbeats: int = 0
     """Step heartbeats taken for the current attempt: counted here, since a history row
     per beat would grow the history with the length of a step."""
+    key_state: KeyState = KeyState.UNSENT
+    """The do key at the provider `agent`: never reset by resume, undelivered, cancel or
+    resubmit, only by evidence (a reply, an answer, an abandon, the live time passing)."""
+    live_until: datetime | None = None
+    """When the last do request sent for this step stops being able to apply: its
+    complete-by plus the clock-skew margin. Only ever moves later."""
+    tried: tuple[str, ...] = ()
+    """Every agent a do of this step was sent to, first first: reconciliation asks each."""
+    abandoned_at: tuple[str, ...] = ()
+    """Agents at which the do key was abandoned: no do of this step goes there again."""
 
 
 @dataclass(frozen=True)
