@@ -9,11 +9,19 @@ question an order's state asks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from shared.domain.messages import idempotency_key
-from shared.domain.model import JsonObject, OrderProcess, Phase, ProcessState, StepStatus
+from shared.domain.model import (
+    JsonObject,
+    KeyState,
+    OrderProcess,
+    Phase,
+    ProcessState,
+    StepStatus,
+)
+from shared.domain.routing import PRIMARY_ONLY, Routing
 from shared.domain.workflow import Workflow
 
 SETTLE_MARGIN = timedelta(seconds=1)
@@ -65,36 +73,48 @@ IN_PROGRESS = RemoteOutcome(RemoteOutcomeKind.IN_PROGRESS)
 
 @dataclass(frozen=True)
 class Question:
-    """Ask `agent` about `key` once `ask_at` has passed."""
+    """Ask `agent` about `key` once `ask_at` has passed; with `abandon`, settle the key for
+    good there instead (where the service allows it): the order is about to undo the
+    step or move it to another provider, and a plain "not applied" could still change."""
 
     agent: str
     key: str
     ask_at: datetime
+    abandon: bool = False
 
 
-def question(process: OrderProcess, workflow: Workflow) -> Question | None:
-    """The in-doubt request of an order whose deadline passed, or None when nothing is in
-    doubt: a forward step Running, or a compensation out (Compensating, its step with a
-    complete-by). A Pending order was never given to an agent, so there is nothing to ask.
+def question(
+    process: OrderProcess, workflow: Workflow, routing: Routing = PRIMARY_ONLY
+) -> Question | None:
+    """The in-doubt key of an order whose deadline passed, or None when nothing is in
+    doubt: a forward step Running past its complete-by, a compensation out, or a step a
+    compensation waits on to settle. A Pending order was never given to an agent.
     """
     state = process.state
     index = state.current_step
     if index >= len(process.steps) or index >= len(workflow.steps):
         return None
     step, definition = process.steps[index], workflow.steps[index]
-    if step.agent is None or step.complete_by is None:
+    if step.agent is None:
         return None
-    if step.status is StepStatus.RUNNING and state.process_state in (
-        ProcessState.PROCESSING,
-        ProcessState.COMPENSATING,
-    ):
-        operation: str | None = definition.name
-    elif state.process_state is ProcessState.COMPENSATING and state.phase is Phase.COMPENSATE:
-        operation = definition.compensation
-    else:
+    do_key = idempotency_key(process.order_id, definition.name)
+    active = state.process_state in (ProcessState.PROCESSING, ProcessState.COMPENSATING)
+    if step.status is StepStatus.RUNNING and active and step.complete_by is not None:
+        leaving = state.cancel_requested or state.phase is Phase.COMPENSATE
+        if not leaving and not definition.retry_elsewhere:
+            chosen, _ = routing.choose(definition.candidates)
+            leaving = chosen.value != step.agent
+        return Question(step.agent, do_key, step.complete_by + SETTLE_MARGIN, abandon=leaving)
+    if state.process_state is not ProcessState.COMPENSATING:
         return None
-    if operation is None:
+    if step.complete_by is None:
+        if step.key_state is not KeyState.UNSETTLED and not step.attempts:
+            return None
+        return Question(step.agent, do_key, state.complete_by or step.live_until or _EPOCH, True)
+    if definition.compensation is None:
         return None
-    return Question(
-        step.agent, idempotency_key(process.order_id, operation), step.complete_by + SETTLE_MARGIN
-    )
+    undo_key = idempotency_key(process.order_id, definition.compensation)
+    return Question(step.agent, undo_key, step.complete_by + SETTLE_MARGIN)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

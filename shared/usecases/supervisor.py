@@ -22,7 +22,7 @@ from shared.ports import (
     StoreUnavailable,
     WatchEntry,
 )
-from shared.usecases.commit import commit, log_transition
+from shared.usecases.commit import save, send_then_unwatch
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.outcomes import OutcomeQueries
 
@@ -303,15 +303,18 @@ async def _check(
     deadline = machine.next_deadline(process, deps.policy)
     counted = deadline is None or not in_outage(deadline)
     outcome = None
-    doubt = in_doubt.question(process, deps.workflow(process)) if queries and counted else None
-    if doubt is not None and deadline is not None and deadline <= now:
+    doubt = None
+    if queries is not None and counted and deadline is not None and deadline <= now:
+        routing = await deps.current_routing()
+        doubt = in_doubt.question(process, deps.workflow(process), routing)
+    if doubt is not None:
         if now < doubt.ask_at:
             # Asked before the service registered a late request, "never seen" is a guess.
             await deps.store.reschedule(entry, doubt.ask_at)
             report.rescheduled += 1
             return
         assert queries is not None
-        outcome = await queries.ask(doubt.agent, doubt.key)
+        outcome = await _settle(queries, doubt)
     transition = machine.recover(process, deps.policy, now, count=counted, outcome=outcome)
     if transition is None:
         check_at = machine.next_check(process, deps.workflow(process), deps.policy, now)
@@ -321,10 +324,7 @@ async def _check(
             _say_if_beaten(process, check_at)
         return
     try:
-        if transition.process.state.failure_count > process.state.failure_count:
-            recovered = await _send_then_save(deps, transition)
-        else:
-            recovered = await commit(deps, transition)
+        recovered = await _commit_counted(deps, process, transition, now, outcome)
     except ConcurrencyConflict:
         report.lost_races += 1
         return
@@ -368,14 +368,36 @@ def _count_outcome(report: SweepReport, outcome: RemoteOutcome | None) -> None:
         report.in_doubt_unanswered += 1
 
 
-async def _send_then_save(deps: ProcessDeps, transition: Transition) -> OrderProcess:
-    """A counted timeout is stored only once its retry (or alert) has been sent: with the
-    bus down nothing is counted and the outage is noticed first, so the deadlines it
-    made pass are forgiven. Sending first is safe: message ids are per state version, so
-    a repeat is dropped by the broker, and a nudge for an order not yet Pending is stale."""
-    await deps.bus.send(transition.outgoing)
-    etag = await deps.store.save(transition.process, transition.history)
-    log_transition(transition)
-    if transition.is_terminal:
-        await deps.store.unwatch(transition.process.order_id, transition.process.state.version)
-    return replace(transition.process, etag=etag)
+async def _commit_counted(
+    deps: ProcessDeps,
+    before: OrderProcess,
+    transition: Transition,
+    now: datetime,
+    outcome: RemoteOutcome | None,
+) -> OrderProcess:
+    """Save, then send, like every commit: a recovery that loses its race sends nothing.
+    A counted timeout whose sends then find the bus down is taken back (saved again as
+    the uncounted redispatch it would have been in an outage), and the outage raised."""
+    saved = await save(deps, transition)
+    try:
+        await send_then_unwatch(deps, transition)
+    except BusUnavailable:
+        if transition.process.state.failure_count > before.state.failure_count:
+            base = replace(before, etag=saved.etag, state=saved.state)
+            base = replace(base, state=replace(before.state, version=saved.state.version))
+            uncounted = machine.recover(base, deps.policy, now, count=False, outcome=outcome)
+            if uncounted is not None:
+                await save(deps, uncounted)
+        raise
+    return saved
+
+
+async def _settle(queries: OutcomeQueries, doubt: in_doubt.Question) -> RemoteOutcome:
+    """Abandon the key where the order is about to leave it (undo, or another provider),
+    so that "not applied" is final even for a request still on the wire; a service
+    without abandon is asked instead, and time makes its answer final (settle.py)."""
+    if doubt.abandon:
+        answer = await queries.abandon(doubt.agent, doubt.key)
+        if answer.kind is not RemoteOutcomeKind.NOT_SUPPORTED:
+            return answer
+    return await queries.ask(doubt.agent, doubt.key)

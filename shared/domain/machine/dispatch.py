@@ -1,0 +1,241 @@
+"""The moves every rule ends with: dispatch the next step forward, undo the next step
+back, wait for a step to settle or for a drained agent, requeue, hold for an operator."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from shared.domain.machine.settle import Undo, open_candidates, pinned, undo_of
+from shared.domain.machine.transition import Builder, ProcessPolicy
+from shared.domain.messages import AgentRequest, Nudge, idempotency_key, iso
+from shared.domain.model import (
+    Action,
+    JsonObject,
+    KeyState,
+    NotificationStatus,
+    Order,
+    ProcessState,
+    StepRecord,
+    StepStatus,
+)
+from shared.domain.routing import Routing
+from shared.domain.workflow import AGENTS, AgentName, Workflow
+
+DRAIN_RECHECK = timedelta(seconds=10)
+"""How often an order waiting for a drained agent looks again (at most)."""
+
+
+def requeue(b: Builder, policy: ProcessPolicy, failures: int, reason: str) -> None:
+    delay = policy.backoff(failures) if failures else timedelta(0)
+    deliver_at = b.now + delay
+    b.set(
+        process_state=ProcessState.PENDING,
+        locked_by=None,
+        complete_by=deliver_at + policy.pending_timeout,
+    )
+    b.note(reason, f"nudge at {iso(deliver_at)}")
+    b.send(
+        Nudge(b.order.order_id, reason).outgoing(
+            b.state.version, high=b.high, deliver_at=deliver_at if delay else None
+        )
+    )
+
+
+def hold_for_operator(b: Builder, reason: str) -> None:
+    b.set(process_state=ProcessState.ERROR, locked_by=None, complete_by=None)
+    b.note("error", reason)
+    b.alert(reason)
+
+
+def drained_step(
+    steps: Sequence[StepRecord], workflow: Workflow, routing: Routing, from_step: int
+) -> int | None:
+    """The next forward step, when every agent that may take it is drained.
+
+    A retry that must stay with the agent that has its key waits for that agent alone;
+    one whose key is settled not applied there may go to any open candidate.
+    """
+    index = from_step
+    while index < len(steps) and steps[index].status is StepStatus.COMPLETED:
+        index += 1
+    if index >= len(workflow.steps):
+        return None
+    step, definition = steps[index], workflow.steps[index]
+    stay = pinned(step, definition) if step.status is StepStatus.NOT_STARTED else None
+    candidates = (stay,) if stay is not None else open_candidates(step, definition)
+    return index if routing.all_drained(candidates) else None
+
+
+def wait_for_drained(b: Builder, policy: ProcessPolicy, index: int) -> None:
+    """Pending again, FailureCount unchanged, with a nudge to look later. Each look moves
+    the Pending deadline on, so the Supervisor counts nothing while the agent is drained.
+    Only the first look of a wait is noted: a long drain must not grow the history."""
+    recheck = min(DRAIN_RECHECK, policy.pending_timeout / 2)
+    deliver_at = b.now + recheck
+    b.set(
+        process_state=ProcessState.PENDING,
+        locked_by=None,
+        current_step=index,
+        complete_by=deliver_at + policy.pending_timeout,
+    )
+    if not any(m.body.get("reason") == "waiting" for m in b.state.outbox):
+        every = f"{recheck.total_seconds():g} s"
+        step = b.steps[index].name
+        b.note("waiting", f"{step}: its agents are drained; looking again every {every}")
+    b.send(
+        Nudge(b.order.order_id, "waiting").outgoing(
+            b.state.version, high=b.high, deliver_at=deliver_at
+        )
+    )
+
+
+def dispatch_forward(b: Builder, workflow: Workflow, policy: ProcessPolicy, from_step: int) -> None:
+    index = from_step
+    while index < len(b.steps) and b.steps[index].status is StepStatus.COMPLETED:
+        index += 1
+    if index >= len(workflow.steps):
+        b.set(
+            process_state=ProcessState.PROCESSED,
+            current_step=len(workflow.steps),
+            locked_by=None,
+            complete_by=None,
+        )
+        b.note("processed")
+        b.notify(NotificationStatus.PROCESSED)
+        return
+    if drained_step(b.steps, workflow, b.routing, index) is not None:
+        wait_for_drained(b, policy, index)
+        return
+    step, definition = b.steps[index], workflow.steps[index]
+    if not open_candidates(step, definition):
+        b.set(current_step=index, last_error=f"{step.name}: abandoned at every provider")
+        hold_for_operator(b, "no-provider-left")
+        return
+    _dispatch(b, workflow, policy, index, Action.DO, order_payload(b.order))
+    b.set_step(index, status=StepStatus.RUNNING, attempts=step.attempts + 1)
+
+
+def dispatch_compensation(
+    b: Builder, workflow: Workflow, policy: ProcessPolicy, from_step: int
+) -> None:
+    """Undo the steps that may have taken effect, in reverse order, one deadline-bound
+    agent step at a time; a step whose request is still live is waited for first."""
+    index = min(from_step, len(b.steps) - 1)
+    while index >= 0:
+        verdict = undo_of(b.steps[index], workflow.steps[index], b.now)
+        if verdict is Undo.SEND:
+            step = b.steps[index]
+            payload = {"result": dict(step.result or {})}
+            _dispatch(b, workflow, policy, index, Action.COMPENSATE, payload)
+            b.set_step(index, compensation_attempts=step.compensation_attempts + 1)
+            return
+        if verdict is Undo.WAIT:
+            wait_to_settle(b, index)
+            return
+        index -= 1
+    cancelled = b.state.cancel_requested
+    b.set(
+        process_state=ProcessState.CANCELLED if cancelled else ProcessState.COMPENSATED,
+        current_step=0,
+        locked_by=None,
+        complete_by=None,
+    )
+    b.note("cancelled" if cancelled else "compensated")
+    b.notify(NotificationStatus.CANCELLED if cancelled else NotificationStatus.COMPENSATED)
+
+
+def wait_to_settle(b: Builder, index: int) -> None:
+    """Compensating, nothing sent: the Supervisor looks again when the step's request can
+    no longer apply (or its running call's complete-by passes), and settles its key by
+    asking or abandoning it there."""
+    step = b.steps[index]
+    running = step.status is StepStatus.RUNNING and step.complete_by is not None
+    until = step.complete_by if running else step.live_until
+    until = until if until is not None and until > b.now else b.now
+    b.set(
+        process_state=ProcessState.COMPENSATING,
+        current_step=index,
+        locked_by=None,
+        complete_by=until,
+    )
+    b.note("waiting-to-settle", f"{step.name}: its request may still apply until {iso(until)}")
+
+
+def _dispatch(
+    b: Builder,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    index: int,
+    action: Action,
+    payload: JsonObject,
+) -> None:
+    """Give step `index` its complete-by (step and order alike) and ask its agent.
+
+    A step goes to the healthiest of the agents it may go to; a retry whose key may still
+    apply stays where the key is; an undo goes to the agent that did the step.
+    High-priority orders use the agents' high-priority lanes and a tighter complete-by.
+    """
+    definition = workflow.steps[index]
+    step = b.steps[index]
+    compensate = action is Action.COMPENSATE
+    operation = (definition.compensation if compensate else definition.name) or ""
+    stay = pinned(step, definition)
+    if compensate:
+        agent, why = AgentName(step.agent or definition.agent), ""
+    elif stay is not None:
+        agent, why = stay, ""
+    else:
+        candidates = open_candidates(step, definition)
+        avoid = step.suspect or (step.agent if step.attempts > 0 else None)
+        agent, why = b.routing.choose(candidates, avoid=avoid)
+        if step.suspect:
+            timed_out = f"{step.suspect}: its attempt timed out"
+            why = why.replace(timed_out, f"{timed_out} and its key is settled not applied")
+    queue = AGENTS[agent].queue_for(b.high)
+    deadline = b.now + policy.timeout(definition, b.order.priority)
+    do_key = idempotency_key(b.order.order_id, definition.name)
+    changes: dict[str, object] = {
+        "complete_by": deadline,
+        "agent": agent.value,
+        "suspect": None,
+        "dispatched_at": b.now,
+        "step_heartbeats": 0,
+    }
+    if not compensate:
+        live_until = deadline + policy.clock_skew
+        if step.live_until is not None and step.key_state is KeyState.UNSETTLED:
+            live_until = max(live_until, step.live_until)
+        changes.update(
+            key_state=KeyState.UNSETTLED,
+            live_until=live_until,
+            tried=step.tried if agent.value in step.tried else (*step.tried, agent.value),
+        )
+    b.set_step(index, **changes)
+    b.set(current_step=index, complete_by=deadline)
+    b.note(
+        "compensation-dispatched" if compensate else "step-dispatched",
+        f"{operation} to {queue}" + (f" (instead of {why})" if why else ""),
+    )
+    request = AgentRequest(
+        order_id=b.order.order_id,
+        step=definition.name,
+        action=action,
+        attempt=b.state.attempt,
+        complete_by=deadline,
+        idempotency_key=idempotency_key(b.order.order_id, operation),
+        payload=payload,
+        undoes=do_key if compensate else None,
+    )
+    b.send(request.outgoing(agent, high=b.high))
+
+
+def order_payload(order: Order) -> JsonObject:
+    return {
+        "customerId": order.customer_id,
+        "priority": order.priority.value,
+        "items": [
+            {"sku": line.sku, "quantity": line.quantity, "unitPrice": line.unit_price}
+            for line in order.items
+        ],
+    }

@@ -1,0 +1,299 @@
+"""The order going forward: its submission, the Scheduler's claim, and the agents'
+answers, including the late ones, which are evidence about a key even when they can no
+longer move the order."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from shared.domain.machine.dispatch import (
+    dispatch_compensation,
+    dispatch_forward,
+    drained_step,
+    hold_for_operator,
+    requeue,
+    wait_for_drained,
+)
+from shared.domain.machine.settle import key_state
+from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
+from shared.domain.messages import AgentReply, AgentRequest, Nudge, idempotency_key
+from shared.domain.model import (
+    Action,
+    ErrorInfo,
+    KeyState,
+    NotificationStatus,
+    Order,
+    OrderProcess,
+    Outcome,
+    Phase,
+    ProcessState,
+    StateRecord,
+    StepRecord,
+    StepStatus,
+)
+from shared.domain.routing import PRIMARY_ONLY, Routing
+from shared.domain.workflow import AGENTS, AgentName, Workflow
+
+
+def start(order: Order, workflow: Workflow, now: datetime, cause: str | None = None) -> Transition:
+    """The submission: order stored Pending, every step NotStarted, the Scheduler nudged."""
+    state = StateRecord(
+        order_id=order.order_id,
+        process_state=ProcessState.PENDING,
+        locked_by=None,
+        complete_by=None,
+        failure_count=0,
+        attempt=0,
+        phase=Phase.FORWARD,
+        current_step=0,
+        last_error=None,
+        version=0,
+        created_at=now,
+        updated_at=now,
+        workflow=workflow.name,
+    )
+    steps = tuple(StepRecord(name=s.name) for s in workflow.steps)
+    b = Builder(OrderProcess(order, state, steps), now, cause)
+    b.note("submitted", f"{len(order.items)} item(s), priority {order.priority.value}")
+    b.send(Nudge(order.order_id, "submitted").outgoing(b.state.version, high=b.high))
+    b.notify(NotificationStatus.RECEIVED)
+    return b.build()
+
+
+def claim(
+    process: OrderProcess,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    instance_id: str,
+    now: datetime,
+    cause: str | None = None,
+    routing: Routing = PRIMARY_ONLY,
+) -> Transition | None:
+    """The Scheduler takes a Pending order and dispatches its next step in the same write.
+
+    The agent request goes out before the client's Processing notification: it is on the
+    order's critical path, the notification is not.
+    """
+    if process.state.process_state is not ProcessState.PENDING:
+        return None
+    forward = process.state.phase is Phase.FORWARD
+    if forward:
+        blocked = drained_step(process.steps, workflow, routing, process.state.current_step)
+        if blocked is not None:
+            b = Builder(process, now, cause, routing)
+            wait_for_drained(b, policy, blocked)
+            return b.build()
+    b = Builder(process, now, cause, routing)
+    b.set(
+        locked_by=instance_id,
+        attempt=process.state.attempt + 1,
+        process_state=ProcessState.PROCESSING if forward else ProcessState.COMPENSATING,
+    )
+    b.note("claimed", f"by {instance_id}, attempt {b.state.attempt}")
+    if forward:
+        dispatch_forward(b, workflow, policy, process.state.current_step)
+        if b.state.attempt == 1 and b.state.process_state is ProcessState.PROCESSING:
+            b.notify(NotificationStatus.PROCESSING)
+    else:
+        dispatch_compensation(b, workflow, policy, process.state.current_step)
+    return b.build()
+
+
+def apply_reply(
+    process: OrderProcess,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    reply: AgentReply,
+    now: datetime,
+    cause: str | None = None,
+    routing: Routing = PRIMARY_ONLY,
+) -> Transition | None:
+    """An agent's answer. The current attempt's answer moves the order on; any other
+    answer of a do is still evidence about its key (see `_late_do`)."""
+    state = process.state
+    index = workflow.index_of(reply.step)
+    if index is None or index >= len(process.steps):
+        return None
+    current = reply.attempt == state.attempt and index == state.current_step
+    if reply.action is Action.DO and not (current and _awaits_do(process, index)):
+        return _late_do(process, workflow, policy, reply, index, now, cause)
+    if not current:
+        return None
+    b = Builder(process, now, cause, routing)
+    if reply.action is Action.DO:
+        _take_do(b, workflow, policy, reply, index)
+    elif not _take_undo(b, workflow, policy, reply, index):
+        return None
+    return b.build()
+
+
+def _awaits_do(process: OrderProcess, index: int) -> bool:
+    """May a forward step's answer move the order? While it runs, also while Suspended
+    (the step may finish) and while a cancel waits for the step that was running."""
+    state = process.state
+    if process.steps[index].status is not StepStatus.RUNNING:
+        return False
+    return state.process_state in (ProcessState.PROCESSING, ProcessState.SUSPENDED) or (
+        state.process_state is ProcessState.COMPENSATING and state.cancel_requested
+    )
+
+
+def _take_do(
+    b: Builder, workflow: Workflow, policy: ProcessPolicy, reply: AgentReply, index: int
+) -> None:
+    state = b.state
+    step = b.steps[index]
+    held = state.process_state is ProcessState.SUSPENDED
+    if reply.outcome is Outcome.SUCCEEDED:
+        b.set_step(
+            index,
+            status=StepStatus.COMPLETED,
+            key_state=KeyState.APPLIED,
+            result=reply.result or {},
+            error=None,
+        )
+        b.note("step-completed", step.name)
+        if held:
+            return
+        if state.cancel_requested:
+            dispatch_compensation(b, workflow, policy, index)
+        else:
+            dispatch_forward(b, workflow, policy, index + 1)
+        return
+    error = reply.error or ErrorInfo("unknown", "the agent gave no reason")
+    b.set_step(index, status=StepStatus.FAILED, key_state=KeyState.NOT_APPLIED, error=error)
+    b.note("step-failed", f"{step.name}: {error.code}")
+    if not state.cancel_requested:
+        b.set(
+            phase=Phase.COMPENSATE,
+            process_state=state.process_state if held else ProcessState.COMPENSATING,
+            last_error=f"{step.name}: {error.code}: {error.message}",
+        )
+        b.notify(NotificationStatus.FAILED, b.state.last_error)
+    if not held:
+        dispatch_compensation(b, workflow, policy, index - 1)
+
+
+def _take_undo(
+    b: Builder, workflow: Workflow, policy: ProcessPolicy, reply: AgentReply, index: int
+) -> bool:
+    state = b.state
+    step = b.steps[index]
+    held = state.process_state is ProcessState.SUSPENDED
+    awaited = state.process_state is ProcessState.COMPENSATING or (
+        held and state.phase is Phase.COMPENSATE
+    )
+    if not awaited or step.status is StepStatus.COMPENSATED or step.complete_by is None:
+        return False
+    if step.status is StepStatus.RUNNING:
+        return False
+    if reply.outcome is Outcome.SUCCEEDED:
+        b.set_step(index, status=StepStatus.COMPENSATED, complete_by=None)
+        b.note("step-compensated", step.name)
+        if not held:
+            dispatch_compensation(b, workflow, policy, index - 1)
+        return True
+    error = reply.error or ErrorInfo("unknown", "the agent gave no reason")
+    b.set(last_error=f"compensation of {step.name}: {error.code}: {error.message}")
+    hold_for_operator(b, "compensation-failed")
+    return True
+
+
+def _late_do(
+    process: OrderProcess,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    reply: AgentReply,
+    index: int,
+    now: datetime,
+    cause: str | None,
+) -> Transition | None:
+    """An answer the order is no longer waiting for: a stale attempt, a duplicate, or a
+    step no longer running. It cannot move the order on, but it is evidence:
+
+    - from the agent that holds the step's key: applied (the next claim goes on, or
+      undoes it) or, for a permanent failure of an unsettled key, not applied;
+    - a success the order cannot take any more (at an agent it moved away from, on a
+      final order that thought the key not applied, or below where its compensation
+      has reached): the effect would be left in force, so an operator is alerted and
+      the effect is undone at that provider.
+    """
+    step = process.steps[index]
+    agent = reply.agent or step.agent
+    state = process.state
+    if agent is None:
+        return None
+    ours = agent == step.agent
+    known = key_state(step)
+    if reply.outcome is Outcome.SUCCEEDED:
+        if not ours:
+            return _undo_extra(process, workflow, policy, reply, index, agent, now, cause)
+        if known is KeyState.APPLIED:
+            return None
+        passed = state.phase is Phase.COMPENSATE and state.current_step < index
+        if state.process_state.is_final or passed:
+            return _undo_extra(process, workflow, policy, reply, index, agent, now, cause)
+    elif not ours or known is not KeyState.UNSETTLED or state.process_state.is_final:
+        return None
+    elif step.status is StepStatus.RUNNING:
+        return None  # the running attempt will be refused the same way
+    b = Builder(process, now, cause)
+    if reply.outcome is Outcome.SUCCEEDED:
+        running = step.status is StepStatus.RUNNING
+        b.set_step(
+            index,
+            status=step.status if running else StepStatus.COMPLETED,
+            key_state=KeyState.APPLIED,
+            result=reply.result or {},
+            error=None,
+        )
+        b.note("late-reply-applied", f"{step.name}: {agent} applied its key")
+    else:
+        b.set_step(index, key_state=KeyState.NOT_APPLIED)
+        b.note("late-reply-rejected", f"{step.name}: {agent} refused its key")
+    waiting = (
+        state.process_state is ProcessState.COMPENSATING
+        and state.current_step == index
+        and step.status is not StepStatus.RUNNING
+        and step.complete_by is None
+    )
+    if waiting:
+        requeue(b, policy, 0, "settled")
+    return b.build()
+
+
+def _undo_extra(
+    process: OrderProcess,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    reply: AgentReply,
+    index: int,
+    agent: str,
+    now: datetime,
+    cause: str | None,
+) -> Transition | None:
+    """Alert, and send the undo to the provider that holds the extra effect. Its answer
+    is not awaited (the order has moved on); reconciliation checks that provider again."""
+    if agent not in {a.value for a in AGENTS}:
+        return None
+    definition = workflow.steps[index]
+    b = Builder(process, now, cause)
+    b.set(last_error=f"{definition.name} applied at {agent} after the order moved on")
+    if definition.compensation is None:
+        b.note("applied-at-two-providers", f"{definition.name} at {agent}: nothing undoes it")
+        b.alert("applied-at-two-providers")
+        return b.build()
+    b.note("applied-at-two-providers", f"{definition.name} at {agent}: undoing it there")
+    b.alert("applied-at-two-providers")
+    request = AgentRequest(
+        order_id=process.order_id,
+        step=definition.name,
+        action=Action.COMPENSATE,
+        attempt=reply.attempt,
+        complete_by=now + policy.timeout(definition, process.order.priority),
+        idempotency_key=idempotency_key(process.order_id, definition.compensation),
+        payload={"result": dict(reply.result or {})},
+        undoes=idempotency_key(process.order_id, definition.name),
+    )
+    b.send(request.outgoing(AgentName(agent), high=b.high))
+    return b.build()

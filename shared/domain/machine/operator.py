@@ -1,0 +1,140 @@
+"""An operator's moves on one order: resubmit, cancel, suspend, resume.
+
+None of them forgets a request it did not see answered: a step's key state and live
+time survive every one of them, so a cancel after a resume still waits for the request
+the suspend left running (machine/settle.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from shared.domain.machine.dispatch import requeue
+from shared.domain.machine.transition import Builder, InvalidTransition, ProcessPolicy, Transition
+from shared.domain.messages import iso
+from shared.domain.model import NotificationStatus, OrderProcess, Phase, ProcessState, StepStatus
+
+
+def resubmit(
+    process: OrderProcess,
+    policy: ProcessPolicy,
+    now: datetime,
+    operator: str = "operator",
+    cause: str | None = None,
+) -> Transition:
+    """An operator resumes an Error order at its failed step; completed steps stay done."""
+    if process.state.process_state is not ProcessState.ERROR:
+        raise InvalidTransition(
+            f"order {process.order_id} is {process.state.process_state.value}, not Error"
+        )
+    b = Builder(process, now, cause)
+    b.set(failure_count=0, locked_by=None, complete_by=None)
+    b.note("resubmitted", f"by {operator}")
+    requeue(b, policy, 0, "resubmitted")
+    return b.build()
+
+
+def cancel(
+    process: OrderProcess,
+    policy: ProcessPolicy,
+    now: datetime,
+    operator: str = "operator",
+    reason: str | None = None,
+    cause: str | None = None,
+) -> Transition | None:
+    """An operator stops the order: nothing new is dispatched, every step that may have
+    taken effect is undone in reverse order, and the order ends Cancelled.
+
+    A step still running keeps its attempt, so its answer is taken (or its complete-by
+    passes) before it is undone too. None: the order is already being cancelled.
+    """
+    state = process.state
+    if state.process_state.is_final:
+        raise InvalidTransition(
+            f"order {process.order_id} is {state.process_state.value}: nothing to cancel"
+        )
+    if state.cancel_requested and not state.process_state.is_terminal:
+        return None
+    b = Builder(process, now, cause)
+    b.set(cancel_requested=True, phase=Phase.COMPENSATE, failure_count=0)
+    b.note("cancel-requested", f"by {operator}" + (f": {reason}" if reason else ""))
+    _continue_cancel(b, process, policy)
+    return b.build()
+
+
+def suspend(
+    process: OrderProcess,
+    now: datetime,
+    operator: str = "operator",
+    cause: str | None = None,
+) -> Transition | None:
+    """An operator pauses the order: no further step is dispatched and no deadline counts.
+
+    A running step may still answer; its answer is recorded. An Error order is already
+    held, so it is refused like a final one. None: already Suspended.
+    """
+    current = process.state.process_state
+    if current is ProcessState.SUSPENDED:
+        return None
+    if current.is_terminal:
+        raise InvalidTransition(f"order {process.order_id} is {current.value}: cannot suspend")
+    b = Builder(process, now, cause)
+    b.set(process_state=ProcessState.SUSPENDED, locked_by=None, complete_by=None)
+    b.note("suspended", f"by {operator}, was {current.value}")
+    b.notify(NotificationStatus.SUSPENDED)
+    return b.build()
+
+
+def resume(
+    process: OrderProcess,
+    policy: ProcessPolicy,
+    now: datetime,
+    operator: str = "operator",
+    cause: str | None = None,
+) -> Transition:
+    """A Suspended order continues where it stopped, with fresh deadlines.
+
+    A step that had not answered is dispatched again (same idempotency key, the next
+    claim's attempt number), as after a recovery; FailureCount is what it was.
+    """
+    if process.state.process_state is not ProcessState.SUSPENDED:
+        raise InvalidTransition(
+            f"order {process.order_id} is {process.state.process_state.value}, not Suspended"
+        )
+    b = Builder(process, now, cause)
+    b.note("resumed", f"by {operator}")
+    b.notify(NotificationStatus.RESUMED)
+    if process.state.cancel_requested:
+        _continue_cancel(b, process, policy)
+        return b.build()
+    index = process.state.current_step
+    if index < len(b.steps) and b.steps[index].status is StepStatus.RUNNING:
+        b.set_step(index, status=StepStatus.NOT_STARTED, complete_by=None)
+    elif index < len(b.steps):
+        b.set_step(index, complete_by=None)
+    requeue(b, policy, 0, "resumed")
+    return b.build()
+
+
+def _continue_cancel(b: Builder, process: OrderProcess, policy: ProcessPolicy) -> None:
+    """Wait for what is in flight (a step or a compensation whose complete-by has not
+    passed), else go back to the Scheduler, which undoes from the current step down and
+    waits there for any step whose request is still live."""
+    state = process.state
+    index = state.current_step
+    step = process.steps[index] if index < len(process.steps) else None
+    live = step is not None and step.complete_by is not None and step.complete_by > b.now
+    # A Compensating order's current step is the one whose compensation is out.
+    in_flight = live and (
+        (step is not None and step.status is StepStatus.RUNNING)
+        or state.process_state is ProcessState.COMPENSATING
+    )
+    if in_flight and step is not None:
+        b.set(process_state=ProcessState.COMPENSATING, complete_by=step.complete_by)
+        b.note("cancelling", f"waiting for {step.name} until {iso(step.complete_by or b.now)}")
+        return
+    if step is not None and step.status is StepStatus.RUNNING:
+        b.set_step(index, status=StepStatus.NOT_STARTED, complete_by=None)
+    elif step is not None:
+        b.set_step(index, complete_by=None)
+    requeue(b, policy, 0, "cancelling")

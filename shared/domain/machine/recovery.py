@@ -1,0 +1,286 @@
+"""The Supervisor's moves: an order whose deadline passed, a dispatch that could not be
+sent, and when to look at an order next."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
+from shared.domain.machine.dispatch import hold_for_operator, requeue
+from shared.domain.machine.settle import key_state, settled_by
+from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
+from shared.domain.messages import idempotency_key, iso
+from shared.domain.model import (
+    ExhaustedPolicy,
+    KeyState,
+    NotificationStatus,
+    OrderProcess,
+    Phase,
+    ProcessState,
+    StepRecord,
+    StepStatus,
+)
+from shared.domain.workflow import WORKFLOWS, Workflow
+
+
+def recover(
+    process: OrderProcess,
+    policy: ProcessPolicy,
+    now: datetime,
+    cause: str | None = None,
+    *,
+    count: bool = True,
+    outcome: RemoteOutcome | None = None,
+) -> Transition | None:
+    """The Supervisor's move for an order whose deadline has passed; None if it has not.
+
+    FailureCount counts only what happened to the order's step: a complete-by that passed
+    while an agent had the request. A Pending order whose deadline passed was never given
+    to an agent (its nudge was lost or not sent, the broker was down), so it is nudged
+    again and nothing is counted. Without `count` (the deadline passed while the system's
+    own broker or store was down) the step is dispatched again, uncounted.
+
+    `outcome` is what the step's provider said about the in-doubt key (None: not asked);
+    it settles the key only as far as it proves (machine/settle.py). A compensation that
+    waits for a step to settle counts nothing: it is waiting on evidence, not failing.
+    """
+    deadline = next_deadline(process, policy)
+    if deadline is None or deadline > now:
+        return None
+    state = process.state
+    b = Builder(process, now, cause)
+    if state.process_state is ProcessState.PENDING:
+        b.set(locked_by=None)
+        requeue(b, policy, 0, "renudged")
+        return b.build()
+    index = state.current_step
+    step = process.steps[index] if index < len(process.steps) else None
+    if step is None:
+        b.set(locked_by=None)
+        requeue(b, policy, 0, "redispatch")
+        return b.build()
+    running = step.status is StepStatus.RUNNING
+    undo_out = state.process_state is ProcessState.COMPENSATING and not running
+    undo_out = undo_out and step.complete_by is not None
+    if not running and not undo_out:
+        return _settle_wait(b, policy, index, step, outcome)
+    if outcome is not None and outcome.kind is RemoteOutcomeKind.APPLIED:
+        _record_applied(b, policy, index, step, undo=undo_out, outcome=outcome)
+        return b.build()
+    if running:
+        _in_doubt(b, index, step, outcome)
+    else:
+        b.set_step(index, complete_by=None)
+    if not count:
+        b.set(locked_by=None)
+        b.note("expired-in-outage", f"{_step_label(process)}: not counted")
+        requeue(b, policy, 0, "redispatch")
+        return b.build()
+    failures = state.failure_count + 1
+    b.set(
+        failure_count=failures,
+        locked_by=None,
+        last_error=f"{_step_label(process)} not completed by {iso(deadline)}",
+    )
+    b.note("timed-out", b.state.last_error or "")
+    if outcome is not None:
+        _note_outcome(b, step, outcome, undo=undo_out)
+    if failures < policy.max_failure_count:
+        requeue(b, policy, failures, "requeued")
+    elif policy.exhausted_policy is ExhaustedPolicy.COMPENSATE and state.phase is Phase.FORWARD:
+        b.alert("max-failure-count-reached-compensating")
+        b.notify(NotificationStatus.FAILED, b.state.last_error)
+        # The step that timed out is undone too once its key settles as applied.
+        b.set(phase=Phase.COMPENSATE, current_step=index, failure_count=0)
+        requeue(b, policy, 1, "compensation-requested")
+    else:
+        hold_for_operator(b, "max-failure-count-reached")
+    return b.build()
+
+
+def _in_doubt(b: Builder, index: int, step: StepRecord, outcome: RemoteOutcome | None) -> None:
+    """No answer by its complete-by: the step goes back to NotStarted with its key as the
+    answer proves it (still unsettled unless applied, abandoned, or past its live time)."""
+    changes: dict[str, object] = {"status": StepStatus.NOT_STARTED, "complete_by": None}
+    if outcome is not None:
+        settled = settled_by(step, outcome, b.now)
+        changes["key_state"] = settled
+        if outcome.kind is RemoteOutcomeKind.ABANDONED and step.agent:
+            changes["abandoned_at"] = (*step.abandoned_at, step.agent)
+        if settled is KeyState.NOT_APPLIED:
+            changes["suspect"] = step.agent
+        if outcome.kind is RemoteOutcomeKind.IN_PROGRESS:
+            changes["live_until"] = _extended(step, b.now)
+    b.set_step(index, **changes)
+
+
+def _extended(step: StepRecord, now: datetime) -> datetime:
+    """An "in progress" answer is evidence the request is live: it stays live at least
+    as long again as the margin that was left when it was sent."""
+    margin = (step.live_until - step.complete_by) if step.live_until and step.complete_by else None
+    later = now + margin if margin is not None else now
+    return max(step.live_until or now, later)
+
+
+def _settle_wait(
+    b: Builder,
+    policy: ProcessPolicy,
+    index: int,
+    step: StepRecord,
+    outcome: RemoteOutcome | None,
+) -> Transition:
+    """A compensation waited for a step's live request: the answer settles its key, or
+    the wait goes on. Past its live time the Scheduler may undo it anyway (the undo then
+    meets the key as it stays); an "in progress" answer keeps it live a while longer."""
+    b.set(locked_by=None)
+    if outcome is None:
+        requeue(b, policy, 0, "settle-check")
+        return b.build()
+    settled = settled_by(step, outcome, b.now)
+    changes: dict[str, object] = {"key_state": settled}
+    if outcome.kind is RemoteOutcomeKind.APPLIED:
+        changes.update(status=StepStatus.COMPLETED, result=dict(outcome.result or {}))
+    if outcome.kind is RemoteOutcomeKind.ABANDONED and step.agent:
+        changes["abandoned_at"] = (*step.abandoned_at, step.agent)
+    if outcome.kind is RemoteOutcomeKind.IN_PROGRESS:
+        changes["live_until"] = _extended(step, b.now)
+    b.set_step(index, **changes)
+    _note_outcome(b, step, outcome, undo=False)
+    if outcome.kind is RemoteOutcomeKind.IN_PROGRESS:
+        until = b.steps[index].live_until or b.now
+        b.set(complete_by=until)
+        b.note("waiting-to-settle", f"{step.name}: still running at {step.agent}")
+        return b.build()
+    requeue(b, policy, 0, "settled" if settled.settled else "settle-check")
+    return b.build()
+
+
+def undelivered(
+    process: OrderProcess, policy: ProcessPolicy, now: datetime, cause: str | None = None
+) -> Transition | None:
+    """The stored dispatch of `process` could not be sent (the bus was unreachable): back
+    to Pending with FailureCount unchanged, so the next claim sends it again (same key,
+    next attempt) and no deadline counts against the order.
+
+    The send may have got through before it failed, so the step's key stays as it was
+    (unsettled, live until its complete-by plus the skew margin): a cancel meanwhile
+    waits for it like for any live request. None: the state awaits no agent request.
+    """
+    state = process.state
+    index = state.current_step
+    if state.process_state not in (ProcessState.PROCESSING, ProcessState.COMPENSATING):
+        return None
+    if index >= len(process.steps) or process.steps[index].complete_by is None:
+        return None
+    b = Builder(process, now, cause)
+    if process.steps[index].status is StepStatus.RUNNING:
+        b.set_step(index, status=StepStatus.NOT_STARTED, complete_by=None)
+    else:
+        b.set_step(index, complete_by=None)
+    b.set(locked_by=None)
+    b.note("undelivered", f"{_step_label(process)}: its request could not be sent")
+    requeue(b, policy, 0, "redispatch")
+    return b.build()
+
+
+def next_check(
+    process: OrderProcess, workflow: Workflow, policy: ProcessPolicy, now: datetime
+) -> datetime | None:
+    """When the Supervisor's watch entry should come due; never after a real deadline.
+
+    A Pending order may be claimed at any moment and its step's complete-by then starts
+    running, so a Pending order is checked again within the shortest step timeout.
+    Checking early only costs a read; checking late would delay recovery.
+    """
+    deadline = next_deadline(process, policy)
+    if deadline is None or process.state.process_state is not ProcessState.PENDING:
+        return deadline
+    timeouts = [policy.timeout(s, process.order.priority) for s in workflow.steps]
+    return min(deadline, now + min(timeouts, default=policy.step_timeout))
+
+
+def next_deadline(process: OrderProcess, policy: ProcessPolicy) -> datetime | None:
+    """When the Supervisor must look at this order next; None when nothing can expire."""
+    state = process.state
+    if state.process_state.is_terminal:
+        return None
+    if state.process_state is ProcessState.PENDING:
+        return state.complete_by or state.updated_at + policy.pending_timeout
+    candidates = [d for d in (state.complete_by, _running_step_deadline(process)) if d]
+    return min(candidates) if candidates else state.updated_at + policy.step_timeout
+
+
+def _running_step_deadline(process: OrderProcess) -> datetime | None:
+    index = process.state.current_step
+    if index < len(process.steps):
+        return process.steps[index].complete_by
+    return None
+
+
+def _step_label(process: OrderProcess) -> str:
+    index = process.state.current_step
+    step = process.steps[index] if index < len(process.steps) else None
+    if step is None:
+        return "workflow"
+    undoing = process.state.phase is Phase.COMPENSATE and step.status is not StepStatus.RUNNING
+    return f"compensation of {step.name}" if undoing else step.name
+
+
+def _record_applied(
+    b: Builder,
+    policy: ProcessPolicy,
+    index: int,
+    step: StepRecord,
+    *,
+    undo: bool,
+    outcome: RemoteOutcome,
+) -> None:
+    """The service applied the in-doubt key: record it as if the reply had come, and let
+    the Scheduler's next claim go on from there (next step, next undo, or the end)."""
+    agent = step.agent or "the agent"
+    if undo:
+        b.set_step(index, status=StepStatus.COMPENSATED, complete_by=None)
+        what, recorded, key = f"compensation of {step.name}", "Compensated", _key(b, step, True)
+    else:
+        b.set_step(
+            index,
+            status=StepStatus.COMPLETED,
+            key_state=KeyState.APPLIED,
+            result=dict(outcome.result or {}),
+            error=None,
+            complete_by=None,
+        )
+        what, recorded, key = step.name, "Completed", _key(b, step, False)
+    b.set(locked_by=None)
+    b.note(
+        "in-doubt-applied",
+        f"{agent} had applied key {key}: {what} recorded {recorded} without calling again",
+    )
+    requeue(b, policy, 0, "resolved")
+
+
+def _key(b: Builder, step: StepRecord, undo: bool) -> str:
+    """The idempotency key the step's request (or its undo's) carried."""
+    workflow = WORKFLOWS.get(b.state.workflow)
+    operation = workflow.operation(step.name, undo) if workflow else None
+    return idempotency_key(b.order.order_id, operation or step.name)
+
+
+def _note_outcome(b: Builder, step: StepRecord, outcome: RemoteOutcome, *, undo: bool) -> None:
+    """Why the retry goes where it goes, in the order's history."""
+    agent = step.agent or "the agent"
+    key = _key(b, step, undo)
+    kind = outcome.kind
+    settled = key_state(b.steps[b.state.current_step]) if not undo else None
+    if kind is RemoteOutcomeKind.ABANDONED:
+        b.note("in-doubt-abandoned", f"{agent} abandoned key {key}: it can never apply there")
+    elif outcome.safe_to_move:
+        said = "had not applied" if kind is RemoteOutcomeKind.NOT_APPLIED else "never saw"
+        final = settled is KeyState.NOT_APPLIED
+        why = "settled: no request can still apply" if final else "a request may still apply"
+        b.note("in-doubt-not-applied", f"{agent} {said} key {key} ({why})")
+    elif kind is RemoteOutcomeKind.IN_PROGRESS:
+        b.note("in-doubt-unanswered", f"{agent} still runs key {key}")
+    else:
+        why = f" ({outcome.detail})" if outcome.detail else ""
+        b.note("in-doubt-unanswered", f"{agent} gave no answer about key {key}{why}")

@@ -1,0 +1,92 @@
+"""The one rule that keeps money from being left behind, written once.
+
+Every do request sent is live until its complete-by plus the clock-skew margin: until
+then its provider may still apply it, whatever the order has decided since. So, while a
+step's request is live and its key unsettled:
+
+- no undo of that step is sent (a provider applies an undo only against an applied do,
+  so an early undo finds nothing, and the do applies after it);
+- no do of that step goes to another provider (the first may still apply too).
+
+A key settles only on evidence: a reply (success: applied; permanent failure: not
+applied), the provider's answer to a query or an abandon, or the live time passing with
+the provider saying it never applied the key. Resume, undelivered, cancel and resubmit
+never erase that evidence or the live time.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
+from shared.domain.model import KeyState, StepRecord, StepStatus
+from shared.domain.workflow import AgentName, StepDefinition
+
+
+class Undo(StrEnum):
+    """What a compensation does with one step."""
+
+    SEND = "send"
+    """The do applied, or no request can still apply it: the undo finds what it needs."""
+    SKIP = "skip"
+    """Nothing was ever applied: no undo (a provider would pay out what it never took)."""
+    WAIT = "wait"
+    """A request is live and unsettled: wait for its answer, its abandon, or its end."""
+
+
+def live(step: StepRecord, now: datetime) -> bool:
+    """May a do request of this step still apply at its provider?"""
+    return key_state(step) is KeyState.UNSETTLED and (
+        step.live_until is not None and now < step.live_until
+    )
+
+
+def undo_of(step: StepRecord, definition: StepDefinition, now: datetime) -> Undo:
+    if definition.compensation is None or step.status is StepStatus.COMPENSATED:
+        return Undo.SKIP
+    state = key_state(step)
+    if state is KeyState.APPLIED or step.status is StepStatus.COMPLETED:
+        return Undo.SEND
+    if state is not KeyState.UNSETTLED:
+        return Undo.SKIP
+    # Past its live time a request can no longer apply: the undo then meets the key as
+    # it stays (applied: undone; not: nothing to undo), and a do still being processed
+    # answers the undo "in progress", never "nothing to undo".
+    return Undo.WAIT if live(step, now) or step.status is StepStatus.RUNNING else Undo.SEND
+
+
+def pinned(step: StepRecord, definition: StepDefinition) -> AgentName | None:
+    """The agent a retry must stay with: the one whose key may still apply, unless the
+    candidates share one key space (then a move cannot apply it twice)."""
+    if step.agent is None or key_state(step) is not KeyState.UNSETTLED:
+        return None
+    if definition.retry_elsewhere:
+        return None
+    return AgentName(step.agent)
+
+
+def open_candidates(step: StepRecord, definition: StepDefinition) -> tuple[AgentName, ...]:
+    """The agents a do of this step may go to: never one where its key was abandoned."""
+    return tuple(c for c in definition.candidates if c.value not in step.abandoned_at)
+
+
+def key_state(step: StepRecord) -> KeyState:
+    """The step's key state; a step stored before key states were kept, dispatched and
+    not completed, counts as unsettled (with no live time known, so not live)."""
+    if step.key_state is KeyState.UNSENT and step.attempts > 0:
+        return KeyState.APPLIED if step.status is StepStatus.COMPLETED else KeyState.UNSETTLED
+    return step.key_state
+
+
+def settled_by(step: StepRecord, outcome: RemoteOutcome, now: datetime) -> KeyState:
+    """What an answer about the step's do key proves. "Not applied" is final only once no
+    request sent with the key can still apply, or once the key was abandoned."""
+    kind = outcome.kind
+    if kind is RemoteOutcomeKind.APPLIED:
+        return KeyState.APPLIED
+    if kind is RemoteOutcomeKind.ABANDONED:
+        return KeyState.NOT_APPLIED
+    if outcome.safe_to_move and (step.live_until is None or now >= step.live_until):
+        return KeyState.NOT_APPLIED
+    return key_state(step)

@@ -1,0 +1,142 @@
+"""What every rule of the state machine returns, the policy it reads, and the builder it
+writes with: one transition is the next process, the messages to send once it is stored,
+and the history to append."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from shared.domain.messages import OperatorAlert, StatusNotification
+from shared.domain.model import (
+    ExhaustedPolicy,
+    HistoryEntry,
+    NotificationStatus,
+    Order,
+    OrderProcess,
+    Outgoing,
+    Priority,
+    StateRecord,
+    StepRecord,
+)
+from shared.domain.routing import PRIMARY_ONLY, Routing
+from shared.domain.workflow import StepDefinition
+
+
+class InvalidTransition(Exception):
+    """The operator asked for a move the order's state does not allow."""
+
+
+@dataclass(frozen=True)
+class ProcessPolicy:
+    step_timeout: timedelta
+    pending_timeout: timedelta
+    """How long an order may sit Pending before the Supervisor nudges it again."""
+    max_failure_count: int
+    exhausted_policy: ExhaustedPolicy = ExhaustedPolicy.HOLD
+    backoff_base: timedelta = timedelta(seconds=1)
+    backoff_cap: timedelta = timedelta(seconds=60)
+    high_priority_step_timeout: timedelta | None = None
+    """A tighter complete-by for high-priority orders; None: the same as the others."""
+    step_heartbeat: timedelta = timedelta(seconds=10)
+    """How far one step heartbeat moves a running step's complete-by (from the beat)."""
+    step_max: timedelta | None = None
+    """How long from its dispatch step heartbeats may keep a step running; None: no step
+    runs past the complete-by it was dispatched with (step heartbeats are off)."""
+    clock_skew: timedelta = timedelta(seconds=5)
+    """How long after its complete-by a request may still reach its provider and apply:
+    the network's delay plus the clocks' disagreement. A request is live until then."""
+
+    def timeout(self, definition: StepDefinition, priority: Priority) -> timedelta:
+        base = (
+            timedelta(seconds=definition.timeout_seconds)
+            if definition.timeout_seconds is not None
+            else self.step_timeout
+        )
+        if priority is Priority.HIGH and self.high_priority_step_timeout is not None:
+            return min(base, self.high_priority_step_timeout)
+        return base
+
+    def backoff(self, failure_count: int) -> timedelta:
+        exponent = max(failure_count - 1, 0)
+        delay: timedelta = self.backoff_base * (2**exponent)
+        return min(delay, self.backoff_cap)
+
+
+@dataclass(frozen=True)
+class Transition:
+    process: OrderProcess
+    outgoing: tuple[Outgoing, ...]
+    history: tuple[HistoryEntry, ...]
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.process.state.process_state.is_terminal
+
+
+class Builder:
+    """Accumulates one transition's changes so each rule reads as a few lines."""
+
+    def __init__(
+        self,
+        process: OrderProcess,
+        now: datetime,
+        cause: str | None,
+        routing: Routing = PRIMARY_ONLY,
+    ) -> None:
+        self.routing = routing
+        self.order: Order = process.order
+        self.state: StateRecord = replace(
+            process.state, version=process.state.version + 1, updated_at=now
+        )
+        self.steps: list[StepRecord] = list(process.steps)
+        self.etag = process.etag
+        self.now = now
+        self.cause = cause
+        self.outgoing: list[Outgoing] = []
+        self.history: list[HistoryEntry] = []
+
+    def set(self, **changes: object) -> None:
+        self.state = replace(self.state, **changes)  # type: ignore[arg-type]
+
+    def set_step(self, index: int, **changes: object) -> None:
+        self.steps[index] = replace(self.steps[index], **changes)  # type: ignore[arg-type]
+
+    def note(self, event: str, detail: str = "") -> None:
+        self.history.append(
+            HistoryEntry(
+                at=self.now,
+                event=event,
+                detail=detail,
+                process_state=self.state.process_state,
+                failure_count=self.state.failure_count,
+                attempt=self.state.attempt,
+            )
+        )
+
+    def send(self, message: Outgoing) -> None:
+        self.outgoing.append(message)
+
+    def notify(self, status: NotificationStatus, detail: str | None = None) -> None:
+        notification = StatusNotification(self.order.order_id, status, self.now, detail or None)
+        self.send(notification.outgoing(self.state.version, self.order.reply_to))
+
+    def alert(self, reason: str) -> None:
+        alert = OperatorAlert(
+            order_id=self.order.order_id,
+            reason=reason,
+            failure_count=self.state.failure_count,
+            last_error=self.state.last_error,
+            at=self.now,
+        )
+        self.send(alert.outgoing(self.state.version))
+
+    @property
+    def high(self) -> bool:
+        return self.order.priority is Priority.HIGH
+
+    def build(self) -> Transition:
+        outgoing = tuple(self.outgoing)
+        state = replace(self.state, outbox=outgoing, outbox_cause=self.cause)
+        process = OrderProcess(self.order, state, tuple(self.steps), self.etag)
+        return Transition(process, outgoing, tuple(self.history))
