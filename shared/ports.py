@@ -41,6 +41,12 @@ class BusUnavailable(Exception):
     """A message could not be sent; the triggering message should be retried."""
 
 
+IN_PROGRESS_CODE = "operation-in-progress"
+"""`409` with this code: an earlier call with the key is still running at the service."""
+ABANDONED_CODE = "operation-abandoned"
+"""`409` with this code: the key was abandoned at the service and can never apply."""
+
+
 class RemoteError(Exception):
     """Base of what a remote service call raises."""
 
@@ -52,6 +58,22 @@ class RemoteError(Exception):
 
 class TransientRemoteError(RemoteError):
     """Worth retrying: timeouts, connection errors, 408, 429, 5xx, an open circuit."""
+
+    def __init__(self, code: str, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(code, message)
+        self.retry_after = retry_after
+        """The service's own hint (`Retry-After`, seconds): a retry sooner is wasted on
+        it, so the retry waits at least this long, or gives up if the deadline is nearer."""
+
+
+class OperationInProgress(TransientRemoteError):
+    """`409 operation-in-progress`: an earlier call with this key is still running at the
+    service. The key is unsettled, never failed: the first call may yet apply, so only a
+    retry with the same key (or the Supervisor's question) can learn how it ended. The
+    service answered, so it is no evidence against the service's health."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(IN_PROGRESS_CODE, message, retry_after=retry_after)
 
 
 class PermanentRemoteError(RemoteError):
