@@ -247,6 +247,8 @@ class RemoteCall:
     operation: str
     idempotency_key: str
     payload: JsonObject
+    undoes: str | None = None
+    """A compensation's do key: a provider applies an undo only once that key applied."""
 
 
 class RemoteService(Protocol):

@@ -61,11 +61,13 @@ class HttpRemoteService:
 
     async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
         url = f"{self._base_url}/{call.operation}"
-        body = {
+        body: dict[str, Any] = {
             "orderId": call.order_id,
             "idempotencyKey": call.idempotency_key,
             "payload": dict(call.payload),
         }
+        if call.undoes is not None:
+            body["undoes"] = call.undoes
         with translated_errors(call.operation):
             async with self._session.post(
                 url,
