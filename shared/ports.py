@@ -266,6 +266,13 @@ class RemoteService(Protocol):
         RemoteOutcome.unknown, never a guess."""
         ...
 
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        """Settle `key` for good at the service: APPLIED (with its result) when it had
+        applied, ABANDONED when it now never will, IN_PROGRESS while a call with it runs,
+        NOT_SUPPORTED from a service without the route. Raise TransientRemoteError when
+        asking again may help; an unreadable answer is RemoteOutcome.unknown."""
+        ...
+
 
 class ReconcileStore(Protocol):
     """The sample reconciliation checks and the runs it keeps for the operator page."""

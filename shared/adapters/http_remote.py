@@ -5,6 +5,11 @@ A provider's answer is read for what it says about the key, not only its status:
 answers so a retry that comes while the first charge is being processed). Read as a
 failure, it would undo an order whose charge then applies: it is a transient answer,
 retried with the same key.
+
+`abandon` settles a key, so the order can undo the step or move it to another provider
+without waiting until no request sent with the key can apply. Not every provider has
+it: a 404 without the contract's codes reads as "not supported" (the caller waits
+instead), never as abandoned.
 """
 
 from __future__ import annotations
@@ -20,9 +25,17 @@ from urllib.parse import quote
 
 import aiohttp
 
-from shared.domain.in_doubt import IN_PROGRESS, NEVER_SEEN, NOT_APPLIED, RemoteOutcome
+from shared.domain.in_doubt import (
+    ABANDONED,
+    IN_PROGRESS,
+    NEVER_SEEN,
+    NOT_APPLIED,
+    NOT_SUPPORTED,
+    RemoteOutcome,
+)
 from shared.domain.model import JsonObject
 from shared.ports import (
+    ABANDONED_CODE,
     IN_PROGRESS_CODE,
     OperationInProgress,
     PermanentRemoteError,
@@ -33,6 +46,7 @@ from shared.telemetry.propagation import carrier as trace_headers
 
 _TRANSIENT_STATUSES = {408, 429}
 _NOT_FOUND_CODE = "operation-not-found"
+_CONTRACT_CODES = {_NOT_FOUND_CODE, IN_PROGRESS_CODE, ABANDONED_CODE}
 
 
 @contextlib.contextmanager
@@ -96,6 +110,22 @@ class HttpRemoteService:
         status, data = await self._ask("outcome query", "GET", key, "", timeout)
         return _outcome(status, data)
 
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        """`POST {ServiceUrl}/operations/{key}/abandon`: settle the key for good, so "not
+        applied" is final now rather than once every request sent with it has expired.
+        A plain 404 is a provider without the route (NOT_SUPPORTED): the caller falls
+        back to waiting. 408/429/5xx and network failures raise for a retry."""
+        status, data = await self._ask("abandon", "POST", key, "/abandon", timeout)
+        if status == 404 and data.get("code") not in _CONTRACT_CODES:
+            return NOT_SUPPORTED
+        if status == 200 and data.get("applied") is False and data.get("abandoned") is True:
+            return ABANDONED
+        if status == 200 and data.get("applied") is True:
+            return _outcome(status, data)
+        if status == 409 and data.get("code") == IN_PROGRESS_CODE:
+            return IN_PROGRESS
+        return _no_answer(status, data)
+
     async def _ask(
         self, what: str, method: str, key: str, suffix: str, timeout: float
     ) -> tuple[int, dict[str, Any]]:
@@ -139,7 +169,7 @@ def _outcome(status: int, data: dict[str, Any]) -> RemoteOutcome:
         result = data.get("result")
         return RemoteOutcome.applied(result if isinstance(result, dict) else {})
     if status == 200 and data.get("applied") is False:
-        return NOT_APPLIED
+        return ABANDONED if data.get("abandoned") is True else NOT_APPLIED
     if status == 404 and data.get("code") == _NOT_FOUND_CODE:
         return NEVER_SEEN
     if status == 409:
