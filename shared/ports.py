@@ -41,6 +41,12 @@ class BusUnavailable(Exception):
     """A message could not be sent; the triggering message should be retried."""
 
 
+IN_PROGRESS_CODE = "operation-in-progress"
+"""`409` with this code: an earlier call with the key is still running at the service."""
+ABANDONED_CODE = "operation-abandoned"
+"""`409` with this code: the key was abandoned at the service and can never apply."""
+
+
 class RemoteError(Exception):
     """Base of what a remote service call raises."""
 
@@ -52,6 +58,22 @@ class RemoteError(Exception):
 
 class TransientRemoteError(RemoteError):
     """Worth retrying: timeouts, connection errors, 408, 429, 5xx, an open circuit."""
+
+    def __init__(self, code: str, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(code, message)
+        self.retry_after = retry_after
+        """The service's own hint (`Retry-After`, seconds): a retry sooner is wasted on
+        it, so the retry waits at least this long, or gives up if the deadline is nearer."""
+
+
+class OperationInProgress(TransientRemoteError):
+    """`409 operation-in-progress`: an earlier call with this key is still running at the
+    service. The key is unsettled, never failed: the first call may yet apply, so only a
+    retry with the same key (or the Supervisor's question) can learn how it ended. The
+    service answered, so it is no evidence against the service's health."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(IN_PROGRESS_CODE, message, retry_after=retry_after)
 
 
 class PermanentRemoteError(RemoteError):
@@ -225,6 +247,8 @@ class RemoteCall:
     operation: str
     idempotency_key: str
     payload: JsonObject
+    undoes: str | None = None
+    """A compensation's do key: a provider applies an undo only once that key applied."""
 
 
 class RemoteService(Protocol):
@@ -240,6 +264,13 @@ class RemoteService(Protocol):
         """What the service did with `key` (its read API, no effect). Raise
         TransientRemoteError when asking again may help; an answer that cannot be read is
         RemoteOutcome.unknown, never a guess."""
+        ...
+
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        """Settle `key` for good at the service: APPLIED (with its result) when it had
+        applied, ABANDONED when it now never will, IN_PROGRESS while a call with it runs,
+        NOT_SUPPORTED from a service without the route. Raise TransientRemoteError when
+        asking again may help; an unreadable answer is RemoteOutcome.unknown."""
         ...
 
 

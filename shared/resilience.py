@@ -17,7 +17,7 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from shared.domain.health import BreakerState
-from shared.ports import Clock, PermanentRemoteError, TransientRemoteError
+from shared.ports import Clock, OperationInProgress, PermanentRemoteError, TransientRemoteError
 
 T = TypeVar("T")
 
@@ -111,7 +111,11 @@ async def call_until_deadline(
     deadline; raise DeadlinePassed when no attempt fits before it any more.
 
     A call cut short by the deadline itself does not count against the breaker: the
-    remote service may be merely slow, and the step's deadline is not its fault.
+    remote service may be merely slow, and the step's deadline is not its fault. Nor does
+    a key still in progress at the service (`OperationInProgress`): the service answered.
+    A service's `retry_after` hint is the least back-off before the next try; when the
+    deadline comes first, the retry stops there (DeadlinePassed) instead of trying
+    again too soon to be answered.
     `observe(succeeded, seconds)` sees every remote call that ran (for health metrics).
 
     A `deadline` that step heartbeats move is read as a function. With `call_limit` one
@@ -130,6 +134,8 @@ async def call_until_deadline(
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, CircuitOpen):
             pause = max(pause, (exc.until - clock.now()).total_seconds())
+        if isinstance(exc, TransientRemoteError) and exc.retry_after is not None:
+            pause = max(pause, exc.retry_after)
         return pause
 
     def stop(state: RetryCallState) -> bool:
@@ -151,6 +157,10 @@ async def call_until_deadline(
             result = await operation(limit)
         except DeadlinePassed:
             breaker.release_trial()
+            raise
+        except OperationInProgress:
+            breaker.record_success()
+            seen(True)
             raise
         except TransientRemoteError:
             if budget < policy.call_timeout and remaining() <= 0:

@@ -1,21 +1,52 @@
-"""A remote service reached over HTTP (aiohttp): the one thing each Agent wraps."""
+"""A remote service reached over HTTP (aiohttp): the one thing each Agent wraps.
+
+A provider's answer is read for what it says about the key, not only its status: a
+`409 operation-in-progress` is an earlier call with the same key still running (Stripe
+answers so a retry that comes while the first charge is being processed). Read as a
+failure, it would undo an order whose charge then applies: it is a transient answer,
+retried with the same key.
+
+`abandon` settles a key, so the order can undo the step or move it to another provider
+without waiting until no request sent with the key can apply. Not every provider has
+it: a 404 without the contract's codes reads as "not supported" (the caller waits
+instead), never as abandoned.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
-from shared.domain.in_doubt import IN_PROGRESS, NEVER_SEEN, NOT_APPLIED, RemoteOutcome
+from shared.domain.in_doubt import (
+    ABANDONED,
+    IN_PROGRESS,
+    NEVER_SEEN,
+    NOT_APPLIED,
+    NOT_SUPPORTED,
+    RemoteOutcome,
+)
 from shared.domain.model import JsonObject
-from shared.ports import PermanentRemoteError, RemoteCall, TransientRemoteError
+from shared.ports import (
+    ABANDONED_CODE,
+    IN_PROGRESS_CODE,
+    OperationInProgress,
+    PermanentRemoteError,
+    RemoteCall,
+    TransientRemoteError,
+)
 from shared.telemetry.propagation import carrier as trace_headers
 
 _TRANSIENT_STATUSES = {408, 429}
+_NOT_FOUND_CODE = "operation-not-found"
+_CONTRACT_CODES = {_NOT_FOUND_CODE, IN_PROGRESS_CODE, ABANDONED_CODE}
 
 
 @contextlib.contextmanager
@@ -30,8 +61,9 @@ def translated_errors(what: str) -> Iterator[None]:
 
 
 class HttpRemoteService:
-    """Classifies answers the way the Agents' retry needs: 408/429/5xx and network
-    failures are transient, any other 4xx is permanent."""
+    """Classifies answers the way the Agents' retry needs: 408/429/5xx, `409
+    operation-in-progress` and network failures are transient (with the service's
+    `Retry-After`), any other 4xx is permanent, `409 operation-abandoned` included."""
 
     def __init__(self, base_url: str, session: aiohttp.ClientSession) -> None:
         self._base_url = base_url.rstrip("/")
@@ -43,11 +75,13 @@ class HttpRemoteService:
 
     async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
         url = f"{self._base_url}/{call.operation}"
-        body = {
+        body: dict[str, Any] = {
             "orderId": call.order_id,
             "idempotencyKey": call.idempotency_key,
             "payload": dict(call.payload),
         }
+        if call.undoes is not None:
+            body["undoes"] = call.undoes
         with translated_errors(call.operation):
             async with self._session.post(
                 url,
@@ -57,31 +91,59 @@ class HttpRemoteService:
             ) as response:
                 text = await response.text()
                 status = response.status
+                retry_after = _retry_after(response.headers)
         data = _json(text)
         if status < 300:
             result = data.get("result", data)
             return result if isinstance(result, dict) else {"value": result}
         code = str(data.get("code") or data.get("title") or f"http-{status}")
         message = str(data.get("detail") or text[:200])
-        if status in _TRANSIENT_STATUSES or status >= 500:
-            raise TransientRemoteError(code, message)
+        if status == 409 and code == IN_PROGRESS_CODE:
+            raise OperationInProgress(message, retry_after=retry_after)
+        if _transient(status):
+            raise TransientRemoteError(code, message, retry_after=retry_after)
         raise PermanentRemoteError(code, message)
 
     async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
         """`GET {ServiceUrl}/operations/{key}`, the key percent-encoded whole (a key holds
         `:` and may hold `/`). 408/429/5xx and network failures raise for a retry."""
-        url = f"{self._base_url}/operations/{quote(key, safe='')}"
-        with translated_errors("outcome query"):
-            async with self._session.get(
+        status, data = await self._ask("outcome query", "GET", key, "", timeout)
+        return _outcome(status, data)
+
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        """`POST {ServiceUrl}/operations/{key}/abandon`: settle the key for good, so "not
+        applied" is final now rather than once every request sent with it has expired.
+        A plain 404 is a provider without the route (NOT_SUPPORTED): the caller falls
+        back to waiting. 408/429/5xx and network failures raise for a retry."""
+        status, data = await self._ask("abandon", "POST", key, "/abandon", timeout)
+        if status == 404 and data.get("code") not in _CONTRACT_CODES:
+            return NOT_SUPPORTED
+        if status == 200 and data.get("applied") is False and data.get("abandoned") is True:
+            return ABANDONED
+        if status == 200 and data.get("applied") is True:
+            return _outcome(status, data)
+        if status == 409 and data.get("code") == IN_PROGRESS_CODE:
+            return IN_PROGRESS
+        return _no_answer(status, data)
+
+    async def _ask(
+        self, what: str, method: str, key: str, suffix: str, timeout: float
+    ) -> tuple[int, dict[str, Any]]:
+        """One question about `key`; a transient answer raises (with its Retry-After)."""
+        url = f"{self._base_url}/operations/{quote(key, safe='')}{suffix}"
+        with translated_errors(what):
+            async with self._session.request(
+                method,
                 url,
                 headers=trace_headers(),
                 timeout=aiohttp.ClientTimeout(total=max(timeout, 0.001)),
             ) as response:
-                status, data = await _read(response)
-        if status in _TRANSIENT_STATUSES or status >= 500:
+                status, data = response.status, _json(await response.text())
+                retry_after = _retry_after(response.headers)
+        if _transient(status):
             code = str(data.get("code") or f"http-{status}")
-            raise TransientRemoteError(code, "outcome query")
-        return _outcome(status, data)
+            raise TransientRemoteError(code, what, retry_after=retry_after)
+        return status, data
 
     async def probe(self, timeout: float) -> None:
         with translated_errors("health probe"):
@@ -94,8 +156,8 @@ class HttpRemoteService:
             raise TransientRemoteError(f"http-{status}", "health probe failed")
 
 
-async def _read(response: aiohttp.ClientResponse) -> tuple[int, dict[str, Any]]:
-    return response.status, _json(await response.text())
+def _transient(status: int) -> bool:
+    return status in _TRANSIENT_STATUSES or status >= 500
 
 
 def _outcome(status: int, data: dict[str, Any]) -> RemoteOutcome:
@@ -107,12 +169,34 @@ def _outcome(status: int, data: dict[str, Any]) -> RemoteOutcome:
         result = data.get("result")
         return RemoteOutcome.applied(result if isinstance(result, dict) else {})
     if status == 200 and data.get("applied") is False:
-        return NOT_APPLIED
-    if status == 404 and data.get("code") == "operation-not-found":
+        return ABANDONED if data.get("abandoned") is True else NOT_APPLIED
+    if status == 404 and data.get("code") == _NOT_FOUND_CODE:
         return NEVER_SEEN
     if status == 409:
         return IN_PROGRESS
+    return _no_answer(status, data)
+
+
+def _no_answer(status: int, data: dict[str, Any]) -> RemoteOutcome:
     return RemoteOutcome.unknown(f"http-{status} {data.get('code') or ''}".strip())
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """`Retry-After` in seconds from now (delta-seconds or an HTTP date); None when
+    absent or unreadable, so a malformed hint changes nothing."""
+    value = headers.get("Retry-After", "").strip()
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            at = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        at = at if at.tzinfo else at.replace(tzinfo=UTC)
+        seconds = (at - datetime.now(UTC)).total_seconds()
+    return max(seconds, 0.0) if math.isfinite(seconds) else None
 
 
 def _json(text: str) -> dict[str, Any]:

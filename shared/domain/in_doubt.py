@@ -69,6 +69,8 @@ class RemoteOutcome:
 NOT_APPLIED = RemoteOutcome(RemoteOutcomeKind.NOT_APPLIED)
 NEVER_SEEN = RemoteOutcome(RemoteOutcomeKind.NEVER_SEEN)
 IN_PROGRESS = RemoteOutcome(RemoteOutcomeKind.IN_PROGRESS)
+ABANDONED = RemoteOutcome(RemoteOutcomeKind.ABANDONED)
+NOT_SUPPORTED = RemoteOutcome(RemoteOutcomeKind.NOT_SUPPORTED)
 
 
 @dataclass(frozen=True)

@@ -335,6 +335,19 @@ class TracedRemote:
         with _span("GET operations", SpanKind.CLIENT, attributes):
             return await self._inner.outcome(key, timeout)
 
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        """The Supervisor settling a key for good, in the order's trace."""
+        if not _in_trace():
+            return await self._inner.abandon(key, timeout)
+        attributes = {
+            "http.request.method": "POST",
+            "url.full": f"{self._base_url}/operations/{key}/abandon",
+            "agent": self._agent,
+            "breaker.state": self._breaker.state.value,
+        }
+        with _span("POST operations abandon", SpanKind.CLIENT, attributes):
+            return await self._inner.abandon(key, timeout)
+
     async def probe(self, timeout: float) -> None:
         await self._inner.probe(timeout)
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from shared.domain.messages import AgentRequest
+from shared.domain.messages import AgentRequest, idempotency_key
 from shared.domain.model import Action, ErrorInfo, JsonObject, Outcome
 from shared.domain.workflow import WORKFLOWS, AgentName
 from shared.ports import (
@@ -103,7 +103,13 @@ async def _perform(
             f"attempt {request.attempt}",
         )
         return AgentOutcome.EXPIRED_ON_ARRIVAL
-    call = RemoteCall(request.order_id, operation, request.idempotency_key, request.payload)
+    call = RemoteCall(
+        request.order_id,
+        operation,
+        request.idempotency_key,
+        request.payload,
+        undoes=undoes(request),
+    )
     known = KnownDeadline(request.complete_by)
     beats = deps.step_heartbeats
     if beats is None or not beats.enabled or request.action is not Action.DO:
@@ -135,14 +141,24 @@ async def _perform(
         )
         return AgentOutcome.DEADLINE_PASSED
     except PermanentRemoteError as exc:
-        failed = request.answer(Outcome.FAILED, error=ErrorInfo(exc.code, exc.message))
+        error = ErrorInfo(exc.code, exc.message)
+        failed = request.answer(Outcome.FAILED, error=error, agent=deps.agent.value)
         await deps.bus.send([failed.outgoing(high=high)])
         log.info("order %s %s failed permanently: %s", request.order_id, operation, exc.code)
         return AgentOutcome.FAILED
-    succeeded = request.answer(Outcome.SUCCEEDED, result=result)
+    succeeded = request.answer(Outcome.SUCCEEDED, result=result, agent=deps.agent.value)
     await deps.bus.send([succeeded.outgoing(high=high)])
     log.info("order %s %s succeeded (attempt %d)", request.order_id, operation, request.attempt)
     return AgentOutcome.SUCCEEDED
+
+
+def undoes(request: AgentRequest) -> str | None:
+    """The do key a compensation undoes. A request from a Scheduler older than the field
+    names none: the do's key is then derived (the step's name is its do operation), so
+    every undo names its do and a provider can refuse an undo with nothing to undo."""
+    if request.action is not Action.COMPENSATE:
+        return None
+    return request.undoes or idempotency_key(request.order_id, request.step)
 
 
 def _observer(deps: AgentDeps) -> Callable[[bool, float], None] | None:

@@ -17,12 +17,16 @@ reachable, one answer per service per instance. A query that fails the way a cal
 (unreachable, 5xx) is the same evidence and counts the same; one cut by its own short
 deadline does not count, like a call cut by the step's complete-by. While the breaker is
 open nothing is sent and the answer is "no answer": the retry stays where the key lives.
+
+`abandon` goes the same way, for the same reasons: it is the one question that settles a
+key for good ("not applied" is otherwise final only once no request sent with the key
+can still apply), so a failure to ask must read as "no answer", never as settled.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -57,6 +61,16 @@ class OutcomeQueries:
 
     async def ask(self, agent: str, key: str) -> RemoteOutcome:
         """Never raises: every failure is "no answer", which keeps today's rule."""
+        return await self._through_breaker(agent, key, "outcome query", _outcome)
+
+    async def abandon(self, agent: str, key: str) -> RemoteOutcome:
+        """Settle `key` at the agent's service for good. Never raises, like `ask`: a
+        failure is "no answer" and the key stays unsettled."""
+        return await self._through_breaker(agent, key, "abandon", _abandon)
+
+    async def _through_breaker(
+        self, agent: str, key: str, what: str, question: _Question
+    ) -> RemoteOutcome:
         asked = self.services.get(agent)
         if asked is None:
             return RemoteOutcome.unknown(f"no remote service for {agent}")
@@ -65,7 +79,7 @@ class OutcomeQueries:
         remote = asked.remote
 
         async def query(timeout: float) -> RemoteOutcome:
-            return await remote.outcome(key, timeout)
+            return await question(remote, key, timeout)
 
         try:
             return await call_until_deadline(
@@ -78,5 +92,16 @@ class OutcomeQueries:
         except DeadlinePassed:
             return RemoteOutcome.unknown(f"no answer within {self.timeout:g} s")
         except Exception as exc:  # a query must never fail the check it serves
-            log.warning("outcome query %s at %s failed: %s: %s", key, agent, type(exc), exc)
+            log.warning("%s %s at %s failed: %s: %s", what, key, agent, type(exc), exc)
             return RemoteOutcome.unknown(type(exc).__name__)
+
+
+_Question = Callable[[RemoteService, str, float], Awaitable[RemoteOutcome]]
+
+
+async def _outcome(remote: RemoteService, key: str, timeout: float) -> RemoteOutcome:
+    return await remote.outcome(key, timeout)
+
+
+async def _abandon(remote: RemoteService, key: str, timeout: float) -> RemoteOutcome:
+    return await remote.abandon(key, timeout)

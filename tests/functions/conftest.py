@@ -44,6 +44,8 @@ class ScriptedRemote:
     probes: int = 0
     outcomes: dict[str, RemoteOutcome] = field(default_factory=dict)
     queries: list[str] = field(default_factory=list)
+    abandons: dict[str, RemoteOutcome] = field(default_factory=dict)
+    abandoned: list[str] = field(default_factory=list)
 
     async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
         self.calls.append(call)
@@ -59,6 +61,11 @@ class ScriptedRemote:
         """No answer unless scripted: the Supervisor then retries as it would without asking."""
         self.queries.append(key)
         return self.outcomes.get(key, RemoteOutcome.unknown("not scripted"))
+
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        """No answer unless scripted: the key then stays unsettled."""
+        self.abandoned.append(key)
+        return self.abandons.get(key, RemoteOutcome.unknown("not scripted"))
 
 
 @dataclass

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from devhost.simulator import SimulatorServer
+from tests.simulator.scripted_provider import ScriptedProvider
 
 SEED = 1234
 
@@ -136,3 +137,14 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 @pytest.fixture
 def sim(simulator: SimulatorServer, session: aiohttp.ClientSession) -> SimClient:
     return SimClient(session, simulator.url)
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[ScriptedProvider]:
+    """A scripted provider on a free port (see scripted_provider)."""
+    started = ScriptedProvider()
+    await started.start()
+    try:
+        yield started
+    finally:
+        await started.close()

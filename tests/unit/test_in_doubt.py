@@ -9,6 +9,7 @@ from shared.adapters.memory import InMemoryHealthStore
 from shared.contract import Queue
 from shared.domain import process as machine
 from shared.domain.in_doubt import (
+    ABANDONED,
     IN_PROGRESS,
     NEVER_SEEN,
     NOT_APPLIED,
@@ -49,6 +50,8 @@ class Remote:
 
     answers: dict[str, RemoteOutcome | Exception] = field(default_factory=dict)
     asked: list[str] = field(default_factory=list)
+    abandons: dict[str, RemoteOutcome | Exception] = field(default_factory=dict)
+    abandoned: list[str] = field(default_factory=list)
     meanwhile: Callable[[], Awaitable[None]] | None = None
     """Runs while the query is out (the order moves on meanwhile)."""
 
@@ -63,6 +66,14 @@ class Remote:
         if self.meanwhile is not None:
             await self.meanwhile()
         answer = self.answers.get(key, NEVER_SEEN)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        """Scripted per key; a key not scripted is abandoned, like a never-seen key."""
+        self.abandoned.append(key)
+        answer = self.abandons.get(key, ABANDONED)
         if isinstance(answer, Exception):
             raise answer
         return answer

@@ -164,6 +164,9 @@ class Ledger:
         self.asked.append(key)
         return self.said.get(key, NEVER_SEEN)
 
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        raise AssertionError("reconciliation never abandons a key")
+
 
 @dataclass
 class Setup:

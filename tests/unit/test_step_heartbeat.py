@@ -181,6 +181,9 @@ class SlowRemote:
     async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
         raise AssertionError("not asked here")
 
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        raise AssertionError("not abandoned here")
+
 
 class RacingStore(InMemoryStateStore):
     """Loses the first `conflicts` saves to someone else (an ETag race)."""
