@@ -131,7 +131,7 @@ async def test_cancel_mid_step_whose_reply_says_failed_undoes_only_the_steps_bef
     assert "Failed" not in statuses(world)
 
 
-async def test_cancel_mid_step_that_never_answers_undoes_it_once_its_complete_by_passes() -> None:
+async def test_cancel_mid_step_that_never_answers_undoes_it_once_no_request_can_apply() -> None:
     world = World()
     await claimed(world)
     assert await complete_steps(world, 1) is not None
@@ -143,7 +143,13 @@ async def test_cancel_mid_step_that_never_answers_undoes_it_once_its_complete_by
     world.clock.advance(2)
     (nudge,) = world.bus.take(Queue.SCHEDULER)
     await scheduler.on_nudge(world.deps(), "o-1", nudge.message_id)
+    assert agent_requests(world) == []  # the charge may still apply until T0+35: no refund
+    world.clock.advance(3)
+    (nudge,) = world.bus.take(Queue.SCHEDULER)  # the Scheduler looks again at T0+35
+    assert nudge.deliver_at is not None and nudge.body["reason"] == "settle"
+    await scheduler.on_nudge(world.deps(), "o-1", nudge.message_id)
     (undo,) = agent_requests(world)
+    assert undo.body["undoes"] == "o-1:charge-payment"
     assert undo.body["step"] == "charge-payment" and undo.body["action"] == "compensate"
     assert undo.body["payload"] == {"result": {}}  # in doubt: no result to pass on
     await scheduler.on_reply(world.deps(), a_reply(undo))
@@ -157,12 +163,15 @@ async def test_replies_of_an_older_attempt_change_nothing_after_a_cancel() -> No
     payment = await complete_steps(world, 1)
     assert payment is not None
     world.clock.advance(31)
-    await cancel_order(world.deps(), "o-1", "op")  # complete-by passed: in doubt, undo now
+    await cancel_order(world.deps(), "o-1", "op")  # in doubt, and live until T0+35
     await nudges(world)
-    (undo,) = agent_requests(world)
-    assert undo.body["attempt"] == 2
+    assert agent_requests(world) == []
     late = a_reply(payment)
     assert await scheduler.on_reply(world.deps(), late) is Handled.STALE
+    world.clock.advance(5)
+    await nudges(world)
+    (undo,) = agent_requests(world)
+    assert undo.body["attempt"] == 3 and undo.body["undoes"] == "o-1:charge-payment"
     await scheduler.on_reply(world.deps(), a_reply(undo))
     assert await scheduler.on_reply(world.deps(), a_reply(undo)) is Handled.STALE
     assert await undo_all(world) == [("reserve-inventory", "o-1:release-inventory")]
@@ -227,6 +236,9 @@ async def test_cancel_of_an_error_order_undoes_the_step_in_doubt_and_the_complet
     answer = await cancel_order(world.deps(), "o-1", "op")
     assert answer.state.failure_count == 0
     assert "o-1" in world.store.watched()
+    await nudges(world)
+    assert agent_requests(world) == []  # the charge may still apply until T0+35
+    world.clock.advance(5)
     undone = await undo_all(world)
     assert [step for step, _ in undone] == ["charge-payment", "reserve-inventory"]
     assert (await load(world)).state.process_state is ProcessState.CANCELLED
@@ -416,6 +428,9 @@ async def test_suspending_a_cancel_and_resuming_it_finishes_the_cancel() -> None
     world.clock.advance(31)  # the payment's complete-by passes while suspended: in doubt
     assert (await sweep(world.deps())).recovered == 0
     await resume_order(world.deps(), "o-1", "op")
+    await nudges(world)
+    assert agent_requests(world) == []  # the charge may still apply until T0+35
+    world.clock.advance(5)
     undone = await undo_all(world)
     assert [step for step, _ in undone] == ["charge-payment", "reserve-inventory"]
     final = await load(world)

@@ -232,8 +232,11 @@ async def test_exhausted_policy_compensate_undoes_the_in_doubt_step_then_complet
     world.clock.advance(31)
     report = await sweep(world.deps())
     assert report.compensating == 1
+    world.clock.advance(2)
+    await scheduler.on_nudge(world.deps(), "o-1")
+    assert agent_requests(world) == []  # the charge may still apply until T0+35: no refund
     for step in ("charge-payment", "reserve-inventory"):
-        world.clock.advance(2)
+        world.clock.advance(3)
         await scheduler.on_nudge(world.deps(), "o-1")
         (undo,) = agent_requests(world)
         assert (undo.body["step"], undo.body["action"]) == (step, "compensate")

@@ -11,7 +11,6 @@ from shared.domain.machine.dispatch import (
     dispatch_forward,
     drained_step,
     hold_for_operator,
-    requeue,
     wait_for_drained,
 )
 from shared.domain.machine.settle import key_state
@@ -209,57 +208,26 @@ def _late_do(
     cause: str | None,
 ) -> Transition | None:
     """An answer the order is no longer waiting for: a stale attempt, a duplicate, or a
-    step no longer running. It cannot move the order on, but it is evidence:
-
-    - from the agent that holds the step's key: applied (the next claim goes on, or
-      undoes it) or, for a permanent failure of an unsettled key, not applied;
-    - a success the order cannot take any more (at an agent it moved away from, on a
-      final order that thought the key not applied, or below where its compensation
-      has reached): the effect would be left in force, so an operator is alerted and
-      the effect is undone at that provider.
+    step no longer running. It changes nothing (the key it speaks of settles by time or
+    by asking), except when it proves an effect the order believes is not there: a
+    success at an agent the order moved away from, or at the agent whose key the order
+    settled as not applied and will not undo. Then an operator is alerted and the effect
+    is undone at that provider.
     """
+    if reply.outcome is not Outcome.SUCCEEDED:
+        return None
     step = process.steps[index]
     agent = reply.agent or step.agent
-    state = process.state
     if agent is None:
         return None
-    ours = agent == step.agent
-    known = key_state(step)
-    if reply.outcome is Outcome.SUCCEEDED:
-        if not ours:
-            return _undo_extra(process, workflow, policy, reply, index, agent, now, cause)
-        if known is KeyState.APPLIED:
+    if agent != step.agent:
+        if agent not in step.tried:
             return None
-        passed = state.phase is Phase.COMPENSATE and state.current_step < index
-        if state.process_state.is_final or passed:
-            return _undo_extra(process, workflow, policy, reply, index, agent, now, cause)
-    elif not ours or known is not KeyState.UNSETTLED or state.process_state.is_final:
-        return None
-    elif step.status is StepStatus.RUNNING:
-        return None  # the running attempt will be refused the same way
-    b = Builder(process, now, cause)
-    if reply.outcome is Outcome.SUCCEEDED:
-        running = step.status is StepStatus.RUNNING
-        b.set_step(
-            index,
-            status=step.status if running else StepStatus.COMPLETED,
-            key_state=KeyState.APPLIED,
-            result=reply.result or {},
-            error=None,
-        )
-        b.note("late-reply-applied", f"{step.name}: {agent} applied its key")
-    else:
-        b.set_step(index, key_state=KeyState.NOT_APPLIED)
-        b.note("late-reply-rejected", f"{step.name}: {agent} refused its key")
-    waiting = (
-        state.process_state is ProcessState.COMPENSATING
-        and state.current_step == index
-        and step.status is not StepStatus.RUNNING
-        and step.complete_by is None
-    )
-    if waiting:
-        requeue(b, policy, 0, "settled")
-    return b.build()
+        return _undo_extra(process, workflow, policy, reply, index, agent, now, cause)
+    forward = process.state.phase is Phase.FORWARD and not process.state.process_state.is_final
+    if key_state(step) is KeyState.NOT_APPLIED and not forward:
+        return _undo_extra(process, workflow, policy, reply, index, agent, now, cause)
+    return None
 
 
 def _undo_extra(
