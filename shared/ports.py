@@ -101,10 +101,18 @@ class StateStore(Protocol):
 
     async def watch(
         self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
-    ) -> None:
+    ) -> bool:
         """Put an order on the Supervisor's watch list for state `version`. Without
         `replace` an existing entry is kept as it is (its earlier check time must not be
-        pushed back)."""
+        pushed back). True when this call wrote the entry, False when it found one."""
+        ...
+
+    async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
+        """Make every earlier read of the order's entry stale: an existing entry keeps
+        its check time and version but gets a new ETag; a missing one is written. The
+        intake calls it once its order is known to exist, so that a Supervisor that read
+        the entry while the order was still missing cannot delete it (see
+        `unwatch_entry`)."""
         ...
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
@@ -119,6 +127,11 @@ class StateStore(Protocol):
         """Take an order off the watch list. With `version`, only an entry written for
         that state version or an earlier one goes: an operator's resubmit that re-watched
         the order a moment after the Scheduler finished it keeps its entry."""
+        ...
+
+    async def unwatch_entry(self, entry: WatchEntry) -> None:
+        """Delete the entry only as it was read, conditional on its ETag; a lost race is
+        ignored. The Supervisor's way to drop the entry of an order it found missing."""
         ...
 
     async def ping(self) -> None:

@@ -89,11 +89,19 @@ class InMemoryStateStore:
 
     async def watch(
         self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
-    ) -> None:
+    ) -> bool:
         await asyncio.sleep(0)
         self.operations["write"] += 1
         if replace or order_id not in self._watch:
             self._watch[order_id] = (check_at, self._etag(), version)
+            return True
+        return False
+
+    async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        at, _, kept = self._watch.get(order_id, (check_at, "", version))
+        self._watch[order_id] = (at, self._etag(), kept)
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         await asyncio.sleep(0)
@@ -117,6 +125,13 @@ class InMemoryStateStore:
         current = self._watch.get(order_id)
         if current is not None and (version is None or current[2] <= version):
             del self._watch[order_id]
+
+    async def unwatch_entry(self, entry: WatchEntry) -> None:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        current = self._watch.get(entry.order_id)
+        if current is not None and current[1] == entry.etag:
+            del self._watch[entry.order_id]
 
     async def ping(self) -> None:
         return None

@@ -257,7 +257,7 @@ class TableStateStore:
 
     async def watch(
         self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
-    ) -> None:
+    ) -> bool:
         await self.ensure_table()
         entity = {
             "PartitionKey": rows.watch_partition(order_id),
@@ -271,6 +271,20 @@ class TableStateStore:
                 await self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
             else:
                 await self._table.create_entity(entity)
+            return True
+        return False
+
+    async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
+        """A merge of the keys alone: the service gives the entry a new ETag and changes
+        nothing else. Gone, it is created; if someone else creates it first, theirs is
+        as new as ours would have been, so that is kept."""
+        await self.ensure_table()
+        keys = {"PartitionKey": rows.watch_partition(order_id), "RowKey": order_id}
+        self.operations["write"] += 1
+        with translated_errors(when=refused_status(404)):
+            await self._table.update_entity(keys, mode=UpdateMode.MERGE)
+            return
+        await self.watch(order_id, check_at, replace=False, version=version)
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         await self.ensure_table()
@@ -326,6 +340,16 @@ class TableStateStore:
                 await self._table.delete_entity(
                     partition, order_id, etag=etag, match_condition=MatchConditions.IfNotModified
                 )
+
+    async def unwatch_entry(self, entry: WatchEntry) -> None:
+        self.operations["write"] += 1
+        with translated_errors(when=_watch_moved_on):
+            await self._table.delete_entity(
+                rows.watch_partition(entry.order_id),
+                entry.order_id,
+                etag=entry.etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
 
     async def ping(self) -> None:
         await self.ensure_table()
