@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from shared.domain.bulk import BulkJob, JobState
+from shared.domain.bulk import BulkJob, JobState, Lease
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import (
@@ -202,6 +202,15 @@ class BulkStore(Protocol):
     ) -> OrderPage:
         """One page of the orders in `state`, in a stable key order; raises ValueError
         for a continuation it did not hand out."""
+        ...
+
+    async def lease(self) -> Lease | None:
+        """The bulk runners' lease as last written, with its ETag; None before the first."""
+        ...
+
+    async def put_lease(self, lease: Lease, seen: Lease | None) -> Lease:
+        """Write the lease conditional on `seen` (its ETag; None: that there is none yet);
+        raises ConcurrencyConflict when it changed since. Returns it with its new ETag."""
         ...
 
 

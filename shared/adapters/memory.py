@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from shared.domain.bulk import BulkJob, JobState
+from shared.domain.bulk import BulkJob, JobState, Lease
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
 from shared.ports import (
@@ -146,6 +146,7 @@ class InMemoryBulkStore:
     def __init__(self, store: InMemoryStateStore) -> None:
         self._store = store
         self._jobs: dict[str, tuple[BulkJob, str]] = {}
+        self._lease: Lease | None = None
         self._etags = itertools.count(1)
 
     def _etag(self) -> str:
@@ -192,6 +193,18 @@ class InMemoryBulkStore:
         processes = [await self._store.load(s.order_id) for s in page.items]
         items = tuple(p for p in processes if p is not None)
         return OrderPage(items, f"after:{page.continuation}" if page.continuation else None)
+
+    async def lease(self) -> Lease | None:
+        await asyncio.sleep(0)
+        return self._lease
+
+    async def put_lease(self, lease: Lease, seen: Lease | None) -> Lease:
+        await asyncio.sleep(0)
+        current = self._lease.etag if self._lease else None
+        if current != (seen.etag if seen else None):
+            raise ConcurrencyConflict("bulk lease")
+        self._lease = replace(lease, etag=self._etag())
+        return self._lease
 
 
 class InMemoryHealthStore:
