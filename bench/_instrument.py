@@ -197,10 +197,14 @@ class CountingStore:
 
     async def watch(
         self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
-    ) -> None:
-        await self._timed(
+    ) -> bool:
+        wrote: bool = await self._timed(
             "watch", 1, self.inner.watch(order_id, check_at, replace=replace, version=version)
         )
+        return wrote
+
+    async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
+        await self._timed("rewatch", 1, self.inner.rewatch(order_id, check_at, version=version))
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         result: tuple[WatchEntry, ...] = await self._timed("due", 0, self.inner.due(now, limit))
@@ -212,6 +216,9 @@ class CountingStore:
 
     async def unwatch(self, order_id: str, version: int | None = None) -> None:
         await self._timed("unwatch", 1, self.inner.unwatch(order_id, version))
+
+    async def unwatch_entry(self, entry: WatchEntry) -> None:
+        await self._timed("unwatch", 1, self.inner.unwatch_entry(entry))
 
     async def ping(self) -> None:
         await self._timed("ping", 0, self.inner.ping())

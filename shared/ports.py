@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from shared.domain.bulk import BulkJob, JobState
+from shared.domain.bulk import BulkJob, JobState, Lease
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import (
@@ -123,10 +123,18 @@ class StateStore(Protocol):
 
     async def watch(
         self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
-    ) -> None:
+    ) -> bool:
         """Put an order on the Supervisor's watch list for state `version`. Without
         `replace` an existing entry is kept as it is (its earlier check time must not be
-        pushed back)."""
+        pushed back). True when this call wrote the entry, False when it found one."""
+        ...
+
+    async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
+        """Make every earlier read of the order's entry stale: an existing entry keeps
+        its check time and version but gets a new ETag; a missing one is written. The
+        intake calls it once its order is known to exist, so that a Supervisor that read
+        the entry while the order was still missing cannot delete it (see
+        `unwatch_entry`)."""
         ...
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
@@ -141,6 +149,11 @@ class StateStore(Protocol):
         """Take an order off the watch list. With `version`, only an entry written for
         that state version or an earlier one goes: an operator's resubmit that re-watched
         the order a moment after the Scheduler finished it keeps its entry."""
+        ...
+
+    async def unwatch_entry(self, entry: WatchEntry) -> None:
+        """Delete the entry only as it was read, conditional on its ETag; a lost race is
+        ignored. The Supervisor's way to drop the entry of an order it found missing."""
         ...
 
     async def ping(self) -> None:
@@ -211,6 +224,15 @@ class BulkStore(Protocol):
     ) -> OrderPage:
         """One page of the orders in `state`, in a stable key order; raises ValueError
         for a continuation it did not hand out."""
+        ...
+
+    async def lease(self) -> Lease | None:
+        """The bulk runners' lease as last written, with its ETag; None before the first."""
+        ...
+
+    async def put_lease(self, lease: Lease, seen: Lease | None) -> Lease:
+        """Write the lease conditional on `seen` (its ETag; None: that there is none yet);
+        raises ConcurrencyConflict when it changed since. Returns it with its new ETag."""
         ...
 
 

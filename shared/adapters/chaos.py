@@ -61,8 +61,11 @@ class ChaosStateStore:
 
     async def watch(
         self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
-    ) -> None:
-        await self._inner.watch(order_id, check_at, replace=replace, version=version)
+    ) -> bool:
+        return await self._inner.watch(order_id, check_at, replace=replace, version=version)
+
+    async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
+        await self._inner.rewatch(order_id, check_at, version=version)
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         return await self._inner.due(now, limit)
@@ -74,6 +77,10 @@ class ChaosStateStore:
     async def unwatch(self, order_id: str, version: int | None = None) -> None:
         self.dice.roll("before unwatching a finished order")
         await self._inner.unwatch(order_id, version)
+
+    async def unwatch_entry(self, entry: WatchEntry) -> None:
+        self.dice.roll("before dropping a missing order's watch entry")
+        await self._inner.unwatch_entry(entry)
 
     async def ping(self) -> None:
         await self._inner.ping()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from shared.domain.bulk import BulkJob, JobState
+from shared.domain.bulk import BulkJob, JobState, Lease
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
 from shared.ports import (
@@ -89,11 +89,19 @@ class InMemoryStateStore:
 
     async def watch(
         self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
-    ) -> None:
+    ) -> bool:
         await asyncio.sleep(0)
         self.operations["write"] += 1
         if replace or order_id not in self._watch:
             self._watch[order_id] = (check_at, self._etag(), version)
+            return True
+        return False
+
+    async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        at, _, kept = self._watch.get(order_id, (check_at, "", version))
+        self._watch[order_id] = (at, self._etag(), kept)
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         await asyncio.sleep(0)
@@ -118,6 +126,13 @@ class InMemoryStateStore:
         if current is not None and (version is None or current[2] <= version):
             del self._watch[order_id]
 
+    async def unwatch_entry(self, entry: WatchEntry) -> None:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        current = self._watch.get(entry.order_id)
+        if current is not None and current[1] == entry.etag:
+            del self._watch[entry.order_id]
+
     async def ping(self) -> None:
         return None
 
@@ -131,6 +146,7 @@ class InMemoryBulkStore:
     def __init__(self, store: InMemoryStateStore) -> None:
         self._store = store
         self._jobs: dict[str, tuple[BulkJob, str]] = {}
+        self._lease: Lease | None = None
         self._etags = itertools.count(1)
 
     def _etag(self) -> str:
@@ -177,6 +193,18 @@ class InMemoryBulkStore:
         processes = [await self._store.load(s.order_id) for s in page.items]
         items = tuple(p for p in processes if p is not None)
         return OrderPage(items, f"after:{page.continuation}" if page.continuation else None)
+
+    async def lease(self) -> Lease | None:
+        await asyncio.sleep(0)
+        return self._lease
+
+    async def put_lease(self, lease: Lease, seen: Lease | None) -> Lease:
+        await asyncio.sleep(0)
+        current = self._lease.etag if self._lease else None
+        if current != (seen.etag if seen else None):
+            raise ConcurrencyConflict("bulk lease")
+        self._lease = replace(lease, etag=self._etag())
+        return self._lease
 
 
 class InMemoryHealthStore:

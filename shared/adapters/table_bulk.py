@@ -5,6 +5,8 @@ the orders' partitions and out of their way (order ids never start with `~`). Ev
 change is a REPLACE conditional on the ETag read, so two timer runs on two instances
 cannot both claim the same page. The filter, the cursor and the page in flight are JSON
 properties; the counters are real properties, so a progress read is one point read.
+The runners' lease is one more row there, RowKey `~lease` (no bulk id starts with `~`,
+and it has no `State`, so the jobs' query never returns it).
 
 The scan is the state store's own operator query (state rows, filtered server-side by
 `ProcessState`), one page per call with the service's continuation; whole entities are
@@ -14,6 +16,7 @@ read because the filter needs the customer id and the preview the steps.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any, Final
 
 from azure.core import MatchConditions
@@ -24,11 +27,20 @@ from azure.data.tables.aio import TableClient
 from shared.adapters import table_rows as rows
 from shared.adapters.table_errors import refused_status, translated_errors
 from shared.adapters.table_store import TableStateStore, decode_token, encode_token
-from shared.domain.bulk import BulkAction, BulkFilter, BulkJob, Cursor, JobState, parse_filter
+from shared.domain.bulk import (
+    BulkAction,
+    BulkFilter,
+    BulkJob,
+    Cursor,
+    JobState,
+    Lease,
+    parse_filter,
+)
 from shared.domain.model import OrderProcess, ProcessState
 from shared.ports import AlreadyExists, ConcurrencyConflict, OrderPage
 
 BULK_PARTITION: Final = "~bulk"
+LEASE_ROW: Final = "~lease"
 
 
 class TableBulkStore:
@@ -107,6 +119,37 @@ class TableBulkStore:
                 if legacy is not None:
                     items.append(legacy)
         return OrderPage(tuple(items), encode_token(next_token))
+
+    async def lease(self) -> Lease | None:
+        await self._store.ensure_table()
+        with translated_errors():
+            try:
+                entity = await self._table.get_entity(BULK_PARTITION, LEASE_ROW)
+            except ResourceNotFoundError:
+                return None
+        return Lease(str(entity["Holder"]), rows.utc(entity["Until"]), str(entity.metadata["etag"]))
+
+    async def put_lease(self, lease: Lease, seen: Lease | None) -> Lease:
+        await self._store.ensure_table()
+        entity = {
+            "PartitionKey": BULK_PARTITION,
+            "RowKey": LEASE_ROW,
+            "Holder": lease.holder,
+            "Until": lease.until,
+        }
+        with translated_errors(
+            ConcurrencyConflict("bulk lease"), when=refused_status(404, 409, 412)
+        ):
+            if seen is None:
+                result = await self._table.create_entity(entity)
+            else:
+                result = await self._table.update_entity(
+                    entity,
+                    mode=UpdateMode.REPLACE,
+                    etag=seen.etag,
+                    match_condition=MatchConditions.IfNotModified,
+                )
+        return replace(lease, etag=str(result["etag"]))
 
 
 def _cursor_json(cursor: Cursor | None) -> str | None:

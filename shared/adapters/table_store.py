@@ -5,8 +5,8 @@ An order's state, steps, outbox and latest history are one entity (see `table_ro
 the audit trail never misses or outruns a state change, and the common save spares the
 multipart encoding of an entity-group transaction. Only a save whose history outgrows
 the entity is a transaction, which moves the entries to rows. A save replaces the whole
-entity, so it carries the history on: the store remembers, per ETag it read or wrote,
-the history that entity holds, and reads it again only for an ETag it never saw. The
+entity, so it carries the history on: the store remembers, per order and ETag it read
+or wrote, the history that entity holds, and reads it again only for one it never saw. The
 Supervisor's watch list lives in a few `~watch-NN` partitions and is found by a filtered
 query over in-flight orders only.
 """
@@ -49,8 +49,10 @@ from shared.ports import (
 )
 
 KEPT_HISTORIES = 4096
-"""ETags whose entity's history this store remembers from its own reads and writes, so
-the save that follows a read needs no second one; a few MB at most."""
+"""(order, ETag) pairs whose entity's history this store remembers from its own reads
+and writes, so the save that follows a read needs no second one; a few MB at most. Keyed
+by the order too: an ETag is the entity's timestamp, and two orders written in one tick
+carry the same one."""
 
 _CONFLICT_CODES = {"UpdateConditionNotSatisfied", "ConditionNotMet", "ResourceNotFound"}
 _EXISTS_CODES = {"EntityAlreadyExists"}
@@ -85,7 +87,7 @@ class TableStateStore:
         self._ready = False
         self._ready_lock = asyncio.Lock()
         self.operations: Counter[str] = Counter()
-        self._inline: OrderedDict[str, str] = OrderedDict()
+        self._inline: OrderedDict[tuple[str, str], str] = OrderedDict()
 
     @property
     def table(self) -> TableClient:
@@ -118,14 +120,14 @@ class TableStateStore:
             etag = await self._write(
                 process.order_id, self._table.create_entity(entity), create=True
             )
-            return self._kept(etag, inline)
+            return self._kept(process.order_id, etag, inline)
         operations: list[Any] = [
             ("create", rows.state_entity(process)),
             *(("create", e) for e in rows.history_entities(process.order_id, keyed)),
         ]
         with translated_errors(AlreadyExists(process.order_id), when=_ORDER_EXISTS):
             results = await self._transact(operations)
-        return self._kept(str(results[0]["etag"]), "[]")
+        return self._kept(process.order_id, str(results[0]["etag"]), "[]")
 
     async def load(self, order_id: str) -> OrderProcess | None:
         await self.ensure_table()
@@ -133,7 +135,7 @@ class TableStateStore:
         if state is None:
             return None
         etag = str(state.metadata["etag"])
-        self._kept(etag, rows.history_text(state))
+        self._kept(order_id, etag, rows.history_text(state))
         if rows.is_current_layout(state):
             return rows.to_process(state, etag)
         return await self._load_legacy(order_id, etag)
@@ -155,10 +157,10 @@ class TableStateStore:
         )
         return rows.from_legacy_rows(entities, etag)
 
-    def _kept(self, etag: str, history: str) -> str:
-        """Remember the history the entity at `etag` carries, for the save that follows
-        the read (a save replaces the whole entity, so it must carry the history on)."""
-        self._inline[etag] = history
+    def _kept(self, order_id: str, etag: str, history: str) -> str:
+        """Remember the history the order's entity at `etag` carries, for the save that
+        follows the read (a save replaces the whole entity, so it must carry it on)."""
+        self._inline[(order_id, etag)] = history
         while len(self._inline) > KEPT_HISTORIES:
             self._inline.popitem(last=False)
         return etag
@@ -167,7 +169,7 @@ class TableStateStore:
         """The history the entity carries at `etag`: kept from this store's own read or
         write, else read (a process read elsewhere, or long ago); a changed entity is a
         lost race either way."""
-        kept = self._inline.pop(etag, None)
+        kept = self._inline.pop((order_id, etag), None)
         if kept is None:
             state = await self._read_state(order_id)
             if state is None or str(state.metadata["etag"]) != etag:
@@ -194,14 +196,14 @@ class TableStateStore:
             etag = await self._write(
                 process.order_id, self._table.update_entity(entity, **conditional), create=False
             )
-            return self._kept(etag, inline)
+            return self._kept(process.order_id, etag, inline)
         operations: list[Any] = [
             ("update", rows.state_entity(process), conditional),
             *(("create", e) for e in rows.history_entities(process.order_id, [*entries, *keyed])),
         ]
         with translated_errors(ConcurrencyConflict(process.order_id), when=_STATE_CHANGED):
             results = await self._transact(operations)
-        return self._kept(str(results[0]["etag"]), "[]")
+        return self._kept(process.order_id, str(results[0]["etag"]), "[]")
 
     async def _write(
         self, order_id: str, call: Awaitable[Mapping[str, Any]], *, create: bool
@@ -255,7 +257,7 @@ class TableStateStore:
 
     async def watch(
         self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
-    ) -> None:
+    ) -> bool:
         await self.ensure_table()
         entity = {
             "PartitionKey": rows.watch_partition(order_id),
@@ -269,6 +271,20 @@ class TableStateStore:
                 await self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
             else:
                 await self._table.create_entity(entity)
+            return True
+        return False
+
+    async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
+        """A merge of the keys alone: the service gives the entry a new ETag and changes
+        nothing else. Gone, it is created; if someone else creates it first, theirs is
+        as new as ours would have been, so that is kept."""
+        await self.ensure_table()
+        keys = {"PartitionKey": rows.watch_partition(order_id), "RowKey": order_id}
+        self.operations["write"] += 1
+        with translated_errors(when=refused_status(404)):
+            await self._table.update_entity(keys, mode=UpdateMode.MERGE)
+            return
+        await self.watch(order_id, check_at, replace=False, version=version)
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         await self.ensure_table()
@@ -324,6 +340,16 @@ class TableStateStore:
                 await self._table.delete_entity(
                     partition, order_id, etag=etag, match_condition=MatchConditions.IfNotModified
                 )
+
+    async def unwatch_entry(self, entry: WatchEntry) -> None:
+        self.operations["write"] += 1
+        with translated_errors(when=_watch_moved_on):
+            await self._table.delete_entity(
+                rows.watch_partition(entry.order_id),
+                entry.order_id,
+                etag=entry.etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
 
     async def ping(self) -> None:
         await self.ensure_table()

@@ -319,6 +319,19 @@ class BulkJob:
         )
 
 
+@dataclass(frozen=True)
+class Lease:
+    """Who works the bulk jobs until when: one row, changed only ETag-conditionally, so
+    of the instances whose timers tick together one holds it and the others pass."""
+
+    holder: str
+    until: datetime
+    etag: str | None = None
+
+    def free(self, now: datetime) -> bool:
+        return self.until <= now
+
+
 def acted_by(details: Iterable[str], actor: str) -> bool:
     """Does an order's history show an action by `actor` (see BulkJob.actor)?"""
     mark = f"by {actor}"

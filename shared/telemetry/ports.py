@@ -143,9 +143,13 @@ class TracedStateStore:
 
     async def watch(
         self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
-    ) -> None:
+    ) -> bool:
         with _store_span("watch", order_id):
-            await self._inner.watch(order_id, check_at, replace=replace, version=version)
+            return await self._inner.watch(order_id, check_at, replace=replace, version=version)
+
+    async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
+        with _store_span("rewatch", order_id):
+            await self._inner.rewatch(order_id, check_at, version=version)
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         with _store_span("due"):
@@ -158,6 +162,10 @@ class TracedStateStore:
     async def unwatch(self, order_id: str, version: int | None = None) -> None:
         with _store_span("unwatch", order_id):
             await self._inner.unwatch(order_id, version)
+
+    async def unwatch_entry(self, entry: WatchEntry) -> None:
+        with _store_span("unwatch", entry.order_id):
+            await self._inner.unwatch_entry(entry)
 
     async def ping(self) -> None:
         await self._inner.ping()

@@ -10,8 +10,10 @@ past it only with the page's counters, in one conditional write after its last a
 A run that dies in between leaves that page in the job; the next run re-reads each of
 its orders' history and skips those this job already acted on.
 
-Runs never overlap: the timer holds the host's singleton lock (Azure and the local
-runtime alike), and two runs that did would lose a conditional write and stop.
+Runs never overlap: the host's timer lock holds within one process only, so a run first
+takes the bulk lease (shared/usecases/bulk_lease.py), and an instance that finds it held
+passes. A page is only as large as the run can act on at its pace before its deadline
+(shared/usecases/bulk_pace.py), so a run ends within its budget and its lease.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from shared.domain.bulk import (
 from shared.domain.model import OrderProcess
 from shared.domain.process import InvalidTransition
 from shared.ports import BulkStore, BusUnavailable, ConcurrencyConflict, StateStoreError
+from shared.usecases import bulk_lease
+from shared.usecases.bulk_lease import HeldLease
+from shared.usecases.bulk_pace import Pacer
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.operator import (
     OrderNotFound,
@@ -50,7 +55,8 @@ from shared.usecases.operator import (
 log = logging.getLogger("orders.bulk")
 
 PAGE_SIZE: Final = 100
-"""Orders read per page: one query, and the most one page may act on."""
+"""Orders read per page at most: one query, and the most one page may act on; fewer when
+the run's pace leaves room for fewer before its deadline."""
 RUN_BUDGET: Final = timedelta(seconds=20)
 """How long one timer run works before it stops between pages: far inside any
 function time limit, and short enough that a deploy or scale-in loses little."""
@@ -128,44 +134,66 @@ async def job_status(deps: BulkDeps, bulk_id: str) -> BulkJob:
 
 
 async def work_jobs(deps: BulkDeps, budget: timedelta = RUN_BUDGET) -> int:
-    """The timer's run: work the Running jobs, oldest first, until `budget` is spent.
-    Returns how many orders were acted on (done, skipped or failed)."""
+    """The timer's run: take the bulk lease, then work the Running jobs, oldest first,
+    until `budget` is spent; another instance's run holding the lease means nothing to
+    do. Returns how many orders were acted on (done, skipped or failed)."""
     clock = deps.process.clock
-    deadline = clock.now() + budget
-    acted = 0
+    started = clock.now()
+    deadline = started + budget
     running = sorted(await deps.jobs.jobs(JobState.RUNNING), key=lambda j: j.created_at)
-    for job in running:
-        if clock.now() >= deadline:
-            break
-        acted += await work_job(deps, job.bulk_id, deadline)
+    if not running:
+        return 0
+    lease = await bulk_lease.take(
+        deps.jobs, deps.process.instance_id, started, deadline + bulk_lease.GRACE
+    )
+    if lease is None:
+        return 0
+    pacer = Pacer(clock, deps.actions_per_second, deadline)
+    acted = 0
+    try:
+        for job in running:
+            if pacer.room() == 0:
+                break
+            acted += await work_job(deps, job.bulk_id, deadline, pacer, lease)
+    finally:
+        await lease.release(clock.now())
     return acted
 
 
-async def work_job(deps: BulkDeps, bulk_id: str, deadline: datetime) -> int:
-    """Page after page until the job is Done, the deadline passes, or another run
-    changed the job first (a lost race: that run carries on)."""
+async def work_job(
+    deps: BulkDeps,
+    bulk_id: str,
+    deadline: datetime,
+    pacer: Pacer | None = None,
+    lease: HeldLease | None = None,
+) -> int:
+    """Page after page until the job is Done, the run has no room left for an action,
+    the lease was lost, or another run changed the job first (a lost race: that run
+    carries on)."""
     acted = 0
-    clock = deps.process.clock
+    pacer = pacer or Pacer(deps.process.clock, deps.actions_per_second, deadline)
     try:
-        while clock.now() < deadline:
+        while (room := pacer.room()) > 0:
+            if lease is not None and not await lease.renew():
+                break
             job = await deps.jobs.load_job(bulk_id)
             if job is None or job.state is JobState.DONE:
                 break
             if job.in_flight:
-                acted += await _act_on_page(deps, job, replay=True)
+                acted += await _act_on_page(deps, job, pacer, replay=True)
                 continue
-            claimed = await _claim_next_page(deps, job)
+            claimed = await _claim_next_page(deps, job, min(room, PAGE_SIZE))
             if claimed is None:
                 break
             if claimed.in_flight:
-                acted += await _act_on_page(deps, claimed, replay=False)
+                acted += await _act_on_page(deps, claimed, pacer, replay=False)
     except ConcurrencyConflict:
         log.info("bulk %s: another run changed the job first; leaving it to that run", bulk_id)
     return acted
 
 
-async def _claim_next_page(deps: BulkDeps, job: BulkJob) -> BulkJob | None:
-    """Read the next page and write which of its orders this run is about to act on.
+async def _claim_next_page(deps: BulkDeps, job: BulkJob, size: int) -> BulkJob | None:
+    """Read the next `size` orders and write which of them this run is about to act on.
     None: the job is Done now."""
     now = deps.process.clock.now()
     states = states_to_scan(job.action, job.filter)
@@ -181,7 +209,7 @@ async def _claim_next_page(deps: BulkDeps, job: BulkJob) -> BulkJob | None:
         )
         return None
     try:
-        page = await deps.jobs.orders(states[cursor.state_index], PAGE_SIZE, cursor.continuation)
+        page = await deps.jobs.orders(states[cursor.state_index], size, cursor.continuation)
     except ValueError:
         log.warning("bulk %s: its cursor is no longer valid; the state is skipped", job.bulk_id)
         page = None
@@ -199,19 +227,19 @@ async def _claim_next_page(deps: BulkDeps, job: BulkJob) -> BulkJob | None:
     return replace(claimed, etag=await deps.jobs.save_job(claimed))
 
 
-async def _act_on_page(deps: BulkDeps, job: BulkJob, *, replay: bool) -> int:
-    """Act on the claimed page at the configured pace, then store the counters and move
-    the cursor past the page in one conditional write."""
-    clock = deps.process.clock
-    interval = 1.0 / deps.actions_per_second
-    started = clock.now()
+async def _act_on_page(deps: BulkDeps, job: BulkJob, pacer: Pacer, *, replay: bool) -> int:
+    """Act on the claimed page at the run's pace, then store the counters and move the
+    cursor past the page in one conditional write. A page the deadline cuts short (its
+    actions ran slower than the pace) stays in flight for the next run's replay."""
     outcomes = {o: 0 for o in Outcome}
-    for i, order_id in enumerate(job.in_flight):
-        wait = (started + timedelta(seconds=i * interval) - clock.now()).total_seconds()
-        if wait > 0:
-            await clock.sleep(wait)
+    for order_id in job.in_flight:
+        if not await pacer.turn():
+            log.info(
+                "bulk %s: the run's deadline came mid-page; the next run replays it", job.bulk_id
+            )
+            return sum(outcomes.values())
         outcomes[await _act(deps.process, job, order_id, replay=replay)] += 1
-    now = clock.now()
+    now = deps.process.clock.now()
     finished = replace(
         job.counted(
             outcomes[Outcome.DONE], outcomes[Outcome.SKIPPED], outcomes[Outcome.FAILED], now

@@ -60,16 +60,24 @@ class _Stored:
 async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: Workflow) -> _Stored:
     """The create is the existence check: a new order costs two writes and no read.
 
-    A repeat of an order still running finds its watch entry and leaves it as it was; a
+    A repeat of an order still running keeps the check time of the entry it finds; a
     repeat of a finished one has just watched it again, and takes that entry back.
+
+    An entry this call did not write may be one a Supervisor has already read, due, with
+    no order behind it (an earlier try's create failed), and is about to delete. So once
+    the order exists it is re-watched before the answer: the Supervisor deletes only the
+    entry as it read it (ETag), and it read it before it found the order missing, so
+    before this create; the re-watch comes after the create, so either it lands first
+    and the delete misses, or the delete lands first and the re-watch writes the entry
+    again. An entry this call wrote itself is not due before `check_at`, far past the
+    create, so no Supervisor has read it: a new order keeps its two writes.
     """
     now = deps.clock.now()
     transition = machine.start(order, workflow, now, cause)
+    version = transition.process.state.version
     check_at = machine.next_check(transition.process, workflow, deps.policy, now)
     assert check_at is not None
-    await deps.store.watch(
-        order.order_id, check_at, replace=False, version=transition.process.state.version
-    )
+    wrote = await deps.store.watch(order.order_id, check_at, replace=False, version=version)
     try:
         etag = await deps.store.create(transition.process, transition.history)
     except AlreadyExists:
@@ -78,7 +86,11 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
             raise
         if existing.state.process_state.is_terminal:
             await deps.store.unwatch(order.order_id, existing.state.version)
+        elif not wrote:
+            await deps.store.rewatch(order.order_id, check_at, version=existing.state.version)
         return _repeat(existing, order)
+    if not wrote:
+        await deps.store.rewatch(order.order_id, check_at, version=version)
     log_transition(transition)
     if deps.cache is not None:
         deps.cache.put(replace(transition.process, etag=etag))  # the claim skips a read

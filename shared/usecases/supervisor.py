@@ -290,8 +290,10 @@ async def _check(
 ) -> None:
     process = await deps.store.load(entry.order_id)
     if process is None:
-        # The submission died between the watch entry and the order rows.
-        await deps.store.unwatch(entry.order_id)
+        # The submission died between the watch entry and the order rows. Only the entry
+        # as read goes: a retry whose create lands after this load re-watches the order
+        # once it exists (shared/usecases/submission.py), which makes this delete miss.
+        await deps.store.unwatch_entry(entry)
         return
     if process.state.process_state.is_terminal:
         # The Scheduler stopped before it unwatched: resend the last outbox, then forget it.

@@ -3,10 +3,11 @@ and real Azurite: field for field, ETag-conditional, and the scan's pages in key
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from azure.data.tables.aio import TableServiceClient
@@ -15,11 +16,12 @@ from shared.adapters.memory import InMemoryBulkStore, InMemoryStateStore
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_store import TableStateStore
 from shared.domain import process as machine
-from shared.domain.bulk import BulkAction, BulkFilter, BulkJob, Cursor, JobState
+from shared.domain.bulk import BulkAction, BulkFilter, BulkJob, Cursor, JobState, Lease
 from shared.domain.model import ProcessState
 from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import AlreadyExists, BulkStore, ConcurrencyConflict, StateStore
 from shared.settings import azurite_connection_string
+from shared.usecases import bulk_lease
 from tests.builders import an_order
 
 T0 = datetime(2026, 11, 24, 9, 0, 0, 250000, tzinfo=UTC)
@@ -122,3 +124,42 @@ async def test_the_scan_pages_one_state_in_key_order_with_whole_orders(
     assert (await jobs.orders(ProcessState.ERROR, 3, None)).items == ()
     with pytest.raises(ValueError):
         await jobs.orders(ProcessState.PENDING, 3, "not-a-token")
+
+
+async def test_the_lease_is_written_only_against_the_etag_read(
+    stores: tuple[StateStore, BulkStore],
+) -> None:
+    _, jobs = stores
+    assert await jobs.lease() is None
+    first = await jobs.put_lease(Lease("a", T0), None)
+    with pytest.raises(ConcurrencyConflict):
+        await jobs.put_lease(Lease("b", T0), None)  # it exists now
+    renewed = await jobs.put_lease(first, first)
+    assert renewed.etag != first.etag
+    with pytest.raises(ConcurrencyConflict):
+        await jobs.put_lease(Lease("b", T0), first)  # read before the renewal
+    assert await jobs.lease() == renewed
+    assert (await jobs.jobs(JobState.RUNNING), await jobs.jobs(JobState.DONE)) == ((), ())
+
+
+async def test_of_eight_runs_taking_the_lease_at_once_one_holds_it(
+    stores: tuple[StateStore, BulkStore],
+) -> None:
+    """Concurrent requests on real ETags: all eight read the lease free, one write wins.
+    Then it is held until released, or until it expires."""
+    _, jobs = stores
+    now = T0
+    for round_ in range(4):
+        until = now + timedelta(seconds=50)
+        taken = await asyncio.gather(
+            *(bulk_lease.take(jobs, f"i-{n}", now, until) for n in range(8))
+        )
+        (held,) = [t for t in taken if t is not None]
+        assert await jobs.lease() == held.lease
+        assert await bulk_lease.take(jobs, "late", now + timedelta(seconds=49), until) is None
+        if round_ % 2:
+            now += timedelta(seconds=50)  # expired: anyone may take it
+        else:
+            await held.release(now)
+            assert not await held.renew()  # released, as if taken: it stops
+            now += timedelta(seconds=1)

@@ -36,7 +36,7 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.domain.workflow import ORDER_FULFILMENT
-from shared.ports import AlreadyExists, ConcurrencyConflict, StateStore
+from shared.ports import AlreadyExists, ConcurrencyConflict, StateStore, StoreUnavailable
 from shared.settings import azurite_connection_string
 from shared.usecases import scheduler
 from shared.usecases.operator import resubmit_order
@@ -277,6 +277,106 @@ async def test_a_resubmit_racing_the_schedulers_unwatch_stays_watched(store: Sta
         assert resumed is not None and resumed.state.process_state is ProcessState.PENDING
         due = await store.due(world.clock.now() + timedelta(days=1), 1000)
         assert order_id in {e.order_id for e in due}
+
+
+async def test_a_missing_orders_entry_goes_only_as_read_and_a_rewatch_outdates_any_read(
+    store: StateStore,
+) -> None:
+    now = World().clock.now()
+    later = now + timedelta(seconds=500)
+    assert await store.watch("m-1", now, replace=False, version=1)
+    assert not await store.watch("m-1", later, replace=False, version=1)
+    (read,) = await store.due(now, 10)
+    await store.rewatch("m-1", later, version=7)
+    (after,) = await store.due(now, 10)
+    assert (after.check_at, after.version) == (read.check_at, 1)  # only its ETag moved
+    assert after.etag != read.etag
+    await store.unwatch_entry(read)  # read before the rewatch: kept
+    assert [e.order_id for e in await store.due(now, 10)] == ["m-1"]
+    await store.unwatch_entry(after)
+    assert await store.due(later, 10) == ()
+    await store.unwatch_entry(after)  # gone: nothing to do
+    await store.rewatch("m-1", later, version=2)  # gone: written anew
+    (anew,) = await store.due(later, 10)
+    assert (anew.check_at, anew.version) == (later, 2)
+
+
+async def test_a_rewatch_racing_the_supervisors_delete_always_leaves_the_entry(
+    store: StateStore,
+) -> None:
+    """Both requests in flight at once, in either order of issue: whichever the store
+    applies first, the order is on the watch list afterwards."""
+    now = World().clock.now()
+    for round_ in range(8):
+        order_id = f"wr-{round_}"
+        await store.watch(order_id, now, replace=False, version=1)
+        (read,) = [e for e in await store.due(now, 100) if e.order_id == order_id]
+        racing = [store.unwatch_entry(read), store.rewatch(order_id, now, version=1)]
+        await asyncio.gather(*(racing if round_ % 2 else reversed(racing)))
+        assert order_id in {e.order_id for e in await store.due(now, 100)}
+
+
+class FailingCreate:
+    """Delegates to a store whose next create fails, as a 503 from storage would."""
+
+    def __init__(self, inner: StateStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        raise StoreUnavailable("503 Server Busy")
+
+
+class HeldAfterLoad:
+    """Delegates to a store, holding its caller after the first load until `go` is set."""
+
+    def __init__(self, inner: StateStore) -> None:
+        self._inner = inner
+        self.loaded = asyncio.Event()
+        self.go = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def load(self, order_id: str) -> OrderProcess | None:
+        found = await self._inner.load(order_id)
+        if not self.loaded.is_set():
+            self.loaded.set()
+            await self.go.wait()
+        return found
+
+
+async def test_a_retry_accepted_while_the_supervisor_drops_its_missing_order_stays_watched(
+    store: StateStore,
+) -> None:
+    """The first POST writes the watch entry and its create fails; at due time the
+    Supervisor finds no order; the client's retry lands between that load and the
+    Supervisor's delete and is accepted. The order must stay watched, so that when its
+    nudge is lost a later sweep sends it again."""
+    world = world_on(store)
+    order = an_order("lost-1")
+    with pytest.raises(StoreUnavailable):
+        await submit_order(replace(world.deps(), store=FailingCreate(store)), order)  # type: ignore[arg-type]
+    world.clock.advance(world.policy.pending_timeout.total_seconds() + 1)
+    held = HeldAfterLoad(store)
+    supervisor = replace(world.deps("supervisor-1"), store=held)  # type: ignore[arg-type]
+    supervising = asyncio.create_task(sweep(supervisor))
+    await held.loaded.wait()  # the Supervisor has found no order ...
+
+    retried = await submit_order(world.deps("intake-2"), order)  # ... and the retry: 202
+    held.go.set()
+    await supervising
+
+    assert retried.created
+    world.bus.take(Queue.SCHEDULER)  # its nudge is lost
+    due = await store.due(world.clock.now() + timedelta(days=1), 1000)
+    assert "lost-1" in {e.order_id for e in due}
+    world.clock.advance(world.policy.pending_timeout.total_seconds() + 1)
+    report = await sweep(world.deps("supervisor-1"))
+    assert report.recovered_orders == ["lost-1"]
+    assert [n.body["orderId"] for n in world.bus.on(Queue.SCHEDULER)] == ["lost-1"]
 
 
 async def test_finished_orders_leave_the_watch_list(store: StateStore) -> None:

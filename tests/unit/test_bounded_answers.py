@@ -46,8 +46,9 @@ class SilentStore(InMemoryStateStore):
         await asyncio.sleep(3600)
         return None
 
-    async def watch(self, order_id: str, check_at: Any, *, replace: bool, version: int = 0) -> None:
+    async def watch(self, order_id: str, check_at: Any, *, replace: bool, version: int = 0) -> bool:
         await asyncio.sleep(3600)
+        return False
 
     async def ping(self) -> None:
         await asyncio.sleep(3600)

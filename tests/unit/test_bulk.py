@@ -27,6 +27,7 @@ from tests.builders import World, a_reply, an_order
 from tests.unit.test_failures import time_out_at_payment
 
 ERROR_AT_PAYMENT = BulkFilter(state=ProcessState.ERROR, step="charge-payment", error_code="timeout")
+PENDING = BulkFilter(state=ProcessState.PENDING)
 
 
 def bulk(world: World, per_second: float = 50) -> BulkDeps:
@@ -114,6 +115,28 @@ async def test_a_run_stops_at_its_budget_and_the_next_run_continues_from_the_cur
     await work_jobs(deps, budget=timedelta(hours=1))
     finished = await job_status(deps, job.bulk_id)
     assert (finished.state, finished.done) == (JobState.DONE, 250)
+
+
+async def test_a_run_takes_no_more_actions_than_its_budget_allows_at_the_jobs_pace() -> None:
+    """At 0.5 actions/s a 20 s run has room for 10 actions; a page of 30 would take 60 s
+    and run far past the budget (and the lease of the run, see bulk_lease)."""
+    world = World()
+    for i in range(30):
+        await submit_order(world.deps(), an_order(f"p-{i:02d}", clock=world.clock))
+    deps = bulk(world, per_second=0.5)
+    job = await start_job(deps, BulkRequest(BulkAction.SUSPEND, PENDING), "ops")
+    started = world.clock.now()
+
+    acted = await work_jobs(deps, budget=timedelta(seconds=20))
+
+    assert acted == 10
+    assert world.clock.now() - started < timedelta(seconds=20)
+    after = await job_status(deps, job.bulk_id)
+    assert (after.state, after.done, after.in_flight) == (JobState.RUNNING, 10, ())
+    page = await world.store.list_by_state(ProcessState.SUSPENDED, 100, None)
+    assert len(page.items) == 10
+    await work_jobs(deps, budget=timedelta(seconds=20))
+    assert (await job_status(deps, job.bulk_id)).done == 20
 
 
 async def test_a_run_that_died_mid_page_is_finished_exactly_once_per_order() -> None:

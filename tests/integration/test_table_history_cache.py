@@ -1,0 +1,106 @@
+"""The table store's history cache on real Azurite, when two orders' state entities carry
+the same ETag string.
+
+Table ETags are the entity's timestamp (W/"datetime'...'"), so two entities written in
+one tick read alike. Azurite rarely ties on cue, so a thin client in front of it makes
+every ETag read the same string and turns it back into the entity's real one on a
+write: the conditions the service checks stay real.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from azure.data.tables.aio import TableClient, TableServiceClient
+
+from shared.adapters.clock import FakeClock
+from shared.adapters.table_store import TableStateStore
+from shared.domain import process as machine
+from shared.domain.workflow import ORDER_FULFILMENT
+from shared.settings import azurite_connection_string
+from tests.builders import a_policy, an_order
+
+pytestmark = pytest.mark.azurite
+
+TIED = "W/\"datetime'2026-11-24T09%3A00%3A00.25Z'\""
+
+
+class TiedETags:
+    """A table client on which every entity's ETag reads `TIED`."""
+
+    def __init__(self, inner: TableClient) -> None:
+        self._inner = inner
+        self._real: dict[tuple[str, str], str] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _tie(self, entity: Any, etag: str) -> str:
+        self._real[(str(entity["PartitionKey"]), str(entity["RowKey"]))] = etag
+        return TIED
+
+    async def create_entity(self, entity: Any, **kwargs: Any) -> dict[str, Any]:
+        result = dict(await self._inner.create_entity(entity, **kwargs))
+        result["etag"] = self._tie(entity, result["etag"])
+        return result
+
+    async def update_entity(self, entity: Any, **kwargs: Any) -> dict[str, Any]:
+        if kwargs.get("etag") == TIED:
+            kwargs["etag"] = self._real[(str(entity["PartitionKey"]), str(entity["RowKey"]))]
+        result = dict(await self._inner.update_entity(entity, **kwargs))
+        result["etag"] = self._tie(entity, result["etag"])
+        return result
+
+    async def get_entity(self, partition_key: str, row_key: str, **kwargs: Any) -> Any:
+        entity = await self._inner.get_entity(partition_key, row_key, **kwargs)
+        entity.metadata["etag"] = self._tie(entity, str(entity.metadata["etag"]))
+        return entity
+
+
+class TiedService:
+    def __init__(self, inner: TableServiceClient) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def get_table_client(self, table_name: str) -> TiedETags:
+        return TiedETags(self._inner.get_table_client(table_name))
+
+
+@pytest.fixture
+async def tied_store(azurite_table_port: int) -> AsyncIterator[TableStateStore]:
+    service = TableServiceClient.from_connection_string(
+        azurite_connection_string(azurite_table_port)
+    )
+    store = TableStateStore(TiedService(service), f"h{uuid.uuid4().hex[:20]}")  # type: ignore[arg-type]
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def test_two_orders_whose_state_etags_tie_each_save_their_own_history(
+    tied_store: TableStateStore,
+) -> None:
+    store, clock = tied_store, FakeClock()
+    first = machine.start(an_order("tie-a", clock=clock), ORDER_FULFILMENT, clock.now())
+    clock.advance(3600)
+    second = machine.start(an_order("tie-b", clock=clock), ORDER_FULFILMENT, clock.now())
+    await store.create(first.process, first.history)
+    await store.create(second.process, second.history)
+    a = await store.load("tie-a")
+    b = await store.load("tie-b")
+    assert a is not None and b is not None
+    assert a.etag == b.etag == TIED  # two entities written in one tick
+
+    for loaded, started in ((a, first), (b, second)):
+        claim = machine.claim(loaded, ORDER_FULFILMENT, a_policy(), "s-1", clock.now())
+        assert claim is not None
+        await store.save(claim.process, claim.history)
+        saved = await store.history(loaded.order_id)
+        expected = [*started.history, *claim.history]
+        assert [(h.event, h.at) for h in saved] == [(h.event, h.at) for h in expected]
