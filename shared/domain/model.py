@@ -51,6 +51,9 @@ class KeyState(StrEnum):
     UNSENT = "unsent"
     UNSETTLED = "unsettled"
     """A request went out; the provider may have applied it, or may still."""
+    EXPIRED = "expired"
+    """No request sent with it can still apply, and the provider could not say whether
+    one did: an undo is safe (it meets the key as it stays), a move is not."""
     APPLIED = "applied"
     NOT_APPLIED = "not-applied"
     """Final: rejected, abandoned at the provider, or not applied once no request sent

@@ -38,6 +38,11 @@ async def send_then_unwatch(deps: ProcessDeps, transition: Transition) -> None:
     the version check's read is spared); Error and Suspended keep the check, since an
     operator may already have moved the order on and re-watched it."""
     await deps.bus.send(transition.outgoing)
+    if transition.check_at is not None:
+        state = transition.process.state
+        await deps.store.watch(
+            state.order_id, transition.check_at, replace=True, version=state.version
+        )
     if transition.is_terminal:
         state = transition.process.state
         version = None if state.process_state.is_final else state.version

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from shared.adapters.memory import InMemoryHealthStore
 from shared.contract import Queue
 from shared.domain import process as machine
+from shared.domain.health import AgentDrain
 from shared.domain.in_doubt import (
     ABANDONED,
     IN_PROGRESS,
@@ -19,6 +20,7 @@ from shared.domain.messages import AgentReply
 from shared.domain.model import (
     ExhaustedPolicy,
     JsonObject,
+    KeyState,
     OrderProcess,
     Outcome,
     Outgoing,
@@ -186,10 +188,28 @@ async def test_an_applied_refund_is_recorded_compensated_and_the_undo_goes_on() 
     assert (release.body["step"], release.body["action"]) == ("reserve-inventory", "compensate")
 
 
-async def test_not_applied_moves_the_retry_to_a_healthy_alternative_and_counts_one() -> None:
+async def test_not_applied_while_a_request_may_still_apply_keeps_the_retry_with_its_key() -> None:
     setup = await at_payment(None, "payment", "payment-secondary")
     setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
-    setup.world.clock.advance(PAST_DEADLINE)
+    setup.world.clock.advance(PAST_DEADLINE)  # live until T0+35: a request may be on the wire
+
+    report = await setup.sweep()
+
+    assert (report.in_doubt_not_applied, report.requeued) == (1, 1)
+    process = await setup.world.store.load("o-1")
+    assert process is not None and process.state.failure_count == 1
+    assert process.steps[1].suspect is None
+    await next_claim(setup)
+    assert setup.requests(Queue.AGENT_PAYMENT_SECONDARY) == []
+    (retry,) = setup.requests(Queue.AGENT_PAYMENT)
+    assert retry.body["idempotencyKey"] == CHARGE_KEY
+    assert any("a request may still apply" in d for d in await setup.history())
+
+
+async def test_not_applied_past_the_live_time_moves_the_retry_to_a_healthy_alternative() -> None:
+    setup = await at_payment(None, "payment", "payment-secondary")
+    setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
+    setup.world.clock.advance(36)
 
     report = await setup.sweep()
 
@@ -197,6 +217,7 @@ async def test_not_applied_moves_the_retry_to_a_healthy_alternative_and_counts_o
     process = await setup.world.store.load("o-1")
     assert process is not None and process.state.failure_count == 1
     assert process.steps[1].suspect == "payment"
+    assert process.steps[1].key_state is KeyState.NOT_APPLIED
     await next_claim(setup)
     assert setup.requests(Queue.AGENT_PAYMENT) == []
     (retry,) = setup.requests(Queue.AGENT_PAYMENT_SECONDARY)
@@ -205,18 +226,38 @@ async def test_not_applied_moves_the_retry_to_a_healthy_alternative_and_counts_o
     assert process is not None
     assert (process.steps[1].agent, process.steps[1].suspect) == ("payment-secondary", None)
     history = await setup.history()
-    assert any("payment had not applied key o-1:charge-payment" in d for d in history)
+    assert any("payment had not applied key o-1:charge-payment (settled" in d for d in history)
     assert any(
-        "agent-payment-secondary (instead of payment: its attempt timed out and it had not "
-        "applied the key)" in d
+        "agent-payment-secondary (instead of payment: its attempt timed out and its key is "
+        "settled not applied)" in d
         for d in history
     )
+
+
+async def test_a_drained_primary_is_abandoned_and_the_retry_moves_to_the_secondary() -> None:
+    """Finding 8: the primary said "not applied" and is drained; its key is abandoned,
+    so the retry goes to the healthy secondary at once instead of waiting for undrain."""
+    setup = await at_payment(None, "payment", "payment-secondary")
+    drain = AgentDrain("payment", True, "maintenance", setup.world.clock.now())
+    await setup.health.set_drain(drain)
+    setup.world.clock.advance(PAST_DEADLINE)
+
+    report = await setup.sweep()
+
+    assert setup.payment.abandoned == [CHARGE_KEY]
+    assert report.requeued == 1
+    process = await setup.world.store.load("o-1")
+    assert process is not None and process.steps[1].abandoned_at == ("payment",)
+    await next_claim(setup)
+    assert setup.requests(Queue.AGENT_PAYMENT) == []
+    (retry,) = setup.requests(Queue.AGENT_PAYMENT_SECONDARY)
+    assert retry.body["idempotencyKey"] == CHARGE_KEY
 
 
 async def test_never_seen_is_as_safe_as_not_applied() -> None:
     setup = await at_payment(None, "payment", "payment-secondary")
     setup.payment.answers[CHARGE_KEY] = NEVER_SEEN
-    setup.world.clock.advance(PAST_DEADLINE)
+    setup.world.clock.advance(36)
 
     assert (await setup.sweep()).in_doubt_not_applied == 1
 
@@ -239,7 +280,7 @@ async def test_not_applied_without_a_healthy_alternative_retries_at_the_same_age
 
 async def test_in_progress_and_no_answer_retry_where_the_key_lives() -> None:
     for answer, said in (
-        (IN_PROGRESS, "payment still runs the call"),
+        (IN_PROGRESS, "payment still runs key"),
         (TransientRemoteError("http-503", "down"), "payment gave no answer"),
     ):
         setup = await at_payment(None, "payment", "payment-secondary")
@@ -303,12 +344,18 @@ async def test_a_reply_that_lands_while_asking_wins_and_the_answer_changes_nothi
 
 
 async def test_exhausted_compensate_skips_undoing_a_step_known_not_applied() -> None:
+    """Finding 10's rule under ExhaustedPolicy=compensate: the charge's key is abandoned
+    before the order undoes it, and a key abandoned (never applied) is not refunded."""
     world = World(policy=a_policy(max_failure_count=1, exhausted=ExhaustedPolicy.COMPENSATE))
     setup = await at_payment(world)
-    setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
     setup.world.clock.advance(PAST_DEADLINE)
 
     assert (await setup.sweep()).compensating == 1
+    assert (setup.payment.asked, setup.payment.abandoned) == ([CHARGE_KEY], [])
+    assert setup.requests(Queue.AGENT_PAYMENT) == []  # no refund while the charge may apply
+    setup.world.clock.advance(5)
+    await setup.sweep()
+    assert setup.payment.abandoned == [CHARGE_KEY]
 
     await next_claim(setup)
     assert setup.requests(Queue.AGENT_PAYMENT) == []

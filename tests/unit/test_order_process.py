@@ -235,6 +235,8 @@ async def test_exhausted_policy_compensate_undoes_the_in_doubt_step_then_complet
     world.clock.advance(2)
     await scheduler.on_nudge(world.deps(), "o-1")
     assert agent_requests(world) == []  # the charge may still apply until T0+35: no refund
+    world.clock.advance(3)
+    await sweep(world.deps())  # past its live time: the refund meets the charge as it is
     for step in ("charge-payment", "reserve-inventory"):
         world.clock.advance(3)
         await scheduler.on_nudge(world.deps(), "o-1")

@@ -131,7 +131,7 @@ def dispatch_compensation(
             b.set_step(index, compensation_attempts=step.compensation_attempts + 1)
             return
         if verdict is Undo.WAIT:
-            wait_to_settle(b, policy, index)
+            wait_to_settle(b, index)
             return
         index -= 1
     cancelled = b.state.cancel_requested
@@ -145,30 +145,22 @@ def dispatch_compensation(
     b.notify(NotificationStatus.CANCELLED if cancelled else NotificationStatus.COMPENSATED)
 
 
-def wait_to_settle(b: Builder, policy: ProcessPolicy, index: int) -> None:
-    """Send nothing until the step's request can no longer apply. A running call is the
-    Supervisor's at its complete-by (it asks, or abandons the key); a request already
-    in doubt is looked at again by the Scheduler when its live time ends, when the undo
-    meets the key as it stays. A reply meanwhile settles it sooner."""
+def wait_to_settle(b: Builder, index: int) -> None:
+    """Send nothing while the step's request may still apply: the Supervisor looks at
+    the order when its call's complete-by or its live time passes, and settles the key
+    by abandoning it there or asking (machine/recovery.py). A reply settles it sooner."""
     step = b.steps[index]
-    b.set(current_step=index)
-    if step.status is StepStatus.RUNNING and step.complete_by is not None:
-        b.set(process_state=ProcessState.COMPENSATING, locked_by=None, complete_by=step.complete_by)
-        b.note("waiting-to-settle", f"{step.name}: its call runs until {iso(step.complete_by)}")
-        return
-    until = step.live_until if step.live_until is not None and step.live_until > b.now else b.now
-    deliver_at = until
+    running = step.status is StepStatus.RUNNING and step.complete_by is not None
+    until = step.complete_by if running else step.live_until
+    until = until if until is not None and until > b.now else b.now
     b.set(
-        process_state=ProcessState.PENDING,
+        process_state=ProcessState.COMPENSATING,
+        current_step=index,
         locked_by=None,
-        complete_by=deliver_at + policy.pending_timeout,
+        complete_by=until,
     )
     b.note("waiting-to-settle", f"{step.name}: its request may still apply until {iso(until)}")
-    b.send(
-        Nudge(b.order.order_id, "settle").outgoing(
-            b.state.version, high=b.high, deliver_at=deliver_at
-        )
-    )
+    b.check_at = until
 
 
 def _dispatch(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
-from shared.domain.machine.dispatch import hold_for_operator, requeue
+from shared.domain.machine.dispatch import hold_for_operator, requeue, wait_to_settle
 from shared.domain.machine.settle import key_state, settled_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
 from shared.domain.messages import idempotency_key, iso
@@ -85,17 +85,30 @@ def recover(
     b.note("timed-out", b.state.last_error or "")
     if outcome is not None:
         _note_outcome(b, step, outcome, undo=undo_out)
-    if failures < policy.max_failure_count:
+    if failures < policy.max_failure_count and _leaving(b, index):
+        wait_to_settle(b, index)
+    elif failures < policy.max_failure_count:
         requeue(b, policy, failures, "requeued")
     elif policy.exhausted_policy is ExhaustedPolicy.COMPENSATE and state.phase is Phase.FORWARD:
         b.alert("max-failure-count-reached-compensating")
         b.notify(NotificationStatus.FAILED, b.state.last_error)
         # The step that timed out is undone too once its key settles as applied.
         b.set(phase=Phase.COMPENSATE, current_step=index, failure_count=0)
-        requeue(b, policy, 1, "compensation-requested")
+        if _leaving(b, index):
+            wait_to_settle(b, index)
+        else:
+            requeue(b, policy, 1, "compensation-requested")
     else:
         hold_for_operator(b, "max-failure-count-reached")
     return b.build()
+
+
+def _leaving(b: Builder, index: int) -> bool:
+    """Is the order undoing, with this step's key not settled? Then it waits for the key
+    here, with the Supervisor, rather than going through the Scheduler to find out."""
+    step = b.steps[index]
+    undoing = b.state.phase is Phase.COMPENSATE and step.status is not StepStatus.COMPENSATED
+    return undoing and key_state(step) is KeyState.UNSETTLED
 
 
 def _in_doubt(b: Builder, index: int, step: StepRecord, outcome: RemoteOutcome | None) -> None:
@@ -129,30 +142,37 @@ def _settle_wait(
     step: StepRecord,
     outcome: RemoteOutcome | None,
 ) -> Transition:
-    """A compensation waited for a step's live request: the answer settles its key, or
-    the wait goes on. Past its live time the Scheduler may undo it anyway (the undo then
-    meets the key as it stays); an "in progress" answer keeps it live a while longer."""
+    """A compensation waited for a step's request: the answer settles its key (or, past
+    its live time with no answer, leaves it expired, which an undo may meet), and the
+    Scheduler goes on; an "in progress" answer, or a request still live, waits on."""
     b.set(locked_by=None)
-    if outcome is None:
-        requeue(b, policy, 0, "settle-check")
-        return b.build()
-    settled = settled_by(step, outcome, b.now)
+    settled = settled_by(step, outcome, b.now) if outcome is not None else _expired(step, b.now)
     changes: dict[str, object] = {"key_state": settled}
-    if outcome.kind is RemoteOutcomeKind.APPLIED:
+    if outcome is not None and outcome.kind is RemoteOutcomeKind.APPLIED:
         changes.update(status=StepStatus.COMPLETED, result=dict(outcome.result or {}))
-    if outcome.kind is RemoteOutcomeKind.ABANDONED and step.agent:
+    if outcome is not None and outcome.kind is RemoteOutcomeKind.ABANDONED and step.agent:
         changes["abandoned_at"] = (*step.abandoned_at, step.agent)
-    if outcome.kind is RemoteOutcomeKind.IN_PROGRESS:
+    if outcome is not None and outcome.kind is RemoteOutcomeKind.IN_PROGRESS:
         changes["live_until"] = _extended(step, b.now)
     b.set_step(index, **changes)
-    _note_outcome(b, step, outcome, undo=False)
-    if outcome.kind is RemoteOutcomeKind.IN_PROGRESS:
-        until = b.steps[index].live_until or b.now
-        b.set(complete_by=until)
-        b.note("waiting-to-settle", f"{step.name}: still running at {step.agent}")
+    if outcome is not None:
+        _note_outcome(b, step, outcome, undo=False)
+    if settled is KeyState.UNSETTLED:
+        until = b.steps[index].live_until
+        b.set(
+            complete_by=until if until is not None and until > b.now else b.now + policy.backoff(1)
+        )
+        b.note("waiting-to-settle", f"{step.name}: its request may still apply")
         return b.build()
-    requeue(b, policy, 0, "settled" if settled.settled else "settle-check")
+    requeue(b, policy, 0, "settled")
     return b.build()
+
+
+def _expired(step: StepRecord, now: datetime) -> KeyState:
+    current = key_state(step)
+    if current is KeyState.UNSETTLED and (step.live_until is None or now >= step.live_until):
+        return KeyState.EXPIRED
+    return current
 
 
 def undelivered(

@@ -37,7 +37,7 @@ class Undo(StrEnum):
 
 def live(step: StepRecord, now: datetime) -> bool:
     """May a do request of this step still apply at its provider?"""
-    return key_state(step) is KeyState.UNSETTLED and (
+    return key_state(step) in (KeyState.UNSETTLED, KeyState.EXPIRED) and (
         step.live_until is not None and now < step.live_until
     )
 
@@ -46,20 +46,17 @@ def undo_of(step: StepRecord, definition: StepDefinition, now: datetime) -> Undo
     if definition.compensation is None or step.status is StepStatus.COMPENSATED:
         return Undo.SKIP
     state = key_state(step)
-    if state is KeyState.APPLIED or step.status is StepStatus.COMPLETED:
+    if step.status is StepStatus.RUNNING or state is KeyState.UNSETTLED:
+        return Undo.WAIT
+    if state in (KeyState.APPLIED, KeyState.EXPIRED) or step.status is StepStatus.COMPLETED:
         return Undo.SEND
-    if state is not KeyState.UNSETTLED:
-        return Undo.SKIP
-    # Past its live time a request can no longer apply: the undo then meets the key as
-    # it stays (applied: undone; not: nothing to undo), and a do still being processed
-    # answers the undo "in progress", never "nothing to undo".
-    return Undo.WAIT if live(step, now) or step.status is StepStatus.RUNNING else Undo.SEND
+    return Undo.SKIP
 
 
 def pinned(step: StepRecord, definition: StepDefinition) -> AgentName | None:
     """The agent a retry must stay with: the one whose key may still apply, unless the
     candidates share one key space (then a move cannot apply it twice)."""
-    if step.agent is None or key_state(step) is not KeyState.UNSETTLED:
+    if step.agent is None or key_state(step) not in (KeyState.UNSETTLED, KeyState.EXPIRED):
         return None
     if definition.retry_elsewhere:
         return None
@@ -81,12 +78,14 @@ def key_state(step: StepRecord) -> KeyState:
 
 def settled_by(step: StepRecord, outcome: RemoteOutcome, now: datetime) -> KeyState:
     """What an answer about the step's do key proves. "Not applied" is final only once no
-    request sent with the key can still apply, or once the key was abandoned."""
+    request sent with the key can still apply, or once the key was abandoned; no answer
+    past that time leaves the key expired (an undo is then safe, a move is not)."""
     kind = outcome.kind
     if kind is RemoteOutcomeKind.APPLIED:
         return KeyState.APPLIED
     if kind is RemoteOutcomeKind.ABANDONED:
         return KeyState.NOT_APPLIED
-    if outcome.safe_to_move and (step.live_until is None or now >= step.live_until):
-        return KeyState.NOT_APPLIED
-    return key_state(step)
+    current = key_state(step)
+    if current.settled or live(step, now) or kind is RemoteOutcomeKind.IN_PROGRESS:
+        return current
+    return KeyState.NOT_APPLIED if outcome.safe_to_move else KeyState.EXPIRED

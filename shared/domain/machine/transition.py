@@ -68,6 +68,9 @@ class Transition:
     process: OrderProcess
     outgoing: tuple[Outgoing, ...]
     history: tuple[HistoryEntry, ...]
+    check_at: datetime | None = None
+    """When the Supervisor must look sooner than the order's watch entry may say: a
+    compensation waiting for a step's request to settle (the unit of work moves it)."""
 
     @property
     def is_terminal(self) -> bool:
@@ -95,6 +98,7 @@ class Builder:
         self.cause = cause
         self.outgoing: list[Outgoing] = []
         self.history: list[HistoryEntry] = []
+        self.check_at: datetime | None = None
 
     def set(self, **changes: object) -> None:
         self.state = replace(self.state, **changes)  # type: ignore[arg-type]
@@ -139,4 +143,4 @@ class Builder:
         outgoing = tuple(self.outgoing)
         state = replace(self.state, outbox=outgoing, outbox_cause=self.cause)
         process = OrderProcess(self.order, state, tuple(self.steps), self.etag)
-        return Transition(process, outgoing, tuple(self.history))
+        return Transition(process, outgoing, tuple(self.history), self.check_at)
