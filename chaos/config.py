@@ -141,7 +141,10 @@ class SlowPhase:
     from_share: float = 0.3
     """It starts once this share of the orders is accepted..."""
     to_share: float = 0.5
-    """...and ends once this share is."""
+    """...and ends once this share is..."""
+    min_seconds: float = 10.0
+    """...and it lasted this long: a small run accepts a fifth of its orders in a
+    second or two, too short a phase to matter."""
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def setup_table(result: RunResult) -> Table:
     table.add_row(
         "slow provider",
         f"{slow.service} {slow.slow_ms} ms per call from {_pct(slow.from_share)} to "
-        f"{_pct(slow.to_share)} of the orders accepted"
+        f"{_pct(slow.to_share)} of the orders accepted, at least {slow.min_seconds:g} s"
         if slow.slow_ms > 0
         else "none",
     )

@@ -283,8 +283,10 @@ async def _slow_phase(run: _Run) -> None:
     simulator = run.system.simulator(run.session)
     await _accepted(run, phase.from_share)
     await control.slow_down(simulator, run.config, slow=True)
-    run.progress(f"[{run.now():6.1f} s] {phase.service} slow: {phase.slow_ms} ms per call")
+    began = run.now()
+    run.progress(f"[{began:6.1f} s] {phase.service} slow: {phase.slow_ms} ms per call")
     await _accepted(run, phase.to_share)
+    await asyncio.sleep(max(0.0, began + phase.min_seconds - run.now()))
     await control.slow_down(simulator, run.config, slow=False)
     run.progress(f"[{run.now():6.1f} s] {phase.service} no longer slow")
 
