@@ -104,8 +104,11 @@ class RemoteFaults:
     apply_then_hang_rate: float = 0.02
     """Operations that apply and then hang for `hang_seconds`: the reply is lost though
     the effect happened, so the Supervisor's outcome query must find it applied."""
+    without_abandon: tuple[str, ...] = ("inventory",)
+    """Providers without `POST .../operations/{key}/abandon` (`abandonSupported: false`):
+    for their steps "not applied" is final only once no request can still apply."""
 
-    def for_service(self, service: str) -> dict[str, Any]:
+    def for_service(self, service: str, *, slow_ms: int = 0) -> dict[str, Any]:
         return {
             "transientErrorRate": self.transient_error_rate,
             "hangRate": self.hang_rate,
@@ -113,13 +116,35 @@ class RemoteFaults:
             "latencyMs": self.latency_ms,
             "latencyJitterMs": self.latency_jitter_ms,
             "applyThenHangRate": self.apply_then_hang_rate,
+            "slowMs": slow_ms,
+        } | self.cleared(service)
+
+    def cleared(self, service: str) -> dict[str, Any]:
+        """No faults any more; a rejected SKU stays rejected and a provider without the
+        abandon route still lacks it (that is the remote world, not a fault)."""
+        return {
             "permanentFailureSkus": [failing_sku(service)],
+            "abandonSupported": service not in self.without_abandon,
         }
 
-    @staticmethod
-    def cleared(service: str) -> dict[str, Any]:
-        """No faults any more; a rejected SKU stays rejected (that is the remote world)."""
-        return {"permanentFailureSkus": [failing_sku(service)]}
+
+@dataclass(frozen=True)
+class SlowPhase:
+    """One provider slower than the step timeout for a share of the load: its calls
+    still apply, after their step's complete-by passed, and a repeat of a key still
+    running answers 409 meanwhile. What makes late applications and undos that come
+    before their do likely, the hazards the net-effect judge is there to catch."""
+
+    service: str = "payment"
+    slow_ms: int = 0
+    """0: no slow phase."""
+    from_share: float = 0.3
+    """It starts once this share of the orders is accepted..."""
+    to_share: float = 0.5
+    """...and ends once this share is..."""
+    min_seconds: float = 10.0
+    """...and it lasted this long: a small run accepts a fifth of its orders in a
+    second or two, too short a phase to matter."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +230,8 @@ class ChaosConfig:
     chaos_fault_rate: float = 0.02
     timings: Timings = field(default_factory=Timings)
     remote: RemoteFaults = field(default_factory=RemoteFaults)
+    slow: SlowPhase = field(default_factory=lambda: SlowPhase(slow_ms=6000))
+    """Longer than the step timeout (`timings.step_timeout_seconds`)."""
     broker: BrokerFaults = field(default_factory=BrokerFaults)
     infra: InfraFaults = field(default_factory=InfraFaults)
     cancels: Cancels = field(default_factory=Cancels)

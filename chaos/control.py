@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chaos.config import ALL_SERVICES, ChaosConfig, RemoteFaults
+from chaos.config import ALL_SERVICES, ChaosConfig
 from devhost.harness.clients import BrokerControl, SimulatorControl
 
 
@@ -14,8 +14,20 @@ async def switch_on(
     await broker.set_faults(config.broker.to_json(config.seed))
 
 
-async def switch_off(simulator: SimulatorControl, broker: BrokerControl) -> None:
-    """Every fault off; the rejected SKUs stay rejected (a declined card stays declined)."""
+async def switch_off(
+    simulator: SimulatorControl, broker: BrokerControl, config: ChaosConfig
+) -> None:
+    """Every fault off; the rejected SKUs stay rejected (a declined card stays declined)
+    and a provider without the abandon route still lacks it."""
     for service in ALL_SERVICES:
-        await simulator.set_faults(service, **RemoteFaults.cleared(service))
+        await simulator.set_faults(service, **config.remote.cleared(service))
     await broker.clear_faults()
+
+
+async def slow_down(simulator: SimulatorControl, config: ChaosConfig, slow: bool) -> None:
+    """The slow phase's provider: its faults with (or back without) `slowMs`."""
+    phase = config.slow
+    slow_ms = phase.slow_ms if slow else 0
+    await simulator.set_faults(
+        phase.service, **config.remote.for_service(phase.service, slow_ms=slow_ms)
+    )

@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
 from chaos.model import Effect, InvariantResult, Observations
+from devhost.simulator.judge import OrderToJudge, Step, judge
 from shared.domain.model import HistoryEntry, ProcessState
 from shared.domain.reconcile import FINISHED, MISMATCH_REASON
 from shared.domain.workflow import Workflow
@@ -72,18 +73,28 @@ def effects_applied_at_most_once(obs: Observations) -> InvariantResult:
     return _result("no remote effect applied twice", len(obs.effects), violations)
 
 
-def each_effect_at_one_provider(obs: Observations) -> InvariantResult:
-    """With alternative agents, a step done by two providers would charge twice."""
-    providers: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for e in obs.effects:
-        if e.applied:
-            providers[(e.order_id, e.operation)].add(e.service)
-    violations = [
-        f"{order_id}: {operation} applied by {sorted(services)}"
-        for (order_id, operation), services in sorted(providers.items())
-        if len(services) > 1
+def net_effect_judged(obs: Observations) -> InvariantResult:
+    """What the orders leave in force at the providers, by the net-effect judge
+    (devhost/simulator/judge.py, DESIGN section 11): a Processed order has each step in
+    force at exactly one service (a step done at two providers would charge twice), a
+    Compensated or Cancelled order nothing anywhere. The ledger's order counts: an undo
+    that found nothing to undo before its do applied leaves the do in force.
+
+    Every terminal order is judged: the checks run after convergence and the settle
+    wait, when no request sent for an order can still apply (the longest, a slow call,
+    lasts seconds; a hang before applying never applies)."""
+    steps = [Step(s.name, s.compensation) for s in obs.workflow.steps]
+    orders = [
+        OrderToJudge(order_id, p.state.process_state.value)
+        for order_id, p in sorted(obs.processes.items())
+        if p.state.process_state.is_terminal
     ]
-    return _result("each effect applied by one provider only", len(providers), violations)
+    verdict = judge((e.ledger_entry for e in obs.effects), orders, steps)
+    return _result(
+        "net effect: Processed in force once, Compensated or Cancelled nothing in force",
+        len(verdict.judged),
+        [str(v) for v in verdict.violations],
+    )
 
 
 def one_key_per_order_and_operation(obs: Observations) -> InvariantResult:
@@ -112,8 +123,8 @@ def compensations_exactly_for_completed_steps(obs: Observations) -> InvariantRes
     """Undo what completed, nothing else, last first: in the history and at the services.
 
     A cancelled order also undoes the steps in doubt (dispatched, never answered), so for
-    it only the order is checked here; that nothing stays applied is checked by
-    `cancelled_orders_leave_nothing_applied`.
+    it only the order is checked here; that nothing stays in force is the judge's
+    (`net_effect_judged`). An undo that found nothing to undo did not undo.
     """
     undo_step = _undo_steps(obs.workflow)
     steps = [s.name for s in obs.workflow.steps]
@@ -131,7 +142,7 @@ def compensations_exactly_for_completed_steps(obs: Observations) -> InvariantRes
         compensated = _compensated(process.history)
         expected = completed[::-1]
         calls = [e for e in effects.get(order_id, ()) if e.operation in undo_step]
-        undone = [undo_step[e.operation] for e in calls if e.applied == 1]
+        undone = [undo_step[e.operation] for e in calls if e.applied == 1 and e.undone is not False]
         if compensated != expected[: len(compensated)]:
             violations.append(
                 f"{order_id}: history compensated {compensated}, completed {completed}"
@@ -184,29 +195,6 @@ def effects_match_history(obs: Observations) -> InvariantResult:
                 f"{completed}: an effect would stay without compensation"
             )
     return _result("remote effects match the order history", len(obs.processes), violations)
-
-
-def cancelled_orders_leave_nothing_applied(obs: Observations) -> InvariantResult:
-    """A Cancelled order has no remote effect applied and not undone: each applied step's
-    compensation is applied too, at the same service (the agent that did it undoes it)."""
-    undo = {s.name: s.compensation for s in obs.workflow.steps if s.compensation}
-    effects = _effects_by_order(obs.effects)
-    cancelled = sorted(
-        order_id
-        for order_id, p in obs.processes.items()
-        if p.state.process_state is ProcessState.CANCELLED
-    )
-    violations: list[str] = []
-    for order_id in cancelled:
-        applied = {(e.service, e.operation) for e in effects.get(order_id, ()) if e.applied}
-        violations += [
-            f"{order_id}: Cancelled, but {operation} at {service} was never undone"
-            for service, operation in sorted(applied)
-            if operation in undo and (service, undo[operation]) not in applied
-        ]
-    return _result(
-        "a Cancelled order has no effect applied and not undone", len(cancelled), violations
-    )
 
 
 def every_error_has_an_alert(obs: Observations) -> InvariantResult:
@@ -380,10 +368,9 @@ CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     no_accepted_order_lost,
     all_terminal_within_bound,
     effects_applied_at_most_once,
-    each_effect_at_one_provider,
+    net_effect_judged,
     one_key_per_order_and_operation,
     compensations_exactly_for_completed_steps,
-    cancelled_orders_leave_nothing_applied,
     effects_match_history,
     every_error_has_an_alert,
     no_error_from_an_outage,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from devhost.simulator.judge import LedgerEntry
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.workflow import Workflow
 
@@ -38,16 +39,45 @@ class Effect:
     idempotency_key: str
     calls: int
     applied: int
+    applied_at: datetime | None = None
+    first_call_at: datetime | None = None
+    abandoned: bool = False
+    undoes: str | None = None
+    """A compensation's do key; None for a do."""
+    undone: bool | None = None
+    """A compensation's: True when it undid its do, False when it found nothing to undo."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Effect:
+        entry = LedgerEntry.from_json(data)
         return cls(
-            service=str(data["service"]),
-            operation=str(data["operation"]),
-            order_id=str(data["orderId"]),
-            idempotency_key=str(data["idempotencyKey"]),
+            service=entry.service,
+            operation=entry.operation,
+            order_id=entry.order_id,
+            idempotency_key=entry.idempotency_key,
             calls=int(data["calls"]),
             applied=int(data["applied"]),
+            applied_at=entry.applied_at,
+            first_call_at=entry.first_call_at,
+            abandoned=entry.abandoned,
+            undoes=entry.undoes,
+            undone=entry.undone,
+        )
+
+    @property
+    def ledger_entry(self) -> LedgerEntry:
+        """The row as the net-effect judge reads it."""
+        return LedgerEntry(
+            self.service,
+            self.operation,
+            self.order_id,
+            self.idempotency_key,
+            self.applied > 0,
+            self.applied_at,
+            self.first_call_at,
+            self.abandoned,
+            self.undoes,
+            self.undone,
         )
 
 

@@ -51,7 +51,16 @@ def setup_table(result: RunResult) -> Table:
         f"transient errors {_pct(remote.transient_error_rate)}, hangs {_pct(remote.hang_rate)} "
         f"({remote.hang_seconds:g} s, past the deadline), apply-then-hang "
         f"{_pct(remote.apply_then_hang_rate)}, latency {remote.latency_ms} ms "
-        f"+ up to {remote.latency_jitter_ms} ms",
+        f"+ up to {remote.latency_jitter_ms} ms; no abandon route at "
+        f"{', '.join(remote.without_abandon) or 'none'}",
+    )
+    slow = config.slow
+    table.add_row(
+        "slow provider",
+        f"{slow.service} {slow.slow_ms} ms per call from {_pct(slow.from_share)} to "
+        f"{_pct(slow.to_share)} of the orders accepted, at least {slow.min_seconds:g} s"
+        if slow.slow_ms > 0
+        else "none",
     )
     table.add_row(
         "broker faults",

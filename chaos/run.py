@@ -181,7 +181,7 @@ async def run_chaos(
                 await _load(run)
                 async with run.disruption:
                     run.faults_on = False
-                    await control.switch_off(simulator, broker)
+                    await control.switch_off(simulator, broker, config)
                 if run.cancelling:
                     await asyncio.gather(*run.cancelling)
                 say(f"operator cancels: {dict(sorted(result.cancels.items()))}")
@@ -224,6 +224,7 @@ async def _load(run: _Run) -> None:
         group.create_task(_kill_on_schedule(run))
         group.create_task(_broker_outages(run))
         group.create_task(_azurite_outages(run))
+        group.create_task(_slow_phase(run))
     run.result.load_seconds = max(a.at for a in run.accepted.values())
 
 
@@ -265,6 +266,29 @@ async def _kill_on_schedule(run: _Run) -> None:
             back = run.now() - at
             run.result.kills.append(KillEvent(name, instance, pid, at, back))
             run.progress(f"[{run.now():6.1f} s] {run.system.instance_id(name)} up again")
+
+
+async def _accepted(run: _Run, share: float) -> None:
+    """Until that share of the orders has been accepted."""
+    while len(run.accepted) < run.config.orders * share:
+        run.more_accepted.clear()
+        await run.more_accepted.wait()
+
+
+async def _slow_phase(run: _Run) -> None:
+    """One provider slower than the step timeout while a share of the orders comes in."""
+    phase = run.config.slow
+    if phase.slow_ms <= 0:
+        return
+    simulator = run.system.simulator(run.session)
+    await _accepted(run, phase.from_share)
+    await control.slow_down(simulator, run.config, slow=True)
+    began = run.now()
+    run.progress(f"[{began:6.1f} s] {phase.service} slow: {phase.slow_ms} ms per call")
+    await _accepted(run, phase.to_share)
+    await asyncio.sleep(max(0.0, began + phase.min_seconds - run.now()))
+    await control.slow_down(simulator, run.config, slow=False)
+    run.progress(f"[{run.now():6.1f} s] {phase.service} no longer slow")
 
 
 async def _broker_outages(run: _Run) -> None:

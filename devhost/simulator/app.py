@@ -11,9 +11,10 @@ from pathlib import Path
 
 from aiohttp import web
 
+from devhost.simulator.abandon import handle_abandon
 from devhost.simulator.calls import handle_call, handle_probe
 from devhost.simulator.control import add_control_routes
-from devhost.simulator.effects import EffectLedger
+from devhost.simulator.effects import Clock, EffectLedger, utc_now
 from devhost.simulator.problems import problem
 from devhost.simulator.queries import handle_query
 from devhost.simulator.services import SERVICE_NAMES
@@ -54,11 +55,14 @@ async def _close(app: web.Application) -> None:
     state.ledger.close()
 
 
-def create_app(db_path: str | Path | None = None, seed: int | None = None) -> web.Application:
+def create_app(
+    db_path: str | Path | None = None, seed: int | None = None, clock: Clock = utc_now
+) -> web.Application:
     """Build the simulator; ``db_path=None`` keeps the ledger in memory, ``seed=None``
-    picks a random seed (reported by ``/_sim/health`` so a run can be replayed)."""
+    picks a random seed (reported by ``/_sim/health`` so a run can be replayed), and
+    ``clock`` stamps the ledger's ``firstCallAt`` and ``appliedAt``."""
     state = SimulatorState(
-        ledger=EffectLedger(db_path), seed=secrets.randbits(32) if seed is None else seed
+        ledger=EffectLedger(db_path, clock), seed=secrets.randbits(32) if seed is None else seed
     )
     app = web.Application(middlewares=[problem_middleware])
     app[STATE] = state
@@ -66,6 +70,7 @@ def create_app(db_path: str | Path | None = None, seed: int | None = None) -> we
     app.router.add_post(f"/{{service:{services}}}/{{operation}}", handle_call)
     app.router.add_get(f"/{{service:{services}}}/health", handle_probe)
     app.router.add_get(f"/{{service:{services}}}/operations/{{key}}", handle_query)
+    app.router.add_post(f"/{{service:{services}}}/operations/{{key}}/abandon", handle_abandon)
     add_control_routes(app.router)
     app.on_shutdown.append(_wake_hung_calls)
     app.on_cleanup.append(_close)

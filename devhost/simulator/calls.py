@@ -3,6 +3,10 @@
 A call goes: validate, count the call against its key, decide faults, maybe hang, then
 finish (latency, transient-before, ``slowMs`` of work, settle the effect,
 transient-after), and with apply-then-hang, hang after settling so the reply is lost.
+A key still running (an earlier call registered and not settled) answers 409
+``operation-in-progress`` at once: a provider neither waits nor applies twice. An
+abandoned key answers 409 ``operation-abandoned`` for good. A compensation applies only
+against its do applied (see ``undo.py``).
 The finishing part is shielded from client disconnects: a real server that got the
 request keeps going when the caller times out, and that is exactly the case that makes
 idempotency keys necessary. Only hangs before the effect end early, because such a hung
@@ -23,6 +27,7 @@ from pydantic import ValidationError
 from devhost.simulator.effects import KeyConflict, Outcome, OutcomeKind
 from devhost.simulator.faults import FaultDecision, FaultSettings, TransientPhase, decide
 from devhost.simulator.problems import (
+    in_progress_problem,
     problem,
     problem_body,
     problem_response,
@@ -41,6 +46,7 @@ from devhost.simulator.services import (
     Service,
 )
 from devhost.simulator.state import STATE, SimulatorState
+from devhost.simulator.undo import undo_outcome
 
 log = logging.getLogger("devhost.simulator")
 
@@ -56,6 +62,8 @@ class Call:
     order_id: str
     key: str
     payload: OrderPayload | CompensationPayload
+    undoes: str | None = None
+    """For a compensation, the do key it undoes (named by the client, else inferred)."""
 
 
 async def _parse_call(request: web.Request, service: Service) -> Call | web.Response:
@@ -92,14 +100,20 @@ async def _parse_call(request: web.Request, service: Service) -> Call | web.Resp
             payload = CompensationPayload.model_validate(envelope.payload)
     except ValidationError as exc:
         return problem(400, "invalid-payload", "Invalid payload", validation_detail(exc))
-    return Call(service, operation, envelope.order_id, key, payload)
+    undoes = None
+    if isinstance(operation, Compensation):
+        undoes = service.undone_key(envelope.order_id, envelope.undoes)
+    return Call(service, operation, envelope.order_id, key, payload, undoes)
 
 
-def _outcome_for(call: Call, settings: FaultSettings) -> Outcome:
-    """What the service does with a fresh key: apply, or reject for a blocked SKU."""
+def _outcome_for(state: SimulatorState, call: Call, settings: FaultSettings) -> Outcome | None:
+    """What the service does with a fresh key: apply, or reject for a blocked SKU; for a
+    compensation, undo its do or find nothing to undo (None: the do is still running)."""
     if isinstance(call.operation, Compensation):
-        assert isinstance(call.payload, CompensationPayload)
-        return Outcome(OutcomeKind.APPLIED, call.operation.build_result(call.payload))
+        assert isinstance(call.payload, CompensationPayload) and call.undoes is not None
+        return undo_outcome(
+            state, call.service.name, call.undoes, call.operation.build_result(call.payload)
+        )
     assert isinstance(call.payload, OrderPayload)
     blocked = [
         item.sku for item in call.payload.items if item.sku in settings.permanent_failure_skus
@@ -119,7 +133,18 @@ def _outcome_response(outcome: Outcome, replayed: bool) -> web.Response:
     headers = {REPLAYED_HEADER: "true"} if replayed else None
     if outcome.kind is OutcomeKind.REJECTED:
         return problem_response(outcome.body, headers)
+    if outcome.undone is False:  # the contract's nothing-to-undo answer is the body itself
+        return web.json_response(outcome.body, headers=headers)
     return web.json_response({"result": outcome.body}, headers=headers)
+
+
+def _abandoned(service: str, key: str) -> web.Response:
+    return problem(
+        409,
+        "operation-abandoned",
+        "Operation abandoned",
+        f"key {key!r} was abandoned at {service}: it never applies",
+    )
 
 
 async def _hang(request: web.Request, state: SimulatorState, seconds: float) -> bool:
@@ -166,11 +191,18 @@ async def _finish(
     if decision.slow_seconds > 0:
         stats.slow_calls += 1
         await asyncio.sleep(decision.slow_seconds)
+    decided = _outcome_for(state, call, settings)
+    if decided is None:
+        stats.in_progress_rejections += 1
+        assert call.undoes is not None
+        return in_progress_problem(name, call.undoes)
     outcome, fresh = state.ledger.settle(
-        name, call.key, call.operation.name, call.order_id, _outcome_for(call, settings)
+        name, call.key, call.operation.name, call.order_id, decided
     )
     if not fresh:
         stats.idempotent_repeats += 1
+    elif outcome.undone is False:
+        stats.nothing_to_undo += 1
     elif outcome.kind is OutcomeKind.APPLIED:
         stats.applied += 1
     else:
@@ -194,7 +226,12 @@ async def handle_call(request: web.Request) -> web.Response:
     stats = state.stats[name]
     stats.calls += 1
     registered = state.ledger.register_call(
-        name, call.key, call.operation.name, call.order_id, request.headers.get("traceparent")
+        name,
+        call.key,
+        call.operation.name,
+        call.order_id,
+        request.headers.get("traceparent"),
+        call.undoes,
     )
     if isinstance(registered, KeyConflict):
         stats.key_reuse_rejections += 1
@@ -205,6 +242,12 @@ async def handle_call(request: web.Request) -> web.Response:
             "Idempotency key reused",
             f"key {call.key!r} was first used for {first.operation} of order {first.order_id}",
         )
+    if registered.abandoned:
+        stats.abandoned_rejections += 1
+        return _abandoned(name, call.key)
+    if registered.outcome is None and state.in_progress.running(name, call.key):
+        stats.in_progress_rejections += 1
+        return in_progress_problem(name, call.key)
     settings = state.faults.get(name)
     decision = decide(settings, state.seed, name, call.key, registered.calls)
     state.in_progress.begin(name, call.key)

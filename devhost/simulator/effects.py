@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+Clock = Callable[[], datetime]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS effects (
@@ -30,13 +33,29 @@ CREATE TABLE IF NOT EXISTS effects (
     outcome TEXT,
     response TEXT,
     traceparents TEXT NOT NULL DEFAULT '[]',
+    first_call_at TEXT,
+    applied_at TEXT,
+    abandoned INTEGER NOT NULL DEFAULT 0,
+    undoes TEXT,
+    undone INTEGER,
     UNIQUE (service, idempotency_key)
 );
 CREATE INDEX IF NOT EXISTS effects_order ON effects (order_id);
 """
 
+_ADDED_COLUMNS = (
+    ("traceparents", "TEXT NOT NULL DEFAULT '[]'"),
+    ("first_call_at", "TEXT"),
+    ("applied_at", "TEXT"),
+    ("abandoned", "INTEGER NOT NULL DEFAULT 0"),
+    ("undoes", "TEXT"),
+    ("undone", "INTEGER"),
+)
+"""Columns a ledger file from an older simulator may lack, added when it is opened."""
+
 _COLUMNS = (
-    "service, idempotency_key, operation, order_id, calls, applied, outcome, response, traceparents"
+    "service, idempotency_key, operation, order_id, calls, applied, outcome, response,"
+    " traceparents, first_call_at, applied_at, abandoned, undoes, undone"
 )
 
 MAX_TRACEPARENTS = 10
@@ -55,6 +74,8 @@ class Outcome:
 
     kind: OutcomeKind
     body: dict[str, Any]
+    undone: bool | None = None
+    """For a compensation: whether it undid an applied do (False: nothing to undo)."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +89,19 @@ class Effect:
     outcome: Outcome | None
     traceparents: tuple[str, ...] = ()
     """``traceparent`` headers of the calls that carried one, most recent last."""
+    first_call_at: datetime | None = None
+    """None only for a key abandoned before any call, or a row from an older ledger."""
+    applied_at: datetime | None = None
+    abandoned: bool = False
+    undoes: str | None = None
+    """For a compensation: the do key it undoes at this service (None for a do)."""
+
+    @property
+    def undone(self) -> bool | None:
+        return None if self.outcome is None else self.outcome.undone
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "service": self.service,
             "operation": self.operation,
             "orderId": self.order_id,
@@ -78,7 +109,28 @@ class Effect:
             "calls": self.calls,
             "applied": self.applied,
             "traceparents": list(self.traceparents),
+            "firstCallAt": iso(self.first_call_at),
+            "appliedAt": iso(self.applied_at),
+            "abandoned": self.abandoned,
         }
+        if self.undoes is not None:
+            body |= {"undoes": self.undoes, "undone": self.undone}
+        return body
+
+
+def iso(moment: datetime | None) -> str | None:
+    """ISO-8601 UTC with microseconds and a ``Z``: fixed width, so text order is time order."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _moment(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -91,7 +143,8 @@ class KeyConflict:
 def _effect(row: sqlite3.Row) -> Effect:
     outcome = None
     if row["outcome"] is not None:
-        outcome = Outcome(OutcomeKind(row["outcome"]), json.loads(row["response"]))
+        undone = None if row["undone"] is None else bool(row["undone"])
+        outcome = Outcome(OutcomeKind(row["outcome"]), json.loads(row["response"]), undone)
     return Effect(
         service=row["service"],
         idempotency_key=row["idempotency_key"],
@@ -101,6 +154,10 @@ def _effect(row: sqlite3.Row) -> Effect:
         applied=row["applied"],
         outcome=outcome,
         traceparents=tuple(json.loads(row["traceparents"])),
+        first_call_at=_moment(row["first_call_at"]),
+        applied_at=_moment(row["applied_at"]),
+        abandoned=bool(row["abandoned"]),
+        undoes=row["undoes"],
     )
 
 
@@ -110,7 +167,9 @@ class EffectLedger:
     Scoped per service, as each remote service has its own key space.
     """
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, clock: Clock = utc_now) -> None:
+        self._clock = clock
+        self._last_stamp: datetime | None = None
         # Opened by the creator but used on the server's loop thread; access is never
         # concurrent, hence no same-thread check.
         self._db = sqlite3.connect(
@@ -125,10 +184,20 @@ class EffectLedger:
             self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         columns = {row["name"] for row in self._db.execute("PRAGMA table_info(effects)")}
-        if "traceparents" not in columns:  # a ledger file from before traceparents
-            self._db.execute(
-                "ALTER TABLE effects ADD COLUMN traceparents TEXT NOT NULL DEFAULT '[]'"
-            )
+        for name, definition in _ADDED_COLUMNS:
+            if name not in columns:  # a ledger file from an older simulator
+                self._db.execute(f"ALTER TABLE effects ADD COLUMN {name} {definition}")
+
+    def _stamp(self) -> str:
+        """The clock's time, nudged to be strictly later than the last stamp, so that
+        `appliedAt` order is the order things happened even within a microsecond."""
+        now = self._clock()
+        if self._last_stamp is not None and now <= self._last_stamp:
+            now = self._last_stamp + timedelta(microseconds=1)
+        self._last_stamp = now
+        stamp = iso(now)
+        assert stamp is not None
+        return stamp
 
     def get(self, service: str, key: str) -> Effect | None:
         """One key's row by the unique index: what an outcome query reads."""
@@ -148,10 +217,23 @@ class EffectLedger:
         operation: str,
         order_id: str,
         traceparent: str | None = None,
+        undoes: str | None = None,
     ) -> Effect | KeyConflict:
-        """Count a call against its key, or refuse it if the key belongs to another request."""
+        """Count a call against its key, or refuse it if the key belongs to another request.
+
+        An abandoned key is counted and returned as it is (the caller refuses the call),
+        whatever request it came with: abandoned is final for the key. ``undoes`` (a
+        compensation's do key) is kept from the first call.
+        """
         with self._transaction():
             existing = self._get(service, key)
+            if existing is not None and existing.abandoned:
+                self._db.execute(
+                    "UPDATE effects SET calls = calls + 1"
+                    " WHERE service = ? AND idempotency_key = ?",
+                    (service, key),
+                )
+                return replace(existing, calls=existing.calls + 1)
             if existing is not None and (
                 existing.operation != operation or existing.order_id != order_id
             ):
@@ -161,17 +243,38 @@ class EffectLedger:
                 seen = (*seen, traceparent)[-MAX_TRACEPARENTS:]
             if existing is None:
                 self._db.execute(
-                    "INSERT INTO effects"
-                    " (service, idempotency_key, operation, order_id, calls, traceparents)"
-                    " VALUES (?, ?, ?, ?, 1, ?)",
-                    (service, key, operation, order_id, json.dumps(seen)),
+                    "INSERT INTO effects (service, idempotency_key, operation, order_id, calls,"
+                    " traceparents, first_call_at, undoes) VALUES (?, ?, ?, ?, 1, ?, ?, ?)",
+                    (service, key, operation, order_id, json.dumps(seen), self._stamp(), undoes),
                 )
             else:
                 self._db.execute(
-                    "UPDATE effects SET calls = calls + 1, traceparents = ?"
+                    "UPDATE effects SET calls = calls + 1, traceparents = ?,"
+                    " first_call_at = COALESCE(first_call_at, ?)"
                     " WHERE service = ? AND idempotency_key = ?",
-                    (json.dumps(seen), service, key),
+                    (json.dumps(seen), self._stamp(), service, key),
                 )
+            effect = self._get(service, key)
+        assert effect is not None
+        return effect
+
+    def abandon(self, service: str, key: str, operation: str, order_id: str) -> Effect:
+        """Settle a key for good as not applied, unless it is applied already.
+
+        ``operation`` and ``order_id`` name the row only when the key was never seen.
+        The caller makes sure no call with the key is running.
+        """
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR IGNORE INTO effects"
+                " (service, idempotency_key, operation, order_id, calls) VALUES (?, ?, ?, ?, 0)",
+                (service, key, operation, order_id),
+            )
+            self._db.execute(
+                "UPDATE effects SET abandoned = 1"
+                " WHERE service = ? AND idempotency_key = ? AND applied = 0",
+                (service, key),
+            )
             effect = self._get(service, key)
         assert effect is not None
         return effect
@@ -186,18 +289,25 @@ class EffectLedger:
         """
         with self._transaction():
             # The row may have been cleared by DELETE /_sim/effects mid-call.
+            stamp = self._stamp()
             self._db.execute(
-                "INSERT OR IGNORE INTO effects"
-                " (service, idempotency_key, operation, order_id, calls) VALUES (?, ?, ?, ?, 1)",
-                (service, key, operation, order_id),
+                "INSERT OR IGNORE INTO effects (service, idempotency_key, operation, order_id,"
+                " calls, first_call_at) VALUES (?, ?, ?, ?, 1, ?)",
+                (service, key, operation, order_id, stamp),
             )
+            applied = outcome.kind is OutcomeKind.APPLIED
+            undone = None if outcome.undone is None else int(outcome.undone)
             cursor = self._db.execute(
-                "UPDATE effects SET outcome = ?, response = ?, applied = applied + ?"
-                " WHERE service = ? AND idempotency_key = ? AND outcome IS NULL",
+                "UPDATE effects SET outcome = ?, response = ?, applied = applied + ?,"
+                " applied_at = ?, undone = ?"
+                " WHERE service = ? AND idempotency_key = ? AND outcome IS NULL"
+                " AND abandoned = 0",
                 (
                     outcome.kind.value,
                     json.dumps(outcome.body),
-                    1 if outcome.kind is OutcomeKind.APPLIED else 0,
+                    1 if applied else 0,
+                    stamp if applied else None,
+                    undone,
                     service,
                     key,
                 ),

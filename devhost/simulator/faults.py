@@ -45,6 +45,10 @@ class FaultSettings(BaseModel):
     )
     """Share of operations that settle (apply) and then hang for ``hangSeconds``: the
     reply is lost although the effect happened, the case outcome queries exist for."""
+    abandon_supported: bool = Field(default=True, alias="abandonSupported")
+    """False: ``POST /{service}/operations/{key}/abandon`` answers a plain 404, as a
+    provider without the route does; callers can then only wait until a request can no
+    longer apply."""
 
     def to_json(self) -> dict[str, object]:
         """Camel-case form, the same shape the control API accepts."""

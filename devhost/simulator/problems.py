@@ -83,3 +83,16 @@ def transient_problem(status: int, fault: str) -> web.Response:
     return problem(
         503, "service-unavailable", "Service unavailable", "injected transient fault", headers
     )
+
+
+def in_progress_problem(service: str, key: str) -> web.Response:
+    """409 ``operation-in-progress``: a call with ``key`` is still running at the service.
+
+    Unsettled, never a permanent failure: the caller asks again after ``Retry-After``."""
+    return problem(
+        409,
+        "operation-in-progress",
+        "Operation in progress",
+        f"a call with key {key!r} is still running at {service}; ask again later",
+        {"Retry-After": RETRY_AFTER_SECONDS},
+    )

@@ -10,6 +10,8 @@ lost knows instead of guessing. The answer is about that key's own request only:
 * ``200 {"applied": false}``: the key was seen and nothing is applied: every call
   failed before applying (transient error, hang) or the request was rejected
   permanently (card declined).
+* ``200 {"applied": false, "abandoned": true}``: the key was abandoned
+  (``POST .../abandon``): it never applies.
 * ``409`` ``operation-in-progress``: no outcome yet and a call with the key is still
   running (latency, ``slowMs``, a hang whose client is still waiting); it may still
   apply, so "not applied" would be a guess. Like a provider's concurrent-request 409.
@@ -29,11 +31,10 @@ from aiohttp import web
 
 from devhost.simulator.effects import OutcomeKind
 from devhost.simulator.faults import decide_query
-from devhost.simulator.problems import problem, transient_problem
+from devhost.simulator.problems import in_progress_problem, problem, transient_problem
 from devhost.simulator.state import STATE
 
 QUERY_FAULT = "transient-query"
-RETRY_AFTER_SECONDS = "1"
 
 
 async def handle_query(request: web.Request) -> web.Response:
@@ -56,12 +57,8 @@ async def handle_query(request: web.Request) -> web.Response:
         )
     if effect.outcome is not None and effect.outcome.kind is OutcomeKind.APPLIED:
         return web.json_response({"applied": True, "result": effect.outcome.body})
+    if effect.abandoned:
+        return web.json_response({"applied": False, "abandoned": True})
     if effect.outcome is None and state.in_progress.running(name, key):
-        return problem(
-            409,
-            "operation-in-progress",
-            "Operation in progress",
-            f"a call with key {key!r} is still running at {name}; ask again later",
-            {"Retry-After": RETRY_AFTER_SECONDS},
-        )
+        return in_progress_problem(name, key)
     return web.json_response({"applied": False})

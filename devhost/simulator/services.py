@@ -24,6 +24,8 @@ class CallRequest(BaseModel):
     order_id: str = Field(alias="orderId", min_length=1)
     idempotency_key: str | None = Field(default=None, alias="idempotencyKey")
     payload: dict[str, Any] = Field(default_factory=dict)
+    undoes: str | None = Field(default=None, min_length=1)
+    """A compensation's do key: what it undoes (ignored on a do)."""
 
 
 class OrderItem(BaseModel):
@@ -101,6 +103,16 @@ class Service:
     rejection_code: str
     """Problem code of this service's permanent failure."""
     rejection_title: str
+
+    @property
+    def do(self) -> DoOperation:
+        """The one operation that makes an effect; the other undoes it."""
+        return next(op for op in self.operations.values() if isinstance(op, DoOperation))
+
+    def undone_key(self, order_id: str, undoes: str | None) -> str:
+        """The do key a compensation undoes: the one it names, else (a client from before
+        ``undoes``) the agents' own key shape, ``{orderId}:{do-operation}``."""
+        return undoes if undoes is not None else f"{order_id}:{self.do.name}"
 
 
 def _service(

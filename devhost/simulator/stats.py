@@ -28,6 +28,13 @@ class ServiceStats:
     apply_then_hangs: int = 0
     queries: int = 0
     query_transient_errors: int = 0
+    nothing_to_undo: int = 0
+    """Compensations answered ``nothing-to-undo``: their do was not applied then."""
+    in_progress_rejections: int = 0
+    """Calls answered 409 ``operation-in-progress`` (their key, or an undo's do, running)."""
+    abandoned_rejections: int = 0
+    abandons: int = 0
+    """Keys settled as abandoned by ``POST .../abandon``."""
 
     def to_json(self) -> dict[str, int]:
         return {_camel(name): value for name, value in asdict(self).items()}

@@ -3,6 +3,7 @@ order and the problem on a broken one."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -95,9 +96,36 @@ def compensated(order_id: str, completed: Sequence[str], failed: str) -> OrderPr
     return a_process(order_id, ProcessState.COMPENSATED, events)
 
 
-def effect(order_id: str, operation: str, applied: int = 1, key: str | None = None) -> Effect:
+_ticks = itertools.count(1)
+DO_OF = {undo: do for do, undo in UNDO.items()}
+
+
+def effect(
+    order_id: str,
+    operation: str,
+    applied: int = 1,
+    key: str | None = None,
+    *,
+    service: str | None = None,
+    undone: bool | None = None,
+) -> Effect:
+    """A ledger row stamped later than every row built before it; an applied undo undid
+    its do unless told otherwise."""
+    at = T0 + timedelta(milliseconds=next(_ticks))
+    undoes = f"{order_id}:{DO_OF[operation]}" if operation in DO_OF else None
+    if undoes is not None and applied and undone is None:
+        undone = True
     return Effect(
-        SERVICE[operation], operation, order_id, key or f"{order_id}:{operation}", 1, applied
+        service or SERVICE[operation],
+        operation,
+        order_id,
+        key or f"{order_id}:{operation}",
+        1,
+        applied,
+        applied_at=at if applied else None,
+        first_call_at=at,
+        undoes=undoes,
+        undone=undone,
     )
 
 
@@ -232,19 +260,56 @@ def test_an_effect_applied_twice_fails() -> None:
     )
 
 
-def test_an_effect_applied_by_two_providers_fails() -> None:
+def test_a_step_in_force_at_two_providers_fails() -> None:
     charged_twice = [
         *effects_of_processed("ok-1"),
-        Effect("payment-secondary", "charge-payment", "ok-1", "ok-1:charge-payment", 1, 1),
+        effect("ok-1", "charge-payment", service="payment-secondary"),
     ]
-    result = invariants.each_effect_at_one_provider(observe([processed("ok-1")], charged_twice))
-    assert result.violations == (
-        "ok-1: charge-payment applied by ['payment', 'payment-secondary']",
-    )
-    once = invariants.each_effect_at_one_provider(
-        observe([processed("ok-1")], effects_of_processed("ok-1"))
-    )
-    assert once.passed
+    (violation,) = invariants.net_effect_judged(
+        observe([processed("ok-1")], charged_twice)
+    ).violations
+    assert violation.startswith("ok-1: Processed, in-force-twice charge-payment: in force")
+    assert "at payment (key" in violation and "at payment-secondary (key" in violation
+    undone_there = [
+        *charged_twice,
+        effect("ok-1", "refund-payment", service="payment-secondary"),
+    ]
+    assert invariants.net_effect_judged(observe([processed("ok-1")], undone_there)).passed
+
+
+def test_a_refund_that_found_nothing_before_its_charge_leaves_the_charge() -> None:
+    """Counting `applied` sees a charge and a refund; the judge sees their order."""
+    process = compensated("comp-1", ["reserve-inventory", "charge-payment"], "create-shipment")
+    late_charge = [
+        effect("comp-1", "reserve-inventory"),
+        effect("comp-1", "refund-payment", undone=False),
+        effect("comp-1", "charge-payment"),
+        effect("comp-1", "create-shipment", applied=0),
+        effect("comp-1", "release-inventory"),
+    ]
+    obs = observe([process], late_charge, failing={"comp-1": "shipping"})
+    (violation,) = failing(invariants.check_all(obs))[
+        "net effect: Processed in force once, Compensated or Cancelled nothing in force"
+    ]
+    assert violation.startswith("comp-1: Compensated, left-in-force charge-payment")
+    assert "nothing-to-undo for comp-1:charge-payment" in violation
+    undid = invariants.compensations_exactly_for_completed_steps(obs).violations
+    assert any("services undid ['reserve-inventory']" in v for v in undid)
+
+
+def test_a_cancelled_order_with_an_effect_in_force_fails() -> None:
+    cancelled = a_process("cx-1", ProcessState.CANCELLED, [("cancel-requested", "by chaos")])
+    left = [effect("cx-1", "reserve-inventory"), effect("cx-1", "charge-payment")]
+    left.append(effect("cx-1", "refund-payment"))
+    (violation,) = invariants.net_effect_judged(observe([cancelled], left)).violations
+    assert violation.startswith("cx-1: Cancelled, left-in-force reserve-inventory")
+
+
+def test_a_processed_order_missing_a_step_at_the_services_fails() -> None:
+    (violation,) = invariants.net_effect_judged(
+        observe([processed("ok-1")], effects_of_processed("ok-1")[:2])
+    ).violations
+    assert violation.startswith("ok-1: Processed, missing-step create-shipment: in force nowhere")
 
 
 def test_a_foreign_or_second_idempotency_key_fails() -> None:

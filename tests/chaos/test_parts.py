@@ -167,3 +167,15 @@ def test_cancel_plan_is_seeded_and_takes_about_its_share() -> None:
     assert all(0 <= delay <= 4 for delay, _ in plan.values())
     assert 0.35 < sum(twice for _, twice in plan.values()) / len(plan) < 0.65
     assert plan_cancels(config.with_(cancels=Cancels()), ids) == {}
+
+
+def test_the_runs_have_a_slow_provider_and_one_without_abandon() -> None:
+    for config in (presets.full(), presets.quick()):
+        slow = config.slow
+        assert slow.slow_ms > config.timings.step_timeout_seconds * 1000
+        assert slow.service == "payment" and 0 < slow.from_share < slow.to_share < 1
+        settings = config.remote.for_service("payment", slow_ms=slow.slow_ms)
+        assert settings["slowMs"] == slow.slow_ms
+        without = [s for s in SERVICES if not config.remote.for_service(s)["abandonSupported"]]
+        assert len(without) == 1
+        assert config.remote.cleared(without[0])["abandonSupported"] is False

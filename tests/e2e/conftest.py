@@ -24,9 +24,10 @@ from devhost.harness.clients import AppClient, SimulatorControl
 from devhost.host.loader import functions_of
 from devhost.host.runtime import LocalHost
 from devhost.simulator import SimulatorServer
+from devhost.simulator.judge import LedgerEntry, OrderToJudge, Step, Verdict, judge
 from shared import bootstrap
 from shared.contract import Queue, Setting
-from shared.domain.workflow import AGENTS
+from shared.domain.workflow import AGENTS, ORDER_FULFILMENT, WORKFLOWS
 from shared.settings import azurite_connection_string
 
 TERMINAL = set(TERMINAL_STATES)
@@ -90,6 +91,25 @@ class System:
 
     async def effects(self, order_id: str) -> list[dict[str, Any]]:
         return await self.sim.effects(order_id)
+
+    async def net_effect(self, order_id: str) -> Verdict:
+        """The net-effect judge's verdict (DESIGN section 11) on the order as it stands.
+
+        Meant for a terminal order whose requests can no longer apply: the tests' hangs
+        never apply, and their latency or slowness is over before the order moves on.
+        """
+        view = await self.order(order_id)
+        workflow = WORKFLOWS.get(str(view.get("workflow")), ORDER_FULFILMENT)
+        steps = [Step(s.name, s.compensation) for s in workflow.steps]
+        entries = [LedgerEntry.from_json(e) for e in await self.effects(order_id)]
+        return judge(entries, [OrderToJudge(order_id, str(view["processState"]))], steps)
+
+    async def assert_net_effect(self, order_id: str) -> None:
+        """A Processed order has each step in force at one service, a Compensated or
+        Cancelled one nothing in force; the judge's violations are the message."""
+        verdict = await self.net_effect(order_id)
+        assert verdict.judged == (order_id,), verdict
+        assert verdict.passed, [str(v) for v in verdict.violations]
 
     async def drain(self, queue: str, order_id: str) -> list[dict[str, Any]]:
         """Receive (and complete) what is on a queue for one order, with the real SDK."""

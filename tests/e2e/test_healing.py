@@ -28,6 +28,7 @@ async def test_happy_path_ends_processed_with_each_effect_applied_once(system: S
         ("create-shipment", 1),
         ("reserve-inventory", 1),
     ]
+    await system.assert_net_effect("happy-1")
     statuses = [m["status"] for m in await system.drain(Queue.ORDER_STATUS, "happy-1")]
     assert statuses == ["Received", "Processing", "Processed"]
 
@@ -72,6 +73,7 @@ async def test_permanent_failure_at_payment_releases_inventory_and_compensates(
     assert steps(view)["charge-payment"][0] == "Failed"
     operations = {e["operation"]: e["applied"] for e in await system.effects("declined-1")}
     assert operations == {"reserve-inventory": 1, "release-inventory": 1, "charge-payment": 0}
+    await system.assert_net_effect("declined-1")
     statuses = [m["status"] for m in await system.drain(Queue.ORDER_STATUS, "declined-1")]
     assert statuses[-2:] == ["Failed", "Compensated"]
 
@@ -94,6 +96,7 @@ async def test_hangs_on_every_attempt_end_in_error_then_resubmit_finishes(system
     assert steps(done)["charge-payment"] == ("Completed", 1)
     applied = {e["operation"]: e["applied"] for e in await system.effects("stuck-1")}
     assert applied == {"reserve-inventory": 1, "charge-payment": 1, "create-shipment": 1}
+    await system.assert_net_effect("stuck-1")
 
 
 async def test_every_message_delivered_twice_changes_no_outcome(system: System) -> None:
@@ -105,6 +108,7 @@ async def test_every_message_delivered_twice_changes_no_outcome(system: System) 
     assert ok["processState"] == "Processed" and bad["processState"] == "Compensated"
     for order_id in ("twice-ok", "twice-bad"):
         assert all(e["applied"] <= 1 for e in await system.effects(order_id))
+        await system.assert_net_effect(order_id)
     stats = system.broker.stats()
     assert sum(q["duplicated"] for q in stats.values()) > 0
 

@@ -115,10 +115,24 @@ class SimClient:
         [effect] = [item for item in await self.effects() if item["idempotencyKey"] == key]
         return effect
 
+    async def untimed_effect(self, key: str) -> dict[str, Any]:
+        """The key's ledger entry without its times, which only ordering tests pin down;
+        ``firstCallAt`` is always there, ``appliedAt`` exactly when something applied."""
+        return untimed(await self.effect(key))
+
+    async def abandon(self, service: str, key: str) -> Reply:
+        return await self.request("POST", f"/{service}/operations/{quote(key, safe='')}/abandon")
+
     async def stats(self, service: str) -> dict[str, int]:
         reply = await self.request("GET", "/_sim/stats")
         stats: dict[str, int] = reply.body[service]
         return stats
+
+
+def untimed(effect: dict[str, Any]) -> dict[str, Any]:
+    assert isinstance(effect["firstCallAt"], str)
+    assert (effect["appliedAt"] is not None) == bool(effect["applied"])
+    return {k: v for k, v in effect.items() if k not in ("firstCallAt", "appliedAt")}
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from devhost.simulator.services import SERVICE_NAMES
-from tests.simulator.conftest import SimClient
+from tests.simulator.conftest import SimClient, untimed
 
 DEFAULTS = {
     "transientErrorRate": 0.0,
@@ -18,6 +18,7 @@ DEFAULTS = {
     "permanentFailureSkus": [],
     "slowMs": 0,
     "applyThenHangRate": 0.0,
+    "abandonSupported": True,
 }
 
 
@@ -87,6 +88,8 @@ async def test_delete_faults_resets_all(sim: SimClient) -> None:
         {"applyThenHangRate": -0.5},
         {"applyThenHangRate": "0.5"},
         {"applyThenHang": 0.5},
+        {"abandonSupported": "false"},
+        {"abandonSupported": 0},
         [],
         "inventory",
     ],
@@ -128,7 +131,7 @@ async def test_effects_are_listed_in_call_order(sim: SimClient) -> None:
     effects = await sim.effects()
 
     assert [effect["idempotencyKey"] for effect in effects] == ["o-1:inv", "o-1:pay", "o-2:inv"]
-    assert effects[0] == {
+    assert untimed(effects[0]) == {
         "service": "inventory",
         "operation": "reserve-inventory",
         "orderId": "o-1",
@@ -136,6 +139,7 @@ async def test_effects_are_listed_in_call_order(sim: SimClient) -> None:
         "calls": 1,
         "applied": 1,
         "traceparents": [],
+        "abandoned": False,
     }
 
 
@@ -198,6 +202,10 @@ async def test_stats_count_per_service(sim: SimClient) -> None:
         "applyThenHangs": 0,
         "queries": 0,
         "queryTransientErrors": 0,
+        "nothingToUndo": 0,
+        "inProgressRejections": 0,
+        "abandonedRejections": 0,
+        "abandons": 0,
     }
     assert stats["shipping"]["permanentFailures"] == 1
 

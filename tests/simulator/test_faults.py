@@ -176,23 +176,31 @@ async def test_slow_call_still_applies_after_the_client_gives_up(sim: SimClient)
 
 
 async def test_concurrent_repeats_apply_once(sim: SimClient) -> None:
+    """A repeat while the key is running is refused (409), never waited on or applied
+    again; once settled, repeats replay the one result."""
     await sim.put_faults("payment", {"latencyMs": 50})
 
     replies = await asyncio.gather(
         *(sim.call("payment", "charge-payment", "o-1", "k-race") for _ in range(50))
     )
+    again = await sim.call("payment", "charge-payment", "o-1", "k-race")
 
-    assert {reply.status for reply in replies} == {200}
-    assert len({str(reply.body) for reply in replies}) == 1
-    assert await sim.effect("k-race") == {
+    assert {reply.status for reply in replies} <= {200, 409}
+    assert {str(r.body) for r in replies if r.status == 200} == {str(again.body)}
+    refused = [r for r in replies if r.status == 409]
+    assert all(r.body["code"] == "operation-in-progress" for r in refused)
+    assert all(r.headers["Retry-After"] == "1" for r in refused)
+    assert await sim.untimed_effect("k-race") == {
         "service": "payment",
         "operation": "charge-payment",
         "orderId": "o-1",
         "idempotencyKey": "k-race",
-        "calls": 50,
+        "calls": 51,
         "applied": 1,
         "traceparents": [],
+        "abandoned": False,
     }
+    assert (await sim.stats("payment"))["inProgressRejections"] == len(refused)
 
 
 async def test_a_few_hundred_concurrent_calls(sim: SimClient) -> None:

@@ -64,8 +64,10 @@ async def test_compensation_echoes_the_original_result(
     assert reply.body["result"][id_field] == original[id_field]
 
 
-async def test_compensation_without_a_known_result_still_succeeds(sim: SimClient) -> None:
-    # A step that timed out is compensated without knowing whether it happened.
+async def test_compensation_without_a_known_result_still_undoes(sim: SimClient) -> None:
+    # A step that timed out is compensated without knowing its result.
+    await sim.call("payment", "charge-payment", "o-1", "o-1:charge-payment")
+
     reply = await sim.call("payment", "refund-payment", "o-1", "o-1:refund", {"result": None})
 
     assert reply.status == 200
@@ -91,7 +93,7 @@ async def test_repeat_returns_stored_result_without_applying_again(sim: SimClien
     assert second.body == first.body
     assert second.headers.get("Idempotent-Replayed") == "true"
     assert "Idempotent-Replayed" not in first.headers
-    assert await sim.effect("k-1") == {
+    assert await sim.untimed_effect("k-1") == {
         "service": "payment",
         "operation": "charge-payment",
         "orderId": "o-1",
@@ -99,6 +101,7 @@ async def test_repeat_returns_stored_result_without_applying_again(sim: SimClien
         "calls": 2,
         "applied": 1,
         "traceparents": [],
+        "abandoned": False,
     }
     stats = await sim.stats("payment")
     assert (stats["calls"], stats["applied"], stats["idempotentRepeats"]) == (2, 1, 1)
@@ -208,7 +211,7 @@ async def test_permanent_failure_for_a_blocked_sku(
     assert reply.content_type == PROBLEM
     assert reply.body["code"] == code
     assert set(reply.body) == {"type", "title", "status", "detail", "code"}
-    assert await sim.effect("k-1") == {
+    assert await sim.untimed_effect("k-1") == {
         "service": service,
         "operation": operation,
         "orderId": "o-1",
@@ -216,6 +219,7 @@ async def test_permanent_failure_for_a_blocked_sku(
         "calls": 1,
         "applied": 0,
         "traceparents": [],
+        "abandoned": False,
     }
 
 
