@@ -33,5 +33,15 @@ def trace(model: OrderWorld, violation: Violation) -> str:
     return "\n".join(lines)
 
 
-def traces(model: OrderWorld, report: Report) -> str:
-    return "\n\n".join(trace(model, v) for v in report.shortest())
+def traces(model: OrderWorld, report: Report, others: int = 40) -> str:
+    """The shortest trace of each minimal kind of violation in full, then one line for
+    each other kind (a trace that needs more kinds of event may have another cause)."""
+    minimal = report.shortest()
+    rest = sorted(
+        (v for v in report.violations.values() if v not in minimal),
+        key=lambda v: (v.invariant, len(v.trace), v.trace),
+    )
+    lines = [f"  {v.invariant} in {len(v.trace)}: {' | '.join(v.trace)}" for v in rest]
+    more = f"\n  ... and {len(lines) - others} more" if len(lines) > others else ""
+    also = "\n\nOther kinds, shortest trace each:\n" + "\n".join(lines[:others]) + more
+    return "\n\n".join(trace(model, v) for v in minimal) + (also if lines else "")

@@ -51,8 +51,9 @@ class Bounds:
     """Operations whose service may refuse a do for good (a declined card)."""
     drainable: tuple[str, ...] = ("payment",)
     operator_actions: int = 2
-    """At most this many operator moves (cancel, suspend, resume, resubmit, drain,
-    undrain) in one trace."""
+    """At most this many operator moves (cancel, suspend, resubmit, drain, undrain) in
+    one trace. A resume is free: its suspend was counted, and suspend, resume, cancel
+    is a story worth two moves."""
     operator: frozenset[str] = frozenset(
         {"cancel", "suspend", "resume", "resubmit", "drain", "undrain"}
     )
@@ -267,7 +268,7 @@ class OrderWorld:
                 continue
             effects = move(world.process, world.now)
             if effects is not None:
-                yield name, self._take(moved, effects, ())
+                yield name, self._take(world if name == "resume" else moved, effects, ())
         if driver.finished(world.process) is not None:
             return
         for agent in self.bounds.drainable:
