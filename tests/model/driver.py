@@ -289,16 +289,22 @@ def finished(process: OrderProcess) -> str | None:
 
 
 def wake_ups(process: OrderProcess) -> tuple[int, ...]:
-    """The instants at which the order's own rules change their answer: its deadline and
-    the moment the Supervisor may ask about it."""
-    ticks: list[int] = []
+    """The instants at which the order's own rules may change their answer: its
+    deadline, the moment the Supervisor may ask, and every instant the record holds (a
+    complete-by, a step's live-until): a new time field counts without a change here."""
+    ticks: set[int] = set()
     deadline = machine.next_deadline(process, POLICY)
     if deadline is not None:
-        ticks.append(tick(deadline))
+        ticks.add(tick(deadline))
     asked = in_doubt.question(process, WORKFLOW)
     if asked is not None:
-        ticks.append(tick(asked.ask_at))
-    return tuple(ticks)
+        ticks.add(tick(asked.ask_at))
+    for record in (process.state, *process.steps):
+        for name in _fields(record):
+            value = getattr(record, name)
+            if isinstance(value, datetime):
+                ticks.add(tick(value))
+    return tuple(sorted(ticks))
 
 
 _SKIPPED = frozenset(
@@ -318,16 +324,22 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 _ATOMS = (str, int, float, bool, type(None))
 
 
+def _fields(record: object) -> tuple[str, ...]:
+    kind = type(record)
+    names = _FIELDS.get(kind)
+    if names is None:
+        fields = dataclasses.fields(record)  # type: ignore[arg-type]
+        names = _FIELDS[kind] = tuple(f.name for f in fields if f.name not in _SKIPPED)
+    return names
+
+
 def _canon(value: object) -> Hashable:
     if isinstance(value, _ATOMS):
         return value  # enums included: a StrEnum is a str
     if isinstance(value, datetime):
         return tick(value)
     kind = type(value)
-    names = _FIELDS.get(kind)
-    if names is None and dataclasses.is_dataclass(value):
-        names = tuple(f.name for f in dataclasses.fields(value) if f.name not in _SKIPPED)
-        _FIELDS[kind] = names
+    names = _fields(value) if dataclasses.is_dataclass(value) else None
     if names is not None:
         return tuple([_canon(getattr(value, name)) for name in names])
     if isinstance(value, Mapping):

@@ -62,6 +62,9 @@ class Bounds:
     lost_replies: bool = True
     answers: bool = True
     """Does the Supervisor ask the service about a key in doubt?"""
+    abandon_supported: bool = True
+    """Does every service have the abandon route? Without it an abandon is answered
+    not-supported and settles nothing."""
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,9 @@ class OrderWorld:
         if world.now < question.ask_at:
             return  # rescheduled to its ask-at: asked earlier, "never seen" is a guess
         asked = world
-        if question.abandon:
+        if question.abandon and not self.bounds.abandon_supported:
+            answers = [Answer.NOT_SUPPORTED]
+        elif question.abandon:
             provider, status = world.provider.abandon(question.agent, question.key)
             asked = replace(world, provider=provider)
             answers = [_ANSWER_OF[status]]
