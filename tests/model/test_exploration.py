@@ -1,6 +1,8 @@
 """Every interleaving of one order's life up to a depth, on the real domain code.
 
-The CI bounds run in seconds; the deep bounds are marked slow and print their figures.
+The CI bounds run in seconds; the deep bounds are marked slow and print their figures
+(`.venv/bin/pytest tests/model -m slow -s`). `python -m tests.model core 10` prints
+one bound's figures and every trace without pytest.
 All of them assert that no invariant of tests/model/invariants.py is violated, and on
 failure print each violation's shortest trace (see tests/model/report.py).
 """
@@ -14,14 +16,14 @@ import pytest
 from tests.model import report
 from tests.model.explorer import explore
 from tests.model.invariants import INVARIANTS, signature
-from tests.model.world import Bounds, OrderWorld
+from tests.model.world import BOUNDS, Bounds, OrderWorld
 
-CORE = Bounds(duplicates=False, lost_replies=False, send_failures=False)
+CORE = BOUNDS["core"]
 """Replies, rejections, sweeps with every truthful answer, two operator moves, a drain:
 depth 10 takes a whole order through to Processed and past its windows."""
-FAILED_SENDS = Bounds(duplicates=False, lost_replies=False, rejectable=frozenset())
+FAILED_SENDS = BOUNDS["failed-sends"]
 """Sends failing after the request went out or before it, then `undelivered`."""
-EVERYTHING = Bounds()
+EVERYTHING = BOUNDS["everything"]
 """Duplicated and lost replies as well."""
 
 CI = [

@@ -67,6 +67,14 @@ class Bounds:
     not-supported and settles nothing."""
 
 
+BOUNDS = {
+    "core": Bounds(duplicates=False, lost_replies=False, send_failures=False),
+    "failed-sends": Bounds(duplicates=False, lost_replies=False, rejectable=frozenset()),
+    "everything": Bounds(),
+}
+"""The named bounds the tests and `python -m tests.model` explore."""
+
+
 @dataclass(frozen=True)
 class Sent:
     """A request sent, on the judge's books until its window ends."""
