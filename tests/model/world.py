@@ -8,7 +8,8 @@ happen next, ours and the environment's alike:
 
 - the Scheduler consumes a due nudge (claim), or takes a reply (delivered once, twice,
   or lost), and its send may fail after the request went out or before, the use case
-  then noting `undelivered`;
+  then noting `undelivered` (a transition's agent request is its first message, so
+  "failed after the first message" and "all delivered, the ack lost" are one case);
 - a request reaches its service (up to complete-by + skew), the service applies or
   rejects a running key, or serves a request at once (arrival, apply and reply in one:
   a shortcut for the common case that keeps the happy path shallow);
@@ -20,6 +21,11 @@ happen next, ours and the environment's alike:
 
 A lost request is one that never arrives: arrival is optional at every step and a
 request drops off the wire when its window ends.
+
+Not modelled: step heartbeats (extend_complete_by), sweeps during an outage of our own
+broker or store (recover's count=False), a crash between a save and its sends, and a
+second order. Time is absolute (ticks from t0), so a story that starts late (a nudge
+held back until the Pending deadline) is explored again, shifted.
 """
 
 from __future__ import annotations
