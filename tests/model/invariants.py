@@ -1,0 +1,126 @@
+"""What must hold in every reachable state of tests/model/world.py, named before the code.
+
+1. undo-while-live: no undo request is sent while a do request of that step may still
+   apply (its window open, its key not settled at its service). Undone earlier, the
+   undo finds nothing to undo, and the do applies after it: an effect left in force.
+2. second-provider: no do goes to a second service while the step's do at another is
+   live and unsettled, or in force there: the step would take effect twice.
+3. watched: an order that is not held or finished has a next check, so the Supervisor
+   finds it.
+4. net-effect: once the order is final and no request sent for it can apply any more,
+   the services agree with it: Processed has each step in force at exactly one service;
+   Compensated and Cancelled have nothing in force anywhere.
+5. pointless-undo: no undo is sent for a do its service has, for good, told the order
+   it never applied (a failure reply, or a sweep's answer once no request was live). It
+   is recorded as "nothing-to-undo" and settles the undo's key, so it can never undo
+   that do later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from tests.model import driver
+from tests.model.explorer import Invariant
+from tests.model.world import World
+
+
+def undo_while_live(world: World) -> str | None:
+    for undo in world.just_sent:
+        if not undo.undo:
+            continue
+        for sent in world.sent:
+            do = sent.request
+            if do.undo or do.step != undo.step or not world.live(do.agent, do.key):
+                continue
+            status = world.provider.get(do.agent, do.key).status.value
+            return (
+                f"undo {undo.describe()} sent at t={world.now} while the do "
+                f"{do.describe()} can still apply until t={sent.live_until} "
+                f"(its service: {status})"
+            )
+    return None
+
+
+def second_provider(world: World) -> str | None:
+    for do in world.just_sent:
+        if do.undo:
+            continue
+        for sent in world.sent:
+            other = sent.request
+            if other.undo or other.step != do.step or other.agent == do.agent:
+                continue
+            if world.live(other.agent, other.key):
+                return (
+                    f"do {do.describe()} sent at t={world.now} while {other.describe()} "
+                    f"can still apply until t={sent.live_until}"
+                )
+        for step in driver.STEPS:
+            if step.name != do.step:
+                continue
+            for agent in step.agents:
+                if agent != do.agent and world.provider.in_force(agent, step.do_key):
+                    return f"do {do.describe()} sent at t={world.now}: in force at {agent}"
+    return None
+
+
+def watched(world: World) -> str | None:
+    if driver.watched(world.process, world.now):
+        return None
+    return f"not watched at t={world.now}: {driver.describe(world.process)}"
+
+
+def net_effect(world: World) -> str | None:
+    outcome = driver.finished(world.process)
+    if outcome is None or world.sent or world.wire or world.provider.running():
+        return None
+    wrong = []
+    for step in driver.STEPS:
+        where = [a for a in step.agents if world.provider.in_force(a, step.do_key)]
+        if outcome == "processed" and len(where) != 1:
+            wrong.append(f"{step.name} in force at {where or 'no service'}")
+        if outcome == "undone" and where:
+            wrong.append(f"{step.name} still in force at {where}")
+    if not wrong:
+        return None
+    state = world.process.state.process_state.value
+    return f"{state} but {'; '.join(wrong)} ({world.provider.describe()})"
+
+
+def pointless_undo(world: World) -> str | None:
+    for undo in world.just_sent:
+        if undo.undo and (undo.agent, undo.undoes) in world.told_not_applied:
+            return f"undo {undo.describe()} sent for a do {undo.agent} said it never applied"
+    return None
+
+
+INVARIANTS: tuple[Invariant[World], ...] = (
+    Invariant("undo-while-live", undo_while_live),
+    Invariant("second-provider", second_provider),
+    Invariant("watched", watched),
+    Invariant("net-effect", net_effect),
+    Invariant("pointless-undo", pointless_undo),
+)
+
+_ROUTINE = ("claim", "deliver", "arrive", "serve", "apply", "time", "nudge")
+
+
+def signature(trace: tuple[str, ...]) -> Hashable:
+    """The kinds of unusual event a trace needs (operator moves, sweep answers, failed
+    sends, duplicates, rejections): violations of one invariant that need different
+    kinds are different bugs, and each gets its own shortest trace."""
+    kinds: set[str] = set()
+    for label in trace:
+        if "[send failed" in label:
+            kinds.add("send-failed " + label.split("[send failed ", 1)[1].rstrip("]"))
+        if label.startswith("deliver twice"):
+            kinds.add("duplicate")
+        elif label.startswith("sweep"):
+            kinds.add(label.replace(": ", ":"))
+        elif label.endswith("rejected") or label.startswith("reject"):
+            kinds.add("rejected")
+        elif label.startswith("lose"):
+            kinds.add("lost-reply")
+        elif not label.startswith(_ROUTINE):
+            kinds.add(label.split(" ", 1)[0])
+    return frozenset(kinds)

@@ -1,0 +1,147 @@
+"""The remote services as the judge sees them (DESIGN.md section 11), in ticks.
+
+One entry per (service, idempotency key). A request sent with complete-by C may reach
+its service and apply there at any moment up to C + skew: the caller giving up at C
+does not stop the service. An undo names the do key it undoes and applies only against
+that key applied; against a running do it is refused (409, no effect); against anything
+else it records "nothing-to-undo", which does not stop the do from applying later.
+
+The judge reads the net effect: a do applied and not followed by an undo of it with
+undone=true is in force. An undo can only apply after its do did (it is refused while
+the do runs and records nothing-to-undo otherwise), so "followed, in apply order" comes
+down to the undo's `undone` flag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+
+class KeyStatus(StrEnum):
+    NEVER_SEEN = "never-seen"
+    RUNNING = "running"
+    """A request with the key was registered and may still apply (until `live_until`)."""
+    NOT_APPLIED = "not-applied"
+    """Seen, and every request with it gave up without applying."""
+    APPLIED = "applied"
+    REJECTED = "rejected"
+    """A permanent failure (card declined): the key never applies."""
+    ABANDONED = "abandoned"
+    """Settled for good by `abandon`: the key never applies."""
+
+    @property
+    def settled(self) -> bool:
+        """Can no request with this key apply any more, whatever the clock says?"""
+        return self in (KeyStatus.APPLIED, KeyStatus.REJECTED, KeyStatus.ABANDONED)
+
+
+@dataclass(frozen=True, order=True)
+class Entry:
+    agent: str
+    key: str
+    status: KeyStatus = KeyStatus.NEVER_SEEN
+    live_until: int = 0
+    """The tick from which no registered request with this key can apply any more."""
+    undoes: str | None = None
+    """For an undo key: the do key it names."""
+    undone: bool = False
+    """For an applied undo: did it undo an applied do (False: "nothing-to-undo")?"""
+
+
+@dataclass(frozen=True)
+class Provider:
+    """Every service's ledger; entries sorted so equal ledgers hash equal."""
+
+    entries: tuple[Entry, ...] = ()
+
+    def get(self, agent: str, key: str) -> Entry:
+        for entry in self.entries:
+            if entry.agent == agent and entry.key == key:
+                return entry
+        return Entry(agent, key)
+
+    def put(self, entry: Entry) -> Provider:
+        kept = [e for e in self.entries if (e.agent, e.key) != (entry.agent, entry.key)]
+        return Provider(tuple(sorted([*kept, entry])))
+
+    def register(self, agent: str, key: str, live_until: int, undoes: str | None) -> Provider:
+        """A request reaches the service: an unsettled key is running until the latest
+        window of the requests that carried it; a settled one stays as it is."""
+        entry = self.get(agent, key)
+        if entry.status.settled:
+            return self
+        return self.put(
+            replace(
+                entry,
+                status=KeyStatus.RUNNING,
+                live_until=max(entry.live_until, live_until),
+                undoes=undoes,
+            )
+        )
+
+    def can_apply(self, agent: str, key: str, now: int) -> bool:
+        """May the service apply the running key now? An undo waits while its do runs."""
+        entry = self.get(agent, key)
+        if entry.status is not KeyStatus.RUNNING or now >= entry.live_until:
+            return False
+        return entry.undoes is None or self.get(agent, entry.undoes).status is not (
+            KeyStatus.RUNNING
+        )
+
+    def apply(self, agent: str, key: str) -> Provider:
+        entry = self.get(agent, key)
+        if entry.undoes is None:
+            return self.put(replace(entry, status=KeyStatus.APPLIED))
+        undone = self.get(agent, entry.undoes).status is KeyStatus.APPLIED
+        return self.put(replace(entry, status=KeyStatus.APPLIED, undone=undone))
+
+    def reject(self, agent: str, key: str) -> Provider:
+        return self.put(replace(self.get(agent, key), status=KeyStatus.REJECTED))
+
+    def abandon(self, agent: str, key: str) -> tuple[Provider, KeyStatus]:
+        """`POST .../abandon`: applied stays applied, running answers 409 (RUNNING), any
+        other key is abandoned for good."""
+        entry = self.get(agent, key)
+        if entry.status in (KeyStatus.APPLIED, KeyStatus.RUNNING, KeyStatus.ABANDONED):
+            return self, entry.status
+        return self.put(replace(entry, status=KeyStatus.ABANDONED)), KeyStatus.ABANDONED
+
+    def expire(self, now: int) -> Provider:
+        """Running keys whose every request is past its window are, finally, not applied."""
+        if not any(e.status is KeyStatus.RUNNING and now >= e.live_until for e in self.entries):
+            return self
+        return Provider(
+            tuple(
+                replace(e, status=KeyStatus.NOT_APPLIED)
+                if e.status is KeyStatus.RUNNING and now >= e.live_until
+                else e
+                for e in self.entries
+            )
+        )
+
+    def in_force(self, agent: str, do_key: str) -> bool:
+        """The judge: the do applied and no undo of it undid it."""
+        if self.get(agent, do_key).status is not KeyStatus.APPLIED:
+            return False
+        return not any(e.agent == agent and e.undoes == do_key and e.undone for e in self.entries)
+
+    def running(self) -> bool:
+        return any(e.status is KeyStatus.RUNNING for e in self.entries)
+
+    def describe(self) -> str:
+        if not self.entries:
+            return "(nothing seen)"
+        parts = []
+        for e in self.entries:
+            what = e.status.value
+            if e.status is KeyStatus.RUNNING:
+                what += f" until t={e.live_until}"
+            if e.undoes is not None and e.status is KeyStatus.APPLIED:
+                what += " (undone)" if e.undone else " (nothing-to-undo)"
+            parts.append(f"{_operation(e.key)}@{e.agent}: {what}")
+        return "; ".join(parts)
+
+
+def _operation(key: str) -> str:
+    return key.split(":", 1)[-1]

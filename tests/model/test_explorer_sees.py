@@ -1,0 +1,161 @@
+"""The checker is shown to fail when it should: a toy machine with a lost update, an
+order whose cancel is made to undo at once (before the step's request settles), and the
+provider model's ordering rules on their own.
+
+A checker that found nothing on the real code would prove little without these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, replace
+
+import pytest
+
+from shared.domain.model import OrderProcess
+from tests.model import driver
+from tests.model.explorer import Invariant, explore, replay
+from tests.model.invariants import INVARIANTS, signature
+from tests.model.provider import KeyStatus, Provider
+from tests.model.wire import Effects, Request
+from tests.model.world import Bounds, OrderWorld
+
+# --- a toy machine: two workers increment a shared counter by read, then write ---------
+
+
+@dataclass(frozen=True)
+class Counter:
+    value: int = 0
+    read: tuple[int | None, int | None] = (None, None)
+    done: tuple[bool, bool] = (False, False)
+
+
+class LostUpdate:
+    """Each worker reads the counter, then writes what it read plus one."""
+
+    def initial(self) -> Counter:
+        return Counter()
+
+    def key(self, state: Counter) -> Hashable:
+        return state
+
+    def successors(self, state: Counter) -> Iterator[tuple[str, Counter]]:
+        for w in (0, 1):
+            if state.done[w]:
+                continue
+            seen = state.read[w]
+            if seen is None:
+                read = list(state.read)
+                read[w] = state.value
+                yield f"read {w}", replace(state, read=(read[0], read[1]))
+            else:
+                done = list(state.done)
+                done[w] = True
+                yield f"write {w}", replace(state, value=seen + 1, done=(done[0], done[1]))
+
+
+def both_counted(state: Counter) -> str | None:
+    if all(state.done) and state.value != 2:
+        return f"both wrote, counter is {state.value}"
+    return None
+
+
+def test_the_explorer_finds_the_shortest_interleaving_that_loses_an_update() -> None:
+    found = explore(LostUpdate(), [Invariant("both-counted", both_counted)], max_depth=10)
+
+    assert found.complete
+    assert found.depth == 4
+    [violation] = found.violations.values()
+    assert violation.trace == ("read 0", "read 1", "write 0", "write 1")
+    assert [label for label, _ in replay(LostUpdate(), violation.trace)][1:] == list(
+        violation.trace
+    )
+
+
+# --- the real order, with a cancel that undoes at once ---------------------------------
+
+ONLY_CANCEL = Bounds(
+    rejectable=frozenset(),
+    drainable=(),
+    operator_actions=1,
+    operator=frozenset({"cancel"}),
+    send_failures=False,
+    duplicates=False,
+    lost_replies=False,
+)
+
+
+@pytest.fixture
+def hasty_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancel as the domain does, then also send the first step's undo straight away,
+    as a naive implementation would."""
+    cancel = driver.cancel
+
+    def hasty(process: OrderProcess, now: int) -> Effects | None:
+        effects = cancel(process, now)
+        if effects is None:
+            return None
+        step = driver.STEPS[0]
+        assert step.undo_key is not None
+        undo = Request(step.agents[0], step.name, True, step.undo_key, 99, now + 30, step.do_key)
+        return replace(effects, requests=(*effects.requests, undo))
+
+    monkeypatch.setattr(driver, "cancel", hasty)
+
+
+@pytest.mark.usefixtures("hasty_cancel")
+def test_an_undo_sent_while_the_do_is_on_the_wire_is_seen_at_once() -> None:
+    found = explore(OrderWorld(ONLY_CANCEL), INVARIANTS, 2, signature)
+
+    traces = {v.trace for v in found.violations.values() if v.invariant == "undo-while-live"}
+    assert ("claim", "cancel") in traces
+
+
+@pytest.mark.usefixtures("hasty_cancel")
+def test_an_undo_that_overtakes_its_do_leaves_the_do_in_force() -> None:
+    """The undo reaches the service first and records nothing-to-undo; the do applies
+    after it; the order still ends Cancelled. Only the order of effects tells (8 events:
+    claim, cancel, the undo served, the do served, both replies, time past the windows)."""
+    found = explore(OrderWorld(ONLY_CANCEL), INVARIANTS, 9, signature)
+
+    judged = [v for v in found.violations.values() if v.invariant == "net-effect"]
+    assert judged, "the judge did not see the do applied after its undo"
+    assert "reserve-inventory still in force" in judged[0].message
+
+
+# --- the provider's ordering rules ------------------------------------------------------
+
+INVENTORY, DO, UNDO = "inventory", "o-1:reserve-inventory", "o-1:release-inventory"
+
+
+def test_an_undo_waits_while_its_do_runs_and_undoes_it_once_applied() -> None:
+    running = Provider().register(INVENTORY, DO, 35, None).register(INVENTORY, UNDO, 65, DO)
+
+    assert not running.can_apply(INVENTORY, UNDO, 10)
+    applied = running.apply(INVENTORY, DO)
+    undone = applied.apply(INVENTORY, UNDO)
+    assert undone.get(INVENTORY, UNDO).undone
+    assert not undone.in_force(INVENTORY, DO)
+
+
+def test_nothing_to_undo_does_not_stop_the_do_from_applying_later() -> None:
+    early = Provider().register(INVENTORY, UNDO, 65, DO).apply(INVENTORY, UNDO)
+    late = early.register(INVENTORY, DO, 35, None).apply(INVENTORY, DO)
+
+    assert not late.get(INVENTORY, UNDO).undone
+    assert late.in_force(INVENTORY, DO)
+
+
+def test_abandon_settles_a_key_that_is_not_running_for_good() -> None:
+    provider, status = Provider().abandon(INVENTORY, DO)
+    assert status is KeyStatus.ABANDONED
+    assert provider.register(INVENTORY, DO, 35, None).get(INVENTORY, DO).status is status
+    running = Provider().register(INVENTORY, DO, 35, None)
+    assert running.abandon(INVENTORY, DO) == (running, KeyStatus.RUNNING)
+
+
+def test_a_running_key_is_not_applied_once_its_windows_end() -> None:
+    running = Provider().register(INVENTORY, DO, 35, None)
+
+    assert running.expire(34).get(INVENTORY, DO).status is KeyStatus.RUNNING
+    assert running.expire(35).get(INVENTORY, DO).status is KeyStatus.NOT_APPLIED

@@ -1,0 +1,88 @@
+"""What travels between the order, its agents and their services, in the model's own
+terms (ticks, plain strings), so the world and the invariants do not depend on the
+domain's messages: only tests/model/driver.py calls the domain and translates. The
+order's process is carried through untouched (the world never looks inside it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from shared.domain.model import OrderProcess
+
+
+@dataclass(frozen=True, order=True)
+class Request:
+    """An agent request as its service sees it."""
+
+    agent: str
+    step: str
+    undo: bool
+    key: str
+    attempt: int
+    complete_by: int
+    undoes: str | None = None
+    """For an undo: the do key it names (derived from the workflow when the body does
+    not say)."""
+
+    def live_until(self, skew: int) -> int:
+        """The tick from which this request can no longer apply at its service."""
+        return self.complete_by + skew
+
+    @property
+    def operation(self) -> str:
+        return self.key.split(":", 1)[-1]
+
+    def describe(self) -> str:
+        return f"{self.operation}@{self.agent} #{self.attempt} (complete-by t={self.complete_by})"
+
+
+@dataclass(frozen=True, order=True)
+class Reply:
+    """An agent's answer to `request` on its way to the Scheduler."""
+
+    request: Request
+    succeeded: bool
+    duplicate: bool = False
+    """A second copy the broker will deliver again (at-least-once)."""
+
+    def describe(self) -> str:
+        r = self.request
+        how = "ok" if self.succeeded else "failed"
+        return f"{r.operation}@{r.agent} #{r.attempt} {how}"
+
+
+class Answer(StrEnum):
+    """What a service can truthfully say about a key when the Supervisor asks."""
+
+    APPLIED = "applied"
+    NOT_APPLIED = "not-applied"
+    NEVER_SEEN = "never-seen"
+    IN_PROGRESS = "in-progress"
+    ABANDONED = "abandoned"
+    NOT_SUPPORTED = "not-supported"
+    UNKNOWN = "no-answer"
+
+
+@dataclass(frozen=True)
+class Question:
+    """The Supervisor's question for a due order: ask `agent` about `key` from `ask_at`;
+    with `abandon` the question is the abandon call, which settles the key."""
+
+    agent: str
+    key: str
+    ask_at: int
+    abandon: bool = False
+
+
+@dataclass(frozen=True)
+class Effects:
+    """One transition of the order, as the world needs it: the next process (opaque to
+    the world), what it sent, and a line for the trace."""
+
+    process: OrderProcess
+    requests: tuple[Request, ...]
+    nudges: tuple[int, ...]
+    """Ticks at which the Scheduler's nudges are delivered."""
+    alerts: tuple[str, ...]
+    summary: str

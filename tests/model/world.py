@@ -1,0 +1,397 @@
+"""One order and everything around it, as a model for tests/model/explorer.py.
+
+The world holds the order's process (only tests/model/driver.py looks inside it), the
+Scheduler's nudges, the agent requests on their way, the calls the agents are waiting
+on, the replies on their way back, the services' ledger (tests/model/provider.py) and
+the requests sent whose windows are still open. Its events are everything that can
+happen next, ours and the environment's alike:
+
+- the Scheduler consumes a due nudge (claim), or takes a reply (delivered once, twice,
+  or lost), and its send may fail after the request went out or before, the use case
+  then noting `undelivered` (a transition's agent request is its first message, so
+  "failed after the first message" and "all delivered, the ack lost" are one case);
+- a request reaches its service (up to complete-by + skew), the service applies or
+  rejects a running key, or serves a request at once (arrival, apply and reply in one:
+  a shortcut for the common case that keeps the happy path shallow);
+- the Supervisor sweeps a due order, with every answer the service could truthfully
+  give at that moment about the key in doubt, and "no answer";
+- an operator cancels, suspends, resumes, resubmits, drains or undrains an agent;
+- time jumps to the next instant at which something changes (a deadline, an ask-at, a
+  complete-by, a window's end, a delayed nudge), not tick by tick.
+
+A lost request is one that never arrives: arrival is optional at every step and a
+request drops off the wire when its window ends.
+
+Not modelled: step heartbeats (extend_complete_by), sweeps during an outage of our own
+broker or store (recover's count=False), a crash between a save and its sends, and a
+second order. Time is absolute (ticks from t0), so a story that starts late (a nudge
+held back until the Pending deadline) is explored again, shifted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field, replace
+
+from shared.domain.model import OrderProcess
+from tests.model import driver
+from tests.model.provider import KeyStatus, Provider
+from tests.model.wire import Answer, Effects, Reply, Request
+
+_ANSWER_OF = {
+    KeyStatus.NEVER_SEEN: Answer.NEVER_SEEN,
+    KeyStatus.RUNNING: Answer.IN_PROGRESS,
+    KeyStatus.NOT_APPLIED: Answer.NOT_APPLIED,
+    KeyStatus.REJECTED: Answer.NOT_APPLIED,
+    KeyStatus.APPLIED: Answer.APPLIED,
+    KeyStatus.ABANDONED: Answer.ABANDONED,
+}
+"""What a service answers `GET /operations/{key}` with, for each state of the key."""
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What the world may do, besides the depth: each knob trades coverage for states."""
+
+    rejectable: frozenset[str] = frozenset({"charge-payment"})
+    """Operations whose service may refuse a do for good (a declined card)."""
+    drainable: tuple[str, ...] = ("payment",)
+    operator_actions: int = 2
+    """At most this many operator moves (cancel, suspend, resubmit, drain, undrain) in
+    one trace. A resume is free: its suspend was counted, and suspend, resume, cancel
+    is a story worth two moves."""
+    operator: frozenset[str] = frozenset(
+        {"cancel", "suspend", "resume", "resubmit", "drain", "undrain"}
+    )
+    send_failures: bool = True
+    duplicates: bool = True
+    lost_replies: bool = True
+    answers: bool = True
+    """Does the Supervisor ask the service about a key in doubt?"""
+    abandon_supported: bool = True
+    """Does every service have the abandon route? Without it an abandon is answered
+    not-supported and settles nothing."""
+
+
+BOUNDS = {
+    "core": Bounds(duplicates=False, lost_replies=False, send_failures=False),
+    "failed-sends": Bounds(duplicates=False, lost_replies=False, rejectable=frozenset()),
+    "everything": Bounds(),
+}
+"""The named bounds the tests and `python -m tests.model` explore."""
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A request sent, on the judge's books until its window ends."""
+
+    request: Request
+    live_until: int
+
+
+@dataclass(frozen=True)
+class World:
+    now: int
+    process: OrderProcess
+    process_key: Hashable
+    """driver.key(process), computed once per transition rather than once per state."""
+    due_nudges: int = 0
+    """Nudges the Scheduler may consume now (at most 2 kept: a third adds nothing)."""
+    later_nudges: frozenset[int] = frozenset()
+    wire: frozenset[Request] = frozenset()
+    """Requests sent and not yet at their service."""
+    calls: frozenset[Request] = frozenset()
+    """Requests at their service whose agent is still waiting for the answer."""
+    replies: frozenset[Reply] = frozenset()
+    provider: Provider = field(default_factory=Provider)
+    sent: frozenset[Sent] = frozenset()
+    """Every request sent whose window is still open."""
+    drained: frozenset[str] = frozenset()
+    operator_moves: int = 0
+    told_not_applied: frozenset[tuple[str, str]] = frozenset()
+    """(agent, do key) the order was told, once final, that the service never applied:
+    a failure reply, or a sweep's answer with no request of the key still live."""
+    # What the last event did; read by the invariants, left out of the key.
+    just_sent: tuple[Request, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def live(self, agent: str, key: str) -> bool:
+        """Might a do request of `key` still apply at `agent`?"""
+        if self.provider.get(agent, key).status.settled:
+            return False
+        return any(
+            s.request.agent == agent and s.request.key == key and self.now < s.live_until
+            for s in self.sent
+        )
+
+
+class OrderWorld:
+    """The model: one order, its agents, their services, the clock and an operator."""
+
+    def __init__(self, bounds: Bounds | None = None) -> None:
+        self.bounds = bounds or Bounds()
+
+    def initial(self) -> World:
+        effects = driver.start()
+        world = World(0, effects.process, driver.key(effects.process))
+        return self._take(world, effects, ())
+
+    def key(self, world: World) -> Hashable:
+        return (
+            world.now,
+            world.process_key,
+            world.due_nudges,
+            world.later_nudges,
+            world.wire,
+            world.calls,
+            world.replies,
+            world.provider,
+            world.sent,
+            world.drained,
+            world.operator_moves,
+            world.told_not_applied,
+        )
+
+    def successors(self, world: World) -> Iterator[tuple[str, World]]:
+        world = replace(world, just_sent=(), notes=())
+        yield from self._scheduler(world)
+        yield from self._services(world)
+        yield from self._replies(world)
+        yield from self._supervisor(world)
+        yield from self._operator(world)
+        yield from self._clock(world)
+
+    # --- the order's own moves ----------------------------------------------------
+
+    def _take(self, world: World, effects: Effects, notes: tuple[str, ...]) -> World:
+        """The world after a transition whose messages all went out."""
+        return self._send(self._moved(world, effects), effects, notes, True)
+
+    def _moved(self, world: World, effects: Effects) -> World:
+        return replace(world, process=effects.process, process_key=driver.key(effects.process))
+
+    def _send(
+        self, world: World, effects: Effects, notes: tuple[str, ...], requests_out: bool
+    ) -> World:
+        skew = driver.SKEW
+        requests = effects.requests if requests_out else ()
+        due = world.due_nudges + sum(1 for t in effects.nudges if t <= world.now)
+        later = world.later_nudges | {t for t in effects.nudges if t > world.now}
+        told = world.told_not_applied - {(r.agent, r.key) for r in requests if not r.undo}
+        lines = [*notes, effects.summary]
+        lines += [f"  sent {r.describe()}" for r in requests]
+        lines += [f"  alert {a}" for a in effects.alerts]
+        return replace(
+            world,
+            due_nudges=min(due, 2),
+            later_nudges=later,
+            wire=world.wire | set(requests),
+            sent=world.sent | {Sent(r, r.live_until(skew)) for r in requests},
+            told_not_applied=told,
+            just_sent=world.just_sent + requests,
+            notes=tuple(lines),
+        )
+
+    def _sending(self, world: World, label: str, effects: Effects) -> Iterator[tuple[str, World]]:
+        """A Scheduler transition: its send goes through, or fails after the request
+        went out (the ack lost), or before; a failed send is followed by `undelivered`."""
+        yield label, self._take(world, effects, ())
+        if not (self.bounds.send_failures and effects.requests):
+            return
+        for out, how in ((True, "after the request went out"), (False, "before the request")):
+            sent = self._send(self._moved(world, effects), effects, (), out)
+            noted = driver.undelivered(sent.process, world.now)
+            failed = f"  send failed {how}"
+            if noted is None:
+                yield f"{label} [send failed {how}]", replace(sent, notes=(*sent.notes, failed))
+            else:
+                after = self._take(sent, noted, (*sent.notes, failed))
+                yield f"{label} [send failed {how}]", after
+
+    def _scheduler(self, world: World) -> Iterator[tuple[str, World]]:
+        if world.due_nudges == 0:
+            return
+        consumed = replace(world, due_nudges=world.due_nudges - 1)
+        effects = driver.claim(world.process, world.now, world.drained)
+        if effects is None:
+            yield "nudge (stale)", replace(consumed, notes=("claim: nothing to do",))
+        else:
+            yield from self._sending(consumed, "claim", effects)
+
+    def _replies(self, world: World) -> Iterator[tuple[str, World]]:
+        for reply in sorted(world.replies):
+            rest = world.replies - {reply}
+            copies: list[tuple[str, frozenset[Reply]]] = [("deliver", rest)]
+            if self.bounds.duplicates and not reply.duplicate:
+                copies.append(("deliver twice", rest | {replace(reply, duplicate=True)}))
+            for verb, left in copies:
+                label = f"{verb} {reply.describe()}"
+                after = replace(world, replies=left)
+                if not reply.succeeded and not reply.request.undo:
+                    failed = (reply.request.agent, reply.request.key)
+                    after = replace(after, told_not_applied=after.told_not_applied | {failed})
+                effects = driver.reply(world.process, reply, world.now, world.drained)
+                if effects is None:
+                    yield label, replace(after, notes=("reply: stale, ignored",))
+                else:
+                    yield from self._sending(after, label, effects)
+            if self.bounds.lost_replies:
+                yield f"lose {reply.describe()}", replace(world, replies=world.replies - {reply})
+
+    def _supervisor(self, world: World) -> Iterator[tuple[str, World]]:
+        if not driver.due(world.process, world.now):
+            return
+        question = driver.question(world.process) if self.bounds.answers else None
+        if question is None:
+            effects = driver.sweep(world.process, world.now, None)
+            if effects is not None:
+                yield "sweep", self._take(world, effects, ())
+            return
+        if world.now < question.ask_at:
+            return  # rescheduled to its ask-at: asked earlier, "never seen" is a guess
+        asked = world
+        if question.abandon and not self.bounds.abandon_supported:
+            answers = [Answer.NOT_SUPPORTED]
+        elif question.abandon:
+            provider, status = world.provider.abandon(question.agent, question.key)
+            asked = replace(world, provider=provider)
+            answers = [_ANSWER_OF[status]]
+        else:
+            answers = [_ANSWER_OF[world.provider.get(question.agent, question.key).status]]
+        answers.append(Answer.UNKNOWN)
+        for answer in answers:
+            effects = driver.sweep(asked.process, world.now, answer, question.key)
+            if effects is None:
+                continue
+            told = asked.told_not_applied
+            final = not asked.live(question.agent, question.key)
+            if answer in (Answer.NEVER_SEEN, Answer.NOT_APPLIED, Answer.ABANDONED) and final:
+                told = told | {(question.agent, question.key)}
+            note = f"  {question.agent} answers {answer.value} about {question.key}"
+            after = replace(asked, told_not_applied=told)
+            yield f"sweep: {answer.value}", self._take(after, effects, (note,))
+
+    def _operator(self, world: World) -> Iterator[tuple[str, World]]:
+        if world.operator_moves >= self.bounds.operator_actions:
+            return
+        moved = replace(world, operator_moves=world.operator_moves + 1)
+        allowed = self.bounds.operator
+        moves = (
+            ("cancel", driver.cancel),
+            ("suspend", driver.suspend),
+            ("resume", driver.resume),
+            ("resubmit", driver.resubmit),
+        )
+        for name, move in moves:
+            if name not in allowed:
+                continue
+            effects = move(world.process, world.now)
+            if effects is not None:
+                yield name, self._take(world if name == "resume" else moved, effects, ())
+        if driver.finished(world.process) is not None:
+            return
+        for agent in self.bounds.drainable:
+            if agent in world.drained and "undrain" in allowed:
+                undrained = replace(moved, drained=world.drained - {agent})
+                yield f"undrain {agent}", replace(undrained, notes=(f"{agent} undrained",))
+            elif agent not in world.drained and "drain" in allowed:
+                drained = replace(moved, drained=world.drained | {agent})
+                yield f"drain {agent}", replace(drained, notes=(f"{agent} drained",))
+
+    # --- the environment ------------------------------------------------------------
+
+    def _services(self, world: World) -> Iterator[tuple[str, World]]:
+        skew = driver.SKEW
+        for request in sorted(world.wire):
+            if world.now >= request.live_until(skew):
+                continue
+            arrived = self._arrive(world, request)
+            yield f"arrive {request.describe()}", arrived
+            waiting = request in arrived.calls
+            if not waiting or not arrived.provider.can_apply(request.agent, request.key, world.now):
+                continue
+            for rejected in self._outcomes(request):
+                served = self._settle(arrived, request.agent, request.key, rejected)
+                how = "rejected" if rejected else "applied"
+                yield f"serve {request.describe()}: {how}", served
+        for entry in world.provider.entries:
+            if not world.provider.can_apply(entry.agent, entry.key, world.now):
+                continue
+            for rejected in self._outcomes_of(entry.key, entry.undoes is not None):
+                how = "reject" if rejected else "apply"
+                name = entry.key.split(":", 1)[-1]
+                settled = self._settle(world, entry.agent, entry.key, rejected)
+                yield f"{how} {name}@{entry.agent}", settled
+
+    def _outcomes(self, request: Request) -> tuple[bool, ...]:
+        return self._outcomes_of(request.key, request.undo)
+
+    def _outcomes_of(self, key: str, undo: bool) -> tuple[bool, ...]:
+        """False: apply; True: reject (a permanent failure, for rejectable dos)."""
+        operation = key.split(":", 1)[-1]
+        if not undo and operation in self.bounds.rejectable:
+            return (False, True)
+        return (False,)
+
+    def _arrive(self, world: World, request: Request) -> World:
+        """The request reaches its service. A settled key answers at once (the agent
+        replies if it is still within its complete-by); an unsettled one runs."""
+        wire = world.wire - {request}
+        provider = world.provider.register(
+            request.agent, request.key, request.live_until(driver.SKEW), request.undoes
+        )
+        entry = provider.get(request.agent, request.key)
+        waiting = world.now < request.complete_by
+        calls, replies = world.calls, world.replies
+        if entry.status is KeyStatus.RUNNING:
+            if waiting:
+                calls = calls | {request}
+        elif waiting and entry.status in (KeyStatus.APPLIED, KeyStatus.REJECTED):
+            replies = replies | {Reply(request, entry.status is KeyStatus.APPLIED)}
+        note = f"  {request.describe()} at its service: {entry.status.value}"
+        return replace(
+            world, wire=wire, provider=provider, calls=calls, replies=replies, notes=(note,)
+        )
+
+    def _settle(self, world: World, agent: str, key: str, rejected: bool) -> World:
+        """The service applies (or rejects) a running key; every agent still waiting on
+        it replies."""
+        provider = (
+            world.provider.reject(agent, key) if rejected else world.provider.apply(agent, key)
+        )
+        answered = {c for c in world.calls if c.agent == agent and c.key == key}
+        replies = world.replies | {Reply(c, not rejected) for c in answered}
+        entry = provider.get(agent, key)
+        what = entry.status.value
+        if entry.undoes is not None:
+            what += " (undone)" if entry.undone else " (nothing-to-undo)"
+        notes = (*world.notes, f"  ledger: {key.split(':', 1)[-1]}@{agent} {what}")
+        return replace(
+            world, provider=provider, calls=world.calls - answered, replies=replies, notes=notes
+        )
+
+    def _clock(self, world: World) -> Iterator[tuple[str, World]]:
+        """Jump to the next instant at which anything can change."""
+        skew = driver.SKEW
+        instants = set(driver.wake_ups(world.process)) | set(world.later_nudges)
+        for request in world.wire | world.calls:
+            instants |= {request.complete_by, request.live_until(skew)}
+        instants |= {s.live_until for s in world.sent}
+        instants |= {e.live_until for e in world.provider.entries}
+        ahead = [t for t in instants if t > world.now]
+        if not ahead:
+            return
+        now = min(ahead)
+        nudges = {t for t in world.later_nudges if t <= now}
+        after = replace(
+            world,
+            now=now,
+            due_nudges=min(world.due_nudges + len(nudges), 2),
+            later_nudges=world.later_nudges - nudges,
+            wire=frozenset(r for r in world.wire if now < r.live_until(skew)),
+            calls=frozenset(c for c in world.calls if now < c.complete_by),
+            sent=frozenset(s for s in world.sent if now < s.live_until),
+            provider=world.provider.expire(now),
+            notes=(),
+        )
+        yield f"time -> t={now}", after
