@@ -83,6 +83,9 @@ class Question:
     key: str
     ask_at: datetime
     abandon: bool = False
+    movable: bool = False
+    """A "not applied" answer would send the retry to another provider: it is made final
+    by abandoning the key before the order acts on it."""
 
 
 def question(
@@ -106,7 +109,12 @@ def question(
         if not leaving and not definition.retry_elsewhere:
             chosen, _ = routing.choose(definition.candidates)
             leaving = chosen.value != step.agent
-        return Question(step.agent, do_key, step.complete_by + SETTLE_MARGIN, abandon=leaving)
+        others = [
+            c for c in definition.candidates if c.value not in (step.agent, *step.abandoned_at)
+        ]
+        movable = bool(others) and not definition.retry_elsewhere
+        ask_at = step.complete_by + SETTLE_MARGIN
+        return Question(step.agent, do_key, ask_at, abandon=leaving, movable=movable)
     if state.process_state is not ProcessState.COMPENSATING:
         return None
     if step.complete_by is None:

@@ -364,7 +364,7 @@ def _count_outcome(report: SweepReport, outcome: RemoteOutcome | None) -> None:
         return
     if outcome.kind is RemoteOutcomeKind.APPLIED:
         report.in_doubt_applied += 1
-    elif outcome.safe_to_move:
+    elif outcome.safe_to_move or outcome.kind is RemoteOutcomeKind.ABANDONED:
         report.in_doubt_not_applied += 1
     else:
         report.in_doubt_unanswered += 1
@@ -402,4 +402,9 @@ async def _settle(queries: OutcomeQueries, doubt: in_doubt.Question) -> RemoteOu
         answer = await queries.abandon(doubt.agent, doubt.key)
         if answer.kind is not RemoteOutcomeKind.NOT_SUPPORTED:
             return answer
-    return await queries.ask(doubt.agent, doubt.key)
+    answer = await queries.ask(doubt.agent, doubt.key)
+    if doubt.movable and answer.safe_to_move:
+        settled = await queries.abandon(doubt.agent, doubt.key)
+        if settled.kind is not RemoteOutcomeKind.NOT_SUPPORTED:
+            return settled
+    return answer

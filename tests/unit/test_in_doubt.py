@@ -14,6 +14,7 @@ from shared.domain.in_doubt import (
     IN_PROGRESS,
     NEVER_SEEN,
     NOT_APPLIED,
+    NOT_SUPPORTED,
     RemoteOutcome,
 )
 from shared.domain.messages import AgentReply
@@ -191,6 +192,7 @@ async def test_an_applied_refund_is_recorded_compensated_and_the_undo_goes_on() 
 async def test_not_applied_while_a_request_may_still_apply_keeps_the_retry_with_its_key() -> None:
     setup = await at_payment(None, "payment", "payment-secondary")
     setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
+    setup.payment.abandons[CHARGE_KEY] = NOT_SUPPORTED  # a provider without abandon
     setup.world.clock.advance(PAST_DEADLINE)  # live until T0+35: a request may be on the wire
 
     report = await setup.sweep()
@@ -209,6 +211,7 @@ async def test_not_applied_while_a_request_may_still_apply_keeps_the_retry_with_
 async def test_not_applied_past_the_live_time_moves_the_retry_to_a_healthy_alternative() -> None:
     setup = await at_payment(None, "payment", "payment-secondary")
     setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
+    setup.payment.abandons[CHARGE_KEY] = NOT_SUPPORTED  # a provider without abandon
     setup.world.clock.advance(36)
 
     report = await setup.sweep()
@@ -257,6 +260,7 @@ async def test_a_drained_primary_is_abandoned_and_the_retry_moves_to_the_seconda
 async def test_never_seen_is_as_safe_as_not_applied() -> None:
     setup = await at_payment(None, "payment", "payment-secondary")
     setup.payment.answers[CHARGE_KEY] = NEVER_SEEN
+    setup.payment.abandons[CHARGE_KEY] = NOT_SUPPORTED  # a provider without abandon
     setup.world.clock.advance(36)
 
     assert (await setup.sweep()).in_doubt_not_applied == 1
@@ -269,6 +273,7 @@ async def test_never_seen_is_as_safe_as_not_applied() -> None:
 async def test_not_applied_without_a_healthy_alternative_retries_at_the_same_agent() -> None:
     setup = await at_payment()
     setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
+    setup.payment.abandons[CHARGE_KEY] = NOT_SUPPORTED  # a provider without abandon
     setup.world.clock.advance(PAST_DEADLINE)
     await setup.sweep()
     setup.world.clock.advance(2)
@@ -344,17 +349,13 @@ async def test_a_reply_that_lands_while_asking_wins_and_the_answer_changes_nothi
 
 
 async def test_exhausted_compensate_skips_undoing_a_step_known_not_applied() -> None:
-    """Finding 10's rule under ExhaustedPolicy=compensate: the charge's key is abandoned
-    before the order undoes it, and a key abandoned (never applied) is not refunded."""
+    """Finding 10's rule under ExhaustedPolicy=compensate: the charge the service never saw
+    is settled by abandoning its key, and a key abandoned (never applied) is not refunded."""
     world = World(policy=a_policy(max_failure_count=1, exhausted=ExhaustedPolicy.COMPENSATE))
     setup = await at_payment(world)
     setup.world.clock.advance(PAST_DEADLINE)
 
     assert (await setup.sweep()).compensating == 1
-    assert (setup.payment.asked, setup.payment.abandoned) == ([CHARGE_KEY], [])
-    assert setup.requests(Queue.AGENT_PAYMENT) == []  # no refund while the charge may apply
-    setup.world.clock.advance(5)
-    await setup.sweep()
     assert setup.payment.abandoned == [CHARGE_KEY]
 
     await next_claim(setup)
