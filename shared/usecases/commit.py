@@ -37,12 +37,12 @@ async def send_then_unwatch(deps: ProcessDeps, transition: Transition) -> None:
     A final order's entry goes unconditionally (no re-watch can follow a final state, so
     the version check's read is spared); Error and Suspended keep the check, since an
     operator may already have moved the order on and re-watched it."""
-    await deps.bus.send(transition.outgoing)
     if transition.check_at is not None:
         state = transition.process.state
         await deps.store.watch(
             state.order_id, transition.check_at, replace=True, version=state.version
         )
+    await deps.bus.send(transition.outgoing)
     if transition.is_terminal:
         state = transition.process.state
         version = None if state.process_state.is_final else state.version
