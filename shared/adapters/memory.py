@@ -288,7 +288,11 @@ class InMemoryBus:
         self.parked.append(poison)
 
     async def ping(self) -> None:
-        return None
+        """Fails like a send: an injected failure is used up by whichever comes first."""
+        await asyncio.sleep(0)
+        if self.fail_next:
+            self.fail_next -= 1
+            raise BusUnavailable("injected bus failure")
 
     def on(self, queue: str) -> list[Outgoing]:
         return [m for m in self.sent if m.queue == queue]

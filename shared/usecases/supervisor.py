@@ -6,7 +6,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from shared.domain import in_doubt
@@ -378,19 +378,13 @@ async def _commit_counted(
     outcome: RemoteOutcome | None,
 ) -> OrderProcess:
     """Save, then send, like every commit: a recovery that loses its race sends nothing.
-    A counted timeout whose sends then find the bus down is taken back (saved again as
-    the uncounted redispatch it would have been in an outage), and the outage raised."""
+    A counted timeout first checks the bus answers, so that an outage is noticed before
+    anything is counted against the order (a bus that goes down between the check and
+    the send leaves the messages in the outbox, resent by the next sweep or nudge)."""
+    if transition.process.state.failure_count > before.state.failure_count:
+        await deps.bus.ping()
     saved = await save(deps, transition)
-    try:
-        await send_then_unwatch(deps, transition)
-    except BusUnavailable:
-        if transition.process.state.failure_count > before.state.failure_count:
-            base = replace(before, etag=saved.etag, state=saved.state)
-            base = replace(base, state=replace(before.state, version=saved.state.version))
-            uncounted = machine.recover(base, deps.policy, now, count=False, outcome=outcome)
-            if uncounted is not None:
-                await save(deps, uncounted)
-        raise
+    await send_then_unwatch(deps, transition)
     return saved
 
 
