@@ -326,7 +326,7 @@ async def _check(
             _say_if_beaten(process, check_at)
         return
     try:
-        recovered = await _commit_counted(deps, process, transition, now, outcome)
+        recovered = await _commit_counted(deps, process, transition)
     except ConcurrencyConflict:
         report.lost_races += 1
         return
@@ -374,8 +374,6 @@ async def _commit_counted(
     deps: ProcessDeps,
     before: OrderProcess,
     transition: Transition,
-    now: datetime,
-    outcome: RemoteOutcome | None,
 ) -> OrderProcess:
     """Save, then send, like every commit: a recovery that loses its race sends nothing.
     A counted timeout first checks the bus answers, so that an outage is noticed before

@@ -108,7 +108,7 @@ def apply_reply(
     routing: Routing = PRIMARY_ONLY,
 ) -> Transition | None:
     """An agent's answer. The current attempt's answer moves the order on; any other
-    answer of a do is still evidence about its key (see `_late_do`)."""
+    changes nothing, unless it proves an effect the order believes absent (`_late_do`)."""
     state = process.state
     index = workflow.index_of(reply.step)
     if index is None or index >= len(process.steps):

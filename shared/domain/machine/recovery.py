@@ -146,7 +146,8 @@ def _settle_wait(
     its live time with no answer, leaves it expired, which an undo may meet), and the
     Scheduler goes on; an "in progress" answer, or a request still live, waits on."""
     b.set(locked_by=None)
-    settled = settled_by(step, outcome, b.now) if outcome is not None else _expired(step, b.now)
+    unasked = RemoteOutcome.unknown("not asked")
+    settled = settled_by(step, outcome or unasked, b.now)
     changes: dict[str, object] = {"key_state": settled}
     if outcome is not None and outcome.kind is RemoteOutcomeKind.APPLIED:
         changes.update(status=StepStatus.COMPLETED, result=dict(outcome.result or {}))
@@ -166,13 +167,6 @@ def _settle_wait(
         return b.build()
     requeue(b, policy, 0, "settled")
     return b.build()
-
-
-def _expired(step: StepRecord, now: datetime) -> KeyState:
-    current = key_state(step)
-    if current is KeyState.UNSETTLED and (step.live_until is None or now >= step.live_until):
-        return KeyState.EXPIRED
-    return current
 
 
 def undelivered(
