@@ -1,52 +1,60 @@
-"""Workflows are data: an ordered table of steps, each with its agent, timeout and undo."""
+"""Workflows are data: an ordered table of steps, each with its agent, kind, undo and inputs.
+
+The catalogue file (`catalogue.json`, read by `shared.catalogue`) is where a team declares
+its agents and workflows; these are the pure types the state machine walks.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 
-from shared.contract import Queue, Setting, high_priority
+AgentName = str
+"""An agent's name as the catalogue declares it; also its simulated service's name."""
 
 
-class AgentName(StrEnum):
-    INVENTORY = "inventory"
-    PAYMENT = "payment"
-    SHIPPING = "shipping"
-    PAYMENT_SECONDARY = "payment-secondary"
+class StepKind(StrEnum):
+    """Saga step kinds (Garcia-Molina and Salem): where a step sits decides what a failure
+    after it may still undo."""
+
+    COMPENSATABLE = "compensatable"
+    """Has an undo: a later failure or a cancel runs it."""
+    PIVOT = "pivot"
+    """No undo: once it completes the order can only go forward."""
+    RETRIABLE = "retriable"
+    """No undo, after the pivot: retried until it succeeds; its permanent failure holds
+    the order for an operator instead of compensating."""
+
+
+@dataclass(frozen=True)
+class AgentRetry:
+    initial_backoff: float = 0.2
+    max_backoff: float = 5.0
+    call_timeout: float = 10.0
 
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """Where an Agent listens and which setting names its remote service."""
+    """One remote service and the Agent that wraps it."""
 
     name: AgentName
-    queue: str
     service_url_setting: str
-
-    @property
-    def high_priority_queue(self) -> str:
-        return high_priority(self.queue)
-
-    def queue_for(self, high: bool) -> str:
-        return self.high_priority_queue if high else self.queue
-
-
-AGENTS: dict[AgentName, AgentSpec] = {
-    AgentName.INVENTORY: AgentSpec(
-        AgentName.INVENTORY, Queue.AGENT_INVENTORY, Setting.INVENTORY_SERVICE_URL
-    ),
-    AgentName.PAYMENT: AgentSpec(
-        AgentName.PAYMENT, Queue.AGENT_PAYMENT, Setting.PAYMENT_SERVICE_URL
-    ),
-    AgentName.SHIPPING: AgentSpec(
-        AgentName.SHIPPING, Queue.AGENT_SHIPPING, Setting.SHIPPING_SERVICE_URL
-    ),
-    AgentName.PAYMENT_SECONDARY: AgentSpec(
-        AgentName.PAYMENT_SECONDARY,
-        Queue.AGENT_PAYMENT_SECONDARY,
-        Setting.PAYMENT_SECONDARY_SERVICE_URL,
-    ),
-}
+    local_service_url: str = ""
+    capacity: int = 16
+    outcome_queries: bool = True
+    """The service answers `GET operations/{key}` (contract section 8)."""
+    abandon: bool = True
+    """The service answers `POST operations/{key}/abandon` (section 11); without it the
+    app learns the 404 per call and falls back to waiting out the key."""
+    alternatives: tuple[AgentName, ...] = ()
+    """Agents that can do this agent's steps when it is unhealthy, drained or full, in
+    preference order. Their services must honour the same operations and undo."""
+    retry_elsewhere: bool = False
+    """May a timed-out attempt's retry go to an alternative? Only when they share one
+    idempotency-key space (two regions of one provider); otherwise only new dispatches
+    move."""
+    retry: AgentRetry = field(default_factory=AgentRetry)
 
 
 @dataclass(frozen=True)
@@ -55,27 +63,32 @@ class StepDefinition:
     """Also the remote operation the agent performs."""
     agent: AgentName
     compensation: str | None
+    """The undo operation; None for pivot and retriable steps."""
     timeout_seconds: float | None = None
     """None: the app setting StepTimeoutSeconds."""
     alternatives: tuple[AgentName, ...] = ()
-    """Agents that can do this step when `agent` is unhealthy or full, in preference order.
-    Their remote services must honour the same idempotency key and compensation."""
+    """From the agent's declaration; see `AgentSpec.alternatives`."""
     retry_elsewhere: bool = False
-    """May the Supervisor's retry of a timed-out attempt go to another agent? Only when the
-    candidates share one idempotency-key space (say, two regions of one provider): after
-    a timeout the first agent's effect is unknown, and a second provider would apply it
-    again. Otherwise the retry stays with the agent that has the key; only new
-    dispatches move."""
+    kind: StepKind = StepKind.COMPENSATABLE
+    inputs: tuple[str, ...] = ()
+    """Results of earlier steps this step's request carries, as `step.field`."""
+    results: tuple[str, ...] = ()
+    """The result fields later steps may take as input."""
 
     @property
     def candidates(self) -> tuple[AgentName, ...]:
         return (self.agent, *self.alternatives)
+
+    @property
+    def undoable(self) -> bool:
+        return self.kind is StepKind.COMPENSATABLE and self.compensation is not None
 
 
 @dataclass(frozen=True)
 class Workflow:
     name: str
     steps: tuple[StepDefinition, ...]
+    version: int = 1
 
     def index_of(self, step: str) -> int | None:
         for i, definition in enumerate(self.steps):
@@ -91,20 +104,55 @@ class Workflow:
         definition = self.steps[index]
         return definition.compensation if compensate else definition.name
 
+    @property
+    def pivot(self) -> int | None:
+        """The index of the pivot step, if the workflow has one."""
+        for i, definition in enumerate(self.steps):
+            if definition.kind is StepKind.PIVOT:
+                return i
+        return None
 
-#            step                 agent                  compensation
-ORDER_FULFILMENT = Workflow(
-    name="order-fulfilment",
-    steps=(
-        StepDefinition("reserve-inventory", AgentName.INVENTORY, "release-inventory"),
-        StepDefinition(
-            "charge-payment",
-            AgentName.PAYMENT,
-            "refund-payment",
-            alternatives=(AgentName.PAYMENT_SECONDARY,),
-        ),
-        StepDefinition("create-shipment", AgentName.SHIPPING, "cancel-shipment"),
-    ),
-)
+    @property
+    def agents(self) -> frozenset[AgentName]:
+        return frozenset(a for s in self.steps for a in s.candidates)
 
-WORKFLOWS: dict[str, Workflow] = {ORDER_FULFILMENT.name: ORDER_FULFILMENT}
+
+@dataclass(frozen=True)
+class WorkflowRef:
+    """What an order pins: the workflow and the version it started on."""
+
+    name: str
+    version: int
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """The agents and every kept version of every workflow."""
+
+    agents: Mapping[AgentName, AgentSpec]
+    workflows: tuple[Workflow, ...]
+    default: str
+
+    def get(self, name: str, version: int | None = None) -> Workflow | None:
+        """A workflow's given version, or its newest when `version` is None."""
+        found = [w for w in self.workflows if w.name == name]
+        if version is not None:
+            found = [w for w in found if w.version == version]
+        return max(found, key=lambda w: w.version) if found else None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(w.name for w in self.workflows))
+
+    def latest(self) -> tuple[Workflow, ...]:
+        """The version of each workflow that new orders start on."""
+        found = (self.get(name) for name in self.names)
+        return tuple(w for w in found if w is not None)
+
+    def default_workflow(self) -> Workflow:
+        found = self.get(self.default)
+        assert found is not None, "validated when the catalogue was loaded"
+        return found
+
+    def steps_named(self, step: str) -> tuple[StepDefinition, ...]:
+        return tuple(s for w in self.workflows for s in w.steps if s.name == step)
