@@ -34,6 +34,7 @@ from shared.adapters import table_rows
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus
 from shared.adapters.table_store import TableStateStore
+from shared.catalogue import catalogue
 from shared.domain import process as machine
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
@@ -46,11 +47,12 @@ from shared.domain.model import (
     ProcessState,
 )
 from shared.domain.process import ProcessPolicy
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import AlreadyExists, StoreUnavailable
 from shared.settings import azurite_connection_string
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.supervisor import sweep
+
+ORDER_FULFILMENT = catalogue().default_workflow()
 
 POLICY = ProcessPolicy(
     step_timeout=timedelta(seconds=30), pending_timeout=timedelta(seconds=60), max_failure_count=3

@@ -39,10 +39,12 @@ from bench._stack import BenchStack, set_faults
 from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
 from shared.adapters.table_store import TableStateStore
+from shared.catalogue import catalogue
 from shared.domain import process as machine
 from shared.domain.model import Order, OrderLine, OrderProcess, Outgoing, Priority
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import RemoteCall
+
+ORDER_FULFILMENT = catalogue().default_workflow()
 
 QUEUE = "order-status"
 PAYLOAD = {"customerId": "customer-1", "items": [{"sku": "sku-1", "quantity": 2, "unitPrice": 9.5}]}

@@ -12,18 +12,18 @@ from datetime import timedelta
 from typing import Any
 
 from devhost.harness.stack import timing_settings
+from shared.catalogue import catalogue
 from shared.contract import AGENT_QUEUES, Queue
 from shared.domain.process import ProcessPolicy
-from shared.domain.workflow import ORDER_FULFILMENT, AgentName
 
-SERVICES: tuple[str, ...] = tuple(step.agent.value for step in ORDER_FULFILMENT.steps)
+ORDER_FULFILMENT = catalogue().default_workflow()
+
+SERVICES: tuple[str, ...] = tuple(step.agent for step in ORDER_FULFILMENT.steps)
 """Where an order is planned to fail: each step's primary service."""
-ALL_SERVICES: tuple[str, ...] = tuple(name.value for name in AgentName)
+ALL_SERVICES: tuple[str, ...] = tuple(catalogue().agents)
 """Where faults are injected: every service, alternatives included."""
 PRIMARY_OF: dict[str, str] = {
-    alternative.value: step.agent.value
-    for step in ORDER_FULFILMENT.steps
-    for alternative in step.alternatives
+    alternative: step.agent for step in ORDER_FULFILMENT.steps for alternative in step.alternatives
 }
 WORKFLOW_QUEUES: tuple[str, ...] = (Queue.SCHEDULER, Queue.AGENT_REPLIES, *AGENT_QUEUES)
 """Where the broker misbehaves: the queues whose losses the pattern is built to heal.

@@ -319,7 +319,7 @@ def outcomes_match_orders(obs: Observations) -> InvariantResult:
     """An order without a rejected SKU is never compensated; one with a rejected SKU
     never completes, and fails at the step of the service that rejects it; one an
     operator cancelled ends Cancelled (or Error)."""
-    step_of_service = {s.agent.value: s.name for s in obs.workflow.steps}
+    step_of_service = {s.agent: s.name for s in obs.workflow.steps}
     violations: list[str] = []
     for order_id, planned in sorted(obs.planned.items()):
         process = obs.processes.get(order_id)

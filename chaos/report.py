@@ -11,7 +11,9 @@ from rich.text import Text
 
 from chaos.model import Check
 from chaos.run import RunResult
-from shared.domain.workflow import ORDER_FULFILMENT
+from shared.catalogue import catalogue
+
+ORDER_FULFILMENT = catalogue().default_workflow()
 
 STATES = ("Processed", "Compensated", "Error")
 SHOWN_VIOLATIONS = 10

@@ -35,9 +35,11 @@ from chaos.load import plan_orders, submit_all
 from chaos.model import Accepted, Alert, Check, Convergence, Figures, Observations, PlannedOrder
 from chaos.monitor import Monitor
 from chaos.system import RUNTIMES, ChaosStack, KillEvent, Outage, chaos_stack
+from shared.catalogue import catalogue
 from shared.contract import Route
 from shared.domain.model import ProcessState
-from shared.domain.workflow import ORDER_FULFILMENT
+
+ORDER_FULFILMENT = catalogue().default_workflow()
 
 Progress = Callable[[str], None]
 TERMINAL_GRACE_SECONDS = 60.0

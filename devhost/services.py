@@ -21,8 +21,8 @@ from urllib.parse import urlparse
 from devhost.harness import services as commands
 from devhost.harness.ports import LOOPBACK, port_open
 from devhost.harness.process import Child, StartError
+from shared.catalogue import catalogue
 from shared.contract import Setting
-from shared.domain.workflow import AGENTS
 
 log = logging.getLogger("devhost.services")
 
@@ -31,7 +31,7 @@ BROKER_DEFAULT_PORT = 5672
 BROKER_CONTROL_PORT = 7073
 SIMULATOR_DEFAULT_PORT = 7072
 OTLP_DEFAULT_PORT = 4318
-SERVICE_URL_SETTINGS = tuple(spec.service_url_setting for spec in AGENTS.values())
+SERVICE_URL_SETTINGS = tuple(spec.service_url_setting for spec in catalogue().agents.values())
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 LOG_LEVEL = "INFO"
 """The services log their lifecycle under .devhost/logs for the developer to read."""

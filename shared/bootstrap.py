@@ -77,9 +77,9 @@ class Container:
         if monitor is None:
             clock = self.process.clock
             monitor = self.monitors[name] = HealthMonitor(
-                name.value,
+                name,
                 self.process.instance_id,
-                CircuitBreaker(name.value, clock),
+                CircuitBreaker(name, clock),
                 clock,
                 AGENT_CAPACITY,
             )
@@ -89,8 +89,8 @@ class Container:
         """The Supervisor asks each agent's service through that agent's own breaker."""
         return OutcomeQueries(
             {
-                name.value: Asked(
-                    traced_remote(remote, name.value, self.monitor(name).breaker),
+                name: Asked(
+                    traced_remote(remote, name, self.monitor(name).breaker),
                     self.monitor(name).breaker,
                 )
                 for name, remote in self.remotes.items()
@@ -104,7 +104,7 @@ class Container:
             agent=name,
             bus=self.process.bus,
             clock=self.process.clock,
-            remote=traced_remote(self.remotes[name], name.value, monitor.breaker),
+            remote=traced_remote(self.remotes[name], name, monitor.breaker),
             breaker=monitor.breaker,
             monitor=monitor,
             health=self.health,

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from shared.catalogue import catalogue
+from shared.domain.workflow import Catalogue
+
 
 class Queue:
     """Service Bus queue names (docs/contract.md#1-queues)."""
@@ -17,11 +20,6 @@ class Queue:
     ORDERS: Final = "orders"
     SCHEDULER: Final = "scheduler"
     AGENT_REPLIES: Final = "agent-replies"
-    AGENT_INVENTORY: Final = "agent-inventory"
-    AGENT_PAYMENT: Final = "agent-payment"
-    AGENT_SHIPPING: Final = "agent-shipping"
-    AGENT_PAYMENT_SECONDARY: Final = "agent-payment-secondary"
-    """The alternative payment provider's agent (issue 7: health-aware routing)."""
     SCHEDULER_HIGH: Final = "scheduler-high"
     AGENT_REPLIES_HIGH: Final = "agent-replies-high"
     """The Scheduler's lanes for high-priority orders: their claims and replies do not
@@ -30,12 +28,6 @@ class Queue:
     OPERATOR_ALERTS: Final = "operator-alerts"
 
 
-AGENT_QUEUES: Final[tuple[str, ...]] = (
-    Queue.AGENT_INVENTORY,
-    Queue.AGENT_PAYMENT,
-    Queue.AGENT_PAYMENT_SECONDARY,
-    Queue.AGENT_SHIPPING,
-)
 HIGH_PRIORITY_SUFFIX: Final = "-high"
 """Each agent queue has a high-priority lane, `<queue>-high`, served by its own trigger."""
 
@@ -44,20 +36,39 @@ def high_priority(queue: str) -> str:
     return f"{queue}{HIGH_PRIORITY_SUFFIX}"
 
 
-ALL_QUEUES: Final[tuple[str, ...]] = (
+def agent_queue(agent: str, high: bool = False) -> str:
+    """Where an agent listens: `agent-{name}`, and `agent-{name}-high` for its fast lane."""
+    queue = f"agent-{agent}"
+    return high_priority(queue) if high else queue
+
+
+CORE_QUEUES: Final[tuple[str, ...]] = (
     Queue.ORDERS,
     Queue.SCHEDULER,
     Queue.AGENT_REPLIES,
-    Queue.AGENT_INVENTORY,
-    Queue.AGENT_PAYMENT,
-    Queue.AGENT_SHIPPING,
     Queue.ORDER_STATUS,
     Queue.OPERATOR_ALERTS,
-    Queue.AGENT_PAYMENT_SECONDARY,
-    *(f"{q}{HIGH_PRIORITY_SUFFIX}" for q in AGENT_QUEUES),
     Queue.SCHEDULER_HIGH,
     Queue.AGENT_REPLIES_HIGH,
 )
+"""The queues every catalogue needs; each agent adds its two lanes."""
+
+
+def agent_queues(of: Catalogue) -> tuple[str, ...]:
+    return tuple(agent_queue(name, high) for name in of.agents for high in (False, True))
+
+
+def all_queues(of: Catalogue) -> tuple[str, ...]:
+    return (*CORE_QUEUES, *agent_queues(of))
+
+
+def service_url_settings(of: Catalogue) -> tuple[str, ...]:
+    return tuple(spec.service_url_setting for spec in of.agents.values())
+
+
+AGENT_QUEUES: Final[tuple[str, ...]] = tuple(agent_queue(name) for name in catalogue().agents)
+"""The normal lanes of the catalogue's agents."""
+ALL_QUEUES: Final[tuple[str, ...]] = all_queues(catalogue())
 
 
 class PoisonProperty:
@@ -107,10 +118,9 @@ class Setting:
     MAX_FAILURE_COUNT: Final = "MaxFailureCount"
     EXHAUSTED_POLICY: Final = "ExhaustedPolicy"
     REPLY_TO_ALLOW_LIST: Final = "ReplyToAllowList"
-    INVENTORY_SERVICE_URL: Final = "InventoryServiceUrl"
-    PAYMENT_SERVICE_URL: Final = "PaymentServiceUrl"
-    PAYMENT_SECONDARY_SERVICE_URL: Final = "PaymentSecondaryServiceUrl"
-    SHIPPING_SERVICE_URL: Final = "ShippingServiceUrl"
+    CATALOGUE_FILE: Final = "CatalogueFile"
+    """The catalogue the app runs (default: catalogue.json beside function_app.py). Each
+    agent's service URL setting is named in the catalogue (`serviceUrlSetting`)."""
     INSTANCE_ID: Final = "WEBSITE_INSTANCE_ID"
     BULK_ACTIONS_PER_SECOND: Final = "BulkActionsPerSecond"
     """The pace of a bulk job's actions, per instance running the bulk timer."""

@@ -9,10 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from shared.catalogue import catalogue
 from shared.contract import ChaosSetting, Setting
 from shared.domain.model import ExhaustedPolicy
 from shared.domain.process import ProcessPolicy
-from shared.domain.workflow import AGENTS, AgentName
+from shared.domain.workflow import AgentName
 
 # Azurite's published development account: a well-known constant, not a secret.
 _AZURITE_KEY = (
@@ -104,8 +105,11 @@ class Settings:
                 if q.strip()
             ),
             service_urls={
-                name: values.get(spec.service_url_setting, f"http://127.0.0.1:7072/{name.value}")
-                for name, spec in AGENTS.items()
+                name: values.get(
+                    spec.service_url_setting,
+                    spec.local_service_url or f"http://127.0.0.1:7072/{name}",
+                )
+                for name, spec in catalogue().agents.items()
             },
             instance_id=values.get(Setting.INSTANCE_ID)
             or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",

@@ -29,8 +29,8 @@ from devhost.harness import services
 from devhost.harness.clients import AppClient, BrokerControl, SimulatorControl
 from devhost.harness.ports import LOOPBACK, free_port
 from devhost.harness.process import Child, StartError
+from shared.catalogue import catalogue
 from shared.contract import Queue, Setting
-from shared.domain.workflow import AGENTS
 from shared.settings import azurite_connection_string
 
 STARTUP_TIMEOUT = 60.0
@@ -131,8 +131,8 @@ class Stack:
             Setting.STATE_TABLE: self.table_name,
             Setting.REPLY_TO_ALLOW_LIST: Queue.ORDER_STATUS,
             **{
-                spec.service_url_setting: f"{self.simulator_url}/{name.value}"
-                for name, spec in AGENTS.items()
+                spec.service_url_setting: f"{self.simulator_url}/{name}"
+                for name, spec in catalogue().agents.items()
             },
             Setting.INSTANCE_ID: self.instance_id(runtime),
             **services.telemetry_env(self.otlp_port),

@@ -8,7 +8,6 @@ deploy tries a new catalogue without editing this one.
 from __future__ import annotations
 
 import os
-from functools import cache
 from pathlib import Path
 
 from shared.catalogue.load import CatalogueError, load, parse
@@ -26,6 +25,11 @@ def catalogue_file() -> Path:
     return Path(configured) if configured else DEFAULT_FILE
 
 
-@cache
+_loaded: Catalogue | None = None
+
+
 def catalogue() -> Catalogue:
-    return load(catalogue_file())
+    global _loaded
+    if _loaded is None:
+        _loaded = load(catalogue_file())
+    return _loaded

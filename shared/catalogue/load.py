@@ -126,7 +126,10 @@ def _workflow_problems(workflow: WorkflowModel, agents: dict[str, AgentModel]) -
         elif step.undo is not None:
             yield f"{where}: a {kind} step has no undo, found {step.undo!r} [rule: undo-on-{kind}]"
         if kind is StepKind.PIVOT and past_pivot:
-            yield f"{where}: a workflow has at most one pivot, before any retriable step [rule: one-pivot]"
+            yield (
+                f"{where}: a workflow has at most one pivot, before any retriable step "
+                "[rule: one-pivot]"
+            )
         if step.undo is not None and step.undo == step.name:
             yield f"{where}: the undo must be another operation [rule: undo-is-do]"
         for source in step.inputs:

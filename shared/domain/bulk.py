@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from shared.domain.failures import failure_of
 from shared.domain.model import OrderProcess, ProcessState, StepStatus
-from shared.domain.workflow import WORKFLOWS
+from shared.domain.workflow import Workflow
 
 MAX_LIMIT: Final = 100_000
 SAMPLES: Final = 10
@@ -189,7 +189,9 @@ def states_to_scan(action: BulkAction, flt: BulkFilter) -> tuple[ProcessState, .
     return (flt.state,) if flt.state in action.states else ()
 
 
-def matches(action: BulkAction, flt: BulkFilter, process: OrderProcess) -> bool:
+def matches(
+    action: BulkAction, flt: BulkFilter, process: OrderProcess, workflow: Workflow | None
+) -> bool:
     """Does the filter match, and would the single action do something to this order?"""
     state = process.state
     if state.process_state not in states_to_scan(action, flt):
@@ -207,7 +209,7 @@ def matches(action: BulkAction, flt: BulkFilter, process: OrderProcess) -> bool:
     if flt.created_to is not None and state.created_at >= flt.created_to:
         return False
     if flt.step is not None or flt.error_code is not None:
-        failure = failure_of(state)
+        failure = failure_of(state, workflow)
         if flt.step is not None and failure.step != flt.step:
             return False
         if flt.error_code is not None and failure.error_code != flt.error_code:
@@ -215,7 +217,9 @@ def matches(action: BulkAction, flt: BulkFilter, process: OrderProcess) -> bool:
     return True
 
 
-def effects_of(action: BulkAction, process: OrderProcess) -> tuple[str, ...]:
+def effects_of(
+    action: BulkAction, process: OrderProcess, workflow: Workflow | None
+) -> tuple[str, ...]:
     """The remote operations the action would cause for this order.
 
     A cancel undoes every step that completed, is running, or is in doubt (dispatched
@@ -223,7 +227,6 @@ def effects_of(action: BulkAction, process: OrderProcess) -> tuple[str, ...]:
     resubmit re-runs the step the order stopped at (its undo, when it stopped while
     compensating). Suspend and resume cause no remote call by themselves.
     """
-    workflow = WORKFLOWS.get(process.state.workflow)
     if workflow is None:
         return ()
     if action is BulkAction.CANCEL:
@@ -236,7 +239,7 @@ def effects_of(action: BulkAction, process: OrderProcess) -> tuple[str, ...]:
                 undone.append(definition.compensation)
         return tuple(reversed(undone))
     if action is BulkAction.RESUBMIT:
-        return (failure_of(process.state).step,)
+        return (failure_of(process.state, workflow).step,)
     return ()
 
 
@@ -248,11 +251,11 @@ class Preview:
     sample_order_ids: list[str] = field(default_factory=list)
     effects: Counter[str] = field(default_factory=Counter)
 
-    def add(self, action: BulkAction, process: OrderProcess) -> None:
+    def add(self, action: BulkAction, process: OrderProcess, workflow: Workflow | None) -> None:
         self.matched += 1
         if len(self.sample_order_ids) < SAMPLES:
             self.sample_order_ids.append(process.order_id)
-        self.effects.update(effects_of(action, process))
+        self.effects.update(effects_of(action, process, workflow))
 
     def effects_view(self) -> list[dict[str, Any]]:
         ordered = sorted(self.effects.items(), key=lambda kv: (-kv[1], kv[0]))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from shared.domain.model import Phase, StateRecord
-from shared.domain.workflow import WORKFLOWS
+from shared.domain.workflow import Workflow
 
 TIMEOUT: Final = "timeout"
 UNKNOWN: Final = "unknown"
@@ -29,8 +29,9 @@ class Failure:
     error_code: str
 
 
-def failure_of(state: StateRecord) -> Failure:
-    return Failure(_step(state), _code(state.last_error or ""))
+def failure_of(state: StateRecord, workflow: Workflow | None) -> Failure:
+    """`workflow`: the one the order runs on (None when the catalogue lost it)."""
+    return Failure(_step(state, workflow), _code(state.last_error or ""))
 
 
 def _code(last_error: str) -> str:
@@ -40,8 +41,7 @@ def _code(last_error: str) -> str:
     return answered["code"] if answered else UNKNOWN
 
 
-def _step(state: StateRecord) -> str:
-    workflow = WORKFLOWS.get(state.workflow)
+def _step(state: StateRecord, workflow: Workflow | None) -> str:
     if workflow is None or not 0 <= state.current_step < len(workflow.steps):
         return str(state.current_step)
     definition = workflow.steps[state.current_step]

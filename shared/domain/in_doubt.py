@@ -108,10 +108,8 @@ def question(
         leaving = state.cancel_requested or state.phase is Phase.COMPENSATE
         if not leaving and not definition.retry_elsewhere:
             chosen, _ = routing.choose(definition.candidates)
-            leaving = chosen.value != step.agent
-        others = [
-            c for c in definition.candidates if c.value not in (step.agent, *step.abandoned_at)
-        ]
+            leaving = chosen != step.agent
+        others = [c for c in definition.candidates if c not in (step.agent, *step.abandoned_at)]
         movable = bool(others) and not definition.retry_elsewhere
         ask_at = step.complete_by + SETTLE_MARGIN
         return Question(step.agent, do_key, ask_at, abandon=leaving, movable=movable)

@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from shared import jsonbounds
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain.model import (
     Action,
     ErrorInfo,
@@ -41,7 +41,7 @@ from shared.domain.model import (
     Outgoing,
     Priority,
 )
-from shared.domain.workflow import AGENTS, AgentName
+from shared.domain.workflow import AgentName
 
 MAX_MESSAGE_BYTES = 256 * 1024
 
@@ -198,7 +198,7 @@ class AgentRequest(_Message):
 
     def outgoing(self, agent: AgentName, *, high: bool = False) -> Outgoing:
         return Outgoing(
-            queue=AGENTS[agent].queue_for(high),
+            queue=agent_queue(agent, high),
             message_id=f"req:{self.order_id}:{self.step}:{self.action.value}:{self.attempt}",
             body=self.to_body(),
         )

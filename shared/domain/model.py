@@ -206,6 +206,8 @@ class StateRecord:
     updated_at: datetime
     workflow: str
     outbox: tuple[Outgoing, ...] = ()
+    workflow_version: int = 1
+    """The version of `workflow` the order started on and runs to its end on."""
     outbox_cause: str | None = None
     cancel_requested: bool = False
     """An operator cancelled: the order compensates every step that may have taken effect,

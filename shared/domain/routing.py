@@ -103,7 +103,7 @@ class Routing:
 
     def all_drained(self, candidates: Sequence[AgentName]) -> bool:
         """Must the step wait? Only when no candidate is open to new work."""
-        return bool(candidates) and all(c.value in self.drained for c in candidates)
+        return bool(candidates) and all(c in self.drained for c in candidates)
 
     def choose(
         self, candidates: Sequence[AgentName], avoid: str | None = None
@@ -114,11 +114,11 @@ class Routing:
         elsewhere when another candidate is at least as available. A drained candidate
         is never chosen while another is open (callers check `all_drained` first).
         """
-        usable = [c for c in candidates if c.value not in self.drained] or list(candidates)
+        usable = [c for c in candidates if c not in self.drained] or list(candidates)
         chosen = self._best(usable, avoid)
         if chosen is candidates[0]:
             return chosen, ""
-        skipped = candidates[0].value
+        skipped = candidates[0]
         if skipped in self.drained:
             return chosen, f"{skipped}: drained"
         why = self.views[skipped].reason if skipped in self.views else "not known"
@@ -128,17 +128,17 @@ class Routing:
 
     def _best(self, candidates: Sequence[AgentName], avoid: str | None) -> AgentName:
         if avoid is not None and not any(
-            c.value != avoid and self._known(c) is Availability.HEALTHY for c in candidates
+            c != avoid and self._known(c) is Availability.HEALTHY for c in candidates
         ):
             avoid = None
         ranked = sorted(
             enumerate(candidates),
-            key=lambda ic: (self._rank(ic[1]), ic[1].value == avoid, ic[0]),
+            key=lambda ic: (self._rank(ic[1]), ic[1] == avoid, ic[0]),
         )
         return ranked[0][1]
 
     def _known(self, agent: AgentName) -> Availability:
-        view = self.views.get(agent.value)
+        view = self.views.get(agent)
         return view.availability if view else Availability.UNKNOWN
 
     def _rank(self, agent: AgentName) -> int:

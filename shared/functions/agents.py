@@ -12,9 +12,10 @@ import time
 import azure.functions as func
 
 from shared import bootstrap
-from shared.contract import Queue, Setting, high_priority
+from shared.catalogue import catalogue
+from shared.contract import Setting, agent_queue
 from shared.domain.messages import AgentRequest, InvalidMessage
-from shared.domain.workflow import AGENTS, AgentName
+from shared.domain.workflow import AgentName
 from shared.functions.poison import UNKNOWN_STEP, reject
 from shared.telemetry.metrics import step_done
 from shared.telemetry.spans import annotate, consuming
@@ -32,7 +33,7 @@ async def _perform(
 ) -> None:
     """One step for `agent`; a request it can never perform is dead-lettered from the
     lane the Scheduler sends it on, which is the lane the calling trigger listens to."""
-    queue = AGENTS[agent].queue_for(high)
+    queue = agent_queue(agent, high)
     with consuming(msg, context, queue):
         await _perform_step(agent, msg, queue, high)
 
@@ -46,72 +47,39 @@ async def _perform_step(
         annotate(order_id=request.order_id, step=request.step, attempt=request.attempt)
         started = time.monotonic()
         outcome = await perform_step(c.agent(agent), request, high=high)
-        step_done(agent.value, request.step, outcome.value, time.monotonic() - started)
+        step_done(agent, request.step, outcome.value, time.monotonic() - started)
     except InvalidMessage as exc:
         await reject(c, queue, msg, str(exc))
     except UnknownStep as exc:
         await reject(c, queue, msg, str(exc), UNKNOWN_STEP)
 
 
-@bp.service_bus_queue_trigger(
-    arg_name="msg", queue_name=Queue.AGENT_INVENTORY, connection=Setting.SERVICE_BUS
-)
-async def inventory_agent(msg: func.ServiceBusMessage, context: func.Context) -> None:
-    await _perform(AgentName.INVENTORY, msg, context)
+def function_name(agent: AgentName, high: bool = False) -> str:
+    """`payment-secondary` → `payment_secondary_agent`, and `..._agent_high` for its lane."""
+    return f"{agent.replace('-', '_')}_agent{'_high' if high else ''}"
 
 
-@bp.service_bus_queue_trigger(
-    arg_name="msg", queue_name=high_priority(Queue.AGENT_INVENTORY), connection=Setting.SERVICE_BUS
-)
-async def inventory_agent_high(msg: func.ServiceBusMessage, context: func.Context) -> None:
-    await _perform(AgentName.INVENTORY, msg, context, high=True)
+def _register(agent: AgentName, high: bool) -> None:
+    """One trigger per agent and lane, named explicitly: the catalogue decides how many."""
+
+    async def trigger(msg: func.ServiceBusMessage, context: func.Context) -> None:
+        await _perform(agent, msg, context, high=high)
+
+    name = function_name(agent, high)
+    trigger.__name__ = trigger.__qualname__ = name
+    bp.function_name(name=name)(
+        bp.service_bus_queue_trigger(
+            arg_name="msg", queue_name=agent_queue(agent, high), connection=Setting.SERVICE_BUS
+        )(trigger)
+    )
 
 
-@bp.service_bus_queue_trigger(
-    arg_name="msg", queue_name=Queue.AGENT_PAYMENT, connection=Setting.SERVICE_BUS
-)
-async def payment_agent(msg: func.ServiceBusMessage, context: func.Context) -> None:
-    await _perform(AgentName.PAYMENT, msg, context)
-
-
-@bp.service_bus_queue_trigger(
-    arg_name="msg", queue_name=high_priority(Queue.AGENT_PAYMENT), connection=Setting.SERVICE_BUS
-)
-async def payment_agent_high(msg: func.ServiceBusMessage, context: func.Context) -> None:
-    await _perform(AgentName.PAYMENT, msg, context, high=True)
-
-
-@bp.service_bus_queue_trigger(
-    arg_name="msg", queue_name=Queue.AGENT_PAYMENT_SECONDARY, connection=Setting.SERVICE_BUS
-)
-async def payment_secondary_agent(msg: func.ServiceBusMessage, context: func.Context) -> None:
-    await _perform(AgentName.PAYMENT_SECONDARY, msg, context)
-
-
-@bp.service_bus_queue_trigger(
-    arg_name="msg",
-    queue_name=high_priority(Queue.AGENT_PAYMENT_SECONDARY),
-    connection=Setting.SERVICE_BUS,
-)
-async def payment_secondary_agent_high(msg: func.ServiceBusMessage, context: func.Context) -> None:
-    await _perform(AgentName.PAYMENT_SECONDARY, msg, context, high=True)
-
-
-@bp.service_bus_queue_trigger(
-    arg_name="msg", queue_name=Queue.AGENT_SHIPPING, connection=Setting.SERVICE_BUS
-)
-async def shipping_agent(msg: func.ServiceBusMessage, context: func.Context) -> None:
-    await _perform(AgentName.SHIPPING, msg, context)
-
-
-@bp.service_bus_queue_trigger(
-    arg_name="msg", queue_name=high_priority(Queue.AGENT_SHIPPING), connection=Setting.SERVICE_BUS
-)
-async def shipping_agent_high(msg: func.ServiceBusMessage, context: func.Context) -> None:
-    await _perform(AgentName.SHIPPING, msg, context, high=True)
+for _agent in catalogue().agents:
+    for _high in (False, True):
+        _register(_agent, _high)
 
 
 @bp.timer_trigger(arg_name="timer", schedule=HEARTBEAT_SCHEDULE, run_on_startup=False)
 async def agent_heartbeat(timer: func.TimerRequest) -> None:
     c = await bootstrap.container()
-    await heartbeat([(c.monitor(name), c.remotes[name]) for name in AGENTS], c.health)
+    await heartbeat([(c.monitor(name), c.remotes[name]) for name in catalogue().agents], c.health)

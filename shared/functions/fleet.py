@@ -9,9 +9,9 @@ from typing import Any
 import azure.functions as func
 
 from shared import bootstrap
-from shared.contract import Route
+from shared.catalogue import catalogue
+from shared.contract import Route, agent_queue
 from shared.domain.messages import iso
-from shared.domain.workflow import AgentName
 from shared.functions.http import json_response, opt_iso, problem, read_json
 from shared.ports import StateStoreError
 from shared.usecases.agents import AgentStatus, list_agents, set_drain
@@ -38,8 +38,8 @@ async def agents_http(req: func.HttpRequest) -> func.HttpResponse:
 @bp.route(route=Route.AGENT_DRAIN, methods=["PUT"], auth_level=func.AuthLevel.ADMIN)
 async def drain_agent_http(req: func.HttpRequest) -> func.HttpResponse:
     agent = req.route_params.get("agent", "")
-    if agent not in {a.value for a in AgentName}:
-        known = ", ".join(a.value for a in AgentName)
+    if agent not in catalogue().agents:
+        known = ", ".join(catalogue().agents)
         return problem(404, "Agent not found", f"no agent {agent[:64]!r}; agents: {known}")
     body = _drain_body(req)
     if isinstance(body, func.HttpResponse):
@@ -86,9 +86,9 @@ def _drain_body(req: func.HttpRequest) -> tuple[bool, str | None] | func.HttpRes
 def agent_view(status: AgentStatus, now: datetime) -> dict[str, Any]:
     drain = status.drain
     return {
-        "agent": status.spec.name.value,
-        "queue": status.spec.queue,
-        "highPriorityQueue": status.spec.high_priority_queue,
+        "agent": status.spec.name,
+        "queue": agent_queue(status.spec.name),
+        "highPriorityQueue": agent_queue(status.spec.name, high=True),
         "drained": status.drained,
         "reason": drain.reason if drain else None,
         "since": opt_iso(drain.since) if drain else None,

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from shared.catalogue import catalogue
 from shared.domain.messages import AgentRequest, idempotency_key
 from shared.domain.model import Action, ErrorInfo, JsonObject, Outcome
-from shared.domain.workflow import WORKFLOWS, AgentName
+from shared.domain.workflow import AgentName, Catalogue
 from shared.ports import (
     Clock,
     HealthStore,
@@ -55,19 +56,21 @@ class AgentDeps:
     the request's complete-by."""
 
 
-def operation_for(agent: AgentName, request: AgentRequest) -> str:
-    for workflow in WORKFLOWS.values():
-        index = workflow.index_of(request.step)
-        if index is None:
-            continue
-        definition = workflow.steps[index]
-        if definition.agent is not agent and agent not in definition.alternatives:
-            raise UnknownStep(f"step {request.step} is not performed by the {agent} agent")
-        operation = workflow.operation(request.step, request.action is Action.COMPENSATE)
-        if operation is None:
-            raise UnknownStep(f"step {request.step} has no compensation")
-        return operation
-    raise UnknownStep(f"unknown step {request.step!r}")
+def operation_for(agent: AgentName, request: AgentRequest, known: Catalogue | None = None) -> str:
+    """The remote operation the request asks for, from any kept version of any workflow
+    (an order runs on the version it started with, so an older one may still ask)."""
+    definitions = (known or catalogue()).steps_named(request.step)
+    if not definitions:
+        raise UnknownStep(f"unknown step {request.step!r}")
+    mine = [d for d in definitions if agent in d.candidates]
+    if not mine:
+        raise UnknownStep(f"step {request.step} is not performed by the {agent} agent")
+    if request.action is not Action.COMPENSATE:
+        return request.step
+    undo = next((d.compensation for d in mine if d.compensation is not None), None)
+    if undo is None:
+        raise UnknownStep(f"step {request.step} has no compensation")
+    return undo
 
 
 async def perform_step(
@@ -142,11 +145,11 @@ async def _perform(
         return AgentOutcome.DEADLINE_PASSED
     except PermanentRemoteError as exc:
         error = ErrorInfo(exc.code, exc.message)
-        failed = request.answer(Outcome.FAILED, error=error, agent=deps.agent.value)
+        failed = request.answer(Outcome.FAILED, error=error, agent=deps.agent)
         await deps.bus.send([failed.outgoing(high=high)])
         log.info("order %s %s failed permanently: %s", request.order_id, operation, exc.code)
         return AgentOutcome.FAILED
-    succeeded = request.answer(Outcome.SUCCEEDED, result=result, agent=deps.agent.value)
+    succeeded = request.answer(Outcome.SUCCEEDED, result=result, agent=deps.agent)
     await deps.bus.send([succeeded.outgoing(high=high)])
     log.info("order %s %s succeeded (attempt %d)", request.order_id, operation, request.attempt)
     return AgentOutcome.SUCCEEDED

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from shared.catalogue import catalogue
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, BreakerState
 from shared.domain.routing import STALE_AFTER, AgentView, merge
-from shared.domain.workflow import AGENTS, AgentName, AgentSpec
+from shared.domain.workflow import AgentName, AgentSpec
 from shared.ports import Clock, HealthStore
 from shared.usecases.budget import Budget, within_store_budget
 
@@ -73,21 +74,20 @@ async def set_drain(
     its reason and time."""
     name = _agent_name(agent)
     return await within_store_budget(
-        _set_drain(store, clock, AgentDrain(name.value, drained, reason, clock.now(), operator)),
+        _set_drain(store, clock, AgentDrain(name, drained, reason, clock.now(), operator)),
         budget,
     )
 
 
 async def _set_drain(store: HealthStore, clock: Clock, drain: AgentDrain) -> AgentStatus:
     await store.set_drain(drain)
-    return next(s for s in await list_agents(store, clock) if s.spec.name.value == drain.agent)
+    return next(s for s in await list_agents(store, clock) if s.spec.name == drain.agent)
 
 
 def _agent_name(agent: str) -> AgentName:
-    try:
-        return AgentName(agent)
-    except ValueError:
-        raise UnknownAgent(agent) from None
+    if agent not in catalogue().agents:
+        raise UnknownAgent(agent)
+    return agent
 
 
 def _statuses(records: AgentRecords, now: datetime) -> tuple[AgentStatus, ...]:
@@ -96,9 +96,9 @@ def _statuses(records: AgentRecords, now: datetime) -> tuple[AgentStatus, ...]:
     return tuple(
         AgentStatus(
             spec=spec,
-            view=views.get(name.value),
-            instances=tuple(h for h in records.health if h.agent == name.value),
-            drain=drains.get(name.value),
+            view=views.get(name),
+            instances=tuple(h for h in records.health if h.agent == name),
+            drain=drains.get(name),
         )
-        for name, spec in AGENTS.items()
+        for name, spec in catalogue().agents.items()
     )

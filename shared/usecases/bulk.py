@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Final
 
+from shared.catalogue.running import workflow_of
 from shared.domain.bulk import (
     BulkAction,
     BulkJob,
@@ -96,8 +97,9 @@ async def preview(deps: BulkDeps, request: BulkRequest) -> Preview:
         while cap is None or found.matched < cap:
             page = await deps.jobs.orders(state, PAGE_SIZE, continuation)
             for process in page.items:
-                if matches(request.action, request.filter, process):
-                    found.add(request.action, process)
+                workflow = workflow_of(process.state)
+                if matches(request.action, request.filter, process, workflow):
+                    found.add(request.action, process, workflow)
                     if cap is not None and found.matched >= cap:
                         break
             continuation = page.continuation
@@ -218,7 +220,9 @@ async def _claim_next_page(deps: BulkDeps, job: BulkJob, size: int) -> BulkJob |
     else:
         after = Cursor(cursor.state_index, page.continuation)
     chosen = tuple(
-        p.order_id for p in (page.items if page else ()) if matches(job.action, job.filter, p)
+        p.order_id
+        for p in (page.items if page else ())
+        if matches(job.action, job.filter, p, workflow_of(p.state))
     )[: job.remaining]
     if not chosen:
         changed = replace(job, cursor=after, updated_at=now)
@@ -263,7 +267,7 @@ async def _act(deps: ProcessDeps, job: BulkJob, order_id: str, *, replay: bool) 
             history = await deps.store.history(order_id)
             if acted_by((h.detail for h in history), job.actor):
                 return Outcome.DONE
-        if not matches(job.action, job.filter, process):
+        if not matches(job.action, job.filter, process, workflow_of(process.state)):
             return Outcome.SKIPPED
         await _ACTIONS[job.action](deps, order_id, job.actor)
     except (InvalidTransition, OrderNotFound):

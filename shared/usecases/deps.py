@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shared.catalogue.running import pinned_workflow
 from shared.domain.model import OrderProcess
 from shared.domain.process import ProcessPolicy
 from shared.domain.routing import PRIMARY_ONLY, Routing
-from shared.domain.workflow import WORKFLOWS, Workflow
+from shared.domain.workflow import Workflow
 from shared.ports import Clock, MessageBus, StateStore
 from shared.usecases.process_cache import ProcessCache
 from shared.usecases.routing import RoutingSource
@@ -29,4 +30,4 @@ class ProcessDeps:
         return await self.routing.current() if self.routing is not None else PRIMARY_ONLY
 
     def workflow(self, process: OrderProcess) -> Workflow:
-        return WORKFLOWS[process.state.workflow]
+        return pinned_workflow(process.state)

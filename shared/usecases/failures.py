@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
+from shared.catalogue.running import workflow_of
 from shared.domain.failures import failure_of
 from shared.domain.model import ProcessState, StateRecord
 from shared.ports import StateStore
@@ -59,7 +60,7 @@ async def group_failures(store: StateStore, scan_cap: int = SCAN_CAP) -> Failure
 def _groups(rows: list[StateRecord]) -> tuple[FailureGroup, ...]:
     by_key: dict[tuple[str, str], list[StateRecord]] = {}
     for row in rows:
-        failure = failure_of(row)
+        failure = failure_of(row, workflow_of(row))
         by_key.setdefault((failure.step, failure.error_code), []).append(row)
     groups = []
     for (step, code), members in by_key.items():

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final, TypeVar
 
+from shared.catalogue.running import workflow_of
 from shared.domain.health import AgentHealth, SweepRecord
 from shared.domain.model import ProcessState, StateRecord
 from shared.domain.reconcile import ReconcileRun
 from shared.domain.routing import STALE_AFTER
-from shared.domain.workflow import WORKFLOWS
 from shared.ports import HealthStore, Page, ReconcileStore
 from shared.usecases.deps import ProcessDeps
 
@@ -147,7 +147,7 @@ async def _runs(reconcile: ReconcileStore | None) -> tuple[ReconcileRun, ...]:
 
 
 def step_name(state: StateRecord) -> str:
-    workflow = WORKFLOWS.get(state.workflow)
+    workflow = workflow_of(state)
     if workflow is None or not 0 <= state.current_step < len(workflow.steps):
         return str(state.current_step)
     return workflow.steps[state.current_step].name

@@ -21,15 +21,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from shared.catalogue.running import workflow_of
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import RemoteOutcome
-from shared.domain.model import OrderProcess
+from shared.domain.model import OrderProcess, StateRecord
 from shared.domain.reconcile import Mismatch, ReconcileRun, Verdict
-from shared.domain.workflow import WORKFLOWS, Workflow
+from shared.domain.workflow import Workflow
 from shared.ports import Clock, MessageBus, ReconcileStore
 from shared.usecases.outcomes import OutcomeQueries
 
@@ -60,7 +61,7 @@ class Reconciler:
     sample_size: int = DEFAULT_SAMPLE_SIZE
     window: timedelta = DEFAULT_WINDOW
     concurrency: int = CONCURRENCY
-    workflows: Mapping[str, Workflow] = field(default_factory=lambda: WORKFLOWS)
+    workflow_of: Callable[[StateRecord], Workflow | None] = workflow_of
     start: Callable[[], str] = random_start
 
     async def run(self) -> ReconcileRun:
@@ -106,7 +107,7 @@ class Reconciler:
         return run
 
     async def _check(self, process: OrderProcess, tally: _Tally) -> None:
-        workflow = self.workflows.get(process.state.workflow)
+        workflow = self.workflow_of(process.state)
         if workflow is None:
             return
         for step in rules.checks(process, workflow):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from shared.catalogue import catalogue
 from shared.domain import process as machine
 from shared.domain.model import Order, OrderProcess
-from shared.domain.workflow import ORDER_FULFILMENT, Workflow
+from shared.domain.workflow import Workflow
 from shared.ports import AlreadyExists
 from shared.usecases.budget import Budget, send_within_budget, within_store_budget
 from shared.usecases.commit import log_transition
@@ -28,7 +29,7 @@ async def submit_order(
     order: Order,
     *,
     cause: str | None = None,
-    workflow: Workflow = ORDER_FULFILMENT,
+    workflow: Workflow | None = None,
     tolerate_bus_failure: bool = True,
     budget: Budget | None = None,
 ) -> Submitted:
@@ -38,6 +39,8 @@ async def submit_order(
     exist unwatched: if the nudge is lost, the Supervisor nudges it again when it has
     been Pending too long. With a `budget`, a nudge that is late is never an error.
     """
+    if workflow is None:
+        workflow = catalogue().default_workflow()
     stored = await within_store_budget(_store(deps, order, cause, workflow), budget)
     if stored.nudge:
         process = stored.submitted.process

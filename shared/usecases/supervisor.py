@@ -317,7 +317,9 @@ async def _check(
             return
         assert queries is not None
         outcome = await _settle(queries, doubt)
-    transition = machine.recover(process, deps.policy, now, count=counted, outcome=outcome)
+    transition = machine.recover(
+        process, deps.workflow(process), deps.policy, now, count=counted, outcome=outcome
+    )
     if transition is None:
         check_at = machine.next_check(process, deps.workflow(process), deps.policy, now)
         if check_at is not None:

@@ -26,8 +26,8 @@ from shared.domain.model import (
     StateRecord,
 )
 from shared.domain.reconcile import FINISHED
-from shared.domain.workflow import ORDER_FULFILMENT
 from tests.builders import a_policy, a_reply
+from tests.workflows import ORDER_FULFILMENT
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 STEPS = ("reserve-inventory", "charge-payment", "create-shipment")
@@ -520,7 +520,12 @@ def test_a_step_its_service_said_was_applied_counts_as_completed() -> None:
         history += claimed.history
         process = claimed.process
     resolved = machine.recover(
-        process, policy, later, count=True, outcome=RemoteOutcome.applied({"ref": "ch"})
+        process,
+        ORDER_FULFILMENT,
+        policy,
+        later,
+        count=True,
+        outcome=RemoteOutcome.applied({"ref": "ch"}),
     )
     assert resolved is not None
     history += resolved.history

@@ -12,13 +12,13 @@ from azure.servicebus.aio import ServiceBusClient
 from devhost.broker import Broker
 from shared.cli.deadletters import decoded, requeue_copy, requeue_id
 from shared.cli.errors import Exit
-from shared.contract import Queue
+from shared.contract import agent_queue
 from tests.broker.helpers import body_of, connect, receive_n, sender_and_receiver
 from tests.cli.conftest import cli
 
 pytestmark = pytest.mark.broker
 
-QUEUE = Queue.AGENT_PAYMENT
+QUEUE = agent_queue("payment")
 
 
 def parked(original: str) -> ServiceBusMessage:

@@ -25,8 +25,8 @@ from devhost.harness.clients import AppClient, SimulatorControl
 from devhost.harness.ports import free_port, port_open
 from devhost.simulator import SimulatorServer
 from shared.contract import Setting
-from shared.domain.workflow import AGENTS
 from shared.settings import azurite_connection_string
+from tests.workflows import AGENTS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -232,8 +232,7 @@ async def test_the_real_app_stops_cleanly_within_10_s(
             Setting.SUPERVISOR_SCHEDULE: "*/1 * * * * *",
             Setting.STEP_TIMEOUT_SECONDS: "60",
             **{
-                spec.service_url_setting: f"{simulator.url}/{name.value}"
-                for name, spec in AGENTS.items()
+                spec.service_url_setting: f"{simulator.url}/{name}" for name, spec in AGENTS.items()
             },
             "PYTHONWARNINGS": "default::ResourceWarning",
         }

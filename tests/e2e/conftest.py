@@ -27,8 +27,8 @@ from devhost.simulator import SimulatorServer
 from devhost.simulator.judge import LedgerEntry, OrderToJudge, Step, Verdict, judge
 from shared import bootstrap
 from shared.contract import Queue, Setting
-from shared.domain.workflow import AGENTS, ORDER_FULFILMENT, WORKFLOWS
 from shared.settings import azurite_connection_string
+from tests.workflows import AGENTS, ORDER_FULFILMENT, WORKFLOWS
 
 TERMINAL = set(TERMINAL_STATES)
 
@@ -47,10 +47,7 @@ def e2e_settings(table_port: int, broker: Broker, simulator_url: str) -> dict[st
         Setting.MAX_FAILURE_COUNT: "3",
         Setting.EXHAUSTED_POLICY: "hold",
         Setting.REPLY_TO_ALLOW_LIST: Queue.ORDER_STATUS,
-        **{
-            spec.service_url_setting: f"{simulator_url}/{name.value}"
-            for name, spec in AGENTS.items()
-        },
+        **{spec.service_url_setting: f"{simulator_url}/{name}" for name, spec in AGENTS.items()},
         Setting.INSTANCE_ID: "e2e-host",
     }
 

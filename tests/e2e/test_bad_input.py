@@ -21,8 +21,8 @@ from devhost.simulator import SimulatorServer
 from shared import bootstrap
 from shared.cli.app import run as cli
 from shared.contract import DevhostSetting, Setting
-from shared.domain.workflow import AGENTS
 from shared.settings import azurite_connection_string
+from tests.workflows import AGENTS
 
 pytestmark = pytest.mark.e2e
 
@@ -123,10 +123,7 @@ async def keyed_api(
         Setting.SUPERVISOR_SCHEDULE: "*/1 * * * * *",
         Setting.RECONCILE_SCHEDULE: "0 0 * * * *",
         Setting.STEP_TIMEOUT_SECONDS: "6",
-        **{
-            spec.service_url_setting: f"{simulator.url}/{name.value}"
-            for name, spec in AGENTS.items()
-        },
+        **{spec.service_url_setting: f"{simulator.url}/{name}" for name, spec in AGENTS.items()},
         DevhostSetting.ENFORCE_KEYS: "true",
         DevhostSetting.FUNCTION_KEY: FUNCTION_KEY,
         DevhostSetting.MASTER_KEY: MASTER_KEY,

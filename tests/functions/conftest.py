@@ -19,10 +19,10 @@ from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import JsonObject
-from shared.domain.workflow import AgentName
 from shared.ports import RemoteCall, RemoteService
 from shared.settings import Settings
 from tests.app_functions import registered_functions
+from tests.workflows import AGENTS, AgentName
 
 SETTINGS = {
     "AzureWebJobsStorage": "UseDevelopmentStorage=true",
@@ -131,7 +131,7 @@ def context_for(spec: FunctionSpec, trace_parent: str = "") -> dict[str, Any]:
 @pytest.fixture
 async def harness() -> AsyncIterator[Harness]:
     store, bus, clock = InMemoryStateStore(), InMemoryBus(), FakeClock()
-    remotes = {name: ScriptedRemote() for name in AgentName}
+    remotes = {name: ScriptedRemote() for name in AGENTS}
     remote_ports: dict[AgentName, RemoteService] = dict(remotes)
     container = bootstrap.compose(Settings.from_env(SETTINGS), store, bus, remote_ports, clock)
     bootstrap.use(container)

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.contract import AGENT_QUEUES, ALL_QUEUES, Queue, Route, Setting, high_priority
-from shared.domain.workflow import AGENTS
+from shared.contract import (
+    AGENT_QUEUES,
+    ALL_QUEUES,
+    Queue,
+    Route,
+    Setting,
+    agent_queue,
+    high_priority,
+)
 from tests.app_functions import registered_functions
+from tests.workflows import AGENTS
 
 
 def triggers() -> dict[str, Mapping[str, object]]:
@@ -67,10 +75,7 @@ def test_every_consumed_queue_has_one_trigger_on_the_service_bus_connection() ->
         Queue.ORDERS,
         Queue.SCHEDULER,
         Queue.AGENT_REPLIES,
-        Queue.AGENT_INVENTORY,
-        Queue.AGENT_PAYMENT,
-        Queue.AGENT_PAYMENT_SECONDARY,
-        Queue.AGENT_SHIPPING,
+        *AGENT_QUEUES,
         *(high_priority(q) for q in AGENT_QUEUES),
         Queue.SCHEDULER_HIGH,
         Queue.AGENT_REPLIES_HIGH,
@@ -127,7 +132,7 @@ def test_each_agent_lane_has_its_named_trigger_on_the_queue_the_scheduler_sends_
         if t["type"] == "serviceBusTrigger" and name.endswith(("_agent", "_agent_high"))
     }
     expected = {
-        f"{agent.value.replace('-', '_')}_agent{'_high' if high else ''}": spec.queue_for(high)
+        f"{agent.replace('-', '_')}_agent{'_high' if high else ''}": agent_queue(agent, high)
         for agent, spec in AGENTS.items()
         for high in (False, True)
     }

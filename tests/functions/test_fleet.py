@@ -11,8 +11,9 @@ from shared import bootstrap
 from shared.domain.model import Phase, ProcessState
 from tests.functions.conftest import Harness
 from tests.functions.test_functions import ORDER, assert_problem, body
+from tests.workflows import CATALOGUE
 
-AGENTS = ["inventory", "payment", "shipping", "payment-secondary"]
+AGENTS = list(CATALOGUE.agents)
 
 
 async def drain(

@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 from azure.functions.timer import TimerRequest
 
-from shared.contract import AGENT_QUEUES, PoisonProperty, Queue, high_priority
+from shared.contract import AGENT_QUEUES, PoisonProperty, Queue, agent_queue, high_priority
 from shared.domain.model import ProcessState
-from shared.domain.workflow import AgentName
 from shared.ports import BusUnavailable, PermanentRemoteError, TransientRemoteError
 from tests.functions.conftest import Harness, context_for
 
@@ -180,9 +179,9 @@ async def test_whole_order_through_every_queue_function(harness: Harness) -> Non
     for _ in range(10):
         for queue, function in (
             (Queue.SCHEDULER, "scheduler_nudge"),
-            (Queue.AGENT_INVENTORY, "inventory_agent"),
-            (Queue.AGENT_PAYMENT, "payment_agent"),
-            (Queue.AGENT_SHIPPING, "shipping_agent"),
+            (agent_queue("inventory"), "inventory_agent"),
+            (agent_queue("payment"), "payment_agent"),
+            (agent_queue("shipping"), "shipping_agent"),
             (Queue.AGENT_REPLIES, "scheduler_reply"),
         ):
             for message in harness.bus.take(queue):
@@ -197,9 +196,9 @@ async def test_a_high_priority_order_travels_only_the_high_lanes(harness: Harnes
     await harness.message("submit_order_message", {**ORDER, "priority": "high"}, "sub-1")
     lanes = [
         (Queue.SCHEDULER_HIGH, "scheduler_nudge_high"),
-        (high_priority(Queue.AGENT_INVENTORY), "inventory_agent_high"),
-        (high_priority(Queue.AGENT_PAYMENT), "payment_agent_high"),
-        (high_priority(Queue.AGENT_SHIPPING), "shipping_agent_high"),
+        (high_priority(agent_queue("inventory")), "inventory_agent_high"),
+        (high_priority(agent_queue("payment")), "payment_agent_high"),
+        (high_priority(agent_queue("shipping")), "shipping_agent_high"),
         (Queue.AGENT_REPLIES_HIGH, "scheduler_reply_high"),
     ]
     used: list[str] = []
@@ -219,8 +218,8 @@ async def test_agent_retries_transient_faults_and_reports_permanent_ones(harness
     await harness.http("submit_order_http", "POST", "orders", ORDER)
     harness.bus.take(Queue.SCHEDULER)
     await harness.message("scheduler_nudge", {"orderId": "fn-1"})
-    (request,) = harness.bus.take(Queue.AGENT_INVENTORY)
-    inventory = harness.remotes[AgentName.INVENTORY]
+    (request,) = harness.bus.take(agent_queue("inventory"))
+    inventory = harness.remotes["inventory"]
     inventory.answers = [
         TransientRemoteError("http-503", "busy"),
         TransientRemoteError("unreachable", "reset"),
@@ -237,18 +236,18 @@ async def test_agent_retries_transient_faults_and_reports_permanent_ones(harness
 async def test_agent_past_deadline_sends_nothing(harness: Harness) -> None:
     await harness.http("submit_order_http", "POST", "orders", ORDER)
     await harness.message("scheduler_nudge", {"orderId": "fn-1"})
-    (request,) = harness.bus.take(Queue.AGENT_INVENTORY)
+    (request,) = harness.bus.take(agent_queue("inventory"))
     harness.clock.advance(31)
     await harness.message("inventory_agent", dict(request.body), request.message_id)
-    assert harness.remotes[AgentName.INVENTORY].calls == []
+    assert harness.remotes["inventory"].calls == []
     assert harness.bus.on(Queue.AGENT_REPLIES) == []
 
 
 async def test_agent_gives_up_silently_when_retries_reach_the_deadline(harness: Harness) -> None:
     await harness.http("submit_order_http", "POST", "orders", ORDER)
     await harness.message("scheduler_nudge", {"orderId": "fn-1"})
-    (request,) = harness.bus.take(Queue.AGENT_INVENTORY)
-    inventory = harness.remotes[AgentName.INVENTORY]
+    (request,) = harness.bus.take(agent_queue("inventory"))
+    inventory = harness.remotes["inventory"]
     inventory.answers = [TransientRemoteError("http-503", "busy")] * 1000
     await harness.message("inventory_agent", dict(request.body), request.message_id)
     assert 3 <= len(inventory.calls) < 1000
@@ -279,7 +278,7 @@ async def test_poison_messages_are_dead_lettered_with_a_reason_on_first_delivery
     assert parked == [
         (Queue.SCHEDULER, "bad-1", "invalid-message"),
         (Queue.AGENT_REPLIES, "bad-2", "invalid-message"),
-        (Queue.AGENT_PAYMENT, "bad-3", "unknown-step"),
+        (agent_queue("payment"), "bad-3", "unknown-step"),
         (Queue.ORDERS, "bad-4", "invalid-message"),
         (Queue.SCHEDULER, "bad-5", "unknown-order"),
     ]
@@ -356,7 +355,7 @@ async def test_openapi_document_is_served_and_valid(harness: Harness) -> None:
 async def test_a_huge_error_text_in_a_reply_is_kept_but_cut(harness: Harness) -> None:
     await harness.http("submit_order_http", "POST", "orders", ORDER)
     await harness.message("scheduler_nudge", {"orderId": "fn-1"})
-    (request,) = harness.bus.take(Queue.AGENT_INVENTORY)
+    (request,) = harness.bus.take(agent_queue("inventory"))
     reply = {
         "orderId": "fn-1",
         "step": "reserve-inventory",

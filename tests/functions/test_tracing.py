@@ -23,10 +23,9 @@ from devhost.host.invoke import InvocationContext, TraceContext
 from shared import bootstrap
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
 from shared.domain.process import start
-from shared.domain.workflow import ORDER_FULFILMENT, AgentName
 from shared.ports import ConcurrencyConflict, RemoteService, TransientRemoteError
 from shared.settings import Settings
 from shared.telemetry import metrics, setup, spans
@@ -36,6 +35,7 @@ from shared.telemetry.sampling import KEEP
 from tests.app_functions import registered_functions
 from tests.builders import an_order
 from tests.functions.conftest import SETTINGS, Harness, ScriptedRemote
+from tests.workflows import AGENTS, ORDER_FULFILMENT, AgentName
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER = f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"
@@ -50,7 +50,7 @@ ORDER = {
 async def traced(exporter: InMemorySpanExporter) -> AsyncIterator[Harness]:
     """The functions on in-memory adapters, with the ports traced as in Azure."""
     store, bus, clock = InMemoryStateStore(), InMemoryBus(), FakeClock()
-    remotes = {name: ScriptedRemote() for name in AgentName}
+    remotes = {name: ScriptedRemote() for name in AGENTS}
     ports: dict[AgentName, RemoteService] = dict(remotes)
     container = bootstrap.compose(
         Settings.from_env(SETTINGS), store, bus, ports, clock, decorate=bootstrap.trace_ports
@@ -135,8 +135,8 @@ async def test_each_trigger_continues_its_messages_trace_to_the_remote_call(
     assert scheduler.parent is not None
     assert scheduler.parent.span_id == parent_of(nudge.properties[TRACEPARENT])
 
-    (request,) = traced.bus.take(Queue.AGENT_INVENTORY)
-    inventory = traced.remotes[AgentName.INVENTORY]
+    (request,) = traced.bus.take(agent_queue("inventory"))
+    inventory = traced.remotes["inventory"]
     inventory.answers = [TransientRemoteError("http-503", "busy")]
     await deliver(traced, "inventory_agent", request)
     (agent,) = named(exporter, "inventory_agent")

@@ -55,11 +55,11 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.domain.process import start
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.openapi import document
 from tests.app_functions import registered_functions
 from tests.builders import an_order
 from tests.infra.deployment import ROOT
+from tests.workflows import ORDER_FULFILMENT
 
 DOC = ROOT / "docs" / "contract.md"
 API_PREFIX = "/api"

@@ -18,11 +18,11 @@ from shared.adapters.table_store import TableStateStore
 from shared.domain import process as machine
 from shared.domain.bulk import BulkAction, BulkFilter, BulkJob, Cursor, JobState, Lease
 from shared.domain.model import ProcessState
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import AlreadyExists, BulkStore, ConcurrencyConflict, StateStore
 from shared.settings import azurite_connection_string
 from shared.usecases import bulk_lease
 from tests.builders import an_order
+from tests.workflows import ORDER_FULFILMENT
 
 T0 = datetime(2026, 11, 24, 9, 0, 0, 250000, tzinfo=UTC)
 

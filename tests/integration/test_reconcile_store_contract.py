@@ -19,10 +19,10 @@ from shared.adapters.table_store import TableStateStore
 from shared.domain import process as machine
 from shared.domain.model import ProcessState, StepStatus
 from shared.domain.reconcile import Mismatch, ReconcileRun
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import ReconcileStore, StateStore
 from shared.settings import azurite_connection_string
 from tests.builders import an_order
+from tests.workflows import ORDER_FULFILMENT
 
 T0 = datetime(2026, 11, 24, 9, 0, 0, 250000, tzinfo=UTC)
 

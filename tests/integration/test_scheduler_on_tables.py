@@ -17,7 +17,7 @@ from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus
 from shared.adapters.table_rows import INLINE_HISTORY_ENTRIES
 from shared.adapters.table_store import TableStateStore
-from shared.contract import Queue
+from shared.contract import agent_queue
 from shared.domain.model import HistoryEntry, Outgoing, ProcessState, StepStatus
 from shared.ports import ConcurrencyConflict
 from shared.settings import azurite_connection_string
@@ -30,7 +30,7 @@ from tests.builders import a_policy, a_reply, an_order
 
 pytestmark = pytest.mark.azurite
 
-AGENT_QUEUES = (Queue.AGENT_INVENTORY, Queue.AGENT_PAYMENT, Queue.AGENT_SHIPPING)
+AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))
 Instance = Callable[[str], ProcessDeps]
 
 

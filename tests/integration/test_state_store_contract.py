@@ -23,7 +23,7 @@ from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.memory import InMemoryStateStore
 from shared.adapters.table_store import TableStateStore
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain import process as machine
 from shared.domain.messages import MAX_MESSAGE_BYTES, OrderSubmission
 from shared.domain.model import (
@@ -35,7 +35,6 @@ from shared.domain.model import (
     StepRecord,
     StepStatus,
 )
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import AlreadyExists, ConcurrencyConflict, StateStore, StoreUnavailable
 from shared.settings import azurite_connection_string
 from shared.usecases import scheduler
@@ -44,6 +43,7 @@ from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_reply, an_order
+from tests.workflows import ORDER_FULFILMENT
 
 
 @pytest.fixture(params=["memory", pytest.param("table", marks=pytest.mark.azurite)])
@@ -189,7 +189,7 @@ async def test_eight_concurrent_claimers_exactly_one_wins(store: StateStore) -> 
     assert claimed.state.attempt == 1
     winner = results.index(Handled.APPLIED)
     assert claimed.state.locked_by == f"scheduler-{winner}"
-    requests = world.bus.on(Queue.AGENT_INVENTORY)
+    requests = world.bus.on(agent_queue("inventory"))
     assert len(requests) == 1 and requests[0].body["attempt"] == 1
 
 
@@ -261,7 +261,7 @@ async def test_a_resubmit_racing_the_schedulers_unwatch_stays_watched(store: Sta
         world.clock.advance(31)
         process = await store.load(order_id)
         assert process is not None
-        transition = machine.recover(process, world.policy, world.clock.now())
+        transition = machine.recover(process, ORDER_FULFILMENT, world.policy, world.clock.now())
         assert transition is not None and transition.is_terminal
         await store.save(transition.process, transition.history)
         scheduler_unwatch = store.unwatch(order_id, transition.process.state.version)
@@ -383,7 +383,7 @@ async def test_finished_orders_leave_the_watch_list(store: StateStore) -> None:
     world = world_on(store)
     await started(world, "fin-1")
     await scheduler.on_nudge(world.deps(), "fin-1")
-    for queue in (Queue.AGENT_INVENTORY, Queue.AGENT_PAYMENT, Queue.AGENT_SHIPPING):
+    for queue in (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping")):
         (request,) = world.bus.take(queue)
         await scheduler.on_reply(world.deps(), a_reply(request))
     done = await store.load("fin-1")

@@ -18,11 +18,11 @@ from shared.domain import process as machine
 from shared.domain.messages import AgentReply, AgentRequest
 from shared.domain.model import Action, Outcome, StepStatus
 from shared.domain.process import ProcessPolicy
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import ConcurrencyConflict
 from shared.settings import azurite_connection_string
 from shared.usecases.step_heartbeat import StepHeartbeats
 from tests.builders import a_policy, an_order
+from tests.workflows import ORDER_FULFILMENT
 
 pytestmark = [pytest.mark.azurite]
 

@@ -19,9 +19,9 @@ from azure.data.tables.aio import TableClient, TableServiceClient
 from shared.adapters.clock import FakeClock
 from shared.adapters.table_store import TableStateStore
 from shared.domain import process as machine
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.settings import azurite_connection_string
 from tests.builders import a_policy, an_order
+from tests.workflows import ORDER_FULFILMENT
 
 pytestmark = pytest.mark.azurite
 

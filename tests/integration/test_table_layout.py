@@ -16,10 +16,10 @@ from shared.adapters.clock import FakeClock
 from shared.adapters.table_store import TableStateStore
 from shared.domain import process as machine
 from shared.domain.model import ErrorInfo, StepRecord, StepStatus
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import ConcurrencyConflict
 from shared.settings import azurite_connection_string
 from tests.builders import a_policy, an_order
+from tests.workflows import ORDER_FULFILMENT
 
 pytestmark = pytest.mark.azurite
 

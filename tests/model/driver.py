@@ -18,7 +18,7 @@ from collections.abc import Hashable, Mapping
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain import in_doubt
 from shared.domain import process as machine
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
@@ -35,8 +35,8 @@ from shared.domain.model import (
     ProcessState,
 )
 from shared.domain.routing import AgentView, Availability, Routing
-from shared.domain.workflow import AGENTS, ORDER_FULFILMENT, AgentName
 from tests.model.wire import Answer, Effects, Question, Reply, Request
+from tests.workflows import AGENTS, ORDER_FULFILMENT
 
 __all__ = [
     "SKEW",
@@ -105,16 +105,12 @@ STEPS: tuple[Step, ...] = tuple(
         s.name,
         f"{ORDER.order_id}:{s.name}",
         _key_of(s.compensation),
-        tuple(a.value for a in s.candidates),
+        tuple(a for a in s.candidates),
     )
     for s in WORKFLOW.steps
 )
 _UNDOES = {s.undo_key: s.do_key for s in STEPS if s.undo_key is not None}
-_AGENT_OF_QUEUE = {
-    queue: spec.name.value
-    for spec in AGENTS.values()
-    for queue in (spec.queue, spec.high_priority_queue)
-}
+_AGENT_OF_QUEUE = {agent_queue(name, high): name for name in AGENTS for high in (False, True)}
 
 
 def at(tick: int) -> datetime:
@@ -127,7 +123,7 @@ def tick(when: datetime) -> int:
 
 def _routing(drained: frozenset[str]) -> Routing:
     """Every agent healthy (so a retry may move to the alternative), some drained."""
-    views = {a.value: AgentView(a.value, Availability.HEALTHY, "healthy") for a in AgentName}
+    views = {a: AgentView(a, Availability.HEALTHY, "healthy") for a in AGENTS}
     return Routing(views, drained)
 
 
@@ -233,7 +229,7 @@ def sweep(
     if answer is not None:
         result = {"ref": key} if answer is Answer.APPLIED else None
         outcome = RemoteOutcome(_OUTCOMES[answer], result)
-    transition = machine.recover(process, POLICY, at(now), outcome=outcome)
+    transition = machine.recover(process, ORDER_FULFILMENT, POLICY, at(now), outcome=outcome)
     return _effects(transition, now, "sweep")
 
 

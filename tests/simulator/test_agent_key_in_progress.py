@@ -22,7 +22,6 @@ from shared.adapters.memory import InMemoryBus
 from shared.domain.health import BreakerState
 from shared.domain.messages import AgentRequest
 from shared.domain.model import Action
-from shared.domain.workflow import AgentName
 from shared.resilience import CircuitBreaker
 from shared.usecases.agent import AgentDeps, AgentOutcome, perform_step
 from tests.simulator.scripted_provider import Answer, ScriptedProvider, in_progress
@@ -35,7 +34,7 @@ def deps(
     provider: ScriptedProvider, session: aiohttp.ClientSession, clock: FakeClock, threshold: int = 5
 ) -> AgentDeps:
     return AgentDeps(
-        agent=AgentName.PAYMENT,
+        agent="payment",
         bus=InMemoryBus(),
         clock=clock,
         remote=HttpRemoteService(f"{provider.url}/payment", session),

@@ -14,7 +14,6 @@ from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.memory import InMemoryBus
 from shared.domain.messages import AgentRequest
 from shared.domain.model import Action
-from shared.domain.workflow import AgentName
 from shared.resilience import CircuitBreaker
 from shared.usecases.agent import AgentDeps, AgentOutcome, perform_step
 from tests.simulator.scripted_provider import Answer, ScriptedProvider
@@ -42,7 +41,7 @@ async def perform(
 ) -> tuple[AgentOutcome, InMemoryBus]:
     clock, bus = FakeClock(CLOCK_START), InMemoryBus()
     deps = AgentDeps(
-        agent=AgentName.PAYMENT_SECONDARY,
+        agent="payment-secondary",
         bus=bus,
         clock=clock,
         remote=HttpRemoteService(f"{provider.url}/payment", session),

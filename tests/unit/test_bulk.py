@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from shared.adapters.memory import InMemoryBulkStore
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain.bulk import (
     BulkAction,
     BulkFilter,
@@ -175,7 +175,7 @@ async def test_a_run_that_died_mid_page_is_finished_exactly_once_per_order() -> 
         await sweep(deps_p)
         for nudge in world.bus.take(Queue.SCHEDULER):
             await scheduler.on_nudge(deps_p, nudge.body["orderId"])
-        world.bus.take(Queue.AGENT_PAYMENT)
+        world.bus.take(agent_queue("payment"))
     again = await world.store.load("e-00")
     assert again is not None and again.state.process_state is ProcessState.ERROR
 
@@ -225,7 +225,7 @@ async def test_a_bulk_cancel_undoes_what_the_preview_said() -> None:
     deps_p = world.deps()
     await submit_order(deps_p, an_order("c-1", clock=world.clock))
     await scheduler.on_nudge(deps_p, "c-1")
-    (reserve,) = world.bus.take(Queue.AGENT_INVENTORY)
+    (reserve,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps_p, a_reply(reserve))
     deps = bulk(world)
     flt = BulkFilter(customer_id="cust-1")

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain.model import OrderProcess, Outcome, Outgoing, ProcessState, StepStatus
 from shared.domain.process import InvalidTransition
 from shared.usecases import scheduler
@@ -22,7 +22,7 @@ from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
 
-AGENT_QUEUES = (Queue.AGENT_INVENTORY, Queue.AGENT_PAYMENT, Queue.AGENT_SHIPPING)
+AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))
 
 
 def agent_requests(world: World) -> list[Outgoing]:

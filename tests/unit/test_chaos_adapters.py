@@ -7,8 +7,8 @@ import pytest
 from shared.adapters.chaos import ChaosFault, ChaosMessageBus, ChaosStateStore
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.domain import process as machine
-from shared.domain.workflow import ORDER_FULFILMENT
 from tests.builders import World, an_order
+from tests.workflows import ORDER_FULFILMENT
 
 
 async def test_a_crash_after_save_leaves_the_write_stored() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain.failures import Failure, failure_of
 from shared.domain.model import Outcome, ProcessState
 from shared.usecases import scheduler
@@ -10,6 +10,7 @@ from shared.usecases.failures import group_failures
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
+from tests.workflows import ORDER_FULFILMENT
 
 
 async def time_out_at_payment(world: World, order_id: str) -> None:
@@ -17,7 +18,7 @@ async def time_out_at_payment(world: World, order_id: str) -> None:
     deps = world.deps()
     await submit_order(deps, an_order(order_id, clock=world.clock))
     await scheduler.on_nudge(deps, order_id)
-    (reserve,) = world.bus.take(Queue.AGENT_INVENTORY)
+    (reserve,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(reserve))
     for _ in range(world.policy.max_failure_count):
         world.clock.advance(31)
@@ -25,7 +26,7 @@ async def time_out_at_payment(world: World, order_id: str) -> None:
         for nudge in world.bus.take(Queue.SCHEDULER):
             world.clock.advance(2)
             await scheduler.on_nudge(deps, nudge.body["orderId"])
-        world.bus.take(Queue.AGENT_PAYMENT)
+        world.bus.take(agent_queue("payment"))
 
 
 async def test_an_order_the_supervisor_gave_up_on_is_a_timeout_at_its_step() -> None:
@@ -33,7 +34,7 @@ async def test_an_order_the_supervisor_gave_up_on_is_a_timeout_at_its_step() -> 
     await time_out_at_payment(world, "o-1")
     process = await world.store.load("o-1")
     assert process is not None and process.state.process_state is ProcessState.ERROR
-    assert failure_of(process.state) == Failure("charge-payment", "timeout")
+    assert failure_of(process.state, ORDER_FULFILMENT) == Failure("charge-payment", "timeout")
 
 
 async def test_a_failed_undo_is_named_after_its_operation_with_the_agents_code() -> None:
@@ -41,15 +42,15 @@ async def test_a_failed_undo_is_named_after_its_operation_with_the_agents_code()
     deps = world.deps()
     await submit_order(deps, an_order("o-1", clock=world.clock))
     await scheduler.on_nudge(deps, "o-1")
-    (reserve,) = world.bus.take(Queue.AGENT_INVENTORY)
+    (reserve,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(reserve))
-    (charge,) = world.bus.take(Queue.AGENT_PAYMENT)
+    (charge,) = world.bus.take(agent_queue("payment"))
     await scheduler.on_reply(deps, a_reply(charge, Outcome.FAILED))
-    (release,) = world.bus.take(Queue.AGENT_INVENTORY)
+    (release,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(release, Outcome.FAILED))
     process = await world.store.load("o-1")
     assert process is not None and process.state.process_state is ProcessState.ERROR
-    assert failure_of(process.state) == Failure("release-inventory", "declined")
+    assert failure_of(process.state, ORDER_FULFILMENT) == Failure("release-inventory", "declined")
 
 
 async def test_groups_are_largest_first_with_samples_and_the_scan_is_capped() -> None:

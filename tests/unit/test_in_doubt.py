@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from shared.adapters.memory import InMemoryHealthStore
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain import process as machine
 from shared.domain.health import AgentDrain
 from shared.domain.in_doubt import (
@@ -29,7 +29,6 @@ from shared.domain.model import (
     ProcessState,
     StepStatus,
 )
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import RemoteCall, TransientRemoteError
 from shared.resilience import CircuitBreaker
 from shared.usecases import scheduler
@@ -40,6 +39,7 @@ from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import SweepReport, sweep
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.unit.test_routing import BOTH_HEALTHY, health
+from tests.workflows import ORDER_FULFILMENT
 
 CHARGE_KEY = "o-1:charge-payment"
 REFUND_KEY = "o-1:refund-payment"
@@ -128,9 +128,9 @@ async def at_payment(world: World | None = None, *healthy: str) -> Setup:
     await submit_order(deps, an_order("o-1", clock=world.clock))
     await scheduler.on_nudge(deps, "o-1")
     world.bus.take(Queue.SCHEDULER)
-    (reserve,) = setup.requests(Queue.AGENT_INVENTORY)
+    (reserve,) = setup.requests(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(reserve))
-    (setup.charge,) = setup.requests(Queue.AGENT_PAYMENT)
+    (setup.charge,) = setup.requests(agent_queue("payment"))
     assert setup.charge.body["idempotencyKey"] == CHARGE_KEY
     return setup
 
@@ -159,8 +159,8 @@ async def test_an_applied_charge_is_recorded_completed_and_the_order_goes_on() -
         for d in await setup.history()
     )
     await next_claim(setup)
-    assert setup.requests(Queue.AGENT_PAYMENT) == []
-    (ship,) = setup.requests(Queue.AGENT_SHIPPING)
+    assert setup.requests(agent_queue("payment")) == []
+    (ship,) = setup.requests(agent_queue("shipping"))
     await scheduler.on_reply(setup.deps, a_reply(ship))
     final = await setup.world.store.load("o-1")
     assert final is not None and final.state.process_state is ProcessState.PROCESSED
@@ -169,9 +169,9 @@ async def test_an_applied_charge_is_recorded_completed_and_the_order_goes_on() -
 async def test_an_applied_refund_is_recorded_compensated_and_the_undo_goes_on() -> None:
     setup = await at_payment()
     await scheduler.on_reply(setup.deps, setup.charge_reply())
-    (ship,) = setup.requests(Queue.AGENT_SHIPPING)
+    (ship,) = setup.requests(agent_queue("shipping"))
     await scheduler.on_reply(setup.deps, a_reply(ship, Outcome.FAILED))
-    (refund,) = setup.requests(Queue.AGENT_PAYMENT)
+    (refund,) = setup.requests(agent_queue("payment"))
     assert (refund.body["action"], refund.body["idempotencyKey"]) == ("compensate", REFUND_KEY)
     setup.payment.answers[REFUND_KEY] = RemoteOutcome.applied({"refundId": "r-1"})
     setup.world.clock.advance(PAST_DEADLINE)
@@ -184,8 +184,8 @@ async def test_an_applied_refund_is_recorded_compensated_and_the_undo_goes_on() 
     assert process is not None and process.state.failure_count == 0
     assert process.steps[1].status is StepStatus.COMPENSATED
     await next_claim(setup)
-    assert setup.requests(Queue.AGENT_PAYMENT) == []
-    (release,) = setup.requests(Queue.AGENT_INVENTORY)
+    assert setup.requests(agent_queue("payment")) == []
+    (release,) = setup.requests(agent_queue("inventory"))
     assert (release.body["step"], release.body["action"]) == ("reserve-inventory", "compensate")
 
 
@@ -202,8 +202,8 @@ async def test_not_applied_while_a_request_may_still_apply_keeps_the_retry_with_
     assert process is not None and process.state.failure_count == 1
     assert process.steps[1].suspect is None
     await next_claim(setup)
-    assert setup.requests(Queue.AGENT_PAYMENT_SECONDARY) == []
-    (retry,) = setup.requests(Queue.AGENT_PAYMENT)
+    assert setup.requests(agent_queue("payment-secondary")) == []
+    (retry,) = setup.requests(agent_queue("payment"))
     assert retry.body["idempotencyKey"] == CHARGE_KEY
     assert any("a request may still apply" in d for d in await setup.history())
 
@@ -222,8 +222,8 @@ async def test_not_applied_past_the_live_time_moves_the_retry_to_a_healthy_alter
     assert process.steps[1].suspect == "payment"
     assert process.steps[1].key_state is KeyState.NOT_APPLIED
     await next_claim(setup)
-    assert setup.requests(Queue.AGENT_PAYMENT) == []
-    (retry,) = setup.requests(Queue.AGENT_PAYMENT_SECONDARY)
+    assert setup.requests(agent_queue("payment")) == []
+    (retry,) = setup.requests(agent_queue("payment-secondary"))
     assert retry.body["idempotencyKey"] == CHARGE_KEY
     process = await setup.world.store.load("o-1")
     assert process is not None
@@ -252,8 +252,8 @@ async def test_a_drained_primary_is_abandoned_and_the_retry_moves_to_the_seconda
     process = await setup.world.store.load("o-1")
     assert process is not None and process.steps[1].abandoned_at == ("payment",)
     await next_claim(setup)
-    assert setup.requests(Queue.AGENT_PAYMENT) == []
-    (retry,) = setup.requests(Queue.AGENT_PAYMENT_SECONDARY)
+    assert setup.requests(agent_queue("payment")) == []
+    (retry,) = setup.requests(agent_queue("payment-secondary"))
     assert retry.body["idempotencyKey"] == CHARGE_KEY
 
 
@@ -266,7 +266,7 @@ async def test_never_seen_is_as_safe_as_not_applied() -> None:
     assert (await setup.sweep()).in_doubt_not_applied == 1
 
     await next_claim(setup)
-    assert len(setup.requests(Queue.AGENT_PAYMENT_SECONDARY)) == 1
+    assert len(setup.requests(agent_queue("payment-secondary"))) == 1
     assert any("payment never saw key" in d for d in await setup.history())
 
 
@@ -279,8 +279,8 @@ async def test_not_applied_without_a_healthy_alternative_retries_at_the_same_age
     setup.world.clock.advance(2)
     await setup.healthy("payment")  # the secondary was never heard from
     await scheduler.on_nudge(setup.deps, "o-1")
-    assert len(setup.requests(Queue.AGENT_PAYMENT)) == 1
-    assert setup.requests(Queue.AGENT_PAYMENT_SECONDARY) == []
+    assert len(setup.requests(agent_queue("payment"))) == 1
+    assert setup.requests(agent_queue("payment-secondary")) == []
 
 
 async def test_in_progress_and_no_answer_retry_where_the_key_lives() -> None:
@@ -298,8 +298,8 @@ async def test_in_progress_and_no_answer_retry_where_the_key_lives() -> None:
         process = await setup.world.store.load("o-1")
         assert process is not None and process.state.failure_count == 1
         await next_claim(setup)
-        assert len(setup.requests(Queue.AGENT_PAYMENT)) == 1
-        assert setup.requests(Queue.AGENT_PAYMENT_SECONDARY) == []
+        assert len(setup.requests(agent_queue("payment"))) == 1
+        assert setup.requests(agent_queue("payment-secondary")) == []
         assert any(said in d for d in await setup.history())
 
 
@@ -344,7 +344,7 @@ async def test_a_reply_that_lands_while_asking_wins_and_the_answer_changes_nothi
     process = await setup.world.store.load("o-1")
     assert process is not None and process.state.process_state is ProcessState.PROCESSING
     assert process.steps[1].result == late.result
-    assert len(setup.requests(Queue.AGENT_SHIPPING)) == 1
+    assert len(setup.requests(agent_queue("shipping"))) == 1
     assert setup.world.bus.take(Queue.SCHEDULER) == []
 
 
@@ -359,8 +359,8 @@ async def test_exhausted_compensate_skips_undoing_a_step_known_not_applied() -> 
     assert setup.payment.abandoned == [CHARGE_KEY]
 
     await next_claim(setup)
-    assert setup.requests(Queue.AGENT_PAYMENT) == []
-    (undo,) = setup.requests(Queue.AGENT_INVENTORY)
+    assert setup.requests(agent_queue("payment")) == []
+    (undo,) = setup.requests(agent_queue("inventory"))
     assert (undo.body["step"], undo.body["action"]) == ("reserve-inventory", "compensate")
 
 
@@ -376,10 +376,12 @@ async def test_recover_takes_an_applied_answer_only_once_the_deadline_passed() -
     process = await loaded(setup)
     applied = RemoteOutcome.applied(RESULT)
 
-    assert machine.recover(process, policy, clock.now(), outcome=applied) is None
+    assert machine.recover(process, ORDER_FULFILMENT, policy, clock.now(), outcome=applied) is None
     clock.advance(PAST_DEADLINE)
     # The system's own outage does not stop a known effect from being recorded.
-    moved = machine.recover(process, policy, clock.now(), count=False, outcome=applied)
+    moved = machine.recover(
+        process, ORDER_FULFILMENT, policy, clock.now(), count=False, outcome=applied
+    )
 
     assert moved is not None
     assert moved.process.steps[1].status is StepStatus.COMPLETED
@@ -395,7 +397,11 @@ async def test_a_cancelled_order_records_an_applied_charge_then_undoes_it() -> N
     clock.advance(PAST_DEADLINE)
 
     resolved = machine.recover(
-        cancelling.process, policy, clock.now(), outcome=RemoteOutcome.applied(RESULT)
+        cancelling.process,
+        ORDER_FULFILMENT,
+        policy,
+        clock.now(),
+        outcome=RemoteOutcome.applied(RESULT),
     )
 
     assert resolved is not None
@@ -404,5 +410,5 @@ async def test_a_cancelled_order_records_an_applied_charge_then_undoes_it() -> N
     assert resolved.process.steps[1].status is StepStatus.COMPLETED
     claimed = machine.claim(resolved.process, ORDER_FULFILMENT, policy, "s-1", clock.now())
     assert claimed is not None
-    (refund,) = [m for m in claimed.outgoing if m.queue == Queue.AGENT_PAYMENT]
+    (refund,) = [m for m in claimed.outgoing if m.queue == agent_queue("payment")]
     assert (refund.body["action"], refund.body["idempotencyKey"]) == ("compensate", REFUND_KEY)

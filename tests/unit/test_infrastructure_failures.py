@@ -12,7 +12,7 @@ import pytest
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryHealthStore, InMemoryStateStore
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain.model import OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.ports import BusUnavailable, StoreUnavailable, WatchEntry
 from shared.usecases import scheduler
@@ -21,7 +21,7 @@ from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import Outage, supervise, sweep, sweep_budget
 from tests.builders import World, a_policy, a_reply, an_order
 
-AGENT_QUEUES = (Queue.AGENT_INVENTORY, Queue.AGENT_PAYMENT, Queue.AGENT_SHIPPING)
+AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))
 DOWN = 1_000_000
 """fail_next for a bus that stays down until it is set back to 0."""
 

@@ -20,7 +20,6 @@ from shared.domain.messages import (
     StatusNotification,
 )
 from shared.domain.model import Action, ErrorInfo, NotificationStatus, Outcome
-from shared.domain.workflow import AgentName
 
 AT = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 REQUEST = AgentRequest("o-1", "charge-payment", Action.DO, 2, AT, "o-1:charge-payment", {"a": 1})
@@ -51,7 +50,7 @@ def test_what_is_sent_parses_back_to_the_same_message(message: Message) -> None:
 
 
 def test_an_agent_request_in_wire_form() -> None:
-    sent = REQUEST.outgoing(AgentName.PAYMENT, high=True)
+    sent = REQUEST.outgoing("payment", high=True)
     assert (sent.queue, sent.message_id) == ("agent-payment-high", "req:o-1:charge-payment:do:2")
     assert sent.body == {
         "orderId": "o-1",

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain import process as machine
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
@@ -32,7 +32,6 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.domain.process import InvalidTransition
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import BusUnavailable
 from shared.usecases import scheduler
 from shared.usecases.operator import cancel_order, resubmit_order, resume_order, suspend_order
@@ -40,8 +39,9 @@ from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, an_order
+from tests.workflows import ORDER_FULFILMENT
 
-AGENT_QUEUES = (Queue.AGENT_INVENTORY, Queue.AGENT_PAYMENT, Queue.AGENT_SHIPPING)
+AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))
 ORDER_IDS = [f"m-{i}" for i in range(2)]
 STEPS = [s.name for s in ORDER_FULFILMENT.steps]
 UNDO = {s.name: s.compensation for s in ORDER_FULFILMENT.steps}

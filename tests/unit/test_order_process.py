@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain.model import (
     Action,
     ExhaustedPolicy,
@@ -24,7 +24,7 @@ from shared.usecases.submission import OrderConflict, submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
 
-AGENT_QUEUES = (Queue.AGENT_INVENTORY, Queue.AGENT_PAYMENT, Queue.AGENT_SHIPPING)
+AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))
 
 
 def agent_requests(world: World) -> list[Outgoing]:
@@ -78,9 +78,9 @@ async def test_happy_path_runs_steps_in_order_and_ends_processed_unlocked() -> N
         seen.append((request.queue, request.body["step"], request.body["attempt"]))
         await scheduler.on_reply(world.deps(), a_reply(request))
     assert seen == [
-        (Queue.AGENT_INVENTORY, "reserve-inventory", 1),
-        (Queue.AGENT_PAYMENT, "charge-payment", 1),
-        (Queue.AGENT_SHIPPING, "create-shipment", 1),
+        (agent_queue("inventory"), "reserve-inventory", 1),
+        (agent_queue("payment"), "charge-payment", 1),
+        (agent_queue("shipping"), "create-shipment", 1),
     ]
     done = await world.store.load("o-1")
     assert done is not None

@@ -7,10 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from shared.contract import Queue
+from shared.contract import agent_queue
 from shared.domain import process as machine
 from shared.domain.model import OrderProcess, Outgoing, ProcessState, StepStatus
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.usecases import scheduler
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.process_cache import ProcessCache
@@ -18,8 +17,9 @@ from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_reply, an_order
+from tests.workflows import ORDER_FULFILMENT
 
-AGENT_QUEUES = (Queue.AGENT_INVENTORY, Queue.AGENT_PAYMENT, Queue.AGENT_SHIPPING)
+AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))
 
 
 def cached(world: World, cache: ProcessCache, instance: str = "scheduler-1") -> ProcessDeps:

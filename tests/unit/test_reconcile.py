@@ -20,12 +20,12 @@ from shared.domain.in_doubt import (
 )
 from shared.domain.model import JsonObject, OrderProcess, ProcessState, StepStatus
 from shared.domain.reconcile import Expect, Verdict
-from shared.domain.workflow import ORDER_FULFILMENT
 from shared.ports import RemoteCall
 from shared.resilience import CircuitBreaker
 from shared.usecases.outcomes import Asked, OutcomeQueries
 from shared.usecases.reconcile import Reconciler
 from tests.builders import an_order
+from tests.workflows import ORDER_FULFILMENT
 
 APPLIED = RemoteOutcome.applied({"ref": "r"})
 UNKNOWN = RemoteOutcome.unknown("circuit open")

@@ -8,23 +8,23 @@ from datetime import datetime, timedelta
 import pytest
 
 from shared.adapters.memory import InMemoryHealthStore
-from shared.contract import Queue, high_priority
+from shared.contract import Queue, agent_queue, high_priority
 from shared.domain.health import AgentHealth, AgentRecords, BreakerState
 from shared.domain.model import Outcome, Outgoing, Priority, ProcessState
 from shared.domain.routing import STALE_AFTER, Availability, Routing, merge
-from shared.domain.workflow import ORDER_FULFILMENT, WORKFLOWS, AgentName
 from shared.usecases import scheduler
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.routing import RoutingSource
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_reply, an_order
+from tests.workflows import ORDER_FULFILMENT, run_on
 
 PAYMENT_QUEUES = (
-    Queue.AGENT_PAYMENT,
-    Queue.AGENT_PAYMENT_SECONDARY,
-    high_priority(Queue.AGENT_PAYMENT),
-    high_priority(Queue.AGENT_PAYMENT_SECONDARY),
+    agent_queue("payment"),
+    agent_queue("payment-secondary"),
+    high_priority(agent_queue("payment")),
+    high_priority(agent_queue("payment-secondary")),
 )
 T0 = datetime(2026, 11, 21, 12, 0, 0)
 
@@ -57,7 +57,7 @@ def routing(*observations: AgentHealth, now: datetime = T0) -> Routing:
     return Routing(merge(observations, now))
 
 
-PAYMENT = (AgentName.PAYMENT, AgentName.PAYMENT_SECONDARY)
+PAYMENT = ("payment", "payment-secondary")
 
 
 def test_each_health_signal_classifies_an_agent() -> None:
@@ -98,52 +98,46 @@ def test_the_freshest_instance_decides_the_breaker_and_capacity_adds_up() -> Non
 
 
 def test_primary_first_while_healthy_secondary_when_it_is_not() -> None:
-    assert routing(health("payment"), health("payment-secondary")).choose(PAYMENT)[0] is (
-        AgentName.PAYMENT
-    )
+    assert routing(health("payment"), health("payment-secondary")).choose(PAYMENT)[0] == ("payment")
     open_primary = health(
         "payment", breaker=BreakerState.OPEN, open_until=T0 + timedelta(seconds=5)
     )
     chosen, why = routing(open_primary, health("payment-secondary")).choose(PAYMENT)
-    assert chosen is AgentName.PAYMENT_SECONDARY and why == "payment: circuit open"
+    assert chosen == "payment-secondary" and why == "payment: circuit open"
     full = health("payment", in_flight=16, capacity=16)
-    assert routing(full, health("payment-secondary")).choose(PAYMENT)[0] is (
-        AgentName.PAYMENT_SECONDARY
-    )
+    assert routing(full, health("payment-secondary")).choose(PAYMENT)[0] == ("payment-secondary")
     stale = health("payment", at=T0 - STALE_AFTER - timedelta(seconds=1))
-    assert routing(stale, health("payment-secondary")).choose(PAYMENT)[0] is (
-        AgentName.PAYMENT_SECONDARY
-    )
+    assert routing(stale, health("payment-secondary")).choose(PAYMENT)[0] == ("payment-secondary")
 
 
 def test_unknown_agents_rank_with_healthy_ones_and_all_bad_still_picks_one() -> None:
-    assert Routing().choose(PAYMENT)[0] is AgentName.PAYMENT
+    assert Routing().choose(PAYMENT)[0] == "payment"
     down = BreakerState.OPEN
     until = T0 + timedelta(seconds=5)
     both_down = routing(
         health("payment", breaker=down, open_until=until),
         health("payment-secondary", breaker=down, open_until=until),
     )
-    assert both_down.choose(PAYMENT)[0] is AgentName.PAYMENT
+    assert both_down.choose(PAYMENT)[0] == "payment"
     probing_primary = routing(
         health("payment", breaker=BreakerState.HALF_OPEN),
         health("payment-secondary", breaker=down, open_until=until),
     )
-    assert probing_primary.choose(PAYMENT)[0] is AgentName.PAYMENT
+    assert probing_primary.choose(PAYMENT)[0] == "payment"
 
 
 def test_a_retry_avoids_the_agent_that_timed_out_only_for_a_known_healthy_one() -> None:
     both = routing(health("payment"), health("payment-secondary"))
     chosen, why = both.choose(PAYMENT, avoid="payment")
-    assert chosen is AgentName.PAYMENT_SECONDARY and why == "payment: its attempt timed out"
-    assert Routing().choose(PAYMENT, avoid="payment")[0] is AgentName.PAYMENT
+    assert chosen == "payment-secondary" and why == "payment: its attempt timed out"
+    assert Routing().choose(PAYMENT, avoid="payment")[0] == "payment"
     secondary_down = routing(
         health("payment"),
         health(
             "payment-secondary", breaker=BreakerState.OPEN, open_until=T0 + timedelta(seconds=9)
         ),
     )
-    assert secondary_down.choose(PAYMENT, avoid="payment")[0] is AgentName.PAYMENT
+    assert secondary_down.choose(PAYMENT, avoid="payment")[0] == "payment"
 
 
 # --- through the use cases -------------------------------------------------------------
@@ -164,7 +158,7 @@ async def reach_payment(world: World, deps: ProcessDeps, order_id: str, high: bo
         order = replace(order, priority=Priority.HIGH)
     await submit_order(deps, order)
     await scheduler.on_nudge(deps, order_id)
-    inventory = high_priority(Queue.AGENT_INVENTORY) if high else Queue.AGENT_INVENTORY
+    inventory = high_priority(agent_queue("inventory")) if high else agent_queue("inventory")
     await scheduler.on_reply(deps, a_reply(agent_request(world, inventory)))
 
 
@@ -192,7 +186,7 @@ async def test_the_scheduler_sends_payment_to_the_secondary_while_the_primary_is
     world, deps, _ = routed_world(tripped("payment"), health("payment-secondary", at=NOW))
     await reach_payment(world, deps, "o-1", high=False)
     (request,) = payment_requests(world)
-    assert request.queue == Queue.AGENT_PAYMENT_SECONDARY
+    assert request.queue == agent_queue("payment-secondary")
     process = await world.store.load("o-1")
     assert process is not None and process.steps[1].agent == "payment-secondary"
     assert any(
@@ -207,10 +201,10 @@ async def test_compensation_goes_to_the_agent_that_did_the_step() -> None:
     (charge,) = payment_requests(world)
     await scheduler.on_reply(deps, a_reply(charge))
     await store.publish_health(health("payment", at=NOW))  # the primary is back
-    (ship,) = world.bus.take(Queue.AGENT_SHIPPING)
+    (ship,) = world.bus.take(agent_queue("shipping"))
     await scheduler.on_reply(deps, a_reply(ship, Outcome.FAILED))
     (refund,) = payment_requests(world)
-    assert (refund.queue, refund.body["action"]) == (Queue.AGENT_PAYMENT_SECONDARY, "compensate")
+    assert (refund.queue, refund.body["action"]) == (agent_queue("payment-secondary"), "compensate")
 
 
 async def retry_after_timeout(world: World, deps: ProcessDeps, store: InMemoryHealthStore) -> None:
@@ -228,10 +222,10 @@ async def test_a_timed_out_payment_is_retried_where_its_idempotency_key_lives() 
     world, deps, store = routed_world(*BOTH_HEALTHY)
     await reach_payment(world, deps, "o-1", high=False)
     (first,) = payment_requests(world)
-    assert first.queue == Queue.AGENT_PAYMENT
+    assert first.queue == agent_queue("payment")
     await retry_after_timeout(world, deps, store)
     (retry,) = payment_requests(world)
-    assert retry.queue == Queue.AGENT_PAYMENT
+    assert retry.queue == agent_queue("payment")
     assert retry.body["attempt"] == first.body["attempt"] + 1
 
 
@@ -247,14 +241,14 @@ async def test_a_step_whose_agents_share_keys_is_retried_on_another_healthy_agen
             ORDER_FULFILMENT.steps[2],
         ),
     )
-    monkeypatch.setitem(WORKFLOWS, ORDER_FULFILMENT.name, regions)
+    run_on(monkeypatch, regions)
     world, deps, store = routed_world(*BOTH_HEALTHY)
     await reach_payment(world, deps, "o-1", high=False)
     (first,) = payment_requests(world)
-    assert first.queue == Queue.AGENT_PAYMENT
+    assert first.queue == agent_queue("payment")
     await retry_after_timeout(world, deps, store)
     (retry,) = payment_requests(world)
-    assert retry.queue == Queue.AGENT_PAYMENT_SECONDARY
+    assert retry.queue == agent_queue("payment-secondary")
     await scheduler.on_reply(deps, a_reply(retry))
     process = await world.store.load("o-1")
     assert process is not None and process.steps[1].status.value == "Completed"
@@ -269,14 +263,14 @@ async def test_high_priority_orders_use_the_high_lanes_with_a_tighter_complete_b
     deps = world.deps()
     await reach_payment(world, deps, "vip", high=True)
     (charge,) = payment_requests(world)
-    assert charge.queue == high_priority(Queue.AGENT_PAYMENT)
+    assert charge.queue == high_priority(agent_queue("payment"))
     process = await world.store.load("vip")
     assert process is not None and process.steps[1].complete_by == (
         world.clock.now() + timedelta(seconds=5)
     )
     await reach_payment(world, deps, "normal", high=False)
     (normal,) = payment_requests(world)
-    assert normal.queue == Queue.AGENT_PAYMENT
+    assert normal.queue == agent_queue("payment")
     process = await world.store.load("normal")
     assert process is not None and process.steps[1].complete_by == (
         world.clock.now() + timedelta(seconds=30)
@@ -290,7 +284,7 @@ async def test_the_claim_sends_the_agent_request_before_the_processing_notificat
     await submit_order(deps, an_order("o-1", clock=world.clock))
     world.bus.sent.clear()
     await scheduler.on_nudge(deps, "o-1")
-    assert [m.queue for m in world.bus.sent] == [Queue.AGENT_INVENTORY, Queue.ORDER_STATUS]
+    assert [m.queue for m in world.bus.sent] == [agent_queue("inventory"), Queue.ORDER_STATUS]
 
 
 async def test_routing_reads_health_once_per_refresh_and_keeps_the_last_on_failure() -> None:

@@ -10,13 +10,12 @@ from datetime import datetime, timedelta
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryStateStore
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain import process as machine
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.messages import AgentRequest
 from shared.domain.model import HistoryEntry, JsonObject, OrderProcess, ProcessState, StepStatus
 from shared.domain.process import ProcessPolicy
-from shared.domain.workflow import ORDER_FULFILMENT, AgentName
 from shared.ports import ConcurrencyConflict, RemoteCall, StoreUnavailable, TransientRemoteError
 from shared.resilience import CircuitBreaker
 from shared.usecases import scheduler
@@ -25,6 +24,7 @@ from shared.usecases.step_heartbeat import StepHeartbeats
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
+from tests.workflows import ORDER_FULFILMENT
 
 WORKFLOW = ORDER_FULFILMENT
 START = FakeClock().now()
@@ -120,7 +120,7 @@ def test_a_stale_attempt_changes_nothing() -> None:
 def test_a_recovered_step_is_not_extended_by_its_old_attempt() -> None:
     policy = beating_policy()
     process = dispatched(policy)
-    recovered = machine.recover(process, policy, at(7))
+    recovered = machine.recover(process, ORDER_FULFILMENT, policy, at(7))
     assert recovered is not None
     assert recovered.process.state.process_state is ProcessState.PENDING
     step = running_step(process)
@@ -212,7 +212,7 @@ class Running:
     def deps(self) -> AgentDeps:
         policy = self.world.policy
         return AgentDeps(
-            agent=AgentName.INVENTORY,
+            agent="inventory",
             bus=self.world.bus,
             clock=self.world.clock,
             remote=self.remote,
@@ -235,7 +235,7 @@ async def running(
     await submit_order(world.deps(), an_order("o-1"))
     world.bus.take(Queue.SCHEDULER)
     await scheduler.on_nudge(world.deps(), "o-1")
-    [request] = world.bus.take(Queue.AGENT_INVENTORY)
+    [request] = world.bus.take(agent_queue("inventory"))
     store.conflicts = conflicts
     return Running(
         world,

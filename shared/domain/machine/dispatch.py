@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 
+from shared.contract import agent_queue
 from shared.domain.machine.settle import Undo, open_candidates, pinned, undo_of
 from shared.domain.machine.transition import Builder, ProcessPolicy
 from shared.domain.messages import AgentRequest, Nudge, idempotency_key, iso
@@ -20,7 +21,7 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.domain.routing import Routing
-from shared.domain.workflow import AGENTS, AgentName, Workflow
+from shared.domain.workflow import Workflow
 
 DRAIN_RECHECK = timedelta(seconds=10)
 """How often an order waiting for a drained agent looks again (at most)."""
@@ -183,7 +184,7 @@ def _dispatch(
     operation = (definition.compensation if compensate else definition.name) or ""
     stay = pinned(step, definition)
     if compensate:
-        agent, why = AgentName(step.agent or definition.agent), ""
+        agent, why = step.agent or definition.agent, ""
     elif stay is not None:
         agent, why = stay, ""
     else:
@@ -193,12 +194,12 @@ def _dispatch(
         if step.suspect:
             timed_out = f"{step.suspect}: its attempt timed out"
             why = why.replace(timed_out, f"{timed_out} and its key is settled not applied")
-    queue = AGENTS[agent].queue_for(b.high)
+    queue = agent_queue(agent, b.high)
     deadline = b.now + policy.timeout(definition, b.order.priority)
     do_key = idempotency_key(b.order.order_id, definition.name)
     changes: dict[str, object] = {
         "complete_by": deadline,
-        "agent": agent.value,
+        "agent": agent,
         "suspect": None,
         "dispatched_at": b.now,
         "step_heartbeats": 0,
@@ -210,7 +211,7 @@ def _dispatch(
         changes.update(
             key_state=KeyState.UNSETTLED,
             live_until=live_until,
-            tried=step.tried if agent.value in step.tried else (*step.tried, agent.value),
+            tried=step.tried if agent in step.tried else (*step.tried, agent),
         )
     b.set_step(index, **changes)
     b.set(current_step=index, complete_by=deadline)

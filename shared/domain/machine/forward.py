@@ -31,7 +31,7 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.domain.routing import PRIMARY_ONLY, Routing
-from shared.domain.workflow import AGENTS, AgentName, Workflow
+from shared.domain.workflow import Workflow
 
 
 def start(order: Order, workflow: Workflow, now: datetime, cause: str | None = None) -> Transition:
@@ -50,6 +50,7 @@ def start(order: Order, workflow: Workflow, now: datetime, cause: str | None = N
         created_at=now,
         updated_at=now,
         workflow=workflow.name,
+        workflow_version=workflow.version,
     )
     steps = tuple(StepRecord(name=s.name) for s in workflow.steps)
     b = Builder(OrderProcess(order, state, steps), now, cause)
@@ -242,9 +243,9 @@ def _undo_extra(
 ) -> Transition | None:
     """Alert, and send the undo to the provider that holds the extra effect. Its answer
     is not awaited (the order has moved on); reconciliation checks that provider again."""
-    if agent not in {a.value for a in AGENTS}:
-        return None
     definition = workflow.steps[index]
+    if agent not in definition.candidates:
+        return None
     b = Builder(process, now, cause)
     b.set(last_error=f"{definition.name} applied at {agent} after the order moved on")
     if definition.compensation is None:
@@ -263,5 +264,5 @@ def _undo_extra(
         payload={"result": dict(reply.result or {})},
         undoes=idempotency_key(process.order_id, definition.name),
     )
-    b.send(request.outgoing(AgentName(agent), high=b.high))
+    b.send(request.outgoing(agent, high=b.high))
     return b.build()

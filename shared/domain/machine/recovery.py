@@ -20,11 +20,12 @@ from shared.domain.model import (
     StepRecord,
     StepStatus,
 )
-from shared.domain.workflow import WORKFLOWS, Workflow
+from shared.domain.workflow import Workflow
 
 
 def recover(
     process: OrderProcess,
+    workflow: Workflow,
     policy: ProcessPolicy,
     now: datetime,
     cause: str | None = None,
@@ -49,6 +50,7 @@ def recover(
         return None
     state = process.state
     b = Builder(process, now, cause)
+    b.workflow = workflow
     if state.process_state is ProcessState.PENDING:
         b.set(locked_by=None)
         requeue(b, policy, 0, "renudged")
@@ -275,8 +277,7 @@ def _record_applied(
 
 def _key(b: Builder, step: StepRecord, undo: bool) -> str:
     """The idempotency key the step's request (or its undo's) carried."""
-    workflow = WORKFLOWS.get(b.state.workflow)
-    operation = workflow.operation(step.name, undo) if workflow else None
+    operation = b.workflow.operation(step.name, undo) if b.workflow else None
     return idempotency_key(b.order.order_id, operation or step.name)
 
 

@@ -65,7 +65,7 @@ def pinned(step: StepRecord, definition: StepDefinition) -> AgentName | None:
 
 def open_candidates(step: StepRecord, definition: StepDefinition) -> tuple[AgentName, ...]:
     """The agents a do of this step may go to: never one where its key was abandoned."""
-    return tuple(c for c in definition.candidates if c.value not in step.abandoned_at)
+    return tuple(c for c in definition.candidates if c not in step.abandoned_at)
 
 
 def key_state(step: StepRecord) -> KeyState:

@@ -20,7 +20,7 @@ from shared.domain.model import (
     StepRecord,
 )
 from shared.domain.routing import PRIMARY_ONLY, Routing
-from shared.domain.workflow import StepDefinition
+from shared.domain.workflow import StepDefinition, Workflow
 
 
 class InvalidTransition(Exception):
@@ -99,6 +99,8 @@ class Builder:
         self.outgoing: list[Outgoing] = []
         self.history: list[HistoryEntry] = []
         self.check_at: datetime | None = None
+        self.workflow: Workflow | None = None
+        """The order's workflow, for rules that name its operations."""
 
     def set(self, **changes: object) -> None:
         self.state = replace(self.state, **changes)  # type: ignore[arg-type]
