@@ -18,9 +18,18 @@ MAX_BODY_BYTES = 64 * 1024
 
 
 def problem(
-    status: int, title: str, detail: str, headers: dict[str, str] | None = None
+    status: int,
+    title: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    *,
+    code: str | None = None,
 ) -> func.HttpResponse:
-    body = {"type": "about:blank", "title": title, "status": status, "detail": detail}
+    """`code`: a stable machine-readable reason where clients branch on it (past-pivot)."""
+    body: dict[str, object] = {"type": "about:blank", "title": title, "status": status}
+    body["detail"] = detail
+    if code is not None:
+        body["code"] = code
     return func.HttpResponse(
         json.dumps(body), status_code=status, mimetype=PROBLEM_JSON, headers=headers
     )

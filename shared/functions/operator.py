@@ -11,7 +11,7 @@ import azure.functions as func
 from shared import bootstrap
 from shared.contract import Route
 from shared.domain.model import OrderProcess, ProcessState
-from shared.domain.process import InvalidTransition
+from shared.domain.process import InvalidTransition, PastPivot
 from shared.functions.http import (
     bounded_int,
     json_response,
@@ -163,6 +163,8 @@ async def _act(
         process = await act(c.process, order_id, operator[:64])
     except OrderNotFound:
         return _not_found(order_id)
+    except PastPivot as exc:
+        return problem(409, "Past the pivot", str(exc), code=PastPivot.code)
     except InvalidTransition as exc:
         return problem(409, refusal, str(exc))
     except StateStoreError:

@@ -94,7 +94,9 @@ async def cancel_order(
         deps,
         order_id,
         CANCEL_CAUSE,
-        lambda p: machine.cancel(p, deps.policy, now, operator, reason, CANCEL_CAUSE),
+        lambda p: machine.cancel(
+            p, deps.workflow(p), deps.policy, now, operator, reason, CANCEL_CAUSE
+        ),
         budget,
     )
 

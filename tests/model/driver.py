@@ -240,7 +240,7 @@ def undelivered(process: OrderProcess, now: int) -> Effects | None:
 
 def cancel(process: OrderProcess, now: int) -> Effects | None:
     try:
-        return _effects(machine.cancel(process, POLICY, at(now)), now, "cancel")
+        return _effects(machine.cancel(process, ORDER_FULFILMENT, POLICY, at(now)), now, "cancel")
     except machine.InvalidTransition:
         return None
 

@@ -391,7 +391,7 @@ async def test_recover_takes_an_applied_answer_only_once_the_deadline_passed() -
 async def test_a_cancelled_order_records_an_applied_charge_then_undoes_it() -> None:
     setup = await at_payment()
     policy, clock = setup.world.policy, setup.world.clock
-    cancelling = machine.cancel(await loaded(setup), policy, clock.now())
+    cancelling = machine.cancel(await loaded(setup), ORDER_FULFILMENT, policy, clock.now())
     assert cancelling is not None
     assert cancelling.process.state.process_state is ProcessState.COMPENSATING
     clock.advance(PAST_DEADLINE)

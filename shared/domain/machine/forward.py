@@ -13,7 +13,7 @@ from shared.domain.machine.dispatch import (
     hold_for_operator,
     wait_for_drained,
 )
-from shared.domain.machine.settle import key_state
+from shared.domain.machine.settle import forward_only, key_state
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
 from shared.domain.messages import AgentReply, AgentRequest, Nudge, idempotency_key
 from shared.domain.model import (
@@ -31,7 +31,7 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.domain.routing import PRIMARY_ONLY, Routing
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import StepKind, Workflow
 
 
 def start(order: Order, workflow: Workflow, now: datetime, cause: str | None = None) -> Transition:
@@ -163,6 +163,11 @@ def _take_do(
     error = reply.error or ErrorInfo("unknown", "the agent gave no reason")
     b.set_step(index, status=StepStatus.FAILED, key_state=KeyState.NOT_APPLIED, error=error)
     b.note("step-failed", f"{step.name}: {error.code}")
+    if not state.cancel_requested and forward_only(b.steps, workflow, index):
+        b.set(last_error=f"{step.name}: {error.code}: {error.message}")
+        if not held:
+            hold_for_operator(b, _held_because(workflow, index))
+        return
     if not state.cancel_requested:
         b.set(
             phase=Phase.COMPENSATE,
@@ -172,6 +177,12 @@ def _take_do(
         b.notify(NotificationStatus.FAILED, b.state.last_error)
     if not held:
         dispatch_compensation(b, workflow, policy, index - 1)
+
+
+def _held_because(workflow: Workflow, index: int) -> str:
+    if workflow.steps[index].kind is StepKind.RETRIABLE:
+        return "retriable-step-failed"
+    return "failed-past-pivot"
 
 
 def _take_undo(

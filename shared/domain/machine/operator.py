@@ -10,9 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from shared.domain.machine.dispatch import requeue
+from shared.domain.machine.settle import past_pivot
 from shared.domain.machine.transition import Builder, InvalidTransition, ProcessPolicy, Transition
 from shared.domain.messages import iso
 from shared.domain.model import NotificationStatus, OrderProcess, Phase, ProcessState, StepStatus
+from shared.domain.workflow import Workflow
 
 
 def resubmit(
@@ -34,8 +36,15 @@ def resubmit(
     return b.build()
 
 
+class PastPivot(InvalidTransition):
+    """The pivot may have taken effect: its effect stays, so the order goes forward."""
+
+    code = "past-pivot"
+
+
 def cancel(
     process: OrderProcess,
+    workflow: Workflow,
     policy: ProcessPolicy,
     now: datetime,
     operator: str = "operator",
@@ -55,6 +64,12 @@ def cancel(
         )
     if state.cancel_requested and not state.process_state.is_terminal:
         return None
+    if past_pivot(process.steps, workflow):
+        pivot = workflow.steps[workflow.pivot or 0].name
+        raise PastPivot(
+            f"order {process.order_id} is past its pivot step {pivot}: what it did stays, "
+            "so the order can no longer be cancelled"
+        )
     b = Builder(process, now, cause)
     b.set(cancel_requested=True, phase=Phase.COMPENSATE, failure_count=0)
     b.note("cancel-requested", f"by {operator}" + (f": {reason}" if reason else ""))

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.machine.dispatch import hold_for_operator, requeue, wait_to_settle
-from shared.domain.machine.settle import key_state, settled_by
+from shared.domain.machine.settle import forward_only, key_state, settled_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
 from shared.domain.messages import idempotency_key, iso
 from shared.domain.model import (
@@ -91,7 +91,11 @@ def recover(
         wait_to_settle(b, index)
     elif failures < policy.max_failure_count:
         requeue(b, policy, failures, "requeued")
-    elif policy.exhausted_policy is ExhaustedPolicy.COMPENSATE and state.phase is Phase.FORWARD:
+    elif (
+        policy.exhausted_policy is ExhaustedPolicy.COMPENSATE
+        and state.phase is Phase.FORWARD
+        and not forward_only(b.steps, workflow, index)
+    ):
         b.alert("max-failure-count-reached-compensating")
         b.notify(NotificationStatus.FAILED, b.state.last_error)
         # The step that timed out is undone too once its key settles as applied.

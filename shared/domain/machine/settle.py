@@ -16,12 +16,13 @@ never erase that evidence or the live time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.model import KeyState, StepRecord, StepStatus
-from shared.domain.workflow import AgentName, StepDefinition
+from shared.domain.workflow import AgentName, StepDefinition, StepKind, Workflow
 
 
 class Undo(StrEnum):
@@ -89,3 +90,27 @@ def settled_by(step: StepRecord, outcome: RemoteOutcome, now: datetime) -> KeySt
     if current.settled or live(step, now) or kind is RemoteOutcomeKind.IN_PROGRESS:
         return current
     return KeyState.NOT_APPLIED if outcome.safe_to_move else KeyState.EXPIRED
+
+
+def past_pivot(steps: Sequence[StepRecord], workflow: Workflow) -> bool:
+    """May the order's pivot have taken effect? From then on nothing is undone: its
+    effect stays, so the order can only go forward (a cancel is refused, a failure is
+    held for an operator). A pivot whose key is unsent or settled not-applied is not
+    passed."""
+    index = workflow.pivot
+    if index is None or index >= len(steps):
+        return False
+    step = steps[index]
+    return step.status is StepStatus.COMPLETED or key_state(step) not in (
+        KeyState.UNSENT,
+        KeyState.NOT_APPLIED,
+    )
+
+
+def forward_only(steps: Sequence[StepRecord], workflow: Workflow, index: int) -> bool:
+    """Must a failure at step `index` be held rather than compensated? Yes for a
+    retriable step (it is retried until it succeeds) and for any step once the pivot
+    may have applied."""
+    if index < len(workflow.steps) and workflow.steps[index].kind is StepKind.RETRIABLE:
+        return True
+    return past_pivot(steps, workflow)
