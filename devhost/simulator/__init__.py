@@ -1,4 +1,4 @@
-"""Local stand-in for the inventory, payment and shipping services, with fault injection.
+"""Local stand-in for the remote services, one per catalogue agent, with fault injection.
 
 It lets the Scheduler-Agent-Supervisor pattern be watched healing locally: faults are
 set at runtime through ``/_sim/faults`` (transient errors, hangs, apply-then-hang, slow
