@@ -36,6 +36,7 @@ from devhost.simulator.problems import (
     validation_detail,
 )
 from devhost.simulator.services import (
+    REJECTED,
     CallRequest,
     Compensation,
     CompensationPayload,
@@ -106,8 +107,13 @@ async def _parse_call(request: web.Request, service: Service) -> Call | web.Resp
 
 
 def _outcome_for(state: SimulatorState, call: Call, settings: FaultSettings) -> Outcome | None:
-    """What the service does with a fresh key: apply, or reject for a blocked SKU; for a
-    compensation, undo its do or find nothing to undo (None: the do is still running)."""
+    """What the service does with a fresh key: reject a listed operation or a blocked
+    SKU, else apply; for a compensation, undo its do or find nothing to undo (None: the
+    do is still running)."""
+    if call.operation.name in settings.permanent_failure_operations:
+        code, title = REJECTED
+        detail = f"{call.service.name} rejects every {call.operation.name}"
+        return Outcome(OutcomeKind.REJECTED, problem_body(422, code, title, detail))
     if isinstance(call.operation, Compensation):
         assert isinstance(call.payload, CompensationPayload) and call.undoes is not None
         return undo_outcome(

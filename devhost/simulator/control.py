@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from devhost.simulator.faults import FaultSettings
 from devhost.simulator.problems import problem, read_json, validation_detail
+from devhost.simulator.services import Service
 from devhost.simulator.state import STATE
 
 log = logging.getLogger("devhost.simulator")
@@ -22,6 +23,17 @@ def _unknown_service(request: web.Request, service: str) -> web.Response:
     known = ", ".join(request.app[STATE].services)
     return problem(
         404, "unknown-service", "Unknown service", f"no service {service!r}; known: {known}"
+    )
+
+
+def _unknown_operations(service: Service, settings: FaultSettings) -> str | None:
+    """Why ``permanentFailureOperations`` names operations the service does not have."""
+    unknown = [op for op in settings.permanent_failure_operations if op not in service.operations]
+    if not unknown:
+        return None
+    return (
+        f"permanentFailureOperations: {service.name} has no operation "
+        f"{', '.join(repr(op) for op in unknown)} (it has {', '.join(service.operations)})"
     )
 
 
@@ -35,6 +47,9 @@ async def put_faults(request: web.Request) -> web.Response:
     except ValueError as exc:  # ValidationError is a ValueError too
         detail = validation_detail(exc) if isinstance(exc, ValidationError) else str(exc)
         return problem(400, "invalid-faults", "Invalid fault settings", detail)
+    unknown = _unknown_operations(state.services[service], settings)
+    if unknown is not None:
+        return problem(400, "invalid-faults", "Invalid fault settings", unknown)
     state.faults.set(service, settings)
     log.info("faults for %s: %s", service, settings.to_json())
     return web.json_response(settings.to_json())
