@@ -21,7 +21,7 @@ log = logging.getLogger("devhost.simulator")
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m devhost.simulator",
-        description="Inventory, payment and shipping services with fault injection.",
+        description="The catalogue's agents as remote services, with fault injection.",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=7072, help="0 picks a free port")

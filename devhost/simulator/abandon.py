@@ -24,17 +24,17 @@ from aiohttp import web
 from devhost.simulator.effects import OutcomeKind
 from devhost.simulator.faults import decide_query
 from devhost.simulator.problems import in_progress_problem, transient_problem
-from devhost.simulator.services import SERVICES
+from devhost.simulator.services import Service
 from devhost.simulator.state import STATE
 
 ABANDON_FAULT = "transient-abandon"
 
 
-def _named_by(service: str, key: str) -> tuple[str, str]:
+def _named_by(service: Service, key: str) -> tuple[str, str]:
     """(operation, orderId) of a key never seen, read from the agents' key shape
     ``{orderId}:{operation}`` when it fits, else empty: the row only records the abandon."""
     order_id, _, operation = key.rpartition(":")
-    if order_id and operation in SERVICES[service].operations:
+    if order_id and operation in service.operations:
         return operation, order_id
     return "", ""
 
@@ -58,7 +58,7 @@ async def handle_abandon(request: web.Request) -> web.Response:
             return web.json_response({"applied": True, "result": effect.outcome.body})
     elif state.in_progress.running(name, key):
         return in_progress_problem(name, key)
-    operation, order_id = _named_by(name, key)
+    operation, order_id = _named_by(state.services[name], key)
     if effect is None or not effect.abandoned:
         state.stats[name].abandons += 1
         state.ledger.abandon(name, key, operation, order_id)

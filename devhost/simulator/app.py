@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from aiohttp import web
@@ -17,8 +18,9 @@ from devhost.simulator.control import add_control_routes
 from devhost.simulator.effects import Clock, EffectLedger, utc_now
 from devhost.simulator.problems import problem
 from devhost.simulator.queries import handle_query
-from devhost.simulator.services import SERVICE_NAMES
+from devhost.simulator.services import SERVICES, Service, services_from
 from devhost.simulator.state import STATE, SimulatorState
+from shared.domain.workflow import Catalogue
 
 log = logging.getLogger("devhost.simulator")
 
@@ -56,21 +58,37 @@ async def _close(app: web.Application) -> None:
 
 
 def create_app(
-    db_path: str | Path | None = None, seed: int | None = None, clock: Clock = utc_now
+    db_path: str | Path | None = None,
+    seed: int | None = None,
+    clock: Clock = utc_now,
+    *,
+    services: Mapping[str, Service] | None = None,
+    catalogue: Catalogue | None = None,
 ) -> web.Application:
     """Build the simulator; ``db_path=None`` keeps the ledger in memory, ``seed=None``
     picks a random seed (reported by ``/_sim/health`` so a run can be replayed), and
-    ``clock`` stamps the ledger's ``firstCallAt`` and ``appliedAt``."""
+    ``clock`` stamps the ledger's ``firstCallAt`` and ``appliedAt``.
+
+    The services are ``services`` if given, else those of ``catalogue``, else those of
+    the catalogue the app runs (``SERVICES``): one per agent, named as the agent."""
+    if services is not None and catalogue is not None:
+        raise ValueError("pass services or a catalogue, not both")
+    if services is None:
+        services = SERVICES if catalogue is None else services_from(catalogue)
+    if not services:
+        raise ValueError("the simulator needs at least one service")
     state = SimulatorState(
-        ledger=EffectLedger(db_path, clock), seed=secrets.randbits(32) if seed is None else seed
+        ledger=EffectLedger(db_path, clock),
+        seed=secrets.randbits(32) if seed is None else seed,
+        services=services,
     )
     app = web.Application(middlewares=[problem_middleware])
     app[STATE] = state
-    services = "|".join(SERVICE_NAMES)
-    app.router.add_post(f"/{{service:{services}}}/{{operation}}", handle_call)
-    app.router.add_get(f"/{{service:{services}}}/health", handle_probe)
-    app.router.add_get(f"/{{service:{services}}}/operations/{{key}}", handle_query)
-    app.router.add_post(f"/{{service:{services}}}/operations/{{key}}/abandon", handle_abandon)
+    names = "|".join(re.escape(name) for name in services)
+    app.router.add_post(f"/{{service:{names}}}/{{operation}}", handle_call)
+    app.router.add_get(f"/{{service:{names}}}/health", handle_probe)
+    app.router.add_get(f"/{{service:{names}}}/operations/{{key}}", handle_query)
+    app.router.add_post(f"/{{service:{names}}}/operations/{{key}}/abandon", handle_abandon)
     add_control_routes(app.router)
     app.on_shutdown.append(_wake_hung_calls)
     app.on_cleanup.append(_close)

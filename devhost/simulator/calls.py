@@ -36,13 +36,13 @@ from devhost.simulator.problems import (
     validation_detail,
 )
 from devhost.simulator.services import (
-    SERVICES,
+    REJECTED,
     CallRequest,
     Compensation,
     CompensationPayload,
     DoOperation,
+    DoPayload,
     Operation,
-    OrderPayload,
     Service,
 )
 from devhost.simulator.state import STATE, SimulatorState
@@ -61,7 +61,7 @@ class Call:
     operation: Operation
     order_id: str
     key: str
-    payload: OrderPayload | CompensationPayload
+    payload: DoPayload | CompensationPayload
     undoes: str | None = None
     """For a compensation, the do key it undoes (named by the client, else inferred)."""
 
@@ -92,32 +92,35 @@ async def _parse_call(request: web.Request, service: Service) -> Call | web.Resp
             "Missing idempotency key",
             "send idempotencyKey in the body or an Idempotency-Key header",
         )
-    payload: OrderPayload | CompensationPayload
+    payload: DoPayload | CompensationPayload
     try:
         if isinstance(operation, DoOperation):
-            payload = OrderPayload.model_validate(envelope.payload)
+            payload = operation.parse(envelope.payload)
         else:
             payload = CompensationPayload.model_validate(envelope.payload)
     except ValidationError as exc:
         return problem(400, "invalid-payload", "Invalid payload", validation_detail(exc))
     undoes = None
     if isinstance(operation, Compensation):
-        undoes = service.undone_key(envelope.order_id, envelope.undoes)
+        undoes = service.undone_key(envelope.order_id, operation, envelope.undoes)
     return Call(service, operation, envelope.order_id, key, payload, undoes)
 
 
 def _outcome_for(state: SimulatorState, call: Call, settings: FaultSettings) -> Outcome | None:
-    """What the service does with a fresh key: apply, or reject for a blocked SKU; for a
-    compensation, undo its do or find nothing to undo (None: the do is still running)."""
+    """What the service does with a fresh key: reject a listed operation or a blocked
+    SKU, else apply; for a compensation, undo its do or find nothing to undo (None: the
+    do is still running)."""
+    if call.operation.name in settings.permanent_failure_operations:
+        code, title = REJECTED
+        detail = f"{call.service.name} rejects every {call.operation.name}"
+        return Outcome(OutcomeKind.REJECTED, problem_body(422, code, title, detail))
     if isinstance(call.operation, Compensation):
         assert isinstance(call.payload, CompensationPayload) and call.undoes is not None
         return undo_outcome(
             state, call.service.name, call.undoes, call.operation.build_result(call.payload)
         )
-    assert isinstance(call.payload, OrderPayload)
-    blocked = [
-        item.sku for item in call.payload.items if item.sku in settings.permanent_failure_skus
-    ]
+    assert not isinstance(call.payload, CompensationPayload)
+    blocked = [sku for sku in call.payload.skus if sku in settings.permanent_failure_skus]
     if blocked:
         body = problem_body(
             422,
@@ -218,7 +221,7 @@ async def _finish(
 
 async def handle_call(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    parsed = await _parse_call(request, SERVICES[request.match_info["service"]])
+    parsed = await _parse_call(request, state.services[request.match_info["service"]])
     if isinstance(parsed, web.Response):
         return parsed
     call = parsed

@@ -13,31 +13,43 @@ from pydantic import ValidationError
 
 from devhost.simulator.faults import FaultSettings
 from devhost.simulator.problems import problem, read_json, validation_detail
-from devhost.simulator.services import SERVICE_NAMES, SERVICES
+from devhost.simulator.services import Service
 from devhost.simulator.state import STATE
 
 log = logging.getLogger("devhost.simulator")
 
 
-def _unknown_service(service: str) -> web.Response:
+def _unknown_service(request: web.Request, service: str) -> web.Response:
+    known = ", ".join(request.app[STATE].services)
     return problem(
-        404,
-        "unknown-service",
-        "Unknown service",
-        f"no service {service!r}; known: {', '.join(SERVICE_NAMES)}",
+        404, "unknown-service", "Unknown service", f"no service {service!r}; known: {known}"
+    )
+
+
+def _unknown_operations(service: Service, settings: FaultSettings) -> str | None:
+    """Why ``permanentFailureOperations`` names operations the service does not have."""
+    unknown = [op for op in settings.permanent_failure_operations if op not in service.operations]
+    if not unknown:
+        return None
+    return (
+        f"permanentFailureOperations: {service.name} has no operation "
+        f"{', '.join(repr(op) for op in unknown)} (it has {', '.join(service.operations)})"
     )
 
 
 async def put_faults(request: web.Request) -> web.Response:
+    state = request.app[STATE]
     service = request.match_info["service"]
-    if service not in SERVICES:
-        return _unknown_service(service)
+    if service not in state.services:
+        return _unknown_service(request, service)
     try:
         settings = FaultSettings.model_validate(await read_json(request))
     except ValueError as exc:  # ValidationError is a ValueError too
         detail = validation_detail(exc) if isinstance(exc, ValidationError) else str(exc)
         return problem(400, "invalid-faults", "Invalid fault settings", detail)
-    state = request.app[STATE]
+    unknown = _unknown_operations(state.services[service], settings)
+    if unknown is not None:
+        return problem(400, "invalid-faults", "Invalid fault settings", unknown)
     state.faults.set(service, settings)
     log.info("faults for %s: %s", service, settings.to_json())
     return web.json_response(settings.to_json())
@@ -55,7 +67,7 @@ async def delete_faults(request: web.Request) -> web.Response:
 
 async def get_effects(request: web.Request) -> web.Response:
     service = request.query.get("service")
-    if service is not None and service not in SERVICES:
+    if service is not None and service not in request.app[STATE].services:
         return problem(
             400, "unknown-service", "Unknown service", f"no service {service!r} to filter on"
         )
@@ -75,8 +87,8 @@ async def delete_effect(request: web.Request) -> web.Response:
     """Forget one key: the service's record disagrees with the order's from then on
     (what reconciliation exists to notice)."""
     service = request.match_info["service"]
-    if service not in SERVICES:
-        return _unknown_service(service)
+    if service not in request.app[STATE].services:
+        return _unknown_service(request, service)
     key = request.match_info["key"]
     if not request.app[STATE].ledger.forget(service, key):
         return problem(

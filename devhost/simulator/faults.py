@@ -37,6 +37,12 @@ class FaultSettings(BaseModel):
         default=DEFAULT_HANG_SECONDS, alias="hangSeconds", ge=0.0, allow_inf_nan=False
     )
     permanent_failure_skus: list[str] = Field(default_factory=list, alias="permanentFailureSkus")
+    permanent_failure_operations: list[str] = Field(
+        default_factory=list, alias="permanentFailureOperations"
+    )
+    """Operations of this service that fail permanently (``422`` with code ``rejected``)
+    for every order and apply nothing; names the service does not have are a 400 (the
+    control API checks them against the service)."""
     slow_ms: int = Field(default=0, alias="slowMs", ge=0)
     """Work time of every operation: the call answers after it, unlike a hang, which
     never does. Operations only: the service's read API and health probe stay fast."""

@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
 from aiohttp import web
 
 from devhost.simulator.app import create_app
+from devhost.simulator.services import Service
+from shared.domain.workflow import Catalogue
 
 SHUTDOWN_TIMEOUT_SECONDS = 2.0
 """Grace for in-flight calls at stop; hung calls are woken anyway, so this stays short."""
@@ -52,8 +55,14 @@ class SimulatorServer:
         port: int = 0,
         db_path: str | Path | None = None,
         seed: int | None = None,
+        *,
+        services: Mapping[str, Service] | None = None,
+        catalogue: Catalogue | None = None,
     ) -> None:
+        """``services`` or ``catalogue`` as for ``create_app`` (default: the app's)."""
         self.host = host
+        self._services = services
+        self._catalogue = catalogue
         self._requested_port = port
         self._bound_port: int | None = None
         self._db_path = db_path
@@ -76,7 +85,12 @@ class SimulatorServer:
         """Return once the server accepts connections; startup errors are raised here."""
         if self._thread is not None:
             raise RuntimeError("simulator already started")
-        app = create_app(db_path=self._db_path, seed=self._seed)
+        app = create_app(
+            db_path=self._db_path,
+            seed=self._seed,
+            services=self._services,
+            catalogue=self._catalogue,
+        )
         ready: concurrent.futures.Future[int] = concurrent.futures.Future()
         self._thread = threading.Thread(
             target=self._run, args=(app, ready), name="simulator", daemon=True

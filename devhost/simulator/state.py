@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from devhost.simulator.effects import EffectLedger
 from devhost.simulator.faults import FaultBoard
-from devhost.simulator.services import SERVICE_NAMES
+from devhost.simulator.services import Service
 from devhost.simulator.stats import StatsBoard
 
 
@@ -55,14 +56,21 @@ class SimulatorState:
 
     ledger: EffectLedger
     seed: int
-    faults: FaultBoard = field(default_factory=lambda: FaultBoard(SERVICE_NAMES))
-    stats: StatsBoard = field(default_factory=lambda: StatsBoard(SERVICE_NAMES))
+    services: Mapping[str, Service]
+    """The simulated services by name: the catalogue's agents."""
+    faults: FaultBoard = field(init=False)
+    stats: StatsBoard = field(init=False)
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     """Set at shutdown so hung calls end instead of holding the server."""
     finishing: set[asyncio.Task[web.Response]] = field(default_factory=set)
     """Calls still finishing after their client left; cancelled at cleanup."""
     in_progress: CallsInProgress = field(default_factory=CallsInProgress)
     query_numbers: QueryNumbers = field(default_factory=QueryNumbers)
+
+    def __post_init__(self) -> None:
+        names = tuple(self.services)
+        self.faults = FaultBoard(names)
+        self.stats = StatsBoard(names)
 
 
 STATE = web.AppKey("simulator_state", SimulatorState)

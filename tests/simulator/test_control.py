@@ -16,6 +16,7 @@ DEFAULTS = {
     "latencyJitterMs": 0,
     "hangSeconds": 600.0,
     "permanentFailureSkus": [],
+    "permanentFailureOperations": [],
     "slowMs": 0,
     "applyThenHangRate": 0.0,
     "abandonSupported": True,
@@ -102,6 +103,36 @@ async def test_invalid_fault_settings_are_400(sim: SimClient, settings: Any) -> 
     assert reply.body["status"] == 400
     assert reply.body["code"] == "invalid-faults"
     assert (await sim.request("GET", "/_sim/faults")).body["inventory"] == DEFAULTS
+
+
+@pytest.mark.parametrize(
+    "operations",
+    [
+        ["charge-payment"],
+        ["reserve-inventory", "nope"],
+        "reserve-inventory",
+        [1],
+    ],
+)
+async def test_permanent_failure_operations_must_be_the_services_own(
+    sim: SimClient, operations: Any
+) -> None:
+    reply = await sim.put_faults("inventory", {"permanentFailureOperations": operations})
+
+    assert reply.status == 400
+    assert reply.content_type == "application/problem+json"
+    assert reply.body["code"] == "invalid-faults"
+    assert (await sim.request("GET", "/_sim/faults")).body["inventory"] == DEFAULTS
+
+
+async def test_permanent_failure_operations_are_stored(sim: SimClient) -> None:
+    settings = {"permanentFailureOperations": ["reserve-inventory", "release-inventory"]}
+
+    reply = await sim.put_faults("inventory", settings)
+
+    assert reply.status == 200
+    assert reply.body == DEFAULTS | settings
+    assert (await sim.request("GET", "/_sim/faults")).body["inventory"] == DEFAULTS | settings
 
 
 async def test_fault_body_that_is_not_json_is_400(sim: SimClient) -> None:

@@ -7,18 +7,14 @@ import time
 
 import pytest
 
-from devhost.simulator.services import SERVICE_NAMES
+from devhost.simulator.services import SERVICE_NAMES, SERVICES
 from tests.simulator.conftest import SimClient
 
 PROBLEM = "application/problem+json"
 RETRYABLE = {429, 500, 503}
 
-DO = {
-    "inventory": "reserve-inventory",
-    "payment": "charge-payment",
-    "payment-secondary": "charge-payment",
-    "shipping": "create-shipment",
-}
+DO = {name: service.dos[0].name for name, service in SERVICES.items()}
+"""A do operation of each service (the catalogue's first step it may do)."""
 
 
 @pytest.mark.parametrize("service", SERVICE_NAMES)

@@ -257,3 +257,68 @@ async def test_compensations_never_fail_permanently(sim: SimClient) -> None:
     )
 
     assert reply.status == 200
+
+
+@pytest.mark.parametrize(
+    ("service", "operation"),
+    [
+        ("inventory", "reserve-inventory"),
+        ("payment-secondary", "charge-payment"),
+        ("notifications", "notify-customer"),
+    ],
+)
+async def test_a_listed_operation_is_rejected_for_every_order(
+    sim: SimClient, service: str, operation: str
+) -> None:
+    await sim.put_faults(service, {"permanentFailureOperations": [operation]})
+    other = {**ORDER, "items": [{"sku": "SKU-9", "quantity": 1, "unitPrice": 1}]}
+
+    replies = [
+        await sim.call(service, operation, "o-1", "k-1"),
+        await sim.call(service, operation, "o-2", "k-2", other),
+    ]
+
+    for reply in replies:
+        assert reply.status == 422
+        assert reply.content_type == PROBLEM
+        assert reply.body["code"] == "rejected"
+        assert set(reply.body) == {"type", "title", "status", "detail", "code"}
+    assert [(e["applied"], e["abandoned"]) for e in await sim.effects()] == [(0, False)] * 2
+    assert (await sim.outcome(service, "k-1")).body == {"applied": False}
+    stats = await sim.stats(service)
+    assert (stats["calls"], stats["applied"], stats["permanentFailures"]) == (2, 0, 2)
+
+
+async def test_a_listed_operation_leaves_the_others_of_its_service(sim: SimClient) -> None:
+    await sim.put_faults("payment", {"permanentFailureOperations": ["refund-payment"]})
+
+    charged = await sim.call("payment", "charge-payment", "o-1", "o-1:charge-payment")
+    refunded = await sim.call(
+        "payment", "refund-payment", "o-1", "o-1:refund-payment", {"result": charged.body["result"]}
+    )
+    elsewhere = await sim.call(
+        "payment-secondary", "refund-payment", "o-1", "k-r", {"result": None}
+    )
+
+    assert charged.status == 200
+    assert refunded.status == 422
+    assert refunded.body["code"] == "rejected"
+    # Rejected, the refund undid nothing: the charge stays applied.
+    refund = await sim.effect("o-1:refund-payment")
+    assert (refund["applied"], refund["undone"]) == (0, None)
+    assert (await sim.effect("o-1:charge-payment"))["applied"] == 1
+    assert elsewhere.status == 200
+
+
+async def test_an_operation_rejection_is_remembered_per_key(sim: SimClient) -> None:
+    await sim.put_faults("shipping", {"permanentFailureOperations": ["create-shipment"]})
+    first = await sim.call("shipping", "create-shipment", "o-1", "k-1")
+    await sim.request("DELETE", "/_sim/faults")
+
+    again = await sim.call("shipping", "create-shipment", "o-1", "k-1")
+    fresh_key = await sim.call("shipping", "create-shipment", "o-1", "k-2")
+
+    assert again.status == 422
+    assert again.body == first.body
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert fresh_key.status == 200
