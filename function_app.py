@@ -16,6 +16,7 @@ from shared.functions import (
     reconcile,
     scheduler,
     supervisor,
+    workflows,
 )
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
@@ -30,5 +31,6 @@ for blueprint in (
     agents.bp,
     supervisor.bp,
     reconcile.bp,
+    workflows.bp,
 ):
     app.register_functions(blueprint)

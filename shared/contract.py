@@ -186,5 +186,7 @@ class Route:
     """Resubmit, cancel, suspend or resume every order a filter matches (or preview it)."""
     BULK_JOB: Final = "bulk/{bulkId}"
     """A bulk job's progress."""
+    WORKFLOWS: Final = "workflows"
+    """The catalogue's workflows, each kept version with its steps."""
     RECONCILE: Final = "reconcile"
     """Run reconciliation now (admin), as the ReconcileSchedule timer does."""

@@ -276,6 +276,31 @@ _FAILURES = {
 }
 
 
+_WORKFLOW = {
+    "type": "object",
+    "required": ["name", "version", "default", "steps"],
+    "properties": {
+        "name": {"type": "string"},
+        "version": {"type": "integer", "minimum": 1},
+        "default": {"type": "boolean", "description": "new orders without a workflow run it"},
+        "steps": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "agent", "kind", "undo", "inputs"],
+                "properties": {
+                    "name": {"type": "string", "description": "also the remote operation"},
+                    "agent": {"type": "string"},
+                    "kind": {"enum": ["compensatable", "pivot", "retriable"]},
+                    "undo": {"type": ["string", "null"]},
+                    "inputs": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+    },
+}
+
+
 def _fleet_paths() -> dict[str, Any]:
     """Operating the fleet: agents (drain) and the Error orders grouped by failure."""
     admin: list[dict[str, list[str]]] = [{"adminKey": []}]
@@ -317,6 +342,24 @@ def _fleet_paths() -> dict[str, Any]:
                     **_UNAUTHORIZED,
                     **_CROSS_ORIGIN,
                     **_UNAVAILABLE,
+                },
+            }
+        },
+        f"/{Route.WORKFLOWS}": {
+            "get": {
+                "operationId": "listWorkflows",
+                "summary": "The catalogue's workflows, every kept version, with their steps",
+                "security": admin,
+                "responses": {
+                    "200": _json(
+                        "the workflows",
+                        {
+                            "type": "object",
+                            "required": ["workflows"],
+                            "properties": {"workflows": {"type": "array", "items": _WORKFLOW}},
+                        },
+                    ),
+                    **_UNAUTHORIZED,
                 },
             }
         },

@@ -308,6 +308,8 @@ class OrderSubmission(_Wire):
     items: Annotated[list[OrderItem], Field(min_length=1, max_length=100)]
     priority: Literal["normal", "high"] = "normal"
     reply_to: QueueName | None = Field(default=None, alias="replyTo")
+    workflow: Annotated[str, Field(min_length=1, max_length=40)] | None = None
+    """A workflow of the catalogue by name; None: the catalogue's default."""
 
     @classmethod
     def parse(cls, body: bytes | str) -> Self:
@@ -320,7 +322,8 @@ class OrderSubmission(_Wire):
 
     def fingerprint(self) -> str:
         """Same body, same fingerprint: what makes a repeated submission idempotent."""
-        canonical = self.model_dump(mode="json", by_alias=True, exclude={"order_id"})
+        unset = {"order_id"} | ({"workflow"} if self.workflow is None else set())
+        canonical = self.model_dump(mode="json", by_alias=True, exclude=unset)
         encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(encoded.encode()).hexdigest()
 

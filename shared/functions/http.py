@@ -127,6 +127,8 @@ def order_view(process: OrderProcess) -> dict[str, Any]:
     order = process.order
     return {
         **state_view(process.state),
+        "workflow": process.state.workflow,
+        "workflowVersion": process.state.workflow_version,
         "customerId": order.customer_id,
         "priority": order.priority.value,
         "replyTo": order.reply_to,

@@ -9,9 +9,11 @@ import azure.functions as func
 from pydantic import ValidationError
 
 from shared import bootstrap
+from shared.catalogue import catalogue
 from shared.contract import Queue, Route, Setting
 from shared.domain.messages import InvalidMessage, OrderSubmission, describe
 from shared.domain.model import Order
+from shared.domain.workflow import Workflow
 from shared.functions.http import base_url, json_response, problem, read_json
 from shared.functions.poison import CONFLICT, reject
 from shared.ports import StateStoreError
@@ -30,6 +32,17 @@ def _check_reply_to(order: OrderSubmission, allowed: frozenset[str]) -> str | No
             f"replyTo {order.reply_to!r} is not on the allow-list ({Setting.REPLY_TO_ALLOW_LIST})"
         )
     return None
+
+
+def _workflow(order: OrderSubmission) -> Workflow | str:
+    """The newest version of the named workflow, or why there is none."""
+    known = catalogue()
+    name = order.workflow or known.default
+    found = known.get(name)
+    if found is None:
+        names = ", ".join(known.names)
+        return f"workflow {name[:40]!r} is not in the catalogue; workflows: {names}"
+    return found
 
 
 def _traced(submission: OrderSubmission, c: bootstrap.Container) -> Order:
@@ -57,8 +70,13 @@ async def _submit_http(req: func.HttpRequest) -> func.HttpResponse:
     c = await bootstrap.container()
     if reason := _check_reply_to(submission, c.settings.reply_to_allow_list):
         return problem(400, "Invalid order", reason)
+    workflow = _workflow(submission)
+    if isinstance(workflow, str):
+        return problem(400, "Invalid order", workflow)
     try:
-        result = await submit_order(c.process, _traced(submission, c), budget=HTTP_BUDGET)
+        result = await submit_order(
+            c.process, _traced(submission, c), workflow=workflow, budget=HTTP_BUDGET
+        )
     except OrderConflict as exc:
         return problem(409, "Order exists", str(exc))
     except StateStoreError as exc:
@@ -91,6 +109,9 @@ async def _submit_message(msg: func.ServiceBusMessage) -> None:
         submission = OrderSubmission.parse(msg.get_body())
         if reason := _check_reply_to(submission, c.settings.reply_to_allow_list):
             raise InvalidMessage(reason)
+        workflow = _workflow(submission)
+        if isinstance(workflow, str):
+            raise InvalidMessage(workflow)
         if submission.order_id is None:
             # A queue message may be redelivered: without an id it could become two orders.
             raise InvalidMessage("orderId: required for orders sent as messages")
@@ -98,6 +119,7 @@ async def _submit_message(msg: func.ServiceBusMessage) -> None:
             c.process,
             _traced(submission, c),
             cause=msg.message_id,
+            workflow=workflow,
             tolerate_bus_failure=False,
         )
     except InvalidMessage as exc:

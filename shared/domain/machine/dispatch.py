@@ -21,7 +21,7 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.domain.routing import Routing
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import StepDefinition, Workflow
 
 DRAIN_RECHECK = timedelta(seconds=10)
 """How often an order waiting for a drained agent looks again (at most)."""
@@ -113,7 +113,10 @@ def dispatch_forward(b: Builder, workflow: Workflow, policy: ProcessPolicy, from
         b.set(current_step=index, last_error=f"{step.name}: abandoned at every provider")
         hold_for_operator(b, "no-provider-left")
         return
-    _dispatch(b, workflow, policy, index, Action.DO, order_payload(b.order))
+    payload = order_payload(b.order)
+    if definition.inputs:
+        payload = {**payload, "inputs": step_inputs(b.steps, workflow, definition)}
+    _dispatch(b, workflow, policy, index, Action.DO, payload)
     b.set_step(index, status=StepStatus.RUNNING, attempts=step.attempts + 1)
 
 
@@ -230,6 +233,20 @@ def _dispatch(
         undoes=do_key if compensate else None,
     )
     b.send(request.outgoing(agent, high=b.high))
+
+
+def step_inputs(
+    steps: Sequence[StepRecord], workflow: Workflow, definition: StepDefinition
+) -> JsonObject:
+    """The declared results of earlier steps, keyed as declared (`create-shipment.trackingId`);
+    a result the earlier step did not return is null, for the agent to refuse or default."""
+    inputs: dict[str, object] = {}
+    for source in definition.inputs:
+        name, _, field = source.partition(".")
+        index = workflow.index_of(name)
+        result = steps[index].result if index is not None and index < len(steps) else None
+        inputs[source] = (result or {}).get(field)
+    return inputs
 
 
 def order_payload(order: Order) -> JsonObject:

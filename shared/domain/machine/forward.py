@@ -4,6 +4,7 @@ longer move the order."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from shared.domain.machine.dispatch import (
@@ -19,6 +20,7 @@ from shared.domain.messages import AgentReply, AgentRequest, Nudge, idempotency_
 from shared.domain.model import (
     Action,
     ErrorInfo,
+    JsonObject,
     KeyState,
     NotificationStatus,
     Order,
@@ -31,7 +33,7 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.domain.routing import PRIMARY_ONLY, Routing
-from shared.domain.workflow import StepKind, Workflow
+from shared.domain.workflow import StepDefinition, StepKind, Workflow
 
 
 def start(order: Order, workflow: Workflow, now: datetime, cause: str | None = None) -> Transition:
@@ -145,14 +147,24 @@ def _take_do(
     step = b.steps[index]
     held = state.process_state is ProcessState.SUSPENDED
     if reply.outcome is Outcome.SUCCEEDED:
+        result, oversize = bounded_result(reply.result or {}, workflow.steps[index])
         b.set_step(
             index,
             status=StepStatus.COMPLETED,
             key_state=KeyState.APPLIED,
-            result=reply.result or {},
+            result=result,
             error=None,
         )
         b.note("step-completed", step.name)
+        if oversize is not None:
+            b.set(
+                current_step=index,
+                last_error=f"{step.name}: result-too-large: {oversize} bytes, at most "
+                f"{MAX_RESULT_BYTES} are kept",
+            )
+            if not held:
+                hold_for_operator(b, "result-too-large")
+            return
         if held:
             return
         if state.cancel_requested:
@@ -177,6 +189,26 @@ def _take_do(
         b.notify(NotificationStatus.FAILED, b.state.last_error)
     if not held:
         dispatch_compensation(b, workflow, policy, index - 1)
+
+
+MAX_RESULT_BYTES = 16 * 1024
+"""A step's result is stored with the order (one table property holds 64 KiB) and sent
+to later steps and to its undo: big enough for ids and amounts, not for documents."""
+
+
+def bounded_result(result: JsonObject, definition: StepDefinition) -> tuple[JsonObject, int | None]:
+    """The result to keep, and its size when even its declared fields are too large.
+
+    An oversize result keeps only the fields the catalogue declares; when those are too
+    large as well the step is still recorded as applied (it is, at the provider) with no
+    result, and the order is held for an operator."""
+    size = len(json.dumps(result, separators=(",", ":")))
+    if size <= MAX_RESULT_BYTES:
+        return result, None
+    declared = {k: v for k, v in result.items() if k in definition.results}
+    if declared and len(json.dumps(declared, separators=(",", ":"))) <= MAX_RESULT_BYTES:
+        return declared, None
+    return {}, size
 
 
 def _held_because(workflow: Workflow, index: int) -> str:

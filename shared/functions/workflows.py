@@ -1,0 +1,50 @@
+"""The catalogue's workflows as the API shows them (contract section 12)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import azure.functions as func
+
+from shared.catalogue import catalogue
+from shared.contract import Route
+from shared.domain.workflow import Catalogue, Workflow
+from shared.functions.http import json_response
+
+bp = func.Blueprint()
+
+
+def workflow_view(workflow: Workflow, default: bool) -> dict[str, Any]:
+    return {
+        "name": workflow.name,
+        "version": workflow.version,
+        "default": default,
+        "steps": [
+            {
+                "name": s.name,
+                "agent": s.agent,
+                "kind": s.kind.value,
+                "undo": s.compensation,
+                "inputs": list(s.inputs),
+            }
+            for s in workflow.steps
+        ],
+    }
+
+
+def workflows_view(known: Catalogue) -> dict[str, Any]:
+    """Every kept version, newest first within a name: new orders start on the newest,
+    older ones stay while orders still run on them."""
+    ordered = sorted(known.workflows, key=lambda w: (known.names.index(w.name), -w.version))
+    newest = {w.name: w.version for w in known.latest()}
+    return {
+        "workflows": [
+            workflow_view(w, w.name == known.default and newest[w.name] == w.version)
+            for w in ordered
+        ]
+    }
+
+
+@bp.route(route=Route.WORKFLOWS, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+async def workflows_http(req: func.HttpRequest) -> func.HttpResponse:
+    return json_response(workflows_view(catalogue()))

@@ -1,0 +1,148 @@
+"""The catalogue is validated when loaded: each broken rule is refused with an error that
+names the file, the workflow, the step and the rule."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.catalogue import DEFAULT_FILE, CatalogueError, load, parse
+from shared.domain.workflow import StepKind
+
+SHIPPED: dict[str, Any] = json.loads(DEFAULT_FILE.read_text(encoding="utf-8"))
+
+
+def edited(change: Any) -> str:
+    raw = copy.deepcopy(SHIPPED)
+    change(raw)
+    return json.dumps(raw)
+
+
+def express(raw: dict[str, Any]) -> dict[str, Any]:
+    return next(w for w in raw["workflows"] if w["name"] == "express-delivery")
+
+
+def refused(text: str) -> str:
+    with pytest.raises(CatalogueError) as error:
+        parse(text, "my-catalogue.json")
+    return str(error.value)
+
+
+def test_the_shipped_catalogue_is_valid_with_two_workflows_one_default() -> None:
+    known = load(DEFAULT_FILE)
+    assert known.default == "order-fulfilment"
+    assert set(known.names) == {"order-fulfilment", "express-delivery"}
+    flow = known.get("express-delivery")
+    assert flow is not None
+    assert [s.kind for s in flow.steps] == [
+        StepKind.COMPENSATABLE,
+        StepKind.COMPENSATABLE,
+        StepKind.PIVOT,
+        StepKind.RETRIABLE,
+    ]
+    assert flow.pivot == 2
+    shared_agents = known.get("order-fulfilment").agents & flow.agents  # type: ignore[union-attr]
+    assert "payment" in shared_agents
+
+
+def test_a_compensatable_step_after_the_pivot_is_refused() -> None:
+    def move(raw: dict[str, Any]) -> None:
+        steps = express(raw)["steps"]
+        steps.append(
+            {"name": "gift-wrap", "agent": "shipping", "kind": "compensatable", "undo": "unwrap"}
+        )
+
+    message = refused(edited(move))
+    assert "my-catalogue.json: workflow express-delivery v1: step gift-wrap" in message
+    assert "[rule: compensatable-after-pivot]" in message
+
+
+def test_a_compensatable_step_without_an_undo_is_refused() -> None:
+    def drop(raw: dict[str, Any]) -> None:
+        del raw["workflows"][0]["steps"][1]["undo"]
+
+    message = refused(edited(drop))
+    assert "workflow order-fulfilment v1: step charge-payment" in message
+    assert "[rule: missing-undo]" in message
+
+
+def test_a_pivot_with_an_undo_is_refused() -> None:
+    def add(raw: dict[str, Any]) -> None:
+        express(raw)["steps"][2]["undo"] = "cancel-shipment"
+
+    assert "[rule: undo-on-pivot]" in refused(edited(add))
+
+
+def test_an_unknown_agent_is_refused() -> None:
+    def rename(raw: dict[str, Any]) -> None:
+        raw["workflows"][0]["steps"][0]["agent"] = "warehouse"
+
+    message = refused(edited(rename))
+    assert "step reserve-inventory: agent 'warehouse' is not declared [rule: unknown-agent]" in (
+        message
+    )
+
+
+def test_an_input_that_names_a_later_step_is_refused() -> None:
+    def forward_ref(raw: dict[str, Any]) -> None:
+        express(raw)["steps"][0]["inputs"] = ["notify-customer.notificationId"]
+
+    message = refused(edited(forward_ref))
+    assert "step reserve-inventory: input 'notify-customer.notificationId'" in message
+    assert "[rule: input-from-later-step]" in message
+
+
+def test_an_input_of_an_undeclared_result_is_refused() -> None:
+    def typo(raw: dict[str, Any]) -> None:
+        express(raw)["steps"][3]["inputs"] = ["create-shipment.trackingId"]
+
+    assert "[rule: unknown-result]" in refused(edited(typo))
+
+
+def test_two_defaults_or_a_repeated_version_are_refused() -> None:
+    def both(raw: dict[str, Any]) -> None:
+        express(raw)["default"] = True
+        raw["workflows"].append(copy.deepcopy(raw["workflows"][0]))
+
+    message = refused(edited(both))
+    assert "[rule: one-default]" in message
+    assert "workflow order-fulfilment v1: declared twice [rule: unique-version]" in message
+
+
+def test_a_misspelt_field_is_refused_by_the_schema_with_its_path() -> None:
+    def misspell(raw: dict[str, Any]) -> None:
+        raw["workflows"][0]["steps"][0]["undoo"] = "x"
+
+    message = refused(edited(misspell))
+    assert "workflows.0.steps.0.undoo" in message and "[rule: schema]" in message
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    def two(raw: dict[str, Any]) -> None:
+        raw["workflows"][0]["steps"][0]["agent"] = "nobody"
+        del raw["workflows"][0]["steps"][2]["undo"]
+
+    with pytest.raises(CatalogueError) as error:
+        parse(edited(two))
+    assert len(error.value.problems) == 2
+
+
+def test_a_missing_file_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(CatalogueError, match=r"nothing-here\.json: cannot read"):
+        load(tmp_path / "nothing-here.json")
+
+
+def test_the_newest_version_is_the_one_new_orders_start_on() -> None:
+    def v2(raw: dict[str, Any]) -> None:
+        newer = copy.deepcopy(raw["workflows"][0])
+        newer["version"] = 2
+        newer["default"] = False
+        raw["workflows"].append(newer)
+
+    known = parse(edited(v2))
+    assert known.default_workflow().version == 2
+    assert known.get("order-fulfilment", 1) is not None

@@ -1,0 +1,174 @@
+"""Saga step kinds on the shipped `express-delivery` workflow: compensatable steps, then
+the pivot (create-shipment), then a retriable step that takes earlier results."""
+
+from __future__ import annotations
+
+import pytest
+
+from shared.contract import Queue, agent_queue
+from shared.domain.machine.forward import MAX_RESULT_BYTES
+from shared.domain.model import ErrorInfo, ExhaustedPolicy, Outcome, ProcessState, StepStatus
+from shared.domain.process import PastPivot
+from shared.usecases import scheduler
+from shared.usecases.operator import cancel_order
+from shared.usecases.submission import submit_order
+from shared.usecases.supervisor import sweep
+from tests.builders import World, a_policy, a_reply, an_order
+from tests.workflows import EXPRESS_DELIVERY
+
+SHIPMENT = {"shipmentId": "shp-1", "trackingNumber": "TRK42"}
+CHARGE = {"paymentId": "pay-1", "amount": 19.0}
+
+
+async def reach_shipment(world: World, order_id: str = "o-1") -> None:
+    deps = world.deps()
+    await submit_order(deps, an_order(order_id, clock=world.clock), workflow=EXPRESS_DELIVERY)
+    await scheduler.on_nudge(deps, order_id)
+    (reserve,) = world.bus.take(agent_queue("inventory"))
+    await scheduler.on_reply(deps, a_reply(reserve))
+    (charge,) = world.bus.take(agent_queue("payment"))
+    await scheduler.on_reply(deps, a_reply(charge, result=CHARGE))
+
+
+async def ship(world: World, order_id: str = "o-1") -> None:
+    (shipment,) = world.bus.take(agent_queue("shipping"))
+    await scheduler.on_reply(world.deps(), a_reply(shipment, result=SHIPMENT))
+
+
+async def state_of(world: World, order_id: str = "o-1") -> ProcessState:
+    process = await world.store.load(order_id)
+    assert process is not None
+    return process.state.process_state
+
+
+async def test_an_order_pins_the_workflow_and_version_it_started_on() -> None:
+    world = World()
+    await reach_shipment(world)
+    process = await world.store.load("o-1")
+    assert process is not None
+    assert (process.state.workflow, process.state.workflow_version) == ("express-delivery", 1)
+    assert [s.name for s in process.steps][-1] == "notify-customer"
+
+
+async def test_the_retriable_step_gets_the_declared_results_of_earlier_steps() -> None:
+    world = World()
+    await reach_shipment(world)
+    await ship(world)
+    (notify,) = world.bus.take(agent_queue("notifications"))
+    assert notify.body["payload"]["inputs"] == {
+        "create-shipment.trackingNumber": "TRK42",
+        "charge-payment.amount": 19.0,
+    }
+    assert notify.body["payload"]["customerId"] == "cust-1"
+    await scheduler.on_reply(world.deps(), a_reply(notify))
+    assert await state_of(world) is ProcessState.PROCESSED
+
+
+async def test_a_cancel_once_the_pivot_completed_is_refused_as_past_pivot() -> None:
+    world = World()
+    await reach_shipment(world)
+    await ship(world)
+    with pytest.raises(PastPivot) as refused:
+        await cancel_order(world.deps(), "o-1", "op")
+    assert refused.value.code == "past-pivot"
+    assert await state_of(world) is ProcessState.PROCESSING
+
+
+async def test_a_cancel_while_the_pivot_request_is_out_is_refused_too() -> None:
+    """The pivot's request may still apply: cancelling would undo the steps before it
+    and leave the parcel shipped on a cancelled order."""
+    world = World()
+    await reach_shipment(world)
+    with pytest.raises(PastPivot):
+        await cancel_order(world.deps(), "o-1", "op")
+
+
+async def test_a_cancel_before_the_pivot_compensates_as_usual() -> None:
+    world = World()
+    deps = world.deps()
+    await submit_order(deps, an_order("o-1", clock=world.clock), workflow=EXPRESS_DELIVERY)
+    await scheduler.on_nudge(deps, "o-1")
+    (reserve,) = world.bus.take(agent_queue("inventory"))
+    await scheduler.on_reply(deps, a_reply(reserve))
+    (charge,) = world.bus.take(agent_queue("payment"))
+    await cancel_order(deps, "o-1", "op")
+    await scheduler.on_reply(deps, a_reply(charge, result=CHARGE))
+    assert world.bus.take(agent_queue("shipping")) == []
+    (refund,) = world.bus.take(agent_queue("payment"))
+    await scheduler.on_reply(deps, a_reply(refund))
+    (release,) = world.bus.take(agent_queue("inventory"))
+    await scheduler.on_reply(deps, a_reply(release))
+    assert await state_of(world) is ProcessState.CANCELLED
+
+
+async def test_a_retriable_steps_permanent_failure_holds_the_order_without_compensating() -> None:
+    world = World()
+    await reach_shipment(world)
+    await ship(world)
+    (notify,) = world.bus.take(agent_queue("notifications"))
+    bounced = ErrorInfo("rejected", "mailbox does not exist")
+    await scheduler.on_reply(world.deps(), a_reply(notify, Outcome.FAILED, error=bounced))
+    process = await world.store.load("o-1")
+    assert process is not None
+    assert process.state.process_state is ProcessState.ERROR
+    assert process.state.last_error == "notify-customer: rejected: mailbox does not exist"
+    assert [s.status for s in process.steps[:3]] == [StepStatus.COMPLETED] * 3
+    sent = world.bus.take(agent_queue("inventory")) + world.bus.take(agent_queue("payment"))
+    assert sent == []
+    (alert,) = world.bus.take(Queue.OPERATOR_ALERTS)
+    assert alert.body["reason"] == "retriable-step-failed"
+
+
+async def test_the_pivots_own_permanent_failure_compensates_the_steps_before_it() -> None:
+    world = World()
+    await reach_shipment(world)
+    (shipment,) = world.bus.take(agent_queue("shipping"))
+    await scheduler.on_reply(world.deps(), a_reply(shipment, Outcome.FAILED))
+    assert await state_of(world) is ProcessState.COMPENSATING
+    (refund,) = world.bus.take(agent_queue("payment"))
+    assert refund.body["action"] == "compensate"
+    assert refund.body["payload"]["result"] == CHARGE
+
+
+async def test_exhausted_retries_of_the_retriable_step_hold_even_when_the_policy_compensates() -> (
+    None
+):
+    world = World(policy=a_policy(exhausted=ExhaustedPolicy.COMPENSATE, max_failure_count=2))
+    deps = world.deps()
+    await reach_shipment(world)
+    await ship(world)
+    for _ in range(2):
+        world.bus.take(agent_queue("notifications"))
+        world.clock.advance(40)
+        await sweep(deps)
+        for nudge in world.bus.take(Queue.SCHEDULER):
+            world.clock.advance(1)
+            await scheduler.on_nudge(deps, nudge.body["orderId"])
+    assert await state_of(world) is ProcessState.ERROR
+    assert world.bus.take(agent_queue("payment")) == []
+
+
+async def test_an_oversize_result_keeps_only_its_declared_fields() -> None:
+    world = World()
+    await reach_shipment(world)
+    (shipment,) = world.bus.take(agent_queue("shipping"))
+    bulky = {**SHIPMENT, "label": "x" * (MAX_RESULT_BYTES + 1)}
+    await scheduler.on_reply(world.deps(), a_reply(shipment, result=bulky))
+    process = await world.store.load("o-1")
+    assert process is not None
+    assert process.steps[2].result == SHIPMENT
+    assert process.state.process_state is ProcessState.PROCESSING
+
+
+async def test_a_result_too_large_even_in_its_declared_fields_is_held_for_an_operator() -> None:
+    world = World()
+    await reach_shipment(world)
+    (shipment,) = world.bus.take(agent_queue("shipping"))
+    huge = {"shipmentId": "s" * (MAX_RESULT_BYTES + 1), "trackingNumber": "T"}
+    await scheduler.on_reply(world.deps(), a_reply(shipment, result=huge))
+    process = await world.store.load("o-1")
+    assert process is not None
+    assert process.state.process_state is ProcessState.ERROR
+    assert (process.state.last_error or "").startswith("create-shipment: result-too-large: ")
+    assert process.steps[2].status is StepStatus.COMPLETED
+    assert world.bus.take(agent_queue("notifications")) == []
