@@ -16,8 +16,8 @@ from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.workflows import EXPRESS_DELIVERY
 
-SHIPMENT = {"shipmentId": "shp-1", "trackingNumber": "TRK42"}
-CHARGE = {"paymentId": "pay-1", "amount": 19.0}
+SHIPMENT: dict[str, object] = {"shipmentId": "shp-1", "trackingNumber": "TRK42"}
+CHARGE: dict[str, object] = {"paymentId": "pay-1", "amount": 19.0}
 
 
 async def reach_shipment(world: World, order_id: str = "o-1") -> None:
@@ -152,7 +152,7 @@ async def test_an_oversize_result_keeps_only_its_declared_fields() -> None:
     world = World()
     await reach_shipment(world)
     (shipment,) = world.bus.take(agent_queue("shipping"))
-    bulky = {**SHIPMENT, "label": "x" * (MAX_RESULT_BYTES + 1)}
+    bulky: dict[str, object] = {**SHIPMENT, "label": "x" * (MAX_RESULT_BYTES + 1)}
     await scheduler.on_reply(world.deps(), a_reply(shipment, result=bulky))
     process = await world.store.load("o-1")
     assert process is not None
@@ -164,7 +164,7 @@ async def test_a_result_too_large_even_in_its_declared_fields_is_held_for_an_ope
     world = World()
     await reach_shipment(world)
     (shipment,) = world.bus.take(agent_queue("shipping"))
-    huge = {"shipmentId": "s" * (MAX_RESULT_BYTES + 1), "trackingNumber": "T"}
+    huge: dict[str, object] = {"shipmentId": "s" * (MAX_RESULT_BYTES + 1), "trackingNumber": "T"}
     await scheduler.on_reply(world.deps(), a_reply(shipment, result=huge))
     process = await world.store.load("o-1")
     assert process is not None
