@@ -13,7 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TextIO
 
-from shared.cli import commands
+from shared.cli import commands, workflows
 from shared.cli.args import PROG, parse
 from shared.cli.commands import Console
 from shared.cli.config import (
@@ -77,6 +77,8 @@ async def run(
             return int(done.code or 0)
         console = Console(out, args.json)
         config: ApiConfig | BusConfig
+        if args.group == "workflows":
+            return await _workflows(args, values, console)
         if args.group in ("orders", "agents", "failures"):
             settings = None if (args.url or values.get(API_URL_ENV)) else _lenient()
             config = api_config(args.url, args.key, args.operator, args.timeout, values, settings)
@@ -92,6 +94,14 @@ async def run(
         secrets += [values.get(API_KEY_ENV), *_env_secrets(values)]
         print(f"{PROG}: error: {redact(exc.message, secrets)}", file=err, flush=True)
         return int(exc.code)
+
+
+async def _workflows(args: argparse.Namespace, values: Mapping[str, str], console: Console) -> int:
+    if args.command == "check":
+        return await workflows.check(args, values, console)
+    if args.command == "list":
+        return await workflows.list_workflows(args, console)
+    return await workflows.functions(args, console)
 
 
 def _api_command(args: argparse.Namespace) -> ApiCommand:

@@ -252,6 +252,35 @@ def build_parser() -> Parser:
     _common(failures, suppress=True)
     _api(failures, suppress=True)
 
+    flows = groups.add_parser(
+        "workflows", help="the catalogue of agents and workflows: validate, list, what derives"
+    )
+    flow_commands = flows.add_subparsers(
+        dest="command", required=True, metavar="{check,list,functions}"
+    )
+    check = flow_commands.add_parser(
+        "check",
+        help="validate a catalogue; with --against, also that it keeps every version "
+        "orders still run on",
+        epilog=EPILOG,
+    )
+    check.add_argument("--file", help="the catalogue (default: the app's, catalogue.json)")
+    check.add_argument(
+        "--against",
+        metavar="STORAGE",
+        help="the state store's storage connection string, or 'settings' for "
+        f"{Setting.STORAGE} from local.settings.json or the sample",
+    )
+    check.add_argument("--table", help=f"state table (default: {Setting.STATE_TABLE} or Orders)")
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    listing = flow_commands.add_parser("list", help="each workflow version and its steps")
+    listing.add_argument("--file", help="the catalogue (default: the app's, catalogue.json)")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    functions = flow_commands.add_parser(
+        "functions", help="every function name the app registers (agents from the catalogue)"
+    )
+    functions.add_argument("--json", action="store_true", help="machine-readable output")
+
     dlq = groups.add_parser("dlq", help="dead-letter sub-queues (Service Bus)")
     dlq_commands = dlq.add_subparsers(dest="command", required=True, metavar="{list,requeue,purge}")
     peek = _leaf(dlq_commands, "list", "peek (never consume) dead letters", bus=True)
