@@ -16,7 +16,13 @@ from shared.domain.machine.dispatch import DRAIN_RECHECK
 from shared.domain.machine.forward import apply_reply, claim, start
 from shared.domain.machine.heartbeat import extend_complete_by
 from shared.domain.machine.operator import PastPivot, cancel, resubmit, resume, suspend
-from shared.domain.machine.recovery import next_check, next_deadline, recover, undelivered
+from shared.domain.machine.recovery import (
+    next_check,
+    next_deadline,
+    recover,
+    undelivered,
+    version_gone,
+)
 from shared.domain.machine.transition import InvalidTransition, ProcessPolicy, Transition
 
 __all__ = [
@@ -37,4 +43,5 @@ __all__ = [
     "start",
     "suspend",
     "undelivered",
+    "version_gone",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.catalogue.running import pinned_workflow
+from shared.catalogue.running import pinned_workflow, workflow_of
 from shared.domain.model import OrderProcess
 from shared.domain.process import ProcessPolicy
 from shared.domain.routing import PRIMARY_ONLY, Routing
@@ -30,4 +30,9 @@ class ProcessDeps:
         return await self.routing.current() if self.routing is not None else PRIMARY_ONLY
 
     def workflow(self, process: OrderProcess) -> Workflow:
+        """Raises UnknownWorkflow when the catalogue lost the order's version; the
+        handlers check `has_workflow` first and hold such an order instead."""
         return pinned_workflow(process.state)
+
+    def has_workflow(self, process: OrderProcess) -> bool:
+        return workflow_of(process.state) is not None

@@ -33,6 +33,8 @@ async def on_nudge(deps: ProcessDeps, order_id: str, message_id: str | None = No
     routing = await deps.current_routing()
 
     def decide(process: OrderProcess) -> Transition | None:
+        if not deps.has_workflow(process):
+            return None
         return machine.claim(
             process,
             deps.workflow(process),
@@ -53,6 +55,8 @@ async def on_reply(deps: ProcessDeps, reply: AgentReply, message_id: str | None 
 
     def decide(process: OrderProcess) -> Transition | None:
         nonlocal unknown_step
+        if not deps.has_workflow(process):
+            return None
         if deps.workflow(process).index_of(reply.step) is None:
             unknown_step = True
             return None

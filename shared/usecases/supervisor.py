@@ -22,7 +22,7 @@ from shared.ports import (
     StoreUnavailable,
     WatchEntry,
 )
-from shared.usecases.commit import save, send_then_unwatch
+from shared.usecases.commit import commit, save, send_then_unwatch
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.outcomes import OutcomeQueries
 
@@ -302,6 +302,9 @@ async def _check(
         report.finished += 1
         return
     now = deps.clock.now()
+    if not deps.has_workflow(process):
+        await _hold_version_gone(deps, process, entry, report, now)
+        return
     deadline = machine.next_deadline(process, deps.policy)
     counted = deadline is None or not in_outage(deadline)
     outcome = None
@@ -344,6 +347,27 @@ async def _check(
     check_at = machine.next_check(recovered, deps.workflow(recovered), deps.policy, now)
     if check_at is not None:
         await deps.store.reschedule(entry, check_at)
+
+
+async def _hold_version_gone(
+    deps: ProcessDeps,
+    process: OrderProcess,
+    entry: WatchEntry,
+    report: SweepReport,
+    now: datetime,
+) -> None:
+    log.error(
+        "order %s runs on %s v%d, which the catalogue no longer keeps: held for an operator",
+        process.order_id,
+        process.state.workflow,
+        process.state.workflow_version,
+    )
+    try:
+        await commit(deps, machine.version_gone(process, now))
+    except ConcurrencyConflict:
+        report.lost_races += 1
+        return
+    report.errored += 1
 
 
 def _say_if_beaten(process: OrderProcess, check_at: datetime) -> None:

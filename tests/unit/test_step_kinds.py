@@ -3,8 +3,11 @@ the pivot (create-shipment), then a retriable step that takes earlier results.""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+import shared.catalogue
 from shared.contract import Queue, agent_queue
 from shared.domain.machine.forward import MAX_RESULT_BYTES
 from shared.domain.model import ErrorInfo, ExhaustedPolicy, Outcome, ProcessState, StepStatus
@@ -14,7 +17,7 @@ from shared.usecases.operator import cancel_order
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
-from tests.workflows import EXPRESS_DELIVERY
+from tests.workflows import CATALOGUE, EXPRESS_DELIVERY
 
 SHIPMENT: dict[str, object] = {"shipmentId": "shp-1", "trackingNumber": "TRK42"}
 CHARGE: dict[str, object] = {"paymentId": "pay-1", "amount": 19.0}
@@ -172,3 +175,21 @@ async def test_a_result_too_large_even_in_its_declared_fields_is_held_for_an_ope
     assert (process.state.last_error or "").startswith("create-shipment: result-too-large: ")
     assert process.steps[2].status is StepStatus.COMPLETED
     assert world.bus.take(agent_queue("notifications")) == []
+
+
+async def test_an_order_whose_version_the_catalogue_dropped_is_held_with_an_alert(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    world = World()
+    await reach_shipment(world)
+    kept = tuple(w for w in CATALOGUE.workflows if w.name != EXPRESS_DELIVERY.name)
+    monkeypatch.setattr(shared.catalogue, "_loaded", replace(CATALOGUE, workflows=kept))
+    assert await scheduler.on_nudge(world.deps(), "o-1") is scheduler.Handled.STALE
+    world.clock.advance(40)
+    await sweep(world.deps())
+    process = await world.store.load("o-1")
+    assert process is not None
+    assert process.state.process_state is ProcessState.ERROR
+    assert process.state.last_error == "workflow express-delivery v1 is not in the catalogue"
+    (alert,) = world.bus.take(Queue.OPERATOR_ALERTS)
+    assert alert.body["reason"] == "workflow-version-gone"

@@ -303,3 +303,14 @@ def _note_outcome(b: Builder, step: StepRecord, outcome: RemoteOutcome, *, undo:
     else:
         why = f" ({outcome.detail})" if outcome.detail else ""
         b.note("in-doubt-unanswered", f"{agent} gave no answer about key {key}{why}")
+
+
+def version_gone(process: OrderProcess, now: datetime, cause: str | None = None) -> Transition:
+    """The order pins a workflow version the running catalogue no longer keeps: nothing
+    can say what its next step is, so it is held for an operator (put the version back,
+    then resubmit), never guessed at on another version."""
+    b = Builder(process, now, cause)
+    state = process.state
+    b.set(last_error=f"workflow {state.workflow} v{state.workflow_version} is not in the catalogue")
+    hold_for_operator(b, "workflow-version-gone")
+    return b.build()
