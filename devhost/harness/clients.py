@@ -86,6 +86,7 @@ class AppClient:
         priority: str | None = None,
         customer_id: str = "c-1",
         unit_price: float = 5.0,
+        workflow: str | None = None,
     ) -> dict[str, Any]:
         """Submit an order of one unit per SKU; anything but 202 is a ControlError."""
         body: dict[str, Any] = {
@@ -95,6 +96,8 @@ class AppClient:
         }
         if priority is not None:
             body["priority"] = priority
+        if workflow is not None:
+            body["workflow"] = workflow
         status, answer = await self.submit(body)
         if status != 202:
             raise ControlError(f"submit {order_id} answered {status}: {answer}")

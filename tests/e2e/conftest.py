@@ -69,8 +69,10 @@ class System:
         self.app = AppClient(self.session, self.api)
         self.sim = SimulatorControl(self.session, self.simulator)
 
-    async def submit(self, order_id: str, skus: tuple[str, ...] = ("SKU-1",)) -> dict[str, Any]:
-        return await self.app.submit_order(order_id, skus)
+    async def submit(
+        self, order_id: str, skus: tuple[str, ...] = ("SKU-1",), workflow: str | None = None
+    ) -> dict[str, Any]:
+        return await self.app.submit_order(order_id, skus, workflow=workflow)
 
     async def order(self, order_id: str) -> dict[str, Any]:
         return await self.app.order(order_id)
