@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from shared.catalogue import catalogue
+
 
 class Queue:
     """Service Bus queue names (docs/contract.md#1-queues)."""
@@ -44,20 +46,32 @@ def high_priority(queue: str) -> str:
     return f"{queue}{HIGH_PRIORITY_SUFFIX}"
 
 
-ALL_QUEUES: Final[tuple[str, ...]] = (
+CORE_QUEUES: Final[tuple[str, ...]] = (
     Queue.ORDERS,
     Queue.SCHEDULER,
     Queue.AGENT_REPLIES,
-    Queue.AGENT_INVENTORY,
-    Queue.AGENT_PAYMENT,
-    Queue.AGENT_SHIPPING,
     Queue.ORDER_STATUS,
     Queue.OPERATOR_ALERTS,
-    Queue.AGENT_PAYMENT_SECONDARY,
-    *(f"{q}{HIGH_PRIORITY_SUFFIX}" for q in AGENT_QUEUES),
     Queue.SCHEDULER_HIGH,
     Queue.AGENT_REPLIES_HIGH,
 )
+"""The queues every catalogue has; each catalogue agent adds its two (`agent_queue`)."""
+
+
+def agent_queue(agent: str, high: bool = False) -> str:
+    """An agent's queue, `agent-{name}`, or its high-priority lane `agent-{name}-high`."""
+    return f"agent-{agent}{HIGH_PRIORITY_SUFFIX if high else ''}"
+
+
+ALL_QUEUES: Final[tuple[str, ...]] = (
+    *CORE_QUEUES,
+    *(agent_queue(name, high) for name in catalogue().agents for high in (False, True)),
+)
+
+
+def service_url_settings() -> tuple[str, ...]:
+    """The app settings holding each catalogue agent's service URL, in catalogue order."""
+    return tuple(spec.service_url_setting for spec in catalogue().agents.values())
 
 
 class PoisonProperty:
