@@ -173,6 +173,7 @@ resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing
 }
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  // checkov:skip=CKV_AZURE_225: Flex Consumption zone redundancy is offered only in some regions and needs always-ready instances (a baseline cost); orders survive an instance loss through the bus and the state table
   name: planName
   location: location
   tags: tags
@@ -187,6 +188,10 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 }
 
 resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
+  // checkov:skip=CKV_AZURE_222: the order API is public by design (clients submit orders with function keys); Flex Consumption without a VNet has no private front door here
+  // checkov:skip=CKV_AZURE_17: clients authenticate with function keys (and admins with the master key), not client certificates; requiring them would break every client
+  // checkov:skip=CKV_AZURE_212: Flex Consumption scales from zero on demand; a minimum (always-ready) instance count is a standing cost, and the bus holds work while none runs
+  // checkov:skip=CKV_AZURE_213: App Service health check probes instances of Dedicated and Premium plans; on Flex Consumption the platform manages instances, and GET /api/health (anonymous) is there for external probes
   name: name
   location: location
   tags: union(tags, {
@@ -205,6 +210,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     siteConfig: {
       minTlsVersion: '1.2'
       ftpsState: 'Disabled'
+      http20Enabled: true
       appSettings: concat(coreAppSettings, serviceUrlSettings)
     }
     functionAppConfig: {
