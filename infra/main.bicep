@@ -137,21 +137,8 @@ param exhaustedPolicy string = 'hold'
 @description('ReplyToAllowList: comma-separated queues a client may name as replyTo.')
 param replyToAllowList string = 'order-status'
 
-@minLength(1)
-@description('InventoryServiceUrl: base URL of the inventory service the inventory agent calls.')
-param inventoryServiceUrl string
-
-@minLength(1)
-@description('PaymentServiceUrl: base URL of the payment service the payment agent calls.')
-param paymentServiceUrl string
-
-@minLength(1)
-@description('ShippingServiceUrl: base URL of the shipping service the shipping agent calls.')
-param shippingServiceUrl string
-
-@minLength(1)
-@description('PaymentSecondaryServiceUrl: base URL of the secondary payment provider, used when the primary is unhealthy or full.')
-param paymentSecondaryServiceUrl string
+@description('Base URL of each agent\'s remote service, keyed by the agent\'s serviceUrlSetting in catalogue.json, e.g. {"InventoryServiceUrl": "https://inventory.example.com", ...}. Every agent of the catalogue needs one (there is no simulator in Azure): a missing key fails the deployment naming it; keys of no agent are ignored.')
+param serviceUrls object
 
 @description('StepHeartbeatSeconds: how far one step heartbeat of a long call moves its step\'s complete-by.')
 @minValue(1)
@@ -181,23 +168,31 @@ var tags = {
 var functionAppName = '${abbrs.webSitesFunctions}${resourceToken}'
 var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
 
-// The contract queues (shared/contract.py ALL_QUEUES), in the same order.
-var queueNames = [
+// The agents and workflows (catalogue.json, shared/catalogue): each agent brings its two
+// queues and its service URL setting, so adding an agent is one edit there.
+var catalogue = loadJsonContent('../catalogue.json')
+
+// The contract queues (shared/contract.py ALL_QUEUES), in the same order: the core queues
+// (CORE_QUEUES), then each catalogue agent's queue and its high-priority lane.
+var coreQueueNames = [
   'orders'
   'scheduler'
   'agent-replies'
-  'agent-inventory'
-  'agent-payment'
-  'agent-shipping'
   'order-status'
   'operator-alerts'
-  'agent-payment-secondary'
-  'agent-inventory-high'
-  'agent-payment-high'
-  'agent-payment-secondary-high'
-  'agent-shipping-high'
   'scheduler-high'
   'agent-replies-high'
+]
+// A for-expression rather than map(): checkov's Bicep parser reads no lambdas.
+var agentQueueNames = [for agent in catalogue.agents: ['agent-${agent.name}', 'agent-${agent.name}-high']]
+var queueNames = concat(coreQueueNames, flatten(agentQueueNames))
+
+// One app setting per catalogue agent: its serviceUrlSetting = serviceUrls[that name].
+var serviceUrlSettings = [
+  for agent in catalogue.agents: {
+    name: agent.serviceUrlSetting
+    value: serviceUrls[agent.serviceUrlSetting]
+  }
 ]
 
 // ---------------------------------------------------------------------------
@@ -282,10 +277,7 @@ module api 'app/function.bicep' = {
     maxFailureCount: maxFailureCount
     exhaustedPolicy: exhaustedPolicy
     replyToAllowList: replyToAllowList
-    inventoryServiceUrl: inventoryServiceUrl
-    paymentServiceUrl: paymentServiceUrl
-    shippingServiceUrl: shippingServiceUrl
-    paymentSecondaryServiceUrl: paymentSecondaryServiceUrl
+    serviceUrlSettings: serviceUrlSettings
     highPriorityStepTimeoutSeconds: highPriorityStepTimeoutSeconds
     stepHeartbeatSeconds: stepHeartbeatSeconds
     stepMaxSeconds: stepMaxSeconds

@@ -62,8 +62,9 @@ def all_queues(of: Catalogue) -> tuple[str, ...]:
     return (*CORE_QUEUES, *agent_queues(of))
 
 
-def service_url_settings(of: Catalogue) -> tuple[str, ...]:
-    return tuple(spec.service_url_setting for spec in of.agents.values())
+def service_url_settings(of: Catalogue | None = None) -> tuple[str, ...]:
+    """The app settings holding each agent's service URL, in catalogue order."""
+    return tuple(spec.service_url_setting for spec in (of or catalogue()).agents.values())
 
 
 AGENT_QUEUES: Final[tuple[str, ...]] = tuple(agent_queue(name) for name in catalogue().agents)

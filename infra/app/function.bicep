@@ -89,17 +89,8 @@ param exhaustedPolicy string
 @description('ReplyToAllowList (comma-separated queue names).')
 param replyToAllowList string
 
-@description('InventoryServiceUrl.')
-param inventoryServiceUrl string
-
-@description('PaymentServiceUrl.')
-param paymentServiceUrl string
-
-@description('ShippingServiceUrl.')
-param shippingServiceUrl string
-
-@description('PaymentSecondaryServiceUrl.')
-param paymentSecondaryServiceUrl string
+@description('The agents\' service URL settings, one {name, value} per catalogue agent: main.bicep builds them from catalogue.json.')
+param serviceUrlSettings array
 
 @description('HighPriorityStepTimeoutSeconds.')
 @minValue(1)
@@ -128,6 +119,51 @@ param tracesSampler string
 @description('OTEL_TRACES_SAMPLER_ARG.')
 param tracesSamplerArg string
 
+// The app settings, as the name/value list of siteConfig.appSettings: these fixed ones,
+// then the agents' service URLs that main.bicep derives from catalogue.json
+// (serviceUrlSettings). A list, not the sites/config object, because a for-expression
+// builds lists: checkov's Bicep parser reads neither toObject() nor lambdas.
+var coreAppSettings = [
+  // Functions host storage (leases, timer schedule, keys): identity-based. accountName
+  // gives the host its blob and queue endpoints; tableServiceUri is what the code's
+  // state store uses (shared/settings.py), taken from the account so any cloud works.
+  { name: 'AzureWebJobsStorage__accountName', value: storage.name }
+  { name: 'AzureWebJobsStorage__tableServiceUri', value: storage.properties.primaryEndpoints.table }
+  { name: 'AzureWebJobsStorage__credential', value: 'managedidentity' }
+  { name: 'AzureWebJobsStorage__clientId', value: identityClientId }
+
+  // Service Bus: the trigger extension and the code's sender (shared/settings.py).
+  { name: 'ServiceBusConnection__fullyQualifiedNamespace', value: serviceBusFullyQualifiedNamespace }
+  { name: 'ServiceBusConnection__credential', value: 'managedidentity' }
+  { name: 'ServiceBusConnection__clientId', value: identityClientId }
+
+  // Telemetry with Entra ID authentication (local auth is disabled on the component).
+  // The connection string only says where to send; it grants nothing by itself.
+  { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: applicationInsights.properties.ConnectionString }
+  { name: 'APPLICATIONINSIGHTS_AUTHENTICATION_STRING', value: 'ClientId=${identityClientId};Authorization=AAD' }
+  // Read by the distro; errors and recovered orders are kept whatever they say.
+  { name: 'OTEL_TRACES_SAMPLER', value: tracesSampler }
+  { name: 'OTEL_TRACES_SAMPLER_ARG', value: tracesSamplerArg }
+
+  // DefaultAzureCredential's managed-identity leg defaults to this client id.
+  { name: 'AZURE_CLIENT_ID', value: identityClientId }
+
+  // The app's own settings (shared/contract.py Setting).
+  { name: 'StateTableName', value: stateTableName }
+  { name: 'SupervisorSchedule', value: supervisorSchedule }
+  { name: 'ReconcileSchedule', value: reconcileSchedule }
+  { name: 'ReconcileSampleSize', value: string(reconcileSampleSize) }
+  { name: 'StepTimeoutSeconds', value: string(stepTimeoutSeconds) }
+  { name: 'PendingTimeoutSeconds', value: string(pendingTimeoutSeconds) }
+  { name: 'MaxFailureCount', value: string(maxFailureCount) }
+  { name: 'ExhaustedPolicy', value: exhaustedPolicy }
+  { name: 'ReplyToAllowList', value: replyToAllowList }
+  { name: 'HighPriorityStepTimeoutSeconds', value: string(highPriorityStepTimeoutSeconds) }
+  { name: 'StepHeartbeatSeconds', value: string(stepHeartbeatSeconds) }
+  { name: 'StepMaxSeconds', value: string(stepMaxSeconds) }
+  { name: 'BulkActionsPerSecond', value: string(bulkActionsPerSecond) }
+]
+
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
 }
@@ -137,6 +173,7 @@ resource applicationInsights 'Microsoft.Insights/components@2020-02-02' existing
 }
 
 resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  // checkov:skip=CKV_AZURE_225: Flex Consumption zone redundancy is offered only in some regions and needs always-ready instances (a baseline cost); orders survive an instance loss through the bus and the state table
   name: planName
   location: location
   tags: tags
@@ -151,6 +188,10 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 }
 
 resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
+  // checkov:skip=CKV_AZURE_222: the order API is public by design (clients submit orders with function keys); Flex Consumption without a VNet has no private front door here
+  // checkov:skip=CKV_AZURE_17: clients authenticate with function keys (and admins with the master key), not client certificates; requiring them would break every client
+  // checkov:skip=CKV_AZURE_212: Flex Consumption scales from zero on demand; a minimum (always-ready) instance count is a standing cost, and the bus holds work while none runs
+  // checkov:skip=CKV_AZURE_213: App Service health check probes instances of Dedicated and Premium plans; on Flex Consumption the platform manages instances, and GET /api/health (anonymous) is there for external probes
   name: name
   location: location
   tags: union(tags, {
@@ -169,6 +210,8 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
     siteConfig: {
       minTlsVersion: '1.2'
       ftpsState: 'Disabled'
+      http20Enabled: true
+      appSettings: concat(coreAppSettings, serviceUrlSettings)
     }
     functionAppConfig: {
       deployment: {
@@ -190,55 +233,6 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         version: '3.11'
       }
     }
-  }
-}
-
-resource appSettings 'Microsoft.Web/sites/config@2024-04-01' = {
-  parent: functionApp
-  name: 'appsettings'
-  properties: {
-    // Functions host storage (leases, timer schedule, keys): identity-based. accountName
-    // gives the host its blob and queue endpoints; tableServiceUri is what the code's
-    // state store uses (shared/settings.py), taken from the account so any cloud works.
-    AzureWebJobsStorage__accountName: storage.name
-    AzureWebJobsStorage__tableServiceUri: storage.properties.primaryEndpoints.table
-    AzureWebJobsStorage__credential: 'managedidentity'
-    AzureWebJobsStorage__clientId: identityClientId
-
-    // Service Bus: the trigger extension and the code's sender (shared/settings.py).
-    ServiceBusConnection__fullyQualifiedNamespace: serviceBusFullyQualifiedNamespace
-    ServiceBusConnection__credential: 'managedidentity'
-    ServiceBusConnection__clientId: identityClientId
-
-    // Telemetry with Entra ID authentication (local auth is disabled on the component).
-    // The connection string only says where to send; it grants nothing by itself.
-    APPLICATIONINSIGHTS_CONNECTION_STRING: applicationInsights.properties.ConnectionString
-    APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'ClientId=${identityClientId};Authorization=AAD'
-    // Read by the distro; errors and recovered orders are kept whatever they say.
-    OTEL_TRACES_SAMPLER: tracesSampler
-    OTEL_TRACES_SAMPLER_ARG: tracesSamplerArg
-
-    // DefaultAzureCredential's managed-identity leg defaults to this client id.
-    AZURE_CLIENT_ID: identityClientId
-
-    // The app's own settings (shared/contract.py Setting).
-    StateTableName: stateTableName
-    SupervisorSchedule: supervisorSchedule
-    ReconcileSchedule: reconcileSchedule
-    ReconcileSampleSize: string(reconcileSampleSize)
-    StepTimeoutSeconds: string(stepTimeoutSeconds)
-    PendingTimeoutSeconds: string(pendingTimeoutSeconds)
-    MaxFailureCount: string(maxFailureCount)
-    ExhaustedPolicy: exhaustedPolicy
-    ReplyToAllowList: replyToAllowList
-    InventoryServiceUrl: inventoryServiceUrl
-    PaymentServiceUrl: paymentServiceUrl
-    ShippingServiceUrl: shippingServiceUrl
-    PaymentSecondaryServiceUrl: paymentSecondaryServiceUrl
-    HighPriorityStepTimeoutSeconds: string(highPriorityStepTimeoutSeconds)
-    StepHeartbeatSeconds: string(stepHeartbeatSeconds)
-    StepMaxSeconds: string(stepMaxSeconds)
-    BulkActionsPerSecond: string(bulkActionsPerSecond)
   }
 }
 

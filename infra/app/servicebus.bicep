@@ -35,22 +35,16 @@ param premiumCapacity int = 1
 
 @description('The queues the app uses: shared/contract.py ALL_QUEUES.')
 @minLength(1)
-param queueNames string[]
+param queueNames array
+
+var premiumSku = { name: 'Premium', tier: 'Premium', capacity: premiumCapacity }
+var standardSku = { name: 'Standard', tier: 'Standard' }
 
 resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
   name: name
   location: location
   tags: tags
-  sku: sku == 'Premium'
-    ? {
-        name: 'Premium'
-        tier: 'Premium'
-        capacity: premiumCapacity
-      }
-    : {
-        name: 'Standard'
-        tier: 'Standard'
-      }
+  sku: sku == 'Premium' ? premiumSku : standardSku
   properties: {
     disableLocalAuth: true
     minimumTlsVersion: '1.2'

@@ -21,7 +21,7 @@ param tags object
   'Standard_LRS'
   'Standard_ZRS'
 ])
-param skuName string = 'Standard_LRS'
+param skuName string = 'Standard_ZRS'
 
 @description('Blob container Flex Consumption deploys the app package to.')
 param deploymentContainerName string
@@ -30,6 +30,9 @@ param deploymentContainerName string
 param stateTableName string
 
 resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  // checkov:skip=CKV_AZURE_35: Flex Consumption without VNet integration reaches its host storage, deployment container and the state table over the public endpoint; shared keys are off, so only the app's identity (and the deploying user's) gets in
+  // checkov:skip=CKV_AZURE_206: zone-redundant (ZRS) by default; geo-replication alone would not make orders recoverable in another region, since the app and its Service Bus namespace live in one region
+  // checkov:skip=CKV_AZURE_59: the same: public network access is how a Flex Consumption app without a VNet reaches the account; access is by Entra ID roles only (no keys, no public blobs)
   name: name
   location: location
   tags: tags

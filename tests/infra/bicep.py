@@ -4,7 +4,8 @@ It turns a ``.bicep`` file into declarations whose bodies are plain Python value
 lists, strings, numbers, booleans, None), with what it does not evaluate kept as typed
 expression objects: ``Ref`` (``storage.properties.primaryEndpoints.blob``), ``Call``
 (``guid(storage.id, principalId)``), ``Interpolation`` (``'ClientId=${id};...'``),
-``Loop`` (``[for name in names: {...}]``) and ``Expr`` (anything else, as source text).
+``Loop`` (``[for name in names: {...}]``), ``Index`` (``serviceUrls[agent.serviceUrlSetting]``)
+and ``Expr`` (anything else, as source text).
 
 It is what the infra consistency tests need, not a Bicep compiler: no type checking and no
 evaluation of functions. ``BicepFile.resolve`` follows references to variables and to
@@ -75,6 +76,14 @@ class Loop:
 
 
 @dataclass(frozen=True)
+class Index:
+    """``target[index]``: an array item or an object property read by an expression."""
+
+    target: Value
+    index: Value
+
+
+@dataclass(frozen=True)
 class Expr:
     """Any other expression (ternary, operators, indexing, lambdas), as source text."""
 
@@ -92,6 +101,7 @@ Value: TypeAlias = (
     | Call
     | Interpolation
     | Loop
+    | Index
     | Expr
     | None
 )
@@ -511,6 +521,10 @@ class _Reader:
             return self.value(_named(node)[0])
         if kind == "for_statement":
             return self._loop(node)
+        if kind == "subscript_expression":
+            parts = _named(node)
+            if len(parts) == 2:
+                return Index(self.value(parts[0]), self.value(parts[1]))
         return Expr(kind, _text(node))
 
     def _object(self, node: Node) -> dict[str, Value]:

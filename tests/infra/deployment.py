@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import yaml
 from tests.infra.bicep import (
     BicepFile,
     Call,
+    Index,
     Interpolation,
     Loop,
     Module,
@@ -77,43 +78,67 @@ def only_resource(file: BicepFile, resource_type: str) -> Resource:
 
 
 # ---------------------------------------------------------------------------
-# Evaluating a module's expressions with the parameters its caller passes
+# Evaluating expressions: a module's with the parameters its caller passes
 # ---------------------------------------------------------------------------
 
+CATALOGUE = ROOT / "catalogue.json"
+Files = Mapping[Path, Any]
+"""Content to use instead of a file's for ``loadJsonContent``, by resolved path."""
+_NO_FILES: Files = {}
+_NO_LOCALS: Mapping[str, Value] = {}
 
-@dataclass(frozen=True)
-class Bound:
-    """A module file together with the call that instantiates it."""
+
+@dataclass(frozen=True, kw_only=True)
+class Scope:
+    """A Bicep file whose expressions are evaluated; its parameters take their defaults.
+
+    ``files`` replaces the content ``loadJsonContent`` reads, e.g. another catalogue.json,
+    so a test can see what a changed catalogue would deploy without editing it.
+    """
 
     file: BicepFile
-    call: Module
-    caller: BicepFile
+    files: Files = field(default_factory=dict)
 
-    def evaluate(self, value: Value) -> Value:
+    def argument(self, name: str) -> tuple[bool, Value]:
+        """(True, value) when the file's caller passes parameter ``name``."""
+        return False, None
+
+    def evaluate(self, value: Value, local: Mapping[str, Value] = _NO_LOCALS) -> Value:
         """Literals where the Bicep makes them knowable, the expression itself otherwise.
 
-        Parameters take what the caller passes (evaluated in the caller: its variables and
-        parameter defaults), else their default; ``string(x)`` of a known number is done.
+        Parameters take what the caller passes (evaluated in the caller), else their
+        default; variables, for-expressions, ``x[y]`` and the functions in ``FUNCTIONS``
+        are evaluated when their inputs are known. A resource, a module output, a parameter
+        without default or value stays a ``Ref``; any other call stays as it is.
         """
         if isinstance(value, list):
-            return [self.evaluate(v) for v in value]
+            return [self.evaluate(v, local) for v in value]
         if isinstance(value, dict):
-            return {k: self.evaluate(v) for k, v in value.items()}
+            return {k: self.evaluate(v, local) for k, v in value.items()}
         if isinstance(value, Interpolation):
-            parts = tuple(self.evaluate(part) for part in value.parts)
+            parts = tuple(self.evaluate(part, local) for part in value.parts)
             if all(isinstance(part, str) for part in parts):
                 return "".join(part for part in parts if isinstance(part, str))
             return Interpolation(parts)
-        if isinstance(value, Call) and value.function == "string" and len(value.args) == 1:
-            inner = self.evaluate(value.args[0])
-            return str(inner) if isinstance(inner, int) and not isinstance(inner, bool) else value
-        if not isinstance(value, Ref):
-            return value
+        if isinstance(value, Loop):
+            return self._loop(value, local)
+        if isinstance(value, Index):
+            return _index(self.evaluate(value.target, local), self.evaluate(value.index, local))
+        if isinstance(value, Call):
+            return self._call(value, local)
+        if isinstance(value, Ref):
+            return self._ref(value, local)
+        return value
+
+    def _ref(self, value: Ref, local: Mapping[str, Value]) -> Value:
         target: Value
-        if value.name in self.file.params:
+        if value.name in local:
+            target = local[value.name]
+        elif value.name in self.file.params:
             param = self.file.params[value.name]
-            if value.name in self.call.params:
-                target = self.caller.resolve(self.call.params[value.name])
+            passed, argument = self.argument(value.name)
+            if passed:
+                target = argument
             elif param.has_default:
                 target = self.evaluate(param.default)
             else:
@@ -121,39 +146,160 @@ class Bound:
         elif value.name in self.file.variables:
             target = self.evaluate(self.file.variables[value.name].value)
         else:
-            return value  # a resource, a module output, a loop variable
+            return value  # a resource, a module output
         for member in value.path[1:]:
             if not isinstance(target, dict) or member not in target:
                 return value
             target = target[member]
         return target
 
+    def _loop(self, loop: Loop, local: Mapping[str, Value]) -> Value:
+        iterable = self.evaluate(loop.iterable, local)
+        if not isinstance(iterable, list) or not loop.variables:
+            return loop
+        items: list[Value] = []
+        for position, item in enumerate(iterable):
+            inner = {**local, loop.variables[0]: item}
+            if len(loop.variables) > 1:
+                inner[loop.variables[1]] = position
+            items.append(self.evaluate(loop.body, inner))
+        return items
 
-def bound(source: str) -> Bound:
-    call = only_call(main(), source)
-    return Bound(module_file(main(), call), call, main())
+    def _call(self, call: Call, local: Mapping[str, Value]) -> Value:
+        name = call.function.removeprefix("sys.")
+        function = FUNCTIONS.get(name)
+        if name == "loadJsonContent" and len(call.args) == 1:
+            path = self.evaluate(call.args[0], local)
+            if isinstance(path, str):
+                return self._load_json(path)
+        if function is None:
+            return call
+        args = [self.evaluate(arg, local) for arg in call.args]
+        result = function(args)
+        return call if result is None else result
+
+    def _load_json(self, relative: str) -> Value:
+        path = (self.file.path.parent / relative).resolve()
+        content = self.files[path] if path in self.files else load_json(path)
+        return _from_json(content)
+
+    def module(self, source: str) -> Bound:
+        """The module this file calls from ``source``, bound to that call."""
+        call = only_call(self.file, source)
+        return Bound(file=module_file(self.file, call), files=self.files, call=call, caller=self)
 
 
-def function_module() -> Bound:
-    return bound("app/function.bicep")
+@dataclass(frozen=True, kw_only=True)
+class Bound(Scope):
+    """A module file together with the call that instantiates it."""
+
+    call: Module
+    caller: Scope
+
+    def argument(self, name: str) -> tuple[bool, Value]:
+        if name in self.call.params:
+            return True, self.caller.evaluate(self.call.params[name])
+        return False, None
 
 
-def app_settings_resource() -> Resource:
-    found = [
-        r
-        for r in function_module().file.resources_of_type("Microsoft.Web/sites/config")
-        if r.name == "appsettings"
-    ]
-    assert len(found) == 1, "function.bicep: expected one sites/config named appsettings"
-    return found[0]
+def _index(target: Value, index: Value) -> Value:
+    if isinstance(target, dict) and isinstance(index, str) and index in target:
+        return target[index]
+    if isinstance(target, list) and isinstance(index, int) and 0 <= index < len(target):
+        return target[index]
+    return Index(target, index)
 
 
-def deployed_app_settings() -> dict[str, Value]:
-    """The app settings of the Function App, evaluated as far as the Bicep allows."""
-    return {
-        key: function_module().evaluate(value)
-        for key, value in app_settings_resource().properties.items()
-    }
+def _from_json(content: object) -> Value:
+    if isinstance(content, dict):
+        return {str(k): _from_json(v) for k, v in content.items()}
+    if isinstance(content, list):
+        return [_from_json(v) for v in content]
+    if content is None or isinstance(content, bool | int | str):
+        return content
+    return str(content)  # a float: no Bicep literal, and nothing here computes with it
+
+
+def _string(args: list[Value]) -> Value:
+    if len(args) == 1 and isinstance(args[0], int) and not isinstance(args[0], bool):
+        return str(args[0])
+    return args[0] if len(args) == 1 and isinstance(args[0], str) else None
+
+
+def _concat(args: list[Value]) -> Value:
+    if all(isinstance(a, list) for a in args):
+        return [item for a in args if isinstance(a, list) for item in a]
+    if all(isinstance(a, str) for a in args):
+        return "".join(a for a in args if isinstance(a, str))
+    return None
+
+
+def _flatten(args: list[Value]) -> Value:
+    if len(args) == 1 and isinstance(args[0], list) and all(isinstance(a, list) for a in args[0]):
+        return [item for a in args[0] if isinstance(a, list) for item in a]
+    return None
+
+
+def _items(args: list[Value]) -> Value:
+    if len(args) == 1 and isinstance(args[0], dict):
+        return [{"key": k, "value": v} for k, v in sorted(args[0].items(), key=lambda kv: kv[0])]
+    return None
+
+
+def _union(args: list[Value]) -> Value:
+    if args and all(isinstance(a, dict) for a in args):
+        merged: dict[str, Value] = {}
+        for a in args:
+            if isinstance(a, dict):
+                merged.update(a)
+        return merged
+    return None
+
+
+FUNCTIONS: dict[str, Callable[[list[Value]], Value]] = {
+    "string": _string,
+    "concat": _concat,
+    "flatten": _flatten,
+    "items": _items,
+    "union": _union,
+}
+"""Functions evaluated when their arguments are known (None: not evaluated)."""
+
+
+def main_scope(catalogue: Any = None) -> Scope:
+    """main.bicep, reading ``catalogue`` (a catalogue.json document) when one is given."""
+    files: Files = {CATALOGUE.resolve(): catalogue} if catalogue is not None else _NO_FILES
+    return Scope(file=main(), files=files)
+
+
+def bound(source: str, catalogue: Any = None) -> Bound:
+    return main_scope(catalogue).module(source)
+
+
+def function_module(catalogue: Any = None) -> Bound:
+    return bound("app/function.bicep", catalogue)
+
+
+def function_app() -> Resource:
+    return only_resource(function_module().file, "Microsoft.Web/sites")
+
+
+def deployed_app_settings(catalogue: Any = None) -> dict[str, Value]:
+    """The app settings of the Function App (``siteConfig.appSettings``), evaluated as far
+    as the Bicep allows; with ``catalogue``, as that catalogue would deploy them."""
+    api = function_module(catalogue)
+    site_config = function_app().properties.get("siteConfig")
+    assert isinstance(site_config, dict), "function.bicep: the site has no siteConfig"
+    entries = api.evaluate(site_config.get("appSettings"))
+    assert isinstance(entries, list), f"appSettings is not a known list: {entries!r}"
+    settings: dict[str, Value] = {}
+    for entry in entries:
+        assert isinstance(entry, dict) and set(entry) == {"name", "value"}, entry
+        name = entry["name"]
+        assert isinstance(name, str), f"an app setting name is not known: {name!r}"
+        assert name not in settings, f"app setting {name} is set twice"
+        settings[name] = entry["value"]
+    return settings
 
 
 def as_environment(settings: dict[str, Value]) -> dict[str, str]:
@@ -208,6 +354,8 @@ def walk_values(value: Value) -> Iterator[Value]:
         children = list(value.parts)
     elif isinstance(value, Loop):
         children = [value.iterable, value.body]
+    elif isinstance(value, Index):
+        children = [value.target, value.index]
     for child in children:
         yield from walk_values(child)
 
@@ -217,9 +365,10 @@ def walk_values(value: Value) -> Iterator[Value]:
 # ---------------------------------------------------------------------------
 
 
-def deployed_queues() -> dict[str, dict[str, Value]]:
-    """Queue name -> properties, for every queue the Bicep creates."""
-    servicebus = bound("app/servicebus.bicep")
+def deployed_queues(catalogue: Any = None) -> dict[str, dict[str, Value]]:
+    """Queue name -> properties, for every queue the Bicep creates (with ``catalogue``: for
+    every queue it would create from that catalogue.json document)."""
+    servicebus = bound("app/servicebus.bicep", catalogue)
     queues: dict[str, dict[str, Value]] = {}
     for resource in servicebus.file.resources_of_type("Microsoft.ServiceBus/namespaces/queues"):
         properties = servicebus.evaluate(resource.properties)

@@ -13,7 +13,13 @@ from collections.abc import Iterator, Mapping
 import pytest
 
 from shared.bootstrap import AGENT_CAPACITY
-from shared.contract import ALL_QUEUES, QUEUE_PROPERTIES, ChaosSetting, Setting
+from shared.contract import (
+    ALL_QUEUES,
+    QUEUE_PROPERTIES,
+    ChaosSetting,
+    Setting,
+    service_url_settings,
+)
 from shared.domain.model import ExhaustedPolicy
 from shared.settings import Settings
 from tests.app_functions import registered_functions
@@ -35,9 +41,10 @@ from tests.infra.deployment import (
     timespan_seconds,
 )
 
+# The Setting constants, and each catalogue agent's service URL setting.
 CODE_SETTINGS = frozenset(
     value for name, value in vars(Setting).items() if name.isupper() and isinstance(value, str)
-)
+) | frozenset(service_url_settings())
 # Set by the platform on every instance: a deployment must never pin it.
 PLATFORM_SETTINGS = frozenset({Setting.INSTANCE_ID})
 # Connection-string forms: for the local emulators only, never deployed.

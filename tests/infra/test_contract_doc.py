@@ -34,6 +34,7 @@ from shared.contract import (
     PoisonProperty,
     Route,
     Setting,
+    service_url_settings,
 )
 from shared.domain.messages import (
     AgentReply,
@@ -310,6 +311,7 @@ def test_message_fields_match_what_the_domain_sends(heading: str) -> None:
 
 def test_settings_are_exactly_the_settings_the_code_reads() -> None:
     code = {v for k, v in vars(Setting).items() if k.isupper() and isinstance(v, str)}
+    code |= set(service_url_settings())
     code.add(ChaosSetting.FAULT_RATE)
     doc = documented("6. Settings")
     assert doc == code, missing_and_extra(doc, code)
