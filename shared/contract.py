@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from shared.catalogue import catalogue
-from shared.domain.workflow import Catalogue
 
 
 class Queue:
@@ -54,22 +53,18 @@ CORE_QUEUES: Final[tuple[str, ...]] = (
 """The queues every catalogue needs; each agent adds its two lanes."""
 
 
-def agent_queues(of: Catalogue) -> tuple[str, ...]:
-    return tuple(agent_queue(name, high) for name in of.agents for high in (False, True))
-
-
-def all_queues(of: Catalogue) -> tuple[str, ...]:
-    return (*CORE_QUEUES, *agent_queues(of))
-
-
-def service_url_settings(of: Catalogue | None = None) -> tuple[str, ...]:
-    """The app settings holding each agent's service URL, in catalogue order."""
-    return tuple(spec.service_url_setting for spec in (of or catalogue()).agents.values())
+def service_url_settings() -> tuple[str, ...]:
+    """The app settings holding each agent's service URL, in catalogue order (for another
+    catalogue: shared.catalogue.derive)."""
+    return tuple(spec.service_url_setting for spec in catalogue().agents.values())
 
 
 AGENT_QUEUES: Final[tuple[str, ...]] = tuple(agent_queue(name) for name in catalogue().agents)
 """The normal lanes of the catalogue's agents."""
-ALL_QUEUES: Final[tuple[str, ...]] = all_queues(catalogue())
+ALL_QUEUES: Final[tuple[str, ...]] = (
+    *CORE_QUEUES,
+    *(agent_queue(name, high) for name in catalogue().agents for high in (False, True)),
+)
 
 
 class PoisonProperty:

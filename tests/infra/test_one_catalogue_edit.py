@@ -3,22 +3,30 @@
 A copy of catalogue.json gains an agent `loyalty` and a retriable step `award-points` in
 `express-delivery`; the queues, the Bicep's queues and app settings (evaluated with the
 copy in place of catalogue.json), the emulator config and the local settings all pick it
-up without another file changing. (The function triggers are registered from the
-catalogue by the app, and docs/contract.md is checked against ALL_QUEUES by
-test_contract_doc.py: neither is generated from a copy here.)
+up without another file changing, and so do the app's triggers (the app indexed with the
+copy as its catalogue), the simulator's services and GET /api/workflows. docs/contract.md
+is checked against ALL_QUEUES by test_contract_doc.py.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shared.catalogue import catalogue
+from devhost.simulator.services import services_from
+from shared.catalogue import FILE_SETTING, ROOT, catalogue
 from shared.catalogue.derive import all_queues, local_service_urls, service_url_settings
 from shared.catalogue.emit import LOCAL_SETTINGS, emulator_config, local_settings
 from shared.contract import agent_queue
 from shared.domain.workflow import Catalogue
+from shared.functions.workflows import workflows_view
+from tests.app_functions import registered_functions
 from tests.infra import catalogues
 from tests.infra.bicep import Index, Ref
 from tests.infra.deployment import deployed_app_settings, deployed_queues, load_json
@@ -75,3 +83,40 @@ def test_the_local_settings_point_the_new_agent_at_its_local_url(cat: Catalogue)
     assert values[SETTING] == "http://127.0.0.1:7072/loyalty" == local_service_urls(cat)[SETTING]
     current = load_json(LOCAL_SETTINGS)["Values"]
     assert {k: v for k, v in values.items() if k != SETTING} == current, "others unchanged"
+
+
+def test_the_app_registers_the_new_agents_triggers_on_its_queues(
+    edited: dict[str, Any], tmp_path: Path
+) -> None:
+    """The app as the Functions host indexes it, started with the copy as its catalogue."""
+    path = tmp_path / "catalogue.json"
+    path.write_text(json.dumps(edited), encoding="utf-8")
+    listed = subprocess.run(
+        [sys.executable, "-m", "shared.cli", "workflows", "functions", "--json"],
+        env={**os.environ, FILE_SETTING: str(path)},
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    names = set(json.loads(listed.stdout)["functions"])
+    assert {"loyalty_agent", "loyalty_agent_high"} <= names
+    assert "loyalty_agent" not in {f.name for f in registered_functions()}
+
+
+def test_the_simulator_serves_the_new_agent(cat: Catalogue) -> None:
+    services = services_from(cat)
+    assert set(services) == set(cat.agents)
+    assert STEP in services[AGENT].operations
+
+
+def test_the_workflows_route_shows_the_new_step(cat: Catalogue) -> None:
+    flows = workflows_view(cat)["workflows"]
+    (express,) = [w for w in flows if w["name"] == WORKFLOW]
+    assert express["steps"][-1] == {
+        "name": STEP,
+        "agent": AGENT,
+        "kind": "retriable",
+        "undo": None,
+        "inputs": [],
+    }
