@@ -47,3 +47,12 @@ def test_the_operator_cli_stays_out_of_the_package() -> None:
     """It runs on an operator's machine; docs/cli.md says why."""
     patterns = (ROOT / ".funcignore").read_text(encoding="utf-8").split()
     assert ignored("shared/cli/__main__.py", patterns)
+
+
+def test_the_catalogue_ships_and_the_test_tools_do_not() -> None:
+    """The app registers its triggers from catalogue.json at import: without it in the
+    package, indexing would fail in Azure only. Chaos and the docs are not the app."""
+    patterns = (ROOT / ".funcignore").read_text(encoding="utf-8").split()
+    assert not ignored("catalogue.json", patterns)
+    assert ignored("chaos/run.py", patterns)
+    assert ignored("docs/contract.md", patterns)
