@@ -76,6 +76,11 @@ SIM_FAULTS["payment-secondary"] = {
     "latencyMs": 40,
     "permanentFailureSkus": [DECLINED_SKU],
 }
+SIM_FAULTS["notifications"] = {"transientErrorRate": 0.10, "latencyMs": 10}
+EXPRESS = "express-delivery"
+EXPRESS_EVERY = 4
+"""Every fourth order runs the second shipped workflow: create-shipment is its pivot and
+notify-customer, a retriable step, gets the tracking number the shipment returned."""
 OUTAGE = {"hangRate": 1.0, "latencyMs": 30, "permanentFailureSkus": [DECLINED_SKU]}
 """A third of the way in, every charge at the primary payment provider hangs for
 OUTAGE_SECONDS while its read API still answers (its breaker stays closed: hangs are cut
@@ -177,7 +182,11 @@ async def _wait_until_up(app: AppClient, child: Child | None) -> None:
 
 
 def _order_body(
-    order_id: str, rng: random.Random, declined: bool, high: bool = False
+    order_id: str,
+    rng: random.Random,
+    declined: bool,
+    high: bool = False,
+    workflow: str | None = None,
 ) -> dict[str, Any]:
     items = [
         {
@@ -190,7 +199,9 @@ def _order_body(
     if declined:
         items.append({"sku": DECLINED_SKU, "quantity": 1, "unitPrice": 10.0})
     body = {"orderId": order_id, "customerId": f"cust-{rng.randint(1, 50)}", "items": items}
-    return body | ({"priority": "high"} if high else {})
+    return (
+        body | ({"priority": "high"} if high else {}) | ({"workflow": workflow} if workflow else {})
+    )
 
 
 def _plan(run: str, count: int, rng: random.Random) -> tuple[list[Tracked], set[int]]:
@@ -200,7 +211,9 @@ def _plan(run: str, count: int, rng: random.Random) -> tuple[list[Tracked], set[
     for i in range(count):
         order_id = f"demo-{run}-{i:04d}"
         high = i % HIGH_PRIORITY_EVERY == 0
-        orders.append(Tracked(order_id, _order_body(order_id, rng, i in declined, high)))
+        workflow = EXPRESS if i % EXPRESS_EVERY == 1 else None
+        body = _order_body(order_id, rng, i in declined, high, workflow)
+        orders.append(Tracked(order_id, body))
     return orders, declined
 
 
@@ -213,7 +226,9 @@ def _announce(console: Console) -> None:
         f"A third of the way in, every charge at the primary payment provider hangs for "
         f"{OUTAGE_SECONDS:.0f} s: the Supervisor asks it about each charge in doubt and, "
         "told it was not applied, retries it at the secondary provider. Every "
-        f"{HIGH_PRIORITY_EVERY}th order is high priority (its own agent queues)."
+        f"{HIGH_PRIORITY_EVERY}th order is high priority (its own agent queues), and every "
+        f"{EXPRESS_EVERY}th runs the {EXPRESS} workflow (a pivot, then a retriable "
+        "notification that takes the shipment's tracking number)."
     )
 
 
@@ -457,6 +472,7 @@ def _summary(demo: Demo, f: Figures) -> Table:
     summary.add_column("figure", justify="right")
     rows = [
         ("Processed", f.counts.get("Processed", 0)),
+        (f"  of them on {EXPRESS} (pivot, then notify-customer)", _processed_on(demo, EXPRESS)),
         (f"Compensated (card declined: {len(demo.declined)} orders)", f.counts["Compensated"]),
         ("Error (operator alerted)", demo.errors),
         ("  resubmitted by the operator and finished", demo.resubmitted),
@@ -485,6 +501,15 @@ def _summary(demo: Demo, f: Figures) -> Table:
     for what, figure in rows:
         summary.add_row(what, str(figure))
     return summary
+
+
+def _processed_on(demo: Demo, workflow: str) -> int:
+    return sum(
+        1
+        for o in demo.orders
+        if o.body.get("workflow") == workflow
+        and (demo.views.get(o.order_id) or {}).get("processState") == "Processed"
+    )
 
 
 def _print_slowest(demo: Demo, traces: str = Endpoints.traces) -> None:

@@ -113,10 +113,16 @@ def orders_table(items: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
+def _workflow(view: Mapping[str, Any]) -> str | None:
+    name = view.get("workflow")
+    return None if name is None else f"{name} v{view.get('workflowVersion', 1)}"
+
+
 def order_details(view: Mapping[str, Any]) -> str:
     fields = [
         ("order", view.get("orderId")),
         ("state", view.get("processState")),
+        ("workflow", _workflow(view)),
         ("failures", view.get("failureCount")),
         ("attempt", view.get("attempt")),
         ("current step", current_step(view)),

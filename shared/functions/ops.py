@@ -120,6 +120,8 @@ def snapshot_view(snapshot: OpsSnapshot) -> dict[str, Any]:
             "errors": [
                 {
                     "orderId": e.state.order_id,
+                    "workflow": e.state.workflow,
+                    "workflowVersion": e.state.workflow_version,
                     "failureCount": e.state.failure_count,
                     "step": e.step,
                     "lastError": e.state.last_error,

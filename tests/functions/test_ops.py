@@ -131,6 +131,7 @@ async def test_the_snapshot_shows_states_error_orders_agents_and_sweeps(harness:
     assert (counts["Error"]["count"], counts["Error"]["recent"]) == (1, ["ops-stuck"])
     (error,) = snapshot["orders"]["errors"]
     assert error["orderId"] == "ops-stuck" and error["failureCount"] == 3
+    assert (error["workflow"], error["workflowVersion"]) == ("order-fulfilment", 1)
     assert error["step"] == "reserve-inventory" and error["lastError"]
     agents = {a["instance"]: a for a in snapshot["agents"]}
     assert (agents["fresh"]["stale"], agents["gone"]["stale"]) == (False, True)
