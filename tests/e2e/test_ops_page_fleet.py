@@ -14,6 +14,7 @@ import pytest
 
 from tests.e2e.conftest import System
 from tests.e2e.test_ops_page import KEY, WAIT_MS, page
+from tests.workflows import AGENTS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker, pytest.mark.browser]
 
@@ -33,7 +34,7 @@ async def test_an_operator_drains_an_agent_and_reads_the_failures_from_the_page(
     await page.goto(f"{system.api}/ops?code={KEY}")
     payment = page.locator('#drains tr[data-drain-agent="payment"]')
     await payment.wait_for(timeout=WAIT_MS)
-    assert await page.locator("#drains tr[data-drain-agent]").count() == 4
+    assert await page.locator("#drains tr[data-drain-agent]").count() == len(AGENTS)
 
     await page.fill("#drain-reason", "provider maintenance")
     await payment.get_by_role("button", name="Drain").click()

@@ -42,6 +42,7 @@ def test_http_routes_methods_and_auth_levels() -> None:
         (Route.AGENTS, ("GET",)): "ADMIN",
         (Route.AGENT_DRAIN, ("PUT",)): "ADMIN",
         (Route.FAILURES, ("GET",)): "ADMIN",
+        (Route.WORKFLOWS, ("GET",)): "ADMIN",
         (Route.BULK, ("POST",)): "ADMIN",
         (Route.BULK_JOB, ("GET",)): "ADMIN",
         (Route.RECONCILE, ("POST",)): "ADMIN",
