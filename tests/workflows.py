@@ -36,3 +36,7 @@ def run_on(monkeypatch: pytest.MonkeyPatch, *workflows: Workflow) -> None:
     ]
     changed = dataclasses.replace(CATALOGUE, workflows=(*kept, *workflows))
     monkeypatch.setattr(shared.catalogue, "_loaded", changed)
+
+
+REVIEWED_ORDER = _workflow("reviewed-order", 1)
+SCHEDULED_DELIVERY = _workflow("scheduled-delivery", 1)

@@ -53,6 +53,7 @@ from shared.domain.model import (
     Phase,
     Priority,
     ProcessState,
+    ReceivedEvent,
     StateRecord,
     StepRecord,
     StepStatus,
@@ -172,12 +173,15 @@ def state_entity(process: OrderProcess, history: str = "[]") -> Entity:
             "Fingerprint": order.fingerprint,
             "OrderCreatedAt": order.created_at,
             "TraceParent": order.trace_parent,
+            "NotBefore": order.not_before,
         }
     )
     put_text(entity, "LastError", state.last_error)
     put_text(entity, "Outbox", _dumps([_outgoing_json(m) for m in state.outbox]))
     put_text(entity, "Items", _items_json(order))
     put_text(entity, STEPS, _dumps([to_json(step) for step in process.steps]))
+    if state.events:
+        put_text(entity, "Events", _dumps([to_json(event) for event in state.events]))
     put_text(entity, HISTORY, history)
     return entity
 
@@ -280,6 +284,7 @@ def to_order(entity: Mapping[str, Any], created_at: str = "OrderCreatedAt") -> O
         fingerprint=entity["Fingerprint"],
         created_at=utc(entity[created_at]),
         trace_parent=entity.get("TraceParent"),
+        not_before=utc_or_none(entity.get("NotBefore")),
     )
 
 
@@ -302,6 +307,9 @@ def to_state(entity: Mapping[str, Any]) -> StateRecord:
         outbox=tuple(_outgoing(m) for m in json.loads(get_text(entity, "Outbox") or "[]")),
         outbox_cause=entity.get("OutboxCause"),
         cancel_requested=bool(entity.get("CancelRequested", False)),
+        events=tuple(
+            from_json(ReceivedEvent, e) for e in json.loads(get_text(entity, "Events") or "[]")
+        ),
     )
 
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from shared.catalogue.schema import AgentModel, CatalogueModel, WorkflowModel
+from shared.catalogue.schema import AgentModel, CatalogueModel, StepModel, WorkflowModel
 from shared.domain.workflow import (
     AgentRetry,
     AgentSpec,
     Catalogue,
+    OnDeadline,
     StepDefinition,
     StepKind,
     Workflow,
@@ -102,19 +103,36 @@ def _agent_problems(declared: list[AgentModel], agents: dict[str, AgentModel]) -
 
 def _workflow_problems(workflow: WorkflowModel, agents: dict[str, AgentModel]) -> Iterator[str]:
     results: dict[str, set[str]] = {}
+    events: set[str] = set()
     past_pivot = False
     for step in workflow.steps:
         where = f"step {step.name}"
         if step.name in results:
             yield f"{where}: declared twice [rule: unique-step]"
-        if step.agent not in agents:
-            yield f"{where}: agent {step.agent!r} is not declared [rule: unknown-agent]"
         try:
             kind = StepKind(step.kind)
         except ValueError:
             kinds = ", ".join(k.value for k in StepKind)
             yield f"{where}: kind {step.kind!r} is not one of {kinds} [rule: step-kind]"
             kind = StepKind.COMPENSATABLE
+        if kind.waits:
+            yield from (f"{where}: {p}" for p in _wait_problems(step, kind, past_pivot))
+            if step.event is not None and step.event in events:
+                yield f"{where}: two steps wait for event {step.event!r} [rule: unique-event]"
+            events.add(step.event or "")
+            results[step.name] = set(step.results)
+            continue
+        if step.agent is None:
+            yield f"{where}: a {kind} step needs an agent [rule: missing-agent]"
+        elif step.agent not in agents:
+            yield f"{where}: agent {step.agent!r} is not declared [rule: unknown-agent]"
+        for field in ("event", "until", "wait_seconds", "on_deadline", "final_deadline_seconds"):
+            if getattr(step, field) is not None or step.approval:
+                yield (
+                    f"{where}: only event and timer steps wait; a {kind} step takes no "
+                    f"{'approval' if step.approval else field} [rule: wait-field]"
+                )
+                break
         if kind is StepKind.COMPENSATABLE:
             if step.undo is None:
                 yield f"{where}: a compensatable step needs an undo [rule: missing-undo]"
@@ -148,6 +166,50 @@ def _workflow_problems(workflow: WorkflowModel, agents: dict[str, AgentModel]) -
         past_pivot = past_pivot or kind is not StepKind.COMPENSATABLE
 
 
+ORDER_TIMES = frozenset({"notBefore"})
+"""Order fields a timer may wait for."""
+
+
+def _wait_problems(step: StepModel, kind: StepKind, past_pivot: bool) -> Iterator[str]:
+    if step.agent is not None:
+        yield f"a {kind} step has no agent, found {step.agent!r} [rule: agent-on-wait]"
+    if step.undo is not None:
+        yield f"a {kind} step has nothing to undo, found {step.undo!r} [rule: undo-on-wait]"
+    if kind is StepKind.EVENT:
+        if step.event is None:
+            yield "an event step names its event [rule: missing-event]"
+        if step.until is not None or step.wait_seconds is not None:
+            yield "an event step waits for its event, not a time [rule: time-on-event]"
+    else:
+        if step.event is not None or step.approval:
+            yield "a timer step waits for a time, not an event [rule: event-on-timer]"
+        if step.until is None and step.wait_seconds is None:
+            yield "a timer step needs `until` or `waitSeconds` [rule: missing-time]"
+        if step.until is not None and step.until not in ORDER_TIMES:
+            known = ", ".join(sorted(ORDER_TIMES))
+            yield f"until {step.until!r} is not an order time ({known}) [rule: unknown-order-field]"
+    policy = step.on_deadline
+    if policy is not None and policy not in {p.value for p in OnDeadline}:
+        allowed = ", ".join(p.value for p in OnDeadline)
+        yield f"onDeadline {policy!r} is not one of {allowed} [rule: on-deadline]"
+    if policy == OnDeadline.COMPENSATE and past_pivot:
+        yield (
+            "onDeadline compensate cannot follow the pivot, whose effect stays "
+            "[rule: compensate-after-pivot]"
+        )
+    if (step.final_deadline_seconds is not None) != (policy == OnDeadline.ALERT):
+        yield (
+            "finalDeadlineSeconds goes with onDeadline alert, and only with it "
+            "[rule: final-deadline]"
+        )
+    elif (
+        step.final_deadline_seconds is not None
+        and step.timeout_seconds is not None
+        and step.final_deadline_seconds <= step.timeout_seconds
+    ):
+        yield "finalDeadlineSeconds must be longer than timeoutSeconds [rule: final-deadline]"
+
+
 def _build(model: CatalogueModel) -> Catalogue:
     agents = {
         a.name: AgentSpec(
@@ -174,14 +236,20 @@ def _build(model: CatalogueModel) -> Catalogue:
             steps=tuple(
                 StepDefinition(
                     name=s.name,
-                    agent=s.agent,
+                    agent=s.agent or "",
                     compensation=s.undo,
                     timeout_seconds=s.timeout_seconds,
-                    alternatives=agents[s.agent].alternatives,
-                    retry_elsewhere=agents[s.agent].retry_elsewhere,
+                    alternatives=agents[s.agent].alternatives if s.agent else (),
+                    retry_elsewhere=agents[s.agent].retry_elsewhere if s.agent else False,
                     kind=StepKind(s.kind),
                     inputs=tuple(s.inputs),
                     results=tuple(s.results),
+                    event=s.event,
+                    approval=s.approval,
+                    on_deadline=OnDeadline(s.on_deadline or OnDeadline.HOLD),
+                    final_deadline_seconds=s.final_deadline_seconds,
+                    until=s.until,
+                    wait_seconds=s.wait_seconds,
                 )
                 for s in w.steps
             ),

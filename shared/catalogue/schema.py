@@ -38,7 +38,7 @@ class AgentModel(_Strict):
 
 class StepModel(_Strict):
     name: Name
-    agent: Name
+    agent: Name | None = None
     kind: str = "compensatable"
     undo: Name | None = None
     inputs: list[Input] = Field(default_factory=list)
@@ -46,6 +46,12 @@ class StepModel(_Strict):
         default_factory=list
     )
     timeout_seconds: float | None = Field(default=None, alias="timeoutSeconds", gt=0)
+    event: Name | None = None
+    approval: bool = False
+    on_deadline: str | None = Field(default=None, alias="onDeadline")
+    final_deadline_seconds: float | None = Field(default=None, alias="finalDeadlineSeconds", gt=0)
+    until: str | None = None
+    wait_seconds: float | None = Field(default=None, alias="waitSeconds", gt=0)
 
 
 class WorkflowModel(_Strict):

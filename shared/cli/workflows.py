@@ -105,7 +105,15 @@ async def list_workflows(args: argparse.Namespace, console: Console) -> int:
         for step in flow["steps"]:
             undo = f", undo {step['undo']}" if step["undo"] else ""
             inputs = f", inputs {', '.join(step['inputs'])}" if step["inputs"] else ""
-            console.show(f"  {step['name']}: {step['kind']} at {step['agent']}{undo}{inputs}")
+            if step.get("event"):
+                what = f"waits for event {step['event']}" + (
+                    " (an approval)" if step.get("approval") else ""
+                )
+                console.show(f"  {step['name']}: {what}, on deadline {step['onDeadline']}")
+            elif step["kind"] == "timer":
+                console.show(f"  {step['name']}: timer until {step.get('until') or 'its duration'}")
+            else:
+                console.show(f"  {step['name']}: {step['kind']} at {step['agent']}{undo}{inputs}")
     return Exit.OK
 
 

@@ -18,6 +18,8 @@ from shared.domain.model import Phase, StateRecord
 from shared.domain.workflow import Workflow
 
 TIMEOUT: Final = "timeout"
+WAIT_EXPIRED: Final = "wait-expired"
+"""An event step's deadline passed with no event: its own code, not a timeout."""
 UNKNOWN: Final = "unknown"
 _TIMED_OUT = re.compile(r" not completed by \S+$")
 _ANSWERED = re.compile(r"^(?:compensation of )?[^:]+: (?P<code>[^:\s]+): ")

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -26,6 +27,7 @@ from pydantic import (
     StringConstraints,
     TypeAdapter,
     ValidationError,
+    field_validator,
 )
 
 from shared import jsonbounds
@@ -310,6 +312,20 @@ class OrderSubmission(_Wire):
     reply_to: QueueName | None = Field(default=None, alias="replyTo")
     workflow: Annotated[str, Field(min_length=1, max_length=40)] | None = None
     """A workflow of the catalogue by name; None: the catalogue's default."""
+    not_before: AwareDatetime | None = Field(default=None, alias="notBefore")
+    """For a timer step waiting on it: the order goes on no earlier than this."""
+
+    @field_validator("not_before")
+    @classmethod
+    def _in_utc(cls, value: datetime | None) -> datetime | None:
+        """In UTC, as every time is stored; an offset that leaves the calendar is refused
+        here, as a 400, rather than failing later."""
+        if value is None:
+            return None
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("outside the range of dates in UTC") from None
 
     @classmethod
     def parse(cls, body: bytes | str) -> Self:
@@ -322,7 +338,9 @@ class OrderSubmission(_Wire):
 
     def fingerprint(self) -> str:
         """Same body, same fingerprint: what makes a repeated submission idempotent."""
-        unset = {"order_id"} | ({"workflow"} if self.workflow is None else set())
+        unset = {"order_id"} | {
+            name for name in ("workflow", "not_before") if getattr(self, name) is None
+        }
         canonical = self.model_dump(mode="json", by_alias=True, exclude=unset)
         encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(encoded.encode()).hexdigest()
@@ -336,4 +354,5 @@ class OrderSubmission(_Wire):
             reply_to=self.reply_to,
             fingerprint=self.fingerprint(),
             created_at=now,
+            not_before=self.not_before,
         )

@@ -122,6 +122,8 @@ class Order:
     trace_parent: str | None = None
     """The W3C traceparent of the intake that accepted the order: the root its trace
     continues from when the Supervisor or an operator acts on it."""
+    not_before: datetime | None = None
+    """The earliest time a timer step waiting for `notBefore` lets the order go on."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,19 @@ class HistoryEntry:
 
 
 @dataclass(frozen=True)
+class ReceivedEvent:
+    """An event sent to the order (DESIGN section 13), kept until and after a step
+    consumes it: an early one waits for its step, a repeat of its id changes nothing."""
+
+    event_id: str
+    name: str
+    at: datetime
+    data: JsonObject | None = None
+    consumed_by: str | None = None
+    """The step that took it; None while it waits for one."""
+
+
+@dataclass(frozen=True)
 class StateRecord:
     """The pattern's state record. `attempt` is the fencing token of the current claim."""
 
@@ -208,6 +223,7 @@ class StateRecord:
     outbox: tuple[Outgoing, ...] = ()
     workflow_version: int = 1
     """The version of `workflow` the order started on and runs to its end on."""
+    events: tuple[ReceivedEvent, ...] = ()
     outbox_cause: str | None = None
     cancel_requested: bool = False
     """An operator cancelled: the order compensates every step that may have taken effect,

@@ -13,7 +13,13 @@ Supervisor's moves), operator (cancel, suspend, resume, resubmit) and heartbeat.
 from __future__ import annotations
 
 from shared.domain.machine.dispatch import DRAIN_RECHECK
-from shared.domain.machine.forward import apply_reply, claim, start
+from shared.domain.machine.events import (
+    InvalidEventData,
+    NotAwaited,
+    TooManyEvents,
+    receive_event,
+)
+from shared.domain.machine.forward import apply_reply, claim, start, wake
 from shared.domain.machine.heartbeat import extend_complete_by
 from shared.domain.machine.operator import PastPivot, cancel, resubmit, resume, suspend
 from shared.domain.machine.recovery import (
@@ -27,9 +33,12 @@ from shared.domain.machine.transition import InvalidTransition, ProcessPolicy, T
 
 __all__ = [
     "DRAIN_RECHECK",
+    "InvalidEventData",
     "InvalidTransition",
+    "NotAwaited",
     "PastPivot",
     "ProcessPolicy",
+    "TooManyEvents",
     "Transition",
     "apply_reply",
     "cancel",
@@ -37,6 +46,7 @@ __all__ = [
     "extend_complete_by",
     "next_check",
     "next_deadline",
+    "receive_event",
     "recover",
     "resubmit",
     "resume",
@@ -44,4 +54,5 @@ __all__ = [
     "suspend",
     "undelivered",
     "version_gone",
+    "wake",
 ]

@@ -25,6 +25,26 @@ class StepKind(StrEnum):
     RETRIABLE = "retriable"
     """No undo, after the pivot: retried until it succeeds; its permanent failure holds
     the order for an operator instead of compensating."""
+    EVENT = "event"
+    """Waits for a named event from outside (an approval, a webhook) until its deadline;
+    no agent, nothing to undo."""
+    TIMER = "timer"
+    """Waits until a time from the order (`notBefore`) or for a duration; no agent."""
+
+    @property
+    def waits(self) -> bool:
+        return self in (StepKind.EVENT, StepKind.TIMER)
+
+
+class OnDeadline(StrEnum):
+    """What a wait whose deadline passed does (DESIGN section 13)."""
+
+    COMPENSATE = "compensate"
+    """As a permanent failure of the step: undo what came before (held past the pivot)."""
+    HOLD = "hold"
+    """Error and an operator alert; the order keeps its place."""
+    ALERT = "alert"
+    """An operator alert, then keep waiting until `finalDeadlineSeconds`, then hold."""
 
 
 @dataclass(frozen=True)
@@ -74,10 +94,25 @@ class StepDefinition:
     """Results of earlier steps this step's request carries, as `step.field`."""
     results: tuple[str, ...] = ()
     """The result fields later steps may take as input."""
+    event: str | None = None
+    """An event step: the event's name (`POST /api/orders/{id}/events/{event}`)."""
+    approval: bool = False
+    """An event step whose data is `{"approved": bool}`: a rejection fails the step."""
+    on_deadline: OnDeadline = OnDeadline.HOLD
+    final_deadline_seconds: float | None = None
+    """With OnDeadline.ALERT: how long from the start of the wait it may go on."""
+    until: str | None = None
+    """A timer step: the order field it waits for (`notBefore`)."""
+    wait_seconds: float | None = None
+    """A timer step: how long it waits (when `until` is unset, or the order has none)."""
 
     @property
     def candidates(self) -> tuple[AgentName, ...]:
-        return (self.agent, *self.alternatives)
+        return (self.agent, *self.alternatives) if self.agent else ()
+
+    @property
+    def waits(self) -> bool:
+        return self.kind.waits
 
     @property
     def undoable(self) -> bool:
@@ -115,6 +150,11 @@ class Workflow:
     @property
     def agents(self) -> frozenset[AgentName]:
         return frozenset(a for s in self.steps for a in s.candidates)
+
+    @property
+    def events(self) -> frozenset[str]:
+        """The events some step of this workflow waits for."""
+        return frozenset(s.event for s in self.steps if s.event is not None)
 
 
 @dataclass(frozen=True)

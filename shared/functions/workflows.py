@@ -8,7 +8,7 @@ import azure.functions as func
 
 from shared.catalogue import catalogue
 from shared.contract import Route
-from shared.domain.workflow import Catalogue, Workflow
+from shared.domain.workflow import Catalogue, StepDefinition, Workflow
 from shared.functions.http import json_response
 
 bp = func.Blueprint()
@@ -19,17 +19,26 @@ def workflow_view(workflow: Workflow, default: bool) -> dict[str, Any]:
         "name": workflow.name,
         "version": workflow.version,
         "default": default,
-        "steps": [
-            {
-                "name": s.name,
-                "agent": s.agent,
-                "kind": s.kind.value,
-                "undo": s.compensation,
-                "inputs": list(s.inputs),
-            }
-            for s in workflow.steps
-        ],
+        "steps": [step_view(s) for s in workflow.steps],
     }
+
+
+def step_view(step: StepDefinition) -> dict[str, Any]:
+    view: dict[str, Any] = {
+        "name": step.name,
+        "agent": step.agent or None,
+        "kind": step.kind.value,
+        "undo": step.compensation,
+        "inputs": list(step.inputs),
+    }
+    if step.event is not None:
+        view["event"] = step.event
+        view["approval"] = step.approval
+    if step.waits:
+        view["onDeadline"] = step.on_deadline.value
+    if step.until is not None:
+        view["until"] = step.until
+    return view
 
 
 def workflows_view(known: Catalogue) -> dict[str, Any]:

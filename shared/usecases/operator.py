@@ -90,7 +90,7 @@ async def cancel_order(
     InvalidTransition once the order is Processed, Compensated or Cancelled.
     """
     now = deps.clock.now()
-    return await _operate(
+    return await operate(
         deps,
         order_id,
         CANCEL_CAUSE,
@@ -107,7 +107,7 @@ async def suspend_order(
     """Stop dispatching and stop the deadlines; the order leaves the watch list (the
     commit unwatches it), so the Supervisor cannot count a failure against it."""
     now = deps.clock.now()
-    return await _operate(
+    return await operate(
         deps,
         order_id,
         SUSPEND_CAUSE,
@@ -129,7 +129,7 @@ async def resume_order(
             return None
         return machine.resume(process, deps.policy, now, operator, RESUME_CAUSE)
 
-    return await _operate(deps, order_id, RESUME_CAUSE, decide, budget)
+    return await operate(deps, order_id, RESUME_CAUSE, decide, budget)
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class _Stored:
     sending its messages: they go out again (the broker drops what already went)."""
 
 
-async def _operate(
+async def operate(
     deps: ProcessDeps,
     order_id: str,
     cause: str,

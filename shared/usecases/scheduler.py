@@ -35,15 +35,10 @@ async def on_nudge(deps: ProcessDeps, order_id: str, message_id: str | None = No
     def decide(process: OrderProcess) -> Transition | None:
         if not deps.has_workflow(process):
             return None
+        workflow, now = deps.workflow(process), deps.clock.now()
         return machine.claim(
-            process,
-            deps.workflow(process),
-            deps.policy,
-            deps.instance_id,
-            deps.clock.now(),
-            message_id,
-            routing,
-        )
+            process, workflow, deps.policy, deps.instance_id, now, message_id, routing
+        ) or machine.wake(process, workflow, deps.policy, now, message_id, routing)
 
     return await _apply(deps, order_id, message_id, decide)
 

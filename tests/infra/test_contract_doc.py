@@ -52,6 +52,7 @@ from shared.domain.model import (
     Outcome,
     Priority,
     ProcessState,
+    ReceivedEvent,
     StepRecord,
     StepStatus,
 )
@@ -241,8 +242,14 @@ def test_state_record_properties_are_what_the_table_adapter_writes() -> None:
     # Every optional property set, so none is left out as a null.
     full = replace(
         process,
-        order=replace(process.order, trace_parent=f"00-{'1' * 32}-{'2' * 16}-01"),
-        state=replace(process.state, locked_by="i-1", complete_by=NOW, last_error="boom"),
+        order=replace(process.order, trace_parent=f"00-{'1' * 32}-{'2' * 16}-01", not_before=NOW),
+        state=replace(
+            process.state,
+            locked_by="i-1",
+            complete_by=NOW,
+            last_error="boom",
+            events=(ReceivedEvent("e-1", "review", NOW),),
+        ),
     )
     code = set(table_rows.state_entity(full)) - {"PartitionKey", "RowKey"}
     doc = documented("3.1 State record")

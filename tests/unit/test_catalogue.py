@@ -32,10 +32,15 @@ def refused(text: str) -> str:
     return str(error.value)
 
 
-def test_the_shipped_catalogue_is_valid_with_two_workflows_one_default() -> None:
+def test_the_shipped_catalogue_is_valid_with_its_workflows_one_default() -> None:
     known = load(DEFAULT_FILE)
     assert known.default == "order-fulfilment"
-    assert set(known.names) == {"order-fulfilment", "express-delivery"}
+    assert set(known.names) == {
+        "order-fulfilment",
+        "express-delivery",
+        "reviewed-order",
+        "scheduled-delivery",
+    }
     flow = known.get("express-delivery")
     assert flow is not None
     assert [s.kind for s in flow.steps] == [

@@ -4,7 +4,7 @@ back, wait for a step to settle or for a drained agent, requeue, hold for an ope
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from shared.contract import agent_queue
 from shared.domain.machine.settle import Undo, open_candidates, pinned, undo_of
@@ -17,11 +17,12 @@ from shared.domain.model import (
     NotificationStatus,
     Order,
     ProcessState,
+    ReceivedEvent,
     StepRecord,
     StepStatus,
 )
 from shared.domain.routing import Routing
-from shared.domain.workflow import StepDefinition, Workflow
+from shared.domain.workflow import StepDefinition, StepKind, Workflow
 
 DRAIN_RECHECK = timedelta(seconds=10)
 """How often an order waiting for a drained agent looks again (at most)."""
@@ -109,6 +110,9 @@ def dispatch_forward(b: Builder, workflow: Workflow, policy: ProcessPolicy, from
         wait_for_drained(b, policy, index)
         return
     step, definition = b.steps[index], workflow.steps[index]
+    if definition.waits:
+        start_wait(b, policy, index, definition)
+        return
     if not open_candidates(step, definition):
         b.set(current_step=index, last_error=f"{step.name}: abandoned at every provider")
         hold_for_operator(b, "no-provider-left")
@@ -118,6 +122,49 @@ def dispatch_forward(b: Builder, workflow: Workflow, policy: ProcessPolicy, from
         payload = {**payload, "inputs": step_inputs(b.steps, workflow, definition)}
     _dispatch(b, workflow, policy, index, Action.DO, payload)
     b.set_step(index, status=StepStatus.RUNNING, attempts=step.attempts + 1)
+
+
+def start_wait(b: Builder, policy: ProcessPolicy, index: int, definition: StepDefinition) -> None:
+    """An event or timer step: no agent, no request. The step runs until its deadline,
+    which the Supervisor's watch list holds, so waiting costs nothing per order. A timer
+    also sends its own wake-up, a nudge scheduled for its time; an event already received
+    is taken at once, through a nudge (machine/forward.py `wake`)."""
+    step = b.steps[index]
+    until = wait_until(b.order, definition, b.now)
+    deadline = until if until is not None else b.now + policy.wait_timeout(definition)
+    b.set_step(
+        index,
+        status=StepStatus.RUNNING,
+        attempts=step.attempts + 1,
+        complete_by=deadline,
+        dispatched_at=b.now,
+        error=None,
+    )
+    b.set(current_step=index, complete_by=deadline)
+    what = f"event {definition.event}" if definition.event else "its time"
+    b.note("waiting", f"{definition.name}: for {what} until {iso(deadline)}")
+    if until is not None:
+        nudge = Nudge(b.order.order_id, "timer")
+        b.send(nudge.outgoing(b.state.version, high=b.high, deliver_at=until))
+    elif pending_event(b.state.events, definition) is not None:
+        b.send(Nudge(b.order.order_id, "event").outgoing(b.state.version, high=b.high))
+
+
+def wait_until(order: Order, definition: StepDefinition, now: datetime) -> datetime | None:
+    """A timer's time: the order's `notBefore` (not earlier than now), else now plus its
+    duration; None for an event step."""
+    if definition.kind is not StepKind.TIMER:
+        return None
+    if definition.until == "notBefore" and order.not_before is not None:
+        return max(order.not_before, now)
+    return now + timedelta(seconds=definition.wait_seconds or 0)
+
+
+def pending_event(
+    events: Sequence[ReceivedEvent], definition: StepDefinition
+) -> ReceivedEvent | None:
+    """The first received event this step waits for that no step took yet."""
+    return next((e for e in events if e.name == definition.event and e.consumed_by is None), None)
 
 
 def dispatch_compensation(

@@ -73,7 +73,7 @@ def cancel(
     b = Builder(process, now, cause)
     b.set(cancel_requested=True, phase=Phase.COMPENSATE, failure_count=0)
     b.note("cancel-requested", f"by {operator}" + (f": {reason}" if reason else ""))
-    _continue_cancel(b, process, policy)
+    _continue_cancel(b, process, policy, workflow)
     return b.build()
 
 
@@ -131,14 +131,18 @@ def resume(
     return b.build()
 
 
-def _continue_cancel(b: Builder, process: OrderProcess, policy: ProcessPolicy) -> None:
+def _continue_cancel(
+    b: Builder, process: OrderProcess, policy: ProcessPolicy, workflow: Workflow | None = None
+) -> None:
     """Wait for what is in flight (a step or a compensation whose complete-by has not
     passed), else go back to the Scheduler, which undoes from the current step down and
     waits there for any step whose request is still live."""
     state = process.state
     index = state.current_step
     step = process.steps[index] if index < len(process.steps) else None
+    waiting = workflow is not None and index < len(workflow.steps) and workflow.steps[index].waits
     live = step is not None and step.complete_by is not None and step.complete_by > b.now
+    live = live and not waiting  # a wait has nothing in flight: cancel ends it at once
     # A Compensating order's current step is the one whose compensation is out.
     in_flight = live and (
         (step is not None and step.status is StepStatus.RUNNING)

@@ -3,24 +3,34 @@ sent, and when to look at an order next."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from shared.domain.failures import WAIT_EXPIRED
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
-from shared.domain.machine.dispatch import hold_for_operator, requeue, wait_to_settle
+from shared.domain.machine.dispatch import (
+    hold_for_operator,
+    pending_event,
+    requeue,
+    wait_to_settle,
+)
+from shared.domain.machine.forward import consume_event, fire_timer, take_answer, waiting_step
 from shared.domain.machine.settle import forward_only, key_state, settled_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
-from shared.domain.messages import idempotency_key, iso
+from shared.domain.messages import AgentReply, idempotency_key, iso
 from shared.domain.model import (
+    Action,
+    ErrorInfo,
     ExhaustedPolicy,
     KeyState,
     NotificationStatus,
     OrderProcess,
+    Outcome,
     Phase,
     ProcessState,
     StepRecord,
     StepStatus,
 )
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import OnDeadline, StepKind, Workflow
 
 
 def recover(
@@ -62,6 +72,9 @@ def recover(
         requeue(b, policy, 0, "redispatch")
         return b.build()
     running = step.status is StepStatus.RUNNING
+    if running and waiting_step(process, workflow) == index:
+        _wait_passed(b, workflow, policy, index)
+        return b.build()
     undo_out = state.process_state is ProcessState.COMPENSATING and not running
     undo_out = undo_out and step.complete_by is not None
     if not running and not undo_out:
@@ -314,3 +327,43 @@ def version_gone(process: OrderProcess, now: datetime, cause: str | None = None)
     b.set(last_error=f"workflow {state.workflow} v{state.workflow_version} is not in the catalogue")
     hold_for_operator(b, "workflow-version-gone")
     return b.build()
+
+
+def _wait_passed(b: Builder, workflow: Workflow, policy: ProcessPolicy, index: int) -> None:
+    """A wait's deadline: a timer fires (the Supervisor is the backstop of its scheduled
+    nudge); an event wait takes an event that is there, else follows its policy. Nothing
+    is counted: an approval that does not come is not a failure of the system."""
+    definition, step = workflow.steps[index], b.steps[index]
+    if definition.kind is StepKind.TIMER:
+        fire_timer(b, workflow, policy, index)
+        return
+    event = pending_event(b.state.events, definition)
+    if event is not None:
+        consume_event(b, workflow, policy, index, event)
+        return
+    deadline = step.complete_by or b.now
+    final = (
+        step.dispatched_at + timedelta(seconds=definition.final_deadline_seconds)
+        if definition.final_deadline_seconds is not None and step.dispatched_at is not None
+        else None
+    )
+    if definition.on_deadline is OnDeadline.ALERT and final is not None and deadline < final:
+        b.set_step(index, complete_by=final)
+        b.set(complete_by=final)
+        b.note("wait-overdue", f"{definition.name}: no {definition.event} by {iso(deadline)}")
+        b.alert("wait-overdue")
+        return
+    missing = f"no {definition.event} by {iso(deadline)}"
+    if definition.on_deadline is OnDeadline.COMPENSATE:
+        expired = AgentReply(
+            b.order.order_id,
+            definition.name,
+            Action.DO,
+            b.state.attempt,
+            Outcome.FAILED,
+            error=ErrorInfo(WAIT_EXPIRED, missing),
+        )
+        take_answer(b, workflow, policy, expired, index)
+        return
+    b.set(locked_by=None, last_error=f"{definition.name}: {WAIT_EXPIRED}: {missing}")
+    hold_for_operator(b, WAIT_EXPIRED)

@@ -57,6 +57,13 @@ class ProcessPolicy:
             return min(base, self.high_priority_step_timeout)
         return base
 
+    def wait_timeout(self, definition: StepDefinition) -> timedelta:
+        """A wait's deadline from its start: the step's own timeout (hours or days for an
+        approval), never shortened for priority; StepTimeoutSeconds when it has none."""
+        if definition.timeout_seconds is not None:
+            return timedelta(seconds=definition.timeout_seconds)
+        return self.step_timeout
+
     def backoff(self, failure_count: int) -> timedelta:
         exponent = max(failure_count - 1, 0)
         delay: timedelta = self.backoff_base * (2**exponent)

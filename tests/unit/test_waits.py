@@ -1,0 +1,257 @@
+"""Steps that wait for the world (DESIGN section 13), on the shipped `reviewed-order`
+(an approval event) and `scheduled-delivery` (a timer on the order's notBefore)."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from shared.contract import Queue, agent_queue
+from shared.domain import process as machine
+from shared.domain.failures import Failure, failure_of
+from shared.domain.model import OrderProcess, ProcessState, StepStatus
+from shared.domain.workflow import OnDeadline
+from shared.usecases import scheduler
+from shared.usecases.events import send_event
+from shared.usecases.operator import cancel_order, resume_order, suspend_order
+from shared.usecases.submission import submit_order
+from shared.usecases.supervisor import sweep
+from tests.builders import World, a_reply, an_order
+from tests.workflows import CATALOGUE, REVIEWED_ORDER, SCHEDULED_DELIVERY, run_on
+
+APPROVED = {"approved": True, "by": "ana"}
+REJECTED = {"approved": False, "by": "ana", "comment": "looks like fraud"}
+
+
+async def reach_review(world: World, order_id: str = "o-1") -> None:
+    deps = world.deps()
+    await submit_order(deps, an_order(order_id, clock=world.clock), workflow=REVIEWED_ORDER)
+    await scheduler.on_nudge(deps, order_id)
+    (reserve,) = world.bus.take(agent_queue("inventory"))
+    await scheduler.on_reply(deps, a_reply(reserve))
+
+
+async def loaded(world: World, order_id: str = "o-1") -> OrderProcess:
+    process = await world.store.load(order_id)
+    assert process is not None
+    return process
+
+
+async def nudges(world: World) -> None:
+    for nudge in world.bus.take(Queue.SCHEDULER):
+        await scheduler.on_nudge(world.deps(), nudge.body["orderId"], nudge.message_id)
+
+
+async def test_a_review_step_waits_with_no_agent_and_its_deadline_on_the_watch_list() -> None:
+    world = World()
+    await reach_review(world)
+    process = await loaded(world)
+    step = process.steps[1]
+    assert (step.name, step.status, step.agent) == ("manual-review", StepStatus.RUNNING, None)
+    assert step.complete_by == world.clock.now() + timedelta(days=1)
+    assert process.state.complete_by == step.complete_by
+    assert world.bus.take(agent_queue("payment")) == []
+    world.clock.advance(31)
+    await sweep(world.deps())
+    (entry,) = await world.store.due(world.clock.now() + timedelta(days=2), 10)
+    assert entry.check_at == step.complete_by, "one look, then nothing until the deadline"
+    assert (await loaded(world)).state.version == process.state.version
+
+
+async def test_an_approval_completes_the_step_and_the_order_goes_on() -> None:
+    world = World()
+    await reach_review(world)
+    await send_event(world.deps(), "o-1", "review", "ev-1", APPROVED)
+    process = await loaded(world)
+    assert process.steps[1].status is StepStatus.COMPLETED
+    assert process.steps[1].result == APPROVED
+    (charge,) = world.bus.take(agent_queue("payment"))
+    assert charge.body["step"] == "charge-payment"
+
+
+async def test_the_same_event_id_twice_has_one_effect() -> None:
+    world = World()
+    await reach_review(world)
+    await send_event(world.deps(), "o-1", "review", "ev-1", APPROVED)
+    first = await loaded(world)
+    await send_event(world.deps(), "o-1", "review", "ev-1", REJECTED)
+    again = await loaded(world)
+    assert again.state.version == first.state.version
+    assert [e.event_id for e in again.state.events] == ["ev-1"]
+    assert len(world.bus.take(agent_queue("payment"))) == 1
+
+
+async def test_an_event_sent_before_its_step_is_kept_and_consumed_when_reached() -> None:
+    world = World()
+    deps = world.deps()
+    await submit_order(deps, an_order("o-1", clock=world.clock), workflow=REVIEWED_ORDER)
+    await send_event(deps, "o-1", "review", "early", APPROVED)
+    await scheduler.on_nudge(deps, "o-1")
+    (reserve,) = world.bus.take(agent_queue("inventory"))
+    await scheduler.on_reply(deps, a_reply(reserve))
+    assert (await loaded(world)).steps[1].status is StepStatus.RUNNING
+    await nudges(world)
+    process = await loaded(world)
+    assert process.steps[1].status is StepStatus.COMPLETED
+    assert process.state.events[0].consumed_by == "manual-review"
+    assert len(world.bus.take(agent_queue("payment"))) == 1
+
+
+async def test_a_rejection_fails_the_step_and_compensates_what_was_done() -> None:
+    world = World()
+    await reach_review(world)
+    await send_event(world.deps(), "o-1", "review", "ev-1", REJECTED)
+    process = await loaded(world)
+    assert process.state.process_state is ProcessState.COMPENSATING
+    assert process.state.last_error == "manual-review: rejected: rejected by ana: looks like fraud"
+    (release,) = world.bus.take(agent_queue("inventory"))
+    assert release.body["action"] == "compensate"
+
+
+async def test_an_event_for_a_suspended_order_waits_for_the_resume() -> None:
+    world = World()
+    await reach_review(world)
+    await suspend_order(world.deps(), "o-1", "op")
+    await send_event(world.deps(), "o-1", "review", "ev-1", APPROVED)
+    process = await loaded(world)
+    assert process.state.process_state is ProcessState.SUSPENDED
+    assert process.state.events[0].consumed_by is None
+    await resume_order(world.deps(), "o-1", "op")
+    await nudges(world)
+    await nudges(world)
+    assert (await loaded(world)).steps[1].status is StepStatus.COMPLETED
+    assert len(world.bus.take(agent_queue("payment"))) == 1
+
+
+async def test_cancel_while_waiting_ends_the_wait_and_undoes_what_was_done() -> None:
+    world = World()
+    await reach_review(world)
+    await cancel_order(world.deps(), "o-1", "op")
+    await nudges(world)
+    (release,) = world.bus.take(agent_queue("inventory"))
+    await scheduler.on_reply(world.deps(), a_reply(release))
+    assert (await loaded(world)).state.process_state is ProcessState.CANCELLED
+    with pytest.raises(machine.InvalidTransition):
+        await send_event(world.deps(), "o-1", "review", "late", APPROVED)
+
+
+async def test_an_event_the_workflow_never_waits_for_is_refused() -> None:
+    world = World()
+    await reach_review(world)
+    with pytest.raises(machine.NotAwaited, match="never waits for event 'picked'"):
+        await send_event(world.deps(), "o-1", "picked", "ev-1", {})
+
+
+async def test_an_approval_without_approved_is_refused() -> None:
+    world = World()
+    await reach_review(world)
+    with pytest.raises(machine.InvalidEventData):
+        await send_event(world.deps(), "o-1", "review", "ev-1", {"ok": True})
+
+
+async def test_an_expired_review_compensates_by_its_policy_and_counts_nothing() -> None:
+    world = World()
+    await reach_review(world)
+    world.clock.advance(86401)
+    await sweep(world.deps())
+    process = await loaded(world)
+    assert process.state.process_state is ProcessState.COMPENSATING
+    assert process.state.failure_count == 0
+    assert (process.state.last_error or "").startswith("manual-review: wait-expired: no review")
+    (release,) = world.bus.take(agent_queue("inventory"))
+    assert release.body["action"] == "compensate"
+
+
+async def test_an_expired_wait_held_by_policy_is_an_error_with_its_own_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    review = dataclasses.replace(REVIEWED_ORDER.steps[1], on_deadline=OnDeadline.HOLD)
+    run_on(
+        monkeypatch,
+        dataclasses.replace(
+            REVIEWED_ORDER, steps=(REVIEWED_ORDER.steps[0], review, *REVIEWED_ORDER.steps[2:])
+        ),
+    )
+    world = World()
+    await reach_review(world)
+    world.clock.advance(86401)
+    await sweep(world.deps())
+    process = await loaded(world)
+    assert process.state.process_state is ProcessState.ERROR
+    assert machine_failure(process).error_code == "wait-expired"
+    (alert,) = world.bus.take(Queue.OPERATOR_ALERTS)
+    assert alert.body["reason"] == "wait-expired"
+
+
+async def test_an_alerting_wait_alerts_then_waits_to_its_final_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    review = dataclasses.replace(
+        REVIEWED_ORDER.steps[1], on_deadline=OnDeadline.ALERT, final_deadline_seconds=3 * 86400
+    )
+    run_on(
+        monkeypatch,
+        dataclasses.replace(
+            REVIEWED_ORDER, steps=(REVIEWED_ORDER.steps[0], review, *REVIEWED_ORDER.steps[2:])
+        ),
+    )
+    world = World()
+    await reach_review(world)
+    world.clock.advance(86401)
+    await sweep(world.deps())
+    process = await loaded(world)
+    assert process.state.process_state is ProcessState.PROCESSING
+    (alert,) = world.bus.take(Queue.OPERATOR_ALERTS)
+    assert alert.body["reason"] == "wait-overdue"
+    await send_event(world.deps(), "o-1", "review", "ev-1", APPROVED)
+    assert len(world.bus.take(agent_queue("payment"))) == 1
+
+
+async def test_a_timer_fires_at_the_orders_not_before_by_its_scheduled_nudge() -> None:
+    world = World()
+    deps = world.deps()
+    order = dataclasses.replace(
+        an_order("o-1", clock=world.clock), not_before=world.clock.now() + timedelta(hours=2)
+    )
+    await submit_order(deps, order, workflow=SCHEDULED_DELIVERY)
+    world.bus.take(Queue.SCHEDULER)
+    await scheduler.on_nudge(deps, "o-1")
+    for queue in ("inventory", "payment"):
+        (request,) = world.bus.take(agent_queue(queue))
+        await scheduler.on_reply(deps, a_reply(request))
+    (timer,) = world.bus.take(Queue.SCHEDULER)
+    assert timer.deliver_at == order.not_before
+    assert world.bus.take(agent_queue("shipping")) == []
+    world.clock.advance(2 * 3600)
+    await scheduler.on_nudge(deps, "o-1", timer.message_id)
+    (ship,) = world.bus.take(agent_queue("shipping"))
+    assert ship.body["step"] == "create-shipment"
+
+
+async def test_a_timer_whose_nudge_is_lost_is_fired_by_the_supervisor() -> None:
+    world = World()
+    deps = world.deps()
+    order = dataclasses.replace(
+        an_order("o-1", clock=world.clock), not_before=world.clock.now() + timedelta(hours=2)
+    )
+    await submit_order(deps, order, workflow=SCHEDULED_DELIVERY)
+    await scheduler.on_nudge(deps, "o-1")
+    for queue in ("inventory", "payment"):
+        (request,) = world.bus.take(agent_queue(queue))
+        await scheduler.on_reply(deps, a_reply(request))
+    world.bus.take(Queue.SCHEDULER)
+    world.clock.advance(3600)
+    await sweep(deps)
+    assert world.bus.take(agent_queue("shipping")) == []
+    world.clock.advance(3601)
+    await sweep(deps)
+    (ship,) = world.bus.take(agent_queue("shipping"))
+    assert (await loaded(world)).state.failure_count == 0
+    assert ship.body["step"] == "create-shipment"
+
+
+def machine_failure(process: OrderProcess) -> Failure:
+    state = process.state
+    return failure_of(state, CATALOGUE.get(state.workflow, state.workflow_version))
