@@ -9,6 +9,7 @@ import azure.functions as func
 from shared.functions import (
     agents,
     bulk,
+    events,
     fleet,
     intake,
     operator,
@@ -26,6 +27,7 @@ for blueprint in (
     operator.bp,
     ops.bp,
     bulk.bp,
+    events.bp,
     fleet.bp,
     scheduler.bp,
     agents.bp,

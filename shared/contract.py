@@ -118,6 +118,8 @@ class Setting:
     """The catalogue the app runs (default: catalogue.json beside function_app.py). Each
     agent's service URL setting is named in the catalogue (`serviceUrlSetting`)."""
     INSTANCE_ID: Final = "WEBSITE_INSTANCE_ID"
+    EVENT_SIGNING_SECRET: Final = "EventSigningSecret"
+    """When set, events must be signed with it (HMAC-SHA256); a Key Vault reference in Azure."""
     BULK_ACTIONS_PER_SECOND: Final = "BulkActionsPerSecond"
     """The pace of a bulk job's actions, per instance running the bulk timer."""
     TRACE_QUERY_URL: Final = "TraceQueryUrl"
@@ -168,6 +170,8 @@ class Route:
     CANCEL: Final = "orders/{orderId}/cancel"
     SUSPEND: Final = "orders/{orderId}/suspend"
     RESUME: Final = "orders/{orderId}/resume"
+    ORDER_EVENT: Final = "orders/{orderId}/events/{eventName}"
+    """An event for an order's waiting step (an approval, a webhook)."""
     HEALTH: Final = "health"
     OPENAPI: Final = "openapi.json"
     OPS_PAGE: Final = "ops"

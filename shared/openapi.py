@@ -349,6 +349,76 @@ def _fleet_paths() -> dict[str, Any]:
                 },
             }
         },
+        f"/{Route.ORDER_EVENT}": {
+            "post": {
+                "operationId": "sendEvent",
+                "summary": "An event for the order's waiting step: kept until its step takes it",
+                "security": [{"functionKey": []}],
+                "parameters": [
+                    _ORDER_ID,
+                    {
+                        "name": "eventName",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": "^[a-z][a-z0-9]*(-[a-z0-9]+)*$"},
+                    },
+                    {
+                        "name": "x-signature",
+                        "in": "header",
+                        "required": False,
+                        "description": "sha256=<hex HMAC-SHA256 of the body>, required when "
+                        "EventSigningSecret is set",
+                        "schema": {"type": "string"},
+                    },
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["eventId"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "eventId": {
+                                        "type": "string",
+                                        "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$",
+                                    },
+                                    "data": {
+                                        "type": "object",
+                                        "description": 'an approval: {"approved": bool, '
+                                        '"by"?: string, "comment"?: string}',
+                                    },
+                                },
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "202": _json(
+                        "stored (or a repeat of this eventId: nothing more happens)",
+                        {
+                            "type": "object",
+                            "properties": {
+                                "orderId": {"type": "string"},
+                                "event": {"type": "string"},
+                                "eventId": {"type": "string"},
+                            },
+                        },
+                    ),
+                    "400": _problem(
+                        "invalid body, or an event the order's workflow never waits for"
+                    ),
+                    "401": _problem("no valid key, or a bad signature"),
+                    "404": _problem("unknown order"),
+                    "409": _problem("the order is final"),
+                    "413": _problem("body or data too large"),
+                    "415": _problem("a body that is not JSON"),
+                    **_CROSS_ORIGIN,
+                    **_UNAVAILABLE,
+                },
+            }
+        },
         f"/{Route.WORKFLOWS}": {
             "get": {
                 "operationId": "listWorkflows",

@@ -6,7 +6,7 @@ import os
 import socket
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from shared.catalogue import catalogue
@@ -60,6 +60,8 @@ class Settings:
     bulk_actions_per_second: float = 50.0
     """How fast a bulk job acts on orders, so a fleet-wide action does not crowd out
     the orders' own traffic."""
+    event_signing_secret: str | None = field(default=None, repr=False)
+    """EventSigningSecret: events must carry its HMAC; None: function keys alone."""
     trace_query_url: str | None = None
     """The local trace query the operator page links an order to; None in Azure."""
     reconcile_sample_size: int = 50
@@ -116,6 +118,7 @@ class Settings:
             chaos_fault_rate=_number(values, ChaosSetting.FAULT_RATE, 0, minimum=0),
             bulk_actions_per_second=_number(values, Setting.BULK_ACTIONS_PER_SECOND, 50),
             trace_query_url=values.get(Setting.TRACE_QUERY_URL, "").strip() or None,
+            event_signing_secret=values.get(Setting.EVENT_SIGNING_SECRET, "").strip() or None,
             reconcile_sample_size=int(
                 min(_number(values, Setting.RECONCILE_SAMPLE_SIZE, 50, minimum=1), 1000)
             ),

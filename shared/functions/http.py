@@ -9,8 +9,9 @@ from typing import Any
 import azure.functions as func
 
 from shared import jsonbounds
+from shared.catalogue.running import workflow_of
 from shared.domain.messages import iso
-from shared.domain.model import HistoryEntry, OrderProcess, StateRecord
+from shared.domain.model import HistoryEntry, OrderProcess, ProcessState, StateRecord, StepStatus
 from shared.telemetry.propagation import trace_id_of
 
 PROBLEM_JSON = "application/problem+json"
@@ -149,4 +150,25 @@ def order_view(process: OrderProcess) -> dict[str, Any]:
         ],
         "history": [history_view(h) for h in process.history],
         "traceId": trace_id_of(order.trace_parent),
+        "waitingFor": waiting_view(process),
+        "events": [
+            {"eventId": e.event_id, "name": e.name, "at": iso(e.at), "consumedBy": e.consumed_by}
+            for e in process.state.events
+        ],
     }
+
+
+def waiting_view(process: OrderProcess) -> dict[str, Any] | None:
+    """What a waiting order waits for (DESIGN section 13), else None."""
+    state = process.state
+    workflow = workflow_of(state)
+    index = state.current_step
+    if workflow is None or index >= len(workflow.steps) or index >= len(process.steps):
+        return None
+    definition, step = workflow.steps[index], process.steps[index]
+    active = state.process_state in (ProcessState.PROCESSING, ProcessState.SUSPENDED)
+    if not definition.waits or step.status is not StepStatus.RUNNING or not active:
+        return None
+    deadline = opt_iso(step.complete_by)
+    what = {"event": definition.event} if definition.event else {"until": deadline}
+    return {**what, "step": step.name, "since": opt_iso(step.dispatched_at), "deadline": deadline}

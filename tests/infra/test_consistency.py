@@ -56,7 +56,7 @@ TEST_ONLY_SETTINGS = frozenset(
 # Local only: the operator page's link to devhost's trace receiver; Azure has Application Insights.
 LOCAL_ONLY_SETTINGS = frozenset({Setting.TRACE_QUERY_URL})
 # Optional, with a default that is right in Azure (the deployed catalogue.json).
-OPTIONAL_SETTINGS = frozenset({Setting.CATALOGUE_FILE})
+OPTIONAL_SETTINGS = frozenset({Setting.CATALOGUE_FILE, Setting.EVENT_SIGNING_SECRET})
 PLAIN_SETTINGS = (
     CODE_SETTINGS
     - PLATFORM_SETTINGS
@@ -308,6 +308,7 @@ def test_deployed_settings_parse_and_every_name_the_code_reads_is_deployed() -> 
         - PLATFORM_SETTINGS
         - TEST_ONLY_SETTINGS
         - LOCAL_ONLY_SETTINGS
+        - OPTIONAL_SETTINGS
     )
     assert not not_deployed, f"the code reads settings the Bicep never sets: {sorted(not_deployed)}"
     assert settings.storage.connection_string is None and settings.storage.client_id

@@ -1,0 +1,103 @@
+"""`POST /api/orders/{orderId}/events/{eventName}`: the world answers a waiting step.
+
+Function auth like the intake. With the setting EventSigningSecret, the body must also be
+signed (`x-signature: sha256=<hex HMAC-SHA256 of the body>`), checked in constant time:
+an outside system that holds the secret, and only it, can approve an order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from typing import Any
+
+import azure.functions as func
+
+from shared import bootstrap
+from shared.contract import Route
+from shared.domain.process import InvalidEventData, InvalidTransition, NotAwaited
+from shared.functions.http import problem, read_json
+from shared.ports import StateStoreError
+from shared.telemetry.spans import serving
+from shared.usecases.budget import HTTP_BUDGET
+from shared.usecases.events import send_event
+from shared.usecases.operator import OrderNotFound
+
+bp = func.Blueprint()
+_ORDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_EVENT_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+_EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+MAX_DATA_BYTES = 8 * 1024
+"""An event's data is kept with the order (its entity is capped): ids and a comment."""
+SIGNATURE_HEADER = "x-signature"
+
+
+@bp.route(route=Route.ORDER_EVENT, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+async def send_event_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    with serving(req, context):
+        return await _send(req)
+
+
+async def _send(req: func.HttpRequest) -> func.HttpResponse:
+    order_id = req.route_params.get("orderId", "")
+    name = req.route_params.get("eventName", "")
+    if not _ORDER_ID.match(order_id):
+        return problem(404, "Order not found", f"no order with id {order_id[:64]!r}")
+    if not _EVENT_NAME.match(name) or len(name) > 40:
+        return problem(400, "Invalid event name", "an event name is lower-case words and hyphens")
+    c = await bootstrap.container()
+    secret = c.settings.event_signing_secret
+    if secret is not None and not signed(
+        req.get_body() or b"", req.headers.get(SIGNATURE_HEADER), secret
+    ):
+        return problem(
+            401, "Bad signature", f"{SIGNATURE_HEADER} must be sha256=<HMAC-SHA256 of the body>"
+        )
+    body, failure = read_json(req)
+    if failure is not None:
+        return failure
+    parsed = _body(body)
+    if isinstance(parsed, func.HttpResponse):
+        return parsed
+    event_id, data = parsed
+    try:
+        await send_event(c.process, order_id, name, event_id, data, budget=HTTP_BUDGET)
+    except OrderNotFound:
+        return problem(404, "Order not found", f"no order with id {order_id!r}")
+    except (NotAwaited, InvalidEventData) as exc:
+        return problem(400, "Invalid event", str(exc))
+    except InvalidTransition as exc:
+        return problem(409, "Not waiting", str(exc))
+    except StateStoreError:
+        return problem(503, "Try again", "the state store is unavailable", {"Retry-After": "5"})
+    return func.HttpResponse(
+        json.dumps({"orderId": order_id, "event": name, "eventId": event_id}),
+        status_code=202,
+        mimetype="application/json",
+    )
+
+
+def _body(body: Any) -> tuple[str, dict[str, Any] | None] | func.HttpResponse:
+    if not isinstance(body, dict) or set(body) - {"eventId", "data"}:
+        return problem(400, "Invalid event", 'the body is {"eventId": string, "data"?: object}')
+    event_id = body.get("eventId")
+    if not isinstance(event_id, str) or not _EVENT_ID.match(event_id):
+        return problem(
+            400, "Invalid event", "eventId is required: 1-128 letters, digits and ._:- characters"
+        )
+    data = body.get("data")
+    if data is not None and not isinstance(data, dict):
+        return problem(400, "Invalid event", "data is a JSON object")
+    size = len(json.dumps(data, separators=(",", ":"))) if data else 0
+    if size > MAX_DATA_BYTES:
+        return problem(
+            413, "Payload Too Large", f"the event's data is {size} bytes; at most {MAX_DATA_BYTES}"
+        )
+    return event_id, data
+
+
+def signed(body: bytes, header: str | None, secret: str) -> bool:
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return header is not None and hmac.compare_digest(header.strip().encode(), expected.encode())
