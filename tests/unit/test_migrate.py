@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.adapters.memory import InMemoryBulkStore
+from shared.adapters.memory import InMemoryBulkStore, InMemoryBus
 from shared.contract import Queue, agent_queue
 from shared.domain import process as machine
 from shared.domain.bulk import (
@@ -33,6 +33,7 @@ from shared.domain.model import (
 from shared.domain.workflow import StepDefinition, StepKind
 from shared.usecases import scheduler
 from shared.usecases.bulk import BulkDeps, job_status, preview, start_job, work_jobs
+from shared.usecases.deps import ProcessDeps
 from shared.usecases.operator import migrate_order
 from shared.usecases.submission import submit_order
 from tests.builders import World, a_reply, an_order
@@ -58,21 +59,18 @@ V3 = dataclasses.replace(
 MIGRATE = BulkFilter(workflow="order-fulfilment", workflow_version=1)
 
 
-async def submitted(world: World, order_id: str) -> None:
+async def submitted(deps: ProcessDeps, order_id: str) -> None:
     """Pending at its first step, nothing dispatched yet: nothing done so far."""
-    await submit_order(
-        world.deps(), an_order(order_id, clock=world.clock), workflow=ORDER_FULFILMENT
-    )
+    await submit_order(deps, an_order(order_id), workflow=ORDER_FULFILMENT)
 
 
-async def charging(world: World, order_id: str) -> None:
+async def charging(deps: ProcessDeps, bus: InMemoryBus, order_id: str) -> None:
     """Processing: inventory reserved, the charge dispatched and running."""
-    deps = world.deps()
-    await submitted(world, order_id)
+    await submitted(deps, order_id)
     await scheduler.on_nudge(deps, order_id)
-    (reserve_request,) = world.bus.take(agent_queue("inventory"))
+    (reserve_request,) = bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(reserve_request))
-    for nudge in world.bus.take(Queue.SCHEDULER):
+    for nudge in bus.take(Queue.SCHEDULER):
         await scheduler.on_nudge(deps, nudge.body["orderId"])
 
 
@@ -87,7 +85,7 @@ async def test_a_running_order_whose_steps_so_far_are_shared_moves_and_finishes_
 ) -> None:
     run_on(monkeypatch, V2, V3)
     world = World()
-    await charging(world, "o-1")
+    await charging(world.deps(), world.bus, "o-1")
     before = await load(world, "o-1")
     assert before.state.process_state is ProcessState.PROCESSING
     assert [s.status for s in before.steps][:2] == [StepStatus.COMPLETED, StepStatus.RUNNING]
@@ -130,8 +128,8 @@ async def test_an_order_whose_steps_so_far_differ_is_refused_and_unchanged(
 ) -> None:
     run_on(monkeypatch, V2, V3)
     world = World()
-    await charging(world, "o-1")
-    await submitted(world, "o-2")
+    await charging(world.deps(), world.bus, "o-1")
+    await submitted(world.deps(), "o-2")
     before = await load(world, "o-1")
 
     with pytest.raises(machine.IncompatibleVersions, match="charge-payment"):
@@ -203,9 +201,9 @@ async def test_a_bulk_dry_run_counts_only_compatible_orders_and_the_job_migrates
     run_on(monkeypatch, V2, V3)
     world = World()
     for i in range(3):
-        await charging(world, f"c-{i}")
+        await charging(world.deps(), world.bus, f"c-{i}")
     for i in range(2):
-        await submitted(world, f"n-{i}")
+        await submitted(world.deps(), f"n-{i}")
     deps = BulkDeps(world.deps(), InMemoryBulkStore(world.store), 50)
     request = BulkRequest(BulkAction.MIGRATE, MIGRATE, True, to_version=3)
 
