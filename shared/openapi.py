@@ -6,6 +6,7 @@ from functools import cache
 from typing import Any
 
 from shared.contract import Route
+from shared.domain.bulk import BulkAction
 from shared.domain.messages import OrderSubmission
 from shared.domain.model import ProcessState
 from shared.jsonbounds import MAX_DEPTH
@@ -465,6 +466,7 @@ def _fleet_paths() -> dict[str, Any]:
     }
 
 
+_BULK_ACTIONS = [a.value for a in BulkAction]
 _BULK_FILTER = {
     "type": "object",
     "additionalProperties": False,
@@ -478,6 +480,13 @@ _BULK_FILTER = {
         },
         "createdFrom": {**_TIME, "description": "orders created at or after"},
         "createdTo": {**_TIME, "description": "orders created before"},
+        "workflow": {"type": "string", "minLength": 1, "maxLength": 200},
+        "workflowVersion": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1_000_000,
+            "description": "only with workflow",
+        },
     },
 }
 _BULK_BODY = {
@@ -485,10 +494,17 @@ _BULK_BODY = {
     "additionalProperties": False,
     "required": ["action", "filter"],
     "properties": {
-        "action": {"enum": ["resubmit", "cancel", "suspend", "resume"]},
+        "action": {"enum": _BULK_ACTIONS},
         "filter": _BULK_FILTER,
         "dryRun": {"type": "boolean"},
         "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
+        "toVersion": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1_000_000,
+            "description": "migrate only, and required there (with filter.workflow): the "
+            "version of the workflow the orders move to",
+        },
     },
 }
 _BULK_PREVIEW = {
@@ -505,6 +521,16 @@ _BULK_PREVIEW = {
                 "properties": {"operation": {"type": "string"}, "count": _INT},
             },
         },
+        "refused": {**_INT, "description": "migrate only: orders it would refuse"},
+        "refusals": {
+            "type": "array",
+            "maxItems": 10,
+            "items": {
+                "type": "object",
+                "required": ["orderId", "reason"],
+                "properties": {"orderId": {"type": "string"}, "reason": {"type": "string"}},
+            },
+        },
     },
 }
 _BULK_JOB = {
@@ -512,8 +538,9 @@ _BULK_JOB = {
     "required": ["bulkId", "action", "state", "matched", "done", "skipped", "failed"],
     "properties": {
         "bulkId": {"type": "string"},
-        "action": {"enum": ["resubmit", "cancel", "suspend", "resume"]},
+        "action": {"enum": _BULK_ACTIONS},
         "state": {"enum": ["Running", "Done"]},
+        "toVersion": _INT,
         "matched": _INT,
         "done": _INT,
         "skipped": _INT,

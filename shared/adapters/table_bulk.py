@@ -184,6 +184,8 @@ def _job_entity(job: BulkJob) -> dict[str, Any]:
     }
     if job.next_cursor is not None:
         entity["NextCursor"] = _cursor_json(job.next_cursor)
+    if job.to_version is not None:
+        entity["ToVersion"] = job.to_version
     return entity
 
 
@@ -197,6 +199,8 @@ def _to_job(entity: Any) -> BulkJob:
         created_at=rows.utc(entity["CreatedAt"]),
         updated_at=rows.utc(entity["UpdatedAt"]),
         operator=str(entity.get("Operator", "operator")),
+        # Jobs stored before migrate existed have no ToVersion.
+        to_version=int(entity["ToVersion"]) if entity.get("ToVersion") is not None else None,
         state=JobState(entity["State"]),
         done=int(entity.get("Done", 0)),
         skipped=int(entity.get("Skipped", 0)),

@@ -150,7 +150,7 @@ def _queue_selection(parser: Parser, verb: str) -> None:
     )
 
 
-BULK_ACTIONS = ("resubmit", "cancel", "suspend", "resume")
+BULK_ACTIONS = ("resubmit", "cancel", "suspend", "resume", "migrate")
 MAX_BULK_LIMIT = 100_000
 
 
@@ -168,6 +168,19 @@ def _bulk(commands: argparse._SubParsersAction[Parser]) -> None:
     match.add_argument("--customer", help="a customer id")
     match.add_argument("--created-from", metavar="ISO", help="orders created at or after")
     match.add_argument("--created-to", metavar="ISO", help="orders created before")
+    match.add_argument("--workflow", metavar="NAME", help="orders of this workflow")
+    match.add_argument(
+        "--workflow-version",
+        metavar="N",
+        type=_bounded("--workflow-version", 1),
+        help="orders on this version of --workflow",
+    )
+    bulk.add_argument(
+        "--to-version",
+        metavar="N",
+        type=_bounded("--to-version", 1),
+        help="migrate only (required): the version of --workflow the orders move to",
+    )
     bulk.add_argument(
         "--limit",
         type=_bounded("--limit", 1, MAX_BULK_LIMIT),

@@ -182,15 +182,23 @@ async def orders_bulk(
             ("customerId", args.customer),
             ("createdFrom", args.created_from),
             ("createdTo", args.created_to),
+            ("workflow", args.workflow),
+            ("workflowVersion", args.workflow_version),
         )
         if value
     }
     if not flt:
         raise Usage(
             "name at least one filter (--state, --step, --error-code, --customer, "
-            "--created-from, --created-to): a bulk action never matches everything"
+            "--created-from, --created-to, --workflow): a bulk action never matches everything"
         )
+    if args.action == "migrate" and (args.to_version is None or args.workflow is None):
+        raise Usage("migrate needs --workflow NAME and --to-version N")
+    if args.action != "migrate" and args.to_version is not None:
+        raise Usage("--to-version is only for migrate")
     body: dict[str, Any] = {"action": args.action, "filter": flt}
+    if args.to_version is not None:
+        body["toVersion"] = args.to_version
     if args.limit is not None:
         body["limit"] = args.limit
     async with OperatorApi.open(config) as api:

@@ -337,6 +337,12 @@ def bulk_preview(action: str, preview: Mapping[str, Any]) -> str:
         )
     else:
         lines.append("no remote operation")
+    refused = preview.get("refused")
+    if refused:
+        lines.append(f"refused: {refused} order{'' if refused == 1 else 's'}")
+        lines.extend(
+            f"  {r.get('orderId')}: {r.get('reason')}" for r in preview.get("refusals") or []
+        )
     return "\n".join(lines)
 
 

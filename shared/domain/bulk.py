@@ -16,13 +16,25 @@ from enum import StrEnum
 from typing import Any, Final
 
 from shared.domain.failures import failure_of
+from shared.domain.machine.migrate import incompatibility
 from shared.domain.model import OrderProcess, ProcessState, StepStatus
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import Catalogue, Workflow
 
 MAX_LIMIT: Final = 100_000
 SAMPLES: Final = 10
-_FILTER_KEYS: Final = ("state", "step", "errorCode", "customerId", "createdFrom", "createdTo")
-_BODY_KEYS: Final = {"action", "filter", "dryRun", "limit"}
+_FILTER_KEYS: Final = (
+    "state",
+    "step",
+    "errorCode",
+    "customerId",
+    "createdFrom",
+    "createdTo",
+    "workflow",
+    "workflowVersion",
+)
+_INT_FILTER_KEYS: Final = frozenset({"workflowVersion"})
+_BODY_KEYS: Final = {"action", "filter", "dryRun", "limit", "toVersion"}
+MAX_VERSION: Final = 1_000_000
 MAX_TEXT: Final = 200
 
 
@@ -31,6 +43,7 @@ class BulkAction(StrEnum):
     CANCEL = "cancel"
     SUSPEND = "suspend"
     RESUME = "resume"
+    MIGRATE = "migrate"
 
     @property
     def states(self) -> tuple[ProcessState, ...]:
@@ -73,6 +86,9 @@ class BulkFilter:
     created_from: datetime | None = None
     created_to: datetime | None = None
     """Exclusive: orders created before this instant."""
+    workflow: str | None = None
+    workflow_version: int | None = None
+    """Only with `workflow`: a version means nothing without its workflow."""
 
     def to_json(self) -> dict[str, Any]:
         values: dict[str, Any] = {
@@ -82,6 +98,8 @@ class BulkFilter:
             "customerId": self.customer_id,
             "createdFrom": _iso(self.created_from),
             "createdTo": _iso(self.created_to),
+            "workflow": self.workflow,
+            "workflowVersion": self.workflow_version,
         }
         return {k: v for k, v in values.items() if v is not None}
 
@@ -92,6 +110,8 @@ class BulkRequest:
     filter: BulkFilter
     dry_run: bool = False
     limit: int | None = None
+    to_version: int | None = None
+    """migrate only: the version of `filter.workflow` the orders move to."""
 
 
 def parse_request(data: Any) -> BulkRequest:
@@ -119,7 +139,58 @@ def parse_request(data: Any) -> BulkRequest:
         raise BulkRequestError(
             "Invalid limit", f"limit must be a whole number from 1 to {MAX_LIMIT}"
         )
-    return BulkRequest(action, parse_filter(data.get("filter")), dry_run, limit)
+    flt = parse_filter(data.get("filter"))
+    to_version = data.get("toVersion")
+    if action is not BulkAction.MIGRATE:
+        if to_version is not None:
+            raise BulkRequestError(
+                "Invalid toVersion", f"toVersion is only for migrate, not {action.value}"
+            )
+        return BulkRequest(action, flt, dry_run, limit)
+    if to_version is None:
+        raise BulkRequestError(
+            "Invalid toVersion", "migrate needs toVersion: the version the orders move to"
+        )
+    if not _whole(to_version):
+        raise BulkRequestError(
+            "Invalid toVersion", f"toVersion must be a whole number from 1 to {MAX_VERSION}"
+        )
+    if flt.workflow is None:
+        raise BulkRequestError(
+            "Invalid filter", "migrate needs filter.workflow: the workflow whose orders move"
+        )
+    if flt.workflow_version == to_version:
+        raise BulkRequestError(
+            "Invalid toVersion",
+            f"toVersion {to_version} is filter.workflowVersion: the orders are already there",
+        )
+    return BulkRequest(action, flt, dry_run, limit, to_version)
+
+
+def migration_target(request: BulkRequest, catalogue: Catalogue) -> Workflow | None:
+    """The workflow version a migrate moves orders to (None for other actions), or
+    BulkRequestError naming the versions the catalogue keeps."""
+    if request.action is not BulkAction.MIGRATE:
+        return None
+    name = request.filter.workflow or ""
+    target = catalogue.get(name, request.to_version)
+    if target is not None:
+        return target
+    kept = sorted(w.version for w in catalogue.workflows if w.name == name)
+    if not kept:
+        known = ", ".join(catalogue.names)
+        raise BulkRequestError(
+            "Unknown workflow", f"no workflow {name!r} in the catalogue; it has {known}"[:300]
+        )
+    versions = ", ".join(f"v{v}" for v in kept)
+    raise BulkRequestError(
+        "Unknown version",
+        f"{name} has no v{request.to_version} in the catalogue; it keeps {versions}"[:300],
+    )
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_VERSION
 
 
 def parse_filter(data: Any) -> BulkFilter:
@@ -138,7 +209,13 @@ def parse_filter(data: Any) -> BulkFilter:
             "Empty filter", "the filter names nothing: bulk actions never match everything"
         )
     for key, value in given.items():
-        if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
+        if key in _INT_FILTER_KEYS:
+            if not _whole(value):
+                raise BulkRequestError(
+                    "Invalid filter",
+                    f"filter.{key} must be a whole number from 1 to {MAX_VERSION}",
+                )
+        elif not isinstance(value, str) or not value or len(value) > MAX_TEXT:
             raise BulkRequestError(
                 "Invalid filter", f"filter.{key} must be a non-empty string of at most {MAX_TEXT}"
             )
@@ -157,6 +234,11 @@ def parse_filter(data: Any) -> BulkFilter:
         raise BulkRequestError(
             "Invalid filter", "filter.createdFrom must be before filter.createdTo"
         )
+    if "workflowVersion" in given and "workflow" not in given:
+        raise BulkRequestError(
+            "Invalid filter",
+            "filter.workflowVersion needs filter.workflow: versions are per workflow",
+        )
     return BulkFilter(
         state=state,
         step=given.get("step"),
@@ -164,6 +246,8 @@ def parse_filter(data: Any) -> BulkFilter:
         customer_id=given.get("customerId"),
         created_from=created_from,
         created_to=created_to,
+        workflow=given.get("workflow"),
+        workflow_version=given.get("workflowVersion"),
     )
 
 
@@ -190,9 +274,42 @@ def states_to_scan(action: BulkAction, flt: BulkFilter) -> tuple[ProcessState, .
 
 
 def matches(
+    action: BulkAction,
+    flt: BulkFilter,
+    process: OrderProcess,
+    workflow: Workflow | None,
+    target: Workflow | None = None,
+) -> bool:
+    """Does the filter match, and would the single action do something to this order?
+    `target`: where a migrate moves the order (see `migration_target`)."""
+    return selects(action, flt, process, workflow) and (
+        refusal(action, process, workflow, target) is None
+    )
+
+
+def refusal(
+    action: BulkAction, process: OrderProcess, workflow: Workflow | None, target: Workflow | None
+) -> str | None:
+    """Why the single action would refuse an order the filter selects; None for actions
+    whose refusals the filter's states already rule out. Only a migrate has its own: the
+    order's steps done so far must be the same in the target version."""
+    if action is not BulkAction.MIGRATE:
+        return None
+    if target is None:
+        return "the target version is no longer in the catalogue"
+    if workflow is None:
+        state = process.state
+        return (
+            f"order {process.order_id} runs on {state.workflow} v{state.workflow_version}, "
+            "which the catalogue no longer keeps"
+        )
+    return incompatibility(process, workflow, target)
+
+
+def selects(
     action: BulkAction, flt: BulkFilter, process: OrderProcess, workflow: Workflow | None
 ) -> bool:
-    """Does the filter match, and would the single action do something to this order?"""
+    """Does the filter match an order in a state the action accepts?"""
     state = process.state
     if state.process_state not in states_to_scan(action, flt):
         return False
@@ -203,6 +320,10 @@ def matches(
     ):
         return False
     if flt.customer_id is not None and process.order.customer_id != flt.customer_id:
+        return False
+    if flt.workflow is not None and state.workflow != flt.workflow:
+        return False
+    if flt.workflow_version is not None and state.workflow_version != flt.workflow_version:
         return False
     if flt.created_from is not None and state.created_at < flt.created_from:
         return False
@@ -225,7 +346,7 @@ def effects_of(
     A cancel undoes every step that completed, is running, or is in doubt (dispatched
     with no answer): the Scheduler compensates those (shared/domain/process.py). A
     resubmit re-runs the step the order stopped at (its undo, when it stopped while
-    compensating). Suspend and resume cause no remote call by themselves.
+    compensating). Suspend, resume and migrate cause no remote call by themselves.
     """
     if workflow is None:
         return ()
@@ -250,6 +371,30 @@ class Preview:
     matched: int = 0
     sample_order_ids: list[str] = field(default_factory=list)
     effects: Counter[str] = field(default_factory=Counter)
+    refused: int = 0
+    """Orders the filter selects that the action would refuse (a migrate's incompatible
+    orders): not counted in `matched`, never acted on."""
+    refusals: list[dict[str, str]] = field(default_factory=list)
+
+    def consider(
+        self,
+        action: BulkAction,
+        flt: BulkFilter,
+        process: OrderProcess,
+        workflow: Workflow | None,
+        target: Workflow | None = None,
+    ) -> bool:
+        """Count the order as matched or refused; True when it matched."""
+        if not selects(action, flt, process, workflow):
+            return False
+        reason = refusal(action, process, workflow, target)
+        if reason is None:
+            self.add(action, process, workflow)
+            return True
+        self.refused += 1
+        if len(self.refusals) < SAMPLES:
+            self.refusals.append({"orderId": process.order_id, "reason": reason})
+        return False
 
     def add(self, action: BulkAction, process: OrderProcess, workflow: Workflow | None) -> None:
         self.matched += 1
@@ -288,6 +433,8 @@ class BulkJob:
     created_at: datetime
     updated_at: datetime
     operator: str = "operator"
+    to_version: int | None = None
+    """migrate only: the version of `filter.workflow` the orders move to."""
     state: JobState = JobState.RUNNING
     done: int = 0
     skipped: int = 0
@@ -338,7 +485,10 @@ class Lease:
 def acted_by(details: Iterable[str], actor: str) -> bool:
     """Does an order's history show an action by `actor` (see BulkJob.actor)?"""
     mark = f"by {actor}"
-    return any(d == mark or d.startswith(f"{mark}:") or d.startswith(f"{mark},") for d in details)
+    return any(
+        d == mark or d.startswith((f"{mark}:", f"{mark},")) or d.endswith(f" {mark}")
+        for d in details
+    )
 
 
 def _iso(at: datetime | None) -> str | None:

@@ -7,7 +7,8 @@ from an older attempt, a duplicate. None is normal control flow, never an error.
 The rules live in shared/domain/machine/, one module per concern: forward (submission,
 claim, answers), dispatch (the moves every rule ends with), settle (when a step may be
 undone or moved: the rule that keeps money from being left behind), recovery (the
-Supervisor's moves), operator (cancel, suspend, resume, resubmit) and heartbeat.
+Supervisor's moves), operator (cancel, suspend, resume, resubmit), migrate (an order
+moved to another version of its workflow) and heartbeat.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from shared.domain.machine.events import (
 )
 from shared.domain.machine.forward import apply_reply, claim, start, wake
 from shared.domain.machine.heartbeat import extend_complete_by
+from shared.domain.machine.migrate import IncompatibleVersions, incompatibility, migrate
 from shared.domain.machine.operator import PastPivot, cancel, resubmit, resume, suspend
 from shared.domain.machine.recovery import (
     next_check,
@@ -33,6 +35,7 @@ from shared.domain.machine.transition import InvalidTransition, ProcessPolicy, T
 
 __all__ = [
     "DRAIN_RECHECK",
+    "IncompatibleVersions",
     "InvalidEventData",
     "InvalidTransition",
     "NotAwaited",
@@ -44,6 +47,8 @@ __all__ = [
     "cancel",
     "claim",
     "extend_complete_by",
+    "incompatibility",
+    "migrate",
     "next_check",
     "next_deadline",
     "receive_event",

@@ -9,8 +9,15 @@ from typing import Any, Final
 import azure.functions as func
 
 from shared import bootstrap
+from shared.catalogue import catalogue
 from shared.contract import Route
-from shared.domain.bulk import BulkJob, BulkRequestError, parse_request
+from shared.domain.bulk import (
+    BulkAction,
+    BulkJob,
+    BulkRequestError,
+    migration_target,
+    parse_request,
+)
 from shared.functions.http import json_response, problem, read_json
 from shared.ports import StateStoreError
 from shared.usecases.bulk import (
@@ -31,7 +38,7 @@ the pace is BulkActionsPerSecond, and an idle run costs one query of `~bulk`."""
 
 
 def job_view(job: BulkJob) -> dict[str, Any]:
-    return {
+    view: dict[str, Any] = {
         "bulkId": job.bulk_id,
         "action": job.action.value,
         "state": job.state.value,
@@ -40,6 +47,9 @@ def job_view(job: BulkJob) -> dict[str, Any]:
         "skipped": job.skipped,
         "failed": job.failed,
     }
+    if job.to_version is not None:
+        view["toVersion"] = job.to_version
+    return view
 
 
 async def _deps() -> BulkDeps | None:
@@ -56,6 +66,7 @@ async def bulk_orders(req: func.HttpRequest) -> func.HttpResponse:
         return error
     try:
         request = parse_request(data)
+        migration_target(request, catalogue())
     except BulkRequestError as exc:
         return problem(400, exc.title, str(exc))
     deps = await _deps()
@@ -65,13 +76,14 @@ async def bulk_orders(req: func.HttpRequest) -> func.HttpResponse:
     try:
         if request.dry_run:
             found = await preview(deps, request)
-            return json_response(
-                {
-                    "matched": found.matched,
-                    "sampleOrderIds": found.sample_order_ids,
-                    "effects": found.effects_view(),
-                }
-            )
+            answer: dict[str, Any] = {
+                "matched": found.matched,
+                "sampleOrderIds": found.sample_order_ids,
+                "effects": found.effects_view(),
+            }
+            if request.action is BulkAction.MIGRATE:
+                answer |= {"refused": found.refused, "refusals": found.refusals}
+            return json_response(answer)
         job = await start_job(deps, request, operator)
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})

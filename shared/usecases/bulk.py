@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Final
 
+from shared.catalogue import catalogue
 from shared.catalogue.running import workflow_of
 from shared.domain.bulk import (
     BulkAction,
@@ -40,6 +41,7 @@ from shared.domain.bulk import (
 )
 from shared.domain.model import OrderProcess
 from shared.domain.process import InvalidTransition
+from shared.domain.workflow import Workflow
 from shared.ports import BulkStore, BusUnavailable, ConcurrencyConflict, StateStoreError
 from shared.usecases import bulk_lease
 from shared.usecases.bulk_lease import HeldLease
@@ -48,6 +50,7 @@ from shared.usecases.deps import ProcessDeps
 from shared.usecases.operator import (
     OrderNotFound,
     cancel_order,
+    migrate_order,
     resubmit_order,
     resume_order,
     suspend_order,
@@ -68,6 +71,8 @@ _ACTIONS: Final[dict[BulkAction, Callable[[ProcessDeps, str, str], Awaitable[Ord
     BulkAction.SUSPEND: suspend_order,
     BulkAction.RESUME: resume_order,
 }
+"""The single action per bulk action; a migrate (which needs the job's target version)
+goes through `migrate_order` instead."""
 
 
 class BulkJobNotFound(LookupError):
@@ -87,21 +92,29 @@ class BulkDeps:
     actions_per_second: float = 50.0
 
 
+def _target(action: BulkAction, workflow: str | None, to_version: int | None) -> Workflow | None:
+    """A migrate's target as this instance's catalogue has it (None: nothing matches)."""
+    if action is not BulkAction.MIGRATE or workflow is None:
+        return None
+    return catalogue().get(workflow, to_version)
+
+
 async def preview(deps: BulkDeps, request: BulkRequest) -> Preview:
     """Count what the action would act on (up to `limit`) and what it would cause; a
-    scan of the accepted states, a page at a time, that changes nothing."""
+    scan of the accepted states, a page at a time, that changes nothing. Orders the
+    action would refuse (a migrate's incompatible ones) are counted apart."""
     found = Preview()
     cap = request.limit
+    target = _target(request.action, request.filter.workflow, request.to_version)
     for state in states_to_scan(request.action, request.filter):
         continuation: str | None = None
         while cap is None or found.matched < cap:
             page = await deps.jobs.orders(state, PAGE_SIZE, continuation)
             for process in page.items:
                 workflow = workflow_of(process.state)
-                if matches(request.action, request.filter, process, workflow):
-                    found.add(request.action, process, workflow)
-                    if cap is not None and found.matched >= cap:
-                        break
+                counted = found.consider(request.action, request.filter, process, workflow, target)
+                if counted and cap is not None and found.matched >= cap:
+                    break
             continuation = page.continuation
             if continuation is None:
                 break
@@ -121,6 +134,7 @@ async def start_job(deps: BulkDeps, request: BulkRequest, operator: str) -> Bulk
         created_at=now,
         updated_at=now,
         operator=operator,
+        to_version=request.to_version,
         state=JobState.RUNNING if counted.matched else JobState.DONE,
     )
     etag = await deps.jobs.create_job(job)
@@ -219,10 +233,11 @@ async def _claim_next_page(deps: BulkDeps, job: BulkJob, size: int) -> BulkJob |
         after = Cursor(cursor.state_index + 1, None)
     else:
         after = Cursor(cursor.state_index, page.continuation)
+    target = _job_target(job)
     chosen = tuple(
         p.order_id
         for p in (page.items if page else ())
-        if matches(job.action, job.filter, p, workflow_of(p.state))
+        if matches(job.action, job.filter, p, workflow_of(p.state), target)
     )[: job.remaining]
     if not chosen:
         changed = replace(job, cursor=after, updated_at=now)
@@ -256,6 +271,10 @@ async def _act_on_page(deps: BulkDeps, job: BulkJob, pacer: Pacer, *, replay: bo
     return len(job.in_flight)
 
 
+def _job_target(job: BulkJob) -> Workflow | None:
+    return _target(job.action, job.filter.workflow, job.to_version)
+
+
 async def _act(deps: ProcessDeps, job: BulkJob, order_id: str, *, replay: bool) -> Outcome:
     """The single action on one order, as the operator's own route would do it. An order
     that no longer matches (someone else moved it on) is skipped, not forced."""
@@ -267,9 +286,15 @@ async def _act(deps: ProcessDeps, job: BulkJob, order_id: str, *, replay: bool) 
             history = await deps.store.history(order_id)
             if acted_by((h.detail for h in history), job.actor):
                 return Outcome.DONE
-        if not matches(job.action, job.filter, process, workflow_of(process.state)):
+        if not matches(
+            job.action, job.filter, process, workflow_of(process.state), _job_target(job)
+        ):
             return Outcome.SKIPPED
-        await _ACTIONS[job.action](deps, order_id, job.actor)
+        if job.action is BulkAction.MIGRATE:
+            assert job.to_version is not None, "parse_request requires it"
+            await migrate_order(deps, order_id, job.actor, job.to_version)
+        else:
+            await _ACTIONS[job.action](deps, order_id, job.actor)
     except (InvalidTransition, OrderNotFound):
         return Outcome.SKIPPED
     except BusUnavailable:

@@ -1,5 +1,5 @@
 """What operators and clients ask of an order: inspect, list, resubmit, cancel, suspend,
-resume, health."""
+resume, migrate to another workflow version, health."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from shared.catalogue import catalogue
+from shared.catalogue.running import workflow_of
 from shared.domain import process as machine
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.process import Transition
@@ -21,6 +23,7 @@ RESUBMIT_CAUSE = "operator-resubmit"
 CANCEL_CAUSE = "operator-cancel"
 SUSPEND_CAUSE = "operator-suspend"
 RESUME_CAUSE = "operator-resume"
+MIGRATE_CAUSE = "operator-migrate"
 MAX_RACES = 5
 
 
@@ -130,6 +133,44 @@ async def resume_order(
         return machine.resume(process, deps.policy, now, operator, RESUME_CAUSE)
 
     return await operate(deps, order_id, RESUME_CAUSE, decide, budget)
+
+
+async def migrate_order(
+    deps: ProcessDeps,
+    order_id: str,
+    operator: str,
+    to_version: int,
+    *,
+    budget: Budget | None = None,
+) -> OrderProcess:
+    """Move the order to `to_version` of its workflow; it runs to its end there. Sends
+    nothing: the order continues as it was (its running step's answer, its nudge, the
+    Supervisor's watch), then on the new version's steps.
+
+    Raises InvalidTransition when the order is final, its version or the target is not
+    in the catalogue, and IncompatibleVersions when its steps done so far are not the
+    same in both versions. Asked again once it is there, it changes nothing.
+    """
+    now = deps.clock.now()
+
+    def decide(process: OrderProcess) -> Transition | None:
+        state = process.state
+        if state.workflow_version == to_version and not state.process_state.is_final:
+            return None
+        target = catalogue().get(state.workflow, to_version)
+        if target is None:
+            raise machine.InvalidTransition(
+                f"{state.workflow} has no v{to_version} in the catalogue"
+            )
+        source = workflow_of(state)
+        if source is None:
+            raise machine.InvalidTransition(
+                f"order {order_id} runs on {state.workflow} v{state.workflow_version}, "
+                "which the catalogue no longer keeps"
+            )
+        return machine.migrate(process, source, target, now, operator, MIGRATE_CAUSE)
+
+    return await operate(deps, order_id, MIGRATE_CAUSE, decide, budget)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,14 @@ PREVIEW = {
     "effects": [{"operation": "refund-payment", "count": 412}],
 }
 
+MIGRATE_PREVIEW = {
+    "matched": 3,
+    "sampleOrderIds": ["n-1", "n-2", "n-3"],
+    "effects": [],
+    "refused": 1,
+    "refusals": [{"orderId": "c-1", "reason": "order c-1: step 2 (charge-payment) differs"}],
+}
+
 
 @dataclass
 class StandIn:
@@ -50,6 +58,8 @@ async def api() -> AsyncIterator[StandIn]:
                 status=400, text=json.dumps(problem), content_type="application/problem+json"
             )
         if body.get("dryRun"):
+            if body.get("action") == "migrate":
+                return web.json_response(MIGRATE_PREVIEW)
             return web.json_response(PREVIEW)
         return web.json_response(
             {"bulkId": "b" * 32, "matched": 412},
@@ -192,6 +202,11 @@ async def test_a_confirmed_prompt_starts_it_and_a_no_does_not(api: StandIn) -> N
         ("orders", "bulk", "cancel", "--state", "Nope"),
         ("orders", "bulk", "cancel", "--state", "Error", "--limit", "0"),
         ("orders", "bulk", "cancel", "--state", "Error", "--limit", "100001"),
+        ("orders", "bulk", "migrate", "--workflow", "order-fulfilment"),
+        ("orders", "bulk", "migrate", "--state", "Error", "--to-version", "2"),
+        ("orders", "bulk", "cancel", "--state", "Error", "--to-version", "2"),
+        ("orders", "bulk", "migrate", "--workflow", "w", "--to-version", "0"),
+        ("orders", "bulk", "cancel", "--workflow", "w", "--workflow-version", "x"),
     ],
 )
 async def test_usage_errors_exit_2_before_any_call(api: StandIn, argv: tuple[str, ...]) -> None:
@@ -211,3 +226,22 @@ def test_the_namespace_has_every_flag() -> None:
         False,
         False,
     )
+
+
+async def test_a_migrate_sends_its_target_and_the_preview_shows_the_refused(
+    api: StandIn,
+) -> None:
+    argv = ("orders", "bulk", "migrate", "--workflow", "order-fulfilment")
+    version = ("--workflow-version", "1", "--to-version", "2")
+    done = await cli(*argv, *version, "--dry-run", env=env(api))
+    assert done.code == Exit.OK, done.err
+    assert api.posted == [
+        {
+            "action": "migrate",
+            "filter": {"workflow": "order-fulfilment", "workflowVersion": 1},
+            "toVersion": 2,
+            "dryRun": True,
+        }
+    ]
+    assert "migrate would act on 3 orders" in done.out and "no remote operation" in done.out
+    assert "refused: 1 order" in done.out and "c-1: order c-1: step 2" in done.out

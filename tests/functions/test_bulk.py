@@ -11,6 +11,8 @@ import pytest
 from shared.domain.model import ProcessState
 from tests.functions.conftest import Harness
 from tests.functions.test_functions import ORDER, assert_problem, body
+from tests.unit.test_migrate import V2
+from tests.workflows import run_on
 
 SUSPEND_PENDING = {"action": "suspend", "filter": {"state": "Pending"}}
 
@@ -43,6 +45,25 @@ async def submit(harness: Harness, order_id: str) -> None:
         ({"action": "cancel", "filter": {"state": "Error"}, "dryRun": 1}, "Invalid dryRun"),
         ({"action": "cancel", "filter": ["Error"]}, "Invalid filter"),
         ("cancel", "Invalid body"),
+        ({"action": "migrate", "filter": {"workflow": "order-fulfilment"}}, "Invalid toVersion"),
+        ({"action": "cancel", "filter": {"state": "Error"}, "toVersion": 2}, "Invalid toVersion"),
+        ({"action": "migrate", "filter": {"state": "Error"}, "toVersion": 2}, "Invalid filter"),
+        (
+            {"action": "migrate", "filter": {"workflow": "order-fulfilment"}, "toVersion": 9},
+            "Unknown version",
+        ),
+        (
+            {"action": "migrate", "filter": {"workflow": "gift-wrap"}, "toVersion": 2},
+            "Unknown workflow",
+        ),
+        (
+            {
+                "action": "migrate",
+                "filter": {"workflow": "order-fulfilment", "workflowVersion": 1},
+                "toVersion": 1,
+            },
+            "Invalid toVersion",
+        ),
     ],
 )
 async def test_bad_input_is_a_precise_400(harness: Harness, payload: Any, title: str) -> None:
@@ -119,3 +140,31 @@ async def test_an_unknown_bulk_job_is_404(harness: Harness, bulk_id: str) -> Non
         "bulk_job", "GET", f"bulk/{bulk_id}", route_params={"bulkId": bulk_id}
     )
     assert_problem(response, 404)
+
+
+async def test_a_migrate_to_a_version_not_kept_names_the_kept_ones(harness: Harness) -> None:
+    payload = {"action": "migrate", "filter": {"workflow": "order-fulfilment"}, "toVersion": 9}
+    problem = assert_problem(await post(harness, payload), 400)
+    assert "keeps v1" in problem["detail"]
+
+
+async def test_a_migrate_dry_run_reports_refused_orders(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await submit(harness, "m-0")
+    run_on(monkeypatch, V2)
+    payload = {
+        "action": "migrate",
+        "filter": {"workflow": "order-fulfilment", "workflowVersion": 1},
+        "toVersion": 2,
+        "dryRun": True,
+    }
+    response = await post(harness, payload)
+    assert response.status_code == 200
+    assert body(response) == {
+        "matched": 1,
+        "sampleOrderIds": ["m-0"],
+        "effects": [],
+        "refused": 0,
+        "refusals": [],
+    }

@@ -163,3 +163,20 @@ async def test_of_eight_runs_taking_the_lease_at_once_one_holds_it(
             await held.release(now)
             assert not await held.renew()  # released, as if taken: it stops
             now += timedelta(seconds=1)
+
+
+async def test_a_migrate_job_keeps_its_target_version(stores: tuple[StateStore, BulkStore]) -> None:
+    _, jobs = stores
+    job = a_job(
+        "c" * 32,
+        action=BulkAction.MIGRATE,
+        filter=BulkFilter(workflow="order-fulfilment", workflow_version=1),
+        to_version=2,
+    )
+    await jobs.create_job(job)
+    loaded = await jobs.load_job("c" * 32)
+    assert loaded is not None and replace(loaded, etag=None) == job
+    # A job stored before migrate existed has no target version.
+    await jobs.create_job(a_job("d" * 32))
+    older = await jobs.load_job("d" * 32)
+    assert older is not None and older.to_version is None
