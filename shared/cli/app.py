@@ -40,6 +40,7 @@ _ORDERS: dict[str, ApiCommand] = {
     "resume": commands.orders_resume,
     "bulk": commands.orders_bulk,
     "watch": commands.orders_watch,
+    "send-event": commands.orders_send_event,
 }
 _AGENTS: dict[str, ApiCommand] = {
     "list": commands.agents_list,
@@ -69,7 +70,7 @@ async def run(
     out = out or sys.stdout
     err = err or sys.stderr
     values = os.environ if env is None else env
-    secrets: list[str | None] = _flag_values(argv, ("--key", "--connection"))
+    secrets: list[str | None] = _flag_values(argv, ("--key", "--connection", "--secret"))
     try:
         try:
             args = parse(argv)

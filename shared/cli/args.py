@@ -234,6 +234,18 @@ def build_parser() -> Parser:
     suspend.add_argument("order_ids", metavar="ORDER_ID", nargs="+")
     resume = _leaf(commands, "resume", "continue Suspended orders where they stopped")
     resume.add_argument("order_ids", metavar="ORDER_ID", nargs="+")
+    send = _leaf(commands, "send-event", "send an event to an order's waiting step")
+    send.add_argument("order_id", metavar="ORDER_ID")
+    send.add_argument("event", metavar="EVENT", help="the event's name, e.g. review")
+    send.add_argument("--event-id", required=True, help="the event's id: a repeat changes nothing")
+    verdict = send.add_mutually_exclusive_group()
+    verdict.add_argument("--approve", action="store_true", help='an approval: {"approved": true}')
+    verdict.add_argument("--reject", action="store_true", help='an approval: {"approved": false}')
+    verdict.add_argument("--data", help="the event's data, a JSON object")
+    send.add_argument("--comment", type=_reason, help="with --approve or --reject")
+    send.add_argument(
+        "--secret", help=f"sign the event (prefer env {Setting.EVENT_SIGNING_SECRET})"
+    )
     _bulk(commands)
     watch = _leaf(commands, "watch", "poll an order until it ends, printing each change")
     watch.add_argument("order_id", metavar="ORDER_ID")

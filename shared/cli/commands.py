@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -15,7 +17,7 @@ from shared.cli.api import OperatorApi, View
 from shared.cli.config import ApiConfig, BusConfig
 from shared.cli.deadletters import DeadLetterQueues, Settlement
 from shared.cli.errors import CliError, Exit, NotFound, Usage
-from shared.contract import ALL_QUEUES
+from shared.contract import ALL_QUEUES, Setting
 from shared.domain.model import ProcessState
 
 TERMINAL = frozenset(
@@ -85,6 +87,32 @@ async def orders_cancel(args: argparse.Namespace, config: ApiConfig, console: Co
         "cancelling",
         "a Processed, Compensated or Cancelled order cannot be cancelled",
     )
+
+
+async def orders_send_event(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    """An approval carries the operator's name (`by`): it is recorded with the event."""
+    if args.approve or args.reject:
+        data: Any = {"approved": bool(args.approve), "by": config.operator}
+        if args.comment:
+            data["comment"] = args.comment
+    elif args.data is not None:
+        try:
+            data = json.loads(args.data)
+        except json.JSONDecodeError as exc:
+            raise Usage(f"--data is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise Usage("--data is a JSON object")
+    else:
+        data = None
+    body = {"eventId": args.event_id, **({"data": data} if data is not None else {})}
+    secret = args.secret or os.environ.get(Setting.EVENT_SIGNING_SECRET)
+    async with OperatorApi.open(config) as api:
+        answer = await api.send_event(args.order_id, args.event, body, secret)
+    if console.json:
+        console.data(answer)
+    else:
+        console.show(f"{args.order_id}: event {args.event} ({args.event_id}) stored")
+    return Exit.OK
 
 
 async def orders_suspend(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:

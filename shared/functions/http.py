@@ -152,7 +152,13 @@ def order_view(process: OrderProcess) -> dict[str, Any]:
         "traceId": trace_id_of(order.trace_parent),
         "waitingFor": waiting_view(process),
         "events": [
-            {"eventId": e.event_id, "name": e.name, "at": iso(e.at), "consumedBy": e.consumed_by}
+            {
+                "eventId": e.event_id,
+                "name": e.name,
+                "at": iso(e.at),
+                "consumedBy": e.consumed_by,
+                "by": (e.data or {}).get("by"),
+            }
             for e in process.state.events
         ],
     }

@@ -74,3 +74,51 @@ async def test_an_order_in_error_is_listed_shown_resubmitted_and_watched_to_the_
     assert answers["cli-nope"]["result"] == "not found"
     done = await system.order("cli-stuck-1")
     assert "cli-test" in json.dumps(done["history"])
+
+
+async def test_send_event_approves_a_waiting_order_as_the_operator(quick_system: System) -> None:
+    system = quick_system
+    env = {"ORDERS_API_URL": system.api, "ORDERS_OPERATOR": "ana"}
+    status, answer = await system.app.submit(
+        {
+            "orderId": "cli-review",
+            "customerId": "c-1",
+            "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": 5}],
+            "workflow": "reviewed-order",
+        }
+    )
+    assert status == 202, answer
+    await system.wait_for("cli-review", {"Processing"}, currentStep=1)
+    unknown = await cli("orders", "send-event", "cli-review", "picked", "--event-id", "e2", env=env)
+    assert unknown.code == Exit.FAILED and "never waits for event 'picked'" in unknown.err
+    bad = await cli(
+        "orders",
+        "send-event",
+        "cli-review",
+        "review",
+        "--event-id",
+        "e1",
+        "--data",
+        "[1]",
+        env=env,
+    )
+    assert bad.code == Exit.USAGE, bad.err
+    sent = await cli(
+        "orders",
+        "send-event",
+        "cli-review",
+        "review",
+        "--event-id",
+        "e1",
+        "--approve",
+        "--comment",
+        "checked",
+        env=env,
+    )
+    assert sent.code == Exit.OK, sent.err
+    assert "event review (e1) stored" in sent.out
+    view = await system.wait_for("cli-review")
+    assert view["processState"] == "Processed"
+    review = next(s for s in view["steps"] if s["name"] == "manual-review")
+    assert review["status"] == "Completed"
+    assert [(e["eventId"], e["by"]) for e in view["events"]] == [("e1", "ana")]
