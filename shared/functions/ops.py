@@ -130,6 +130,19 @@ def snapshot_view(snapshot: OpsSnapshot) -> dict[str, Any]:
                 for e in snapshot.errors
             ],
         },
+        "waiting": [
+            {
+                "orderId": w.state.order_id,
+                "processState": w.state.process_state.value,
+                "workflow": w.state.workflow,
+                "workflowVersion": w.state.workflow_version,
+                "step": w.step,
+                "event": w.event,
+                "approval": w.approval,
+                "deadline": opt_iso(w.state.complete_by),
+            }
+            for w in snapshot.waiting
+        ],
         "agents": [_agent_view(a) for a in snapshot.agents],
         "sweeps": [
             {

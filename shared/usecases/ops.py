@@ -69,6 +69,16 @@ class ErrorOrder:
 
 
 @dataclass(frozen=True)
+class WaitingOrder:
+    """An order whose current step waits for the world: what for, and until when."""
+
+    state: StateRecord
+    step: str
+    event: str | None
+    approval: bool
+
+
+@dataclass(frozen=True)
 class OpsSnapshot:
     at: datetime
     count_cap: int
@@ -81,6 +91,9 @@ class OpsSnapshot:
     `reconciliation`."""
     reconciliation: tuple[ReconcileRun, ...] = ()
     """The last reconciliation runs, newest first."""
+    waiting: tuple[WaitingOrder, ...] = ()
+    """Processing orders whose current step is an event or timer wait, soonest deadline
+    first (from the rows the counts read: no extra query)."""
 
 
 async def ops_snapshot(
@@ -104,6 +117,7 @@ async def ops_snapshot(
     now = deps.clock.now()
     counts: list[StateCount] = []
     errors: tuple[ErrorOrder, ...] = ()
+    waiting: list[WaitingOrder] = []
     for state, page in zip(states, pages or (), strict=False):
         newest = sorted(page.items, key=lambda r: r.updated_at, reverse=True)
         capped = len(page.items) > count_cap or page.continuation is not None
@@ -117,6 +131,8 @@ async def ops_snapshot(
         )
         if state is ProcessState.ERROR:
             errors = tuple(ErrorOrder(r, step_name(r)) for r in newest[:error_limit])
+        if state in (ProcessState.PROCESSING, ProcessState.SUSPENDED):
+            waiting.extend(w for w in map(waiting_order, page.items) if w is not None)
     agents = tuple(
         AgentView(h, age=now - h.heartbeat_at, stale=now - h.heartbeat_at > STALE_AFTER)
         for h in beats or ()
@@ -139,7 +155,20 @@ async def ops_snapshot(
             if got is None
         ),
         reconciliation=runs or (),
+        waiting=tuple(
+            sorted(waiting, key=lambda w: w.state.complete_by or w.state.updated_at)[:error_limit]
+        ),
     )
+
+
+def waiting_order(state: StateRecord) -> WaitingOrder | None:
+    workflow = workflow_of(state)
+    if workflow is None or not 0 <= state.current_step < len(workflow.steps):
+        return None
+    definition = workflow.steps[state.current_step]
+    if not definition.waits:
+        return None
+    return WaitingOrder(state, definition.name, definition.event, definition.approval)
 
 
 async def _runs(reconcile: ReconcileStore | None) -> tuple[ReconcileRun, ...]:
