@@ -1,6 +1,6 @@
 """CPU of the local stack with no orders, and one order's latency after the idle spell.
 
-    python -m bench.idle [--seconds 60] [--profile] [--no-probe]
+    python -m bench.idle [--seconds 60] [--waiting 1000] [--profile] [--no-probe]
 
 Starts Azurite (in memory, as bench and chaos run it), the broker, the simulator and the
 runtime as separate processes through the harness's Stack, waits until the runtime is
@@ -9,7 +9,9 @@ submits nothing and reads each process's CPU seconds (children included) from th
 over the window: an idle system should cost next to nothing, and what it does cost is
 paid again on every test, demo and laptop. Then one order goes through, so a saving
 bought with slower wake-ups shows up as latency. ``--profile`` samples the runtime and
-the broker with py-spy during the window and prints their top frames.
+the broker with py-spy during the window and prints their top frames. ``--waiting N``
+first puts N orders of ``reviewed-order`` in their approval wait (a day long), so the
+window shows what waiting costs: nothing per order, when it works.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ SERVICES = ("runtime", "broker", "azurite")
 @dataclass
 class IdleResult:
     seconds: float
+    waiting: int
     load_average: tuple[float, float, float]
     cpu_seconds: dict[str, float]
     machine_busy: float
@@ -123,6 +126,43 @@ async def probe_order(stack: BenchStack) -> dict[str, Any]:
     return result
 
 
+WAIT_SETTLE_SECONDS = 45.0
+"""A new wait's watch entry is first due at the previous step's check time; the sweep
+then moves it to the wait's deadline. The window starts after that one look."""
+
+
+async def put_in_wait(stack: BenchStack, count: int) -> None:
+    """`count` orders waiting for their approval, each confirmed at its wait."""
+    run = uuid.uuid4().hex[:6]
+    ids = [f"wait-{run}-{i:05d}" for i in range(count)]
+    gate = asyncio.Semaphore(32)
+    async with aiohttp.ClientSession() as session:
+        app = stack.app(session)
+
+        async def one(order_id: str) -> None:
+            async with gate:
+                status, answer = await app.submit(
+                    {
+                        "orderId": order_id,
+                        "customerId": f"c-{int(order_id[-5:]) % 50}",
+                        "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": 5}],
+                        "workflow": "reviewed-order",
+                    }
+                )
+                if status != 202:
+                    raise RuntimeError(f"submit {order_id}: {status} {answer}")
+
+        await asyncio.gather(*(one(i) for i in ids))
+        started = time.monotonic()
+        for order_id in ids:
+            await app.wait_for(order_id, {"Processing"}, 300, currentStep=1)
+        console.print(
+            f"[dim]{count} orders waiting for approval "
+            f"({time.monotonic() - started:.0f} s to confirm)[/]"
+        )
+    await asyncio.sleep(WAIT_SETTLE_SECONDS)
+
+
 async def measure(args: argparse.Namespace) -> IdleResult:
     async with BenchStack("idle") as stack:
         async with aiohttp.ClientSession() as session:
@@ -130,6 +170,8 @@ async def measure(args: argparse.Namespace) -> IdleResult:
         console.print(f"[dim]{stack.describe()}[/]")
         # The first order opens the sender links; the probe after the window must not.
         first = {} if args.no_probe else await probe_order(stack)
+        if args.waiting:
+            await put_in_wait(stack, args.waiting)
         # Links open and the first heartbeats and sweeps are start-up, not idle.
         await asyncio.sleep(args.settle)
         pids = stack.pids()
@@ -149,6 +191,7 @@ async def measure(args: argparse.Namespace) -> IdleResult:
             frames[recorder.name] = top_frames(recorder.out)
         result = IdleResult(
             seconds=meter.wall,
+            waiting=args.waiting,
             load_average=(load[0], load[1], load[2]),
             cpu_seconds=dict(meter.used),
             machine_busy=meter.machine_busy,
@@ -169,7 +212,9 @@ def save(run_dir: Path, result: IdleResult) -> None:
 def report(result: IdleResult) -> None:
     cores = os.cpu_count() or 1
     t = table(
-        f"CPU with no orders over {result.seconds:.0f} s",
+        f"CPU with {result.waiting or 'no'} orders waiting over {result.seconds:.0f} s"
+        if result.waiting
+        else f"CPU with no orders over {result.seconds:.0f} s",
         ["process", "CPU s", "% of one core"],
     )
     for name, used in result.cpu_seconds.items():
@@ -210,6 +255,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--profile", action="store_true", help="py-spy runtime and broker")
     parser.add_argument("--no-probe", action="store_true", help="skip the one-order probe")
+    parser.add_argument(
+        "--waiting", type=int, default=0, help="orders put in an approval wait first"
+    )
     args = parser.parse_args(argv)
     print_machine("idle CPU of the local stack")
     report(asyncio.run(measure(args)))
