@@ -7,6 +7,7 @@ simulator's control API (7072) and the local broker's control API (7073).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import sys
@@ -15,6 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -81,6 +83,13 @@ EXPRESS = "express-delivery"
 EXPRESS_EVERY = 4
 """Every fourth order runs the second shipped workflow: create-shipment is its pivot and
 notify-customer, a retriable step, gets the tracking number the shipment returned."""
+REVIEWED = "reviewed-order"
+SCHEDULED = "scheduled-delivery"
+WAIT_EVERY = 8
+"""In every eight orders one waits for a person's approval (reviewed-order) and one for
+its ship date (scheduled-delivery, notBefore 10-20 s after the order is planned)."""
+REJECT_EVERY = 4
+"""One approval in four is a rejection: the reservation is released."""
 OUTAGE = {"hangRate": 1.0, "latencyMs": 30, "permanentFailureSkus": [DECLINED_SKU]}
 """A third of the way in, every charge at the primary payment provider hangs for
 OUTAGE_SECONDS while its read API still answers (its breaker stays closed: hangs are cut
@@ -212,7 +221,14 @@ def _plan(run: str, count: int, rng: random.Random) -> tuple[list[Tracked], set[
         order_id = f"demo-{run}-{i:04d}"
         high = i % HIGH_PRIORITY_EVERY == 0
         workflow = EXPRESS if i % EXPRESS_EVERY == 1 else None
+        if i % WAIT_EVERY == 3:
+            workflow = REVIEWED
+        elif i % WAIT_EVERY == 7:
+            workflow = SCHEDULED
         body = _order_body(order_id, rng, i in declined, high, workflow)
+        if workflow == SCHEDULED:
+            later = datetime.now(UTC) + timedelta(seconds=10 + i / SUBMIT_RATE + rng.uniform(0, 10))
+            body["notBefore"] = later.isoformat()
         orders.append(Tracked(order_id, body))
     return orders, declined
 
@@ -228,7 +244,10 @@ def _announce(console: Console) -> None:
         "told it was not applied, retries it at the secondary provider. Every "
         f"{HIGH_PRIORITY_EVERY}th order is high priority (its own agent queues), and every "
         f"{EXPRESS_EVERY}th runs the {EXPRESS} workflow (a pivot, then a retriable "
-        "notification that takes the shipment's tracking number)."
+        "notification that takes the shipment's tracking number). In every "
+        f"{WAIT_EVERY} orders one waits for a reviewer's approval ({REVIEWED}; a reviewer "
+        f"approves most, rejects one in {REJECT_EVERY}) and one for its ship date "
+        f"({SCHEDULED})."
     )
 
 
@@ -267,6 +286,28 @@ async def _payment_outage(simulator: SimulatorControl, count: int, console: Cons
     console.print("[green]payment provider back: work moves back to it[/]")
 
 
+async def _reviewer(
+    demo: Demo, session: aiohttp.ClientSession, accepted: asyncio.Queue[Tracked]
+) -> None:
+    """A person at the review queue: each reviewed order is answered as it is accepted,
+    half of them two seconds later, so some events arrive before the order reaches its
+    review (kept for its step) and some while it waits; one in four is a rejection."""
+    n = 0
+    while True:
+        order = await accepted.get()
+        if order.body.get("workflow") != REVIEWED or order.accepted is None:
+            continue
+        n += 1
+        if n % 2:
+            await asyncio.sleep(2.0)
+        approved = n % REJECT_EVERY != REJECT_EVERY - 1
+        url = f"{demo.api}/orders/{quote(order.order_id)}/events/review"
+        body = {"eventId": f"demo:{order.order_id}", "data": {"approved": approved, "by": "demo"}}
+        with contextlib.suppress(*QUIET):
+            async with session.post(url, json=body) as response:
+                await response.read()
+
+
 # -- the load, shown as it goes --------------------------------------------------------------
 
 
@@ -303,6 +344,12 @@ async def _run_load(demo: Demo, session: aiohttp.ClientSession, timeout: float) 
         console=demo.console,
     )
     submitted = progress.add_task("submitted", total=count)
+    accepted: asyncio.Queue[Tracked] = asyncio.Queue()
+
+    def on_submitted(order: Tracked) -> None:
+        progress.advance(submitted)
+        accepted.put_nowait(order)
+
     finished = progress.add_task("finished ", total=count)
     load = LoadRun(
         demo.orders,
@@ -311,7 +358,7 @@ async def _run_load(demo: Demo, session: aiohttp.ClientSession, timeout: float) 
         timeout=timeout,
         done_states=TERMINAL,
         retry=SUBMIT_RETRY,
-        on_submitted=lambda _: progress.advance(submitted),
+        on_submitted=on_submitted,
     )
     polling = OrderPolling(_reader(demo.app), load.pending)
     started = time.monotonic()
@@ -320,6 +367,7 @@ async def _run_load(demo: Demo, session: aiohttp.ClientSession, timeout: float) 
     ) as live:
         jobs = [
             asyncio.create_task(_payment_outage(demo.simulator, count, live.console)),
+            asyncio.create_task(_reviewer(demo, session, accepted)),
             asyncio.create_task(_show(live, progress, finished, demo.orders)),
         ]
         try:
@@ -473,6 +521,12 @@ def _summary(demo: Demo, f: Figures) -> Table:
     rows = [
         ("Processed", f.counts.get("Processed", 0)),
         (f"  of them on {EXPRESS} (pivot, then notify-customer)", _processed_on(demo, EXPRESS)),
+        (f"  of them on {REVIEWED} (approved by a reviewer)", _processed_on(demo, REVIEWED)),
+        (f"  of them on {SCHEDULED} (shipped after notBefore)", _processed_on(demo, SCHEDULED)),
+        (
+            f"reviews rejected (compensated, 1 in {REJECT_EVERY})",
+            _ended_on(demo, REVIEWED, "Compensated"),
+        ),
         (f"Compensated (card declined: {len(demo.declined)} orders)", f.counts["Compensated"]),
         ("Error (operator alerted)", demo.errors),
         ("  resubmitted by the operator and finished", demo.resubmitted),
@@ -504,11 +558,15 @@ def _summary(demo: Demo, f: Figures) -> Table:
 
 
 def _processed_on(demo: Demo, workflow: str) -> int:
+    return _ended_on(demo, workflow, "Processed")
+
+
+def _ended_on(demo: Demo, workflow: str, state: str) -> int:
     return sum(
         1
         for o in demo.orders
         if o.body.get("workflow") == workflow
-        and (demo.views.get(o.order_id) or {}).get("processState") == "Processed"
+        and (demo.views.get(o.order_id) or {}).get("processState") == state
     )
 
 
