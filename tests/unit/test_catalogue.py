@@ -151,3 +151,64 @@ def test_the_newest_version_is_the_one_new_orders_start_on() -> None:
     known = parse(edited(v2))
     assert known.default_workflow().version == 2
     assert known.get("order-fulfilment", 1) is not None
+
+
+def reviewed(raw: dict[str, Any]) -> dict[str, Any]:
+    return next(w for w in raw["workflows"] if w["name"] == "reviewed-order")
+
+
+def test_an_event_step_without_its_event_or_with_an_agent_is_refused() -> None:
+    def broken(raw: dict[str, Any]) -> None:
+        review = reviewed(raw)["steps"][1]
+        del review["event"]
+        review["agent"] = "payment"
+
+    message = refused(edited(broken))
+    assert "workflow reviewed-order v1: step manual-review" in message
+    assert "[rule: missing-event]" in message and "[rule: agent-on-wait]" in message
+
+
+def test_a_timer_without_a_time_and_an_unknown_order_field_are_refused() -> None:
+    def no_time(raw: dict[str, Any]) -> None:
+        del next(w for w in raw["workflows"] if w["name"] == "scheduled-delivery")["steps"][2][
+            "until"
+        ]
+
+    assert "[rule: missing-time]" in refused(edited(no_time))
+
+    def unknown(raw: dict[str, Any]) -> None:
+        flow = next(w for w in raw["workflows"] if w["name"] == "scheduled-delivery")
+        flow["steps"][2]["until"] = "shipDate"
+
+    assert "until 'shipDate' is not an order time (notBefore)" in refused(edited(unknown))
+
+
+def test_a_wait_that_compensates_after_the_pivot_is_refused() -> None:
+    def late_review(raw: dict[str, Any]) -> None:
+        express(raw)["steps"].append(
+            {"name": "confirm", "kind": "event", "event": "confirm", "onDeadline": "compensate"}
+        )
+
+    assert "[rule: compensate-after-pivot]" in refused(edited(late_review))
+
+
+def test_a_final_deadline_goes_with_alert_only() -> None:
+    def mismatch(raw: dict[str, Any]) -> None:
+        reviewed(raw)["steps"][1]["finalDeadlineSeconds"] = 172800
+
+    assert "[rule: final-deadline]" in refused(edited(mismatch))
+
+    def fine(raw: dict[str, Any]) -> None:
+        review = reviewed(raw)["steps"][1]
+        review["onDeadline"] = "alert"
+        review["finalDeadlineSeconds"] = 172800
+
+    flow = parse(edited(fine)).get("reviewed-order")
+    assert flow is not None and flow.steps[1].final_deadline_seconds == 172800
+
+
+def test_an_agent_steps_wait_field_is_refused() -> None:
+    def stray(raw: dict[str, Any]) -> None:
+        raw["workflows"][0]["steps"][0]["event"] = "review"
+
+    assert "takes no event [rule: wait-field]" in refused(edited(stray))
