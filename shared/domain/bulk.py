@@ -257,12 +257,17 @@ def _date(given: Mapping[str, Any], key: str) -> datetime | None:
         return None
     try:
         at = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+        return (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
     except ValueError:
         raise BulkRequestError(
             "Invalid filter",
             f"filter.{key} must be an ISO 8601 date or date-time, e.g. 2026-01-31T00:00:00Z",
         ) from None
-    return (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
+    except OverflowError:
+        # 0001-01-01T00:00:00+14:00 is a valid date whose UTC time is before year 1.
+        raise BulkRequestError(
+            "Invalid filter", f"filter.{key} is outside the range of dates in UTC"
+        ) from None
 
 
 def states_to_scan(action: BulkAction, flt: BulkFilter) -> tuple[ProcessState, ...]:

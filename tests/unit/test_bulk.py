@@ -292,3 +292,9 @@ def test_a_good_request_parses_dates_as_utc() -> None:
         "errorCode": "timeout",
         "createdFrom": "2026-01-01T00:00:00Z",
     }
+
+
+@pytest.mark.parametrize("edge", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-23:59"])
+def test_a_valid_date_outside_utc_range_is_a_clear_400_not_a_crash(edge: str) -> None:
+    with pytest.raises(BulkRequestError, match="outside the range of dates in UTC"):
+        parse_request({"action": "cancel", "dryRun": True, "filter": {"createdTo": edge}})
