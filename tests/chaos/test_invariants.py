@@ -767,3 +767,70 @@ def test_an_order_stored_on_another_workflow_than_submitted_fails() -> None:
     assert invariants.each_order_runs_its_workflow(moved).violations == (
         "ok-1: submitted on express-delivery, stored on order-fulfilment",
     )
+
+
+def _drive(
+    process: OrderProcess, rejects: str | None
+) -> tuple[OrderProcess, list[Effect], list[Alert]]:
+    """Run an order through the real state machine against a tiny provider: every
+    request applies and answers, except the do of step `rejects`, rejected for good.
+    Returns the final process (with its history), the provider's ledger and the alerts."""
+    policy = a_policy(step_timeout=4)
+    workflow = EXPRESS_DELIVERY
+    history = list(process.history)
+    effects: list[Effect] = []
+    alerts: list[Alert] = []
+    claimed = machine.claim(process, workflow, policy, "i-1", T0)
+    assert claimed is not None
+    transitions = [claimed]
+    while transitions:
+        transition = transitions.pop(0)
+        history += transition.history
+        process = transition.process
+        for out in transition.outgoing:
+            if "reason" in out.body:
+                alerts.append(Alert.from_json(out.body))
+            if "action" not in out.body or "step" not in out.body:
+                continue
+            body = out.body
+            undo = body["action"] != "do"
+            operation = UNDO[body["step"]] if undo else body["step"]
+            rejected = not undo and body["step"] == rejects
+            effects.append(effect(process.order_id, operation, applied=0 if rejected else 1))
+            outcome = Outcome.FAILED if rejected else Outcome.SUCCEEDED
+            reply = machine.apply_reply(process, workflow, policy, a_reply(out, outcome), T0)
+            if reply is not None:
+                transitions.append(reply)
+    return replace(process, history=tuple(history)), effects, alerts
+
+
+def test_the_real_state_machine_holds_a_bounced_notification_and_the_checks_agree() -> None:
+    """The express rules as the product writes them pass the checks: a notification
+    rejected for good holds the order in Error with everything before it in force. Make
+    a retriable failure compensate (say `forward_only` returning False) and this fails."""
+    started = machine.start(an_order("x-real"), EXPRESS_DELIVERY, T0)
+    final, effects, alerts = _drive(
+        replace(started.process, history=started.history), "notify-customer"
+    )
+    assert final.state.process_state is ProcessState.ERROR
+    obs = observe([final], effects, alerts=alerts, failing={"x-real": "notifications"})
+    assert failing(invariants.check_all(obs)) == {}
+
+
+def test_the_real_state_machine_refuses_a_cancel_past_the_pivot_and_the_checks_agree() -> None:
+    """A cancel once the shipment applied: the machine refuses it (409 past-pivot) and
+    the order goes on to Processed; the checks take that as correct."""
+    policy = a_policy(step_timeout=4)
+    started = machine.start(an_order("x-cx"), EXPRESS_DELIVERY, T0)
+    final, effects, alerts = _drive(replace(started.process, history=started.history), None)
+    assert final.state.process_state is ProcessState.PROCESSED
+    # Rewind to just after the pivot completed (the notification still running) and cancel.
+    with pytest.raises(machine.PastPivot):
+        machine.cancel(
+            replace(final, state=replace(final.state, process_state=ProcessState.PROCESSING)),
+            EXPRESS_DELIVERY,
+            policy,
+            T0,
+        )
+    obs = observe([final], effects, alerts=alerts, cancels={"x-cx": ("409 past-pivot",)})
+    assert failing(invariants.check_all(obs)) == {}
