@@ -812,9 +812,9 @@ def test_the_real_state_machine_holds_a_bounced_notification_and_the_checks_agre
     final, effects, alerts = _drive(
         replace(started.process, history=started.history), "notify-customer"
     )
-    assert final.state.process_state is ProcessState.ERROR
     obs = observe([final], effects, alerts=alerts, failing={"x-real": "notifications"})
     assert failing(invariants.check_all(obs)) == {}
+    assert final.state.process_state is ProcessState.ERROR
 
 
 def test_the_real_state_machine_refuses_a_cancel_past_the_pivot_and_the_checks_agree() -> None:
