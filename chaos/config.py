@@ -156,7 +156,13 @@ class RemoteFaults:
     """Providers without `POST .../operations/{key}/abandon` (`abandonSupported: false`):
     for their steps "not applied" is final only once no request can still apply."""
 
+    steady_slow: tuple[tuple[str, int], ...] = (("notifications", 1000),)
+    """Providers slower by this many ms per call all through the load, well below the
+    step timeout: express orders stay past their pivot and unfinished long enough for
+    some operator cancels to meet `409 past-pivot`."""
+
     def for_service(self, service: str, *, slow_ms: int = 0) -> dict[str, Any]:
+        slow_ms = max(slow_ms, dict(self.steady_slow).get(service, 0))
         return {
             "transientErrorRate": self.transient_error_rate,
             "hangRate": self.hang_rate,

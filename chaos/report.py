@@ -52,7 +52,9 @@ def setup_table(result: RunResult) -> Table:
         f"transient errors {_pct(remote.transient_error_rate)}, hangs {_pct(remote.hang_rate)} "
         f"({remote.hang_seconds:g} s, past the deadline), apply-then-hang "
         f"{_pct(remote.apply_then_hang_rate)}, latency {remote.latency_ms} ms "
-        f"+ up to {remote.latency_jitter_ms} ms; no abandon route at "
+        f"+ up to {remote.latency_jitter_ms} ms; "
+        + "".join(f"{service} {ms} ms slower per call; " for service, ms in remote.steady_slow)
+        + "no abandon route at "
         f"{', '.join(remote.without_abandon) or 'none'}",
     )
     slow = config.slow
