@@ -438,13 +438,17 @@ def forward_only_past_the_pivot(obs: Observations) -> InvariantResult:
         completed = _completed(history)
         forced = forces[obs.workflow_name(order_id)].get(order_id, [])
         undo_ops = _undo_steps(workflow)
+        # Undone: compensated in the history, or undone at the services and in force
+        # nowhere (an extra effect undone at a second provider leaves the step in force).
+        still = {f.step for f in forced}
         undone = sorted(
-            {undo_step for undo_step in _compensated(history)}
+            set(_compensated(history))
             | {
                 undo_ops[e.operation]
                 for e in effects.get(order_id, ())
                 if e.operation in undo_ops and e.applied and e.undone is not False
             }
+            - still
         )
         pivot = workflow.pivot
         pivot_name = workflow.steps[pivot].name if pivot is not None else None

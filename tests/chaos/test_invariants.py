@@ -834,3 +834,23 @@ def test_the_real_state_machine_refuses_a_cancel_past_the_pivot_and_the_checks_a
         )
     obs = observe([final], effects, alerts=alerts, cancels={"x-cx": ("409 past-pivot",)})
     assert failing(invariants.check_all(obs)) == {}
+
+
+def test_an_extra_charge_refunded_at_a_second_provider_is_not_an_undo_past_the_pivot() -> None:
+    """`applied-at-two-providers`: the charge applied at payment-secondary too and was
+    refunded there; the order's own charge stays in force, nothing of it was undone (the
+    compensations check still reports the refund call on a Processed order)."""
+    effects = [
+        *(effect("x-ok", s) for s in EXPRESS_STEPS),
+        effect("x-ok", "charge-payment", service="payment-secondary"),
+        effect("x-ok", "refund-payment", service="payment-secondary"),
+    ]
+    obs = observe([express_processed("x-ok")], effects)
+    assert invariants.forward_only_past_the_pivot(obs).passed
+    assert invariants.net_effect_judged(obs).passed
+    refunded_too = observe(
+        [express_processed("x-ok")], [*effects, effect("x-ok", "refund-payment")]
+    )
+    assert invariants.forward_only_past_the_pivot(refunded_too).violations == (
+        "x-ok: pivot create-shipment applied, yet undid ['charge-payment']",
+    )
