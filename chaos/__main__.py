@@ -46,6 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="unfinished orders at most before the load waits (default 60; quick 40)",
     )
     parser.add_argument(
+        "--workflows",
+        default=None,
+        help="the mix, in turn: name[:weight],... (default "
+        "order-fulfilment:2,express-delivery: every third order on express-delivery)",
+    )
+    parser.add_argument(
         "--no-resubmit", action="store_true", help="do not resubmit Error orders at the end"
     )
     parser.add_argument(
@@ -75,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
         config = config.with_(submit_rate=args.rate)
     if args.max_in_flight is not None:
         config = config.with_(max_in_flight=args.max_in_flight)
+    if args.workflows is not None:
+        try:
+            config = config.with_(workflows=presets.parse_mix(args.workflows))
+        except ValueError as exc:
+            raise SystemExit(f"--workflows: {exc}") from exc
     if args.no_resubmit:
         config = config.with_(resubmit_errors=False)
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -15,15 +15,60 @@ from devhost.harness.stack import timing_settings
 from shared.catalogue import catalogue
 from shared.contract import AGENT_QUEUES, Queue
 from shared.domain.process import ProcessPolicy
+from shared.domain.workflow import Workflow
 
-ORDER_FULFILMENT = catalogue().default_workflow()
+CATALOGUE = catalogue()
+ORDER_FULFILMENT = CATALOGUE.default_workflow()
+EXPRESS_DELIVERY = "express-delivery"
+MIX: tuple[str, ...] = (ORDER_FULFILMENT.name, ORDER_FULFILMENT.name, EXPRESS_DELIVERY)
+"""The default mix: every third order on express-delivery (a pivot and a retriable
+step), the others on the default workflow."""
 
-SERVICES: tuple[str, ...] = tuple(step.agent for step in ORDER_FULFILMENT.steps)
-"""Where an order is planned to fail: each step's primary service."""
-ALL_SERVICES: tuple[str, ...] = tuple(catalogue().agents)
+
+def workflow_named(name: str) -> Workflow:
+    """The version of a catalogue workflow that new orders start on."""
+    found = CATALOGUE.get(name)
+    if found is None:
+        raise ValueError(f"no workflow {name!r} in the catalogue ({', '.join(CATALOGUE.names)})")
+    return found
+
+
+def services_of(workflow: Workflow) -> tuple[str, ...]:
+    """Where an order of the workflow is planned to fail: each step's primary service."""
+    return tuple(step.agent for step in workflow.steps)
+
+
+def finishing_dispatches(workflow: Workflow) -> int:
+    """The most dispatches of one order that finish: every step forward, then the undo
+    of each step that has one."""
+    return len(workflow.steps) + sum(1 for step in workflow.steps if step.undoable)
+
+
+def parse_mix(text: str) -> tuple[str, ...]:
+    """`order-fulfilment:2,express-delivery` -> the cycle the orders are spread over
+    (`name[:weight]`, weight 1 by default)."""
+    mix: list[str] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, weight = part.partition(":")
+        workflow_named(name)
+        count = int(weight) if weight else 1
+        if count < 1:
+            raise ValueError(f"{part}: the weight must be at least 1")
+        mix += [name] * count
+    if not mix:
+        raise ValueError("no workflow named")
+    return tuple(mix)
+
+
+SERVICES: tuple[str, ...] = services_of(ORDER_FULFILMENT)
+"""Where an order of the default workflow is planned to fail."""
+ALL_SERVICES: tuple[str, ...] = tuple(CATALOGUE.agents)
 """Where faults are injected: every service, alternatives included."""
 PRIMARY_OF: dict[str, str] = {
-    alternative: step.agent for step in ORDER_FULFILMENT.steps for alternative in step.alternatives
+    alternative: step.agent
+    for workflow in CATALOGUE.latest()
+    for step in workflow.steps
+    for alternative in step.alternatives
 }
 WORKFLOW_QUEUES: tuple[str, ...] = (Queue.SCHEDULER, Queue.AGENT_REPLIES, *AGENT_QUEUES)
 """Where the broker misbehaves: the queues whose losses the pattern is built to heal.
@@ -74,14 +119,17 @@ class Timings:
             + self.max_backoff_seconds
         )
 
-    def convergence_bound_seconds(self, steps: int = len(ORDER_FULFILMENT.steps)) -> float:
+    def convergence_bound_seconds(
+        self, dispatches: int = finishing_dispatches(ORDER_FULFILMENT)
+    ) -> float:
         """After the last submission every order is terminal within this many seconds.
 
-        An order makes at most 2 x steps dispatches that finish (forward, then undo) and
-        at most MaxFailureCount expiries before it is held in Error, each costing at most
+        An order makes at most `dispatches` dispatches that finish (each step forward,
+        then the undo of each step that has one: `finishing_dispatches`) and at most
+        MaxFailureCount expiries before it is held in Error, each costing at most
         `expiry_seconds`.
         """
-        return (self.max_failure_count + 2 * steps) * self.expiry_seconds
+        return (self.max_failure_count + dispatches) * self.expiry_seconds
 
     def settings(self) -> dict[str, str]:
         return timing_settings(
@@ -108,7 +156,13 @@ class RemoteFaults:
     """Providers without `POST .../operations/{key}/abandon` (`abandonSupported: false`):
     for their steps "not applied" is final only once no request can still apply."""
 
+    steady_slow: tuple[tuple[str, int], ...] = (("notifications", 1000),)
+    """Providers slower by this many ms per call all through the load, well below the
+    step timeout: express orders stay past their pivot and unfinished long enough for
+    some operator cancels to meet `409 past-pivot`."""
+
     def for_service(self, service: str, *, slow_ms: int = 0) -> dict[str, Any]:
+        slow_ms = max(slow_ms, dict(self.steady_slow).get(service, 0))
         return {
             "transientErrorRate": self.transient_error_rate,
             "hangRate": self.hang_rate,
@@ -225,7 +279,10 @@ class ChaosConfig:
     measures overload instead of healing)."""
     submit_concurrency: int = 24
     failing_share: float = 0.01
-    """Share of orders carrying a SKU that one (random) service always rejects."""
+    """Share of orders carrying a SKU that one (random) service always rejects; at least
+    one order per workflow of the mix and service of that workflow."""
+    workflows: tuple[str, ...] = MIX
+    """Order i runs on `workflows[i % len(workflows)]` (catalogue names)."""
     kills: int = 2
     chaos_fault_rate: float = 0.02
     timings: Timings = field(default_factory=Timings)
@@ -244,6 +301,20 @@ class ChaosConfig:
 
     def with_(self, **changes: Any) -> ChaosConfig:
         return replace(self, **changes)
+
+    @property
+    def mix(self) -> tuple[Workflow, ...]:
+        """The workflows of the mix, each once, in the order first named."""
+        return tuple(workflow_named(name) for name in dict.fromkeys(self.workflows))
+
+    def workflow_of(self, index: int) -> str:
+        """The workflow order `index` of the plan runs on."""
+        return self.workflows[index % len(self.workflows)]
+
+    @property
+    def dispatches(self) -> int:
+        """The most finishing dispatches of an order of any workflow of the mix."""
+        return max(finishing_dispatches(w) for w in self.mix)
 
 
 def full(orders: int = 1000, seed: int = 1) -> ChaosConfig:

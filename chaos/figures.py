@@ -74,10 +74,16 @@ def figures(
         p.state.process_state.value if (p := obs.processes.get(order_id)) else "missing"
         for order_id in obs.accepted
     )
+    by_workflow: dict[str, Counter[str]] = {}
+    for order_id in obs.accepted:
+        p = obs.processes.get(order_id)
+        state = p.state.process_state.value if p else "missing"
+        by_workflow.setdefault(obs.workflow_name(order_id), Counter())[state] += 1
     simulator = _sum(simulator_stats, SIMULATOR_KEYS)
     simulator["retried calls (same key)"] = max(simulator["calls"] - len(obs.effects), 0)
     return Figures(
         states=dict(states),
+        states_by_workflow={name: dict(counts) for name, counts in sorted(by_workflow.items())},
         recoveries=sum(
             1 for p in obs.processes.values() for h in p.history if h.event in RECOVERY_EVENTS
         ),

@@ -11,13 +11,19 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
 from chaos.model import Effect, InvariantResult, Observations
-from devhost.simulator.judge import OrderToJudge, Step, judge
+from devhost.simulator.judge import InForce, OrderToJudge, Step, in_force, judge
 from shared.domain.model import HistoryEntry, ProcessState
 from shared.domain.reconcile import FINISHED, MISMATCH_REASON
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import StepKind, Workflow
 
 IN_FLIGHT = (ProcessState.PROCESSING, ProcessState.COMPENSATING)
-HOLD_REASONS = frozenset({"max-failure-count-reached", "compensation-failed"})
+RETRIABLE_FAILED = "retriable-step-failed"
+FAILED_PAST_PIVOT = "failed-past-pivot"
+HOLD_REASONS = frozenset(
+    {"max-failure-count-reached", "compensation-failed", RETRIABLE_FAILED, FAILED_PAST_PIVOT}
+)
+PAST_PIVOT_ANSWER = "409 past-pivot"
+"""An operator cancel refused because the order's pivot may have applied."""
 
 
 def check_all(obs: Observations) -> tuple[InvariantResult, ...]:
@@ -83,17 +89,26 @@ def net_effect_judged(obs: Observations) -> InvariantResult:
     Every terminal order is judged: the checks run after convergence and the settle
     wait, when no request sent for an order can still apply (the longest, a slow call,
     lasts seconds; a hang before applying never applies)."""
-    steps = [Step(s.name, s.compensation) for s in obs.workflow.steps]
-    orders = [
-        OrderToJudge(order_id, p.state.process_state.value)
-        for order_id, p in sorted(obs.processes.items())
-        if p.state.process_state.is_terminal
-    ]
-    verdict = judge((e.ledger_entry for e in obs.effects), orders, steps)
+    by_workflow: dict[str, list[OrderToJudge]] = defaultdict(list)
+    for order_id, p in sorted(obs.processes.items()):
+        if p.state.process_state.is_terminal:
+            by_workflow[obs.workflow_name(order_id)].append(
+                OrderToJudge(order_id, p.state.process_state.value)
+            )
+    entries = [e.ledger_entry for e in obs.effects]
+    judged = 0
+    violations: list[str] = []
+    for name, orders in sorted(by_workflow.items()):
+        ids = {o.order_id for o in orders}
+        workflow = obs.workflow_of(orders[0].order_id)
+        mine = (e for e in entries if e.order_id in ids)
+        verdict = judge(mine, orders, _judge_steps(workflow))
+        judged += len(verdict.judged)
+        violations += [f"{v} [{name}]" for v in verdict.violations]
     return _result(
         "net effect: Processed in force once, Compensated or Cancelled nothing in force",
-        len(verdict.judged),
-        [str(v) for v in verdict.violations],
+        judged,
+        sorted(violations),
     )
 
 
@@ -126,11 +141,12 @@ def compensations_exactly_for_completed_steps(obs: Observations) -> InvariantRes
     it only the order is checked here; that nothing stays in force is the judge's
     (`net_effect_judged`). An undo that found nothing to undo did not undo.
     """
-    undo_step = _undo_steps(obs.workflow)
-    steps = [s.name for s in obs.workflow.steps]
     effects = _effects_by_order(obs.effects)
     violations: list[str] = []
     for order_id, process in sorted(obs.processes.items()):
+        workflow = obs.workflow_of(order_id)
+        undo_step = _undo_steps(workflow)
+        steps = [s.name for s in workflow.steps]
         state = process.state.process_state
         if process.state.cancel_requested:
             compensated = _compensated(process.history)
@@ -175,10 +191,10 @@ def compensations_exactly_for_completed_steps(obs: Observations) -> InvariantRes
 def effects_match_history(obs: Observations) -> InvariantResult:
     """What the services did agrees with what the order records: nothing done unrecorded
     in a finished order, nothing recorded that was not done."""
-    steps = [s.name for s in obs.workflow.steps]
     effects = _effects_by_order(obs.effects)
     violations: list[str] = []
     for order_id, process in sorted(obs.processes.items()):
+        steps = [s.name for s in obs.workflow_of(order_id).steps]
         state = process.state.process_state
         applied = {e.operation for e in effects.get(order_id, ()) if e.applied == 1}
         done = [s for s in steps if s in applied]
@@ -317,14 +333,16 @@ def stale_replies_ignored(obs: Observations) -> InvariantResult:
 
 def outcomes_match_orders(obs: Observations) -> InvariantResult:
     """An order without a rejected SKU is never compensated; one with a rejected SKU
-    never completes, and fails at the step of the service that rejects it; one an
-    operator cancelled ends Cancelled (or Error)."""
-    step_of_service = {s.agent: s.name for s in obs.workflow.steps}
+    never completes, and fails at the step of its workflow's service that rejects it:
+    compensated before the pivot (the pivot's own rejection included), held in Error at a
+    retriable step or past the pivot (nothing there can be undone); one an operator
+    cancelled ends Cancelled (or Error)."""
     violations: list[str] = []
     for order_id, planned in sorted(obs.planned.items()):
         process = obs.processes.get(order_id)
         if process is None or not process.state.process_state.is_terminal:
             continue  # reported by the terminal check
+        workflow = obs.workflow_of(order_id)
         state = process.state.process_state
         failed = [_step_of(d) for d in _details(process.history, "step-failed")]
         if process.state.cancel_requested:
@@ -338,12 +356,150 @@ def outcomes_match_orders(obs: Observations) -> InvariantResult:
                     f"{order_id}: no rejected SKU, yet {state.value} (failed steps {failed})"
                 )
             continue
-        expected = step_of_service[planned.failing_service]
+        index = next(
+            (i for i, s in enumerate(workflow.steps) if s.agent == planned.failing_service), None
+        )
+        if index is None:
+            violations.append(
+                f"{order_id}: planned to fail at {planned.failing_service}, which "
+                f"{workflow.name} does not use"
+            )
+            continue
+        expected = workflow.steps[index].name
+        if _held_at(workflow, index):
+            # Nothing can undo a step past the pivot: the order is held for an operator.
+            if state is not ProcessState.ERROR:
+                violations.append(
+                    f"{order_id}: {expected} ({workflow.name}, "
+                    f"{workflow.steps[index].kind.value}) rejects it, so it is held in "
+                    f"Error; yet {state.value}"
+                )
+            elif failed and failed != [expected]:
+                violations.append(
+                    f"{order_id}: {expected} rejects it, yet failed steps are {failed}"
+                )
+            continue
         if state not in (ProcessState.COMPENSATED, ProcessState.ERROR):
             violations.append(f"{order_id}: {expected} rejects it, yet {state.value}")
         elif state is ProcessState.COMPENSATED and failed != [expected]:
             violations.append(f"{order_id}: {expected} rejects it, yet failed steps are {failed}")
     return _result("outcome matches the order", len(obs.planned), violations)
+
+
+def each_order_runs_its_workflow(obs: Observations) -> InvariantResult:
+    """Every order is stored with the workflow it was submitted on."""
+    violations = [
+        f"{order_id}: submitted on {obs.workflow_name(order_id)}, "
+        f"stored on {process.state.workflow}"
+        for order_id, process in sorted(obs.processes.items())
+        if order_id in obs.planned and process.state.workflow != obs.workflow_name(order_id)
+    ]
+    return _result(
+        "each order runs the workflow it was submitted on", len(obs.processes), violations
+    )
+
+
+def forward_only_past_the_pivot(obs: Observations) -> InvariantResult:
+    """The step kinds: once a pivot applied nothing is undone and the order ends
+    Processed or Error, never Compensated or Cancelled; a cancel refused as past the
+    pivot (409 past-pivot) came for an order with a pivot and never made it Cancelled
+    (Compensated only when the pivot itself was then rejected); an order held in Error at
+    a retriable step or past the pivot has every step before it in force exactly once
+    and nothing undone, and its alert says why when a step failed for good.
+
+    Judged from the services' ledger and the order's history only, never with the
+    product's own rule (`past_pivot`), so a broken rule cannot vouch for itself."""
+    effects = _effects_by_order(obs.effects)
+    forces: dict[str, dict[str, list[InForce]]] = {}
+    for name in {obs.workflow_name(order_id) for order_id in obs.processes}:
+        ids = {i for i in obs.processes if obs.workflow_name(i) == name}
+        workflow = obs.workflow_of(next(iter(ids)))
+        mine = (e.ledger_entry for e in obs.effects if e.order_id in ids)
+        forces[name] = in_force(mine, _judge_steps(workflow))
+    alerted: dict[str, set[str]] = defaultdict(set)
+    for alert in obs.alerts:
+        alerted[alert.order_id].add(alert.reason)
+    violations: list[str] = []
+    checked = 0
+    for order_id, process in sorted(obs.processes.items()):
+        workflow = obs.workflow_of(order_id)
+        answers = obs.cancel_answers.get(order_id, ())
+        first_held = _first_held(workflow)
+        if first_held is None:
+            if PAST_PIVOT_ANSWER in answers:
+                violations.append(
+                    f"{order_id}: a cancel was refused as past the pivot, but "
+                    f"{workflow.name} has no pivot"
+                )
+            continue
+        checked += 1
+        state = process.state.process_state
+        history = process.history
+        completed = _completed(history)
+        forced = forces[obs.workflow_name(order_id)].get(order_id, [])
+        undo_ops = _undo_steps(workflow)
+        # Undone: compensated in the history, or undone at the services and in force
+        # nowhere (an extra effect undone at a second provider leaves the step in force).
+        still = {f.step for f in forced}
+        undone = sorted(
+            set(_compensated(history))
+            | {
+                undo_ops[e.operation]
+                for e in effects.get(order_id, ())
+                if e.operation in undo_ops and e.applied and e.undone is not False
+            }
+            - still
+        )
+        pivot = workflow.pivot
+        pivot_name = workflow.steps[pivot].name if pivot is not None else None
+        pivot_applied = pivot_name is not None and (
+            pivot_name in completed or any(f.step == pivot_name for f in forced)
+        )
+        if pivot_applied:
+            if state in (ProcessState.COMPENSATED, ProcessState.CANCELLED):
+                violations.append(f"{order_id}: pivot {pivot_name} applied, yet {state.value}")
+            if undone:
+                violations.append(f"{order_id}: pivot {pivot_name} applied, yet undid {undone}")
+        if PAST_PIVOT_ANSWER in answers:
+            pivot_failed = pivot_name in {_step_of(d) for d in _details(history, "step-failed")}
+            if state is ProcessState.CANCELLED or any(
+                h.event == "cancel-requested" for h in history
+            ):
+                violations.append(
+                    f"{order_id}: a cancel was refused as past the pivot, yet the order "
+                    f"took a cancel and is {state.value}"
+                )
+            elif state is ProcessState.COMPENSATED and not pivot_failed:
+                violations.append(
+                    f"{order_id}: a cancel was refused as past the pivot, yet Compensated "
+                    f"without its pivot {pivot_name} failing"
+                )
+        index = process.state.current_step
+        if state is ProcessState.ERROR and first_held <= index < len(workflow.steps):
+            held_step = workflow.steps[index].name
+            for step in workflow.steps[:index]:
+                here = [f for f in forced if f.step == step.name]
+                if len(here) != 1:
+                    violations.append(
+                        f"{order_id}: held in Error at {held_step}, yet {step.name} in force "
+                        f"{len(here)} times ({'; '.join(str(f) for f in here) or 'nowhere'})"
+                    )
+            if undone:
+                violations.append(f"{order_id}: held in Error at {held_step}, yet undid {undone}")
+            failed = [_step_of(d) for d in _details(history, "step-failed")]
+            if failed and failed[-1] == held_step:
+                kind = workflow.steps[index].kind
+                reason = RETRIABLE_FAILED if kind is StepKind.RETRIABLE else FAILED_PAST_PIVOT
+                if reason not in alerted.get(order_id, set()):
+                    violations.append(
+                        f"{order_id}: {held_step} failed for good, held without a {reason} "
+                        f"alert (alerts: {sorted(alerted.get(order_id, ()))})"
+                    )
+    return _result(
+        "past the pivot only forward: nothing undone, no cancel, a held order keeps its steps",
+        checked,
+        violations,
+    )
 
 
 def finished_orders_reconcile(obs: Observations) -> InvariantResult:
@@ -378,6 +534,8 @@ CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     locks_and_failure_counts,
     stale_replies_ignored,
     outcomes_match_orders,
+    each_order_runs_its_workflow,
+    forward_only_past_the_pivot,
     finished_orders_reconcile,
 )
 
@@ -423,6 +581,26 @@ def _recorded(history: Iterable[HistoryEntry], event: str, *, undo: bool) -> lis
 def _step_of(detail: str) -> str:
     """`step-failed` details read `{step}: {code}`; the others are the step name."""
     return detail.split(":", 1)[0]
+
+
+def _judge_steps(workflow: Workflow) -> list[Step]:
+    """The workflow's steps as the net-effect judge reads them: a pivot or a retriable
+    step has no undo, so once applied it stays in force."""
+    return [Step(s.name, s.compensation if s.undoable else None) for s in workflow.steps]
+
+
+def _first_held(workflow: Workflow) -> int | None:
+    """The first step whose failure holds the order rather than compensating it: the one
+    after the pivot, or the first retriable step; None when every failure compensates."""
+    held = [i for i in range(len(workflow.steps)) if _held_at(workflow, i)]
+    return held[0] if held else None
+
+
+def _held_at(workflow: Workflow, index: int) -> bool:
+    """Is a permanent failure of this step held in Error (nothing before it undone)?"""
+    pivot = workflow.pivot
+    kind = workflow.steps[index].kind
+    return kind is StepKind.RETRIABLE or (pivot is not None and index > pivot)
 
 
 def _undo_steps(workflow: Workflow) -> dict[str, str]:

@@ -13,20 +13,33 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
-from chaos.config import SERVICES, ChaosConfig, failing_sku
+from chaos.config import ChaosConfig, failing_sku, services_of
 from chaos.model import Accepted, PlannedOrder
 from devhost.harness.load import Admission, Load, LoadRun, Retry, Target, Tracked
 
 
 def plan_orders(config: ChaosConfig, run_id: str) -> list[PlannedOrder]:
-    """`config.orders` orders; a share of them carry a SKU one service always rejects,
-    spread over the services so each step's compensation path is exercised."""
+    """`config.orders` orders, spread over the workflows of the mix; a share of them
+    carry a SKU one service of their workflow always rejects, spread over every
+    (workflow, service) pair so each step's failure path is exercised: compensation
+    before the pivot, the hold in Error at a retriable step."""
     rng = random.Random(config.seed)
     count = config.orders
-    failing = min(count, max(1, round(count * config.failing_share))) if config.failing_share else 0
-    services = [SERVICES[k % len(SERVICES)] for k in range(failing)]
-    rng.shuffle(services)
-    failing_at = dict(zip(sorted(rng.sample(range(count), failing)), services, strict=True))
+    workflows = [config.workflow_of(i) for i in range(count)]
+    pairs = [(w.name, service) for w in config.mix for service in services_of(w)]
+    failing = 0
+    if config.failing_share:
+        failing = min(count, max(len(pairs), round(count * config.failing_share)))
+    wanted = [pairs[k % len(pairs)] for k in range(failing)]
+    rng.shuffle(wanted)
+    free: dict[str, list[int]] = {}
+    for i, name in enumerate(workflows):
+        free.setdefault(name, []).append(i)
+    failing_at: dict[int, str] = {}
+    for name, rejecting in wanted:
+        if free[name]:
+            i = free[name].pop(rng.randrange(len(free[name])))
+            failing_at[i] = rejecting
     planned = []
     for i in range(count):
         items: list[dict[str, object]] = [
@@ -42,8 +55,13 @@ def plan_orders(config: ChaosConfig, run_id: str) -> list[PlannedOrder]:
             rejected = {"sku": failing_sku(service), "quantity": 1, "unitPrice": 10.0}
             items.insert(rng.randint(0, len(items)), rejected)
         order_id = f"{run_id}-{i:05d}"
-        body = {"orderId": order_id, "customerId": f"cust-{rng.randint(1, 50)}", "items": items}
-        planned.append(PlannedOrder(order_id, body, service))
+        body = {
+            "orderId": order_id,
+            "customerId": f"cust-{rng.randint(1, 50)}",
+            "items": items,
+            "workflow": workflows[i],
+        }
+        planned.append(PlannedOrder(order_id, body, service, workflows[i]))
     return planned
 
 

@@ -18,6 +18,8 @@ class PlannedOrder:
     body: Mapping[str, Any]
     failing_service: str | None
     """The service that rejects one of its SKUs for good, or None."""
+    workflow: str | None = None
+    """The workflow the order is submitted on; None: the catalogue's default."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ class Observations:
     """Everything the invariants look at, collected after the system converged."""
 
     workflow: Workflow
+    """The default workflow: an order planned without one runs on it."""
     max_failure_count: int
     planned: Mapping[str, PlannedOrder]
     accepted: Mapping[str, Accepted]
@@ -137,6 +140,24 @@ class Observations:
     reconciled: int | None = None
     """Finished orders a reconciliation run checked after the load (`POST
     /api/reconcile`; its mismatches are alerts); None when it could not run."""
+    workflows: Mapping[str, Workflow] = field(default_factory=dict)
+    """The other workflows orders were planned on, by name."""
+    cancel_answers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per order, the operator's cancels by answer: "202", "409" (finished), "409
+    past-pivot" (refused: the pivot may have applied), "failed"..."""
+
+    def workflow_name(self, order_id: str) -> str:
+        """The workflow the order was submitted on (or stored with, if never planned)."""
+        planned = self.planned.get(order_id)
+        if planned is not None:
+            return planned.workflow or self.workflow.name
+        process = self.processes.get(order_id)
+        return process.state.workflow if process is not None else self.workflow.name
+
+    def workflow_of(self, order_id: str) -> Workflow:
+        """The workflow the order is judged against: the one it was submitted on."""
+        name = self.workflow_name(order_id)
+        return self.workflows.get(name, self.workflow)
 
 
 @dataclass(frozen=True)
@@ -153,6 +174,8 @@ class Figures:
     """Counts for the report; none of them decides PASS or FAIL."""
 
     states: dict[str, int] = field(default_factory=dict)
+    states_by_workflow: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Final states of the accepted orders, per workflow they were submitted on."""
     recoveries: int = 0
     """History `timed-out` and `expired-in-outage` events: the Supervisor recovered an
     expired attempt."""

@@ -11,9 +11,6 @@ from rich.text import Text
 
 from chaos.model import Check
 from chaos.run import RunResult
-from shared.catalogue import catalogue
-
-ORDER_FULFILMENT = catalogue().default_workflow()
 
 STATES = ("Processed", "Compensated", "Error")
 SHOWN_VIOLATIONS = 10
@@ -32,7 +29,9 @@ def setup_table(result: RunResult) -> Table:
     table.add_column("value")
     if first is not None:
         failing = Counter(
-            p.failing_service for p in first.planned.values() if p.failing_service is not None
+            f"{first.workflow_name(p.order_id)}/{p.failing_service}"
+            for p in first.planned.values()
+            if p.failing_service is not None
         )
         table.add_row(
             "orders",
@@ -53,7 +52,9 @@ def setup_table(result: RunResult) -> Table:
         f"transient errors {_pct(remote.transient_error_rate)}, hangs {_pct(remote.hang_rate)} "
         f"({remote.hang_seconds:g} s, past the deadline), apply-then-hang "
         f"{_pct(remote.apply_then_hang_rate)}, latency {remote.latency_ms} ms "
-        f"+ up to {remote.latency_jitter_ms} ms; no abandon route at "
+        f"+ up to {remote.latency_jitter_ms} ms; "
+        + "".join(f"{service} {ms} ms slower per call; " for service, ms in remote.steady_slow)
+        + "no abandon route at "
         f"{', '.join(remote.without_abandon) or 'none'}",
     )
     slow = config.slow
@@ -103,12 +104,18 @@ def setup_table(result: RunResult) -> Table:
         f"202, resumed up to {suspends.hold_seconds:g} s later; answers "
         + (", ".join(f"{k} {n}" for k, n in sorted(result.suspends.items())) or "none"),
     )
-    steps = len(ORDER_FULFILMENT.steps)
     outages = len(config.infra.outages)
+    mix = Counter(config.workflows)
+    table.add_row(
+        "workflows",
+        ", ".join(f"{name} {n}/{len(config.workflows)}" for name, n in mix.items())
+        + " of the orders, in turn",
+    )
     table.add_row(
         "convergence bound",
         f"{result.bound_seconds:.0f} s after the last submission = (MaxFailureCount "
-        f"{t.max_failure_count} + 2 x {steps} steps) x (max(StepTimeout, PendingTimeout) "
+        f"{t.max_failure_count} + {config.dispatches} finishing dispatches: steps and "
+        "undos) x (max(StepTimeout, PendingTimeout) "
         f"{max(t.step_timeout_seconds, t.pending_timeout_seconds)} s + sweep period "
         f"{t.supervisor_period_seconds} s + longest back-off {t.max_backoff_seconds:g} s)"
         + (
@@ -155,6 +162,19 @@ def states_table(checks: list[Check]) -> Table:
         states = check.figures.states
         other = sum(n for s, n in states.items() if s not in STATES)
         table.add_row(check.title, *(str(states.get(s, 0)) for s in STATES), str(other))
+    return table
+
+
+def states_by_workflow_table(checks: list[Check]) -> Table:
+    table = Table(title="orders by workflow and final state")
+    table.add_column("when")
+    table.add_column("workflow")
+    for state in (*STATES, "other"):
+        table.add_column(state, justify="right")
+    for check in checks:
+        for name, states in sorted(check.figures.states_by_workflow.items()):
+            other = sum(n for s, n in states.items() if s not in STATES)
+            table.add_row(check.title, name, *(str(states.get(s, 0)) for s in STATES), str(other))
     return table
 
 
@@ -246,6 +266,7 @@ def render(result: RunResult) -> Group:
     if result.checks:
         parts += [
             states_table(result.checks),
+            states_by_workflow_table(result.checks),
             figures_table(result),
             invariants_table(result.checks),
             *violations(result.checks),

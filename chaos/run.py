@@ -38,8 +38,10 @@ from chaos.system import RUNTIMES, ChaosStack, KillEvent, Outage, chaos_stack
 from shared.catalogue import catalogue
 from shared.contract import Route
 from shared.domain.model import ProcessState
+from shared.domain.process import PastPivot
 
 ORDER_FULFILMENT = catalogue().default_workflow()
+PAST_PIVOT = PastPivot.code
 
 Progress = Callable[[str], None]
 TERMINAL_GRACE_SECONDS = 60.0
@@ -63,7 +65,10 @@ class RunResult:
     outages: list[Outage] = field(default_factory=list)
     """Broker and Azurite outages, in the order they happened."""
     cancels: Counter[str] = field(default_factory=Counter)
-    """Operator cancels by answer: 202, 409 (already finished), or failed (no answer)."""
+    """Operator cancels by answer: 202, 409 (already finished), 409 past-pivot (refused:
+    the order's pivot may have applied), or failed (no answer)."""
+    cancel_answers: dict[str, list[str]] = field(default_factory=dict)
+    """The same, per order."""
     suspends: Counter[str] = field(default_factory=Counter)
     """Operator suspends and resumes by answer ("suspend 202", "resume 409", ...)."""
     resubmitted: int = 0
@@ -419,11 +424,13 @@ async def _cancel_later(run: _Run, order_id: str, delay: float, twice: bool) -> 
     ]
     for answer in await asyncio.gather(*asks):
         run.result.cancels[answer] += 1
+        run.result.cancel_answers.setdefault(order_id, []).append(answer)
 
 
 async def _operator(run: _Run, order_id: str, names: Sequence[str], action: str) -> str:
     """POST cancel, suspend or resume until it is answered: 202 or 409 (not in a state
-    that allows it); a killed runtime or a 5xx (the store or bus down) is asked again."""
+    that allows it; for a cancel, "409 past-pivot" when the order's pivot may have
+    applied); a killed runtime or a 5xx (the store or bus down) is asked again."""
     begun = time.monotonic()
     attempt = 0
     while time.monotonic() - begun < OPERATOR_PATIENCE_SECONDS:
@@ -435,6 +442,8 @@ async def _operator(run: _Run, order_id: str, names: Sequence[str], action: str)
                 status, answer = await (app.suspend if action == "suspend" else app.resume)(
                     order_id
                 )
+            if status == 409 and answer.get("code") == PAST_PIVOT:
+                return f"409 {PAST_PIVOT}"
             if status in (202, 409):
                 return str(status)
             if status < 500:
@@ -451,7 +460,7 @@ def bound_seconds(config: ChaosConfig) -> float:
     t = config.timings
     outages = config.infra.outages
     after_each = SUPERVISOR_BACKOFF_CAP_SECONDS + t.pending_timeout_seconds + t.expiry_seconds
-    return t.convergence_bound_seconds() + sum(outages) + len(outages) * after_each
+    return t.convergence_bound_seconds(config.dispatches) + sum(outages) + len(outages) * after_each
 
 
 async def _converge_and_check(run: _Run, title: str) -> Check:
@@ -525,6 +534,8 @@ async def _observe(
         outages=tuple((o.started_at, o.ended_at) for o in run.result.outages),
         outage_grace=timedelta(seconds=run.config.timings.expiry_seconds),
         reconciled=reconciled,
+        workflows={w.name: w for w in run.config.mix},
+        cancel_answers={k: tuple(v) for k, v in run.result.cancel_answers.items()},
     )
     logs = count_log_lines(system.runtime_logs())
     return observations, figures(observations, simulator_stats, broker_stats, logs)

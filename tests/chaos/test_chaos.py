@@ -35,6 +35,10 @@ def assert_healed(result: RunResult) -> None:
     assert first.figures.simulator["queries"] > 0, as_text(result)
     assert first.figures.log_counts["chaos crashes injected"] > 0
     assert first.figures.states.get("Compensated", 0) > 0
+    # The mix ran: express-delivery orders were in it and some went through to the end.
+    express = first.figures.states_by_workflow.get("express-delivery", {})
+    assert sum(express.values()) > 0, as_text(result)
+    assert express.get("Processed", 0) > 0, as_text(result)
 
 
 @pytest.mark.e2e

@@ -27,7 +27,7 @@ from shared.domain.model import (
 )
 from shared.domain.reconcile import FINISHED
 from tests.builders import a_policy, a_reply
-from tests.workflows import ORDER_FULFILMENT
+from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 STEPS = ("reserve-inventory", "charge-payment", "create-shipment")
@@ -43,7 +43,10 @@ SERVICE = {
     "refund-payment": "payment",
     "create-shipment": "shipping",
     "cancel-shipment": "shipping",
+    "notify-customer": "notifications",
 }
+EXPRESS = "express-delivery"
+EXPRESS_STEPS = (*STEPS, "notify-customer")
 
 
 def an_order(order_id: str) -> Order:
@@ -57,6 +60,8 @@ def a_process(
     *,
     locked_by: str | None = None,
     failure_count: int = 0,
+    workflow: str = ORDER_FULFILMENT.name,
+    current_step: int = 0,
 ) -> OrderProcess:
     history = tuple(
         HistoryEntry(T0 + timedelta(seconds=i), event, detail, state, failure_count, 1)
@@ -70,12 +75,13 @@ def a_process(
         failure_count=failure_count,
         attempt=1,
         phase=Phase.FORWARD,
-        current_step=0,
+        current_step=current_step,
         last_error=None,
         version=len(history),
         created_at=T0,
         updated_at=T0,
-        workflow=ORDER_FULFILMENT.name,
+        workflow=workflow,
+        cancel_requested=any(h.event == "cancel-requested" for h in history),
     )
     return OrderProcess(an_order(order_id), record, (), "etag", history)
 
@@ -148,10 +154,15 @@ def observe(
     samples: Iterable[Sample] = (),
     failing: dict[str, str] | None = None,
     terminal_at: float | None = 30.0,
+    cancels: dict[str, tuple[str, ...]] | None = None,
 ) -> Observations:
+    """Each order planned on the workflow it is stored with."""
     by_id = {p.order_id: p for p in processes}
     failing = failing or {}
-    planned = {i: PlannedOrder(i, {"orderId": i}, failing.get(i)) for i in by_id}
+    planned = {
+        i: PlannedOrder(i, {"orderId": i}, failing.get(i), p.state.workflow)
+        for i, p in by_id.items()
+    }
     return Observations(
         workflow=ORDER_FULFILMENT,
         max_failure_count=3,
@@ -165,6 +176,8 @@ def observe(
         terminal_at=terminal_at,
         bound_seconds=100.0,
         reconciled=sum(p.state.process_state in FINISHED for p in by_id.values()),
+        workflows={EXPRESS: EXPRESS_DELIVERY},
+        cancel_answers=cancels or {},
     )
 
 
@@ -561,3 +574,283 @@ def test_a_reconciliation_mismatch_or_a_reconciliation_that_did_not_run_fails() 
     assert not_run.violations == ("reconciliation could not be run after the load",)
     partial = invariants.finished_orders_reconcile(replace(obs, reconciled=1))
     assert partial.violations == ("reconciliation checked 1 of 3 finished orders",)
+
+
+# express-delivery: reserve and charge compensatable, create-shipment the pivot (no
+# undo), notify-customer retriable (no undo)
+
+
+def express(order_id: str, state: ProcessState, events: Iterable[tuple[str, str]] = (), *,
+            current_step: int = 0) -> OrderProcess:  # fmt: skip
+    return a_process(order_id, state, events, workflow=EXPRESS, current_step=current_step)
+
+
+def express_processed(order_id: str) -> OrderProcess:
+    events = [("step-completed", s) for s in EXPRESS_STEPS] + [("processed", "")]
+    return express(order_id, ProcessState.PROCESSED, events, current_step=3)
+
+
+def express_held(order_id: str) -> OrderProcess:
+    """The notification bounced for good: held in Error at notify-customer."""
+    events = [("step-completed", s) for s in STEPS]
+    events.append(("step-failed", "notify-customer: address-bounced"))
+    return express(order_id, ProcessState.ERROR, events, current_step=3)
+
+
+def express_healthy() -> Observations:
+    """An express order Processed, one held at its retriable step, one whose pivot was
+    rejected (compensated), one cancelled before its pivot, and one refused a cancel
+    past its pivot that went on to be Processed."""
+    return observe(
+        [
+            express_processed("x-ok"),
+            express_held("x-held"),
+            express(
+                "x-pivot",
+                ProcessState.COMPENSATED,
+                [
+                    ("step-completed", "reserve-inventory"),
+                    ("step-completed", "charge-payment"),
+                    ("step-failed", "create-shipment: address-rejected"),
+                    ("step-compensated", "charge-payment"),
+                    ("step-compensated", "reserve-inventory"),
+                    ("compensated", ""),
+                ],
+                current_step=0,
+            ),
+            express(
+                "x-cx",
+                ProcessState.CANCELLED,
+                [
+                    ("step-completed", "reserve-inventory"),
+                    ("cancel-requested", "by chaos"),
+                    ("step-compensated", "reserve-inventory"),
+                ],
+            ),
+            express_processed("x-late"),
+            processed("ok-1"),
+        ],
+        [
+            *(effect("x-ok", s) for s in EXPRESS_STEPS),
+            *(effect("x-held", s) for s in STEPS),
+            effect("x-held", "notify-customer", applied=0),
+            *effects_of_compensated(
+                "x-pivot", ["reserve-inventory", "charge-payment"], "create-shipment"
+            ),
+            effect("x-cx", "reserve-inventory"),
+            effect("x-cx", "release-inventory"),
+            *(effect("x-late", s) for s in EXPRESS_STEPS),
+            *effects_of_processed("ok-1"),
+        ],
+        alerts=[Alert("x-held", "retriable-step-failed", 0)],
+        failing={"x-held": "notifications", "x-pivot": "shipping"},
+        cancels={"x-cx": ("202",), "x-late": ("409 past-pivot",), "ok-1": ("409",)},
+    )
+
+
+def test_express_orders_judged_against_their_own_workflow_pass() -> None:
+    results = invariants.check_all(express_healthy())
+    assert failing(results) == {}
+    by_name = {r.name: r for r in results}
+    assert (
+        by_name[
+            "past the pivot only forward: nothing undone, no cancel, a held order keeps its steps"
+        ].checked
+        == 5
+    )  # the express orders; order-fulfilment has no pivot
+
+
+def test_a_processed_express_order_without_its_notification_fails() -> None:
+    """Judged against order-fulfilment it would pass: the judge gets its own steps."""
+    obs = observe([express_processed("x-ok")], [effect("x-ok", s) for s in STEPS])
+    (violation,) = invariants.net_effect_judged(obs).violations
+    assert violation.startswith("x-ok: Processed, missing-step notify-customer")
+    assert violation.endswith("[express-delivery]")
+
+
+def test_a_cancelled_express_order_with_the_shipment_in_force_fails() -> None:
+    """What a cancel let through past the pivot leaves: the charge refunded, the
+    reservation released, the parcel with the courier (nothing undoes a pivot)."""
+    cancelled = express(
+        "x-cx",
+        ProcessState.CANCELLED,
+        [
+            *(("step-completed", s) for s in STEPS),
+            ("cancel-requested", "by chaos"),
+            ("step-compensated", "charge-payment"),
+            ("step-compensated", "reserve-inventory"),
+        ],
+    )
+    effects = [
+        *(effect("x-cx", s) for s in STEPS),
+        effect("x-cx", "refund-payment"),
+        effect("x-cx", "release-inventory"),
+    ]
+    found = failing(invariants.check_all(observe([cancelled], effects)))
+    (judged,) = found[
+        "net effect: Processed in force once, Compensated or Cancelled nothing in force"
+    ]
+    assert judged.startswith("x-cx: Cancelled, left-in-force create-shipment: in force ")
+    assert "create-shipment at shipping (key x-cx:create-shipment" in judged
+    forward = found[
+        "past the pivot only forward: nothing undone, no cancel, a held order keeps its steps"
+    ]
+    assert forward == (
+        "x-cx: pivot create-shipment applied, yet Cancelled",
+        "x-cx: pivot create-shipment applied, yet undid ['charge-payment', 'reserve-inventory']",
+    )
+
+
+def test_a_cancel_refused_past_the_pivot_must_not_end_cancelled() -> None:
+    cancelled = express(
+        "x-1", ProcessState.CANCELLED, [("cancel-requested", "by chaos")], current_step=0
+    )
+    refused = observe([cancelled], cancels={"x-1": ("202", "409 past-pivot")})
+    (violation,) = invariants.forward_only_past_the_pivot(refused).violations
+    assert violation == (
+        "x-1: a cancel was refused as past the pivot, yet the order took a cancel and is Cancelled"
+    )
+    plain = observe([processed("ok-1")], effects_of_processed("ok-1"),
+                    cancels={"ok-1": ("409 past-pivot",)})  # fmt: skip
+    (violation,) = invariants.forward_only_past_the_pivot(plain).violations
+    assert "order-fulfilment has no pivot" in violation
+
+
+def test_a_held_retriable_failure_that_compensated_or_lost_a_step_fails() -> None:
+    """ExhaustedPolicy=compensate or a bounced notification must not refund: a retriable
+    step's failure holds the order with every earlier step in force."""
+    refunded = [
+        *(effect("x-held", s) for s in STEPS),
+        effect("x-held", "notify-customer", applied=0),
+        effect("x-held", "refund-payment"),
+    ]
+    alert = Alert("x-held", "retriable-step-failed", 0)
+    obs = observe([express_held("x-held")], refunded, alerts=[alert])
+    assert invariants.forward_only_past_the_pivot(obs).violations == (
+        "x-held: pivot create-shipment applied, yet undid ['charge-payment']",
+        "x-held: held in Error at notify-customer, yet charge-payment in force 0 times (nowhere)",
+        "x-held: held in Error at notify-customer, yet undid ['charge-payment']",
+    )
+    unalerted = observe(
+        [express_held("x-held")], refunded[:4], alerts=[Alert("x-held", "invalid-message", 0)]
+    )
+    (violation,) = invariants.forward_only_past_the_pivot(unalerted).violations
+    assert "held without a retriable-step-failed alert" in violation
+    assert not invariants.every_error_has_an_alert(unalerted).passed
+
+
+def test_a_rejection_at_the_retriable_step_must_be_held_not_compensated() -> None:
+    compensated_instead = express(
+        "x-1",
+        ProcessState.COMPENSATED,
+        [
+            *(("step-completed", s) for s in STEPS),
+            ("step-failed", "notify-customer: address-bounced"),
+            ("compensated", ""),
+        ],
+    )
+    obs = observe([compensated_instead], failing={"x-1": "notifications"})
+    assert invariants.outcomes_match_orders(obs).violations == (
+        "x-1: notify-customer (express-delivery, retriable) rejects it, so it is held in "
+        "Error; yet Compensated",
+    )
+    planned_elsewhere = observe([processed("ok-1")], failing={"ok-1": "notifications"})
+    (violation,) = invariants.outcomes_match_orders(planned_elsewhere).violations
+    assert violation == (
+        "ok-1: planned to fail at notifications, which order-fulfilment does not use"
+    )
+
+
+def test_an_order_stored_on_another_workflow_than_submitted_fails() -> None:
+    obs = observe([processed("ok-1")], effects_of_processed("ok-1"))
+    moved = replace(obs, planned={"ok-1": PlannedOrder("ok-1", {"orderId": "ok-1"}, None, EXPRESS)})
+    assert invariants.each_order_runs_its_workflow(moved).violations == (
+        "ok-1: submitted on express-delivery, stored on order-fulfilment",
+    )
+
+
+def _drive(
+    process: OrderProcess, rejects: str | None
+) -> tuple[OrderProcess, list[Effect], list[Alert]]:
+    """Run an order through the real state machine against a tiny provider: every
+    request applies and answers, except the do of step `rejects`, rejected for good.
+    Returns the final process (with its history), the provider's ledger and the alerts."""
+    policy = a_policy(step_timeout=4)
+    workflow = EXPRESS_DELIVERY
+    history = list(process.history)
+    effects: list[Effect] = []
+    alerts: list[Alert] = []
+    claimed = machine.claim(process, workflow, policy, "i-1", T0)
+    assert claimed is not None
+    transitions = [claimed]
+    while transitions:
+        transition = transitions.pop(0)
+        history += transition.history
+        process = transition.process
+        for out in transition.outgoing:
+            if "reason" in out.body:
+                alerts.append(Alert.from_json(out.body))
+            if "action" not in out.body or "step" not in out.body:
+                continue
+            body = out.body
+            undo = body["action"] != "do"
+            operation = UNDO[body["step"]] if undo else body["step"]
+            rejected = not undo and body["step"] == rejects
+            effects.append(effect(process.order_id, operation, applied=0 if rejected else 1))
+            outcome = Outcome.FAILED if rejected else Outcome.SUCCEEDED
+            reply = machine.apply_reply(process, workflow, policy, a_reply(out, outcome), T0)
+            if reply is not None:
+                transitions.append(reply)
+    return replace(process, history=tuple(history)), effects, alerts
+
+
+def test_the_real_state_machine_holds_a_bounced_notification_and_the_checks_agree() -> None:
+    """The express rules as the product writes them pass the checks: a notification
+    rejected for good holds the order in Error with everything before it in force. Make
+    a retriable failure compensate (say `forward_only` returning False) and this fails."""
+    started = machine.start(an_order("x-real"), EXPRESS_DELIVERY, T0)
+    final, effects, alerts = _drive(
+        replace(started.process, history=started.history), "notify-customer"
+    )
+    obs = observe([final], effects, alerts=alerts, failing={"x-real": "notifications"})
+    assert failing(invariants.check_all(obs)) == {}
+    assert final.state.process_state is ProcessState.ERROR
+
+
+def test_the_real_state_machine_refuses_a_cancel_past_the_pivot_and_the_checks_agree() -> None:
+    """A cancel once the shipment applied: the machine refuses it (409 past-pivot) and
+    the order goes on to Processed; the checks take that as correct."""
+    policy = a_policy(step_timeout=4)
+    started = machine.start(an_order("x-cx"), EXPRESS_DELIVERY, T0)
+    final, effects, alerts = _drive(replace(started.process, history=started.history), None)
+    assert final.state.process_state is ProcessState.PROCESSED
+    # Rewind to just after the pivot completed (the notification still running) and cancel.
+    with pytest.raises(machine.PastPivot):
+        machine.cancel(
+            replace(final, state=replace(final.state, process_state=ProcessState.PROCESSING)),
+            EXPRESS_DELIVERY,
+            policy,
+            T0,
+        )
+    obs = observe([final], effects, alerts=alerts, cancels={"x-cx": ("409 past-pivot",)})
+    assert failing(invariants.check_all(obs)) == {}
+
+
+def test_an_extra_charge_refunded_at_a_second_provider_is_not_an_undo_past_the_pivot() -> None:
+    """`applied-at-two-providers`: the charge applied at payment-secondary too and was
+    refunded there; the order's own charge stays in force, nothing of it was undone (the
+    compensations check still reports the refund call on a Processed order)."""
+    effects = [
+        *(effect("x-ok", s) for s in EXPRESS_STEPS),
+        effect("x-ok", "charge-payment", service="payment-secondary"),
+        effect("x-ok", "refund-payment", service="payment-secondary"),
+    ]
+    obs = observe([express_processed("x-ok")], effects)
+    assert invariants.forward_only_past_the_pivot(obs).passed
+    assert invariants.net_effect_judged(obs).passed
+    refunded_too = observe(
+        [express_processed("x-ok")], [*effects, effect("x-ok", "refund-payment")]
+    )
+    assert invariants.forward_only_past_the_pivot(refunded_too).violations == (
+        "x-ok: pivot create-shipment applied, yet undid ['charge-payment']",
+    )

@@ -8,12 +8,24 @@ from collections import Counter
 from pathlib import Path
 
 import aiohttp
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from chaos import config as presets
 from chaos.collect import InFlight
-from chaos.config import SERVICES, Cancels, Timings, failing_sku
+from chaos.config import (
+    EXPRESS_DELIVERY,
+    ORDER_FULFILMENT,
+    SERVICES,
+    Cancels,
+    Timings,
+    failing_sku,
+    finishing_dispatches,
+    parse_mix,
+    services_of,
+    workflow_named,
+)
 from chaos.figures import count_log_lines
 from chaos.load import plan_orders, submit_all
 from chaos.model import Accepted, Check, Convergence, Figures, InvariantResult
@@ -32,14 +44,35 @@ def test_the_plan_is_seeded_and_spreads_rejected_skus_over_every_service() -> No
     assert first == again
     assert len({p.order_id for p in first}) == 300
     failing = [p for p in first if p.failing_service is not None]
-    assert len(failing) == 3
-    assert Counter(p.failing_service for p in failing) == Counter(SERVICES)
+    express = workflow_named(EXPRESS_DELIVERY)
+    # at least one per (workflow, service) pair: 3 + 4, though 1% of 300 is 3
+    assert len(failing) == len(SERVICES) + len(services_of(express))
+    assert Counter((p.workflow, p.failing_service) for p in failing) == Counter(
+        [(ORDER_FULFILMENT.name, s) for s in SERVICES]
+        + [(express.name, s) for s in services_of(express)]
+    )
     for p in failing:
         assert p.failing_service is not None
         assert failing_sku(p.failing_service) in {i["sku"] for i in p.body["items"]}
+    # every third order on express-delivery, and its body says so
+    assert [p.workflow for p in first[:6]] == [ORDER_FULFILMENT.name] * 2 + [express.name] + [
+        ORDER_FULFILMENT.name
+    ] * 2 + [express.name]
+    assert all(p.body["workflow"] == p.workflow for p in first)
     plain = [i["sku"] for p in first if p.failing_service is None for i in p.body["items"]]
     assert not [sku for sku in plain if sku.startswith("PERM-")]
     assert plan_orders(presets.full(orders=300, seed=6), "r") != first
+    only = plan_orders(presets.full(orders=30, seed=5).with_(workflows=(express.name,)), "r")
+    assert {p.workflow for p in only} == {express.name}
+    assert {p.failing_service for p in only} == {None, *services_of(express)}
+
+
+def test_the_mix_reads_names_and_weights() -> None:
+    assert parse_mix("order-fulfilment:2,express-delivery") == presets.MIX
+    assert parse_mix(" express-delivery ") == (EXPRESS_DELIVERY,)
+    for wrong in ("", "nope", "express-delivery:0"):
+        with pytest.raises(ValueError):
+            parse_mix(wrong)
 
 
 class CountingWindow:
@@ -89,7 +122,11 @@ def test_the_bound_counts_every_dispatch_and_every_expiry() -> None:
     # back-off before the third expiry: 1 s x 2^(2 - 1)
     assert timings.max_backoff_seconds == 2
     assert timings.expiry_seconds == 10 + 1 + 2
-    assert timings.convergence_bound_seconds(steps=3) == (3 + 2 * 3) * 13
+    assert timings.convergence_bound_seconds(dispatches=6) == (3 + 6) * 13
+    # express-delivery: four steps forward, two of them undoable: six, as order-fulfilment
+    assert finishing_dispatches(ORDER_FULFILMENT) == 6
+    assert finishing_dispatches(workflow_named(EXPRESS_DELIVERY)) == 6
+    assert presets.full().dispatches == 6
     assert timings.settings()["SupervisorSchedule"] == "*/1 * * * * *"
 
 
