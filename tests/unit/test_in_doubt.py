@@ -19,6 +19,7 @@ from shared.domain.in_doubt import (
 )
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
+    ErrorInfo,
     ExhaustedPolicy,
     JsonObject,
     KeyState,
@@ -412,3 +413,29 @@ async def test_a_cancelled_order_records_an_applied_charge_then_undoes_it() -> N
     assert claimed is not None
     (refund,) = [m for m in claimed.outgoing if m.queue == agent_queue("payment")]
     assert (refund.body["action"], refund.body["idempotencyKey"]) == ("compensate", REFUND_KEY)
+
+
+async def test_a_do_answered_abandoned_moves_to_another_provider_not_into_compensation() -> None:
+    """A Supervisor abandoned the key at payment and lost its write to another's: the
+    order did not learn it, and sent the retry there again. The answer itself is the
+    evidence: the retry goes to the secondary provider with the same key."""
+    world = World()
+    deps = world.deps()
+    await submit_order(deps, an_order("o-1", clock=world.clock))
+    await scheduler.on_nudge(deps, "o-1")
+    (reserve,) = world.bus.take(agent_queue("inventory"))
+    await scheduler.on_reply(deps, a_reply(reserve))
+    (charge,) = world.bus.take(agent_queue("payment"))
+    abandoned = ErrorInfo("operation-abandoned", "the key was abandoned")
+    await scheduler.on_reply(deps, a_reply(charge, Outcome.FAILED, error=abandoned))
+    process = await world.store.load("o-1")
+    assert process is not None
+    assert process.state.process_state is ProcessState.PENDING
+    assert process.steps[1].abandoned_at == ("payment",)
+    for nudge in world.bus.take(Queue.SCHEDULER):
+        await scheduler.on_nudge(deps, nudge.body["orderId"], nudge.message_id)
+    assert world.bus.take(agent_queue("payment")) == []
+    (retry,) = world.bus.take(agent_queue("payment-secondary"))
+    assert retry.message_id != charge.message_id
+    assert retry.body["idempotencyKey"] == charge.body["idempotencyKey"]
+    assert world.bus.take(agent_queue("inventory")) == []

@@ -14,6 +14,7 @@ from shared.domain.machine.dispatch import (
     drained_step,
     hold_for_operator,
     pending_event,
+    requeue,
     wait_for_drained,
 )
 from shared.domain.machine.settle import forward_only, key_state
@@ -176,6 +177,9 @@ def take_answer(
             dispatch_forward(b, workflow, policy, index + 1)
         return
     error = reply.error or ErrorInfo("unknown", "the agent gave no reason")
+    if error.code == KEY_ABANDONED and step.agent and not state.cancel_requested:
+        _abandoned_there(b, policy, index, step.agent, held)
+        return
     b.set_step(index, status=StepStatus.FAILED, key_state=KeyState.NOT_APPLIED, error=error)
     b.note("step-failed", f"{step.name}: {error.code}")
     if not state.cancel_requested and forward_only(b.steps, workflow, index):
@@ -192,6 +196,32 @@ def take_answer(
         b.notify(NotificationStatus.FAILED, b.state.last_error)
     if not held:
         dispatch_compensation(b, workflow, policy, index - 1)
+
+
+KEY_ABANDONED = "operation-abandoned"
+"""A provider's answer to a key that was abandoned there: it never applied, never will."""
+
+
+def _abandoned_there(b: Builder, policy: ProcessPolicy, index: int, agent: str, held: bool) -> None:
+    """The key was abandoned at this provider (a Supervisor abandoned it, then lost its
+    write to another's, so the order did not know): that is evidence, not the customer's
+    failure. The step goes to another open provider, or waits for an operator when none
+    is left; nothing is compensated for it."""
+    step = b.steps[index]
+    b.set_step(
+        index,
+        status=StepStatus.NOT_STARTED,
+        key_state=KeyState.NOT_APPLIED,
+        complete_by=None,
+        abandoned_at=step.abandoned_at
+        if agent in step.abandoned_at
+        else (*step.abandoned_at, agent),
+    )
+    b.note("in-doubt-abandoned", f"{agent} says key of {step.name} was abandoned there")
+    if not held:
+        # A new claim, so the retry is a new attempt: the same attempt's request id
+        # would be dropped by the broker's duplicate detection.
+        requeue(b, policy, 0, "redispatch")
 
 
 MAX_RESULT_BYTES = 16 * 1024
