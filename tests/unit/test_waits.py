@@ -164,20 +164,22 @@ async def test_an_expired_review_compensates_by_its_policy_and_counts_nothing() 
     assert release.body["action"] == "compensate"
 
 
-async def test_an_expired_wait_held_by_policy_is_an_error_with_its_own_code(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    review = dataclasses.replace(REVIEWED_ORDER.steps[1], on_deadline=OnDeadline.HOLD)
-    run_on(
-        monkeypatch,
-        dataclasses.replace(
-            REVIEWED_ORDER, steps=(REVIEWED_ORDER.steps[0], review, *REVIEWED_ORDER.steps[2:])
-        ),
-    )
+async def past_review_deadline(monkeypatch: pytest.MonkeyPatch, **changes: object) -> World:
+    """A reviewed order whose review step has `changes`, a second past its deadline."""
+    review = dataclasses.replace(REVIEWED_ORDER.steps[1], **changes)  # type: ignore[arg-type]
+    steps = (REVIEWED_ORDER.steps[0], review, *REVIEWED_ORDER.steps[2:])
+    run_on(monkeypatch, dataclasses.replace(REVIEWED_ORDER, steps=steps))
     world = World()
     await reach_review(world)
     world.clock.advance(86401)
     await sweep(world.deps())
+    return world
+
+
+async def test_an_expired_wait_held_by_policy_is_an_error_with_its_own_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    world = await past_review_deadline(monkeypatch, on_deadline=OnDeadline.HOLD)
     process = await loaded(world)
     assert process.state.process_state is ProcessState.ERROR
     assert machine_failure(process).error_code == "wait-expired"
@@ -188,25 +190,30 @@ async def test_an_expired_wait_held_by_policy_is_an_error_with_its_own_code(
 async def test_an_alerting_wait_alerts_then_waits_to_its_final_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    review = dataclasses.replace(
-        REVIEWED_ORDER.steps[1], on_deadline=OnDeadline.ALERT, final_deadline_seconds=3 * 86400
+    world = await past_review_deadline(
+        monkeypatch, on_deadline=OnDeadline.ALERT, final_deadline_seconds=3 * 86400
     )
-    run_on(
-        monkeypatch,
-        dataclasses.replace(
-            REVIEWED_ORDER, steps=(REVIEWED_ORDER.steps[0], review, *REVIEWED_ORDER.steps[2:])
-        ),
-    )
-    world = World()
-    await reach_review(world)
-    world.clock.advance(86401)
-    await sweep(world.deps())
     process = await loaded(world)
     assert process.state.process_state is ProcessState.PROCESSING
     (alert,) = world.bus.take(Queue.OPERATOR_ALERTS)
     assert alert.body["reason"] == "wait-overdue"
     await send_event(world.deps(), "o-1", "review", "ev-1", APPROVED)
     assert len(world.bus.take(agent_queue("payment"))) == 1
+
+
+async def test_an_alerting_wait_is_held_at_its_final_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    world = await past_review_deadline(
+        monkeypatch, on_deadline=OnDeadline.ALERT, final_deadline_seconds=3 * 86400
+    )
+    world.bus.take(Queue.OPERATOR_ALERTS)
+    world.clock.advance(2 * 86400)
+    await sweep(world.deps())
+    process = await loaded(world)
+    assert process.state.process_state is ProcessState.ERROR
+    (alert,) = world.bus.take(Queue.OPERATOR_ALERTS)
+    assert alert.body["reason"] == "wait-expired"
 
 
 async def test_a_timer_fires_at_the_orders_not_before_by_its_scheduled_nudge() -> None:
