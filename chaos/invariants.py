@@ -319,9 +319,11 @@ def stale_replies_ignored(obs: Observations) -> InvariantResult:
     outcome query: never both)."""
     violations: list[str] = []
     for order_id, p in sorted(obs.processes.items()):
+        # An operator's resubmit runs the failed step again: it may fail again.
+        since_resubmit = _since_last(p.history, "resubmitted")
         for event, steps in (
             ("step-completed", _completed(p.history)),
-            ("step-failed", [_step_of(d) for d in _details(p.history, "step-failed")]),
+            ("step-failed", [_step_of(d) for d in _details(since_resubmit, "step-failed")]),
             ("step-compensated", _compensated(p.history)),
         ):
             counts = Counter(steps)
@@ -374,7 +376,7 @@ def outcomes_match_orders(obs: Observations) -> InvariantResult:
                     f"{workflow.steps[index].kind.value}) rejects it, so it is held in "
                     f"Error; yet {state.value}"
                 )
-            elif failed and failed != [expected]:
+            elif failed and set(failed) != {expected}:
                 violations.append(
                     f"{order_id}: {expected} rejects it, yet failed steps are {failed}"
                 )
@@ -542,6 +544,12 @@ CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
 
 def _result(name: str, checked: int, violations: Sequence[str]) -> InvariantResult:
     return InvariantResult(name, not violations, checked, tuple(violations))
+
+
+def _since_last(history: Sequence[HistoryEntry], event: str) -> list[HistoryEntry]:
+    """The history after the last `event` (all of it when there is none)."""
+    starts = [i for i, h in enumerate(history) if h.event == event]
+    return list(history[starts[-1] + 1 :] if starts else history)
 
 
 def _details(history: Iterable[HistoryEntry], event: str) -> list[str]:

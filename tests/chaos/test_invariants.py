@@ -854,3 +854,23 @@ def test_an_extra_charge_refunded_at_a_second_provider_is_not_an_undo_past_the_p
     assert invariants.forward_only_past_the_pivot(refunded_too).violations == (
         "x-ok: pivot create-shipment applied, yet undid ['charge-payment']",
     )
+
+
+def test_a_step_that_fails_again_after_an_operators_resubmit_is_no_stale_reply() -> None:
+    again = a_process(
+        "held-1",
+        ProcessState.ERROR,
+        [
+            ("step-failed", "create-shipment: rejected"),
+            ("resubmitted", "by chaos"),
+            ("step-failed", "create-shipment: rejected"),
+        ],
+    )
+    assert invariants.stale_replies_ignored(observe([again])).violations == ()
+    twice = a_process(
+        "held-2",
+        ProcessState.ERROR,
+        [("step-failed", "create-shipment: rejected"), ("step-failed", "create-shipment: x")],
+    )
+    result = invariants.stale_replies_ignored(observe([twice]))
+    assert result.violations == ("held-2: 2 x step-failed for create-shipment",)
