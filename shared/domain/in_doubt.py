@@ -89,7 +89,11 @@ class Question:
 
 
 def question(
-    process: OrderProcess, workflow: Workflow, routing: Routing = PRIMARY_ONLY
+    process: OrderProcess,
+    workflow: Workflow,
+    routing: Routing = PRIMARY_ONLY,
+    *,
+    exhausting: bool = False,
 ) -> Question | None:
     """The in-doubt key of an order whose deadline passed, or None when nothing is in
     doubt: a forward step Running past its complete-by, a compensation out, or a step a
@@ -105,12 +109,19 @@ def question(
     do_key = idempotency_key(process.order_id, definition.name)
     active = state.process_state in (ProcessState.PROCESSING, ProcessState.COMPENSATING)
     if step.status is StepStatus.RUNNING and active and step.complete_by is not None:
-        leaving = state.cancel_requested or state.phase is Phase.COMPENSATE
+        # `exhausting`: this timeout is the last one and the policy compensates.
+        leaving = state.cancel_requested or state.phase is Phase.COMPENSATE or exhausting
         if not leaving and not definition.retry_elsewhere:
             chosen, _ = routing.choose(definition.candidates)
             leaving = chosen != step.agent
-        others = [c for c in definition.candidates if c not in (step.agent, *step.abandoned_at)]
-        movable = bool(others) and not definition.retry_elsewhere
+        # Movable: the retry would leave this agent (another open one is healthy, as the
+        # Supervisor's retry routes), so "not applied" must be made final by an abandon.
+        still_open = [c for c in definition.candidates if c not in step.abandoned_at]
+        movable = (
+            not definition.retry_elsewhere
+            and len(still_open) > 1
+            and routing.choose(still_open, avoid=step.agent)[0] != step.agent
+        )
         ask_at = step.complete_by + SETTLE_MARGIN
         return Question(step.agent, do_key, ask_at, abandon=leaving, movable=movable)
     if state.process_state is not ProcessState.COMPENSATING:

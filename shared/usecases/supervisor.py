@@ -13,7 +13,7 @@ from shared.domain import in_doubt
 from shared.domain import process as machine
 from shared.domain.health import SweepRecord
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
-from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.model import ExhaustedPolicy, OrderProcess, ProcessState
 from shared.domain.process import Transition
 from shared.ports import (
     BusUnavailable,
@@ -311,7 +311,12 @@ async def _check(
     doubt = None
     if queries is not None and counted and deadline is not None and deadline <= now:
         routing = await deps.current_routing()
-        doubt = in_doubt.question(process, deps.workflow(process), routing)
+        policy = deps.policy
+        exhausting = (
+            policy.exhausted_policy is ExhaustedPolicy.COMPENSATE
+            and process.state.failure_count + 1 >= policy.max_failure_count
+        )
+        doubt = in_doubt.question(process, deps.workflow(process), routing, exhausting=exhausting)
     if doubt is not None:
         if now < doubt.ask_at:
             # Asked before the service registered a late request, "never seen" is a guess.

@@ -439,3 +439,30 @@ async def test_a_do_answered_abandoned_moves_to_another_provider_not_into_compen
     assert retry.message_id != charge.message_id
     assert retry.body["idempotencyKey"] == charge.body["idempotencyKey"]
     assert world.bus.take(agent_queue("inventory")) == []
+
+
+async def test_a_not_applied_key_is_not_abandoned_when_the_retry_would_stay_anyway() -> None:
+    """Only the primary is healthy: the Supervisor's retry stays with it, so its key is
+    asked about, never abandoned (an abandon would make the retry fail there)."""
+    setup = await at_payment(None, "payment")
+    setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
+    setup.world.clock.advance(PAST_DEADLINE)
+
+    await setup.sweep()
+
+    assert setup.payment.abandoned == []
+    await setup.healthy("payment")
+    setup.world.clock.advance(2)
+    await scheduler.on_nudge(setup.deps, "o-1")
+    (retry,) = setup.requests(agent_queue("payment"))
+    assert retry.body["idempotencyKey"] == CHARGE_KEY
+
+
+async def test_a_not_applied_key_is_abandoned_when_a_healthy_alternative_takes_the_retry() -> None:
+    setup = await at_payment(None, "payment", "payment-secondary")
+    setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
+    setup.world.clock.advance(PAST_DEADLINE)
+
+    await setup.sweep()
+
+    assert setup.payment.abandoned == [CHARGE_KEY]
