@@ -554,6 +554,21 @@ def accepted_events_kept(obs: Observations) -> InvariantResult:
                     f"({[k.event_id for k in consumed]}): exactly one expected"
                 )
                 continue
+            state = process.state
+            waits_here = (
+                state.process_state is ProcessState.PROCESSING
+                and workflow.steps[state.current_step].name == step.name
+                and reached
+                and not consumed
+            )
+            untaken = [
+                k.event_id for k in state.events if k.name == step.event and not k.consumed_by
+            ]
+            if waits_here and untaken:
+                violations.append(
+                    f"{order_id}: still waits at {step.name} though it keeps {untaken}: the "
+                    "accepted event was never taken"
+                )
             final = process.state.process_state.is_final
             if reached and final and not consumed and not process.state.cancel_requested:
                 violations.append(

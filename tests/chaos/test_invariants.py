@@ -1081,3 +1081,23 @@ def test_a_shipment_before_the_order_not_before_fails() -> None:
         "s-1: create-shipment called at 00:00:01.000000, before its notBefore 00:00:05.000000",
         "s-1: create-shipment applied at 00:00:02.000000, before its notBefore 00:00:05.000000",
     )
+
+
+def test_a_wait_that_keeps_its_event_without_taking_it_fails() -> None:
+    """What chaos found: the nudge that has the wait take an early event was lost and
+    the order kept waiting (for its deadline a day later) with the event kept."""
+    process, effects, sent = reviewed("r-stuck", True, early=True)
+    waiting = replace(
+        process.state,
+        process_state=ProcessState.PROCESSING,
+        current_step=1,
+        locked_by="i-1",
+        events=tuple(replace(e, consumed_by=None) for e in process.state.events),
+    )
+    history = tuple(h for h in process.history if h.event != "event-consumed")
+    stuck = replace(process, state=waiting, history=history)
+    obs = observe_reviews([(stuck, effects[:1], sent)])
+    assert invariants.accepted_events_kept(obs).violations == (
+        "r-stuck: still waits at manual-review though it keeps ['r-stuck.review-1']: the "
+        "accepted event was never taken",
+    )
