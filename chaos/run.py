@@ -539,8 +539,12 @@ async def _send_event(
         except (aiohttp.ClientError, TimeoutError):
             answers["retried no answer"] += 1
         else:
+            if status != 202 and run.disruption.locked():
+                answers[f"{status} while a runtime, the broker or Azurite was down"] += 1
             if status == 202:
                 answers["202"] += 1
+                if run.disruption.locked():
+                    answers["202 while a runtime, the broker or Azurite was down"] += 1
                 if all(e.event_id != event_id for e in run.result.events):
                     run.result.events.append(
                         SentEvent(order_id, event_id, plan.event, approved, run.now(), early)
