@@ -295,6 +295,11 @@ class Reviews:
     """Followed by a second eventId with the opposite answer: the first one decides."""
     within_seconds: float = 3.0
     """The latest an answer comes after the reviewer saw the order waiting."""
+    in_outage_share: float = 0.5
+    """Of the answers sent once waiting, the share held back until the broker or (as
+    many) Azurite is down, so that some are sent through an outage..."""
+    outage_patience_seconds: float = 15.0
+    """...for this long at most (the load may have no outage left)."""
     poll_seconds: float = 0.5
 
 

@@ -62,6 +62,7 @@ SUPERVISOR_BACKOFF_CAP_SECONDS = 15.0
 FINAL_STATES = frozenset(s.value for s in ProcessState if s.is_final or s is ProcessState.ERROR)
 """Where an order will not reach a later step by itself (a Suspended one resumes)."""
 OPERATOR_PATIENCE_SECONDS = 300.0
+OUTAGES = ("broker", "azurite")
 """How long an operator keeps asking: longer than the longest broker outage of a preset."""
 
 
@@ -124,6 +125,21 @@ class _Run:
     cancel_plan: dict[str, tuple[float, bool]] = field(default_factory=dict)
     suspend_plan: dict[str, tuple[float, float]] = field(default_factory=dict)
     review_plan: dict[str, ReviewPlan] = field(default_factory=dict)
+    down: set[str] = field(default_factory=set)
+    """What is down right now: "broker", "azurite"."""
+    is_down: dict[str, asyncio.Event] = field(
+        default_factory=lambda: {what: asyncio.Event() for what in OUTAGES}
+    )
+    """Per outage kind, set while it is down."""
+
+    def going_down(self, what: str) -> None:
+        self.down.add(what)
+        self.is_down[what].set()
+
+    def back_up(self, what: str) -> None:
+        self.down.discard(what)
+        self.is_down[what].clear()
+
     cancelling: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
@@ -341,6 +357,7 @@ async def _broker_outage(run: _Run, seconds: float, victim: str | None) -> None:
     system = run.system
     at, started_at = run.now(), datetime.now(UTC)
     pid = system.kill_broker()
+    run.going_down("broker")
     unfinished = run.monitor.in_flight(run.accepted)
     run.progress(
         f"[{at:6.1f} s] kill -9 the broker (pid {pid}) for {seconds:g} s, {unfinished} unfinished"
@@ -359,6 +376,7 @@ async def _broker_outage(run: _Run, seconds: float, victim: str | None) -> None:
     else:
         await asyncio.sleep(seconds)
     await asyncio.to_thread(system.restart_broker)
+    run.back_up("broker")
     ended_at = datetime.now(UTC)
     down = run.now() - at
     if run.faults_on:
@@ -388,12 +406,14 @@ async def _azurite_outage(run: _Run, seconds: float) -> None:
     system = run.system
     at, started_at = run.now(), datetime.now(UTC)
     pid = system.kill_azurite()
+    run.going_down("azurite")
     unfinished = run.monitor.in_flight(run.accepted)
     run.progress(
         f"[{at:6.1f} s] kill -9 Azurite (pid {pid}) for {seconds:g} s, {unfinished} unfinished"
     )
     await asyncio.sleep(seconds)
     await asyncio.to_thread(system.start_azurite)
+    run.back_up("azurite")
     ended_at = datetime.now(UTC)
     down = run.now() - at
     run.result.outages.append(Outage("azurite", pid, at, down, started_at, ended_at))
@@ -459,6 +479,9 @@ class ReviewPlan:
     approved: bool
     second: bool
     """Then a second eventId with the opposite answer, which must never be consumed."""
+    in_outage: str | None
+    """Once waiting, held back until this ("broker", "azurite") is down (for a while at
+    most); None: not held back."""
     delay: float
     """How long after the order was seen waiting (not early)."""
 
@@ -478,6 +501,7 @@ def plan_reviews(config: ChaosConfig, planned: Sequence[PlannedOrder]) -> dict[s
                 early=rng.random() < reviews.early_share,
                 approved=rng.random() >= reviews.reject_share,
                 second=rng.random() < reviews.second_id_share,
+                in_outage=rng.choice(OUTAGES) if rng.random() < reviews.in_outage_share else None,
                 delay=rng.uniform(0, reviews.within_seconds),
             )
     return plan
@@ -491,6 +515,8 @@ async def _review(run: _Run, order_id: str, plan: ReviewPlan) -> None:
     if not early:
         await _until_waiting(run, order_id, plan.event)
         await asyncio.sleep(plan.delay)
+        if plan.in_outage is not None:
+            await _until_down(run, plan.in_outage, run.config.reviews.outage_patience_seconds)
     first = f"{order_id}.review-1"
     await asyncio.gather(
         *(_send_event(run, order_id, plan, first, plan.approved, early, k) for k in range(2))
@@ -498,6 +524,12 @@ async def _review(run: _Run, order_id: str, plan: ReviewPlan) -> None:
     if plan.second:
         second = f"{order_id}.review-2"
         await _send_event(run, order_id, plan, second, not plan.approved, early, 0)
+
+
+async def _until_down(run: _Run, what: str, patience: float) -> None:
+    """Until `what` (the broker, Azurite) is down, or `patience` seconds passed."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(run.is_down[what].wait(), patience)
 
 
 async def _until_waiting(run: _Run, order_id: str, event: str) -> None:
@@ -539,12 +571,12 @@ async def _send_event(
         except (aiohttp.ClientError, TimeoutError):
             answers["retried no answer"] += 1
         else:
-            if status != 202 and run.disruption.locked():
-                answers[f"{status} while a runtime, the broker or Azurite was down"] += 1
+            for what in sorted(run.down) if status != 202 else ():
+                answers[f"{status} with {what} down"] += 1
             if status == 202:
                 answers["202"] += 1
-                if run.disruption.locked():
-                    answers["202 while a runtime, the broker or Azurite was down"] += 1
+                for what in sorted(run.down):
+                    answers[f"202 with {what} down"] += 1
                 if all(e.event_id != event_id for e in run.result.events):
                     run.result.events.append(
                         SentEvent(order_id, event_id, plan.event, approved, run.now(), early)
@@ -596,8 +628,9 @@ def bound_seconds(config: ChaosConfig) -> float:
     outages = config.infra.outages
     after_each = SUPERVISOR_BACKOFF_CAP_SECONDS + t.pending_timeout_seconds + t.expiry_seconds
     # A wait for the reviewer (a poll, its delay) or for a notBefore past the last slot.
+    reviews = config.reviews
     waits = max(
-        config.reviews.poll_seconds + config.reviews.within_seconds,
+        reviews.poll_seconds + reviews.within_seconds + reviews.outage_patience_seconds,
         config.schedules.max_seconds,
     )
     return (
