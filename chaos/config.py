@@ -20,9 +20,18 @@ from shared.domain.workflow import Workflow
 CATALOGUE = catalogue()
 ORDER_FULFILMENT = CATALOGUE.default_workflow()
 EXPRESS_DELIVERY = "express-delivery"
-MIX: tuple[str, ...] = (ORDER_FULFILMENT.name, ORDER_FULFILMENT.name, EXPRESS_DELIVERY)
-"""The default mix: every third order on express-delivery (a pivot and a retriable
-step), the others on the default workflow."""
+REVIEWED_ORDER = "reviewed-order"
+SCHEDULED_DELIVERY = "scheduled-delivery"
+MIX: tuple[str, ...] = (
+    ORDER_FULFILMENT.name,
+    ORDER_FULFILMENT.name,
+    EXPRESS_DELIVERY,
+    REVIEWED_ORDER,
+    SCHEDULED_DELIVERY,
+)
+"""The default mix, in fifths: express-delivery (a pivot and a retriable step),
+reviewed-order (an approval event a chaos reviewer sends), scheduled-delivery (a timer on
+the order's notBefore), the other two on the default workflow."""
 
 
 def workflow_named(name: str) -> Workflow:
@@ -34,14 +43,18 @@ def workflow_named(name: str) -> Workflow:
 
 
 def services_of(workflow: Workflow) -> tuple[str, ...]:
-    """Where an order of the workflow is planned to fail: each step's primary service."""
-    return tuple(step.agent for step in workflow.steps)
+    """Where an order of the workflow is planned to fail: each agent step's primary
+    service (an event or timer step has none)."""
+    return tuple(step.agent for step in workflow.steps if step.agent)
 
 
 def finishing_dispatches(workflow: Workflow) -> int:
-    """The most dispatches of one order that finish: every step forward, then the undo
-    of each step that has one."""
-    return len(workflow.steps) + sum(1 for step in workflow.steps if step.undoable)
+    """The most dispatches of one order that finish: every agent step forward, then the
+    undo of each step that has one (an event or timer step dispatches nothing: what it
+    waits for is the bound's own term)."""
+    return sum(1 for step in workflow.steps if not step.waits) + sum(
+        1 for step in workflow.steps if step.undoable
+    )
 
 
 def parse_mix(text: str) -> tuple[str, ...]:
@@ -268,6 +281,38 @@ class Suspends:
 
 
 @dataclass(frozen=True)
+class Reviews:
+    """The chaos reviewer of the orders with an approval step (reviewed-order): each
+    approval is sent twice with the same eventId (the repeat must change nothing), some
+    with a second eventId too (it must never be consumed); through the outages, a 503
+    or no answer is asked again."""
+
+    early_share: float = 0.4
+    """Sent right after the submission's 202, before the order reaches its review."""
+    reject_share: float = 0.25
+    """Rejected (`approved: false`): the order compensates what came before."""
+    second_id_share: float = 0.4
+    """Followed by a second eventId with the opposite answer: the first one decides."""
+    within_seconds: float = 3.0
+    """The latest an answer comes after the reviewer saw the order waiting."""
+    in_outage_share: float = 0.5
+    """Of the answers sent once waiting, the share held back until the broker or (as
+    many) Azurite is down, so that some are sent through an outage..."""
+    outage_patience_seconds: float = 15.0
+    """...for this long at most (the load may have no outage left)."""
+    poll_seconds: float = 0.5
+
+
+@dataclass(frozen=True)
+class Schedules:
+    """scheduled-delivery orders carry a `notBefore` this many seconds after their
+    slot in the load: the shipment must wait for it."""
+
+    min_seconds: float = 2.0
+    max_seconds: float = 8.0
+
+
+@dataclass(frozen=True)
 class ChaosConfig:
     orders: int = 1000
     seed: int = 1
@@ -293,6 +338,8 @@ class ChaosConfig:
     infra: InfraFaults = field(default_factory=InfraFaults)
     cancels: Cancels = field(default_factory=Cancels)
     suspends: Suspends = field(default_factory=Suspends)
+    reviews: Reviews = field(default_factory=Reviews)
+    schedules: Schedules = field(default_factory=Schedules)
     resubmit_errors: bool = True
     """After checking, an operator resubmits the Error orders; checked again after."""
     monitor_seconds: float = 2.0

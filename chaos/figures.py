@@ -69,6 +69,7 @@ def figures(
     simulator_stats: Mapping[str, Any],
     broker_stats: Mapping[str, Any],
     log_counts: Mapping[str, int],
+    event_answers: Mapping[str, int] | None = None,
 ) -> Figures:
     states = Counter(
         p.state.process_state.value if (p := obs.processes.get(order_id)) else "missing"
@@ -94,4 +95,20 @@ def figures(
         simulator=simulator,
         broker=_sum(broker_stats, BROKER_KEYS),
         log_counts=dict(log_counts),
+        events=event_figures(obs, event_answers or {}),
     )
+
+
+def event_figures(obs: Observations, answers: Mapping[str, int]) -> dict[str, int]:
+    """The reviewer's sends by answer, then what the orders did with the events."""
+    kept = [e for p in obs.processes.values() for e in p.state.events]
+    counts = {f"sent: {answer}": n for answer, n in sorted(answers.items())}
+    counts["accepted eventIds"] = len(obs.events)
+    counts["  sent early"] = sum(1 for e in obs.events if e.early)
+    counts["  approvals"] = sum(1 for e in obs.events if e.approved)
+    counts["kept by the orders"] = len(kept)
+    counts["consumed"] = sum(1 for e in kept if e.consumed_by is not None)
+    counts["timers fired"] = sum(
+        1 for p in obs.processes.values() for h in p.history if h.event == "timer-fired"
+    )
+    return counts

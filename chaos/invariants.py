@@ -10,7 +10,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
-from chaos.model import Effect, InvariantResult, Observations
+from chaos.model import Effect, InvariantResult, Observations, SentEvent
 from devhost.simulator.judge import InForce, OrderToJudge, Step, in_force, judge
 from shared.domain.model import HistoryEntry, ProcessState
 from shared.domain.reconcile import FINISHED, MISMATCH_REASON
@@ -154,7 +154,8 @@ def compensations_exactly_for_completed_steps(obs: Observations) -> InvariantRes
             if compensated != in_reverse:
                 violations.append(f"{order_id}: cancelled, history compensated {compensated}")
             continue
-        completed = _completed(process.history)
+        acting = _acting(workflow)
+        completed = [s for s in _completed(process.history) if s in acting]
         compensated = _compensated(process.history)
         expected = completed[::-1]
         calls = [e for e in effects.get(order_id, ()) if e.operation in undo_step]
@@ -194,11 +195,11 @@ def effects_match_history(obs: Observations) -> InvariantResult:
     effects = _effects_by_order(obs.effects)
     violations: list[str] = []
     for order_id, process in sorted(obs.processes.items()):
-        steps = [s.name for s in obs.workflow_of(order_id).steps]
+        steps = _acting(obs.workflow_of(order_id))
         state = process.state.process_state
         applied = {e.operation for e in effects.get(order_id, ()) if e.applied == 1}
         done = [s for s in steps if s in applied]
-        completed = _completed(process.history)
+        completed = [s for s in _completed(process.history) if s in steps]
         if missing := [s for s in completed if s not in applied]:
             violations.append(f"{order_id}: {missing} completed but never applied by the service")
         if state is ProcessState.PROCESSED and (completed != steps or done != steps):
@@ -334,8 +335,10 @@ def stale_replies_ignored(obs: Observations) -> InvariantResult:
 
 
 def outcomes_match_orders(obs: Observations) -> InvariantResult:
-    """An order without a rejected SKU is never compensated; one with a rejected SKU
-    never completes, and fails at the step of its workflow's service that rejects it:
+    """An order without a rejected SKU (nor a rejected review) is never compensated;
+    one with a rejected SKU or review never completes, and fails at the first step that
+    rejects it (a service's, or an approval step whose first accepted event said
+    `approved: false`):
     compensated before the pivot (the pivot's own rejection included), held in Error at a
     retriable step or past the pivot (nothing there can be undone); one an operator
     cancelled ends Cancelled (or Error)."""
@@ -352,20 +355,19 @@ def outcomes_match_orders(obs: Observations) -> InvariantResult:
             if state not in (ProcessState.CANCELLED, ProcessState.ERROR):
                 violations.append(f"{order_id}: cancelled, yet {state.value}")
             continue
-        if planned.failing_service is None:
-            if state not in (ProcessState.PROCESSED, ProcessState.ERROR) or failed:
-                violations.append(
-                    f"{order_id}: no rejected SKU, yet {state.value} (failed steps {failed})"
-                )
-            continue
-        index = next(
-            (i for i, s in enumerate(workflow.steps) if s.agent == planned.failing_service), None
-        )
-        if index is None:
+        if planned.failing_service is not None and planned.failing_service not in {
+            s.agent for s in workflow.steps
+        }:
             violations.append(
                 f"{order_id}: planned to fail at {planned.failing_service}, which "
                 f"{workflow.name} does not use"
             )
+            continue
+        index = _planned_failure(workflow, planned.failing_service, obs.decision(order_id))
+        if index is None:
+            if state not in (ProcessState.PROCESSED, ProcessState.ERROR) or failed:
+                why = "approved" if obs.decision(order_id) else "no rejected SKU"
+                violations.append(f"{order_id}: {why}, yet {state.value} (failed steps {failed})")
             continue
         expected = workflow.steps[index].name
         if _held_at(workflow, index):
@@ -504,6 +506,141 @@ def forward_only_past_the_pivot(obs: Observations) -> InvariantResult:
     )
 
 
+def accepted_events_kept(obs: Observations) -> InvariantResult:
+    """No event accepted with 202 is lost: every one is kept by its order with what it
+    said, early or late, through the outages. A wait step takes exactly one event (the
+    first accepted: a repeat of its eventId or a second eventId never counts twice); once
+    an order reached its review, only a cancel may end it without one; an approval
+    completes the step, a rejection fails it (`rejected`)."""
+    violations: list[str] = []
+    sent_by_order: dict[str, list[SentEvent]] = defaultdict(list)
+    for e in obs.events:
+        sent_by_order[e.order_id].append(e)
+        process = obs.processes.get(e.order_id)
+        when = "early" if e.early else "once waiting"
+        if process is None:
+            violations.append(f"{e.order_id}: event {e.event_id} accepted, order not stored")
+            continue
+        kept = next((k for k in process.state.events if k.event_id == e.event_id), None)
+        if kept is None:
+            violations.append(
+                f"{e.order_id}: event {e.name} ({e.event_id}, sent {when}) accepted (202) at "
+                f"{e.at:.1f} s but not kept by the order "
+                f"({process.state.process_state.value}): LOST"
+            )
+        elif kept.name != e.name or (kept.data or {}).get("approved") is not e.approved:
+            violations.append(
+                f"{e.order_id}: event {e.event_id} kept as {kept.name} {kept.data}, "
+                f"sent as {e.name} approved={e.approved}"
+            )
+    for order_id, sent in sorted(sent_by_order.items()):
+        process = obs.processes.get(order_id)
+        if process is None:
+            continue
+        workflow = obs.workflow_of(order_id)
+        history = process.history
+        for step in workflow.steps:
+            if step.event is None:
+                continue
+            consumed = [k for k in process.state.events if k.consumed_by == step.name]
+            noted = [
+                h.detail
+                for h in history
+                if h.event == "event-consumed" and _step_of(h.detail) == step.name
+            ]
+            reached = any(h.event == "waiting" and _step_of(h.detail) == step.name for h in history)
+            if len(noted) > 1 or len(consumed) > 1 or len(noted) != len(consumed):
+                violations.append(
+                    f"{order_id}: {step.name} took {len(noted)} event(s) by its history "
+                    f"({noted}), {len(consumed)} by its events "
+                    f"({[k.event_id for k in consumed]}): exactly one expected"
+                )
+                continue
+            state = process.state
+            waits_here = (
+                state.process_state is ProcessState.PROCESSING
+                and workflow.steps[state.current_step].name == step.name
+                and reached
+                and not consumed
+            )
+            untaken = [
+                k.event_id for k in state.events if k.name == step.event and not k.consumed_by
+            ]
+            if waits_here and untaken:
+                violations.append(
+                    f"{order_id}: still waits at {step.name} though it keeps {untaken}: the "
+                    "accepted event was never taken"
+                )
+            final = process.state.process_state.is_final
+            if reached and final and not consumed and not process.state.cancel_requested:
+                violations.append(
+                    f"{order_id}: reached {step.name}, ended "
+                    f"{process.state.process_state.value} without taking an event "
+                    f"(accepted: {[e.event_id for e in sent]})"
+                )
+            if not consumed:
+                continue
+            taken = consumed[0]
+            if taken.event_id != sent[0].event_id:
+                violations.append(
+                    f"{order_id}: {step.name} took {taken.event_id}, not the first accepted "
+                    f"{sent[0].event_id}"
+                )
+            if not step.approval:
+                continue
+            completed = step.name in _completed(history)
+            rejected = any(
+                _step_of(d) == step.name and d.endswith(": rejected")
+                for d in _details(history, "step-failed")
+            )
+            approved = (taken.data or {}).get("approved") is True
+            if approved and (not completed or rejected):
+                violations.append(
+                    f"{order_id}: {step.name} took approval {taken.event_id}, yet "
+                    f"{'rejected' if rejected else 'never completed'}"
+                )
+            if not approved and (completed or not rejected):
+                violations.append(
+                    f"{order_id}: {step.name} took rejection {taken.event_id}, yet "
+                    f"{'completed' if completed else 'never failed as rejected'}"
+                )
+    return _result(
+        "no accepted event lost; each wait takes exactly one, the first",
+        len(obs.events),
+        violations,
+    )
+
+
+def shipments_wait_for_not_before(obs: Observations) -> InvariantResult:
+    """A step after a timer on the order's `notBefore` is never called, let alone
+    applied, before that time (by the services' own clock, the ledger's)."""
+    effects = _effects_by_order(obs.effects)
+    violations: list[str] = []
+    checked = 0
+    for order_id, process in sorted(obs.processes.items()):
+        workflow = obs.workflow_of(order_id)
+        not_before = process.order.not_before
+        timers = [
+            i
+            for i, s in enumerate(workflow.steps)
+            if s.kind is StepKind.TIMER and s.until == "notBefore"
+        ]
+        if not_before is None or not timers:
+            continue
+        checked += 1
+        later = {s.name for s in workflow.steps[timers[0] + 1 :] if not s.waits}
+        for e in effects.get(order_id, ()):
+            if e.operation not in later:
+                continue
+            for what, when in (("called", e.first_call_at), ("applied", e.applied_at)):
+                if when is not None and when < not_before:
+                    violations.append(
+                        f"{order_id}: {e.operation} {what} at {when:%H:%M:%S.%f}, before "
+                        f"its notBefore {not_before:%H:%M:%S.%f}"
+                    )
+    return _result("nothing after a timer before the order's notBefore", checked, violations)
+
+
 def finished_orders_reconcile(obs: Observations) -> InvariantResult:
     """Reconciliation after the load (every finished order against the services' keys,
     through the app's own outcome queries) raises no mismatch alert."""
@@ -538,6 +675,8 @@ CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     outcomes_match_orders,
     each_order_runs_its_workflow,
     forward_only_past_the_pivot,
+    accepted_events_kept,
+    shipments_wait_for_not_before,
     finished_orders_reconcile,
 )
 
@@ -593,8 +732,16 @@ def _step_of(detail: str) -> str:
 
 def _judge_steps(workflow: Workflow) -> list[Step]:
     """The workflow's steps as the net-effect judge reads them: a pivot or a retriable
-    step has no undo, so once applied it stays in force."""
-    return [Step(s.name, s.compensation if s.undoable else None) for s in workflow.steps]
+    step has no undo, so once applied it stays in force; an event or timer step has no
+    service and leaves nothing anywhere."""
+    return [
+        Step(s.name, s.compensation if s.undoable else None) for s in workflow.steps if not s.waits
+    ]
+
+
+def _acting(workflow: Workflow) -> list[str]:
+    """The steps a service performs (an event or timer step has none), in order."""
+    return [s.name for s in workflow.steps if not s.waits]
 
 
 def _first_held(workflow: Workflow) -> int | None:
@@ -609,6 +756,19 @@ def _held_at(workflow: Workflow, index: int) -> bool:
     pivot = workflow.pivot
     kind = workflow.steps[index].kind
     return kind is StepKind.RETRIABLE or (pivot is not None and index > pivot)
+
+
+def _planned_failure(
+    workflow: Workflow, failing_service: str | None, approved: bool | None
+) -> int | None:
+    """The step an order is planned to fail at: the first one whose service rejects its
+    SKU, or an approval step its reviewer rejected; None: it should go through."""
+    for i, step in enumerate(workflow.steps):
+        if step.agent and step.agent == failing_service:
+            return i
+        if step.approval and approved is False:
+            return i
+    return None
 
 
 def _undo_steps(workflow: Workflow) -> dict[str, str]:

@@ -9,7 +9,9 @@ makes a second order.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 
 import aiohttp
 
@@ -26,6 +28,7 @@ def plan_orders(config: ChaosConfig, run_id: str) -> list[PlannedOrder]:
     rng = random.Random(config.seed)
     count = config.orders
     workflows = [config.workflow_of(i) for i in range(count)]
+    later = _not_before_offsets(config, workflows)
     pairs = [(w.name, service) for w in config.mix for service in services_of(w)]
     failing = 0
     if config.failing_share:
@@ -61,8 +64,21 @@ def plan_orders(config: ChaosConfig, run_id: str) -> list[PlannedOrder]:
             "items": items,
             "workflow": workflows[i],
         }
-        planned.append(PlannedOrder(order_id, body, service, workflows[i]))
+        planned.append(PlannedOrder(order_id, body, service, workflows[i], later.get(i)))
     return planned
+
+
+def _not_before_offsets(config: ChaosConfig, workflows: list[str]) -> dict[int, float]:
+    """Seconds after its slot each order of a workflow waiting for `notBefore` may ship
+    (a generator of its own, so the rest of the plan stays as it was)."""
+    rng = random.Random(config.seed * 7919 + 3)
+    waits = {w.name for w in config.mix if any(s.until == "notBefore" for s in w.steps)}
+    span = config.schedules
+    return {
+        i: round(rng.uniform(span.min_seconds, span.max_seconds), 2)
+        for i, name in enumerate(workflows)
+        if name in waits
+    }
 
 
 SUBMIT_RETRY = Retry(attempts=None, within=120.0, step=0.1, cap=1.0, request_timeout=15.0)
@@ -88,6 +104,13 @@ async def submit_all(
         return Accepted(order.order_id, at, order.runtime, order.tries)
 
     orders = [Tracked(p.order_id, dict(p.body)) for p in planned]
+    # A notBefore counted from the order's slot in the load, so it is still ahead when
+    # the order is submitted (unless the window or an outage held the order back).
+    wall = datetime.now(UTC) - timedelta(seconds=time.monotonic() - started)
+    for i, (order, p) in enumerate(zip(orders, planned, strict=True)):
+        if p.not_before_after is not None:
+            at = wall + timedelta(seconds=i / rate + p.not_before_after)
+            order.body["notBefore"] = at.isoformat()
     run = LoadRun(
         orders,
         Load(rate=rate, submitting=concurrency),

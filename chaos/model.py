@@ -20,6 +20,9 @@ class PlannedOrder:
     """The service that rejects one of its SKUs for good, or None."""
     workflow: str | None = None
     """The workflow the order is submitted on; None: the catalogue's default."""
+    not_before_after: float | None = None
+    """For a workflow with a timer on `notBefore`: the order's notBefore is this many
+    seconds after its slot in the load (set when it is submitted)."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,20 @@ class Accepted:
     """Seconds since the load started, when the 202 came back."""
     runtime: str
     tries: int
+
+
+@dataclass(frozen=True)
+class SentEvent:
+    """An event the chaos reviewer got a 202 for: the system took it and must keep it."""
+
+    order_id: str
+    event_id: str
+    name: str
+    approved: bool
+    at: float
+    """Seconds since the load started, when the 202 came back."""
+    early: bool
+    """Sent right after the submission's 202 (else once the order was seen waiting)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +162,13 @@ class Observations:
     cancel_answers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Per order, the operator's cancels by answer: "202", "409" (finished), "409
     past-pivot" (refused: the pivot may have applied), "failed"..."""
+    events: tuple[SentEvent, ...] = ()
+    """Every event answered 202 (each eventId once, first 202 first)."""
+
+    def decision(self, order_id: str) -> bool | None:
+        """The approval the order's first accepted event carries (the one its review
+        step must take); None when no event of the order was accepted."""
+        return next((e.approved for e in self.events if e.order_id == order_id), None)
 
     def workflow_name(self, order_id: str) -> str:
         """The workflow the order was submitted on (or stored with, if never planned)."""
@@ -185,6 +209,9 @@ class Figures:
     simulator: dict[str, int] = field(default_factory=dict)
     broker: dict[str, int] = field(default_factory=dict)
     log_counts: dict[str, int] = field(default_factory=dict)
+    events: dict[str, int] = field(default_factory=dict)
+    """Events sent by the chaos reviewer (answers, retries) and what the orders did
+    with them (consumed, kept unconsumed)."""
 
 
 @dataclass(frozen=True)

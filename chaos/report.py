@@ -210,6 +210,9 @@ def figures_table(result: RunResult) -> Table:
     row("agent requests expired on arrival (runtime logs)", "log:requests expired on arrival")
     row("agents silent at the deadline (runtime logs)", "log:agents silent at the deadline")
     table.add_row("kill -9 of a runtime", *(str(len(result.kills)) for _ in checks))
+    names = list(dict.fromkeys(k for c in checks for k in c.figures.events))
+    for name in names:
+        table.add_row(f"events: {name}", *(str(c.figures.events.get(name, 0)) for c in checks))
     reasons = sorted({r for c in checks for r in c.figures.alerts_by_reason})
     for reason in reasons:
         table.add_row(

@@ -32,7 +32,16 @@ from chaos.config import ChaosConfig
 from chaos.figures import count_log_lines, figures
 from chaos.invariants import check_all
 from chaos.load import plan_orders, submit_all
-from chaos.model import Accepted, Alert, Check, Convergence, Figures, Observations, PlannedOrder
+from chaos.model import (
+    Accepted,
+    Alert,
+    Check,
+    Convergence,
+    Figures,
+    Observations,
+    PlannedOrder,
+    SentEvent,
+)
 from chaos.monitor import Monitor
 from chaos.system import RUNTIMES, ChaosStack, KillEvent, Outage, chaos_stack
 from shared.catalogue import catalogue
@@ -50,7 +59,10 @@ RESTART_PAUSE_SECONDS = 1.0
 TICK_SECONDS = 5.0
 SUPERVISOR_BACKOFF_CAP_SECONDS = 15.0
 """The longest a Supervisor waits between sweeps while its dependencies are down."""
+FINAL_STATES = frozenset(s.value for s in ProcessState if s.is_final or s is ProcessState.ERROR)
+"""Where an order will not reach a later step by itself (a Suspended one resumes)."""
 OPERATOR_PATIENCE_SECONDS = 300.0
+OUTAGES = ("broker", "azurite")
 """How long an operator keeps asking: longer than the longest broker outage of a preset."""
 
 
@@ -71,6 +83,11 @@ class RunResult:
     """The same, per order."""
     suspends: Counter[str] = field(default_factory=Counter)
     """Operator suspends and resumes by answer ("suspend 202", "resume 409", ...)."""
+    events: list[SentEvent] = field(default_factory=list)
+    """Events the chaos reviewer got a 202 for (each eventId once)."""
+    event_answers: Counter[str] = field(default_factory=Counter)
+    """The reviewer's sends by how they ended ("202", "409", "failed"...) and its
+    retries ("retried 503", "retried no answer")."""
     resubmitted: int = 0
     checks: list[Check] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -107,6 +124,22 @@ class _Run:
     faults_on: bool = False
     cancel_plan: dict[str, tuple[float, bool]] = field(default_factory=dict)
     suspend_plan: dict[str, tuple[float, float]] = field(default_factory=dict)
+    review_plan: dict[str, ReviewPlan] = field(default_factory=dict)
+    down: set[str] = field(default_factory=set)
+    """What is down right now: "broker", "azurite"."""
+    is_down: dict[str, asyncio.Event] = field(
+        default_factory=lambda: {what: asyncio.Event() for what in OUTAGES}
+    )
+    """Per outage kind, set while it is down."""
+
+    def going_down(self, what: str) -> None:
+        self.down.add(what)
+        self.is_down[what].set()
+
+    def back_up(self, what: str) -> None:
+        self.down.discard(what)
+        self.is_down[what].clear()
+
     cancelling: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
@@ -131,6 +164,9 @@ class _Run:
         hold = self.suspend_plan.get(accepted.order_id)
         if hold is not None:
             self._operate(_suspend_later(self, accepted.order_id, *hold))
+        review = self.review_plan.get(accepted.order_id)
+        if review is not None:
+            self._operate(_review(self, accepted.order_id, review))
 
     def _operate(self, action: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(action)
@@ -184,6 +220,7 @@ async def run_chaos(
                 run.faults_on = True
                 run.cancel_plan = plan_cancels(config, list(planned))
                 run.suspend_plan = plan_suspends(config, list(planned))
+                run.review_plan = plan_reviews(config, list(planned.values()))
                 ticker = asyncio.create_task(_tick(run))
                 await _load(run)
                 async with run.disruption:
@@ -193,6 +230,7 @@ async def run_chaos(
                     await asyncio.gather(*run.cancelling)
                 say(f"operator cancels: {dict(sorted(result.cancels.items()))}")
                 say(f"operator suspends: {dict(sorted(result.suspends.items()))}")
+                say(f"reviewer's events: {dict(sorted(result.event_answers.items()))}")
                 say("load done; faults off (injected crashes stay on); waiting for convergence")
                 result.checks.append(await _converge_and_check(run, "after the load"))
                 if config.resubmit_errors:
@@ -319,6 +357,7 @@ async def _broker_outage(run: _Run, seconds: float, victim: str | None) -> None:
     system = run.system
     at, started_at = run.now(), datetime.now(UTC)
     pid = system.kill_broker()
+    run.going_down("broker")
     unfinished = run.monitor.in_flight(run.accepted)
     run.progress(
         f"[{at:6.1f} s] kill -9 the broker (pid {pid}) for {seconds:g} s, {unfinished} unfinished"
@@ -337,6 +376,7 @@ async def _broker_outage(run: _Run, seconds: float, victim: str | None) -> None:
     else:
         await asyncio.sleep(seconds)
     await asyncio.to_thread(system.restart_broker)
+    run.back_up("broker")
     ended_at = datetime.now(UTC)
     down = run.now() - at
     if run.faults_on:
@@ -366,12 +406,14 @@ async def _azurite_outage(run: _Run, seconds: float) -> None:
     system = run.system
     at, started_at = run.now(), datetime.now(UTC)
     pid = system.kill_azurite()
+    run.going_down("azurite")
     unfinished = run.monitor.in_flight(run.accepted)
     run.progress(
         f"[{at:6.1f} s] kill -9 Azurite (pid {pid}) for {seconds:g} s, {unfinished} unfinished"
     )
     await asyncio.sleep(seconds)
     await asyncio.to_thread(system.start_azurite)
+    run.back_up("azurite")
     ended_at = datetime.now(UTC)
     down = run.now() - at
     run.result.outages.append(Outage("azurite", pid, at, down, started_at, ended_at))
@@ -427,6 +469,131 @@ async def _cancel_later(run: _Run, order_id: str, delay: float, twice: bool) -> 
         run.result.cancel_answers.setdefault(order_id, []).append(answer)
 
 
+@dataclass(frozen=True)
+class ReviewPlan:
+    """How the chaos reviewer answers one order's approval step."""
+
+    event: str
+    early: bool
+    """Right after the submission's 202; else once the order is seen waiting."""
+    approved: bool
+    second: bool
+    """Then a second eventId with the opposite answer, which must never be consumed."""
+    in_outage: str | None
+    """Once waiting, held back until this ("broker", "azurite") is down (for a while at
+    most); None: not held back."""
+    delay: float
+    """How long after the order was seen waiting (not early)."""
+
+
+def plan_reviews(config: ChaosConfig, planned: Sequence[PlannedOrder]) -> dict[str, ReviewPlan]:
+    """Which orders the reviewer answers and how: every order whose workflow has an
+    approval step (seeded)."""
+    reviews = config.reviews
+    rng = random.Random(config.seed * 7919 + 4)
+    approvals = {w.name: s.event for w in config.mix for s in w.steps if s.approval and s.event}
+    plan: dict[str, ReviewPlan] = {}
+    for p in planned:
+        event = approvals.get(p.workflow or "")
+        if event is not None:
+            plan[p.order_id] = ReviewPlan(
+                event,
+                early=rng.random() < reviews.early_share,
+                approved=rng.random() >= reviews.reject_share,
+                second=rng.random() < reviews.second_id_share,
+                in_outage=rng.choice(OUTAGES) if rng.random() < reviews.in_outage_share else None,
+                delay=rng.uniform(0, reviews.within_seconds),
+            )
+    return plan
+
+
+async def _review(run: _Run, order_id: str, plan: ReviewPlan) -> None:
+    """Answer the order's approval: early, or once it waits (or is final: then the
+    answer is late and must be refused); the answer twice at once with one eventId
+    (through both runtimes), then maybe a second eventId with the opposite answer."""
+    early = plan.early
+    if not early:
+        await _until_waiting(run, order_id, plan.event)
+        await asyncio.sleep(plan.delay)
+        if plan.in_outage is not None:
+            await _until_down(run, plan.in_outage, run.config.reviews.outage_patience_seconds)
+    first = f"{order_id}.review-1"
+    await asyncio.gather(
+        *(_send_event(run, order_id, plan, first, plan.approved, early, k) for k in range(2))
+    )
+    if plan.second:
+        second = f"{order_id}.review-2"
+        await _send_event(run, order_id, plan, second, not plan.approved, early, 0)
+
+
+async def _until_down(run: _Run, what: str, patience: float) -> None:
+    """Until `what` (the broker, Azurite) is down, or `patience` seconds passed."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(run.is_down[what].wait(), patience)
+
+
+async def _until_waiting(run: _Run, order_id: str, event: str) -> None:
+    """Poll the order's view (either runtime; a failure is asked again) until it waits
+    for the event or is final."""
+    begun = time.monotonic()
+    names = list(RUNTIMES)
+    attempt = 0
+    while time.monotonic() - begun < bound_seconds(run.config) + TERMINAL_GRACE_SECONDS:
+        app = run.system.app(run.session, names[attempt % len(names)])
+        attempt += 1
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            status, view = await app.view(order_id, timeout=10)
+            if status == 200:
+                waiting = view.get("waitingFor") or {}
+                state = str(view.get("processState", ""))
+                if waiting.get("event") == event or state in FINAL_STATES:
+                    return
+        await asyncio.sleep(run.config.reviews.poll_seconds)
+    run.result.problems.append(f"{order_id}: never seen waiting for {event!r} nor final")
+
+
+async def _send_event(
+    run: _Run, order_id: str, plan: ReviewPlan, event_id: str, approved: bool, early: bool, k: int
+) -> None:
+    """POST the event until it is answered: 202 (recorded: it must be kept), 409 (the
+    order is final), anything else below 500 is a problem of the run; a 503 (the state
+    store down), another 5xx or no answer (a runtime killed) is asked again."""
+    begun = time.monotonic()
+    names = list(RUNTIMES)
+    attempt = k
+    data = {"approved": approved, "by": "chaos", "comment": "chaos reviewer"}
+    answers = run.result.event_answers
+    while time.monotonic() - begun < OPERATOR_PATIENCE_SECONDS:
+        app = run.system.app(run.session, names[attempt % len(names)])
+        attempt += 1
+        try:
+            status, answer = await app.send_event(order_id, plan.event, event_id, data, timeout=15)
+        except (aiohttp.ClientError, TimeoutError):
+            answers["retried no answer"] += 1
+        else:
+            for what in sorted(run.down) if status != 202 else ():
+                answers[f"{status} with {what} down"] += 1
+            if status == 202:
+                answers["202"] += 1
+                for what in sorted(run.down):
+                    answers[f"202 with {what} down"] += 1
+                if all(e.event_id != event_id for e in run.result.events):
+                    run.result.events.append(
+                        SentEvent(order_id, event_id, plan.event, approved, run.now(), early)
+                    )
+                return
+            if status == 409:
+                answers["409"] += 1
+                return
+            if status < 500:
+                answers[str(status)] += 1
+                run.result.problems.append(f"event {event_id} answered {status}: {answer}")
+                return
+            answers[f"retried {status}"] += 1
+        await asyncio.sleep(min(0.2 * (attempt - k), 2.0))
+    answers["failed"] += 1
+
+
 async def _operator(run: _Run, order_id: str, names: Sequence[str], action: str) -> str:
     """POST cancel, suspend or resume until it is answered: 202 or 409 (not in a state
     that allows it; for a cancel, "409 past-pivot" when the order's pivot may have
@@ -460,7 +627,18 @@ def bound_seconds(config: ChaosConfig) -> float:
     t = config.timings
     outages = config.infra.outages
     after_each = SUPERVISOR_BACKOFF_CAP_SECONDS + t.pending_timeout_seconds + t.expiry_seconds
-    return t.convergence_bound_seconds(config.dispatches) + sum(outages) + len(outages) * after_each
+    # A wait for the reviewer (a poll, its delay) or for a notBefore past the last slot.
+    reviews = config.reviews
+    waits = max(
+        reviews.poll_seconds + reviews.within_seconds + reviews.outage_patience_seconds,
+        config.schedules.max_seconds,
+    )
+    return (
+        t.convergence_bound_seconds(config.dispatches)
+        + waits
+        + sum(outages)
+        + len(outages) * after_each
+    )
 
 
 async def _converge_and_check(run: _Run, title: str) -> Check:
@@ -536,9 +714,11 @@ async def _observe(
         reconciled=reconciled,
         workflows={w.name: w for w in run.config.mix},
         cancel_answers={k: tuple(v) for k, v in run.result.cancel_answers.items()},
+        events=tuple(run.result.events),
     )
     logs = count_log_lines(system.runtime_logs())
-    return observations, figures(observations, simulator_stats, broker_stats, logs)
+    answers = run.result.event_answers
+    return observations, figures(observations, simulator_stats, broker_stats, logs, answers)
 
 
 async def _reconcile(run: _Run) -> int | None:

@@ -131,6 +131,33 @@ class AppClient:
     async def resume(self, order_id: str) -> tuple[int, dict[str, Any]]:
         return await self._ask("POST", self.url(Route.RESUME, order_id))
 
+    async def view(
+        self, order_id: str, *, timeout: float | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """GET the order's view (status and answer; no judgement of the status)."""
+        limit = None if timeout is None else aiohttp.ClientTimeout(total=timeout)
+        return await self._ask("GET", self.url(Route.ORDER, order_id), timeout=limit)
+
+    async def send_event(
+        self,
+        order_id: str,
+        name: str,
+        event_id: str,
+        data: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        """POST an event to the order (status and answer; no judgement of the status)."""
+        path = Route.ORDER_EVENT.format(
+            orderId=quote(order_id, safe=""), eventName=quote(name, safe="")
+        )
+        url = f"{self.api_url}/{path}"
+        body: dict[str, Any] = {"eventId": event_id}
+        if data is not None:
+            body["data"] = dict(data)
+        limit = None if timeout is None else aiohttp.ClientTimeout(total=timeout)
+        return await self._ask("POST", url, json=body, timeout=limit)
+
     async def health(self) -> tuple[int, dict[str, Any]]:
         return await self._ask("GET", self.url(Route.HEALTH), timeout=PROBE_TIMEOUT)
 

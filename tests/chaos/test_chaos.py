@@ -39,6 +39,20 @@ def assert_healed(result: RunResult) -> None:
     express = first.figures.states_by_workflow.get("express-delivery", {})
     assert sum(express.values()) > 0, as_text(result)
     assert express.get("Processed", 0) > 0, as_text(result)
+    # Reviewed orders ran, their reviewer's events were accepted, early and once
+    # waiting, through the outages, and the orders took them; scheduled ones shipped.
+    reviewed = first.figures.states_by_workflow.get("reviewed-order", {})
+    assert reviewed.get("Processed", 0) > 0, as_text(result)
+    events = first.figures.events
+    assert events["accepted eventIds"] > 0, as_text(result)
+    assert 0 < events["  sent early"] < events["accepted eventIds"], as_text(result)
+    assert events["consumed"] > 0, as_text(result)
+    # Some were sent while the broker or Azurite was down (a 503 asked again).
+    assert sum(n for k, n in events.items() if k.endswith(" down")) > 0, as_text(result)
+    assert any(e.approved is False for e in first.observations.events), as_text(result)
+    scheduled = first.figures.states_by_workflow.get("scheduled-delivery", {})
+    assert scheduled.get("Processed", 0) > 0, as_text(result)
+    assert events["timers fired"] > 0, as_text(result)
 
 
 @pytest.mark.e2e

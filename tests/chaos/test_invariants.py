@@ -11,9 +11,19 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from chaos import invariants
-from chaos.model import Accepted, Alert, Effect, InvariantResult, Observations, PlannedOrder, Sample
+from chaos.model import (
+    Accepted,
+    Alert,
+    Effect,
+    InvariantResult,
+    Observations,
+    PlannedOrder,
+    Sample,
+    SentEvent,
+)
 from shared.domain import process as machine
 from shared.domain.in_doubt import RemoteOutcome
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import (
     HistoryEntry,
     Order,
@@ -26,8 +36,9 @@ from shared.domain.model import (
     StateRecord,
 )
 from shared.domain.reconcile import FINISHED
+from shared.domain.workflow import Workflow
 from tests.builders import a_policy, a_reply
-from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT
+from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT, REVIEWED_ORDER, SCHEDULED_DELIVERY
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 STEPS = ("reserve-inventory", "charge-payment", "create-shipment")
@@ -874,3 +885,239 @@ def test_a_step_that_fails_again_after_an_operators_resubmit_is_no_stale_reply()
     )
     result = invariants.stale_replies_ignored(observe([twice]))
     assert result.violations == ("held-2: 2 x step-failed for create-shipment",)
+
+
+# -- events: a reviewer's approval, kept and taken exactly once ----------------------------
+
+
+def _settle(
+    process: OrderProcess,
+    workflow: Workflow,
+    transitions: list[machine.Transition],
+    history: list[HistoryEntry],
+    effects: list[Effect],
+) -> OrderProcess:
+    """Carry the transitions out against a tiny provider that applies every request."""
+    policy = a_policy(step_timeout=4)
+    undo_of = {s.name: s.compensation for s in workflow.steps if s.compensation}
+    while transitions:
+        transition = transitions.pop(0)
+        history += transition.history
+        process = transition.process
+        for out in transition.outgoing:
+            body = out.body
+            if body.get("reason") == "event":  # a nudge: the wait takes its event
+                woken = machine.wake(process, workflow, policy, T0)
+                if woken is not None:
+                    transitions.append(woken)
+                continue
+            if "action" not in body or "step" not in body:
+                continue
+            undo = body["action"] != "do"
+            operation = undo_of[body["step"]] if undo else body["step"]
+            effects.append(effect(process.order_id, operation))
+            reply = machine.apply_reply(process, workflow, policy, a_reply(out), T0)
+            if reply is not None:
+                transitions.append(reply)
+    return process
+
+
+def reviewed(
+    order_id: str, approved: bool, *, early: bool, second: bool = False
+) -> tuple[OrderProcess, list[Effect], list[SentEvent]]:
+    """A reviewed-order through the real state machine: its approval received early
+    (before the claim) or once it waits, twice with one eventId, maybe then a second
+    eventId with the opposite answer."""
+    policy = a_policy(step_timeout=4)
+    started = machine.start(an_order(order_id), REVIEWED_ORDER, T0)
+    history = list(started.history)
+    effects: list[Effect] = []
+    process = started.process
+    answers = [(f"{order_id}.review-1", approved)] * 2
+    if second:
+        answers.append((f"{order_id}.review-2", not approved))
+    sent: list[SentEvent] = []
+
+    def answer(process: OrderProcess) -> OrderProcess:
+        for event_id, ok in answers:
+            data = {"approved": ok}
+            try:
+                got = machine.receive_event(
+                    process, REVIEWED_ORDER, policy, event_id, "review", data, T0
+                )
+            except InvalidTransition:
+                continue  # 409: the order is final, nothing kept (nor recorded)
+            if all(e.event_id != event_id for e in sent):
+                sent.append(SentEvent(order_id, event_id, "review", ok, 1.0, early))
+            if got is not None:
+                process = _settle(process, REVIEWED_ORDER, [got], history, effects)
+        return process
+
+    if early:
+        process = answer(process)
+    claimed = machine.claim(process, REVIEWED_ORDER, policy, "i-1", T0)
+    assert claimed is not None
+    process = _settle(process, REVIEWED_ORDER, [claimed], history, effects)
+    if not early:
+        assert process.state.process_state is ProcessState.PROCESSING
+        process = answer(process)
+    return replace(process, history=tuple(history)), effects, sent
+
+
+def observe_reviews(
+    runs: Iterable[tuple[OrderProcess, list[Effect], list[SentEvent]]],
+) -> Observations:
+    runs = list(runs)
+    obs = observe([p for p, _, _ in runs], [e for _, found, _ in runs for e in found])
+    return replace(
+        obs,
+        workflows={REVIEWED_ORDER.name: REVIEWED_ORDER},
+        events=tuple(e for _, _, sent in runs for e in sent),
+    )
+
+
+REVIEWS = [
+    reviewed("r-early-yes", True, early=True),
+    reviewed("r-early-no", False, early=True, second=True),
+    reviewed("r-late-yes", True, early=False, second=True),
+    reviewed("r-late-no", False, early=False),
+]
+
+
+def test_reviewed_orders_through_the_real_state_machine_pass_every_invariant() -> None:
+    obs = observe_reviews(REVIEWS)
+    assert failing(invariants.check_all(obs)) == {}
+    states = {p.order_id: p.state.process_state for p in obs.processes.values()}
+    assert states == {
+        "r-early-yes": ProcessState.PROCESSED,
+        "r-early-no": ProcessState.COMPENSATED,
+        "r-late-yes": ProcessState.PROCESSED,
+        "r-late-no": ProcessState.COMPENSATED,
+    }
+    # r-late-yes's second eventId came once it was Processed: 409, not accepted
+    assert invariants.accepted_events_kept(obs).checked == 5
+
+
+def test_an_accepted_event_the_order_does_not_keep_is_lost() -> None:
+    process, effects, sent = reviewed("r-lost", True, early=True, second=True)
+    dropped = replace(process.state, events=process.state.events[:1])
+    obs = observe_reviews([(replace(process, state=dropped), effects, sent)])
+    assert invariants.accepted_events_kept(obs).violations == (
+        "r-lost: event review (r-lost.review-2, sent early) accepted (202) at 1.0 s "
+        "but not kept by the order (Processed): LOST",
+    )
+
+
+def test_an_early_event_dropped_leaves_the_review_unanswered() -> None:
+    """An order that reached its review and ended without taking the early event kept
+    for it (say it was dropped and the order expired at its deadline)."""
+    process, effects, sent = reviewed("r-early", True, early=True)
+    history = tuple(h for h in process.history if h.event != "event-consumed")
+    state = replace(process.state, events=())
+    obs = observe_reviews([(replace(process, state=state, history=history), effects, sent)])
+    assert invariants.accepted_events_kept(obs).violations == (
+        "r-early: event review (r-early.review-1, sent early) accepted (202) at 1.0 s but "
+        "not kept by the order (Processed): LOST",
+        "r-early: reached manual-review, ended Processed without taking an event "
+        "(accepted: ['r-early.review-1'])",
+    )
+
+
+def test_a_second_event_taken_or_the_wrong_one_taken_fails() -> None:
+    process, effects, sent = reviewed("r-two", True, early=True, second=True)
+    taken = tuple(replace(e, consumed_by="manual-review") for e in process.state.events)
+    twice = observe_reviews(
+        [(replace(process, state=replace(process.state, events=taken)), effects, sent)]
+    )
+    assert invariants.accepted_events_kept(twice).violations == (
+        "r-two: manual-review took 1 event(s) by its history (['manual-review: review "
+        "(r-two.review-1)']), 2 by its events (['r-two.review-1', 'r-two.review-2']): "
+        "exactly one expected",
+    )
+    swapped = tuple(
+        replace(e, consumed_by=None if e.event_id.endswith("1") else "manual-review")
+        for e in process.state.events
+    )
+    wrong = observe_reviews(
+        [(replace(process, state=replace(process.state, events=swapped)), effects, sent)]
+    )
+    assert invariants.accepted_events_kept(wrong).violations == (
+        "r-two: manual-review took r-two.review-2, not the first accepted r-two.review-1",
+        "r-two: manual-review took rejection r-two.review-2, yet completed",
+    )
+
+
+def test_an_approved_order_must_go_through_and_a_rejected_one_compensate() -> None:
+    yes, yes_effects, yes_sent = reviewed("r-yes", True, early=True)
+    no, no_effects, no_sent = reviewed("r-no", False, early=True)
+    # Each order's outcome paired with the other's answer.
+    obs = observe_reviews([(yes, yes_effects, no_sent), (no, no_effects, yes_sent)])
+    obs = replace(
+        obs,
+        events=tuple(
+            replace(
+                e,
+                order_id="r-no" if e.order_id == "r-yes" else "r-yes",
+                event_id=e.event_id.replace("r-yes", "r-no")
+                if e.order_id == "r-yes"
+                else e.event_id.replace("r-no", "r-yes"),
+            )
+            for e in obs.events
+        ),
+    )
+    outcomes = invariants.outcomes_match_orders(obs).violations
+    assert outcomes == (
+        "r-no: approved, yet Compensated (failed steps ['manual-review'])",
+        "r-yes: manual-review rejects it, yet Processed",
+    )
+
+
+def test_a_shipment_before_the_order_not_before_fails() -> None:
+    order = replace(an_order("s-1"), not_before=T0 + timedelta(seconds=5))
+    done = a_process(
+        "s-1",
+        ProcessState.PROCESSED,
+        [("step-completed", s) for s in ("reserve-inventory", "charge-payment")]
+        + [("timer-fired", "wait-for-ship-date"), ("step-completed", "wait-for-ship-date")]
+        + [("step-completed", "create-shipment"), ("processed", "")],
+        workflow=SCHEDULED_DELIVERY.name,
+    )
+    done = replace(done, order=order)
+    on_time = [effect("s-1", s) for s in STEPS]
+    ship = on_time[-1]
+    late_enough = replace(
+        ship, first_call_at=T0 + timedelta(seconds=5), applied_at=T0 + timedelta(seconds=6)
+    )
+    obs = replace(
+        observe([done], [*on_time[:-1], late_enough]),
+        workflows={SCHEDULED_DELIVERY.name: SCHEDULED_DELIVERY},
+    )
+    assert failing(invariants.check_all(obs)) == {}
+    early = replace(
+        ship, first_call_at=T0 + timedelta(seconds=1), applied_at=T0 + timedelta(seconds=2)
+    )
+    obs = replace(obs, effects=(*on_time[:-1], early))
+    assert invariants.shipments_wait_for_not_before(obs).violations == (
+        "s-1: create-shipment called at 00:00:01.000000, before its notBefore 00:00:05.000000",
+        "s-1: create-shipment applied at 00:00:02.000000, before its notBefore 00:00:05.000000",
+    )
+
+
+def test_a_wait_that_keeps_its_event_without_taking_it_fails() -> None:
+    """What chaos found: the nudge that has the wait take an early event was lost and
+    the order kept waiting (for its deadline a day later) with the event kept."""
+    process, effects, sent = reviewed("r-stuck", True, early=True)
+    waiting = replace(
+        process.state,
+        process_state=ProcessState.PROCESSING,
+        current_step=1,
+        locked_by="i-1",
+        events=tuple(replace(e, consumed_by=None) for e in process.state.events),
+    )
+    history = tuple(h for h in process.history if h.event != "event-consumed")
+    stuck = replace(process, state=waiting, history=history)
+    obs = observe_reviews([(stuck, effects[:1], sent)])
+    assert invariants.accepted_events_kept(obs).violations == (
+        "r-stuck: still waits at manual-review though it keeps ['r-stuck.review-1']: the "
+        "accepted event was never taken",
+    )

@@ -17,6 +17,8 @@ from chaos.collect import InFlight
 from chaos.config import (
     EXPRESS_DELIVERY,
     ORDER_FULFILMENT,
+    REVIEWED_ORDER,
+    SCHEDULED_DELIVERY,
     SERVICES,
     Cancels,
     Timings,
@@ -31,7 +33,7 @@ from chaos.load import plan_orders, submit_all
 from chaos.model import Accepted, Check, Convergence, Figures, InvariantResult
 from chaos.monitor import Monitor
 from chaos.report import as_text
-from chaos.run import RunResult, plan_cancels
+from chaos.run import RunResult, plan_cancels, plan_reviews
 from chaos.system import KillEvent
 from devhost.harness.ports import free_port
 from shared.domain.model import ProcessState
@@ -39,7 +41,8 @@ from tests.chaos.test_invariants import healthy
 
 
 def test_the_plan_is_seeded_and_spreads_rejected_skus_over_every_service() -> None:
-    config = presets.full(orders=300, seed=5)
+    two = ORDER_FULFILMENT.name, ORDER_FULFILMENT.name, EXPRESS_DELIVERY
+    config = presets.full(orders=300, seed=5).with_(workflows=two)
     first, again = plan_orders(config, "r"), plan_orders(config, "r")
     assert first == again
     assert len({p.order_id for p in first}) == 300
@@ -61,14 +64,47 @@ def test_the_plan_is_seeded_and_spreads_rejected_skus_over_every_service() -> No
     assert all(p.body["workflow"] == p.workflow for p in first)
     plain = [i["sku"] for p in first if p.failing_service is None for i in p.body["items"]]
     assert not [sku for sku in plain if sku.startswith("PERM-")]
-    assert plan_orders(presets.full(orders=300, seed=6), "r") != first
+    assert plan_orders(config.with_(seed=6), "r") != first
     only = plan_orders(presets.full(orders=30, seed=5).with_(workflows=(express.name,)), "r")
     assert {p.workflow for p in only} == {express.name}
     assert {p.failing_service for p in only} == {None, *services_of(express)}
 
 
+def test_the_default_mix_has_reviewed_and_scheduled_orders_with_their_waits() -> None:
+    planned = plan_orders(presets.full(orders=100, seed=5), "r")
+    by_workflow = Counter(p.workflow for p in planned)
+    assert by_workflow == {
+        ORDER_FULFILMENT.name: 40,
+        EXPRESS_DELIVERY: 20,
+        REVIEWED_ORDER: 20,
+        SCHEDULED_DELIVERY: 20,
+    }
+    # an event or timer step has no service: no order is planned to fail there
+    assert {p.failing_service for p in planned if p.workflow == REVIEWED_ORDER} >= {
+        "inventory",
+        "payment",
+        "shipping",
+    }
+    scheduled = [p for p in planned if p.workflow == SCHEDULED_DELIVERY]
+    span = presets.Schedules()
+    assert all(
+        p.not_before_after is not None
+        and span.min_seconds <= p.not_before_after <= span.max_seconds
+        for p in scheduled
+    )
+    assert all(p.not_before_after is None for p in planned if p.workflow != SCHEDULED_DELIVERY)
+    reviews = plan_reviews(presets.full(orders=100, seed=5), planned)
+    assert set(reviews) == {p.order_id for p in planned if p.workflow == REVIEWED_ORDER}
+    assert {r.event for r in reviews.values()} == {"review"}
+    for pick in ("early", "approved", "second"):
+        assert {getattr(r, pick) for r in reviews.values()} == {True, False}
+
+
 def test_the_mix_reads_names_and_weights() -> None:
-    assert parse_mix("order-fulfilment:2,express-delivery") == presets.MIX
+    assert (
+        parse_mix("order-fulfilment:2,express-delivery,reviewed-order,scheduled-delivery")
+        == presets.MIX
+    )
     assert parse_mix(" express-delivery ") == (EXPRESS_DELIVERY,)
     for wrong in ("", "nope", "express-delivery:0"):
         with pytest.raises(ValueError):

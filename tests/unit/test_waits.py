@@ -99,6 +99,29 @@ async def test_an_event_sent_before_its_step_is_kept_and_consumed_when_reached()
     assert len(world.bus.take(agent_queue("payment"))) == 1
 
 
+async def test_an_early_event_whose_nudge_is_lost_is_taken_by_the_supervisor() -> None:
+    """The nudge that has the wait take an event already kept may be lost (dead-lettered
+    while the store was down: found by chaos); the Supervisor is its backstop, within
+    the pending timeout, not at the wait's deadline a day later."""
+    world = World()
+    deps = world.deps()
+    await submit_order(deps, an_order("o-1", clock=world.clock), workflow=REVIEWED_ORDER)
+    await send_event(deps, "o-1", "review", "early", APPROVED)
+    await scheduler.on_nudge(deps, "o-1")
+    (reserve,) = world.bus.take(agent_queue("inventory"))
+    await scheduler.on_reply(deps, a_reply(reserve))
+    world.bus.take(Queue.SCHEDULER)  # the event nudge, lost
+    process = await loaded(world)
+    assert process.steps[1].complete_by == world.clock.now() + timedelta(days=1)
+    world.clock.advance(61)
+    await sweep(deps)
+    process = await loaded(world)
+    assert process.steps[1].status is StepStatus.COMPLETED
+    assert process.state.events[0].consumed_by == "manual-review"
+    assert process.state.failure_count == 0
+    assert len(world.bus.take(agent_queue("payment"))) == 1
+
+
 async def test_a_rejection_fails_the_step_and_compensates_what_was_done() -> None:
     world = World()
     await reach_review(world)

@@ -128,7 +128,8 @@ def start_wait(b: Builder, policy: ProcessPolicy, index: int, definition: StepDe
     """An event or timer step: no agent, no request. The step runs until its deadline,
     which the Supervisor's watch list holds, so waiting costs nothing per order. A timer
     also sends its own wake-up, a nudge scheduled for its time; an event already received
-    is taken at once, through a nudge (machine/forward.py `wake`)."""
+    is taken at once, through a nudge (machine/forward.py `wake`), with the Supervisor
+    looking again after the pending timeout should that nudge be lost."""
     step = b.steps[index]
     until = wait_until(b.order, definition, b.now)
     deadline = until if until is not None else b.now + policy.wait_timeout(definition)
@@ -148,6 +149,10 @@ def start_wait(b: Builder, policy: ProcessPolicy, index: int, definition: StepDe
         b.send(nudge.outgoing(b.state.version, high=b.high, deliver_at=until))
     elif pending_event(b.state.events, definition) is not None:
         b.send(Nudge(b.order.order_id, "event").outgoing(b.state.version, high=b.high))
+        # The Supervisor is that nudge's backstop (it may be lost, or dead-lettered while
+        # the store is down): it looks again after the pending timeout, not at the
+        # wait's deadline, and takes the event then (recovery.py `_wait_passed`).
+        b.set(complete_by=min(deadline, b.now + policy.pending_timeout))
 
 
 def wait_until(order: Order, definition: StepDefinition, now: datetime) -> datetime | None:
