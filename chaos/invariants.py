@@ -20,7 +20,14 @@ IN_FLIGHT = (ProcessState.PROCESSING, ProcessState.COMPENSATING)
 RETRIABLE_FAILED = "retriable-step-failed"
 FAILED_PAST_PIVOT = "failed-past-pivot"
 HOLD_REASONS = frozenset(
-    {"max-failure-count-reached", "compensation-failed", RETRIABLE_FAILED, FAILED_PAST_PIVOT}
+    {
+        "max-failure-count-reached",
+        "compensation-failed",
+        "no-provider-left",
+        "wait-expired",
+        RETRIABLE_FAILED,
+        FAILED_PAST_PIVOT,
+    }
 )
 PAST_PIVOT_ANSWER = "409 past-pivot"
 """An operator cancel refused because the order's pivot may have applied."""

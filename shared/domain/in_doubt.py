@@ -111,12 +111,14 @@ def question(
     if step.status is StepStatus.RUNNING and active and step.complete_by is not None:
         # `exhausting`: this timeout is the last one and the policy compensates.
         leaving = state.cancel_requested or state.phase is Phase.COMPENSATE or exhausting
-        if not leaving and not definition.retry_elsewhere:
-            chosen, _ = routing.choose(definition.candidates)
+        # Only agents where the key was not abandoned can take the step: an abandoned
+        # primary that routing prefers again must not make this agent's key abandoned too.
+        still_open = [c for c in definition.candidates if c not in step.abandoned_at]
+        if not leaving and not definition.retry_elsewhere and still_open:
+            chosen, _ = routing.choose(still_open)
             leaving = chosen != step.agent
         # Movable: the retry would leave this agent (another open one is healthy, as the
         # Supervisor's retry routes), so "not applied" must be made final by an abandon.
-        still_open = [c for c in definition.candidates if c not in step.abandoned_at]
         movable = (
             not definition.retry_elsewhere
             and len(still_open) > 1

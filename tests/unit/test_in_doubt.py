@@ -466,3 +466,36 @@ async def test_a_not_applied_key_is_abandoned_when_a_healthy_alternative_takes_t
     await setup.sweep()
 
     assert setup.payment.abandoned == [CHARGE_KEY]
+
+
+async def test_the_secondarys_key_stays_when_routing_prefers_the_abandoned_primary() -> None:
+    """Seed 11 of chaos: the charge moved to the secondary after its key was abandoned at
+    the primary; the secondary timed out too. Routing still ranks the primary first, but
+    the key can never go back there: the secondary's key must not be abandoned for a
+    move that cannot happen (both abandoned left the order with no provider)."""
+    setup = await at_payment(None, "payment", "payment-secondary")
+    setup.payment.answers[CHARGE_KEY] = NOT_APPLIED
+    setup.world.clock.advance(PAST_DEADLINE)
+    await setup.sweep()
+    assert setup.payment.abandoned == [CHARGE_KEY]
+    await next_claim(setup)
+    (moved,) = setup.requests(agent_queue("payment-secondary"))
+    secondary = Remote()
+    secondary.answers[CHARGE_KEY] = NOT_APPLIED
+    setup.queries = lambda: OutcomeQueries(  # type: ignore[method-assign]
+        {
+            "payment": Asked(setup.payment, setup.breakers["payment"]),
+            "payment-secondary": Asked(secondary, setup.breakers["payment-secondary"]),
+        },
+        setup.world.clock,
+    )
+    setup.world.clock.advance(PAST_DEADLINE)
+
+    await setup.sweep()
+
+    assert secondary.abandoned == []
+    process = await loaded(setup)
+    assert process.steps[1].abandoned_at == ("payment",)
+    await next_claim(setup)
+    (retry,) = setup.requests(agent_queue("payment-secondary"))
+    assert retry.body["idempotencyKey"] == moved.body["idempotencyKey"]
