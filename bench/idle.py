@@ -126,9 +126,12 @@ async def probe_order(stack: BenchStack) -> dict[str, Any]:
     return result
 
 
-WAIT_SETTLE_SECONDS = 45.0
-"""A new wait's watch entry is first due at the previous step's check time; the sweep
-then moves it to the wait's deadline. The window starts after that one look."""
+def wait_settle_seconds(stack: BenchStack) -> float:
+    """A new order's watch entry is first due a pending timeout after its submission; the
+    sweep then moves a waiting order's entry to its wait's deadline. The window starts
+    after that one look at every order (two Supervisor periods and a margin later)."""
+    timings = stack.timings
+    return timings.pending_timeout + 2 * timings.supervisor_period + 5
 
 
 async def put_in_wait(stack: BenchStack, count: int) -> None:
@@ -160,7 +163,7 @@ async def put_in_wait(stack: BenchStack, count: int) -> None:
             f"[dim]{count} orders waiting for approval "
             f"({time.monotonic() - started:.0f} s to confirm)[/]"
         )
-    await asyncio.sleep(WAIT_SETTLE_SECONDS)
+    await asyncio.sleep(wait_settle_seconds(stack))
 
 
 async def measure(args: argparse.Namespace) -> IdleResult:
