@@ -295,7 +295,7 @@ def _whole_float(value: object) -> object:
 
 class OrderItem(_Wire):
     sku: Text
-    quantity: Annotated[int, BeforeValidator(_whole_float), Field(strict=True, gt=0, le=1_000_000)]
+    quantity: Annotated[int, Field(strict=True, gt=0, le=1_000_000), BeforeValidator(_whole_float)]
     unit_price: Annotated[
         float, Field(alias="unitPrice", strict=True, ge=0, le=1e12, allow_inf_nan=False)
     ]

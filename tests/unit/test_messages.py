@@ -20,6 +20,7 @@ from shared.domain.messages import (
     StatusNotification,
 )
 from shared.domain.model import Action, ErrorInfo, NotificationStatus, Outcome
+from shared.openapi import document
 
 AT = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 REQUEST = AgentRequest("o-1", "charge-payment", Action.DO, 2, AT, "o-1:charge-payment", {"a": 1})
@@ -142,3 +143,11 @@ def test_an_order_message_refuses_unknown_fields_and_reads_back() -> None:
     assert submission.to_body() == {**order, "priority": "normal"}
     with pytest.raises(InvalidMessage, match="extra"):
         OrderSubmission.parse(wire({**order, "extra": 1}))
+
+
+def test_the_published_order_item_schema_speaks_json_schema_not_pydantic() -> None:
+    """A client generated from the document must refuse what the server refuses: the
+    quantity's bounds as JSON Schema keywords (issue 27, item 2)."""
+    quantity = document()["components"]["schemas"]["OrderItem"]["properties"]["quantity"]
+    assert quantity["exclusiveMinimum"] == 0 and quantity["maximum"] == 1_000_000
+    assert not {"gt", "ge", "lt", "le"} & set(quantity)
