@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import json
 import os
 import random
 import sys
@@ -54,6 +56,7 @@ from devhost.harness.load import (
 from devhost.harness.process import Child, StartError
 from devhost.harness.services import trace_query_url
 from devhost.services import OTLP_DEFAULT_PORT
+from shared.catalogue import FILE_SETTING, catalogue_file
 
 ROOT = Path(__file__).resolve().parent.parent
 DECLINED_SKU = "CARD-DECLINED"
@@ -88,6 +91,12 @@ SCHEDULED = "scheduled-delivery"
 WAIT_EVERY = 8
 """In every eight orders one waits for a person's approval (reviewed-order) and one for
 its ship date (scheduled-delivery, notBefore 10-20 s after the order is planned)."""
+EXPIRING = "quick-review"
+"""The demo's own workflow: reviewed-order with a 20 s review that nobody answers for one
+order, so a wait's deadline is seen passing (the shipped review waits a day). It exists
+only in the catalogue the demo gives a runtime it starts (.devhost/demo-catalogue.json)."""
+EXPIRING_SECONDS = 20
+EXPIRING_ORDER = 13
 REJECT_EVERY = 4
 """One approval in four is a rejection: the reservation is released."""
 OUTAGE = {"hangRate": 1.0, "latencyMs": 30, "permanentFailureSkus": [DECLINED_SKU]}
@@ -164,10 +173,25 @@ async def _up(app: AppClient) -> bool:
     return status == 200
 
 
+def _demo_catalogue() -> Path:
+    """The shipped catalogue plus EXPIRING, for a runtime the demo starts."""
+    doc = json.loads(catalogue_file().read_text(encoding="utf-8"))
+    reviewed = next(w for w in doc["workflows"] if w["name"] == REVIEWED)
+    quick = copy.deepcopy(reviewed) | {"name": EXPIRING, "$comment": "demo only"}
+    review = next(s for s in quick["steps"] if s.get("kind") == "event")
+    review["timeoutSeconds"] = EXPIRING_SECONDS
+    doc["workflows"].append(quick)
+    path = ROOT / ".devhost" / "demo-catalogue.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    return path
+
+
 def _start_runtime(console: Console, fresh: bool) -> Child:
     log_path = ROOT / ".devhost" / "demo-runtime.log"
     console.print(f"[dim]starting the local runtime (log: {log_path.relative_to(ROOT)})[/]")
     env = {k: os.environ.get(k, v) for k, v in DEMO_TIMINGS.items()}
+    env.setdefault(FILE_SETTING, str(_demo_catalogue()))
     command = [sys.executable, "-m", "devhost", *(["--fresh"] if fresh else [])]
     child = Child("runtime", command, log_path, env=env)
     child.start()
@@ -527,6 +551,10 @@ def _summary(demo: Demo, f: Figures) -> Table:
             f"reviews rejected (compensated, 1 in {REJECT_EVERY})",
             _ended_on(demo, REVIEWED, "Compensated"),
         ),
+        (
+            f"reviews unanswered for {EXPIRING_SECONDS} s (wait-expired, compensated)",
+            _ended_on(demo, EXPIRING, "Compensated"),
+        ),
         (f"Compensated (card declined: {len(demo.declined)} orders)", f.counts["Compensated"]),
         ("Error (operator alerted)", demo.errors),
         ("  resubmitted by the operator and finished", demo.resubmitted),
@@ -629,6 +657,8 @@ async def run_demo(orders: int, seed: int, fresh: bool, keep: bool, timeout: flo
         child = None if await _up(demo.app) else _start_runtime(console, fresh)
         try:
             await _wait_until_up(demo.app, child)
+            if child is not None and len(planned) > EXPIRING_ORDER:
+                planned[EXPIRING_ORDER].body["workflow"] = EXPIRING
             return await _drive(demo, session, timeout)
         finally:
             await _switch_off(demo.simulator, demo.broker)
