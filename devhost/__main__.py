@@ -35,6 +35,7 @@ from devhost.services import (
     wipe_state,
 )
 from devhost.settings import LocalSettings, SettingsError, apply_to_environ, load_settings
+from shared.telemetry.logsafe import make_handlers_safe
 
 log = logging.getLogger("devhost")
 
@@ -215,6 +216,7 @@ def configure_logging(verbose: bool) -> None:
         stream=sys.stderr,
         force=True,
     )
+    make_handlers_safe()
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
 

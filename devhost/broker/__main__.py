@@ -13,6 +13,7 @@ from types import FrameType
 
 from shared.contract import QUEUE_PROPERTIES
 from shared.gc_tuning import tune_for_long_lived_worker
+from shared.telemetry.logsafe import make_handlers_safe
 
 from .broker import Broker
 from .faults import FaultConfig, FaultConfigError
@@ -39,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    make_handlers_safe()
     try:
         faults = FaultConfig.from_json(json.loads(args.faults)) if args.faults else None
     except (json.JSONDecodeError, FaultConfigError) as exc:

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from devhost.otlp.app import create_app
 from devhost.otlp.store import MAX_AGE_SECONDS, MAX_SPANS, SpanStore
+from shared.telemetry.logsafe import make_handlers_safe
 
 log = logging.getLogger("devhost.otlp")
 DEFAULT_PORT = 4318
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    make_handlers_safe()
     asyncio.run(_serve(args))
     return 0
 

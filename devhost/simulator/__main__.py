@@ -14,6 +14,7 @@ import sys
 from devhost.simulator.app import create_app
 from devhost.simulator.server import start_site
 from devhost.simulator.state import STATE
+from shared.telemetry.logsafe import make_handlers_safe
 
 log = logging.getLogger("devhost.simulator")
 
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    make_handlers_safe()
     asyncio.run(_serve(args))
     return 0
 
