@@ -471,22 +471,25 @@ _BULK_FILTER = {
     "type": "object",
     "additionalProperties": False,
     "minProperties": 1,
-    "description": "at least one field: a bulk action never matches everything",
+    "description": "at least one field that is not null: a bulk action never matches everything",
     "properties": {
-        "state": {"enum": _STATES},
-        **{
-            name: {"type": "string", "minLength": 1, "maxLength": 200}
-            for name in ("step", "errorCode", "customerId")
-        },
-        "createdFrom": {**_TIME, "description": "orders created at or after"},
-        "createdTo": {**_TIME, "description": "orders created before"},
-        "workflow": {"type": "string", "minLength": 1, "maxLength": 200},
-        "workflowVersion": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 1_000_000,
-            "description": "only with workflow",
-        },
+        name: {"anyOf": [schema, {"type": "null"}]}
+        for name, schema in {
+            "state": {"enum": _STATES},
+            **{
+                name: {"type": "string", "minLength": 1, "maxLength": 200}
+                for name in ("step", "errorCode", "customerId")
+            },
+            "createdFrom": {**_TIME, "description": "orders created at or after"},
+            "createdTo": {**_TIME, "description": "orders created before"},
+            "workflow": {"type": "string", "minLength": 1, "maxLength": 200},
+            "workflowVersion": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 1_000_000,
+                "description": "only with workflow",
+            },
+        }.items()
     },
 }
 _BULK_BODY = {

@@ -132,7 +132,7 @@ def parse_request(data: Any) -> BulkRequest:
     dry_run = data.get("dryRun", False)
     if not isinstance(dry_run, bool):
         raise BulkRequestError("Invalid dryRun", "dryRun must be true or false")
-    limit = data.get("limit")
+    limit = whole_number(data.get("limit"))
     if limit is not None and (
         isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT
     ):
@@ -191,6 +191,14 @@ def migration_target(request: BulkRequest, catalogue: Catalogue) -> Workflow | N
 
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_VERSION
+
+
+def whole_number(value: Any) -> Any:
+    """A JSON number that is whole (`303.0`) as the integer it is, as JSON Schema reads
+    it and as the order intake already does; anything else unchanged, to be refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def parse_filter(data: Any) -> BulkFilter:

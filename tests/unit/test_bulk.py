@@ -19,6 +19,7 @@ from shared.domain.bulk import (
     parse_request,
 )
 from shared.domain.model import ProcessState
+from shared.openapi import document
 from shared.usecases import scheduler
 from shared.usecases.bulk import BulkDeps, job_status, preview, start_job, work_job, work_jobs
 from shared.usecases.submission import submit_order
@@ -298,3 +299,22 @@ def test_a_good_request_parses_dates_as_utc() -> None:
 def test_a_valid_date_outside_utc_range_is_a_clear_400_not_a_crash(edge: str) -> None:
     with pytest.raises(BulkRequestError, match="outside the range of dates in UTC"):
         parse_request({"action": "cancel", "dryRun": True, "filter": {"createdTo": edge}})
+
+
+def test_a_whole_limit_written_as_a_float_is_that_number_as_elsewhere() -> None:
+    request = parse_request(
+        {"action": "cancel", "dryRun": True, "filter": {"step": "x"}, "limit": 303.0}
+    )
+    assert request.limit == 303
+    with pytest.raises(BulkRequestError, match="whole number"):
+        parse_request({"action": "cancel", "filter": {"step": "x"}, "limit": 303.5})
+
+
+def test_the_published_bulk_filter_allows_the_nulls_the_server_reads_as_no_filter() -> None:
+    filter_schema = document()["paths"]["/orders/bulk"]["post"]["requestBody"]["content"][
+        "application/json"
+    ]["schema"]["properties"]["filter"]
+    created_to = filter_schema["properties"]["createdTo"]
+    assert {"type": "null"} in created_to["anyOf"]
+    request = parse_request({"action": "cancel", "filter": {"step": "x", "createdTo": None}})
+    assert request.filter.created_to is None
