@@ -31,8 +31,9 @@ class ProcessDeps:
 
     def workflow(self, process: OrderProcess) -> Workflow:
         """Raises UnknownWorkflow when the catalogue lost the order's version; the
-        handlers check `has_workflow` first and hold such an order instead."""
+        message handlers use `find_workflow` and hold such an order instead."""
         return pinned_workflow(process.state)
 
-    def has_workflow(self, process: OrderProcess) -> bool:
-        return workflow_of(process.state) is not None
+    def find_workflow(self, process: OrderProcess) -> Workflow | None:
+        """The order's pinned workflow, or None when the catalogue no longer keeps it."""
+        return workflow_of(process.state)

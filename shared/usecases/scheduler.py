@@ -33,9 +33,10 @@ async def on_nudge(deps: ProcessDeps, order_id: str, message_id: str | None = No
     routing = await deps.current_routing()
 
     def decide(process: OrderProcess) -> Transition | None:
-        if not deps.has_workflow(process):
+        workflow = deps.find_workflow(process)
+        if workflow is None:
             return None
-        workflow, now = deps.workflow(process), deps.clock.now()
+        now = deps.clock.now()
         return machine.claim(
             process, workflow, deps.policy, deps.instance_id, now, message_id, routing
         ) or machine.wake(process, workflow, deps.policy, now, message_id, routing)
@@ -50,14 +51,15 @@ async def on_reply(deps: ProcessDeps, reply: AgentReply, message_id: str | None 
 
     def decide(process: OrderProcess) -> Transition | None:
         nonlocal unknown_step
-        if not deps.has_workflow(process):
+        workflow = deps.find_workflow(process)
+        if workflow is None:
             return None
-        if deps.workflow(process).index_of(reply.step) is None:
+        if workflow.index_of(reply.step) is None:
             unknown_step = True
             return None
         return machine.apply_reply(
             process,
-            deps.workflow(process),
+            workflow,
             deps.policy,
             reply,
             deps.clock.now(),

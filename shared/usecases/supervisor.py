@@ -302,8 +302,9 @@ async def _check(
         report.finished += 1
         return
     now = deps.clock.now()
-    if not deps.has_workflow(process):
-        await _hold_version_gone(deps, process, entry, report, now)
+    workflow = deps.find_workflow(process)
+    if workflow is None:
+        await _hold_version_gone(deps, process, report, now)
         return
     deadline = machine.next_deadline(process, deps.policy)
     counted = deadline is None or not in_outage(deadline)
@@ -316,7 +317,7 @@ async def _check(
             policy.exhausted_policy is ExhaustedPolicy.COMPENSATE
             and process.state.failure_count + 1 >= policy.max_failure_count
         )
-        doubt = in_doubt.question(process, deps.workflow(process), routing, exhausting=exhausting)
+        doubt = in_doubt.question(process, workflow, routing, exhausting=exhausting)
     if doubt is not None:
         if now < doubt.ask_at:
             # Asked before the service registered a late request, "never seen" is a guess.
@@ -326,10 +327,10 @@ async def _check(
         assert queries is not None
         outcome = await _settle(queries, doubt)
     transition = machine.recover(
-        process, deps.workflow(process), deps.policy, now, count=counted, outcome=outcome
+        process, workflow, deps.policy, now, count=counted, outcome=outcome
     )
     if transition is None:
-        check_at = machine.next_check(process, deps.workflow(process), deps.policy, now)
+        check_at = machine.next_check(process, workflow, deps.policy, now)
         if check_at is not None:
             await deps.store.reschedule(entry, check_at)
             report.rescheduled += 1
@@ -349,7 +350,7 @@ async def _check(
         report.compensating += 1
     else:
         report.requeued += 1
-    check_at = machine.next_check(recovered, deps.workflow(recovered), deps.policy, now)
+    check_at = machine.next_check(recovered, workflow, deps.policy, now)
     if check_at is not None:
         await deps.store.reschedule(entry, check_at)
 
@@ -357,7 +358,6 @@ async def _check(
 async def _hold_version_gone(
     deps: ProcessDeps,
     process: OrderProcess,
-    entry: WatchEntry,
     report: SweepReport,
     now: datetime,
 ) -> None:
