@@ -12,7 +12,7 @@ from enum import StrEnum
 from shared.catalogue import catalogue
 from shared.domain.messages import AgentRequest, idempotency_key
 from shared.domain.model import Action, ErrorInfo, JsonObject, Outcome
-from shared.domain.workflow import AgentName, Catalogue
+from shared.domain.workflow import AgentName
 from shared.ports import (
     Clock,
     HealthStore,
@@ -56,10 +56,10 @@ class AgentDeps:
     the request's complete-by."""
 
 
-def operation_for(agent: AgentName, request: AgentRequest, known: Catalogue | None = None) -> str:
+def operation_for(agent: AgentName, request: AgentRequest) -> str:
     """The remote operation the request asks for, from any kept version of any workflow
     (an order runs on the version it started with, so an older one may still ask)."""
-    definitions = (known or catalogue()).steps_named(request.step)
+    definitions = catalogue().steps_named(request.step)
     if not definitions:
         raise UnknownStep(f"unknown step {request.step!r}")
     mine = [d for d in definitions if agent in d.candidates]
