@@ -386,7 +386,7 @@ def waiting_step(process: OrderProcess, workflow: Workflow) -> int | None:
 def fire_timer(b: Builder, workflow: Workflow, policy: ProcessPolicy, index: int) -> None:
     step = b.steps[index]
     b.note("timer-fired", step.name)
-    take_answer(b, workflow, policy, _answer(b, step.name, {"firedAt": iso(b.now)}), index)
+    take_answer(b, workflow, policy, wait_answer(b, step.name, {"firedAt": iso(b.now)}), index)
 
 
 def consume_event(
@@ -408,12 +408,12 @@ def consume_event(
         who = f" by {data['by']}" if isinstance(data.get("by"), str) else ""
         comment = data.get("comment") if isinstance(data.get("comment"), str) else "no reason"
         rejected = ErrorInfo("rejected", f"rejected{who}: {comment}")
-        take_answer(b, workflow, policy, _answer(b, definition.name, None, rejected), index)
+        take_answer(b, workflow, policy, wait_answer(b, definition.name, None, rejected), index)
         return
-    take_answer(b, workflow, policy, _answer(b, definition.name, data), index)
+    take_answer(b, workflow, policy, wait_answer(b, definition.name, data), index)
 
 
-def _answer(
+def wait_answer(
     b: Builder, step: str, result: JsonObject | None, error: ErrorInfo | None = None
 ) -> AgentReply:
     """What ends a wait, in the form every step's answer takes."""

@@ -13,18 +13,22 @@ from shared.domain.machine.dispatch import (
     requeue,
     wait_to_settle,
 )
-from shared.domain.machine.forward import consume_event, fire_timer, take_answer, waiting_step
+from shared.domain.machine.forward import (
+    consume_event,
+    fire_timer,
+    take_answer,
+    wait_answer,
+    waiting_step,
+)
 from shared.domain.machine.settle import forward_only, key_state, settled_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
-from shared.domain.messages import AgentReply, idempotency_key, iso
+from shared.domain.messages import idempotency_key, iso
 from shared.domain.model import (
-    Action,
     ErrorInfo,
     ExhaustedPolicy,
     KeyState,
     NotificationStatus,
     OrderProcess,
-    Outcome,
     Phase,
     ProcessState,
     StepRecord,
@@ -355,14 +359,7 @@ def _wait_passed(b: Builder, workflow: Workflow, policy: ProcessPolicy, index: i
         return
     missing = f"no {definition.event} by {iso(deadline)}"
     if definition.on_deadline is OnDeadline.COMPENSATE:
-        expired = AgentReply(
-            b.order.order_id,
-            definition.name,
-            Action.DO,
-            b.state.attempt,
-            Outcome.FAILED,
-            error=ErrorInfo(WAIT_EXPIRED, missing),
-        )
+        expired = wait_answer(b, definition.name, None, ErrorInfo(WAIT_EXPIRED, missing))
         take_answer(b, workflow, policy, expired, index)
         return
     b.set(locked_by=None, last_error=f"{definition.name}: {WAIT_EXPIRED}: {missing}")
