@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from shared.catalogue.schema import NAME_PATTERN
 from shared.contract import Route
 from shared.domain.bulk import BulkAction
 from shared.domain.messages import OrderSubmission
@@ -361,7 +362,7 @@ def _fleet_paths() -> dict[str, Any]:
                         "name": "eventName",
                         "in": "path",
                         "required": True,
-                        "schema": {"type": "string", "pattern": "^[a-z][a-z0-9]*(-[a-z0-9]+)*$"},
+                        "schema": {"type": "string", "pattern": NAME_PATTERN},
                     },
                     {
                         "name": "x-signature",

@@ -6,7 +6,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-Name = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$", max_length=40)]
+NAME_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$"
+NAME_MAX_LENGTH = 40
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN, max_length=NAME_MAX_LENGTH)]
 """Lower-case words joined by hyphens: it becomes a queue name, a function name and a
 URL segment, so nothing else is allowed."""
 SettingName = Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Za-z0-9]*$", max_length=64)]

@@ -16,9 +16,10 @@ from typing import Any
 import azure.functions as func
 
 from shared import bootstrap
+from shared.catalogue.schema import NAME_MAX_LENGTH, NAME_PATTERN
 from shared.contract import Route
 from shared.domain.process import InvalidEventData, InvalidTransition, NotAwaited
-from shared.functions.http import problem, read_json
+from shared.functions.http import ORDER_ID, order_not_found, problem, read_json
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving
 from shared.usecases.budget import HTTP_BUDGET
@@ -26,8 +27,8 @@ from shared.usecases.events import send_event
 from shared.usecases.operator import OrderNotFound
 
 bp = func.Blueprint()
-_ORDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_EVENT_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+_EVENT_NAME = re.compile(NAME_PATTERN)
+"""An event is named like everything in the catalogue."""
 _EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_DATA_BYTES = 8 * 1024
 """An event's data is kept with the order (its entity is capped): ids and a comment."""
@@ -43,9 +44,9 @@ async def send_event_http(req: func.HttpRequest, context: func.Context) -> func.
 async def _send(req: func.HttpRequest) -> func.HttpResponse:
     order_id = req.route_params.get("orderId", "")
     name = req.route_params.get("eventName", "")
-    if not _ORDER_ID.match(order_id):
-        return problem(404, "Order not found", f"no order with id {order_id[:64]!r}")
-    if not _EVENT_NAME.match(name) or len(name) > 40:
+    if not ORDER_ID.match(order_id):
+        return order_not_found(order_id[:64])
+    if not _EVENT_NAME.match(name) or len(name) > NAME_MAX_LENGTH:
         return problem(400, "Invalid event name", "an event name is lower-case words and hyphens")
     c = await bootstrap.container()
     secret = c.settings.event_signing_secret
@@ -65,7 +66,7 @@ async def _send(req: func.HttpRequest) -> func.HttpResponse:
     try:
         await send_event(c.process, order_id, name, event_id, data, budget=HTTP_BUDGET)
     except OrderNotFound:
-        return problem(404, "Order not found", f"no order with id {order_id!r}")
+        return order_not_found(order_id)
     except (NotAwaited, InvalidEventData) as exc:
         return problem(400, "Invalid event", str(exc))
     except InvalidTransition as exc:

@@ -93,6 +93,14 @@ def base_url(req: func.HttpRequest) -> str:
     return url[:marker] if marker >= 0 else url.rstrip("/")
 
 
+ORDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+"""An order id as the intake accepts it: anything else cannot name an order."""
+
+
+def order_not_found(order_id: str) -> func.HttpResponse:
+    return problem(404, "Order not found", f"no order with id {order_id!r}")
+
+
 def opt_iso(value: Any) -> str | None:
     return iso(value) if value is not None else None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -13,8 +12,10 @@ from shared.contract import Route
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.process import InvalidTransition, PastPivot
 from shared.functions.http import (
+    ORDER_ID,
     bounded_int,
     json_response,
+    order_not_found,
     order_view,
     problem,
     read_json,
@@ -37,25 +38,20 @@ from shared.usecases.operator import (
 )
 
 bp = func.Blueprint()
-_ORDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _UNAVAILABLE = ("Try again", "the state store is unavailable")
 MAX_REASON = 500
-
-
-def _not_found(order_id: str) -> func.HttpResponse:
-    return problem(404, "Order not found", f"no order with id {order_id!r}")
 
 
 @bp.route(route=Route.ORDER, methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 async def get_order(req: func.HttpRequest) -> func.HttpResponse:
     order_id = req.route_params.get("orderId", "")
-    if not _ORDER_ID.match(order_id):
-        return _not_found(order_id)
+    if not ORDER_ID.match(order_id):
+        return order_not_found(order_id)
     c = await bootstrap.container()
     try:
         process = await inspect_order(c.process, order_id)
     except OrderNotFound:
-        return _not_found(order_id)
+        return order_not_found(order_id)
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
     return json_response(order_view(process))
@@ -155,14 +151,14 @@ async def _act(
     act: Callable[[ProcessDeps, str, str], Awaitable[OrderProcess]],
 ) -> func.HttpResponse:
     order_id = req.route_params.get("orderId", "")
-    if not _ORDER_ID.match(order_id):
-        return _not_found(order_id)
+    if not ORDER_ID.match(order_id):
+        return order_not_found(order_id)
     c = await bootstrap.container()
     operator = req.headers.get("x-operator") or "operator"
     try:
         process = await act(c.process, order_id, operator[:64])
     except OrderNotFound:
-        return _not_found(order_id)
+        return order_not_found(order_id)
     except PastPivot as exc:
         return problem(409, "Past the pivot", str(exc), code=PastPivot.code)
     except InvalidTransition as exc:
