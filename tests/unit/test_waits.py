@@ -11,7 +11,7 @@ import pytest
 from shared.contract import Queue, agent_queue
 from shared.domain import process as machine
 from shared.domain.failures import Failure, failure_of
-from shared.domain.model import OrderProcess, ProcessState, StepStatus
+from shared.domain.model import Order, OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.domain.workflow import OnDeadline
 from shared.usecases import scheduler
 from shared.usecases.events import send_event
@@ -239,8 +239,9 @@ async def test_an_alerting_wait_is_held_at_its_final_deadline(
     assert alert.body["reason"] == "wait-expired"
 
 
-async def test_a_timer_fires_at_the_orders_not_before_by_its_scheduled_nudge() -> None:
-    world = World()
+async def reach_timer(world: World) -> tuple[Order, Outgoing]:
+    """A scheduled-delivery order charged, waiting for a notBefore two hours out; its
+    scheduled wake-up nudge, taken off the queue."""
     deps = world.deps()
     order = dataclasses.replace(
         an_order("o-1", clock=world.clock), not_before=world.clock.now() + timedelta(hours=2)
@@ -252,6 +253,13 @@ async def test_a_timer_fires_at_the_orders_not_before_by_its_scheduled_nudge() -
         (request,) = world.bus.take(agent_queue(queue))
         await scheduler.on_reply(deps, a_reply(request))
     (timer,) = world.bus.take(Queue.SCHEDULER)
+    return order, timer
+
+
+async def test_a_timer_fires_at_the_orders_not_before_by_its_scheduled_nudge() -> None:
+    world = World()
+    deps = world.deps()
+    order, timer = await reach_timer(world)
     assert timer.deliver_at == order.not_before
     assert world.bus.take(agent_queue("shipping")) == []
     world.clock.advance(2 * 3600)
@@ -263,15 +271,7 @@ async def test_a_timer_fires_at_the_orders_not_before_by_its_scheduled_nudge() -
 async def test_a_timer_whose_nudge_is_lost_is_fired_by_the_supervisor() -> None:
     world = World()
     deps = world.deps()
-    order = dataclasses.replace(
-        an_order("o-1", clock=world.clock), not_before=world.clock.now() + timedelta(hours=2)
-    )
-    await submit_order(deps, order, workflow=SCHEDULED_DELIVERY)
-    await scheduler.on_nudge(deps, "o-1")
-    for queue in ("inventory", "payment"):
-        (request,) = world.bus.take(agent_queue(queue))
-        await scheduler.on_reply(deps, a_reply(request))
-    world.bus.take(Queue.SCHEDULER)
+    await reach_timer(world)
     world.clock.advance(3600)
     await sweep(deps)
     assert world.bus.take(agent_queue("shipping")) == []
