@@ -109,7 +109,7 @@ class Container:
             monitor=monitor,
             health=self.health,
             step_heartbeats=StepHeartbeats(
-                self.process.store, self.process.clock, self.process.policy
+                self.process.work, self.process.clock, self.process.policy
             ),
         )
 

@@ -12,6 +12,7 @@ from shared.domain.workflow import Workflow
 from shared.ports import Clock, MessageBus, StateStore
 from shared.usecases.process_cache import ProcessCache
 from shared.usecases.routing import RoutingSource
+from shared.usecases.unit_of_work import UnitOfWork
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,10 @@ class ProcessDeps:
     """Agent health to route steps on; None: every step goes to its primary agent."""
     cache: ProcessCache | None = None
     """The orders this instance last wrote, for the Scheduler to skip a read; None: read."""
+
+    @property
+    def work(self) -> UnitOfWork:
+        return UnitOfWork(self.store, self.bus)
 
     async def current_routing(self) -> Routing:
         return await self.routing.current() if self.routing is not None else PRIMARY_ONLY

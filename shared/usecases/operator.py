@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from shared.catalogue import catalogue
@@ -16,15 +16,14 @@ from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.process import Transition
 from shared.ports import ConcurrencyConflict, Page
 from shared.usecases.budget import Budget, send_within_budget, within_store_budget
-from shared.usecases.commit import save, send_then_unwatch
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.unit_of_work import MAX_RACES, Changed
 
 RESUBMIT_CAUSE = "operator-resubmit"
 CANCEL_CAUSE = "operator-cancel"
 SUSPEND_CAUSE = "operator-suspend"
 RESUME_CAUSE = "operator-resume"
 MIGRATE_CAUSE = "operator-migrate"
-MAX_RACES = 5
 
 
 class OrderNotFound(LookupError):
@@ -52,27 +51,21 @@ async def resubmit_order(
     Idempotent: asked again before the Scheduler has claimed the order, it sends the
     nudge again and answers as before. Raises InvalidTransition in any other state.
     """
-    stored = await within_store_budget(_resubmit(deps, order_id, operator), budget)
-    return await _send(deps, stored, budget)
+    changed = await within_store_budget(_resubmit(deps, order_id, operator), budget)
+    return await _deliver(deps, changed, budget)
 
 
-async def _resubmit(deps: ProcessDeps, order_id: str, operator: str) -> _Stored:
-    process = await deps.store.load(order_id)
-    if process is None:
-        raise OrderNotFound(order_id)
-    state = process.state
-    if state.process_state is ProcessState.PENDING and state.outbox_cause == RESUBMIT_CAUSE:
-        # A retried resubmit: the first try stored the change but may have lost its nudge.
-        return _Stored(process, None, resend=True)
+async def _resubmit(deps: ProcessDeps, order_id: str, operator: str) -> Changed:
     now = deps.clock.now()
-    transition = machine.resubmit(process, deps.policy, now, operator, RESUBMIT_CAUSE)
-    check_at = machine.next_check(transition.process, deps.workflow(process), deps.policy, now)
-    if check_at is not None:
-        await deps.store.watch(
-            order_id, check_at, replace=True, version=transition.process.state.version
-        )
+
+    def decide(process: OrderProcess) -> Transition | None:
+        state = process.state
+        if state.process_state is ProcessState.PENDING and state.outbox_cause == RESUBMIT_CAUSE:
+            return None  # a retried resubmit: the first stored it, and may have lost its nudge
+        return machine.resubmit(process, deps.policy, now, operator, RESUBMIT_CAUSE)
+
     try:
-        return _Stored(await save(deps, transition), transition)
+        return await _change(deps, order_id, RESUBMIT_CAUSE, decide, races=1)
     except ConcurrencyConflict:
         raise machine.InvalidTransition(
             f"order {order_id} changed while it was being resubmitted"
@@ -173,18 +166,6 @@ async def migrate_order(
     return await operate(deps, order_id, MIGRATE_CAUSE, decide, budget)
 
 
-@dataclass(frozen=True)
-class _Stored:
-    """An operator action once its store part is done, and what is left to send."""
-
-    process: OrderProcess
-    transition: Transition | None
-    """None: nothing changed."""
-    resend: bool = False
-    """Nothing changed, but an earlier try of the same action may have stopped before
-    sending its messages: they go out again (the broker drops what already went)."""
-
-
 async def operate(
     deps: ProcessDeps,
     order_id: str,
@@ -192,56 +173,45 @@ async def operate(
     decide: Callable[[OrderProcess], Transition | None],
     budget: Budget | None,
 ) -> OrderProcess:
-    stored = await within_store_budget(_decide_and_save(deps, order_id, cause, decide), budget)
-    return await _send(deps, stored, budget)
+    changed = await within_store_budget(_change(deps, order_id, cause, decide), budget)
+    return await _deliver(deps, changed, budget)
 
 
-async def _decide_and_save(
+async def _change(
     deps: ProcessDeps,
     order_id: str,
     cause: str,
     decide: Callable[[OrderProcess], Transition | None],
-) -> _Stored:
-    """Read, decide, write conditionally; a lost race reads again and decides again.
+    races: int = MAX_RACES,
+) -> Changed:
+    """The unit of work's change, with the Supervisor's next check moved to what the
+    changed order needs (a resumed order is watched before it is saved). None from
+    `decide` means nothing to change."""
+    now = deps.clock.now()
 
-    The order goes on the watch list before the write, so a crash in between cannot
-    leave a moving order unwatched (a spare entry only costs the Supervisor a read).
-    The entry is replaced, not kept, so it carries this version: an older change's sends
-    still going on in the background (a suspend's, during a broker outage) unwatch only
-    entries of their own version or older, never the one this change needs.
-    None from `decide` means nothing to change.
-    """
-    for _ in range(MAX_RACES):
-        process = await deps.store.load(order_id)
-        if process is None:
-            raise OrderNotFound(order_id)
-        transition = decide(process)
-        if transition is None:
-            return _Stored(process, None, resend=process.state.outbox_cause == cause)
-        now = deps.clock.now()
-        changed = transition.process
-        check_at = machine.next_check(changed, deps.workflow(changed), deps.policy, now)
-        if check_at is not None:
-            await deps.store.watch(order_id, check_at, replace=True, version=changed.state.version)
-        try:
-            return _Stored(await save(deps, transition), transition)
-        except ConcurrencyConflict:
-            continue
-    raise ConcurrencyConflict(f"order {order_id}: lost {MAX_RACES} races in a row")
+    def check_at(changed: OrderProcess) -> datetime | None:
+        return machine.next_check(changed, deps.workflow(changed), deps.policy, now)
+
+    changed = await deps.work.change(order_id, decide, cause=cause, check_at=check_at, races=races)
+    if changed is None:
+        raise OrderNotFound(order_id)
+    return changed
 
 
-async def _send(deps: ProcessDeps, stored: _Stored, budget: Budget | None) -> OrderProcess:
-    """The commit's second half, bounded by `budget`: without one a BusUnavailable is
+async def _deliver(deps: ProcessDeps, changed: Changed, budget: Budget | None) -> OrderProcess:
+    """The unit of work's delivery, bounded by `budget`: without one a BusUnavailable is
     raised (the change is stored; the Supervisor sends what it decided)."""
-    if stored.transition is not None:
-        sends: Awaitable[None] | None = send_then_unwatch(deps, stored.transition)
-    elif stored.resend:
-        sends = deps.bus.send(stored.process.state.outbox)
+    if changed.transition is not None:
+        sends: Awaitable[None] | None = deps.work.deliver(changed.transition)
+    elif changed.resend:
+        sends = deps.work.resend(changed.process)
     else:
         sends = None
     if sends is not None:
-        await send_within_budget(sends, budget, stored.process.order_id, tolerate_bus_failure=False)
-    return stored.process
+        await send_within_budget(
+            sends, budget, changed.process.order_id, tolerate_bus_failure=False
+        )
+    return changed.process
 
 
 HEALTH_TTL = timedelta(seconds=5)

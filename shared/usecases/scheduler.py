@@ -10,13 +10,10 @@ from shared.domain import process as machine
 from shared.domain.messages import AgentReply
 from shared.domain.model import OrderProcess
 from shared.domain.process import Transition
-from shared.ports import BusUnavailable, ConcurrencyConflict, StateStoreError
-from shared.usecases.commit import commit, log_transition
+from shared.ports import BusUnavailable, StateStoreError
 from shared.usecases.deps import ProcessDeps
 
 log = logging.getLogger("orders.scheduler")
-
-MAX_RACES = 5
 
 
 class Handled(StrEnum):
@@ -87,43 +84,35 @@ async def _apply(
     message_id: str | None,
     decide: Callable[[OrderProcess], Transition | None],
 ) -> Handled:
-    """Decide on the copy this instance last wrote when it has one, else on a read. A
-    kept copy is never taken at its word: its transition is saved on its ETag (a lost
-    race forgets it), and nothing to do on it is checked against a fresh read."""
-    process = deps.cache.get(order_id) if deps.cache is not None else None
-    fresh = process is None
-    races = 0
-    while races < MAX_RACES:
-        if process is None:
-            process, fresh = await deps.store.load(order_id), True
-            if process is None:
-                return Handled.UNKNOWN_ORDER
-        transition = decide(process)
-        if transition is None:
-            if not fresh:
-                process = None
-                continue
-            if message_id is not None and process.state.outbox_cause == message_id:
-                # A redelivery of the message that made this state: its sends may be lost.
-                await deps.bus.send(process.state.outbox)
-            return Handled.STALE
-        try:
-            stored = await commit(deps, transition)
-        except ConcurrencyConflict:
-            _forget(deps, order_id)
-            races += int(fresh)
-            process = None
-            continue
-        except BusUnavailable:
-            _forget(deps, order_id)
-            await _undelivered(deps, transition, message_id)
-            raise
-        except BaseException:
-            _forget(deps, order_id)
-            raise
-        _remember(deps, stored, transition)
-        return Handled.APPLIED
-    raise ConcurrencyConflict(f"order {order_id}: lost {MAX_RACES} races in a row")
+    """Decide on the copy this instance last wrote when it has one, else on a read (the
+    unit of work checks a kept copy's verdicts against the store)."""
+    cached = deps.cache.get(order_id) if deps.cache is not None else None
+    try:
+        changed = await deps.work.change(order_id, decide, cause=message_id, cached=cached)
+    except BaseException:
+        _forget(deps, order_id)
+        raise
+    if changed is None:
+        _forget(deps, order_id)
+        return Handled.UNKNOWN_ORDER
+    transition = changed.transition
+    if transition is None:
+        _forget(deps, order_id)
+        if changed.resend:
+            # A redelivery of the message that made this state: its sends may be lost.
+            await deps.work.resend(changed.process)
+        return Handled.STALE
+    try:
+        await deps.work.deliver(transition)
+    except BusUnavailable:
+        _forget(deps, order_id)
+        await _undelivered(deps, transition, message_id)
+        raise
+    except BaseException:
+        _forget(deps, order_id)
+        raise
+    _remember(deps, changed.process, transition)
+    return Handled.APPLIED
 
 
 def _remember(deps: ProcessDeps, stored: OrderProcess, transition: Transition) -> None:
@@ -152,8 +141,7 @@ async def _undelivered(deps: ProcessDeps, sent: Transition, message_id: str | No
         transition = machine.undelivered(process, deps.policy, deps.clock.now(), message_id)
         if transition is None:
             return
-        await deps.store.save(transition.process, transition.history)
-        log_transition(transition)
+        await deps.work.save(transition)  # no send: the bus is down; the outbox keeps the nudge
     except StateStoreError as exc:
         log.warning(
             "order %s: undelivered dispatch not noted (%s: %s)",

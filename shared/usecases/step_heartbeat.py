@@ -27,10 +27,11 @@ from datetime import datetime
 from typing import TypeVar
 
 from shared.domain.messages import AgentRequest
-from shared.domain.process import ProcessPolicy, extend_complete_by
-from shared.ports import Clock, ConcurrencyConflict, StateStore, StateStoreError
+from shared.domain.model import OrderProcess
+from shared.domain.process import ProcessPolicy, Transition, extend_complete_by
+from shared.ports import Clock, ConcurrencyConflict, StateStoreError
 from shared.resilience import DeadlinePassed
-from shared.usecases.commit import log_transition
+from shared.usecases.unit_of_work import UnitOfWork
 
 log = logging.getLogger("orders.agent")
 
@@ -47,7 +48,7 @@ class KnownDeadline:
 
 @dataclass(frozen=True)
 class StepHeartbeats:
-    store: StateStore
+    work: UnitOfWork
     clock: Clock
     policy: ProcessPolicy
 
@@ -60,22 +61,19 @@ class StepHeartbeats:
         nothing may be extended (fenced: another attempt, the step not Running, the order
         moved on; or the cap is reached), which ends the beats. A lost ETag race reads
         again once; losing twice ends the beats too."""
-        for _ in range(2):
-            process = await self.store.load(request.order_id)
-            if process is None:
-                return None
+
+        def decide(process: OrderProcess) -> Transition | None:
             now = self.clock.now()
-            extended = extend_complete_by(process, request.attempt, request.step, now, self.policy)
-            if extended is None:
-                return None
-            try:
-                await self.store.save(extended.process, extended.history)
-            except ConcurrencyConflict:
-                continue
-            log_transition(extended)
-            state = extended.process.state
-            return extended.process.steps[state.current_step].complete_by
-        return None
+            return extend_complete_by(process, request.attempt, request.step, now, self.policy)
+
+        try:
+            changed = await self.work.change(request.order_id, decide, races=2)
+        except ConcurrencyConflict:
+            return None
+        if changed is None or changed.transition is None:
+            return None
+        state = changed.process.state
+        return changed.process.steps[state.current_step].complete_by
 
     async def keep_alive(
         self, request: AgentRequest, deadline: KnownDeadline, call: Awaitable[T]

@@ -10,8 +10,8 @@ from shared.domain.model import Order, OrderProcess
 from shared.domain.workflow import Workflow
 from shared.ports import AlreadyExists
 from shared.usecases.budget import Budget, send_within_budget, within_store_budget
-from shared.usecases.commit import log_transition
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.unit_of_work import log_transition
 
 
 class OrderConflict(Exception):

@@ -22,7 +22,6 @@ from shared.ports import (
     StoreUnavailable,
     WatchEntry,
 )
-from shared.usecases.commit import commit, save, send_then_unwatch
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.outcomes import OutcomeQueries
 
@@ -297,7 +296,7 @@ async def _check(
         return
     if process.state.process_state.is_terminal:
         # The Scheduler stopped before it unwatched: resend the last outbox, then forget it.
-        await deps.bus.send(process.state.outbox)
+        await deps.work.resend(process)
         await deps.store.unwatch(entry.order_id, process.state.version)
         report.finished += 1
         return
@@ -368,7 +367,7 @@ async def _hold_version_gone(
         process.state.workflow_version,
     )
     try:
-        await commit(deps, machine.version_gone(process, now))
+        await deps.work.commit(machine.version_gone(process, now))
     except ConcurrencyConflict:
         report.lost_races += 1
         return
@@ -412,9 +411,7 @@ async def _commit_counted(
     the send leaves the messages in the outbox, resent by the next sweep or nudge)."""
     if transition.process.state.failure_count > before.state.failure_count:
         await deps.bus.ping()
-    saved = await save(deps, transition)
-    await send_then_unwatch(deps, transition)
-    return saved
+    return await deps.work.commit(transition)
 
 
 async def _settle(queries: OutcomeQueries, doubt: in_doubt.Question) -> RemoteOutcome:

@@ -13,6 +13,7 @@ import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.clock import FakeClock
+from shared.adapters.memory import InMemoryBus
 from shared.adapters.table_store import TableStateStore
 from shared.domain import process as machine
 from shared.domain.messages import AgentReply, AgentRequest
@@ -21,6 +22,7 @@ from shared.domain.process import ProcessPolicy
 from shared.ports import ConcurrencyConflict
 from shared.settings import azurite_connection_string
 from shared.usecases.step_heartbeat import StepHeartbeats
+from shared.usecases.unit_of_work import UnitOfWork
 from tests.builders import a_policy, an_order
 from tests.workflows import ORDER_FULFILMENT
 
@@ -62,7 +64,7 @@ async def dispatched(store: TableStateStore, order_id: str) -> AgentRequest:
 def beats_at(seconds: float, store: TableStateStore) -> StepHeartbeats:
     clock = FakeClock(T0)
     clock.advance(seconds)
-    return StepHeartbeats(store, clock, POLICY)
+    return StepHeartbeats(UnitOfWork(store, InMemoryBus()), clock, POLICY)
 
 
 async def test_a_beat_is_a_conditional_write_that_round_trips(store: TableStateStore) -> None:

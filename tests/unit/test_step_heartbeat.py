@@ -23,6 +23,7 @@ from shared.usecases.agent import AgentDeps, AgentOutcome, perform_step
 from shared.usecases.step_heartbeat import StepHeartbeats
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
+from shared.usecases.unit_of_work import UnitOfWork
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.workflows import ORDER_FULFILMENT
 
@@ -217,7 +218,9 @@ class Running:
             clock=self.world.clock,
             remote=self.remote,
             breaker=CircuitBreaker("inventory", self.world.clock),
-            step_heartbeats=StepHeartbeats(self.store, self.world.clock, policy),
+            step_heartbeats=StepHeartbeats(
+                UnitOfWork(self.store, self.world.bus), self.world.clock, policy
+            ),
         )
 
     async def stored(self) -> OrderProcess:

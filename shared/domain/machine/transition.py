@@ -78,10 +78,17 @@ class Transition:
     check_at: datetime | None = None
     """When the Supervisor must look sooner than the order's watch entry may say: a
     compensation waiting for a step's request to settle (the unit of work moves it)."""
+    was_at_rest: bool = False
+    """The order was at rest (Error, Suspended) before: it may have no watch entry."""
 
     @property
     def is_terminal(self) -> bool:
         return self.process.state.process_state.is_terminal
+
+    @property
+    def leaves_rest(self) -> bool:
+        """The order starts moving again, so it must be watched before it is saved."""
+        return self.was_at_rest and not self.is_terminal
 
 
 class Builder:
@@ -101,6 +108,7 @@ class Builder:
         )
         self.steps: list[StepRecord] = list(process.steps)
         self.etag = process.etag
+        self.was_at_rest = process.state.process_state.is_terminal
         self.now = now
         self.cause = cause
         self.outgoing: list[Outgoing] = []
@@ -152,4 +160,4 @@ class Builder:
         outgoing = tuple(self.outgoing)
         state = replace(self.state, outbox=outgoing, outbox_cause=self.cause)
         process = OrderProcess(self.order, state, tuple(self.steps), self.etag)
-        return Transition(process, outgoing, tuple(self.history), self.check_at)
+        return Transition(process, outgoing, tuple(self.history), self.check_at, self.was_at_rest)

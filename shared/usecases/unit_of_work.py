@@ -1,0 +1,143 @@
+"""The one unit of work every change to a stored order goes through: load, decide, save
+on the ETag, send, watch. The Scheduler, the Supervisor, operator actions, events, step
+heartbeats and the undelivered note all use it, so the ordering rule is written once:
+
+1. Watch before the save when the order leaves a rest (Error, Suspended): at rest it may
+   have no entry, and a crash after the save must not leave a moving order unwatched (a
+   spare entry only costs the Supervisor a read). An order already moving keeps its
+   entry, so a new check time is written after the save: a lost race then writes
+   nothing, and no winner's earlier check is pushed back.
+2. Save on the ETag. A lost race has sent nothing; the change is read and decided again.
+3. Send. A failure leaves the messages in the record's outbox, with deterministic ids:
+   the Supervisor (the order is still watched) or a redelivery sends them again, and the
+   broker drops what already went.
+4. Unwatch last, once an order come to rest has sent its messages. A final order's
+   entry goes unconditionally (nothing re-watches it); Error and Suspended keep the
+   version check, since an operator may already have moved the order on.
+
+The intake's create is the one write outside it: there is no ETag to save on, and the
+entry goes first for the same reason as rule 1 (shared/usecases/submission.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from shared.domain.model import OrderProcess
+from shared.domain.process import Transition
+from shared.ports import ConcurrencyConflict, MessageBus, StateStore
+
+log = logging.getLogger("orders")
+
+MAX_RACES = 5
+"""Lost ETag races in a row, each on a fresh read, before a change gives up."""
+
+CheckAt = Callable[[OrderProcess], datetime | None]
+"""When the Supervisor should next look at the changed order (None: leave the entry)."""
+
+
+@dataclass(frozen=True)
+class Changed:
+    """What one change came to: the order as stored, and the transition still to deliver."""
+
+    process: OrderProcess
+    transition: Transition | None
+    """None: `decide` found nothing to do on a fresh read."""
+    resend: bool = False
+    """Nothing changed, but the stored state was made by the same cause: an earlier try
+    may have stopped before sending, so its outbox goes out again."""
+
+
+@dataclass(frozen=True)
+class UnitOfWork:
+    store: StateStore
+    bus: MessageBus
+
+    async def change(
+        self,
+        order_id: str,
+        decide: Callable[[OrderProcess], Transition | None],
+        *,
+        cause: str | None = None,
+        check_at: CheckAt | None = None,
+        cached: OrderProcess | None = None,
+        races: int = MAX_RACES,
+    ) -> Changed | None:
+        """Load, decide, save; a lost race reads again and decides again. None: no
+        such order. A `cached` copy is never taken at its word: its transition is saved
+        on its ETag, and nothing to do on it is checked against a fresh read. Delivery
+        is the caller's (`deliver`), so it can bound it or note a failed send."""
+        process, fresh, lost = cached, cached is None, 0
+        while lost < races:
+            if process is None:
+                process, fresh = await self.store.load(order_id), True
+                if process is None:
+                    return None
+            transition = decide(process)
+            if transition is None:
+                if not fresh:
+                    process = None
+                    continue
+                resend = cause is not None and process.state.outbox_cause == cause
+                return Changed(process, None, resend=resend)
+            when = check_at(transition.process) if check_at is not None else None
+            try:
+                return Changed(await self.save(transition, check_at=when), transition)
+            except ConcurrencyConflict:
+                lost += int(fresh)
+                process = None
+        raise ConcurrencyConflict(f"order {order_id}: lost {races} races in a row")
+
+    async def commit(self, transition: Transition) -> OrderProcess:
+        """A transition decided elsewhere (the Supervisor's), saved and delivered."""
+        stored = await self.save(transition)
+        await self.deliver(transition)
+        return stored
+
+    async def save(
+        self, transition: Transition, *, check_at: datetime | None = None
+    ) -> OrderProcess:
+        """Rules 1 and 2: the watch entry and the conditional save. The transition's own
+        check time (a compensation waiting for a live request) wins over `check_at`."""
+        state = transition.process.state
+        when = transition.check_at or check_at
+        first = when is not None and transition.leaves_rest
+        if first:
+            assert when is not None
+            await self.store.watch(state.order_id, when, replace=True, version=state.version)
+        etag = await self.store.save(transition.process, transition.history)
+        log_transition(transition)
+        if when is not None and not first:
+            await self.store.watch(state.order_id, when, replace=True, version=state.version)
+        return replace(transition.process, etag=etag)
+
+    async def deliver(self, transition: Transition) -> None:
+        """Rules 3 and 4: send, then unwatch an order come to rest."""
+        if transition.outgoing:
+            await self.bus.send(transition.outgoing)
+        if transition.is_terminal:
+            state = transition.process.state
+            version = None if state.process_state.is_final else state.version
+            await self.store.unwatch(state.order_id, version)
+
+    async def resend(self, process: OrderProcess) -> None:
+        """The stored outbox again (its ids are deterministic, so repeats are dropped)."""
+        if process.state.outbox:
+            await self.bus.send(process.state.outbox)
+
+
+def log_transition(transition: Transition) -> None:
+    state = transition.process.state
+    for entry in transition.history:
+        log.info(
+            "order %s %s%s [%s, attempt %d, failures %d]",
+            state.order_id,
+            entry.event,
+            f": {entry.detail}" if entry.detail else "",
+            entry.process_state.value,
+            entry.attempt,
+            entry.failure_count,
+        )

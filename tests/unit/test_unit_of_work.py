@@ -1,0 +1,117 @@
+"""The unit of work's ordering rule, seen from the store and the bus: what a crash or a
+failure between its writes leaves behind (in-memory adapters, fake clock)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+import pytest
+
+from shared.contract import Queue
+from shared.domain import process as machine
+from shared.domain.model import HistoryEntry, OrderProcess
+from shared.ports import BusUnavailable, ConcurrencyConflict, StoreUnavailable
+from shared.usecases import scheduler
+from shared.usecases.operator import resume_order, suspend_order
+from shared.usecases.scheduler import Handled
+from shared.usecases.submission import submit_order
+from shared.usecases.unit_of_work import UnitOfWork
+from tests.builders import World, an_order
+
+
+class CrashAfterSave(Exception):
+    """The process died right after the store took the write."""
+
+
+class Crashing(World):
+    """A World whose store dies right after its next save."""
+
+    def crash_after_next_save(self) -> None:
+        real = self.store.save
+
+        async def save(process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+            self.store.save = real  # type: ignore[method-assign]
+            await real(process, history)
+            raise CrashAfterSave()
+
+        self.store.save = save  # type: ignore[method-assign]
+
+
+async def in_flight(world: World) -> OrderProcess:
+    await submit_order(world.deps(), an_order("o-1"))
+    world.bus.take(Queue.SCHEDULER)
+    assert await scheduler.on_nudge(world.deps(), "o-1") is Handled.APPLIED
+    process = await world.store.load("o-1")
+    assert process is not None
+    return process
+
+
+async def test_a_resumed_order_is_watched_before_it_is_saved() -> None:
+    """Suspended orders have no entry: a crash after the resume's save must not leave a
+    moving order that no Supervisor will ever look at."""
+    world = Crashing()
+    await in_flight(world)
+    await suspend_order(world.deps(), "o-1", "ops")
+    assert "o-1" not in world.store.watched()
+    world.crash_after_next_save()
+    with pytest.raises(CrashAfterSave):
+        await resume_order(world.deps(), "o-1", "ops")
+    stored = await world.store.load("o-1")
+    assert stored is not None and stored.state.process_state.value == "Pending"
+    assert "o-1" in world.store.watched()
+
+
+async def test_a_moving_order_that_loses_its_race_leaves_its_entry_alone() -> None:
+    """An order in flight already has an entry: a loser writing its own check time there
+    could push back the winner's earlier deadline."""
+    world = World()
+    process = await in_flight(world)
+    before = world.store.watched()["o-1"]
+    winner = machine.suspend(process, world.clock.now(), "ops")
+    assert winner is not None
+    await world.store.save(winner.process, winner.history)
+    late = machine.suspend(process, world.clock.now(), "someone else")
+    assert late is not None
+    with pytest.raises(ConcurrencyConflict):
+        await UnitOfWork(world.store, world.bus).save(
+            late, check_at=world.clock.now() + timedelta(hours=1)
+        )
+    assert world.store.watched()["o-1"] == before
+
+
+async def test_a_change_with_nothing_to_send_never_touches_the_bus() -> None:
+    """A step heartbeat or an undelivered note must go through while the bus is down."""
+    world = World()
+    process = await in_flight(world)
+    world.bus.fail_next = 1
+    await UnitOfWork(world.store, world.bus).commit(machine.Transition(process, (), ()))
+    assert world.bus.fail_next == 1
+
+
+async def test_an_order_come_to_rest_is_unwatched_only_once_its_messages_went_out() -> None:
+    """Its Suspended notification may be lost with the bus: the Supervisor, still
+    watching, sends the outbox again."""
+    world = World()
+    await in_flight(world)
+    world.bus.fail_next = 1
+    with pytest.raises(BusUnavailable):
+        await suspend_order(world.deps(), "o-1", "ops")
+    assert "o-1" in world.store.watched()
+    stored = await world.store.load("o-1")
+    assert stored is not None and stored.state.process_state.value == "Suspended"
+
+
+async def test_a_store_outage_during_a_resume_sends_nothing() -> None:
+    world = World()
+    await in_flight(world)
+    await suspend_order(world.deps(), "o-1", "ops")
+    sent = len(world.bus.sent)
+
+    async def down(process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        raise StoreUnavailable("injected")
+
+    world.store.save = down  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailable):
+        await resume_order(world.deps(), "o-1", "ops")
+    assert len(world.bus.sent) == sent
