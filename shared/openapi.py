@@ -7,7 +7,7 @@ from typing import Any
 
 from shared.catalogue.schema import NAME_PATTERN
 from shared.contract import Route
-from shared.domain.bulk import BulkAction
+from shared.domain.bulk_request import BulkAction
 from shared.domain.messages import OrderSubmission
 from shared.domain.model import ProcessState
 from shared.jsonbounds import MAX_DEPTH

@@ -27,15 +27,8 @@ from azure.data.tables.aio import TableClient
 from shared.adapters import table_rows as rows
 from shared.adapters.table_errors import refused_status, translated_errors
 from shared.adapters.table_store import TableStateStore, decode_token, encode_token
-from shared.domain.bulk import (
-    BulkAction,
-    BulkFilter,
-    BulkJob,
-    Cursor,
-    JobState,
-    Lease,
-    parse_filter,
-)
+from shared.domain.bulk import BulkJob, Cursor, JobState, Lease
+from shared.domain.bulk_request import BulkAction, BulkFilter, parse_filter
 from shared.domain.model import OrderProcess, ProcessState
 from shared.ports import AlreadyExists, ConcurrencyConflict, OrderPage
 

@@ -7,8 +7,9 @@ from an older attempt, a duplicate. None is normal control flow, never an error.
 The rules live in shared/domain/machine/, one module per concern: forward (submission,
 claim, answers), dispatch (the moves every rule ends with), settle (when a step may be
 undone or moved: the rule that keeps money from being left behind), recovery (the
-Supervisor's moves), operator (cancel, suspend, resume, resubmit), migrate (an order
-moved to another version of its workflow) and heartbeat.
+Supervisor's moves), operator (cancel, suspend, resume, resubmit), waits (approvals,
+events, timers), migrate (an order moved to another version of its workflow) and
+heartbeat.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from shared.domain.machine.events import (
     TooManyEvents,
     receive_event,
 )
-from shared.domain.machine.forward import apply_reply, claim, start, wake
+from shared.domain.machine.forward import apply_reply, claim, start
 from shared.domain.machine.heartbeat import extend_complete_by
 from shared.domain.machine.migrate import IncompatibleVersions, incompatibility, migrate
 from shared.domain.machine.operator import PastPivot, cancel, resubmit, resume, suspend
@@ -32,6 +33,7 @@ from shared.domain.machine.recovery import (
     version_gone,
 )
 from shared.domain.machine.transition import InvalidTransition, ProcessPolicy, Transition
+from shared.domain.machine.waits import wake
 
 __all__ = [
     "DRAIN_RECHECK",

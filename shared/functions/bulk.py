@@ -11,13 +11,8 @@ import azure.functions as func
 from shared import bootstrap
 from shared.catalogue import catalogue
 from shared.contract import Route
-from shared.domain.bulk import (
-    BulkAction,
-    BulkJob,
-    BulkRequestError,
-    migration_target,
-    parse_request,
-)
+from shared.domain.bulk import BulkJob
+from shared.domain.bulk_request import BulkAction, BulkRequestError, migration_target, parse_request
 from shared.functions.http import json_response, problem, read_json
 from shared.ports import StateStoreError
 from shared.usecases.bulk import (

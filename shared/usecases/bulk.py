@@ -28,17 +28,8 @@ from typing import Final
 
 from shared.catalogue import catalogue
 from shared.catalogue.running import workflow_of
-from shared.domain.bulk import (
-    BulkAction,
-    BulkJob,
-    BulkRequest,
-    Cursor,
-    JobState,
-    Preview,
-    acted_by,
-    matches,
-    states_to_scan,
-)
+from shared.domain.bulk import BulkJob, Cursor, JobState, Preview, acted_by, matches, states_to_scan
+from shared.domain.bulk_request import BulkAction, BulkRequest
 from shared.domain.model import OrderProcess
 from shared.domain.process import InvalidTransition
 from shared.domain.workflow import Workflow

@@ -16,7 +16,8 @@ from shared.adapters.memory import InMemoryBus
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_store import TableStateStore
 from shared.contract import Queue, agent_queue
-from shared.domain.bulk import BulkAction, BulkRequest, JobState
+from shared.domain.bulk import JobState
+from shared.domain.bulk_request import BulkAction, BulkRequest
 from shared.domain.model import ProcessState, StepStatus
 from shared.settings import azurite_connection_string
 from shared.usecases import scheduler

@@ -22,7 +22,8 @@ from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_store import TableStateStore
-from shared.domain.bulk import BulkAction, BulkFilter, BulkJob, BulkRequest, JobState, acted_by
+from shared.domain.bulk import BulkJob, JobState, acted_by
+from shared.domain.bulk_request import BulkAction, BulkFilter, BulkRequest
 from shared.domain.model import HistoryEntry, OrderProcess, ProcessState
 from shared.ports import BulkStore, StateStore
 from shared.settings import azurite_connection_string

@@ -16,7 +16,8 @@ from shared.adapters.memory import InMemoryBulkStore, InMemoryStateStore
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_store import TableStateStore
 from shared.domain import process as machine
-from shared.domain.bulk import BulkAction, BulkFilter, BulkJob, Cursor, JobState, Lease
+from shared.domain.bulk import BulkJob, Cursor, JobState, Lease
+from shared.domain.bulk_request import BulkAction, BulkFilter
 from shared.domain.model import ProcessState
 from shared.ports import AlreadyExists, BulkStore, ConcurrencyConflict, StateStore
 from shared.settings import azurite_connection_string

@@ -10,12 +10,12 @@ import pytest
 
 from shared.adapters.memory import InMemoryBulkStore
 from shared.contract import Queue, agent_queue
-from shared.domain.bulk import (
+from shared.domain.bulk import JobState
+from shared.domain.bulk_request import (
     BulkAction,
     BulkFilter,
     BulkRequest,
     BulkRequestError,
-    JobState,
     parse_request,
 )
 from shared.domain.model import ProcessState

@@ -11,13 +11,12 @@ import pytest
 from shared.adapters.memory import InMemoryBulkStore, InMemoryBus
 from shared.contract import Queue, agent_queue
 from shared.domain import process as machine
-from shared.domain.bulk import (
+from shared.domain.bulk import JobState, matches
+from shared.domain.bulk_request import (
     BulkAction,
     BulkFilter,
     BulkRequest,
     BulkRequestError,
-    JobState,
-    matches,
     migration_target,
     parse_request,
 )

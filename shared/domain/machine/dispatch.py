@@ -128,7 +128,7 @@ def start_wait(b: Builder, policy: ProcessPolicy, index: int, definition: StepDe
     """An event or timer step: no agent, no request. The step runs until its deadline,
     which the Supervisor's watch list holds, so waiting costs nothing per order. A timer
     also sends its own wake-up, a nudge scheduled for its time; an event already received
-    is taken at once, through a nudge (machine/forward.py `wake`), with the Supervisor
+    is taken at once, through a nudge (machine/waits.py `wake`), with the Supervisor
     looking again after the pending timeout should that nudge be lost."""
     step = b.steps[index]
     until = wait_until(b.order, definition, b.now)

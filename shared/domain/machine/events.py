@@ -10,8 +10,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-from shared.domain.machine.forward import consume_event, waiting_step
 from shared.domain.machine.transition import Builder, InvalidTransition, ProcessPolicy, Transition
+from shared.domain.machine.waits import consume_event, waiting_step
 from shared.domain.model import JsonObject, OrderProcess, ReceivedEvent
 from shared.domain.routing import PRIMARY_ONLY, Routing
 from shared.domain.workflow import Workflow

@@ -13,15 +13,10 @@ from shared.domain.machine.dispatch import (
     requeue,
     wait_to_settle,
 )
-from shared.domain.machine.forward import (
-    consume_event,
-    fire_timer,
-    take_answer,
-    wait_answer,
-    waiting_step,
-)
+from shared.domain.machine.forward import take_answer
 from shared.domain.machine.settle import forward_only, key_state, settled_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
+from shared.domain.machine.waits import consume_event, fire_timer, wait_answer, waiting_step
 from shared.domain.messages import idempotency_key, iso
 from shared.domain.model import (
     ErrorInfo,
