@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import uuid
@@ -135,6 +136,8 @@ def _number(values: Mapping[str, str], name: str, default: float, minimum: float
         number = float(raw)
     except ValueError:
         raise ConfigurationError(f"setting {name} must be a number, got {raw!r}") from None
+    if not math.isfinite(number):
+        raise ConfigurationError(f"setting {name} must be a finite number, got {raw!r}")
     if number < minimum:
         raise ConfigurationError(f"setting {name} must be at least {minimum}, got {raw!r}")
     return number
