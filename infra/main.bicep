@@ -148,6 +148,10 @@ param stepHeartbeatSeconds int = 10
 @minValue(0)
 param stepMaxSeconds int = 0
 
+@description('ClockSkewSeconds: how long after its complete-by a request may still apply at its provider (network delay plus clock disagreement); no undo or move of its step goes before then unless its key settles.')
+@minValue(0)
+param clockSkewSeconds int = 5
+
 @description('HighPriorityStepTimeoutSeconds: the tighter complete-by of a high-priority order\'s steps.')
 @minValue(1)
 param highPriorityStepTimeoutSeconds int = 15
@@ -281,6 +285,7 @@ module api 'app/function.bicep' = {
     highPriorityStepTimeoutSeconds: highPriorityStepTimeoutSeconds
     stepHeartbeatSeconds: stepHeartbeatSeconds
     stepMaxSeconds: stepMaxSeconds
+    clockSkewSeconds: clockSkewSeconds
     bulkActionsPerSecond: bulkActionsPerSecond
     tracesSampler: tracesSampler
     tracesSamplerArg: tracesSamplerArg

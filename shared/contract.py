@@ -111,6 +111,9 @@ class Setting:
     """How far one step heartbeat of a long call moves its step's complete-by."""
     STEP_MAX_SECONDS: Final = "StepMaxSeconds"
     """How long from its dispatch heartbeats may keep a step running; 0: heartbeats off."""
+    CLOCK_SKEW_SECONDS: Final = "ClockSkewSeconds"
+    """How long after its complete-by a request may still apply at its provider (network
+    delay plus clock disagreement): a step's request is live until then (docs/in-doubt.md)."""
     MAX_FAILURE_COUNT: Final = "MaxFailureCount"
     EXHAUSTED_POLICY: Final = "ExhaustedPolicy"
     REPLY_TO_ALLOW_LIST: Final = "ReplyToAllowList"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import uuid
@@ -71,6 +72,9 @@ class Settings:
     """None (StepMaxSeconds 0, the default): no step runs past its complete-by. Off by
     default because a beat cannot tell a slow call from a hung one: with beats on, a
     hung remote call holds its step until StepMaxSeconds instead of its complete-by."""
+    clock_skew: timedelta = timedelta(seconds=5)
+    """ClockSkewSeconds: a request is live until its complete-by plus this (the policy's
+    clock_skew); no undo or move of its step is sent before then unless its key settles."""
 
     @property
     def policy(self) -> ProcessPolicy:
@@ -82,6 +86,7 @@ class Settings:
             exhausted_policy=self.exhausted_policy,
             step_heartbeat=self.step_heartbeat,
             step_max=self.step_max,
+            clock_skew=self.clock_skew,
         )
 
     @classmethod
@@ -124,6 +129,7 @@ class Settings:
             ),
             step_heartbeat=timedelta(seconds=_number(values, Setting.STEP_HEARTBEAT_SECONDS, 10)),
             step_max=_step_max(values),
+            clock_skew=timedelta(seconds=_number(values, Setting.CLOCK_SKEW_SECONDS, 5, minimum=0)),
         )
 
 
@@ -135,6 +141,8 @@ def _number(values: Mapping[str, str], name: str, default: float, minimum: float
         number = float(raw)
     except ValueError:
         raise ConfigurationError(f"setting {name} must be a number, got {raw!r}") from None
+    if not math.isfinite(number):
+        raise ConfigurationError(f"setting {name} must be a finite number, got {raw!r}")
     if number < minimum:
         raise ConfigurationError(f"setting {name} must be at least {minimum}, got {raw!r}")
     return number

@@ -104,6 +104,10 @@ param stepHeartbeatSeconds int
 @minValue(0)
 param stepMaxSeconds int
 
+@description('ClockSkewSeconds.')
+@minValue(0)
+param clockSkewSeconds int
+
 @description('BulkActionsPerSecond.')
 @minValue(1)
 param bulkActionsPerSecond int
@@ -161,6 +165,7 @@ var coreAppSettings = [
   { name: 'HighPriorityStepTimeoutSeconds', value: string(highPriorityStepTimeoutSeconds) }
   { name: 'StepHeartbeatSeconds', value: string(stepHeartbeatSeconds) }
   { name: 'StepMaxSeconds', value: string(stepMaxSeconds) }
+  { name: 'ClockSkewSeconds', value: string(clockSkewSeconds) }
   { name: 'BulkActionsPerSecond', value: string(bulkActionsPerSecond) }
 ]
 

@@ -330,6 +330,7 @@ def test_bicep_defaults_equal_the_code_defaults() -> None:
     assert settings[Setting.MAX_FAILURE_COUNT] == str(code.max_failure_count)
     assert settings[Setting.EXHAUSTED_POLICY] == code.exhausted_policy.value
     assert settings[Setting.BULK_ACTIONS_PER_SECOND] == str(int(code.bulk_actions_per_second))
+    assert settings[Setting.CLOCK_SKEW_SECONDS] == str(int(code.clock_skew.total_seconds()))
 
 
 def test_exhausted_policy_choices_match_the_code() -> None:

@@ -34,6 +34,7 @@ from shared.ports import RemoteCall, TransientRemoteError
 from shared.resilience import CircuitBreaker
 from shared.usecases import scheduler
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.operator import cancel_order
 from shared.usecases.outcomes import Asked, OutcomeQueries
 from shared.usecases.routing import RoutingSource
 from shared.usecases.submission import submit_order
@@ -499,3 +500,28 @@ async def test_the_secondarys_key_stays_when_routing_prefers_the_abandoned_prima
     await next_claim(setup)
     (retry,) = setup.requests(agent_queue("payment-secondary"))
     assert retry.body["idempotencyKey"] == moved.body["idempotencyKey"]
+
+
+async def test_a_settle_wait_answered_applied_says_so_in_the_history() -> None:
+    """A cancel waits for the charge; payment says "in progress", then, past the live
+    time, "applied": the history says payment had applied the key (not "no answer"),
+    and the refund follows."""
+    setup = await at_payment()
+    clock = setup.world.clock
+    await cancel_order(setup.deps, "o-1", "op")
+    setup.payment.answers[CHARGE_KEY] = IN_PROGRESS
+    setup.payment.abandons[CHARGE_KEY] = IN_PROGRESS
+    clock.advance(PAST_DEADLINE)
+    await setup.sweep()
+    setup.payment.answers[CHARGE_KEY] = RemoteOutcome.applied(RESULT)
+    setup.payment.abandons[CHARGE_KEY] = RemoteOutcome.applied(RESULT)
+    clock.advance(6)  # past the live time the "in progress" answer extended
+
+    await setup.sweep()
+
+    history = await setup.history()
+    assert any("payment had applied key o-1:charge-payment" in d for d in history)
+    assert not any("gave no answer" in d for d in history)
+    await next_claim(setup)
+    (refund,) = setup.requests(agent_queue("payment"))
+    assert refund.body["idempotencyKey"] == REFUND_KEY

@@ -303,7 +303,11 @@ def _note_outcome(b: Builder, step: StepRecord, outcome: RemoteOutcome, *, undo:
     key = _key(b, step, undo)
     kind = outcome.kind
     settled = key_state(b.steps[b.state.current_step]) if not undo else None
-    if kind is RemoteOutcomeKind.ABANDONED:
+    if kind is RemoteOutcomeKind.APPLIED:
+        # Only a settle wait gets here (recover's own applied answers: _record_applied).
+        recorded = f"{step.name} recorded Completed without calling again"
+        b.note("in-doubt-applied", f"{agent} had applied key {key}: {recorded}")
+    elif kind is RemoteOutcomeKind.ABANDONED:
         b.note("in-doubt-abandoned", f"{agent} abandoned key {key}: it can never apply there")
     elif outcome.safe_to_move:
         said = "had not applied" if kind is RemoteOutcomeKind.NOT_APPLIED else "never saw"

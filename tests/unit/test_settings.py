@@ -1,0 +1,72 @@
+"""App settings read from the environment: numbers are checked, and a bad one is named;
+ClockSkewSeconds reaches the process policy like the other numbers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from shared.contract import Queue, Setting
+from shared.domain.process import ProcessPolicy
+from shared.settings import ConfigurationError, Settings
+from shared.usecases import scheduler
+from shared.usecases.submission import submit_order
+from tests.builders import World, an_order
+
+LOCAL = {
+    Setting.STORAGE: "UseDevelopmentStorage=true",
+    Setting.SERVICE_BUS: "Endpoint=sb://127.0.0.1;SharedAccessKeyName=k;SharedAccessKey=v;",
+}
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "Infinity"])
+def test_a_number_that_is_not_finite_names_the_setting(raw: str) -> None:
+    """float() reads these; a NaN passes every comparison, so it is refused by name
+    rather than failing later inside timedelta."""
+    with pytest.raises(
+        ConfigurationError, match=f"setting StepTimeoutSeconds must be a finite number, got '{raw}'"
+    ):
+        Settings.from_env({**LOCAL, Setting.STEP_TIMEOUT_SECONDS: raw})
+
+
+def test_clock_skew_defaults_to_the_policys_margin() -> None:
+    policy = Settings.from_env(LOCAL).policy
+    default = ProcessPolicy(timedelta(seconds=30), timedelta(seconds=60), 3).clock_skew
+    assert policy.clock_skew == default == timedelta(seconds=5)
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [("12", 12), ("2.5", 2.5), ("0", 0), ("", 5)])
+def test_clock_skew_is_read_into_the_policy(raw: str, seconds: float) -> None:
+    settings = Settings.from_env({**LOCAL, Setting.CLOCK_SKEW_SECONDS: raw})
+    assert settings.policy.clock_skew == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        ("-1", "must be at least 0"),
+        ("five", "must be a number"),
+        ("nan", "must be a finite number"),
+        ("inf", "must be a finite number"),
+    ],
+)
+def test_a_clock_skew_that_is_not_a_non_negative_number_names_the_setting(
+    raw: str, says: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=f"setting ClockSkewSeconds {says}, got '{raw}'"):
+        Settings.from_env({**LOCAL, Setting.CLOCK_SKEW_SECONDS: raw})
+
+
+async def test_a_request_is_live_until_its_complete_by_plus_the_configured_skew() -> None:
+    """The setting reaches the domain: a dispatched step's live time follows it."""
+    policy = Settings.from_env({**LOCAL, Setting.CLOCK_SKEW_SECONDS: "12"}).policy
+    world = World(policy=policy)
+    await submit_order(world.deps(), an_order("o-1", clock=world.clock))
+    (nudge,) = world.bus.take(Queue.SCHEDULER)
+    await scheduler.on_nudge(world.deps(), "o-1", nudge.message_id)
+    process = await world.store.load("o-1")
+    assert process is not None
+    step = process.steps[0]
+    assert step.complete_by is not None
+    assert step.live_until == step.complete_by + timedelta(seconds=12)
