@@ -195,6 +195,12 @@ def _undo(check: StepCheck, agent: str, answers: Answers) -> RemoteOutcome | Non
     return answers.get((agent, check.undo_key)) if check.undo_key else None
 
 
+def _none(outcome: RemoteOutcome) -> bool:
+    """The key took no effect there and never will: abandoned counts, as it is what a
+    provider the order moved away from usually says."""
+    return outcome.safe_to_move or outcome.kind is RemoteOutcomeKind.ABANDONED
+
+
 def _held(check: StepCheck, agent: str, answers: Answers) -> _Held:
     """Judged by net effect: a do applied and undone there is no effect there."""
     do, undo = answers.get((agent, check.do_key)), _undo(check, agent, answers)
@@ -202,12 +208,14 @@ def _held(check: StepCheck, agent: str, answers: Answers) -> _Held:
         return _Held.NONE
     if do is None:
         return _Held.UNKNOWN
-    if do.safe_to_move:
+    if _none(do):
         return _Held.NONE
     if do.kind is not RemoteOutcomeKind.APPLIED:
         return _Held.UNKNOWN
+    # The holder of a Processed order is asked its do-key only: applied is what it
+    # almost always says, and a second question per step would double the usual cost.
     undo_asked = not (agent == check.agent and check.expect is Expect.APPLIED)
-    if check.undo_key is None or not undo_asked or (undo is not None and undo.safe_to_move):
+    if check.undo_key is None or not undo_asked or (undo is not None and _none(undo)):
         return _Held.IN_FORCE
     return _Held.UNKNOWN
 

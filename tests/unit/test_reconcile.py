@@ -14,6 +14,7 @@ from shared.contract import Queue, agent_queue
 from shared.domain import process as machine
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import (
+    ABANDONED,
     IN_PROGRESS,
     NEVER_SEEN,
     NOT_APPLIED,
@@ -105,6 +106,7 @@ def test_only_finished_orders_and_dispatched_steps_are_checked() -> None:
         (APPLIED, Verdict.MATCH, None),
         (NOT_APPLIED, Verdict.MISMATCH, "not applied"),
         (NEVER_SEEN, Verdict.MISMATCH, "never seen"),
+        (ABANDONED, Verdict.MISMATCH, "abandoned"),
         (UNKNOWN, Verdict.UNKNOWN, None),
         (IN_PROGRESS, Verdict.UNKNOWN, None),
     ],
@@ -129,6 +131,7 @@ def test_processed_asks_the_do_key_once(
         (APPLIED, None, Verdict.MATCH, 1),
         (NEVER_SEEN, NOT_APPLIED, Verdict.MATCH, 2),
         (NOT_APPLIED, NEVER_SEEN, Verdict.MATCH, 2),
+        (NEVER_SEEN, ABANDONED, Verdict.MATCH, 2),
         (NEVER_SEEN, APPLIED, Verdict.MISMATCH, 2),
         (NOT_APPLIED, APPLIED, Verdict.MISMATCH, 2),
         (UNKNOWN, APPLIED, Verdict.UNKNOWN, 2),
@@ -311,6 +314,7 @@ def test_a_step_is_asked_at_every_provider_it_was_sent_to_with_the_same_keys() -
     [
         ({CHARGE: NEVER_SEEN}, [CHARGE], Verdict.MATCH),
         ({CHARGE: NOT_APPLIED}, [CHARGE], Verdict.MATCH),
+        ({CHARGE: ABANDONED}, [CHARGE], Verdict.MATCH),
         ({CHARGE: APPLIED, REFUND: APPLIED}, [CHARGE, REFUND], Verdict.MATCH),
         ({CHARGE: UNKNOWN}, [CHARGE], Verdict.UNKNOWN),
         ({CHARGE: IN_PROGRESS}, [CHARGE], Verdict.UNKNOWN),

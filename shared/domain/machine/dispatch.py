@@ -299,11 +299,11 @@ def undo_at(
     result: JsonObject | None,
     now: datetime,
 ) -> Outgoing:
-    """The undo of a step's effect at a provider the order does not hold the step at (a
-    late success there, or reconciliation finding it still in force), sent outside any
-    compensation the order runs. Like every undo it names the do key it undoes, so the
-    provider applies it only against that do applied there; `result` is that provider's
-    own, which is what its undo needs. The step must have a compensation."""
+    """The undo of a step's effect found in force where the order says none should be (a
+    late success at a provider the order left, or reconciliation finding it), sent
+    outside any compensation the order runs. Like every undo it names the do key it
+    undoes, so the provider applies it only against that do applied there; `result` is
+    that provider's own, which is what its undo needs. The step must have a compensation."""
     assert definition.compensation is not None
     request = AgentRequest(
         order_id=process.order_id,
