@@ -28,7 +28,7 @@ from shared.adapters.table_health import sweep_row_key
 from shared.adapters.table_rows import utc
 from shared.adapters.table_store import TableStateStore
 from shared.domain.model import OrderProcess, ProcessState
-from shared.domain.reconcile import FINISHED, Mismatch, ReconcileRun
+from shared.domain.reconcile import FINISHED, MISMATCH_REASON, Mismatch, ReconcileRun
 
 RECONCILE_PARTITION: Final = "~reconcile"
 SAMPLE_PAGES: Final = 4
@@ -154,6 +154,7 @@ def _mismatch_json(m: Mismatch) -> dict[str, str]:
         "key": m.key,
         "expected": m.expected,
         "found": m.found,
+        "reason": m.reason,
     }
 
 
@@ -166,6 +167,7 @@ def _to_mismatch(data: dict[str, str]) -> Mismatch:
         key=data["key"],
         expected=data["expected"],
         found=data["found"],
+        reason=data.get("reason", MISMATCH_REASON),
     )
 
 

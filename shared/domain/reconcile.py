@@ -1,33 +1,50 @@
 """Reconciliation, the pure half: what a finished order says each remote service did,
-and whether the service's own answer for the key agrees.
+and whether the services' own answers for the keys agree.
 
 A finished order is a claim about the world: `Processed` says every step's effect is
-applied; `Compensated` and `Cancelled` say none is left applied (each one that took effect
-was undone). Asking each step's agent about its keys checks that claim after the fact,
-when a lost reply, an operator's hand edit or a bug could have made the two disagree.
+in force at exactly one provider, the one the order holds the step at (`agent`);
+`Compensated` and `Cancelled` say none is left in force anywhere (each one that took
+effect was undone). Asking the providers about the keys checks that claim after the
+fact, when a lost reply, a request that applied after the order moved it elsewhere, an
+operator's hand edit or a bug could have made the two disagree.
 
-Per step, at most two questions, to the agent that holds the step's key (the step's
-`agent`, the one its compensation went to as well):
+A step is asked about at every provider it may have reached: the one holding it, then
+each other agent a do of it was sent to (`StepRecord.tried`). The keys are the same at
+every provider (`idempotency_key`: order and operation, whatever the attempt or agent).
+At most two questions per provider:
 
-- `Processed`: the do-key. Applied is a match; not applied or never seen is an effect
-  missing.
-- `Compensated`, `Cancelled`: the undo key first (applied: the effect was undone, a
-  match, one question). Otherwise the do-key: not applied or never seen is a match
-  (nothing took effect), applied is an effect still applied.
+- The holder, `Processed`: the do-key. Applied is a match; not applied or never seen
+  is an effect missing.
+- The holder, `Compensated`, `Cancelled`: the undo key first (applied: undone, one
+  question), otherwise the do-key: not applied or never seen is a match, applied is an
+  effect still in force.
+- Any other provider: the do-key first (not applied or never seen: nothing there, one
+  question), then the undo key: applied is a match (undone there), not applied or never
+  seen leaves the effect in force there. In a `Processed` order whose holder has it too,
+  that is an effect at two providers (`applied-at-two-providers`); in a finished order
+  with nothing in force it is an effect still applied.
+
+An effect in force where the order says none should be is undone there (`heals`): the
+provider applied the do and no undo, so the undo, naming that do, is what the order's
+own compensation would have sent. An effect at another provider while the holder has
+none is left alone: undoing it would leave the order's effect nowhere.
 
 A step never dispatched (no agent) or without an undo (in a compensated order) asks
 nothing. Any other answer (in progress, no answer) is unknown, never a mismatch: a
-reconciliation that guessed would page an operator for a network blip.
+reconciliation that guessed would page an operator, or undo an effect, for a network
+blip.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
+from shared.domain.machine.dispatch import undo_at
+from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import OperatorAlert, idempotency_key
 from shared.domain.model import OrderProcess, Outgoing, ProcessState
 from shared.domain.workflow import Workflow
@@ -36,14 +53,20 @@ FINISHED = (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.CANCE
 """The states whose claim about the world no later step changes."""
 
 MISMATCH_REASON = "reconciliation-mismatch"
-"""The operator alert's reason."""
+"""The operator alert's reason, but for an effect at two providers."""
+TWO_PROVIDERS_REASON = "applied-at-two-providers"
+"""The reason a late success reply raises too (machine/forward.py): the same finding."""
 
-MAX_QUESTIONS_PER_STEP = 2
+MAX_QUESTIONS_PER_PROVIDER = 2
+"""Per step and provider asked: a step costs at most this times its providers."""
+
+Answers = Mapping[tuple[str, str], RemoteOutcome]
+"""What each provider said of each key, by (agent, key)."""
 
 
 class Expect(StrEnum):
     APPLIED = "applied"
-    """The step's effect is in place (`Processed`)."""
+    """The step's effect is in force at its holder (`Processed`)."""
     UNDONE = "not applied, or undone"
     """No effect left (`Compensated`, `Cancelled`)."""
 
@@ -54,17 +77,32 @@ class Verdict(StrEnum):
     UNKNOWN = "unknown"
 
 
+class _Held(StrEnum):
+    """What one provider's answers say of the step's effect there."""
+
+    IN_FORCE = "in force"
+    NONE = "none"
+    UNKNOWN = "unknown"
+
+
 @dataclass(frozen=True)
 class StepCheck:
-    """What one step of a finished order should look like at the agent holding its key."""
+    """What one step of a finished order should look like at each provider it reached."""
 
     order_id: str
     state: ProcessState
     step: str
     agent: str
+    """The provider the order holds the step at (its compensation went there too)."""
     do_key: str
     undo_key: str | None
     expect: Expect
+    others: tuple[str, ...] = ()
+    """The other providers a do of the step was sent to, first first."""
+
+    @property
+    def providers(self) -> tuple[str, ...]:
+        return (self.agent, *self.others)
 
 
 @dataclass(frozen=True)
@@ -73,9 +111,11 @@ class Mismatch:
     state: ProcessState
     step: str
     agent: str
+    """The provider whose answers disagree with the order."""
     key: str
     expected: str
     found: str
+    reason: str = MISMATCH_REASON
 
     @property
     def message(self) -> str:
@@ -85,16 +125,16 @@ class Mismatch:
         )
 
     def alert(self, failure_count: int, at: datetime) -> Outgoing:
-        """One alert per order and key while the broker's duplicate window lasts, so two
-        runs (or two instances) finding the same mismatch page the operator once."""
+        """One alert per order, provider and key while the broker's duplicate window
+        lasts, so two runs (or two instances) finding the same mismatch page once."""
         alert = OperatorAlert(
             order_id=self.order_id,
-            reason=MISMATCH_REASON,
+            reason=self.reason,
             failure_count=failure_count,
             last_error=self.message,
             at=at,
         )
-        return alert.outgoing(f"reconcile:{self.key}")
+        return alert.outgoing(f"reconcile:{self.agent}:{self.key}")
 
 
 def checks(process: OrderProcess, workflow: Workflow) -> tuple[StepCheck, ...]:
@@ -119,60 +159,163 @@ def checks(process: OrderProcess, workflow: Workflow) -> tuple[StepCheck, ...]:
                 do_key=idempotency_key(process.order_id, definition.name),
                 undo_key=None if undo is None else idempotency_key(process.order_id, undo),
                 expect=expect,
+                others=tuple(a for a in step.tried if a != step.agent),
             )
         )
     return tuple(found)
 
 
-def next_key(check: StepCheck, answers: Mapping[str, RemoteOutcome]) -> str | None:
-    """The next key to ask the step's agent about, or None once the answers settle it."""
-    if check.expect is Expect.APPLIED or check.undo_key is None:
-        return None if check.do_key in answers else check.do_key
-    if check.undo_key not in answers:
+def next_question(check: StepCheck, answers: Answers) -> tuple[str, str] | None:
+    """The next (agent, key) to ask about, or None once the answers settle the step."""
+    for agent in check.providers:
+        key = _next_at(check, agent, answers)
+        if key is not None:
+            return agent, key
+    return None
+
+
+def _next_at(check: StepCheck, agent: str, answers: Answers) -> str | None:
+    """The holder is asked first what it most likely says (applied, or undone); another
+    provider most likely never saw the key, so its do-key comes first."""
+    do, undo = answers.get((agent, check.do_key)), _undo(check, agent, answers)
+    if agent == check.agent and check.expect is Expect.APPLIED:
+        return check.do_key if do is None else None
+    if agent == check.agent and check.undo_key is not None and undo is None:
         return check.undo_key
-    if answers[check.undo_key].kind is RemoteOutcomeKind.APPLIED:
-        return None
-    return None if check.do_key in answers else check.do_key
-
-
-def verdict(check: StepCheck, answers: Mapping[str, RemoteOutcome]) -> Verdict:
-    do = answers.get(check.do_key)
-    if check.expect is Expect.APPLIED:
-        if do is None:
-            return Verdict.UNKNOWN
-        if do.kind is RemoteOutcomeKind.APPLIED:
-            return Verdict.MATCH
-        return Verdict.MISMATCH if do.safe_to_move else Verdict.UNKNOWN
-    undo = answers.get(check.undo_key) if check.undo_key else None
     if undo is not None and undo.kind is RemoteOutcomeKind.APPLIED:
-        return Verdict.MATCH
-    undo_missing = undo is not None and undo.safe_to_move
-    if do is None:
-        return Verdict.UNKNOWN
-    if do.safe_to_move:
-        return Verdict.MATCH
-    if do.kind is RemoteOutcomeKind.APPLIED and (check.undo_key is None or undo_missing):
-        return Verdict.MISMATCH
-    return Verdict.UNKNOWN
-
-
-def mismatch(check: StepCheck, answers: Mapping[str, RemoteOutcome]) -> Mismatch | None:
-    """The disagreement, worded for the operator, when the verdict is a mismatch."""
-    if verdict(check, answers) is not Verdict.MISMATCH:
         return None
-    if check.expect is Expect.APPLIED:
-        found = _said(answers[check.do_key])
+    if do is None:
+        return check.do_key
+    if do.kind is RemoteOutcomeKind.APPLIED and check.undo_key is not None and undo is None:
+        return check.undo_key
+    return None
+
+
+def _undo(check: StepCheck, agent: str, answers: Answers) -> RemoteOutcome | None:
+    return answers.get((agent, check.undo_key)) if check.undo_key else None
+
+
+def _none(outcome: RemoteOutcome) -> bool:
+    """The key took no effect there and never will: abandoned counts, as it is what a
+    provider the order moved away from usually says."""
+    return outcome.safe_to_move or outcome.kind is RemoteOutcomeKind.ABANDONED
+
+
+def _held(check: StepCheck, agent: str, answers: Answers) -> _Held:
+    """Judged by net effect: a do applied and undone there is no effect there."""
+    do, undo = answers.get((agent, check.do_key)), _undo(check, agent, answers)
+    if undo is not None and undo.kind is RemoteOutcomeKind.APPLIED:
+        return _Held.NONE
+    if do is None:
+        return _Held.UNKNOWN
+    if _none(do):
+        return _Held.NONE
+    if do.kind is not RemoteOutcomeKind.APPLIED:
+        return _Held.UNKNOWN
+    # The holder of a Processed order is asked its do-key only: applied is what it
+    # almost always says, and a second question per step would double the usual cost.
+    undo_asked = not (agent == check.agent and check.expect is Expect.APPLIED)
+    if check.undo_key is None or not undo_asked or (undo is not None and _none(undo)):
+        return _Held.IN_FORCE
+    return _Held.UNKNOWN
+
+
+def verdict(check: StepCheck, answers: Answers) -> Verdict:
+    """Mismatch when any provider disagrees; else unknown when any could not tell."""
+    if mismatches(check, answers):
+        return Verdict.MISMATCH
+    if any(_settled(check, agent, answers) is None for agent in check.providers):
+        return Verdict.UNKNOWN
+    return Verdict.MATCH
+
+
+def _settled(check: StepCheck, agent: str, answers: Answers) -> bool | None:
+    """Does this provider agree with the order? None when it cannot tell, and for another
+    provider of a `Processed` order that has the effect when the holder cannot tell:
+    one effect is then not told from two."""
+    held = _held(check, agent, answers)
+    if held is _Held.UNKNOWN:
+        return None
+    if check.expect is Expect.UNDONE:
+        return held is _Held.NONE
+    if agent == check.agent:
+        return held is _Held.IN_FORCE
+    if held is _Held.NONE:
+        return True
+    return None if _held(check, check.agent, answers) is _Held.UNKNOWN else False
+
+
+def mismatches(check: StepCheck, answers: Answers) -> tuple[Mismatch, ...]:
+    """Each provider's disagreement, worded for the operator."""
+    return tuple(
+        _mismatch(check, agent, answers)
+        for agent in check.providers
+        if _settled(check, agent, answers) is False
+    )
+
+
+def _mismatch(check: StepCheck, agent: str, answers: Answers) -> Mismatch:
+    do, undo = answers[(agent, check.do_key)], _undo(check, agent, answers)
+    reason, expected = MISMATCH_REASON, check.expect.value
+    if _held(check, agent, answers) is _Held.NONE:
+        found = _said(do)
     else:
-        undo = answers.get(check.undo_key) if check.undo_key else None
         found = "applied" + (f", its undo key {check.undo_key} {_said(undo)}" if undo else "")
+    if agent != check.agent and check.expect is Expect.APPLIED:
+        expected = f"applied at {check.agent} only"
+        if _held(check, check.agent, answers) is _Held.IN_FORCE:
+            reason = TWO_PROVIDERS_REASON
+            found += ", undoing it there" if check.undo_key else ", and nothing undoes it"
+        else:
+            found += f", while {check.agent} has none: left for an operator"
+    elif check.expect is Expect.UNDONE:
+        found += ", undoing it there"
     return Mismatch(
         order_id=check.order_id,
         state=check.state,
         step=check.step,
-        agent=check.agent,
+        agent=agent,
         key=check.do_key,
-        expected=check.expect.value,
+        expected=expected,
         found=found,
+        reason=reason,
+    )
+
+
+def heals(
+    process: OrderProcess,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    check: StepCheck,
+    answers: Answers,
+    now: datetime,
+) -> tuple[Outgoing, ...]:
+    """The undo, at each provider where the step's effect is in force and should not be:
+    any, in an order that undid its steps; another than the holder, in a `Processed`
+    order whose holder has it too. Each undoes only what that provider applied and
+    nothing undid (the undo names the do), so sending it again, by another run, is
+    answered from the undo key's record."""
+    index = workflow.index_of(check.step)
+    if index is None or check.undo_key is None:
+        return ()
+    definition = workflow.steps[index]
+    return tuple(
+        # Its own message id: the order's compensation of the step may have gone out in
+        # the same attempt, and the broker would drop this as its duplicate.
+        replace(
+            undo_at(
+                process,
+                definition,
+                policy,
+                m.agent,
+                max(process.state.attempt, 1),  # 0 only by a hand edit: a poison request
+                answers[(m.agent, check.do_key)].result,
+                now,
+            ),
+            message_id=f"reconcile-undo:{check.order_id}:{check.step}:{m.agent}",
+        )
+        for m in mismatches(check, answers)
+        if m.reason == TWO_PROVIDERS_REASON or check.expect is Expect.UNDONE
     )
 
 
@@ -194,7 +337,7 @@ class ReconcileRun:
     orders: int
     """Finished orders in the sample, each checked."""
     queries: int
-    """Outcome queries sent (at most orders x steps x MAX_QUESTIONS_PER_STEP)."""
+    """Outcome queries sent (at most orders x steps x providers x 2)."""
     unknown: int
     """Step checks left unknown: no answer, or a call still running."""
     mismatches: tuple[Mismatch, ...]

@@ -34,6 +34,7 @@ def reconciler(c: bootstrap.Container) -> Reconciler | None:
         bus=c.process.bus,
         clock=c.process.clock,
         instance=c.process.instance_id,
+        policy=c.process.policy,
         sample_size=c.settings.reconcile_sample_size,
     )
 
@@ -79,6 +80,7 @@ def run_view(run: ReconcileRun) -> dict[str, Any]:
                 "key": m.key,
                 "expected": m.expected,
                 "found": m.found,
+                "reason": m.reason,
                 "message": m.message,
             }
             for m in run.mismatches

@@ -8,12 +8,15 @@ Cost, bounded per run whatever the table holds:
   at most `SAMPLE_PAGES` pages each way (ReconcileStore.finished_sample). The random start
   spreads the runs over the key space, so over a day every region is visited, and no
   run reads every order.
-- Asking: at most `sample_size` x steps x 2 outcome queries (one GET each, a few more
-  only on transient errors within the query's 2 s), `concurrency` at once, each through
-  the agent's own breaker (shared/usecases/outcomes.py): an outage answers "no answer",
-  which is unknown, never a mismatch. With the defaults (50 orders, 3 steps) that is at
-  most 300 GETs an hour, and usually 150 (one per step).
-- Writing: one alert message per mismatch (sent in one batch) and one row for the run.
+- Asking: at most `sample_size` x steps x providers tried x 2 outcome queries (one GET
+  each, a few more only on transient errors within the query's 2 s), `concurrency`
+  orders at once, each through the agent's own breaker (shared/usecases/outcomes.py):
+  an outage answers "no answer", which is unknown, never a mismatch. A step tried at
+  one provider costs what it did (usually one GET); each failover adds one GET (two
+  when that provider applied it). With the defaults (50 orders, 3 steps, no failover)
+  that is at most 300 GETs an hour, and usually 150.
+- Writing: one alert message per mismatch and one undo per effect to take back (sent in
+  one batch), and one row for the run.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from datetime import timedelta
 from shared.catalogue.running import workflow_of
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import RemoteOutcome
-from shared.domain.model import OrderProcess, StateRecord
+from shared.domain.model import OrderProcess, Outgoing, StateRecord
+from shared.domain.process import ProcessPolicy
 from shared.domain.reconcile import Mismatch, ReconcileRun, Verdict
 from shared.domain.workflow import Workflow
 from shared.ports import Clock, MessageBus, ReconcileStore
@@ -58,6 +62,8 @@ class Reconciler:
     bus: MessageBus
     clock: Clock
     instance: str
+    policy: ProcessPolicy
+    """The undo it sends gets the step's complete-by, as the order's own would."""
     sample_size: int = DEFAULT_SAMPLE_SIZE
     window: timedelta = DEFAULT_WINDOW
     concurrency: int = CONCURRENCY
@@ -91,15 +97,19 @@ class Reconciler:
         )
         if tally.mismatches:
             log.warning(
-                "reconciliation: %d mismatches in %d orders: %s",
+                "reconciliation: %d mismatches in %d orders, %d undone: %s",
                 len(tally.mismatches),
                 run.orders,
+                len(tally.undos),
                 "; ".join(m.message for m, _ in tally.mismatches),
             )
+            alerts = [m.alert(count, finished) for m, count in tally.mismatches]
             try:
-                await self.bus.send([m.alert(count, finished) for m, count in tally.mismatches])
+                await self.bus.send([*alerts, *tally.undos])
             except Exception as exc:  # the run is still recorded; the next finds it again
-                log.warning("reconciliation alerts not sent (%s: %s)", type(exc).__name__, exc)
+                log.warning(
+                    "reconciliation alerts and undos not sent (%s: %s)", type(exc).__name__, exc
+                )
         try:
             await self.store.record_run(run)
         except Exception as exc:  # the checks stand; only the page misses this run
@@ -111,16 +121,16 @@ class Reconciler:
         if workflow is None:
             return
         for step in rules.checks(process, workflow):
-            answers: dict[str, RemoteOutcome] = {}
-            while (key := rules.next_key(step, answers)) is not None:
-                answers[key] = await self.queries.ask(step.agent, key)
+            answers: dict[tuple[str, str], RemoteOutcome] = {}
+            while (asked := rules.next_question(step, answers)) is not None:
+                answers[asked] = await self.queries.ask(*asked)
                 tally.queries += 1
-            found = rules.verdict(step, answers)
-            if found is Verdict.UNKNOWN:
+            if rules.verdict(step, answers) is Verdict.UNKNOWN:
                 tally.unknown += 1
-            mismatch = rules.mismatch(step, answers)
-            if mismatch is not None:
+            for mismatch in rules.mismatches(step, answers):
                 tally.mismatches.append((mismatch, process.state.failure_count))
+            now = self.clock.now()
+            tally.undos.extend(rules.heals(process, workflow, self.policy, step, answers, now))
 
 
 @dataclass
@@ -128,3 +138,4 @@ class _Tally:
     queries: int = 0
     unknown: int = 0
     mismatches: list[tuple[Mismatch, int]] = field(default_factory=list)
+    undos: list[Outgoing] = field(default_factory=list)

@@ -1,8 +1,10 @@
 """Reconciliation end to end: finished orders whose services' records disagree with them
-raise an operator alert each and show on the operator page's data."""
+raise an operator alert each and show on the operator page's data; an effect left in
+force on a compensated order is undone there."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -83,3 +85,15 @@ async def test_a_forgotten_key_is_a_mismatch_alerted_and_shown(system: System) -
     assert latest["startedAt"] == run["startedAt"]
     assert {m["orderId"] for m in latest["mismatches"]} == {"rec-done", "rec-undone"}
     assert len(data["reconciliation"]) == 2
+
+    # The charge left on the compensated order is refunded again, through its agent, and
+    # the next run finds that order clean; the missing charge stays for an operator.
+    for _ in range(100):
+        effects = await system.effects("rec-undone")
+        if any(e["operation"] == "refund-payment" and e["applied"] for e in effects):
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError(f"the refund was not sent again: {effects}")
+    again = await _post_reconcile(system)
+    assert {m["orderId"] for m in again["mismatches"]} == {"rec-done"}

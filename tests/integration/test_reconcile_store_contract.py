@@ -82,7 +82,8 @@ async def test_runs_are_kept_newest_first_with_their_mismatches(
         "o-1", ProcessState.CANCELLED, "charge-payment", "payment", "o-1:charge-payment",
         "not applied, or undone", "applied, its undo key o-1:refund-payment never seen",
     )  # fmt: skip
-    first = ReconcileRun("i-1", T0, T0 + timedelta(seconds=2), 3, 7, 1, (mismatch,))
+    double = replace(mismatch, state=ProcessState.PROCESSED, reason="applied-at-two-providers")
+    first = ReconcileRun("i-1", T0, T0 + timedelta(seconds=2), 3, 7, 1, (mismatch, double))
     second = ReconcileRun("i-2", T0 + timedelta(hours=1), T0 + timedelta(hours=1), 0, 0, 0, ())
     await reconcile.record_run(first)
     await reconcile.record_run(second)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -9,22 +10,24 @@ import pytest
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.adapters.memory_reconcile import InMemoryReconcileStore
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain import process as machine
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import (
+    ABANDONED,
     IN_PROGRESS,
     NEVER_SEEN,
     NOT_APPLIED,
     RemoteOutcome,
 )
+from shared.domain.messages import AgentRequest
 from shared.domain.model import JsonObject, OrderProcess, ProcessState, StepStatus
 from shared.domain.reconcile import Expect, Verdict
 from shared.ports import RemoteCall
 from shared.resilience import CircuitBreaker
 from shared.usecases.outcomes import Asked, OutcomeQueries
 from shared.usecases.reconcile import Reconciler
-from tests.builders import an_order
+from tests.builders import a_policy, an_order
 from tests.workflows import ORDER_FULFILMENT
 
 APPLIED = RemoteOutcome.applied({"ref": "r"})
@@ -48,16 +51,37 @@ def finished(
     )
 
 
+Said = dict[tuple[str, str], RemoteOutcome]
+"""What each agent says of each key."""
+
+
 def judge(
     check: rules.StepCheck, said: dict[str, RemoteOutcome]
 ) -> tuple[Verdict, list[str], rules.Mismatch | None]:
-    """Ask as the use case does, with `said` per key (never seen when absent)."""
-    answers: dict[str, RemoteOutcome] = {}
-    asked: list[str] = []
-    while (key := rules.next_key(check, answers)) is not None:
-        asked.append(key)
-        answers[key] = said.get(key, NEVER_SEEN)
-    return rules.verdict(check, answers), asked, rules.mismatch(check, answers)
+    """Ask as the use case does, with `said` per key at the step's one provider (never
+    seen when absent): the keys asked, and the mismatch."""
+    verdict, asked, found = judge_all(check, _at(check.agent, said))
+    assert len(found) <= 1
+    return verdict, [k for _, k in asked], found[0] if found else None
+
+
+def _at(agent: str, said: dict[str, RemoteOutcome]) -> Said:
+    return {(agent, key): outcome for key, outcome in said.items()}
+
+
+def ask_all(check: rules.StepCheck, said: Said) -> Said:
+    """The answers, asked in the order the rules ask them."""
+    answers: Said = {}
+    while (question := rules.next_question(check, answers)) is not None:
+        answers[question] = said.get(question, NEVER_SEEN)
+    return answers
+
+
+def judge_all(
+    check: rules.StepCheck, said: Said
+) -> tuple[Verdict, list[tuple[str, str]], tuple[rules.Mismatch, ...]]:
+    answers = ask_all(check, said)
+    return rules.verdict(check, answers), list(answers), rules.mismatches(check, answers)
 
 
 def charge(state: ProcessState) -> rules.StepCheck:
@@ -82,6 +106,7 @@ def test_only_finished_orders_and_dispatched_steps_are_checked() -> None:
         (APPLIED, Verdict.MATCH, None),
         (NOT_APPLIED, Verdict.MISMATCH, "not applied"),
         (NEVER_SEEN, Verdict.MISMATCH, "never seen"),
+        (ABANDONED, Verdict.MISMATCH, "abandoned"),
         (UNKNOWN, Verdict.UNKNOWN, None),
         (IN_PROGRESS, Verdict.UNKNOWN, None),
     ],
@@ -106,6 +131,7 @@ def test_processed_asks_the_do_key_once(
         (APPLIED, None, Verdict.MATCH, 1),
         (NEVER_SEEN, NOT_APPLIED, Verdict.MATCH, 2),
         (NOT_APPLIED, NEVER_SEEN, Verdict.MATCH, 2),
+        (NEVER_SEEN, ABANDONED, Verdict.MATCH, 2),
         (NEVER_SEEN, APPLIED, Verdict.MISMATCH, 2),
         (NOT_APPLIED, APPLIED, Verdict.MISMATCH, 2),
         (UNKNOWN, APPLIED, Verdict.UNKNOWN, 2),
@@ -141,7 +167,7 @@ def test_the_alert_names_order_step_agent_and_key_once_per_key() -> None:
     assert mismatch is not None
     alert = mismatch.alert(2, FakeClock().now())
     assert alert.queue == Queue.OPERATOR_ALERTS
-    assert alert.message_id == "alert:o-1:reconcile:o-1:charge-payment"
+    assert alert.message_id == "alert:o-1:reconcile:payment-secondary:o-1:charge-payment"
     assert alert.body["reason"] == "reconciliation-mismatch"
     assert alert.body["failureCount"] == 2
     assert "payment-secondary" in alert.body["lastError"]
@@ -174,10 +200,16 @@ class Setup:
     store: InMemoryStateStore = field(default_factory=InMemoryStateStore)
     bus: InMemoryBus = field(default_factory=InMemoryBus)
     ledger: Ledger = field(default_factory=Ledger)
+    """Every agent's, but those in `own`."""
+    own: dict[str, Ledger] = field(default_factory=dict)
 
     def reconciler(self, sample_size: int = 50, start: str = "") -> Reconciler:
         queries = OutcomeQueries(
-            {a: Asked(self.ledger, CircuitBreaker(a, self.clock)) for a in AGENTS}, self.clock
+            {
+                a: Asked(self.own.get(a, self.ledger), CircuitBreaker(a, self.clock))
+                for a in (*AGENTS, "payment")
+            },
+            self.clock,
         )
         return Reconciler(
             InMemoryReconcileStore(self.store),
@@ -185,6 +217,7 @@ class Setup:
             self.bus,
             self.clock,
             "test-1",
+            a_policy(),
             sample_size=sample_size,
             start=lambda: start,
         )
@@ -227,7 +260,7 @@ async def test_the_sample_is_bounded_and_starts_at_the_random_key() -> None:
     reconciler = s.reconciler(sample_size=2, start="c")
     run = await reconciler.run()
     assert run.orders == 2
-    assert run.queries <= 2 * len(ORDER_FULFILMENT.steps) * rules.MAX_QUESTIONS_PER_STEP
+    assert run.queries <= 2 * len(ORDER_FULFILMENT.steps) * rules.MAX_QUESTIONS_PER_PROVIDER
     assert {k.split(":")[0] for k in s.ledger.asked} == {"c-order", "d-order"}
     s.ledger.asked.clear()
     await s.reconciler(sample_size=3, start="d").run()
@@ -250,3 +283,141 @@ async def test_an_unanswered_query_is_unknown_not_a_mismatch() -> None:
     s.ledger.said["o-1:charge-payment"] = UNKNOWN
     run = await s.reconciler().run()
     assert (run.unknown, run.mismatches, s.bus.sent) == (1, (), [])
+
+
+def failed_over(state: ProcessState) -> OrderProcess:
+    """charge-payment went to payment first, then (its attempt in doubt) to the secondary,
+    which the order holds it at."""
+    process = finished(state)
+    steps = list(process.steps)
+    steps[1] = replace(steps[1], tried=("payment", "payment-secondary"))
+    return replace(process, steps=tuple(steps))
+
+
+def charged(state: ProcessState) -> rules.StepCheck:
+    return rules.checks(failed_over(state), ORDER_FULFILMENT)[1]
+
+
+CHARGE, REFUND = "o-1:charge-payment", "o-1:refund-payment"
+
+
+def test_a_step_is_asked_at_every_provider_it_was_sent_to_with_the_same_keys() -> None:
+    check = charged(ProcessState.PROCESSED)
+    assert (check.agent, check.providers) == ("payment-secondary", ("payment-secondary", "payment"))
+    verdict, asked, found = judge_all(check, {("payment-secondary", CHARGE): APPLIED})
+    assert (verdict, found) == (Verdict.MATCH, ())
+    assert asked == [("payment-secondary", CHARGE), ("payment", CHARGE)]
+
+
+@pytest.mark.parametrize(
+    ("at_payment", "asked", "expected"),
+    [
+        ({CHARGE: NEVER_SEEN}, [CHARGE], Verdict.MATCH),
+        ({CHARGE: NOT_APPLIED}, [CHARGE], Verdict.MATCH),
+        ({CHARGE: ABANDONED}, [CHARGE], Verdict.MATCH),
+        ({CHARGE: APPLIED, REFUND: APPLIED}, [CHARGE, REFUND], Verdict.MATCH),
+        ({CHARGE: UNKNOWN}, [CHARGE], Verdict.UNKNOWN),
+        ({CHARGE: IN_PROGRESS}, [CHARGE], Verdict.UNKNOWN),
+        ({CHARGE: APPLIED, REFUND: UNKNOWN}, [CHARGE, REFUND], Verdict.UNKNOWN),
+        ({CHARGE: APPLIED, REFUND: NEVER_SEEN}, [CHARGE, REFUND], Verdict.MISMATCH),
+    ],
+)
+def test_another_provider_is_judged_by_the_net_effect_there(
+    at_payment: dict[str, RemoteOutcome], asked: list[str], expected: Verdict
+) -> None:
+    check = charged(ProcessState.PROCESSED)
+    said = {("payment-secondary", CHARGE): APPLIED, **_at("payment", at_payment)}
+    verdict, questions, _ = judge_all(check, said)
+    assert verdict is expected
+    assert [k for a, k in questions if a == "payment"] == asked
+    assert len(questions) <= len(check.providers) * rules.MAX_QUESTIONS_PER_PROVIDER
+
+
+async def test_an_effect_at_two_providers_is_alerted_and_undone_at_the_extra_one() -> None:
+    s = Setup(own={"payment": Ledger({CHARGE: RemoteOutcome.applied({"ref": "p-1"})})})
+    await s.add(failed_over(ProcessState.PROCESSED))
+    run = await s.reconciler().run()
+    assert [(m.agent, m.key, m.reason) for m in run.mismatches] == [
+        ("payment", CHARGE, "applied-at-two-providers")
+    ]
+    assert run.mismatches[0].message == (
+        f"Processed order o-1: charge-payment at payment: key {CHARGE} applied, its undo "
+        f"key {REFUND} never seen, undoing it there, expected applied at payment-secondary only"
+    )
+    alerts = [m for m in s.bus.sent if m.queue == Queue.OPERATOR_ALERTS]
+    assert [(a.message_id, a.body["reason"]) for a in alerts] == [
+        (f"alert:o-1:reconcile:payment:{CHARGE}", "applied-at-two-providers")
+    ]
+    undos = [m for m in s.bus.sent if m.queue != Queue.OPERATOR_ALERTS]
+    assert [m.queue for m in undos] == [agent_queue("payment")]
+    assert undos[0].body["action"] == "compensate"
+    assert undos[0].body["step"] == "charge-payment"
+    assert undos[0].body["idempotencyKey"] == REFUND
+    assert undos[0].body["undoes"] == CHARGE
+    assert undos[0].body["payload"] == {"result": {"ref": "p-1"}}, "payment's own result"
+    AgentRequest.parse(json.dumps(undos[0].body))
+
+    await s.reconciler().run()
+    assert len(s.bus.sent) == 2, "one alert and one undo per order, provider and key"
+
+
+async def test_no_answer_at_the_extra_provider_is_unknown_and_undoes_nothing() -> None:
+    s = Setup(own={"payment": Ledger({CHARGE: UNKNOWN})})
+    await s.add(failed_over(ProcessState.PROCESSED))
+    run = await s.reconciler().run()
+    assert (run.unknown, run.mismatches, s.bus.sent) == (1, (), [])
+    assert s.own["payment"].asked == [CHARGE]
+
+
+async def test_unknown_at_the_holder_undoes_nothing_at_the_other_provider() -> None:
+    """One effect is not told from two: the only charge might be at payment."""
+    s = Setup(own={"payment": Ledger({CHARGE: APPLIED})})
+    await s.add(failed_over(ProcessState.PROCESSED))
+    s.ledger.said[CHARGE] = UNKNOWN
+    run = await s.reconciler().run()
+    assert (run.unknown, run.mismatches, s.bus.sent) == (1, (), [])
+
+
+def test_an_effect_at_the_other_provider_only_is_left_for_an_operator() -> None:
+    check = charged(ProcessState.PROCESSED)
+    said = {("payment-secondary", CHARGE): NEVER_SEEN, ("payment", CHARGE): APPLIED}
+    verdict, _, found = judge_all(check, said)
+    assert verdict is Verdict.MISMATCH
+    assert [(m.agent, m.reason) for m in found] == [
+        ("payment-secondary", "reconciliation-mismatch"),
+        ("payment", "reconciliation-mismatch"),
+    ]
+    assert found[1].found.endswith("while payment-secondary has none: left for an operator")
+    process = failed_over(ProcessState.PROCESSED)
+    now = FakeClock().now()
+    assert (
+        rules.heals(process, ORDER_FULFILMENT, a_policy(), check, ask_all(check, said), now) == ()
+    )
+
+
+@pytest.mark.parametrize("state", [ProcessState.COMPENSATED, ProcessState.CANCELLED])
+async def test_an_undone_order_with_the_effect_still_at_the_other_provider_is_a_mismatch(
+    state: ProcessState,
+) -> None:
+    s = Setup(own={"payment": Ledger({CHARGE: APPLIED})})
+    await s.add(failed_over(state))
+    run = await s.reconciler().run()
+    assert [(m.agent, m.reason, m.expected) for m in run.mismatches] == [
+        ("payment", "reconciliation-mismatch", "not applied, or undone")
+    ]
+    assert s.own["payment"].asked == [CHARGE, REFUND]
+    undos = [m for m in s.bus.sent if m.queue != Queue.OPERATOR_ALERTS]
+    assert [(m.queue, m.body["undoes"]) for m in undos] == [(agent_queue("payment"), CHARGE)]
+
+
+async def test_an_undone_order_with_the_effect_still_at_its_holder_is_undone_there() -> None:
+    s = Setup()
+    await s.add(finished(ProcessState.COMPENSATED), applied=False)
+    s.ledger.said.update({"o-1:reserve-inventory": APPLIED, "o-1:release-inventory": APPLIED})
+    s.ledger.said[CHARGE] = APPLIED
+    run = await s.reconciler().run()
+    assert [(m.step, m.agent) for m in run.mismatches] == [("charge-payment", "payment-secondary")]
+    undos = [m for m in s.bus.sent if m.queue != Queue.OPERATOR_ALERTS]
+    assert [(m.queue, m.body["idempotencyKey"]) for m in undos] == [
+        (agent_queue("payment-secondary"), REFUND)
+    ]

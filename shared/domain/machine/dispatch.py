@@ -16,6 +16,9 @@ from shared.domain.model import (
     KeyState,
     NotificationStatus,
     Order,
+    OrderProcess,
+    Outgoing,
+    Priority,
     ProcessState,
     ReceivedEvent,
     StepRecord,
@@ -285,6 +288,34 @@ def _dispatch(
         undoes=do_key if compensate else None,
     )
     b.send(request.outgoing(agent, high=b.high))
+
+
+def undo_at(
+    process: OrderProcess,
+    definition: StepDefinition,
+    policy: ProcessPolicy,
+    agent: str,
+    attempt: int,
+    result: JsonObject | None,
+    now: datetime,
+) -> Outgoing:
+    """The undo of a step's effect found in force where the order says none should be (a
+    late success at a provider the order left, or reconciliation finding it), sent
+    outside any compensation the order runs. Like every undo it names the do key it
+    undoes, so the provider applies it only against that do applied there; `result` is
+    that provider's own, which is what its undo needs. The step must have a compensation."""
+    assert definition.compensation is not None
+    request = AgentRequest(
+        order_id=process.order_id,
+        step=definition.name,
+        action=Action.COMPENSATE,
+        attempt=attempt,
+        complete_by=now + policy.timeout(definition, process.order.priority),
+        idempotency_key=idempotency_key(process.order_id, definition.compensation),
+        payload={"result": dict(result or {})},
+        undoes=idempotency_key(process.order_id, definition.name),
+    )
+    return request.outgoing(agent, high=process.order.priority is Priority.HIGH)
 
 
 def step_inputs(

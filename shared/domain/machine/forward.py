@@ -13,11 +13,12 @@ from shared.domain.machine.dispatch import (
     drained_step,
     hold_for_operator,
     requeue,
+    undo_at,
     wait_for_drained,
 )
 from shared.domain.machine.settle import forward_only, key_state
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
-from shared.domain.messages import AgentReply, AgentRequest, Nudge, idempotency_key
+from shared.domain.messages import AgentReply, Nudge
 from shared.domain.model import (
     Action,
     ErrorInfo,
@@ -327,15 +328,5 @@ def _undo_extra(
         return b.build()
     b.note("applied-at-two-providers", f"{definition.name} at {agent}: undoing it there")
     b.alert("applied-at-two-providers")
-    request = AgentRequest(
-        order_id=process.order_id,
-        step=definition.name,
-        action=Action.COMPENSATE,
-        attempt=reply.attempt,
-        complete_by=now + policy.timeout(definition, process.order.priority),
-        idempotency_key=idempotency_key(process.order_id, definition.compensation),
-        payload={"result": dict(reply.result or {})},
-        undoes=idempotency_key(process.order_id, definition.name),
-    )
-    b.send(request.outgoing(agent, high=b.high))
+    b.send(undo_at(process, definition, policy, agent, reply.attempt, reply.result, now))
     return b.build()
