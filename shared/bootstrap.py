@@ -54,7 +54,7 @@ class Container:
     process: ProcessDeps
     remotes: dict[AgentName, RemoteService]
     monitors: dict[AgentName, HealthMonitor] = field(default_factory=dict)
-    """Per agent: its circuit breaker and health, one each per instance."""
+    """Per agent: its circuit breaker, throttle and health, one each per instance."""
     session: aiohttp.ClientSession | None = None
     health: HealthStore = field(default_factory=InMemoryHealthStore)
     """Agent heartbeats and Supervisor sweeps (ops records; in the state table when built)."""
@@ -106,6 +106,7 @@ class Container:
             clock=self.process.clock,
             remote=traced_remote(self.remotes[name], name, monitor.breaker),
             breaker=monitor.breaker,
+            throttle=monitor.throttle,
             monitor=monitor,
             health=self.health,
             step_heartbeats=StepHeartbeats(

@@ -76,6 +76,12 @@ class OperationInProgress(TransientRemoteError):
         super().__init__(IN_PROGRESS_CODE, message, retry_after=retry_after)
 
 
+class RateLimited(TransientRemoteError):
+    """`429`: the service is over its quota. It answered, so this is no evidence against
+    its health (the breaker does not count it) and never a failure of the order; the
+    caller slows down (usecases.throttle), honouring `retry_after` when there is one."""
+
+
 class PermanentRemoteError(RemoteError):
     """Retrying cannot help (out of stock, card declined): the step has failed."""
 

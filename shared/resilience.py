@@ -17,7 +17,14 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from shared.domain.health import BreakerState
-from shared.ports import Clock, OperationInProgress, PermanentRemoteError, TransientRemoteError
+from shared.domain.throttle import AdaptiveRate
+from shared.ports import (
+    Clock,
+    OperationInProgress,
+    PermanentRemoteError,
+    RateLimited,
+    TransientRemoteError,
+)
 
 T = TypeVar("T")
 
@@ -32,6 +39,15 @@ class CircuitOpen(TransientRemoteError):
 
 class DeadlinePassed(Exception):
     """The step's complete-by has passed: the Agent stops and answers nothing."""
+
+
+class HeldByThrottle(DeadlinePassed):
+    """The throttle (the service's `429`s) would start the next call only at or after the
+    complete-by: the step was held back by the service's quota, not failed by it."""
+
+    def __init__(self, could_start_at: datetime) -> None:
+        super().__init__(f"the next call could start at {could_start_at.isoformat()}")
+        self.could_start_at = could_start_at
 
 
 class CircuitBreaker:
@@ -106,6 +122,7 @@ async def call_until_deadline(
     rng: random.Random | None = None,
     observe: Callable[[bool, float], None] | None = None,
     call_limit: float | None = None,
+    throttle: AdaptiveRate | None = None,
 ) -> T:
     """Retry transient failures with exponential back-off and full jitter until the
     deadline; raise DeadlinePassed when no attempt fits before it any more.
@@ -121,6 +138,12 @@ async def call_until_deadline(
     A `deadline` that step heartbeats move is read as a function. With `call_limit` one
     call may run that long whatever the deadline: the operation itself then stops the
     call at the moving deadline by raising DeadlinePassed (see usecases.step_heartbeat).
+
+    A `429` (`RateLimited`) is the service's quota, not its failure: it leaves the
+    breaker as it was (a half-open trial may run again) and, with a `throttle`, slows
+    every call of this agent; the throttle then is the only wait before the next try
+    (its spacing, and `Retry-After` as a floor), with no back-off on top, and a call it
+    would start only at or past the deadline raises HeldByThrottle instead of waiting.
     """
     jitter = rng or random.Random()
     current = deadline if callable(deadline) else lambda: deadline
@@ -132,6 +155,8 @@ async def call_until_deadline(
         ceiling = min(policy.max_backoff, policy.initial_backoff * 2 ** (state.attempt_number - 1))
         pause = jitter.uniform(0, ceiling)
         exc = state.outcome.exception() if state.outcome else None
+        if throttle is not None and isinstance(exc, RateLimited):
+            return 0.0
         if isinstance(exc, CircuitOpen):
             pause = max(pause, (exc.until - clock.now()).total_seconds())
         if isinstance(exc, TransientRemoteError) and exc.retry_after is not None:
@@ -142,6 +167,8 @@ async def call_until_deadline(
         return remaining() - (state.upcoming_sleep or 0.0) <= 0
 
     async def attempt() -> T:
+        if throttle is not None:
+            await _wait_for_throttle(throttle, clock, current())
         budget = remaining()
         if budget <= 0:
             raise DeadlinePassed()
@@ -158,8 +185,15 @@ async def call_until_deadline(
         except DeadlinePassed:
             breaker.release_trial()
             raise
+        except RateLimited as exc:
+            breaker.release_trial()
+            if throttle is not None:
+                throttle.limited(clock.now(), exc.retry_after)
+            seen(True)
+            raise
         except OperationInProgress:
             breaker.record_success()
+            _went_through(throttle)
             seen(True)
             raise
         except TransientRemoteError:
@@ -171,9 +205,11 @@ async def call_until_deadline(
             raise
         except PermanentRemoteError:
             breaker.record_success()
+            _went_through(throttle)
             seen(True)
             raise
         breaker.record_success()
+        _went_through(throttle)
         seen(True)
         return result
 
@@ -188,3 +224,20 @@ async def call_until_deadline(
         return await retrying(attempt)
     except TransientRemoteError:
         raise DeadlinePassed() from None
+
+
+async def _wait_for_throttle(throttle: AdaptiveRate, clock: Clock, deadline: datetime) -> None:
+    """Wait for the throttle's slot, or raise HeldByThrottle when it is at or past the
+    deadline: sleeping into the deadline would only turn a held step into a silent one."""
+    now = clock.now()
+    start = throttle.reserve(now)
+    if start >= deadline:
+        raise HeldByThrottle(start)
+    if start > now:
+        await clock.sleep((start - now).total_seconds())
+
+
+def _went_through(throttle: AdaptiveRate | None) -> None:
+    """The service took the call under its quota (whatever it answered): climb back."""
+    if throttle is not None:
+        throttle.succeeded()

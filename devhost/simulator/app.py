@@ -7,6 +7,7 @@ import asyncio
 import logging
 import re
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from devhost.simulator.abandon import handle_abandon
 from devhost.simulator.calls import handle_call, handle_probe
 from devhost.simulator.control import add_control_routes
 from devhost.simulator.effects import Clock, EffectLedger, utc_now
+from devhost.simulator.limits import Monotonic
 from devhost.simulator.problems import problem
 from devhost.simulator.queries import handle_query
 from devhost.simulator.services import SERVICES, Service, services_from
@@ -64,10 +66,12 @@ def create_app(
     *,
     services: Mapping[str, Service] | None = None,
     catalogue: Catalogue | None = None,
+    monotonic: Monotonic = time.monotonic,
 ) -> web.Application:
     """Build the simulator; ``db_path=None`` keeps the ledger in memory, ``seed=None``
     picks a random seed (reported by ``/_sim/health`` so a run can be replayed), and
-    ``clock`` stamps the ledger's ``firstCallAt`` and ``appliedAt``.
+    ``clock`` stamps the ledger's ``firstCallAt`` and ``appliedAt``; ``monotonic`` times
+    the quotas' one-second windows.
 
     The services are ``services`` if given, else those of ``catalogue``, else those of
     the catalogue the app runs (``SERVICES``): one per agent, named as the agent."""
@@ -81,6 +85,7 @@ def create_app(
         ledger=EffectLedger(db_path, clock),
         seed=secrets.randbits(32) if seed is None else seed,
         services=services,
+        monotonic=monotonic,
     )
     app = web.Application(middlewares=[problem_middleware])
     app[STATE] = state

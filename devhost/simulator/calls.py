@@ -1,8 +1,10 @@
 """Service calls, as the agents make them.
 
-A call goes: validate, count the call against its key, decide faults, maybe hang, then
-finish (latency, transient-before, ``slowMs`` of work, settle the effect,
-transient-after), and with apply-then-hang, hang after settling so the reply is lost.
+A call goes: validate, pass the service's quotas (``rateLimitPerSecond``,
+``maxConcurrent``: past them ``429`` at once, see ``limits.py``), count the call against
+its key, decide faults, maybe hang, then finish (latency, transient-before, ``slowMs`` of
+work, settle the effect, transient-after), and with apply-then-hang, hang after settling
+so the reply is lost.
 A key still running (an earlier call registered and not settled) answers 409
 ``operation-in-progress`` at once: a provider neither waits nor applies twice. An
 abandoned key answers 409 ``operation-abandoned`` for good. A compensation applies only
@@ -26,8 +28,10 @@ from pydantic import ValidationError
 
 from devhost.simulator.effects import KeyConflict, Outcome, OutcomeKind
 from devhost.simulator.faults import FaultDecision, FaultSettings, TransientPhase, decide
+from devhost.simulator.limits import Refusal
 from devhost.simulator.problems import (
     in_progress_problem,
+    limited_problem,
     problem,
     problem_body,
     problem_response,
@@ -228,6 +232,54 @@ async def handle_call(request: web.Request) -> web.Response:
     name = call.service.name
     stats = state.stats[name]
     stats.calls += 1
+    admission = state.load.begin(name, state.faults.get(name))
+    stats.note_load(admission.calls_in_window, admission.concurrent)
+    if admission.refusal is not None:
+        return _refused(state, call, admission.refusal)
+    slot = _Slot(state, name)
+    try:
+        return await _admitted(request, state, call, slot)
+    finally:
+        if not slot.handed_over:
+            slot.end()
+
+
+class _Slot:
+    """An admitted call's place under ``maxConcurrent``: the handler holds it until the
+    call's finishing work takes it over, since that work goes on after a client leaves."""
+
+    def __init__(self, state: SimulatorState, service: str) -> None:
+        self._state = state
+        self._service = service
+        self.handed_over = False
+
+    def hand_to(self, task: asyncio.Task[web.Response]) -> None:
+        self.handed_over = True
+        task.add_done_callback(lambda _: self.end())
+
+    def end(self) -> None:
+        self._state.load.end(self._service)
+
+
+def _refused(state: SimulatorState, call: Call, refusal: Refusal) -> web.Response:
+    stats = state.stats[call.service.name]
+    settings = state.faults.get(call.service.name)
+    if refusal is Refusal.RATE:
+        stats.rate_limited += 1
+        detail = f"more than {settings.rate_limit_per_second} calls in one second"
+    else:
+        stats.concurrency_limited += 1
+        detail = f"more than {settings.max_concurrent} calls at once"
+    _log_fault(call, f"429 {refusal.value}")
+    return limited_problem(refusal.value, f"{call.service.name}: {detail}")
+
+
+async def _admitted(
+    request: web.Request, state: SimulatorState, call: Call, slot: _Slot
+) -> web.Response:
+    """The call once the quotas let it in."""
+    name = call.service.name
+    stats = state.stats[name]
     registered = state.ledger.register_call(
         name,
         call.key,
@@ -265,6 +317,7 @@ async def handle_call(request: web.Request) -> web.Response:
         state.finishing.add(task)
         task.add_done_callback(state.finishing.discard)
         task.add_done_callback(lambda _: state.in_progress.end(name, call.key))
+        slot.hand_to(task)
         handed_over = True
     finally:
         if not handed_over:

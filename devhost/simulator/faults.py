@@ -51,6 +51,11 @@ class FaultSettings(BaseModel):
     )
     """Share of operations that settle (apply) and then hang for ``hangSeconds``: the
     reply is lost although the effect happened, the case outcome queries exist for."""
+    rate_limit_per_second: int | None = Field(default=None, alias="rateLimitPerSecond", ge=1)
+    """Operation calls let in per second (any one-second window); past it ``429`` with
+    ``Retry-After: 1`` before anything is looked at. None: no quota (see limits.py)."""
+    max_concurrent: int | None = Field(default=None, alias="maxConcurrent", ge=1)
+    """Operation calls running at once; past it ``429`` with ``Retry-After: 1``."""
     abandon_supported: bool = Field(default=True, alias="abandonSupported")
     """False: ``POST /{service}/operations/{key}/abandon`` answers a plain 404, as a
     provider without the route does; callers can then only wait until a request can no

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from aiohttp import web
 
 from devhost.simulator.effects import EffectLedger
 from devhost.simulator.faults import FaultBoard
+from devhost.simulator.limits import LoadMeter, Monotonic
 from devhost.simulator.services import Service
 from devhost.simulator.stats import StatsBoard
 
@@ -58,8 +60,11 @@ class SimulatorState:
     seed: int
     services: Mapping[str, Service]
     """The simulated services by name: the catalogue's agents."""
+    monotonic: Monotonic = time.monotonic
+    """What the quotas' one-second windows are measured on (a fake one in tests)."""
     faults: FaultBoard = field(init=False)
     stats: StatsBoard = field(init=False)
+    load: LoadMeter = field(init=False)
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     """Set at shutdown so hung calls end instead of holding the server."""
     finishing: set[asyncio.Task[web.Response]] = field(default_factory=set)
@@ -71,6 +76,7 @@ class SimulatorState:
         names = tuple(self.services)
         self.faults = FaultBoard(names)
         self.stats = StatsBoard(names)
+        self.load = LoadMeter(names, self.monotonic)
 
 
 STATE = web.AppKey("simulator_state", SimulatorState)

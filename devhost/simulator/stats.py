@@ -35,6 +35,18 @@ class ServiceStats:
     abandoned_rejections: int = 0
     abandons: int = 0
     """Keys settled as abandoned by ``POST .../abandon``."""
+    rate_limited: int = 0
+    """Calls refused ``429`` past ``rateLimitPerSecond``."""
+    concurrency_limited: int = 0
+    """Calls refused ``429`` past ``maxConcurrent``."""
+    max_calls_in_one_second: int = 0
+    """The most operation calls that arrived in any one-second window, refused or not."""
+    max_concurrent_seen: int = 0
+    """The most operation calls running at once, counting each refused one as it came."""
+
+    def note_load(self, calls_in_window: int, concurrent: int) -> None:
+        self.max_calls_in_one_second = max(self.max_calls_in_one_second, calls_in_window)
+        self.max_concurrent_seen = max(self.max_concurrent_seen, concurrent)
 
     def to_json(self) -> dict[str, int]:
         return {_camel(name): value for name, value in asdict(self).items()}

@@ -10,6 +10,9 @@ retried with the same key.
 without waiting until no request sent with the key can apply. Not every provider has
 it: a 404 without the contract's codes reads as "not supported" (the caller waits
 instead), never as abandoned.
+
+A `429` is the provider's quota, not its failure: it raises `RateLimited`, which slows
+the agent (usecases.throttle) and counts against neither the breaker nor the order.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from shared.ports import (
     IN_PROGRESS_CODE,
     OperationInProgress,
     PermanentRemoteError,
+    RateLimited,
     RemoteCall,
     TransientRemoteError,
 )
@@ -63,7 +67,8 @@ def translated_errors(what: str) -> Iterator[None]:
 class HttpRemoteService:
     """Classifies answers the way the Agents' retry needs: 408/429/5xx, `409
     operation-in-progress` and network failures are transient (with the service's
-    `Retry-After`), any other 4xx is permanent, `409 operation-abandoned` included."""
+    `Retry-After`; a 429 as `RateLimited`), any other 4xx is permanent, `409
+    operation-abandoned` included."""
 
     def __init__(self, base_url: str, session: aiohttp.ClientSession) -> None:
         self._base_url = base_url.rstrip("/")
@@ -100,6 +105,8 @@ class HttpRemoteService:
         message = str(data.get("detail") or text[:200])
         if status == 409 and code == IN_PROGRESS_CODE:
             raise OperationInProgress(message, retry_after=retry_after)
+        if status == 429:
+            raise RateLimited(code, message, retry_after=retry_after)
         if _transient(status):
             raise TransientRemoteError(code, message, retry_after=retry_after)
         raise PermanentRemoteError(code, message)
@@ -142,7 +149,8 @@ class HttpRemoteService:
                 retry_after = _retry_after(response.headers)
         if _transient(status):
             code = str(data.get("code") or f"http-{status}")
-            raise TransientRemoteError(code, what, retry_after=retry_after)
+            limited = RateLimited if status == 429 else TransientRemoteError
+            raise limited(code, what, retry_after=retry_after)
         return status, data
 
     async def probe(self, timeout: float) -> None:

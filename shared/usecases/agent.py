@@ -12,6 +12,7 @@ from enum import StrEnum
 from shared.catalogue import catalogue
 from shared.domain.messages import AgentRequest, idempotency_key
 from shared.domain.model import Action, ErrorInfo, JsonObject, Outcome
+from shared.domain.throttle import AdaptiveRate
 from shared.domain.workflow import AgentName
 from shared.ports import (
     Clock,
@@ -21,7 +22,13 @@ from shared.ports import (
     RemoteCall,
     RemoteService,
 )
-from shared.resilience import CircuitBreaker, DeadlinePassed, RetryPolicy, call_until_deadline
+from shared.resilience import (
+    CircuitBreaker,
+    DeadlinePassed,
+    HeldByThrottle,
+    RetryPolicy,
+    call_until_deadline,
+)
 from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.step_heartbeat import KnownDeadline, StepHeartbeats
 
@@ -37,6 +44,8 @@ class AgentOutcome(StrEnum):
     FAILED = "failed"
     EXPIRED_ON_ARRIVAL = "expired-on-arrival"
     DEADLINE_PASSED = "deadline-passed"
+    HELD_BY_THROTTLE = "held-by-throttle"
+    """The service's `429`s held the next call back to the complete-by: no reply."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,10 @@ class AgentDeps:
     step_heartbeats: StepHeartbeats | None = None
     """Keeps a long call's step alive; None or StepMaxSeconds unset: the call stops at
     the request's complete-by."""
+    throttle: AdaptiveRate | None = None
+    """Slows this agent's calls after its service's `429`s; one per agent per process,
+    shared by both lanes like the breaker. None: a `429` is retried like a 503, but
+    still never counted against the breaker."""
 
 
 def operation_for(agent: AgentName, request: AgentRequest) -> str:
@@ -134,7 +147,19 @@ async def _perform(
             rng=deps.rng,
             observe=_observer(deps),
             call_limit=step_max.total_seconds() if step_max is not None else None,
+            throttle=deps.throttle,
         )
+    except HeldByThrottle as exc:
+        log.info(
+            "order %s %s held by %s's rate limit past its complete-by (attempt %d, next "
+            "call possible at %s); no reply",
+            request.order_id,
+            operation,
+            deps.agent,
+            request.attempt,
+            exc.could_start_at.isoformat(),
+        )
+        return AgentOutcome.HELD_BY_THROTTLE
     except DeadlinePassed:
         log.info(
             "order %s %s gave up at its complete-by (attempt %d); no reply",

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from shared.domain.health import AgentHealth, BreakerState
+from shared.domain.throttle import AdaptiveRate
 from shared.ports import Clock, HealthStore, StateStoreError, TransientRemoteError
 from shared.resilience import CircuitBreaker
 
@@ -45,10 +46,13 @@ class HealthMonitor:
         breaker: CircuitBreaker,
         clock: Clock,
         capacity: int,
+        throttle: AdaptiveRate | None = None,
     ) -> None:
         self.agent = agent
         self.instance = instance
         self.breaker = breaker
+        self.throttle = throttle if throttle is not None else AdaptiveRate()
+        """How fast the service's `429`s let this agent call, in this process."""
         self.capacity = capacity
         self.in_flight = 0
         self._clock = clock

@@ -19,6 +19,8 @@ DEFAULTS = {
     "permanentFailureOperations": [],
     "slowMs": 0,
     "applyThenHangRate": 0.0,
+    "rateLimitPerSecond": None,
+    "maxConcurrent": None,
     "abandonSupported": True,
 }
 
@@ -91,6 +93,12 @@ async def test_delete_faults_resets_all(sim: SimClient) -> None:
         {"applyThenHang": 0.5},
         {"abandonSupported": "false"},
         {"abandonSupported": 0},
+        {"rateLimitPerSecond": 0},
+        {"rateLimitPerSecond": 2.5},
+        {"rateLimitPerSecond": "5"},
+        {"maxConcurrent": 0},
+        {"maxConcurrent": -1},
+        {"maxConcurrent": True},
         [],
         "inventory",
     ],
@@ -220,6 +228,9 @@ async def test_stats_count_per_service(sim: SimClient) -> None:
 
     assert set(stats) == set(SERVICE_NAMES)
     assert stats["inventory"]["calls"] == 2
+    # The two calls were sequential: one ran at a time, and on the wall clock they are
+    # one or two in a second (the windows are pinned down in test_limits.py).
+    assert stats["payment"].pop("maxCallsInOneSecond") in (1, 2)
     assert stats["payment"] == {
         "calls": 2,
         "applied": 1,
@@ -237,6 +248,9 @@ async def test_stats_count_per_service(sim: SimClient) -> None:
         "inProgressRejections": 0,
         "abandonedRejections": 0,
         "abandons": 0,
+        "rateLimited": 0,
+        "concurrencyLimited": 0,
+        "maxConcurrentSeen": 1,
     }
     assert stats["shipping"]["permanentFailures"] == 1
 
