@@ -210,7 +210,10 @@ def undelivered(
     else:
         b.set_step(index, complete_by=None)
     b.set(locked_by=None)
-    b.note("undelivered", f"{_step_label(process)}: its request could not be sent")
+    b.note(
+        "undelivered",
+        f"{_step_label(process)}: the bus refused the send, which may have got through in part",
+    )
     requeue(b, policy, 0, "redispatch")
     return b.build()
 
