@@ -25,6 +25,7 @@ from devhost.host import FunctionSpec, HostConfig, LoadError, LocalHost, load_ap
 from devhost.host.http import HttpStartError
 from devhost.host.servicebus import ServiceBusConfigError
 from devhost.host.timers import ScheduleError
+from devhost.host.tracing import flush_exports
 from devhost.instances import extra_instances, stop_all
 from devhost.services import (
     OTLP_DEFAULT_PORT,
@@ -318,6 +319,7 @@ async def running_host(args: argparse.Namespace) -> AsyncIterator[Runtime]:
         finally:
             await asyncio.to_thread(stop_all, extras)
             await host.stop()
+            await asyncio.to_thread(flush_exports)
     finally:
         prepared.services.stop()
         for signum in SIGNALS:

@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -74,3 +74,14 @@ def invocation_span(
         raise
     finally:
         span.end()
+
+
+def flush_exports(timeout_millis: int = 3_000) -> None:
+    """End this process's telemetry while its local receiver is still up: the SDK would
+    only flush at interpreter exit, after the services have stopped, and log each lost
+    span and metric batch as an ERROR. Called once, as the process stops."""
+    for provider in (trace.get_tracer_provider(), metrics.get_meter_provider()):
+        shutdown = getattr(provider, "shutdown", None)
+        if callable(shutdown):
+            with contextlib.suppress(Exception):
+                shutdown()

@@ -286,3 +286,38 @@ class Drain:
     def lines(self) -> list[str]:
         self._thread.join(timeout=5)
         return list(self._lines)
+
+
+@pytest.mark.e2e
+async def test_the_runtime_exports_its_last_telemetry_before_its_receiver_stops(
+    tmp_path: Path, launch: list[subprocess.Popen[str]], azurite_table_port: int
+) -> None:
+    """devhost starts the OTLP receiver and stops it on the way out: the app's spans and
+    metrics still batched then must go out first, not be lost with an ERROR per batch."""
+    otlp = free_port()
+    with (
+        Broker(port=0, control_port=0, lock_seconds=10) as broker,
+        SimulatorServer(port=0, seed=3) as simulator,
+    ):
+        env = {
+            Setting.STORAGE: azurite_connection_string(azurite_table_port),
+            Setting.SERVICE_BUS: broker.connection_string,
+            Setting.STATE_TABLE: f"exports{uuid.uuid4().hex[:10]}",
+            **{
+                spec.service_url_setting: f"{simulator.url}/{name}" for name, spec in AGENTS.items()
+            },
+        }
+        process, url, lines = start_devhost(
+            REPO, launch, "--state-dir", str(tmp_path / "state"), "--otlp-port", str(otlp), env=env
+        )
+        drained = Drain(process)
+        async with aiohttp.ClientSession() as session:
+            app = AppClient(session, f"{url}/api")
+            await app.submit_order("exports-1")
+            assert (await app.wait_for("exports-1", timeout=60))["processState"] == "Processed"
+        process.send_signal(signal.SIGTERM)
+        returncode = await asyncio.to_thread(process.wait, 60)
+        output = "\n".join(lines + drained.lines())
+    assert returncode == 0, output
+    assert not port_open(otlp), output
+    assert "Failed to export" not in output, output
