@@ -1,7 +1,7 @@
 """Ours and the DBOS peer in the same run, one side-by-side table.
 
     python -m bench.compare [--orders 2000] [--concurrency 64 | --rate 20] [--runtimes 1,2,4]
-                            [--rounds 1] [--quick]
+                            [--rounds 3] [--tracing sampled|all|off] [--quick]
 
 Runs ``bench.throughput`` (the local runtime with Azurite, the broker and the
 simulator) and then ``bench.peer_dbos`` (DBOS Transact with SQLite, the same simulator
@@ -157,9 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pending-timeout", type=float, default=60.0)
     parser.add_argument("--profile", action="store_true", help="py-spy both systems")
     parser.add_argument(
-        "--rounds", type=int, default=1, help="ours then DBOS, this many times (default 1)"
+        "--rounds",
+        type=int,
+        default=None,
+        help="ours then DBOS, this many times; the medians are the figures (default 3, "
+        "1 with --quick)",
     )
     args = parser.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     args.instrument = False

@@ -358,7 +358,7 @@ async def measure_with(args: argparse.Namespace, runtimes: int) -> list[RunSumma
         instrument=getattr(args, "instrument", False),
         broker_db=not getattr(args, "broker_in_memory", False),
         runtimes=RUNTIME_NAMES[:runtimes],
-        runtime_env=TRACING[getattr(args, "tracing", "all")],
+        runtime_env=TRACING[getattr(args, "tracing", "sampled")],
     ) as stack:
         console.print(f"[dim]{stack.describe()}[/]")
         async with aiohttp.ClientSession() as session:
@@ -395,7 +395,7 @@ def describe_setup(args: argparse.Namespace) -> str:
         f"remote latency {args.latency_ms} ms per call, "
         f"faults {', '.join(f'{r:.0%}' for r in args.fault_rates)}, "
         f"step timeout {args.step_timeout:g} s, warm-up {args.warmup} orders, "
-        f"tracing {getattr(args, 'tracing', 'all')}"
+        f"tracing {getattr(args, 'tracing', 'sampled')}"
     )
 
 
@@ -439,9 +439,9 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tracing",
         choices=sorted(TRACING),
-        default="all",
-        help="off: no OpenTelemetry; sampled: 10%% of orders, as deployed; all: every order "
-        "(default, as python -m devhost), spans exported to the stack's OTLP receiver",
+        default="sampled",
+        help="off: no OpenTelemetry; sampled: 10%% of orders, as the Bicep deploys (default); "
+        "all: every order, as python -m devhost; spans go to the stack's OTLP receiver",
     )
 
 
