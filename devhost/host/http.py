@@ -23,25 +23,19 @@ from opentelemetry.trace import SpanKind
 from devhost.host import guard
 from devhost.host.invoke import invoke, new_invocation_id
 from devhost.host.loader import HTTP_TRIGGER, FunctionSpec, HostConfig
+from devhost.host.problem import problem
 from devhost.host.routing import Matched, MethodNotAllowed, Router
 from devhost.host.tracing import header_carrier, invocation_span
 
 log = logging.getLogger("devhost.http")
 
 MAX_BODY_BYTES = 1024 * 1024
-PROBLEM_JSON = "application/problem+json"
 # aiohttp computes these itself; copying the function's values would corrupt framing.
 _HOP_BY_HOP = frozenset({"content-length", "transfer-encoding", "connection"})
 
 
 class HttpStartError(Exception):
     """The listener could not be opened (usually: the port is taken)."""
-
-
-def problem(status: int, title: str, detail: str, **extra: Any) -> web.Response:
-    """Answer in the same RFC 9457 shape the app uses, so clients parse one format."""
-    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
-    return web.json_response(body, status=status, content_type=PROBLEM_JSON)
 
 
 def build_router(
