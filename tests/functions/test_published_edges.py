@@ -27,6 +27,7 @@ ITEM = {"sku": "SKU-1", "quantity": 2, "unitPrice": 9.5}
 ORDER = {"customerId": "c-1", "items": [ITEM]}
 BULK = {"action": "cancel", "filter": {"state": "Error"}, "dryRun": True}
 HUGE = "1" + "0" * 400
+NOT_BEFORE = "2030-01-31T00:00:00Z"
 
 
 def order(**item: Any) -> bytes:
@@ -62,6 +63,12 @@ EDGES: dict[str, tuple[Operation, bytes]] = {
     "item unknown field": (SUBMIT, order(colour="red")),
     "order without customerId": (SUBMIT, json.dumps({"items": [ITEM]}).encode()),
     "order without items": (SUBMIT, json.dumps({"customerId": "c-1"}).encode()),
+    "notBefore a date-time": (SUBMIT, json.dumps({**ORDER, "notBefore": NOT_BEFORE}).encode()),
+    "notBefore a number": (SUBMIT, json.dumps({**ORDER, "notBefore": 1_900_000_000}).encode()),
+    "notBefore without offset": (
+        SUBMIT,
+        json.dumps({**ORDER, "notBefore": NOT_BEFORE.rstrip("Z")}).encode(),
+    ),
     "order empty body": (SUBMIT, b""),
     "order null": (SUBMIT, b"null"),
     "bulk limit 303": (BULK_ORDERS, bulk(limit=303)),
