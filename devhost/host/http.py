@@ -23,25 +23,20 @@ from opentelemetry.trace import SpanKind
 from devhost.host import guard
 from devhost.host.invoke import invoke, new_invocation_id
 from devhost.host.loader import HTTP_TRIGGER, FunctionSpec, HostConfig
+from devhost.host.malformed import ProblemAppRunner, RateLimitedLog
+from devhost.host.problem import problem
 from devhost.host.routing import Matched, MethodNotAllowed, Router
 from devhost.host.tracing import header_carrier, invocation_span
 
 log = logging.getLogger("devhost.http")
 
 MAX_BODY_BYTES = 1024 * 1024
-PROBLEM_JSON = "application/problem+json"
 # aiohttp computes these itself; copying the function's values would corrupt framing.
 _HOP_BY_HOP = frozenset({"content-length", "transfer-encoding", "connection"})
 
 
 class HttpStartError(Exception):
     """The listener could not be opened (usually: the port is taken)."""
-
-
-def problem(status: int, title: str, detail: str, **extra: Any) -> web.Response:
-    """Answer in the same RFC 9457 shape the app uses, so clients parse one format."""
-    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
-    return web.json_response(body, status=status, content_type=PROBLEM_JSON)
 
 
 def build_router(
@@ -113,13 +108,20 @@ class HttpFrontend:
         self._max_body = max_body_bytes
         self._shutdown_timeout = shutdown_timeout
         self._runner: web.AppRunner | None = None
+        self._refusals = RateLimitedLog(log)
         self.url = ""
 
     async def start(self) -> None:
         app = web.Application(client_max_size=self._max_body)
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, shutdown_timeout=self._shutdown_timeout
+        # Any path at all, a decoded %0A included: `.` alone stops at a newline, and what
+        # no route takes gets aiohttp's text/plain 404 instead of the runtime's problem.
+        app.router.add_route("*", "/{tail:(?s:.*)}", self._handle)
+        runner = ProblemAppRunner(
+            app,
+            refusals=self._refusals,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=self._shutdown_timeout,
         )
         await runner.setup()
         site = web.TCPSite(runner, self._host, self._port)

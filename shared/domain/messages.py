@@ -293,6 +293,14 @@ def _whole_float(value: object) -> object:
     return value
 
 
+def _date_time_text(value: object) -> object:
+    """A date-time string, as the document publishes it: pydantic alone also takes a
+    number, as Unix time, which a client built from the document never sends."""
+    if isinstance(value, str | datetime):
+        return value
+    raise ValueError("a date-time string, e.g. 2030-01-31T00:00:00Z")
+
+
 class OrderItem(_Wire):
     sku: Text
     quantity: Annotated[int, Field(strict=True, gt=0, le=1_000_000), BeforeValidator(_whole_float)]
@@ -312,7 +320,9 @@ class OrderSubmission(_Wire):
     reply_to: QueueName | None = Field(default=None, alias="replyTo")
     workflow: Annotated[str, Field(min_length=1, max_length=40)] | None = None
     """A workflow of the catalogue by name; None: the catalogue's default."""
-    not_before: AwareDatetime | None = Field(default=None, alias="notBefore")
+    not_before: Annotated[AwareDatetime, BeforeValidator(_date_time_text)] | None = Field(
+        default=None, alias="notBefore"
+    )
     """For a timer step waiting on it: the order goes on no earlier than this."""
 
     @field_validator("not_before")

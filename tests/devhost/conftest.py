@@ -7,14 +7,17 @@ the ``Recorder`` is how the functions report back what the runtime handed them.
 from __future__ import annotations
 
 import asyncio
+import io
 import json
-from collections.abc import AsyncIterator, Callable
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import azure.functions as func
 import pytest
 
+from devhost.__main__ import configure_logging
 from devhost.host import HostConfig, LocalHost, functions_of
 
 QUEUE = "devhost-test"
@@ -149,3 +152,18 @@ async def make_host() -> AsyncIterator[HostFactory]:
     yield factory
     for host in hosts:
         await host.stop()
+
+
+@pytest.fixture
+def console(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
+    """The runtime's logging as `python -m devhost` configures it, into a buffer."""
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    configure_logging(verbose=False)
+    try:
+        yield stream
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])

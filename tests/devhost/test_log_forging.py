@@ -4,13 +4,10 @@
 from __future__ import annotations
 
 import io
-import logging
-from collections.abc import Iterator
 
 import aiohttp
 import pytest
 
-from devhost.__main__ import configure_logging
 from devhost.host import LocalHost
 from shared.telemetry.logsafe import escape_controls
 from tests.devhost.conftest import HostFactory, Recorder, build_app
@@ -18,21 +15,6 @@ from tests.devhost.conftest import HostFactory, Recorder, build_app
 pytestmark = pytest.mark.e2e
 
 FORGED = "/x%1B%5B2J%1B%5B31mFORGED%0D04:00:00%20ERROR%20forged-line%09tab"
-
-
-@pytest.fixture
-def console(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
-    """The runtime's logging as `python -m devhost` configures it, into a buffer."""
-    stream = io.StringIO()
-    monkeypatch.setattr("sys.stderr", stream)
-    root = logging.getLogger()
-    saved = (root.handlers[:], root.level)
-    configure_logging(verbose=False)
-    try:
-        yield stream
-    finally:
-        root.handlers[:], _ = saved
-        root.setLevel(saved[1])
 
 
 async def test_a_forging_path_is_logged_on_one_line_with_visible_escapes(
