@@ -8,9 +8,8 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from shared.adapters.memory_customers import InMemoryCustomerLedger
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain.fairness import CustomerLoad, CustomerPolicy
-from shared.domain.messages import agent_queue
 from shared.domain.model import Order, ProcessState
 from shared.usecases import scheduler
 from shared.usecases.customers import Customers
