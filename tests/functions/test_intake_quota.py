@@ -60,3 +60,16 @@ async def test_over_the_quota_429_nothing_stored_then_accepted_below_it(quota: H
     accepted = await quota.http("submit_order_http", "POST", "orders", order("q-2"))
     assert accepted.status_code == 202
     assert await quota.store.load("q-2") is not None
+
+
+async def test_the_limit_and_the_top_customers_show_in_ops_data(quota: Harness) -> None:
+    for i in range(2):
+        await quota.http("submit_order_http", "POST", "orders", order(f"q-{i}"))
+    await quota.http("submit_order_http", "POST", "orders", order("o-1", "c-2"))
+    answer = await quota.http("ops_data", "GET", "ops/data")
+    view = json.loads(answer.get_body())["customers"]
+    assert view["maxPendingPerCustomer"] == 2 and view["fairShareRunningPerCustomer"] is None
+    assert view["top"] == [
+        {"customerId": "c-1", "open": 2, "running": 2, "waiting": 0},
+        {"customerId": "c-2", "open": 1, "running": 1, "waiting": 0},
+    ]
