@@ -152,6 +152,14 @@ param stepMaxSeconds int = 0
 @minValue(0)
 param clockSkewSeconds int = 5
 
+@description('IntakeMaxPendingPerCustomer: orders not terminal one customer may have before the intake answers 429; 0: no limit.')
+@minValue(0)
+param intakeMaxPendingPerCustomer int = 0
+
+@description('FairShareRunningPerCustomer: orders of one customer running at once while more of its orders wait; 0: off.')
+@minValue(0)
+param fairShareRunningPerCustomer int = 0
+
 @description('HighPriorityStepTimeoutSeconds: the tighter complete-by of a high-priority order\'s steps.')
 @minValue(1)
 param highPriorityStepTimeoutSeconds int = 15
@@ -286,6 +294,8 @@ module api 'app/function.bicep' = {
     stepHeartbeatSeconds: stepHeartbeatSeconds
     stepMaxSeconds: stepMaxSeconds
     clockSkewSeconds: clockSkewSeconds
+    intakeMaxPendingPerCustomer: intakeMaxPendingPerCustomer
+    fairShareRunningPerCustomer: fairShareRunningPerCustomer
     bulkActionsPerSecond: bulkActionsPerSecond
     tracesSampler: tracesSampler
     tracesSamplerArg: tracesSamplerArg

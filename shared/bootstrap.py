@@ -17,10 +17,12 @@ from shared.adapters.chaos import ChaosMessageBus, ChaosStateStore
 from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.memory import InMemoryBulkStore, InMemoryHealthStore, InMemoryStateStore
+from shared.adapters.memory_customers import InMemoryCustomerLedger
 from shared.adapters.memory_reconcile import InMemoryReconcileStore
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_client import table_service_client
+from shared.adapters.table_customers import TableCustomerLedger
 from shared.adapters.table_health import TableHealthStore
 from shared.adapters.table_reconcile import TableReconcileStore
 from shared.adapters.table_store import TableStateStore
@@ -29,6 +31,7 @@ from shared.gc_tuning import tune_for_long_lived_worker
 from shared.ports import (
     BulkStore,
     Clock,
+    CustomerLedger,
     HealthStore,
     MessageBus,
     ReconcileStore,
@@ -41,6 +44,7 @@ from shared.telemetry import setup as telemetry
 from shared.telemetry.ports import traced, traced_remote
 from shared.usecases.agent import AgentDeps
 from shared.usecases.agent_health import HealthMonitor
+from shared.usecases.customers import Customers
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.outcomes import Asked, OutcomeQueries
 from shared.usecases.process_cache import ProcessCache
@@ -65,7 +69,8 @@ class Container:
 
     async def close(self) -> None:
         """Release the clients (the local runtime and tests; the Functions host never stops)."""
-        for resource in (self.health, self.process.store, self.process.bus):
+        ledger = self.process.customers.ledger if self.process.customers is not None else None
+        for resource in (self.health, self.process.store, self.process.bus, ledger):
             closer = getattr(resource, "close", None)
             if closer is not None:
                 await closer()
@@ -177,9 +182,11 @@ def compose(
     clock: Clock | None = None,
     health: HealthStore | None = None,
     decorate: PortDecorator | None = None,
+    ledger: CustomerLedger | None = None,
 ) -> Container:
-    """Without a health store the ops records stay in memory (tests, tools). `decorate`
-    wraps the store and the bus before any use case sees them."""
+    """Without a health store the ops records stay in memory (tests, tools), and so does
+    the customer ledger without one. `decorate` wraps the store and the bus before any
+    use case sees them."""
     health = health if health is not None else InMemoryHealthStore()
     clock = clock or SystemClock()
     ports = Ports(store, bus)
@@ -193,6 +200,7 @@ def compose(
         instance_id=settings.instance_id,
         routing=RoutingSource(health, clock),
         cache=ProcessCache(),
+        customers=_customers(settings, ledger),
     )
     return Container(
         settings=settings,
@@ -202,6 +210,15 @@ def compose(
         bulk=_bulk_store(store),
         reconcile=_reconcile_store(store),
     )
+
+
+def _customers(settings: Settings, ledger: CustomerLedger | None) -> Customers | None:
+    """None unless a customer rule is set: with neither, no customer record is kept."""
+    policy = settings.customer_policy
+    if not policy.active:
+        return None
+    recheck = min(settings.step_timeout, settings.high_priority_step_timeout)
+    return Customers(ledger or InMemoryCustomerLedger(), policy, recheck)
 
 
 def _bulk_store(store: StateStore) -> BulkStore | None:
@@ -259,7 +276,9 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
         decorate = _then(_chaos(settings.chaos_fault_rate), decorate)
     if tracing:
         decorate = trace_ports if decorate is None else _then(decorate, trace_ports)
-    built = compose(settings, store, bus, remotes, health=health, decorate=decorate)
+    active = settings.customer_policy.active
+    ledger = TableCustomerLedger(tables, settings.state_table) if active else None
+    built = compose(settings, store, bus, remotes, health=health, decorate=decorate, ledger=ledger)
     built.session = session
     tune_for_long_lived_worker()
     return built

@@ -114,6 +114,12 @@ class Setting:
     CLOCK_SKEW_SECONDS: Final = "ClockSkewSeconds"
     """How long after its complete-by a request may still apply at its provider (network
     delay plus clock disagreement): a step's request is live until then (docs/in-doubt.md)."""
+    INTAKE_MAX_PENDING_PER_CUSTOMER: Final = "IntakeMaxPendingPerCustomer"
+    """Orders not terminal one customer may have; past it the intake answers 429 (0: no
+    limit)."""
+    FAIR_SHARE_RUNNING_PER_CUSTOMER: Final = "FairShareRunningPerCustomer"
+    """Orders of one customer running at once while more of its orders wait in its line
+    (0: off), so one customer's backlog cannot hold back another's (docs/fairness.md)."""
     MAX_FAILURE_COUNT: Final = "MaxFailureCount"
     EXHAUSTED_POLICY: Final = "ExhaustedPolicy"
     REPLY_TO_ALLOW_LIST: Final = "ReplyToAllowList"

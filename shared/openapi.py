@@ -661,6 +661,14 @@ def document() -> dict[str, Any]:
                         "409": _problem("the order id is taken by another body"),
                         "413": _problem("body too large"),
                         "415": _problem("not JSON"),
+                        "429": {
+                            **_problem(
+                                "the customer already has IntakeMaxPendingPerCustomer orders "
+                                "not finished; nothing was stored, retry after Retry-After "
+                                "seconds"
+                            ),
+                            "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+                        },
                         **_UNAUTHORIZED,
                         **_CROSS_ORIGIN,
                         **_UNAVAILABLE,

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Protocol
 
 from shared.domain.bulk import BulkJob, JobState, Lease
+from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import (
@@ -317,4 +318,42 @@ class ReconcileStore(Protocol):
 
     async def recent_runs(self, limit: int) -> tuple[ReconcileRun, ...]:
         """Newest first."""
+        ...
+
+
+@dataclass(frozen=True)
+class Entered:
+    """What the ledger did with a customer's order at the intake."""
+
+    admission: Admission
+    load: CustomerLoad
+    """The customer's load as found, before this order."""
+    known: bool = False
+    """The order was already in the ledger (a repeat): `admission` is where it stands."""
+
+
+class CustomerLedger(Protocol):
+    """Per customer, its orders that are not terminal, running or waiting in its line.
+    Entering and leaving are keyed by order id, so a repeat changes nothing: the
+    Supervisor can repeat a leave that a crash may or may not have done."""
+
+    async def enter(
+        self, customer: str, order_id: str, at: datetime, policy: CustomerPolicy
+    ) -> Entered:
+        """Decide (fairness.admit) and record the order in one conditional write; a
+        refused order is not recorded."""
+        ...
+
+    async def rejoin(self, customer: str, order_id: str, at: datetime) -> None:
+        """An order that left a rest (an operator moved it on) runs again: counted,
+        never refused or made to wait (the operator chose it)."""
+        ...
+
+    async def leave(self, customer: str, order_id: str, policy: CustomerPolicy) -> str | None:
+        """The order came to rest (or was never stored). Returns the order of the same
+        customer that it promotes out of the line (fairness.promotes), to be nudged."""
+        ...
+
+    async def loads(self, limit: int) -> tuple[tuple[str, CustomerLoad], ...]:
+        """The customers with the most open orders, most first (the operator page)."""
         ...

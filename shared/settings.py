@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from shared.catalogue import catalogue
 from shared.contract import ChaosSetting, Setting
+from shared.domain.fairness import CustomerPolicy
 from shared.domain.model import ExhaustedPolicy
 from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import AgentName
@@ -72,6 +73,11 @@ class Settings:
     """None (StepMaxSeconds 0, the default): no step runs past its complete-by. Off by
     default because a beat cannot tell a slow call from a hung one: with beats on, a
     hung remote call holds its step until StepMaxSeconds instead of its complete-by."""
+    max_pending_per_customer: int | None = None
+    """IntakeMaxPendingPerCustomer; None (0, the default): no limit."""
+    fair_share: int | None = None
+    """FairShareRunningPerCustomer; None (0, the default): every order is nudged as it
+    arrives, in arrival order."""
     clock_skew: timedelta = timedelta(seconds=5)
     """ClockSkewSeconds: a request is live until its complete-by plus this (the policy's
     clock_skew); no undo or move of its step is sent before then unless its key settles."""
@@ -130,7 +136,23 @@ class Settings:
             step_heartbeat=timedelta(seconds=_number(values, Setting.STEP_HEARTBEAT_SECONDS, 10)),
             step_max=_step_max(values),
             clock_skew=timedelta(seconds=_number(values, Setting.CLOCK_SKEW_SECONDS, 5, minimum=0)),
+            max_pending_per_customer=_count_or_none(
+                values, Setting.INTAKE_MAX_PENDING_PER_CUSTOMER
+            ),
+            fair_share=_count_or_none(values, Setting.FAIR_SHARE_RUNNING_PER_CUSTOMER),
         )
+
+    @property
+    def customer_policy(self) -> CustomerPolicy:
+        return CustomerPolicy(max_pending=self.max_pending_per_customer, fair_share=self.fair_share)
+
+
+def _count_or_none(values: Mapping[str, str], name: str) -> int | None:
+    """A whole number of orders, 0 (the default) meaning the rule is off."""
+    number = _number(values, name, 0, minimum=0)
+    if number != int(number):
+        raise ConfigurationError(f"setting {name} must be a whole number, got {values[name]!r}")
+    return int(number) or None
 
 
 def _number(values: Mapping[str, str], name: str, default: float, minimum: float = 0.001) -> float:

@@ -108,6 +108,14 @@ param stepMaxSeconds int
 @minValue(0)
 param clockSkewSeconds int
 
+@description('IntakeMaxPendingPerCustomer (0: no limit).')
+@minValue(0)
+param intakeMaxPendingPerCustomer int
+
+@description('FairShareRunningPerCustomer (0: off).')
+@minValue(0)
+param fairShareRunningPerCustomer int
+
 @description('BulkActionsPerSecond.')
 @minValue(1)
 param bulkActionsPerSecond int
@@ -166,6 +174,8 @@ var coreAppSettings = [
   { name: 'StepHeartbeatSeconds', value: string(stepHeartbeatSeconds) }
   { name: 'StepMaxSeconds', value: string(stepMaxSeconds) }
   { name: 'ClockSkewSeconds', value: string(clockSkewSeconds) }
+  { name: 'IntakeMaxPendingPerCustomer', value: string(intakeMaxPendingPerCustomer) }
+  { name: 'FairShareRunningPerCustomer', value: string(fairShareRunningPerCustomer) }
   { name: 'BulkActionsPerSecond', value: string(bulkActionsPerSecond) }
 ]
 

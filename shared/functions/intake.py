@@ -20,7 +20,7 @@ from shared.ports import StateStoreError
 from shared.telemetry.propagation import current_traceparent
 from shared.telemetry.spans import annotate, consuming, serving
 from shared.usecases.budget import HTTP_BUDGET
-from shared.usecases.submission import OrderConflict, submit_order
+from shared.usecases.submission import OrderConflict, OverQuota, submit_order
 
 bp = func.Blueprint()
 log = logging.getLogger("orders.intake")
@@ -79,6 +79,8 @@ async def _submit_http(req: func.HttpRequest) -> func.HttpResponse:
         )
     except OrderConflict as exc:
         return problem(409, "Order exists", str(exc))
+    except OverQuota as exc:
+        return problem(429, "Too many open orders", str(exc), {"Retry-After": str(exc.retry_after)})
     except StateStoreError as exc:
         log.warning("state store unavailable during intake: %s", type(exc).__name__)
         return problem(503, "Try again", "the state store is unavailable", {"Retry-After": "5"})

@@ -162,6 +162,26 @@ def snapshot_view(snapshot: OpsSnapshot) -> dict[str, Any]:
             for s in snapshot.sweeps
         ],
         "reconciliation": [run_view(r) for r in snapshot.reconciliation],
+        "customers": _customers_view(snapshot),
+    }
+
+
+def _customers_view(snapshot: OpsSnapshot) -> dict[str, Any] | None:
+    view = snapshot.customers
+    if view is None:
+        return None
+    return {
+        "maxPendingPerCustomer": view.max_pending,
+        "fairShareRunningPerCustomer": view.fair_share,
+        "top": [
+            {
+                "customerId": name,
+                "open": load.open,
+                "running": load.running,
+                "waiting": load.waiting,
+            }
+            for name, load in view.top
+        ],
     }
 
 

@@ -10,6 +10,7 @@ from shared.domain.process import ProcessPolicy
 from shared.domain.routing import PRIMARY_ONLY, Routing
 from shared.domain.workflow import Workflow
 from shared.ports import Clock, MessageBus, StateStore
+from shared.usecases.customers import Customers
 from shared.usecases.process_cache import ProcessCache
 from shared.usecases.routing import RoutingSource
 from shared.usecases.unit_of_work import UnitOfWork
@@ -26,10 +27,12 @@ class ProcessDeps:
     """Agent health to route steps on; None: every step goes to its primary agent."""
     cache: ProcessCache | None = None
     """The orders this instance last wrote, for the Scheduler to skip a read; None: read."""
+    customers: Customers | None = None
+    """The intake quota and fair share per customer; None: neither is set."""
 
     @property
     def work(self) -> UnitOfWork:
-        return UnitOfWork(self.store, self.bus)
+        return UnitOfWork(self.store, self.bus, self.customers)
 
     async def current_routing(self) -> Routing:
         return await self.routing.current() if self.routing is not None else PRIMARY_ONLY

@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Final, TypeVar
 
 from shared.catalogue.running import workflow_of
+from shared.domain.fairness import CustomerLoad
 from shared.domain.health import AgentHealth, SweepRecord
 from shared.domain.model import ProcessState, StateRecord
 from shared.domain.reconcile import ReconcileRun
@@ -40,6 +41,7 @@ ERROR_LIMIT: Final = 20
 SWEEP_LIMIT: Final = 10
 RECENT_PER_STATE: Final = 5
 RECONCILE_LIMIT: Final = 5
+CUSTOMER_LIMIT: Final = 10
 
 _T = TypeVar("_T")
 
@@ -79,6 +81,16 @@ class WaitingOrder:
 
 
 @dataclass(frozen=True)
+class CustomerView:
+    """The per-customer rules and the customers with the most open orders: one query of
+    the customers' load rows (one per customer with open orders), never of the orders."""
+
+    max_pending: int | None
+    fair_share: int | None
+    top: tuple[tuple[str, CustomerLoad], ...]
+
+
+@dataclass(frozen=True)
 class OpsSnapshot:
     at: datetime
     count_cap: int
@@ -88,12 +100,14 @@ class OpsSnapshot:
     sweeps: tuple[SweepRecord, ...]
     unavailable: tuple[str, ...]
     """Sections that could not be read this time: `orders`, `agents`, `sweeps`,
-    `reconciliation`."""
+    `reconciliation`, `customers`."""
     reconciliation: tuple[ReconcileRun, ...] = ()
     """The last reconciliation runs, newest first."""
     waiting: tuple[WaitingOrder, ...] = ()
     """Processing orders whose current step is an event or timer wait, soonest deadline
     first (from the rows the counts read: no extra query)."""
+    customers: CustomerView | None = None
+    """None when no customer rule is set (no count is kept) or it could not be read."""
 
 
 async def ops_snapshot(
@@ -108,11 +122,12 @@ async def ops_snapshot(
     if not 1 <= count_cap <= MAX_COUNT_CAP:
         raise ValueError(f"count_cap must be from 1 to {MAX_COUNT_CAP}")
     states = tuple(ProcessState)
-    pages, beats, sweeps, runs = await asyncio.gather(
+    pages, beats, sweeps, runs, customers = await asyncio.gather(
         _section("orders", _first_pages(deps, states, count_cap + 1)),
         _section("agents", health.agent_health()),
         _section("sweeps", health.recent_sweeps(sweep_limit)),
         _section("reconciliation", _runs(reconcile)),
+        _section("customers", _customers(deps)),
     )
     now = deps.clock.now()
     counts: list[StateCount] = []
@@ -151,10 +166,12 @@ async def ops_snapshot(
                 ("agents", beats),
                 ("sweeps", sweeps),
                 ("reconciliation", runs),
+                ("customers", customers if deps.customers is not None else ()),
             )
             if got is None
         ),
         reconciliation=runs or (),
+        customers=customers or None,
         waiting=tuple(
             sorted(waiting, key=lambda w: w.state.complete_by or w.state.updated_at)[:error_limit]
         ),
@@ -169,6 +186,14 @@ def waiting_order(state: StateRecord) -> WaitingOrder | None:
     if not definition.waits:
         return None
     return WaitingOrder(state, definition.name, definition.event, definition.approval)
+
+
+async def _customers(deps: ProcessDeps) -> CustomerView | None:
+    if deps.customers is None:
+        return None
+    policy = deps.customers.policy
+    top = await deps.customers.top(CUSTOMER_LIMIT)
+    return CustomerView(policy.max_pending, policy.fair_share, top)
 
 
 async def _runs(reconcile: ReconcileStore | None) -> tuple[ReconcileRun, ...]:

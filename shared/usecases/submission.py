@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from shared.catalogue import catalogue
 from shared.domain import process as machine
+from shared.domain.fairness import RETRY_AFTER_SECONDS, Admission, CustomerLoad, wait_in_line
 from shared.domain.model import Order, OrderProcess
 from shared.domain.workflow import Workflow
-from shared.ports import AlreadyExists
+from shared.ports import AlreadyExists, Entered
 from shared.usecases.budget import Budget, send_within_budget, within_store_budget
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.unit_of_work import log_transition
@@ -16,6 +18,19 @@ from shared.usecases.unit_of_work import log_transition
 
 class OrderConflict(Exception):
     """The order id is taken by an order with a different body."""
+
+
+class OverQuota(Exception):
+    """The customer already has IntakeMaxPendingPerCustomer orders that are not terminal;
+    nothing was stored."""
+
+    def __init__(self, customer: str, load: CustomerLoad, limit: int) -> None:
+        super().__init__(
+            f"customer {customer!r} has {load.open} orders not yet finished (limit {limit})"
+        )
+        self.load = load
+        self.limit = limit
+        self.retry_after = RETRY_AFTER_SECONDS
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,10 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     check_at = machine.next_check(transition.process, workflow, deps.policy, now)
     assert check_at is not None
     wrote = await deps.store.watch(order.order_id, check_at, replace=False, version=version)
+    entered = await _enter(deps, order, now, wrote, version)
+    waiting = entered is not None and entered.admission is Admission.WAIT
+    if waiting and not (entered is not None and entered.known):
+        transition = wait_in_line(transition, now)
     try:
         etag = await deps.store.create(transition.process, transition.history)
     except AlreadyExists:
@@ -88,11 +107,24 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
         if existing is None:
             raise
         if existing.state.process_state.is_terminal:
+            if deps.customers is not None:
+                await deps.customers.forget(
+                    order, deps.store, deps.bus, now
+                )  # counted just now, or stale
             await deps.store.unwatch(order.order_id, existing.state.version)
         elif not wrote:
             await deps.store.rewatch(order.order_id, check_at, version=existing.state.version)
-        return _repeat(existing, order)
-    if not wrote:
+        return _repeat(existing, order, waiting)
+    if waiting:
+        # Checked when its hold passes, not within a step timeout: it cannot be claimed
+        # before a promotion, which moves the check up again (usecases/customers.py).
+        await deps.store.watch(
+            order.order_id,
+            transition.process.state.complete_by or check_at,
+            replace=True,
+            version=version,
+        )
+    elif not wrote:
         await deps.store.rewatch(order.order_id, check_at, version=version)
     log_transition(transition)
     if deps.cache is not None:
@@ -100,8 +132,28 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     return _Stored(Submitted(transition.process, created=True), nudge=True)
 
 
-def _repeat(existing: OrderProcess, order: Order) -> _Stored:
+async def _enter(
+    deps: ProcessDeps, order: Order, now: datetime, wrote: bool, version: int
+) -> Entered | None:
+    """Counted before the create, so concurrent submissions cannot all pass the quota; a
+    refusal takes back the entry this call wrote (nothing is stored). A crash between the
+    count and the create leaves a watch entry with no order: docs/fairness.md."""
+    if deps.customers is None:
+        return None
+    entered = await deps.customers.enter(order, now)
+    if entered.admission is Admission.REFUSE:
+        if wrote:
+            await deps.store.unwatch(order.order_id, version)
+        limit = deps.customers.policy.max_pending
+        assert limit is not None
+        raise OverQuota(order.customer_id, entered.load, limit)
+    return entered
+
+
+def _repeat(existing: OrderProcess, order: Order, waiting: bool = False) -> _Stored:
     if existing.order.fingerprint != order.fingerprint:
         raise OrderConflict(f"order {order.order_id} exists with a different body")
-    # Never claimed yet: the first submission may have died before its nudge went out.
-    return _Stored(Submitted(existing, created=False), nudge=existing.state.version == 1)
+    # Never claimed yet: the first submission may have died before its nudge went out;
+    # unless it waits in its customer's line, where a promotion nudges it.
+    nudge = existing.state.version == 1 and not waiting
+    return _Stored(Submitted(existing, created=False), nudge=nudge)

@@ -297,6 +297,8 @@ async def _check(
     if process.state.process_state.is_terminal:
         # The Scheduler stopped before it unwatched: resend the last outbox, then forget it.
         await deps.work.resend(process)
+        if deps.customers is not None:
+            await deps.customers.rested(process, deps.store, deps.bus)
         await deps.store.unwatch(entry.order_id, process.state.version)
         report.finished += 1
         return

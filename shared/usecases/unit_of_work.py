@@ -15,6 +15,11 @@ heartbeats and the undelivered note all use it, so the ordering rule is written 
    entry goes unconditionally (nothing re-watches it); Error and Suspended keep the
    version check, since an operator may already have moved the order on.
 
+With a customer ledger (docs/fairness.md), an order leaving a rest is counted before its
+save (like rule 1: a crash leaves a spare count, never a moving order uncounted), and an
+order come to rest leaves the count before it is unwatched, so a crash in between leaves
+it watched and the Supervisor's check of a rested order does the (repeatable) leave.
+
 The intake's create is the one write outside it: there is no ETag to save on, and the
 entry goes first for the same reason as rule 1 (shared/usecases/submission.py).
 """
@@ -29,6 +34,7 @@ from datetime import datetime
 from shared.domain.model import OrderProcess
 from shared.domain.process import Transition
 from shared.ports import ConcurrencyConflict, MessageBus, StateStore
+from shared.usecases.customers import Customers
 
 log = logging.getLogger("orders")
 
@@ -55,6 +61,8 @@ class Changed:
 class UnitOfWork:
     store: StateStore
     bus: MessageBus
+    customers: Customers | None = None
+    """None: no customer rule is set, and no customer record is kept."""
 
     async def change(
         self,
@@ -108,6 +116,8 @@ class UnitOfWork:
         if first:
             assert when is not None
             await self.store.watch(state.order_id, when, replace=True, version=state.version)
+        if transition.leaves_rest and self.customers is not None:
+            await self.customers.rejoin(transition.process, state.updated_at)
         etag = await self.store.save(transition.process, transition.history)
         log_transition(transition)
         if when is not None and not first:
@@ -119,6 +129,8 @@ class UnitOfWork:
         if transition.outgoing:
             await self.bus.send(transition.outgoing)
         if transition.is_terminal:
+            if self.customers is not None:
+                await self.customers.rested(transition.process, self.store, self.bus)
             state = transition.process.state
             version = None if state.process_state.is_final else state.version
             await self.store.unwatch(state.order_id, version)

@@ -331,6 +331,10 @@ def test_bicep_defaults_equal_the_code_defaults() -> None:
     assert settings[Setting.EXHAUSTED_POLICY] == code.exhausted_policy.value
     assert settings[Setting.BULK_ACTIONS_PER_SECOND] == str(int(code.bulk_actions_per_second))
     assert settings[Setting.CLOCK_SKEW_SECONDS] == str(int(code.clock_skew.total_seconds()))
+    assert settings[Setting.INTAKE_MAX_PENDING_PER_CUSTOMER] == str(
+        code.max_pending_per_customer or 0
+    )
+    assert settings[Setting.FAIR_SHARE_RUNNING_PER_CUSTOMER] == str(code.fair_share or 0)
 
 
 def test_exhausted_policy_choices_match_the_code() -> None:

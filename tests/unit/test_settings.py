@@ -70,3 +70,21 @@ async def test_a_request_is_live_until_its_complete_by_plus_the_configured_skew(
     step = process.steps[0]
     assert step.complete_by is not None
     assert step.live_until == step.complete_by + timedelta(seconds=12)
+
+
+def test_per_customer_counts_are_whole_numbers_and_zero_turns_them_off() -> None:
+    base = {Setting.STORAGE: "UseDevelopmentStorage=true", Setting.SERVICE_BUS: "Endpoint=sb://x/"}
+    off = Settings.from_env(base)
+    assert off.max_pending_per_customer is None and off.fair_share is None
+    assert not off.customer_policy.active
+    on = Settings.from_env(
+        {
+            **base,
+            Setting.INTAKE_MAX_PENDING_PER_CUSTOMER: "100",
+            Setting.FAIR_SHARE_RUNNING_PER_CUSTOMER: "8",
+        }
+    )
+    assert (on.customer_policy.max_pending, on.customer_policy.fair_share) == (100, 8)
+    for bad in ("2.5", "-1", "many"):
+        with pytest.raises(ConfigurationError, match=Setting.INTAKE_MAX_PENDING_PER_CUSTOMER):
+            Settings.from_env({**base, Setting.INTAKE_MAX_PENDING_PER_CUSTOMER: bad})

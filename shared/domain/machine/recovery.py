@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from shared.domain.failures import WAIT_EXPIRED
+from shared.domain.fairness import in_line
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.machine.dispatch import (
     hold_for_operator,
@@ -225,10 +226,14 @@ def next_check(
 
     A Pending order may be claimed at any moment and its step's complete-by then starts
     running, so a Pending order is checked again within the shortest step timeout.
-    Checking early only costs a read; checking late would delay recovery.
+    Checking early only costs a read; checking late would delay recovery. An order in
+    its customer's line is the exception: only a promotion, which moves its check up
+    again, or its hold passing lets it be claimed (shared/domain/fairness.py).
     """
     deadline = next_deadline(process, policy)
     if deadline is None or process.state.process_state is not ProcessState.PENDING:
+        return deadline
+    if in_line(process):
         return deadline
     timeouts = [policy.timeout(s, process.order.priority) for s in workflow.steps]
     return min(deadline, now + min(timeouts, default=policy.step_timeout))

@@ -1,0 +1,213 @@
+"""The customer ledger on Azure Table Storage, in the state store's table.
+
+One partition per customer, `~customer:{id}` (no order id starts with `~`), so each
+change is one entity-group transaction, exact and atomic:
+
+- RowKey `~load`: `Running` and `Waiting`, the counts the rules read; deleted when both
+  are zero, so the operator page's query only meets customers with open orders.
+- RowKey `m:{order id}`: one member row per open order; `Line` is its line key while
+  it waits, empty while it runs. Keyed by order id, so a repeated enter or leave finds
+  what the first did and changes nothing.
+- RowKey `w:{arrival micros}:{order id}`: the line, in arrival order; the head is the
+  first row of the range, one query of one row to promote it.
+
+Every transaction is conditional on the `~load` row's ETag (or creates it), so two
+instances changing one customer at once serialise on it; the loser reads again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceNotFoundError
+from azure.data.tables import TableTransactionError, UpdateMode
+from azure.data.tables.aio import TableClient, TableServiceClient
+
+from shared.adapters.table_errors import refused_with, translated_errors
+from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy, admit, promotes
+from shared.ports import ConcurrencyConflict, Entered
+
+PARTITION_PREFIX: Final = "~customer:"
+LOAD_KEY: Final = "~load"
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_RACES: Final = 20
+"""Lost races on one customer's load row before a change gives up: a burst of one
+customer's orders on many instances serialises on that row."""
+_FORBIDDEN_IN_KEYS: Final = str.maketrans({c: "_" for c in "/\\#?\t\n\r"})
+
+
+def partition(customer: str) -> str:
+    return PARTITION_PREFIX + customer.translate(_FORBIDDEN_IN_KEYS)
+
+
+def _member_key(order_id: str) -> str:
+    return f"m:{order_id}"
+
+
+def _line_key(at: datetime, order_id: str) -> str:
+    return f"w:{(at - _EPOCH) // timedelta(microseconds=1):020d}:{order_id}"
+
+
+@dataclass
+class _Read:
+    load: CustomerLoad
+    load_etag: str | None
+    member: Any
+
+
+class TableCustomerLedger:
+    """Shares the state store's TableServiceClient (and so its table)."""
+
+    def __init__(self, service: TableServiceClient, table_name: str) -> None:
+        self._table: TableClient = service.get_table_client(table_name)
+
+    async def close(self) -> None:
+        await self._table.close()
+
+    async def enter(
+        self, customer: str, order_id: str, at: datetime, policy: CustomerPolicy
+    ) -> Entered:
+        pk = partition(customer)
+        for _ in range(_RACES):
+            read = await self._read(pk, order_id)
+            if read.member is not None:
+                waits = bool(read.member.get("Line"))
+                return Entered(Admission.WAIT if waits else Admission.RUN, read.load, known=True)
+            admission = admit(read.load, policy)
+            if admission is Admission.REFUSE:
+                return Entered(admission, read.load)
+            waits = admission is Admission.WAIT
+            line = _line_key(at, order_id) if waits else ""
+            after = CustomerLoad(read.load.running + (not waits), read.load.waiting + waits)
+            operations = [
+                self._put_load(pk, customer, after, read.load_etag),
+                ("create", {"PartitionKey": pk, "RowKey": _member_key(order_id), "Line": line}),
+            ]
+            if waits:
+                operations.append(("create", {"PartitionKey": pk, "RowKey": line}))
+            if await self._commit(operations):
+                return Entered(admission, read.load)
+        raise ConcurrencyConflict(f"customer {customer}: lost {_RACES} races in a row")
+
+    async def rejoin(self, customer: str, order_id: str, at: datetime) -> None:
+        pk = partition(customer)
+        for _ in range(_RACES):
+            read = await self._read(pk, order_id)
+            line = str(read.member.get("Line") or "") if read.member is not None else None
+            if line == "":
+                return  # running already
+            waiting = read.load.waiting - (line is not None)
+            after = CustomerLoad(read.load.running + 1, max(waiting, 0))
+            member = {"PartitionKey": pk, "RowKey": _member_key(order_id), "Line": ""}
+            operations = [
+                self._put_load(pk, customer, after, read.load_etag),
+                ("upsert", member, {"mode": UpdateMode.REPLACE}),
+            ]
+            if line:
+                operations.append(("delete", {"PartitionKey": pk, "RowKey": line}))
+            if await self._commit(operations):
+                return
+        raise ConcurrencyConflict(f"customer {customer}: lost {_RACES} races in a row")
+
+    async def leave(self, customer: str, order_id: str, policy: CustomerPolicy) -> str | None:
+        pk = partition(customer)
+        for _ in range(_RACES):
+            read = await self._read(pk, order_id)
+            if read.member is None:
+                return None
+            line = str(read.member.get("Line") or "")
+            running = not line
+            after = CustomerLoad(
+                max(read.load.running - running, 0), max(read.load.waiting - (not running), 0)
+            )
+            operations: list[Any] = [
+                ("delete", read.member, _if_match(read.member.metadata["etag"])),
+            ]
+            if line:
+                operations.append(("delete", {"PartitionKey": pk, "RowKey": line}))
+            promoted = None
+            if running and promotes(after, policy):
+                head = await self._head(pk)
+                if head is not None:
+                    promoted = str(head["RowKey"]).split(":", 2)[2]
+                    after = CustomerLoad(after.running + 1, after.waiting - 1)
+                    operations.append(("delete", head, _if_match(head.metadata["etag"])))
+                    member = {"PartitionKey": pk, "RowKey": _member_key(promoted), "Line": ""}
+                    operations.append(("upsert", member, {"mode": UpdateMode.REPLACE}))
+            operations.insert(0, self._put_load(pk, customer, after, read.load_etag))
+            if await self._commit(operations):
+                return promoted
+        raise ConcurrencyConflict(f"customer {customer}: lost {_RACES} races in a row")
+
+    async def loads(self, limit: int) -> tuple[tuple[str, CustomerLoad], ...]:
+        """One query over the customers' load rows: one row per customer with open orders."""
+        with translated_errors():
+            rows = [
+                row
+                async for row in self._table.query_entities(
+                    "PartitionKey ge @lo and PartitionKey lt @hi and RowKey eq @rk",
+                    parameters={"lo": PARTITION_PREFIX, "hi": "~customer;", "rk": LOAD_KEY},
+                    select=["Customer", "Running", "Waiting"],
+                )
+            ]
+        ranked = sorted(
+            (
+                (str(r["Customer"]), CustomerLoad(int(r["Running"]), int(r["Waiting"])))
+                for r in rows
+            ),
+            key=lambda item: (-item[1].open, item[0]),
+        )
+        return tuple(ranked[:limit])
+
+    async def _read(self, pk: str, order_id: str) -> _Read:
+        load = await self._get(pk, LOAD_KEY)
+        member = await self._get(pk, _member_key(order_id))
+        if load is None:
+            return _Read(CustomerLoad(), None, member)
+        counts = CustomerLoad(int(load["Running"]), int(load["Waiting"]))
+        return _Read(counts, load.metadata["etag"], member)
+
+    async def _get(self, pk: str, rk: str) -> Any:
+        with translated_errors(when=refused_with(ResourceNotFoundError)):
+            return await self._table.get_entity(pk, rk)
+        return None
+
+    async def _head(self, pk: str) -> Any:
+        with translated_errors():
+            async for row in self._table.query_entities(
+                "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi",
+                parameters={"pk": pk, "lo": "w:", "hi": "w;"},
+                results_per_page=1,
+            ):
+                return row
+        return None
+
+    def _put_load(
+        self, pk: str, customer: str, load: CustomerLoad, etag: str | None
+    ) -> tuple[Any, ...]:
+        entity = {
+            "PartitionKey": pk,
+            "RowKey": LOAD_KEY,
+            "Customer": customer,
+            "Running": load.running,
+            "Waiting": load.waiting,
+        }
+        if etag is None:
+            return ("create", entity)
+        if load.open == 0:
+            return ("delete", entity, _if_match(etag))
+        return ("update", entity, {"mode": UpdateMode.REPLACE, **_if_match(etag)})
+
+    async def _commit(self, operations: list[Any]) -> bool:
+        """False: another change to the customer came first (an ETag or a key taken)."""
+        with translated_errors(when=refused_with(TableTransactionError)):
+            await self._table.submit_transaction(operations)
+            return True
+        return False
+
+
+def _if_match(etag: str) -> dict[str, Any]:
+    return {"etag": etag, "match_condition": MatchConditions.IfNotModified}

@@ -1,0 +1,86 @@
+"""The customer ledger's contract, on memory and on Azurite's tables: the same decisions,
+repeats that change nothing, the line in arrival order, concurrent entries exact."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+from azure.data.tables.aio import TableServiceClient
+
+from shared.adapters.clock import FakeClock
+from shared.adapters.memory_customers import InMemoryCustomerLedger
+from shared.adapters.table_customers import TableCustomerLedger
+from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy
+from shared.ports import CustomerLedger
+from shared.settings import azurite_connection_string
+
+BOTH = CustomerPolicy(max_pending=4, fair_share=2)
+
+
+@pytest.fixture(params=["memory", pytest.param("table", marks=pytest.mark.azurite)])
+async def ledger(request: pytest.FixtureRequest) -> AsyncIterator[CustomerLedger]:
+    if request.param == "memory":
+        yield InMemoryCustomerLedger()
+        return
+    port = request.getfixturevalue("azurite_table_port")
+    service = TableServiceClient.from_connection_string(azurite_connection_string(port))
+    name = f"t{uuid.uuid4().hex[:20]}"
+    await service.create_table(name)
+    table = TableCustomerLedger(service, name)
+    try:
+        yield table
+    finally:
+        await table.close()
+        await service.close()
+
+
+async def test_run_wait_refuse_and_repeat(ledger: CustomerLedger) -> None:
+    clock = FakeClock()
+    seen = []
+    for i in range(5):
+        clock.advance(1)
+        seen.append((await ledger.enter("A", f"a-{i}", clock.now(), BOTH)).admission)
+    assert seen == [Admission.RUN, Admission.RUN, Admission.WAIT, Admission.WAIT, Admission.REFUSE]
+    again = await ledger.enter("A", "a-2", clock.now(), BOTH)
+    assert again.known and again.admission is Admission.WAIT
+    assert await ledger.loads(5) == (("A", CustomerLoad(running=2, waiting=2)),)
+    assert (await ledger.enter("B", "b-0", clock.now(), BOTH)).admission is Admission.RUN
+
+
+async def test_leaving_promotes_the_head_of_the_line_once(ledger: CustomerLedger) -> None:
+    clock = FakeClock()
+    for i in range(4):
+        clock.advance(1)
+        await ledger.enter("A", f"a-{i}", clock.now(), BOTH)
+    assert await ledger.leave("A", "a-0", BOTH) == "a-2"
+    assert await ledger.leave("A", "a-0", BOTH) is None  # a repeat changes nothing
+    assert await ledger.loads(5) == (("A", CustomerLoad(running=2, waiting=1)),)
+    assert await ledger.leave("A", "a-3", BOTH) is None  # a waiting order leaving
+    assert await ledger.leave("A", "a-1", BOTH) is None  # nobody left in line
+    assert await ledger.leave("A", "a-2", BOTH) is None
+    assert await ledger.loads(5) == ()
+
+
+async def test_rejoin_counts_a_running_order_once(ledger: CustomerLedger) -> None:
+    clock = FakeClock()
+    await ledger.rejoin("A", "a-0", clock.now())
+    await ledger.rejoin("A", "a-0", clock.now())
+    assert await ledger.loads(5) == (("A", CustomerLoad(running=1)),)
+    await ledger.enter("A", "a-1", clock.now(), CustomerPolicy(fair_share=1))
+    await ledger.rejoin("A", "a-1", clock.now() + timedelta(seconds=1))
+    assert await ledger.loads(5) == (("A", CustomerLoad(running=2)),)
+
+
+async def test_concurrent_entries_never_pass_the_quota(ledger: CustomerLedger) -> None:
+    clock = FakeClock()
+    policy = CustomerPolicy(max_pending=5)
+    entered = await asyncio.gather(
+        *(ledger.enter("A", f"a-{i}", clock.now(), policy) for i in range(12))
+    )
+    runs = [e for e in entered if e.admission is Admission.RUN]
+    assert len(runs) == 5
+    assert await ledger.loads(5) == (("A", CustomerLoad(running=5)),)

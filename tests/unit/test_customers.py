@@ -1,0 +1,186 @@
+"""Fairness between customers and the intake quota through the use cases, on in-memory
+adapters: a FIFO pump plays the broker, agents answer at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from shared.adapters.memory_customers import InMemoryCustomerLedger
+from shared.contract import Queue, agent_queue
+from shared.domain.fairness import CustomerLoad, CustomerPolicy
+from shared.domain.model import Order, ProcessState
+from shared.usecases import scheduler
+from shared.usecases.customers import Customers
+from shared.usecases.deps import ProcessDeps
+from shared.usecases.operator import resume_order, suspend_order
+from shared.usecases.submission import OverQuota, submit_order
+from shared.usecases.supervisor import sweep
+from tests.builders import World, a_reply, an_order
+
+AGENTS = {agent_queue(a) for a in ("inventory", "payment", "shipping")}
+
+
+@dataclass
+class Shop(World):
+    ledger: InMemoryCustomerLedger = field(default_factory=InMemoryCustomerLedger)
+    rules: CustomerPolicy | None = None
+    claimed: list[str] = field(default_factory=list)
+
+    def deps(self, instance_id: str = "scheduler-1") -> ProcessDeps:
+        customers = Customers(self.ledger, self.rules) if self.rules is not None else None
+        return replace(super().deps(instance_id), customers=customers)
+
+    async def submit(self, customer: str, order_id: str) -> None:
+        await submit_order(self.deps(), order(customer, order_id))
+
+    async def pump(self, limit: int = 10_000) -> None:
+        """Deliver every message in the order it was sent, one at a time, like one lane of
+        the broker; each agent answers its request with success at once."""
+        for _ in range(limit):
+            pending = [m for m in self.bus.sent if m.queue == Queue.SCHEDULER or m.queue in AGENTS]
+            if not pending:
+                return
+            message = pending[0]
+            self.bus.sent.remove(message)
+            if message.queue == Queue.SCHEDULER:
+                before = await self.store.load(message.body["orderId"])
+                await scheduler.on_nudge(self.deps(), message.body["orderId"], message.message_id)
+                after = await self.store.load(message.body["orderId"])
+                assert before is not None and after is not None
+                if after.state.attempt > before.state.attempt:
+                    self.claimed.append(after.order_id)
+            else:
+                await scheduler.on_reply(self.deps(), a_reply(message))
+        raise AssertionError("the pump did not drain")
+
+    async def state(self, order_id: str) -> ProcessState:
+        process = await self.store.load(order_id)
+        assert process is not None
+        return process.state.process_state
+
+
+def order(customer: str, order_id: str) -> Order:
+    return replace(an_order(order_id), customer_id=customer)
+
+
+async def backlog_then_one(shop: Shop) -> None:
+    for i in range(20):
+        await shop.submit("A", f"a-{i}")
+    await shop.submit("B", "b-0")
+    await shop.pump()
+
+
+async def test_with_a_fair_share_b_is_claimed_before_a_backlog_drains() -> None:
+    shop = Shop(rules=CustomerPolicy(fair_share=2))
+    await backlog_then_one(shop)
+    assert shop.claimed.index("b-0") <= 2  # after A's two running orders at most
+    assert len(shop.claimed) == 21  # every order of A still ran, promoted in turn
+    assert shop.claimed[:2] + [c for c in shop.claimed if c.startswith("a-")][2:] == [
+        f"a-{i}" for i in range(20)
+    ]  # A's orders ran in the order A sent them
+    for i in range(20):
+        assert await shop.state(f"a-{i}") is ProcessState.PROCESSED
+    assert await shop.ledger.loads(10) == ()  # every order left the ledger
+
+
+async def test_without_the_mechanism_b_waits_behind_all_of_a() -> None:
+    shop = Shop(rules=None)
+    await backlog_then_one(shop)
+    assert shop.claimed.index("b-0") == 20
+
+
+async def test_an_order_waiting_in_line_is_not_checked_before_its_hold() -> None:
+    shop = Shop(rules=CustomerPolicy(fair_share=1))
+    await shop.submit("A", "a-0")
+    await shop.submit("A", "a-1")
+    waiting = await shop.store.load("a-1")
+    assert waiting is not None
+    assert [m.body["orderId"] for m in shop.bus.on(Queue.SCHEDULER)] == ["a-0"]
+    assert waiting.state.complete_by is not None
+    shop.clock.advance(61)  # past the Pending timeout: still in line
+    report = await sweep(shop.deps())
+    assert "a-1" not in report.recovered_orders  # a-0 is, its nudge was never taken
+    assert await shop.state("a-1") is ProcessState.PENDING
+
+
+async def test_a_lost_promotion_is_healed_by_the_supervisor_when_the_hold_passes() -> None:
+    shop = Shop(rules=CustomerPolicy(fair_share=1))
+    await shop.submit("A", "a-0")
+    await shop.submit("A", "a-1")
+    await shop.pump()
+    assert await shop.state("a-0") is ProcessState.PROCESSED
+    assert await shop.state("a-1") is ProcessState.PROCESSED
+    # now lose one: the promotion nudge never arrives
+    await shop.submit("A", "a-2")
+    await shop.submit("A", "a-3")
+    shop.bus.sent = [m for m in shop.bus.sent if m.message_id != "nudge:a-3:fair-share"]
+    original_send = shop.bus.send
+
+    async def drop_promotions(messages):  # type: ignore[no-untyped-def]
+        await original_send([m for m in messages if not m.message_id.endswith(":fair-share")])
+
+    shop.bus.send = drop_promotions  # type: ignore[method-assign]
+    await shop.pump()
+    assert await shop.state("a-2") is ProcessState.PROCESSED
+    assert await shop.state("a-3") is ProcessState.PENDING
+    shop.bus.send = original_send  # type: ignore[method-assign]
+    shop.clock.advance(11 * 60)
+    await sweep(shop.deps())
+    await shop.pump()
+    assert await shop.state("a-3") is ProcessState.PROCESSED
+
+
+async def test_over_the_quota_nothing_is_stored_and_the_id_is_taken_once_below() -> None:
+    shop = Shop(rules=CustomerPolicy(max_pending=2))
+    await shop.submit("A", "a-0")
+    await shop.submit("A", "a-1")
+    sent = len(shop.bus.sent)
+    with pytest.raises(OverQuota) as refused:
+        await shop.submit("A", "a-2")
+    assert refused.value.load == CustomerLoad(running=2) and refused.value.limit == 2
+    assert refused.value.retry_after > 0
+    assert await shop.store.load("a-2") is None
+    assert "a-2" not in shop.store.watched()
+    assert len(shop.bus.sent) == sent
+    await shop.submit("B", "b-0")  # another customer is not held back by A's quota
+    await shop.submit("A", "a-0")  # a repeat of a counted order is no new order
+    await shop.pump()  # A's orders finish: the count goes down
+    assert await shop.ledger.loads(10) == ()
+    await shop.submit("A", "a-2")
+    assert await shop.state("a-2") is ProcessState.PENDING
+
+
+async def test_the_count_goes_down_when_an_order_rests_and_up_when_it_moves_again() -> None:
+    shop = Shop(rules=CustomerPolicy(max_pending=5))
+    await shop.submit("A", "a-0")
+    shop.bus.take(Queue.SCHEDULER)
+    await scheduler.on_nudge(shop.deps(), "a-0")
+    assert await shop.ledger.loads(10) == (("A", CustomerLoad(running=1)),)
+    await suspend_order(shop.deps(), "a-0", "ops")
+    assert await shop.ledger.loads(10) == ()
+    await resume_order(shop.deps(), "a-0", "ops")
+    assert await shop.ledger.loads(10) == (("A", CustomerLoad(running=1)),)
+
+
+async def test_an_order_finished_but_not_left_is_left_by_the_supervisor() -> None:
+    """A crash between the terminal save and the leave: the order is still watched."""
+    shop = Shop(rules=CustomerPolicy(max_pending=5))
+    await shop.submit("A", "a-0")
+    real = shop.ledger.leave
+    crashed = []
+
+    async def crash(*args, **kwargs):  # type: ignore[no-untyped-def]
+        crashed.append(args)
+        raise RuntimeError("died")
+
+    shop.ledger.leave = crash  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await shop.pump()
+    shop.ledger.leave = real  # type: ignore[method-assign]
+    assert crashed and await shop.state("a-0") is ProcessState.PROCESSED
+    assert await shop.ledger.loads(10) == (("A", CustomerLoad(running=1)),)
+    shop.clock.advance(5 * 60)
+    await sweep(shop.deps())
+    assert await shop.ledger.loads(10) == ()

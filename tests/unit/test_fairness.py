@@ -1,0 +1,82 @@
+"""The pure rules of shared/domain/fairness.py: who runs, who waits, who is refused."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from shared.adapters.clock import FakeClock
+from shared.catalogue import catalogue
+from shared.contract import Queue
+from shared.domain import process as machine
+from shared.domain.fairness import (
+    Admission,
+    CustomerLoad,
+    CustomerPolicy,
+    admit,
+    in_line,
+    promotes,
+    promotion,
+    wait_in_line,
+)
+from tests.builders import a_policy, an_order
+
+FAIR = CustomerPolicy(fair_share=2)
+QUOTA = CustomerPolicy(max_pending=3)
+
+
+def test_under_its_share_an_order_runs_at_once() -> None:
+    assert admit(CustomerLoad(running=1), FAIR) is Admission.RUN
+    assert admit(CustomerLoad(), CustomerPolicy()) is Admission.RUN
+
+
+def test_at_its_share_an_order_waits() -> None:
+    assert admit(CustomerLoad(running=2), FAIR) is Admission.WAIT
+
+
+def test_behind_its_own_line_an_order_waits_even_with_a_free_slot() -> None:
+    """First in, first out within one customer: a newcomer never jumps its own line."""
+    assert admit(CustomerLoad(running=0, waiting=1), FAIR) is Admission.WAIT
+
+
+def test_at_the_quota_an_order_is_refused_whether_running_or_waiting() -> None:
+    assert admit(CustomerLoad(running=2), QUOTA) is Admission.RUN
+    assert admit(CustomerLoad(running=1, waiting=2), QUOTA) is Admission.REFUSE
+    assert admit(CustomerLoad(running=3), CustomerPolicy(max_pending=3, fair_share=9)) is (
+        Admission.REFUSE
+    )
+
+
+def test_a_slot_freed_promotes_only_under_the_share() -> None:
+    assert promotes(CustomerLoad(running=1, waiting=4), FAIR)
+    assert not promotes(CustomerLoad(running=2, waiting=4), FAIR)
+    assert not promotes(CustomerLoad(running=0, waiting=0), FAIR)
+    assert promotes(CustomerLoad(running=5, waiting=1), CustomerPolicy(max_pending=9))
+
+
+def test_no_rule_set_keeps_no_record() -> None:
+    assert not CustomerPolicy().active
+    assert CustomerPolicy(fair_share=1).active and CustomerPolicy(max_pending=1).active
+
+
+def test_an_order_in_line_has_no_nudge_and_is_checked_when_its_hold_passes() -> None:
+    clock = FakeClock()
+    now = clock.now()
+    workflow = catalogue().default_workflow()
+    started = machine.start(an_order("o-1", clock=clock), workflow, now)
+    assert not in_line(started.process)
+    waiting = wait_in_line(started, now, hold=timedelta(minutes=10))
+    assert in_line(waiting.process)
+    assert all(m.queue != Queue.SCHEDULER for m in waiting.outgoing)
+    assert waiting.process.state.outbox == waiting.outgoing
+    assert waiting.history[-1].event == "waiting-for-fair-share"
+    policy = a_policy()
+    check = machine.next_check(waiting.process, workflow, policy, now)
+    assert check == now + timedelta(minutes=10)
+    # an order not in line is checked within a step timeout, as before
+    assert machine.next_check(started.process, workflow, policy, now) == now + timedelta(seconds=30)
+
+
+def test_a_promotion_is_one_message_per_order() -> None:
+    assert promotion("o-1").message_id == promotion("o-1").message_id
+    assert promotion("o-1").queue == Queue.SCHEDULER
+    assert promotion("o-1").body["orderId"] == "o-1"
