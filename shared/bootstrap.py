@@ -17,11 +17,13 @@ from shared.adapters.chaos import ChaosMessageBus, ChaosStateStore
 from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.memory import InMemoryBulkStore, InMemoryHealthStore, InMemoryStateStore
+from shared.adapters.memory_limits import InMemoryLimitStore
 from shared.adapters.memory_reconcile import InMemoryReconcileStore
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_health import TableHealthStore
+from shared.adapters.table_limits import TableLimitStore
 from shared.adapters.table_reconcile import TableReconcileStore
 from shared.adapters.table_store import TableStateStore
 from shared.domain.workflow import AgentName
@@ -30,6 +32,7 @@ from shared.ports import (
     BulkStore,
     Clock,
     HealthStore,
+    LimitStore,
     MessageBus,
     ReconcileStore,
     RemoteService,
@@ -42,10 +45,12 @@ from shared.telemetry.ports import traced, traced_remote
 from shared.usecases.agent import AgentDeps
 from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.limiter import AgentLimiter
 from shared.usecases.outcomes import Asked, OutcomeQueries
 from shared.usecases.process_cache import ProcessCache
 from shared.usecases.routing import RoutingSource
 from shared.usecases.step_heartbeat import StepHeartbeats
+from shared.usecases.step_hold import StepHolds
 
 
 @dataclass
@@ -62,10 +67,13 @@ class Container:
     """Bulk jobs and their scan of orders; None when the store has no bulk adapter."""
     reconcile: ReconcileStore | None = None
     """Reconciliation's sample of finished orders and its runs; None as for `bulk`."""
+    limits: LimitStore = field(default_factory=InMemoryLimitStore)
+    """The rows that hold agents' limits across instances (in the state table when built)."""
+    limiters: dict[AgentName, AgentLimiter | None] = field(default_factory=dict)
 
     async def close(self) -> None:
         """Release the clients (the local runtime and tests; the Functions host never stops)."""
-        for resource in (self.health, self.process.store, self.process.bus):
+        for resource in (self.health, self.limits, self.process.store, self.process.bus):
             closer = getattr(resource, "close", None)
             if closer is not None:
                 await closer()
@@ -82,8 +90,27 @@ class Container:
                 CircuitBreaker(name, clock),
                 clock,
                 AGENT_CAPACITY,
+                limits=self.settings.agent_limits.get(name),
             )
         return monitor
+
+    def limiter(self, name: AgentName) -> AgentLimiter | None:
+        """None for an agent without limits: its calls touch no limit row."""
+        if name not in self.limiters:
+            limits = self.settings.agent_limits.get(name)
+            self.limiters[name] = (
+                AgentLimiter(
+                    name,
+                    limits,
+                    self.limits,
+                    self.process.clock,
+                    self.process.instance_id,
+                    self.settings.clock_skew,
+                )
+                if limits is not None and limits.limited
+                else None
+            )
+        return self.limiters[name]
 
     def outcome_queries(self) -> OutcomeQueries:
         """The Supervisor asks each agent's service through that agent's own breaker."""
@@ -112,6 +139,8 @@ class Container:
             step_heartbeats=StepHeartbeats(
                 self.process.work, self.process.clock, self.process.policy
             ),
+            limiter=self.limiter(name),
+            step_holds=StepHolds(self.process.work, self.process.clock, self.process.policy),
         )
 
 
@@ -177,6 +206,7 @@ def compose(
     clock: Clock | None = None,
     health: HealthStore | None = None,
     decorate: PortDecorator | None = None,
+    limits: LimitStore | None = None,
 ) -> Container:
     """Without a health store the ops records stay in memory (tests, tools). `decorate`
     wraps the store and the bus before any use case sees them."""
@@ -201,6 +231,7 @@ def compose(
         health=health,
         bulk=_bulk_store(store),
         reconcile=_reconcile_store(store),
+        limits=limits if limits is not None else InMemoryLimitStore(),
     )
 
 
@@ -259,7 +290,8 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
         decorate = _then(_chaos(settings.chaos_fault_rate), decorate)
     if tracing:
         decorate = trace_ports if decorate is None else _then(decorate, trace_ports)
-    built = compose(settings, store, bus, remotes, health=health, decorate=decorate)
+    limits = TableLimitStore(tables, settings.state_table)
+    built = compose(settings, store, bus, remotes, health=health, decorate=decorate, limits=limits)
     built.session = session
     tune_for_long_lived_worker()
     return built

@@ -114,6 +114,10 @@ class Setting:
     CLOCK_SKEW_SECONDS: Final = "ClockSkewSeconds"
     """How long after its complete-by a request may still apply at its provider (network
     delay plus clock disagreement): a step's request is live until then (docs/in-doubt.md)."""
+    AGENT_MAX_CONCURRENT: Final = "AgentLimits__{agent}__maxConcurrent"
+    """Overrides the catalogue agent's `maxConcurrent` (0: no limit); one per agent."""
+    AGENT_CALLS_PER_SECOND: Final = "AgentLimits__{agent}__callsPerSecond"
+    """Overrides the catalogue agent's `callsPerSecond` (0: no limit); one per agent."""
     MAX_FAILURE_COUNT: Final = "MaxFailureCount"
     EXHAUSTED_POLICY: Final = "ExhaustedPolicy"
     REPLY_TO_ALLOW_LIST: Final = "ReplyToAllowList"

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from shared.catalogue import catalogue
 from shared.contract import ChaosSetting, Setting
+from shared.domain.limits import AgentLimits
 from shared.domain.model import ExhaustedPolicy
 from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import AgentName
@@ -72,6 +73,8 @@ class Settings:
     """None (StepMaxSeconds 0, the default): no step runs past its complete-by. Off by
     default because a beat cannot tell a slow call from a hung one: with beats on, a
     hung remote call holds its step until StepMaxSeconds instead of its complete-by."""
+    agent_limits: Mapping[AgentName, AgentLimits] = field(default_factory=dict)
+    """Each agent's fleet-wide limits: the catalogue's, overridden by AgentLimits__*."""
     clock_skew: timedelta = timedelta(seconds=5)
     """ClockSkewSeconds: a request is live until its complete-by plus this (the policy's
     clock_skew); no undo or move of its step is sent before then unless its key settles."""
@@ -130,6 +133,7 @@ class Settings:
             step_heartbeat=timedelta(seconds=_number(values, Setting.STEP_HEARTBEAT_SECONDS, 10)),
             step_max=_step_max(values),
             clock_skew=timedelta(seconds=_number(values, Setting.CLOCK_SKEW_SECONDS, 5, minimum=0)),
+            agent_limits=_agent_limits(values),
         )
 
 
@@ -146,6 +150,33 @@ def _number(values: Mapping[str, str], name: str, default: float, minimum: float
     if number < minimum:
         raise ConfigurationError(f"setting {name} must be at least {minimum}, got {raw!r}")
     return number
+
+
+def _agent_limits(values: Mapping[str, str]) -> dict[AgentName, AgentLimits]:
+    """The catalogue's limits, each overridden by its app setting when set (0 lifts it)."""
+    limits = {}
+    for name, spec in catalogue().agents.items():
+        declared = spec.limits
+        concurrent = _override(
+            values, Setting.AGENT_MAX_CONCURRENT.format(agent=name), declared.max_concurrent
+        )
+        rate = _override(
+            values, Setting.AGENT_CALLS_PER_SECOND.format(agent=name), declared.calls_per_second
+        )
+        if concurrent is not None and concurrent != int(concurrent):
+            raise ConfigurationError(
+                f"setting {Setting.AGENT_MAX_CONCURRENT.format(agent=name)} must be a whole "
+                f"number, got {concurrent}"
+            )
+        limits[name] = AgentLimits(None if concurrent is None else int(concurrent), rate)
+    return limits
+
+
+def _override(values: Mapping[str, str], name: str, declared: float | None) -> float | None:
+    if not values.get(name, "").strip():
+        return declared
+    number = _number(values, name, 0, minimum=0)
+    return number or None
 
 
 def _step_max(values: Mapping[str, str]) -> timedelta | None:
