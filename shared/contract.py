@@ -7,6 +7,7 @@ including the tests and the consistency checks against Bicep and emulator config
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -114,10 +115,6 @@ class Setting:
     CLOCK_SKEW_SECONDS: Final = "ClockSkewSeconds"
     """How long after its complete-by a request may still apply at its provider (network
     delay plus clock disagreement): a step's request is live until then (docs/in-doubt.md)."""
-    AGENT_MAX_CONCURRENT: Final = "AgentLimits__{agent}__maxConcurrent"
-    """Overrides the catalogue agent's `maxConcurrent` (0: no limit); one per agent."""
-    AGENT_CALLS_PER_SECOND: Final = "AgentLimits__{agent}__callsPerSecond"
-    """Overrides the catalogue agent's `callsPerSecond` (0: no limit); one per agent."""
     MAX_FAILURE_COUNT: Final = "MaxFailureCount"
     EXHAUSTED_POLICY: Final = "ExhaustedPolicy"
     REPLY_TO_ALLOW_LIST: Final = "ReplyToAllowList"
@@ -133,6 +130,22 @@ class Setting:
     """Local only, never deployed: where the operator page reads an order's trace
     (`python -m devhost` points it at its OTLP receiver). Unset in Azure, where traces
     are in Application Insights."""
+
+
+class AgentLimitSetting:
+    """Optional overrides of a catalogue agent's limits, one pair per agent (`{agent}` is
+    its name); unset: the catalogue's value, 0: no limit (docs/limits.md)."""
+
+    MAX_CONCURRENT: Final = "AgentLimits__{agent}__maxConcurrent"
+    CALLS_PER_SECOND: Final = "AgentLimits__{agent}__callsPerSecond"
+
+    @staticmethod
+    def names(agents: Iterable[str]) -> list[str]:
+        return [
+            pattern.format(agent=agent)
+            for agent in agents
+            for pattern in (AgentLimitSetting.MAX_CONCURRENT, AgentLimitSetting.CALLS_PER_SECOND)
+        ]
 
 
 class TelemetrySetting:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from shared.catalogue import catalogue
-from shared.contract import ChaosSetting, Setting
+from shared.contract import AgentLimitSetting, ChaosSetting, Setting
 from shared.domain.limits import AgentLimits
 from shared.domain.model import ExhaustedPolicy
 from shared.domain.process import ProcessPolicy
@@ -158,14 +158,14 @@ def _agent_limits(values: Mapping[str, str]) -> dict[AgentName, AgentLimits]:
     for name, spec in catalogue().agents.items():
         declared = spec.limits
         concurrent = _override(
-            values, Setting.AGENT_MAX_CONCURRENT.format(agent=name), declared.max_concurrent
+            values, AgentLimitSetting.MAX_CONCURRENT.format(agent=name), declared.max_concurrent
         )
         rate = _override(
-            values, Setting.AGENT_CALLS_PER_SECOND.format(agent=name), declared.calls_per_second
+            values, AgentLimitSetting.CALLS_PER_SECOND.format(agent=name), declared.calls_per_second
         )
         if concurrent is not None and concurrent != int(concurrent):
             raise ConfigurationError(
-                f"setting {Setting.AGENT_MAX_CONCURRENT.format(agent=name)} must be a whole "
+                f"setting {AgentLimitSetting.MAX_CONCURRENT.format(agent=name)} must be a whole "
                 f"number, got {concurrent}"
             )
         limits[name] = AgentLimits(None if concurrent is None else int(concurrent), rate)
