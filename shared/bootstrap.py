@@ -18,12 +18,14 @@ from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.memory import InMemoryBulkStore, InMemoryHealthStore, InMemoryStateStore
 from shared.adapters.memory_customers import InMemoryCustomerLedger
+from shared.adapters.memory_limits import InMemoryLimitStore
 from shared.adapters.memory_reconcile import InMemoryReconcileStore
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_customers import TableCustomerLedger
 from shared.adapters.table_health import TableHealthStore
+from shared.adapters.table_limits import TableLimitStore
 from shared.adapters.table_reconcile import TableReconcileStore
 from shared.adapters.table_store import TableStateStore
 from shared.domain.workflow import AgentName
@@ -33,6 +35,7 @@ from shared.ports import (
     Clock,
     CustomerLedger,
     HealthStore,
+    LimitStore,
     MessageBus,
     ReconcileStore,
     RemoteService,
@@ -46,10 +49,12 @@ from shared.usecases.agent import AgentDeps
 from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.customers import Customers
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.limiter import AgentLimiter
 from shared.usecases.outcomes import Asked, OutcomeQueries
 from shared.usecases.process_cache import ProcessCache
 from shared.usecases.routing import RoutingSource
 from shared.usecases.step_heartbeat import StepHeartbeats
+from shared.usecases.step_hold import StepHolds
 
 
 @dataclass
@@ -66,11 +71,14 @@ class Container:
     """Bulk jobs and their scan of orders; None when the store has no bulk adapter."""
     reconcile: ReconcileStore | None = None
     """Reconciliation's sample of finished orders and its runs; None as for `bulk`."""
+    limits: LimitStore = field(default_factory=InMemoryLimitStore)
+    """The rows that hold agents' limits across instances (in the state table when built)."""
+    limiters: dict[AgentName, AgentLimiter | None] = field(default_factory=dict)
 
     async def close(self) -> None:
         """Release the clients (the local runtime and tests; the Functions host never stops)."""
         ledger = self.process.customers.ledger if self.process.customers is not None else None
-        for resource in (self.health, self.process.store, self.process.bus, ledger):
+        for resource in (self.health, self.limits, self.process.store, self.process.bus, ledger):
             closer = getattr(resource, "close", None)
             if closer is not None:
                 await closer()
@@ -87,8 +95,27 @@ class Container:
                 CircuitBreaker(name, clock),
                 clock,
                 AGENT_CAPACITY,
+                limits=self.settings.agent_limits.get(name),
             )
         return monitor
+
+    def limiter(self, name: AgentName) -> AgentLimiter | None:
+        """None for an agent without limits: its calls touch no limit row."""
+        if name not in self.limiters:
+            limits = self.settings.agent_limits.get(name)
+            self.limiters[name] = (
+                AgentLimiter(
+                    name,
+                    limits,
+                    self.limits,
+                    self.process.clock,
+                    self.process.instance_id,
+                    self.settings.clock_skew,
+                )
+                if limits is not None and limits.limited
+                else None
+            )
+        return self.limiters[name]
 
     def outcome_queries(self) -> OutcomeQueries:
         """The Supervisor asks each agent's service through that agent's own breaker."""
@@ -117,6 +144,8 @@ class Container:
             step_heartbeats=StepHeartbeats(
                 self.process.work, self.process.clock, self.process.policy
             ),
+            limiter=self.limiter(name),
+            step_holds=StepHolds(self.process.work, self.process.clock, self.process.policy),
         )
 
 
@@ -183,6 +212,7 @@ def compose(
     health: HealthStore | None = None,
     decorate: PortDecorator | None = None,
     ledger: CustomerLedger | None = None,
+    limits: LimitStore | None = None,
 ) -> Container:
     """Without a health store the ops records stay in memory (tests, tools), and so does
     the customer ledger without one. `decorate` wraps the store and the bus before any
@@ -209,6 +239,7 @@ def compose(
         health=health,
         bulk=_bulk_store(store),
         reconcile=_reconcile_store(store),
+        limits=limits if limits is not None else InMemoryLimitStore(),
     )
 
 
@@ -279,6 +310,8 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
     active = settings.customer_policy.active
     ledger = TableCustomerLedger(tables, settings.state_table) if active else None
     built = compose(settings, store, bus, remotes, health=health, decorate=decorate, ledger=ledger)
+    limits = TableLimitStore(tables, settings.state_table)
+    built = compose(settings, store, bus, remotes, health=health, decorate=decorate, limits=limits)
     built.session = session
     tune_for_long_lived_worker()
     return built

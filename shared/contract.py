@@ -7,6 +7,7 @@ including the tests and the consistency checks against Bicep and emulator config
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -135,6 +136,22 @@ class Setting:
     """Local only, never deployed: where the operator page reads an order's trace
     (`python -m devhost` points it at its OTLP receiver). Unset in Azure, where traces
     are in Application Insights."""
+
+
+class AgentLimitSetting:
+    """Optional overrides of a catalogue agent's limits, one pair per agent (`{agent}` is
+    its name); unset: the catalogue's value, 0: no limit (docs/limits.md)."""
+
+    MAX_CONCURRENT: Final = "AgentLimits__{agent}__maxConcurrent"
+    CALLS_PER_SECOND: Final = "AgentLimits__{agent}__callsPerSecond"
+
+    @staticmethod
+    def names(agents: Iterable[str]) -> list[str]:
+        return [
+            pattern.format(agent=agent)
+            for agent in agents
+            for pattern in (AgentLimitSetting.MAX_CONCURRENT, AgentLimitSetting.CALLS_PER_SECOND)
+        ]
 
 
 class TelemetrySetting:

@@ -103,6 +103,9 @@ def _operator_action(
 
 _INT = {"type": "integer"}
 _TIME = {"type": "string", "format": "date-time"}
+_OPT_INT = {"type": ["integer", "null"], "minimum": 1}
+_OPT_NUMBER = {"type": ["number", "null"], "exclusiveMinimum": 0}
+_OPT_TIME = {"type": ["string", "null"], "format": "date-time"}
 _RECONCILE_RUN = {
     "type": "object",
     "required": ["instance", "startedAt", "finishedAt", "orders", "queries", "unknown"],
@@ -205,6 +208,11 @@ _OPS_SNAPSHOT = {
                     "calls": _INT,
                     "heartbeatAt": _TIME,
                     "openUntil": {"type": ["string", "null"], "format": "date-time"},
+                    "maxConcurrent": _OPT_INT,
+                    "callsPerSecond": _OPT_NUMBER,
+                    "rate": {"type": "number", "description": "calls per second lately"},
+                    "throttled": _INT,
+                    "last429": _OPT_TIME,
                     "ageSeconds": {"type": "number"},
                     "stale": {"type": "boolean"},
                 },
@@ -215,9 +223,22 @@ _OPS_SNAPSHOT = {
 }
 
 
+_LIMITS = {
+    "description": "the agent's fleet-wide limits (null: none) and how it is being held "
+    "to them: calls per second over the fresh instances, 429s seen, the last one",
+    "type": "object",
+    "required": ["maxConcurrent", "callsPerSecond", "rate", "throttled", "last429"],
+    "properties": {
+        "maxConcurrent": _OPT_INT,
+        "callsPerSecond": _OPT_NUMBER,
+        "rate": {"type": "number", "minimum": 0},
+        "throttled": _INT,
+        "last429": _OPT_TIME,
+    },
+}
 _AGENT = {
     "type": "object",
-    "required": ["agent", "queue", "highPriorityQueue", "drained", "health"],
+    "required": ["agent", "queue", "highPriorityQueue", "drained", "health", "limits"],
     "properties": {
         "agent": {"type": "string"},
         "queue": {"type": "string"},
@@ -241,6 +262,7 @@ _AGENT = {
                 "instances": _INT,
             },
         },
+        "limits": _LIMITS,
     },
 }
 _AGENT_NAME = {"name": "agent", "in": "path", "required": True, "schema": {"type": "string"}}

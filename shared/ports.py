@@ -11,6 +11,7 @@ from shared.domain.bulk import BulkJob, JobState, Lease
 from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.in_doubt import RemoteOutcome
+from shared.domain.limits import Schedule, SlotLease
 from shared.domain.model import (
     HistoryEntry,
     JsonObject,
@@ -356,4 +357,35 @@ class CustomerLedger(Protocol):
 
     async def loads(self, limit: int) -> tuple[tuple[str, CustomerLoad], ...]:
         """The customers with the most open orders, most first (the operator page)."""
+
+
+class LimitStore(Protocol):
+    """The shared rows that hold an agent's limits across instances (domain.limits):
+    its rate schedule and its concurrency leases."""
+
+    async def schedule(self, agent: str) -> Schedule | None:
+        """The agent's rate row; None before the first call took a slot."""
+        ...
+
+    async def put_schedule(
+        self, agent: str, next_start: datetime, seen: Schedule | None
+    ) -> Schedule:
+        """Write the rate row conditional on `seen` (its ETag; None: that there is none
+        yet); raises ConcurrencyConflict when it changed since."""
+        ...
+
+    async def leases(self, agent: str) -> tuple[SlotLease, ...]:
+        """Every concurrency lease row of the agent, expired or not (one query)."""
+        ...
+
+    async def take(
+        self, agent: str, slot: int, holder: str, expires: datetime, seen: SlotLease | None
+    ) -> SlotLease:
+        """Hold `slot` until `expires`, conditional on `seen` (None: the row must not
+        exist); raises ConcurrencyConflict when another instance took it first."""
+        ...
+
+    async def release(self, agent: str, lease: SlotLease) -> None:
+        """Give the slot back, conditional on its ETag; a lease already taken over or
+        gone is left as it is."""
         ...

@@ -12,11 +12,12 @@ import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from shared.domain.health import BreakerState
+from shared.domain.limits import SlotLease
 from shared.domain.throttle import AdaptiveRate
 from shared.ports import (
     Clock,
@@ -42,12 +43,30 @@ class DeadlinePassed(Exception):
 
 
 class HeldByThrottle(DeadlinePassed):
-    """The throttle (the service's `429`s) would start the next call only at or after the
-    complete-by: the step was held back by the service's quota, not failed by it."""
+    """The throttle (the service's `429`s) or the agent's own limits would start the
+    next call only at or after the complete-by, even after any hold moved it: the step
+    was held back by a quota, not failed by it."""
 
     def __init__(self, could_start_at: datetime) -> None:
         super().__init__(f"the next call could start at {could_start_at.isoformat()}")
         self.could_start_at = could_start_at
+
+
+class Gate(Protocol):
+    """An agent's fleet-wide limits (usecases.limiter.AgentLimiter)."""
+
+    async def start_at(self) -> datetime: ...
+
+    async def enter(
+        self, lasts: timedelta, waiting: Callable[[datetime], Awaitable[None]]
+    ) -> SlotLease | None: ...
+
+    async def leave(self, lease: SlotLease | None) -> None: ...
+
+
+Held = Callable[[datetime], Awaitable[None]]
+"""Told that the next call can start only at the given time, before the wait: may move
+the deadline (a step hold, usecases.step_hold) so the wait is not counted against it."""
 
 
 class CircuitBreaker:
@@ -123,6 +142,8 @@ async def call_until_deadline(
     observe: Callable[[bool, float], None] | None = None,
     call_limit: float | None = None,
     throttle: AdaptiveRate | None = None,
+    gate: Gate | None = None,
+    held: Held | None = None,
 ) -> T:
     """Retry transient failures with exponential back-off and full jitter until the
     deadline; raise DeadlinePassed when no attempt fits before it any more.
@@ -144,6 +165,10 @@ async def call_until_deadline(
     every call of this agent; the throttle then is the only wait before the next try
     (its spacing, and `Retry-After` as a floor), with no back-off on top, and a call it
     would start only at or past the deadline raises HeldByThrottle instead of waiting.
+
+    A `gate` (the agent's own limits) gives each call a rate slot and a concurrency
+    slot, waited for like the throttle's. Before any such wait `held` is told when the
+    call can start, and may move the deadline so the wait is not counted against it.
     """
     jitter = rng or random.Random()
     current = deadline if callable(deadline) else lambda: deadline
@@ -166,9 +191,29 @@ async def call_until_deadline(
     def stop(state: RetryCallState) -> bool:
         return remaining() - (state.upcoming_sleep or 0.0) <= 0
 
+    async def wait_until(start: datetime) -> None:
+        now = clock.now()
+        if start > now and held is not None:
+            await held(start)
+        if start >= current():
+            raise HeldByThrottle(start)
+        if start > now:
+            await clock.sleep((start - now).total_seconds())
+
     async def attempt() -> T:
         if throttle is not None:
-            await _wait_for_throttle(throttle, clock, current())
+            await wait_until(throttle.reserve(clock.now()))
+        if gate is not None:
+            await wait_until(await gate.start_at())
+            lasts = policy.call_timeout if call_limit is None else call_limit
+            lease = await gate.enter(timedelta(seconds=lasts), wait_until)
+            try:
+                return await call()
+            finally:
+                await gate.leave(lease)
+        return await call()
+
+    async def call() -> T:
         budget = remaining()
         if budget <= 0:
             raise DeadlinePassed()
@@ -224,17 +269,6 @@ async def call_until_deadline(
         return await retrying(attempt)
     except TransientRemoteError:
         raise DeadlinePassed() from None
-
-
-async def _wait_for_throttle(throttle: AdaptiveRate, clock: Clock, deadline: datetime) -> None:
-    """Wait for the throttle's slot, or raise HeldByThrottle when it is at or past the
-    deadline: sleeping into the deadline would only turn a held step into a silent one."""
-    now = clock.now()
-    start = throttle.reserve(now)
-    if start >= deadline:
-        raise HeldByThrottle(start)
-    if start > now:
-        await clock.sleep((start - now).total_seconds())
 
 
 def _went_through(throttle: AdaptiveRate | None) -> None:

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from shared.catalogue import catalogue
-from shared.contract import ChaosSetting, Setting
+from shared.contract import AgentLimitSetting, ChaosSetting, Setting
 from shared.domain.fairness import CustomerPolicy
+from shared.domain.limits import AgentLimits
 from shared.domain.model import ExhaustedPolicy
 from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import AgentName
@@ -78,6 +79,8 @@ class Settings:
     fair_share: int | None = None
     """FairShareRunningPerCustomer; None (0, the default): every order is nudged as it
     arrives, in arrival order."""
+    agent_limits: Mapping[AgentName, AgentLimits] = field(default_factory=dict)
+    """Each agent's fleet-wide limits: the catalogue's, overridden by AgentLimits__*."""
     clock_skew: timedelta = timedelta(seconds=5)
     """ClockSkewSeconds: a request is live until its complete-by plus this (the policy's
     clock_skew); no undo or move of its step is sent before then unless its key settles."""
@@ -140,6 +143,7 @@ class Settings:
                 values, Setting.INTAKE_MAX_PENDING_PER_CUSTOMER
             ),
             fair_share=_count_or_none(values, Setting.FAIR_SHARE_RUNNING_PER_CUSTOMER),
+            agent_limits=_agent_limits(values),
         )
 
     @property
@@ -168,6 +172,33 @@ def _number(values: Mapping[str, str], name: str, default: float, minimum: float
     if number < minimum:
         raise ConfigurationError(f"setting {name} must be at least {minimum}, got {raw!r}")
     return number
+
+
+def _agent_limits(values: Mapping[str, str]) -> dict[AgentName, AgentLimits]:
+    """The catalogue's limits, each overridden by its app setting when set (0 lifts it)."""
+    limits = {}
+    for name, spec in catalogue().agents.items():
+        declared = spec.limits
+        concurrent = _override(
+            values, AgentLimitSetting.MAX_CONCURRENT.format(agent=name), declared.max_concurrent
+        )
+        rate = _override(
+            values, AgentLimitSetting.CALLS_PER_SECOND.format(agent=name), declared.calls_per_second
+        )
+        if concurrent is not None and concurrent != int(concurrent):
+            raise ConfigurationError(
+                f"setting {AgentLimitSetting.MAX_CONCURRENT.format(agent=name)} must be a whole "
+                f"number, got {concurrent}"
+            )
+        limits[name] = AgentLimits(None if concurrent is None else int(concurrent), rate)
+    return limits
+
+
+def _override(values: Mapping[str, str], name: str, declared: float | None) -> float | None:
+    if not values.get(name, "").strip():
+        return declared
+    number = _number(values, name, 0, minimum=0)
+    return number or None
 
 
 def _step_max(values: Mapping[str, str]) -> timedelta | None:

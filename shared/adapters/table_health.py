@@ -220,6 +220,14 @@ def _health_entity(health: AgentHealth) -> dict[str, Any]:
     }
     if health.open_until is not None:
         entity["OpenUntil"] = health.open_until
+    if health.max_concurrent is not None:
+        entity["MaxConcurrent"] = health.max_concurrent
+    if health.calls_per_second is not None:
+        entity["CallsPerSecond"] = float(health.calls_per_second)
+    entity["Rate"] = float(health.rate)
+    entity["Throttled"] = health.throttled
+    if health.last_limited_at is not None:
+        entity["LastLimitedAt"] = health.last_limited_at
     return entity
 
 
@@ -236,7 +244,20 @@ def _to_health(entity: Any) -> AgentHealth:
         calls=int(entity["Calls"]),
         heartbeat_at=utc(entity["HeartbeatAt"]),
         open_until=utc_or_none(open_until),
+        max_concurrent=_int_or_none(entity.get("MaxConcurrent")),
+        calls_per_second=_float_or_none(entity.get("CallsPerSecond")),
+        rate=float(entity.get("Rate", 0.0)),
+        throttled=int(entity.get("Throttled", 0)),
+        last_limited_at=utc_or_none(entity.get("LastLimitedAt")),
     )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _drain_entity(drain: AgentDrain) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from shared.catalogue.schema import AgentModel, CatalogueModel, StepModel, WorkflowModel
+from shared.domain.limits import AgentLimits
 from shared.domain.workflow import (
     AgentRetry,
     AgentSpec,
@@ -226,6 +227,7 @@ def _build(model: CatalogueModel) -> Catalogue:
                 a.retry.max_backoff_seconds,
                 a.retry.call_timeout_seconds,
             ),
+            limits=AgentLimits(a.max_concurrent, a.calls_per_second),
         )
         for a in model.agents
     }

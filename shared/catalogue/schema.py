@@ -36,6 +36,8 @@ class AgentModel(_Strict):
     alternatives: list[Name] = Field(default_factory=list)
     retry_elsewhere: bool = Field(default=False, alias="retryElsewhere")
     retry: RetryModel = Field(default_factory=RetryModel)
+    max_concurrent: int | None = Field(default=None, alias="maxConcurrent", ge=1, le=1000)
+    calls_per_second: float | None = Field(default=None, alias="callsPerSecond", gt=0, le=10000)
 
 
 class StepModel(_Strict):

@@ -256,6 +256,10 @@ AGENT_COLUMNS = (
     "LATENCY",
     "IN FLIGHT",
     "HEARTBEAT",
+    "LIMIT",
+    "RATE",
+    "429s",
+    "LAST 429",
     "DRAIN REASON",
 )
 
@@ -271,6 +275,7 @@ def agents_table(agents: Sequence[Mapping[str, Any]]) -> str:
 
 def _agent_row(agent: Mapping[str, Any]) -> list[Any]:
     health = agent.get("health") or {}
+    limits = agent.get("limits") or {}
     drained = agent.get("drained")
     rate, latency = health.get("successRate"), health.get("latencyMs")
     return [
@@ -283,8 +288,22 @@ def _agent_row(agent: Mapping[str, Any]) -> list[Any]:
         f"{latency:.0f} ms" if isinstance(latency, int | float) else None,
         f"{health['inFlight']}/{health['capacity']}" if "inFlight" in health else None,
         when(health.get("lastHeartbeat")),
+        _limit_cell(limits),
+        f"{limits['rate']:g}/s" if isinstance(limits.get("rate"), int | float) else None,
+        limits.get("throttled"),
+        when(limits.get("last429")),
         cell(agent.get("reason"), WIDE) if drained else None,
     ]
+
+
+def _limit_cell(limits: Mapping[str, Any]) -> str:
+    """`5/s, 8 at once`; `none` when the agent has no limit."""
+    parts = []
+    if limits.get("callsPerSecond") is not None:
+        parts.append(f"{limits['callsPerSecond']:g}/s")
+    if limits.get("maxConcurrent") is not None:
+        parts.append(f"{limits['maxConcurrent']} at once")
+    return ", ".join(parts) or "none"
 
 
 def drain_line(agent: Mapping[str, Any]) -> str:

@@ -36,6 +36,16 @@ class AgentHealth:
     """Remote calls in the recent window."""
     heartbeat_at: datetime
     open_until: datetime | None = None
+    max_concurrent: int | None = None
+    """The agent's fleet-wide `maxConcurrent` as this instance runs it; None: no limit."""
+    calls_per_second: float | None = None
+    """The agent's fleet-wide `callsPerSecond` as this instance runs it; None: no limit."""
+    rate: float = 0.0
+    """Remote calls per second this instance made lately (over RATE_WINDOW)."""
+    throttled: int = 0
+    """`429`s this instance's calls were answered since it started."""
+    last_limited_at: datetime | None = None
+    """When this instance last saw a `429` from the service."""
 
 
 @dataclass(frozen=True)

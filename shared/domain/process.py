@@ -23,6 +23,7 @@ from shared.domain.machine.events import (
 )
 from shared.domain.machine.forward import apply_reply, claim, start
 from shared.domain.machine.heartbeat import extend_complete_by
+from shared.domain.machine.hold import restart_complete_by
 from shared.domain.machine.migrate import IncompatibleVersions, incompatibility, migrate
 from shared.domain.machine.operator import PastPivot, cancel, resubmit, resume, suspend
 from shared.domain.machine.recovery import (
@@ -55,6 +56,7 @@ __all__ = [
     "next_deadline",
     "receive_event",
     "recover",
+    "restart_complete_by",
     "resubmit",
     "resume",
     "start",

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from shared.domain.limits import AgentLimits
+
 AgentName = str
 """An agent's name as the catalogue declares it; also its simulated service's name."""
 
@@ -75,6 +77,9 @@ class AgentSpec:
     idempotency-key space (two regions of one provider); otherwise only new dispatches
     move."""
     retry: AgentRetry = field(default_factory=AgentRetry)
+    limits: AgentLimits = field(default_factory=AgentLimits)
+    """`maxConcurrent` and `callsPerSecond` as declared; app settings may override them
+    (settings.agent_limits)."""
 
 
 @dataclass(frozen=True)

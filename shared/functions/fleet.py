@@ -94,6 +94,18 @@ def agent_view(status: AgentStatus, now: datetime) -> dict[str, Any]:
         "since": opt_iso(drain.since) if drain else None,
         "by": drain.by if drain else None,
         "health": _health_view(status, now),
+        "limits": limits_view(status, now),
+    }
+
+
+def limits_view(status: AgentStatus, now: datetime) -> dict[str, Any]:
+    limits = status.limits(now)
+    return {
+        "maxConcurrent": limits.max_concurrent,
+        "callsPerSecond": limits.calls_per_second,
+        "rate": round(limits.rate, 2),
+        "throttled": limits.throttled,
+        "last429": opt_iso(limits.last_limited_at),
     }
 
 

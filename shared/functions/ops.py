@@ -198,6 +198,11 @@ def _agent_view(view: AgentView) -> dict[str, Any]:
         "calls": h.calls,
         "heartbeatAt": iso(h.heartbeat_at),
         "openUntil": opt_iso(h.open_until),
+        "maxConcurrent": h.max_concurrent,
+        "callsPerSecond": h.calls_per_second,
+        "rate": round(h.rate, 2),
+        "throttled": h.throttled,
+        "last429": opt_iso(h.last_limited_at),
         "ageSeconds": round(view.age.total_seconds(), 1),
         "stale": view.stale,
     }

@@ -30,7 +30,9 @@ from shared.resilience import (
     call_until_deadline,
 )
 from shared.usecases.agent_health import HealthMonitor
+from shared.usecases.limiter import AgentLimiter
 from shared.usecases.step_heartbeat import KnownDeadline, StepHeartbeats
+from shared.usecases.step_hold import StepHolds
 
 log = logging.getLogger("orders.agent")
 
@@ -67,6 +69,12 @@ class AgentDeps:
     """Slows this agent's calls after its service's `429`s; one per agent per process,
     shared by both lanes like the breaker. None: a `429` is retried like a 503, but
     still never counted against the breaker."""
+    limiter: AgentLimiter | None = None
+    """The agent's fleet-wide `callsPerSecond` and `maxConcurrent`; None: no limit
+    declared, and no store call for it."""
+    step_holds: StepHolds | None = None
+    """Restarts a do's complete-by when a limit holds its call back; None: a held call
+    keeps its deadline (and past it ends held-by-throttle, no reply)."""
 
 
 def operation_for(agent: AgentName, request: AgentRequest) -> str:
@@ -137,6 +145,7 @@ async def _perform(
         return await beats.keep_alive(request, known, deps.remote.invoke(call, timeout))
 
     step_max = beats.policy.step_max if beats is not None else None
+    held = deps.step_holds.for_request(request, known) if deps.step_holds is not None else None
     try:
         result = await call_until_deadline(
             invoke,
@@ -148,10 +157,12 @@ async def _perform(
             observe=_observer(deps),
             call_limit=step_max.total_seconds() if step_max is not None else None,
             throttle=deps.throttle,
+            gate=deps.limiter,
+            held=held,
         )
     except HeldByThrottle as exc:
         log.info(
-            "order %s %s held by %s's rate limit past its complete-by (attempt %d, next "
+            "order %s %s held by %s's limits past its complete-by (attempt %d, next "
             "call possible at %s); no reply",
             request.order_id,
             operation,

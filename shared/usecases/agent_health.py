@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from shared.domain.health import AgentHealth, BreakerState
+from shared.domain.limits import AgentLimits
 from shared.domain.throttle import AdaptiveRate
 from shared.ports import Clock, HealthStore, StateStoreError, TransientRemoteError
 from shared.resilience import CircuitBreaker
@@ -27,6 +28,8 @@ PUBLISH_EVERY = timedelta(seconds=2)
 WINDOW = 50
 """Remote calls the success rate and latency are computed over."""
 PROBE_TIMEOUT = 2.0
+RATE_WINDOW = timedelta(seconds=10)
+"""The calls a heartbeat's `rate` counts: the last few heartbeats' worth."""
 FORGET_AFTER = timedelta(hours=1)
 """Heartbeats this old belong to instances that scaled in; the page shows them as STALE
 until then."""
@@ -47,8 +50,10 @@ class HealthMonitor:
         clock: Clock,
         capacity: int,
         throttle: AdaptiveRate | None = None,
+        limits: AgentLimits | None = None,
     ) -> None:
         self.agent = agent
+        self.limits = limits or AgentLimits()
         self.instance = instance
         self.breaker = breaker
         self.throttle = throttle if throttle is not None else AdaptiveRate()
@@ -57,6 +62,7 @@ class HealthMonitor:
         self.in_flight = 0
         self._clock = clock
         self._calls: deque[tuple[bool, float]] = deque(maxlen=WINDOW)
+        self._ended: deque[datetime] = deque()
         self._published_at: datetime | None = None
         self._published_breaker: BreakerState | None = None
         self._publishing = asyncio.Lock()
@@ -69,10 +75,19 @@ class HealthMonitor:
 
     def observe(self, succeeded: bool, seconds: float) -> None:
         self._calls.append((succeeded, seconds))
+        self._ended.append(self._clock.now())
+
+    def rate(self) -> float:
+        """Calls per second over the last RATE_WINDOW."""
+        since = self._clock.now() - RATE_WINDOW
+        while self._ended and self._ended[0] <= since:
+            self._ended.popleft()
+        return len(self._ended) / RATE_WINDOW.total_seconds()
 
     def snapshot(self) -> AgentHealth:
         calls = len(self._calls)
         breaker = self.breaker.state
+        throttle = self.throttle.view()
         return AgentHealth(
             agent=self.agent,
             instance=self.instance,
@@ -84,6 +99,11 @@ class HealthMonitor:
             calls=calls,
             heartbeat_at=self._clock.now(),
             open_until=self.breaker.open_until if breaker is not BreakerState.CLOSED else None,
+            max_concurrent=self.limits.max_concurrent,
+            calls_per_second=self.limits.calls_per_second,
+            rate=self.rate(),
+            throttled=throttle.throttled,
+            last_limited_at=throttle.last_limited_at,
         )
 
     def breaker_changed(self) -> bool:

@@ -23,6 +23,18 @@ class UnknownAgent(Exception):
 
 
 @dataclass(frozen=True)
+class LimitsView:
+    """What an operator sees of one agent's limits, fleet-wide."""
+
+    max_concurrent: int | None
+    calls_per_second: float | None
+    rate: float
+    """Calls per second the fresh instances made lately, added up."""
+    throttled: int
+    last_limited_at: datetime | None
+
+
+@dataclass(frozen=True)
 class AgentStatus:
     spec: AgentSpec
     view: AgentView | None
@@ -47,6 +59,22 @@ class AgentStatus:
             return sum(h.latency_ms * h.calls for h in fresh) / calls
         latest = self.latest
         return latest.latency_ms if latest else None
+
+    def limits(self, now: datetime) -> LimitsView:
+        """The agent's limits as its freshest instance runs them (the catalogue's when
+        none is heard from), the call rate over the fresh instances, and the `429`s
+        every instance still on record has seen."""
+        fresh = [h for h in self.instances if now - h.heartbeat_at <= STALE_AFTER]
+        latest = max(fresh, key=lambda h: h.heartbeat_at, default=None)
+        declared = self.spec.limits
+        limited = [h.last_limited_at for h in self.instances if h.last_limited_at is not None]
+        return LimitsView(
+            max_concurrent=latest.max_concurrent if latest else declared.max_concurrent,
+            calls_per_second=latest.calls_per_second if latest else declared.calls_per_second,
+            rate=sum(h.rate for h in fresh),
+            throttled=sum(h.throttled for h in self.instances),
+            last_limited_at=max(limited, default=None),
+        )
 
     @property
     def breaker(self) -> BreakerState | None:

@@ -82,6 +82,9 @@ async def test_an_operator_watches_orders_and_resubmits_one_from_the_page(
     await retry_row.wait_for(timeout=WAIT_MS)
     assert "create-shipment" in await retry_row.inner_text()
     assert await page.locator("#sweeps tr").count() >= 1
+    shipping = page.locator('#agents tr[data-agent="shipping"]').first
+    await shipping.wait_for(timeout=WAIT_MS)
+    assert "none" in await shipping.inner_text(), "no limit declared: limit none, no 429"
 
     await system.clear_faults()
     await retry_row.get_by_role("button", name="Resubmit").click()

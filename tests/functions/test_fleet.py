@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import azure.functions as func
 import pytest
 
 from shared import bootstrap
+from shared.domain.health import AgentHealth, BreakerState
+from shared.domain.messages import iso
 from shared.domain.model import Phase, ProcessState
 from tests.functions.conftest import Harness
 from tests.functions.test_functions import ORDER, assert_problem, body
@@ -134,3 +137,38 @@ async def test_failures_groups_error_orders_largest_first(harness: Harness) -> N
     ]
     assert sorted(groups[0]["sampleOrderIds"]) == ["t-0", "t-1", "t-2"]
     assert groups[0]["firstAt"] <= groups[0]["lastAt"]
+
+
+async def test_agents_show_each_agents_limits_rate_and_429s_over_its_instances(
+    harness: Harness,
+) -> None:
+    """Two instances' heartbeats: the limits as they run them, the rates added up, the
+    `429`s counted over both and the latest of them."""
+    c = await bootstrap.container()
+    now = harness.clock.now()
+    for instance, rate, throttled, last in (("i-1", 2.4, 3, 10), ("i-2", 2.5, 1, 20)):
+        await c.health.publish_health(
+            AgentHealth(
+                "payment", instance, BreakerState.CLOSED, 1.0, 10.0, 0, 16, 5, now,
+                max_concurrent=8, calls_per_second=5.0, rate=rate, throttled=throttled,
+                last_limited_at=now - timedelta(seconds=last),
+            )
+        )  # fmt: skip
+
+    response = await harness.http("agents_http", "GET", "agents")
+
+    agents = {a["agent"]: a for a in body(response)["agents"]}
+    assert agents["payment"]["limits"] == {
+        "maxConcurrent": 8,
+        "callsPerSecond": 5.0,
+        "rate": 4.9,
+        "throttled": 4,
+        "last429": iso(now - timedelta(seconds=10)),
+    }
+    assert agents["shipping"]["limits"] == {
+        "maxConcurrent": None,
+        "callsPerSecond": None,
+        "rate": 0,
+        "throttled": 0,
+        "last429": None,
+    }

@@ -13,9 +13,11 @@ from collections.abc import Iterator, Mapping
 import pytest
 
 from shared.bootstrap import AGENT_CAPACITY
+from shared.catalogue import catalogue
 from shared.contract import (
     ALL_QUEUES,
     QUEUE_PROPERTIES,
+    AgentLimitSetting,
     ChaosSetting,
     Setting,
     service_url_settings,
@@ -56,7 +58,9 @@ TEST_ONLY_SETTINGS = frozenset(
 # Local only: the operator page's link to devhost's trace receiver; Azure has Application Insights.
 LOCAL_ONLY_SETTINGS = frozenset({Setting.TRACE_QUERY_URL})
 # Optional, with a default that is right in Azure (the deployed catalogue.json).
-OPTIONAL_SETTINGS = frozenset({Setting.CATALOGUE_FILE, Setting.EVENT_SIGNING_SECRET})
+OPTIONAL_SETTINGS = frozenset({Setting.CATALOGUE_FILE, Setting.EVENT_SIGNING_SECRET}) | frozenset(
+    AgentLimitSetting.names(catalogue().agents)
+)
 PLAIN_SETTINGS = (
     CODE_SETTINGS
     - PLATFORM_SETTINGS

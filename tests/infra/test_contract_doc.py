@@ -29,6 +29,7 @@ from shared.adapters import table_rows
 from shared.contract import (
     ALL_QUEUES,
     QUEUE_PROPERTIES,
+    AgentLimitSetting,
     ChaosSetting,
     DevhostSetting,
     PoisonProperty,
@@ -320,6 +321,7 @@ def test_settings_are_exactly_the_settings_the_code_reads() -> None:
     code = {v for k, v in vars(Setting).items() if k.isupper() and isinstance(v, str)}
     code |= set(service_url_settings())
     code.add(ChaosSetting.FAULT_RATE)
+    code |= {AgentLimitSetting.MAX_CONCURRENT, AgentLimitSetting.CALLS_PER_SECOND}
     doc = documented("6. Settings")
     assert doc == code, missing_and_extra(doc, code)
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from pydantic import ValidationError
 
+from shared.catalogue.schema import AgentModel
 from shared.contract import Queue, Setting
+from shared.domain.limits import AgentLimits
 from shared.domain.process import ProcessPolicy
 from shared.settings import ConfigurationError, Settings
 from shared.usecases import scheduler
@@ -88,3 +91,33 @@ def test_per_customer_counts_are_whole_numbers_and_zero_turns_them_off() -> None
     for bad in ("2.5", "-1", "many"):
         with pytest.raises(ConfigurationError, match=Setting.INTAKE_MAX_PENDING_PER_CUSTOMER):
             Settings.from_env({**base, Setting.INTAKE_MAX_PENDING_PER_CUSTOMER: bad})
+
+
+def test_agent_limits_come_from_the_catalogue_and_app_settings_override_them() -> None:
+    """The test catalogue declares none; a setting adds one, 0 lifts it, a fraction of a
+    call at once is refused by name."""
+    plain = Settings.from_env(LOCAL).agent_limits
+    assert not any(limits.limited for limits in plain.values())
+    settings = Settings.from_env(
+        {
+            **LOCAL,
+            "AgentLimits__payment__callsPerSecond": "5",
+            "AgentLimits__payment__maxConcurrent": "8",
+            "AgentLimits__shipping__callsPerSecond": "0",
+        }
+    )
+    assert settings.agent_limits["payment"] == AgentLimits(8, 5.0)
+    assert not settings.agent_limits["shipping"].limited
+    with pytest.raises(ConfigurationError, match="AgentLimits__payment__maxConcurrent"):
+        Settings.from_env({**LOCAL, "AgentLimits__payment__maxConcurrent": "2.5"})
+
+
+def test_a_catalogue_limit_must_be_positive() -> None:
+    with pytest.raises(ValidationError):
+        AgentModel.model_validate(
+            {"name": "payment", "serviceUrlSetting": "PaymentServiceUrl", "callsPerSecond": 0}
+        )
+    declared = AgentModel.model_validate(
+        {"name": "payment", "serviceUrlSetting": "PaymentServiceUrl", "maxConcurrent": 4}
+    )
+    assert (declared.max_concurrent, declared.calls_per_second) == (4, None)

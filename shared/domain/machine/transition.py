@@ -46,6 +46,9 @@ class ProcessPolicy:
     clock_skew: timedelta = timedelta(seconds=5)
     """How long after its complete-by a request may still reach its provider and apply:
     the network's delay plus the clocks' disagreement. A request is live until then."""
+    hold_max: timedelta = timedelta(minutes=5)
+    """How far from its dispatch a limit's wait may restart a step's complete-by
+    (machine/hold.py); past it the usual timeout applies."""
 
     def timeout(self, definition: StepDefinition, priority: Priority) -> timedelta:
         base = (

@@ -1,0 +1,117 @@
+"""An agent's declared limits, and the two shared records that make them hold across
+every instance (DESIGN section 14; the argument and its numbers: docs/limits.md).
+
+`callsPerSecond` is a schedule, not a counter: one shared row per agent holds the
+earliest time the next call may start, and whoever takes slots moves it on by one gap
+per slot (the generic cell rate algorithm with a burst of one). Calls spaced a gap
+apart, whichever instance makes them, can never put more than the limit in any
+one-second window, sliding or not; a per-second counter can (twice the limit across a
+window's edge). A slot is taken for a call that is waiting now, never in advance, so
+an idle instance holds nothing, and a killed one loses at most the slots it had taken.
+
+`maxConcurrent` is a set of leases: rows `0 .. maxConcurrent - 1`, each held by one
+call until its expiry, which is the longest the call can run plus the clock-skew
+margin, so a killed instance's slots come back on their own.
+A killed instance also loses the rate slots it had taken for its waiting calls: at most
+one batch, a few gaps of the schedule, never more calls than the limit.
+
+Pure: the times are given, the rows are values with their ETags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+SECOND = timedelta(seconds=1)
+MARGIN = 0.05
+"""A second of spacing is a little longer than a second, as in the throttle: a provider
+counts arrivals, and a few milliseconds of network jitter between two instances'
+calls must not land one call too many in its window."""
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    """What one agent may ask of its service, fleet-wide; None: no limit."""
+
+    max_concurrent: int | None = None
+    calls_per_second: float | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.max_concurrent is not None or self.calls_per_second is not None
+
+    @property
+    def gap(self) -> timedelta | None:
+        """The distance between two calls' starts under `calls_per_second`."""
+        if self.calls_per_second is None:
+            return None
+        return SECOND * ((1 + MARGIN) / self.calls_per_second)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The shared rate row of one agent as read, with its ETag."""
+
+    next_start: datetime
+    etag: str
+
+
+@dataclass(frozen=True)
+class Booking:
+    """Slots taken in one conditional write: their start times, and the row's next value."""
+
+    starts: tuple[datetime, ...]
+    next_start: datetime
+
+
+def book(next_start: datetime | None, now: datetime, wanted: int, gap: timedelta) -> Booking:
+    """`wanted` consecutive slots from the schedule's next free one (or now). A slot far
+    ahead is still taken: the caller then knows at once when its call can start, and
+    its step's complete-by can start there too (machine/hold.py)."""
+    first = now if next_start is None else max(now, next_start)
+    starts = tuple(first + gap * i for i in range(max(wanted, 1)))
+    return Booking(starts, first + gap * len(starts))
+
+
+@dataclass(frozen=True)
+class SlotLease:
+    """One of an agent's `maxConcurrent` slots as read: who holds it, until when."""
+
+    slot: int
+    holder: str
+    expires: datetime
+    etag: str
+
+
+@dataclass(frozen=True)
+class FreeSlot:
+    slot: int
+    seen: SlotLease | None
+    """The expired lease to replace on its ETag; None: the row is not there (insert)."""
+
+
+def free_slots(
+    leases: Sequence[SlotLease], max_concurrent: int, now: datetime, skew: timedelta
+) -> tuple[FreeSlot, ...]:
+    """Slots no live call holds. A lease counts as held until its expiry plus the skew
+    margin: its holder's clock may run behind ours."""
+    by_slot = {lease.slot: lease for lease in leases}
+    free = []
+    for slot in range(max_concurrent):
+        lease = by_slot.get(slot)
+        if lease is None:
+            free.append(FreeSlot(slot, None))
+        elif lease.expires + skew <= now:
+            free.append(FreeSlot(slot, lease))
+    return tuple(free)
+
+
+def next_expiry(
+    leases: Sequence[SlotLease], max_concurrent: int, now: datetime, skew: timedelta
+) -> datetime:
+    """When the first held slot comes back if nobody releases it first (now: none is
+    held, a race was lost)."""
+    held = [lease.expires + skew for lease in leases if lease.slot < max_concurrent]
+    return min(held, default=now)

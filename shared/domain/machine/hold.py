@@ -1,0 +1,79 @@
+"""A step held back by a limit: its complete-by starts when its call can start.
+
+An agent whose call must wait for its service's limit (the agent's own `callsPerSecond`
+or `maxConcurrent`, or the throttle the service's `429`s set) has not sent that call
+yet, so the wait is no fault of the attempt: the step's complete-by restarts from the
+time the call can start, with the step's whole timeout ahead of it. Without this the
+Supervisor would find the deadline passed and count a failure against the order for a
+quota it has no part in.
+
+The live time only grows: a do request sent earlier in the same attempt (one the
+service refused with a `429`, or a retry cut by a timeout) is covered by the new live
+time too, so no undo or move of the step goes while it may still apply (settle.py).
+
+Bounded: never past `hold_max` from the dispatch. A provider that refuses for ever does
+not keep an order Processing for ever: past the cap the agent stops, says nothing, and
+the Supervisor's timeout and in-doubt path applies as for any other silent attempt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from shared.domain.machine.transition import ProcessPolicy, Transition
+from shared.domain.messages import iso
+from shared.domain.model import HistoryEntry, OrderProcess, ProcessState, StepStatus
+
+
+def restart_complete_by(
+    process: OrderProcess,
+    attempt: int,
+    step: str,
+    start: datetime,
+    now: datetime,
+    budget: timedelta,
+    policy: ProcessPolicy,
+) -> Transition | None:
+    """The call of `step` at `attempt` can start only at `start`: its complete-by (and
+    the order's) moves to `start + budget`, at most to the dispatch plus `hold_max`.
+
+    None changes nothing and tells the agent it may not count on more time: another
+    attempt holds the order, the step is no longer Running, the order is not
+    Processing (a compensation is not held: the Supervisor retries it without counting
+    it against the order), the complete-by has already passed (the step is the
+    Supervisor's now), or the cap leaves nothing to add. A hold sends nothing and
+    keeps the outbox as it is.
+    """
+    state = process.state
+    index = state.current_step
+    if state.attempt != attempt or index >= len(process.steps):
+        return None
+    record = process.steps[index]
+    if record.name != step or record.status is not StepStatus.RUNNING:
+        return None
+    if state.process_state is not ProcessState.PROCESSING:
+        return None
+    if record.dispatched_at is None or record.complete_by is None or record.complete_by <= now:
+        return None
+    cap = record.dispatched_at + policy.hold_max
+    restarted = min(max(start, now) + budget, cap)
+    if restarted <= record.complete_by:
+        return None
+    steps = list(process.steps)
+    live_until = max(record.live_until or restarted, restarted + policy.clock_skew)
+    steps[index] = replace(record, complete_by=restarted, live_until=live_until)
+    order_by = restarted if state.complete_by is None else max(state.complete_by, restarted)
+    next_state = replace(state, version=state.version + 1, updated_at=now, complete_by=order_by)
+    entry = HistoryEntry(
+        at=now,
+        event="step-held",
+        detail=f"{step}: {record.agent or 'the agent'}'s limit holds its call until "
+        f"{iso(start)}; complete-by restarts from then ({iso(restarted)}), at most to "
+        f"{iso(cap)}",
+        process_state=state.process_state,
+        failure_count=state.failure_count,
+        attempt=state.attempt,
+    )
+    held = OrderProcess(process.order, next_state, tuple(steps), process.etag)
+    return Transition(held, (), (entry,))

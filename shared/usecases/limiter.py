@@ -1,0 +1,167 @@
+"""An agent's fleet-wide limits, as one process takes its part of them.
+
+The shared rows are in the LimitStore (domain.limits says why a schedule and leases).
+Per process and agent, one booker takes rate slots for every call waiting here in one
+conditional write, and reuses the row's ETag it wrote last, so a lone instance pays
+one write per batch and only a race costs a read. Without a limit nothing here runs:
+the agent is given no limiter at all, and its calls touch no store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import deque
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+
+from shared.domain.limits import AgentLimits, Schedule, SlotLease, book, free_slots, next_expiry
+from shared.ports import (
+    Clock,
+    ConcurrencyConflict,
+    LimitStore,
+    StateStoreError,
+    TransientRemoteError,
+)
+
+log = logging.getLogger("orders.agent")
+
+POLL_FIRST = 0.05
+POLL_MAX = 1.0
+"""How often a call waiting for a concurrency slot looks again, doubling from the first
+to the last: slots freed elsewhere send no signal."""
+
+
+class LimitUnavailable(TransientRemoteError):
+    """The limit rows could not be read or written: no call goes unmetered, so the
+    attempt waits and retries like any transient failure (and is not the service's)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("limit-store-unavailable", message)
+
+
+Waiting = Callable[[datetime], Awaitable[None]]
+"""Waits, for a call without a concurrency slot, until it looks again; may raise to
+give up instead (the caller's deadline)."""
+
+
+class AgentLimiter:
+    def __init__(
+        self,
+        agent: str,
+        limits: AgentLimits,
+        store: LimitStore,
+        clock: Clock,
+        holder: str,
+        skew: timedelta,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.agent = agent
+        self.limits = limits
+        self._store = store
+        self._clock = clock
+        self._holder = holder
+        self._skew = skew
+        self._rng = rng or random.Random()
+        self._waiting: deque[asyncio.Future[datetime]] = deque()
+        self._booker: asyncio.Task[None] | None = None
+        self._seen: Schedule | None = None
+        self._seen_valid = False
+        self._local = (
+            asyncio.Semaphore(limits.max_concurrent) if limits.max_concurrent is not None else None
+        )
+
+    async def start_at(self) -> datetime:
+        """A rate slot for one call: the time it may start (now when there is no rate
+        limit). Raises LimitUnavailable when the schedule cannot be reached."""
+        if self.limits.gap is None:
+            return self._clock.now()
+        slot: asyncio.Future[datetime] = asyncio.get_running_loop().create_future()
+        self._waiting.append(slot)
+        if self._booker is None or self._booker.done():
+            self._booker = asyncio.create_task(self._book())
+        return await slot
+
+    async def enter(self, lasts: timedelta, waiting: Waiting) -> SlotLease | None:
+        """Hold one of the agent's concurrency slots for a call that lasts at most
+        `lasts`; None without a concurrency limit. Release it with `leave`."""
+        limit = self.limits.max_concurrent
+        if limit is None or self._local is None:
+            return None
+        await self._local.acquire()
+        try:
+            return await self._take(limit, lasts, waiting)
+        except BaseException:
+            self._local.release()
+            raise
+
+    async def leave(self, lease: SlotLease | None) -> None:
+        """Never raises: a lease not given back expires on its own."""
+        if lease is None or self._local is None:
+            return
+        self._local.release()
+        try:
+            await self._store.release(self.agent, lease)
+        except StateStoreError as exc:
+            log.warning(
+                "agent %s slot %d not released (%s); it expires", self.agent, lease.slot, exc
+            )
+
+    async def _take(self, limit: int, lasts: timedelta, waiting: Waiting) -> SlotLease:
+        pause = POLL_FIRST
+        while True:
+            now = self._clock.now()
+            try:
+                leases = await self._store.leases(self.agent)
+                free = list(free_slots(leases, limit, now, self._skew))
+                self._rng.shuffle(free)
+                for slot in free:
+                    try:
+                        return await self._store.take(
+                            self.agent, slot.slot, self._holder, now + lasts, slot.seen
+                        )
+                    except ConcurrencyConflict:
+                        continue
+            except StateStoreError as exc:
+                raise LimitUnavailable(f"{self.agent} concurrency slots: {exc}") from None
+            back = next_expiry(leases, limit, now, self._skew)
+            wait = max(min(pause, (back - now).total_seconds()), POLL_FIRST)
+            pause = min(pause * 2, POLL_MAX)
+            await waiting(now + timedelta(seconds=wait))
+
+    async def _book(self) -> None:
+        """Take slots for every call waiting here, a batch per write, until none waits."""
+        gap = self.limits.gap
+        assert gap is not None
+        while True:
+            while self._waiting and self._waiting[0].done():
+                self._waiting.popleft()
+            if not self._waiting:
+                return
+            now = self._clock.now()
+            try:
+                if not self._seen_valid:
+                    self._seen, self._seen_valid = await self._store.schedule(self.agent), True
+                seen = self._seen
+                booking = book(seen.next_start if seen else None, now, len(self._waiting), gap)
+                self._seen = await self._store.put_schedule(self.agent, booking.next_start, seen)
+            except ConcurrencyConflict:
+                self._seen_valid = False
+                continue
+            except StateStoreError as exc:
+                self._seen_valid = False
+                self._fail(LimitUnavailable(f"{self.agent} rate schedule: {exc}"))
+                return
+            for start in booking.starts:
+                while self._waiting:
+                    slot = self._waiting.popleft()
+                    if not slot.done():
+                        slot.set_result(start)
+                        break
+
+    def _fail(self, exc: Exception) -> None:
+        while self._waiting:
+            slot = self._waiting.popleft()
+            if not slot.done():
+                slot.set_exception(exc)

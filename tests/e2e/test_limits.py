@@ -1,0 +1,110 @@
+"""Limits on two local runtimes sharing one table, one broker and one simulator (DESIGN
+section 14): an agent's `callsPerSecond` holds across both, and a provider's `429`s
+slow the agents without a failure counted against any order."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from devhost.broker import Broker
+from devhost.harness.clients import AppClient, SimulatorControl
+from devhost.harness.ports import LOOPBACK, free_port
+from devhost.harness.process import Child
+from devhost.harness.services import runtime_command
+from devhost.simulator import SimulatorServer
+from shared.contract import Setting
+from tests.e2e.conftest import TERMINAL, e2e_settings
+
+pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
+
+ORDERS = 16
+
+
+@contextlib.asynccontextmanager
+async def two_runtimes(
+    settings: dict[str, str], tmp_path: Path, session: aiohttp.ClientSession
+) -> AsyncIterator[list[AppClient]]:
+    children: list[Child] = []
+    apps = []
+    try:
+        for name in ("a", "b"):
+            port = free_port()
+            env = {**settings, Setting.INSTANCE_ID: f"e2e-{name}"}
+            command = runtime_command(port=port, state_dir=tmp_path / name)
+            child = Child(f"runtime-{name}", command, tmp_path / f"{name}.log", env=env)
+            children.append(child.start())
+            apps.append(AppClient(session, f"http://{LOOPBACK}:{port}/api"))
+        for app, child in zip(apps, children, strict=True):
+            await app.wait_healthy(60, child)
+        yield apps
+    finally:
+        for child in children:
+            child.stop(timeout=30)
+
+
+async def run_orders(apps: list[AppClient], prefix: str) -> list[dict[str, Any]]:
+    """Submit ORDERS orders through both runtimes at once; each one's final view."""
+    ids = [f"{prefix}-{i:02d}" for i in range(ORDERS)]
+    await asyncio.gather(
+        *(
+            apps[i % 2].submit_order(order_id, ("S",), customer_id="c", unit_price=1.0)
+            for i, order_id in enumerate(ids)
+        )
+    )
+    return list(
+        await asyncio.gather(*(apps[0].wait_for(order_id, TERMINAL, 90) for order_id in ids))
+    )
+
+
+@pytest.fixture
+def simulator() -> Any:
+    with SimulatorServer(port=0, seed=11) as running:
+        yield running
+
+
+@pytest.fixture
+def broker() -> Any:
+    with Broker(port=0, control_port=0, lock_seconds=10) as running:
+        yield running
+
+
+async def test_a_calls_per_second_limit_on_payment_holds_across_two_runtimes(
+    azurite_table_port: int, broker: Broker, simulator: SimulatorServer, tmp_path: Path
+) -> None:
+    settings = e2e_settings(azurite_table_port, broker, simulator.url)
+    settings["AgentLimits__payment__callsPerSecond"] = "5"
+    async with (
+        aiohttp.ClientSession() as session,
+        two_runtimes(settings, tmp_path, session) as apps,
+    ):
+        views = await run_orders(apps, "rate")
+        stats = (await SimulatorControl(session, simulator.url).stats())["payment"]
+
+    assert stats["maxCallsInOneSecond"] <= 6, stats
+    assert [v["processState"] for v in views] == ["Processed"] * ORDERS
+    assert [v["failureCount"] for v in views] == [0] * ORDERS
+
+
+async def test_a_providers_429s_on_shipping_leave_every_order_processed_with_no_failure(
+    azurite_table_port: int, broker: Broker, simulator: SimulatorServer, tmp_path: Path
+) -> None:
+    settings = e2e_settings(azurite_table_port, broker, simulator.url)
+    async with (
+        aiohttp.ClientSession() as session,
+        two_runtimes(settings, tmp_path, session) as apps,
+    ):
+        sim = SimulatorControl(session, simulator.url)
+        await sim.set_faults("shipping", rateLimitPerSecond=3)
+        views = await run_orders(apps, "quota")
+        stats = (await sim.stats())["shipping"]
+
+    assert stats["rateLimited"] > 0, "the provider did refuse calls"
+    assert [v["processState"] for v in views] == ["Processed"] * ORDERS
+    assert [v["failureCount"] for v in views] == [0] * ORDERS

@@ -1,0 +1,192 @@
+"""An agent's `callsPerSecond` and `maxConcurrent` hold across instances (DESIGN section
+14): two limiters sharing one limit store are two instances sharing one table. Every
+clock is virtual: time moves only when every caller sleeps, so each start is exact."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from shared.adapters.memory_limits import InMemoryLimitStore
+from shared.domain.limits import AgentLimits, SlotLease, book, free_slots
+from shared.ports import LimitStore
+from shared.usecases.limiter import AgentLimiter
+from tests.simulator.virtual_clock import VirtualClock
+
+SKEW = timedelta(seconds=5)
+T = TypeVar("T")
+
+
+class IdleClock(VirtualClock):
+    """Moves to the earliest sleeper once the loop is idle: no new sleeper and no task
+    finished for a while. Unlike VirtualClock, a caller may block on something other
+    than the clock (a local semaphore, a slot another caller books)."""
+
+    async def run(self, work: Iterable[Awaitable[T]]) -> list[T]:
+        tasks = [asyncio.ensure_future(w) for w in work]
+        idle, seen = 0, None
+        while not all(task.done() for task in tasks):
+            state = (len(self._sleepers), sum(task.done() for task in tasks), self._now)
+            idle = idle + 1 if state == seen else 0
+            seen = state
+            if idle > 20 and self._sleepers:
+                wake, _, future = heapq.heappop(self._sleepers)
+                self._now = max(self._now, wake)
+                future.set_result(None)
+                idle = 0
+            await asyncio.sleep(0)
+        return [task.result() for task in tasks]
+
+
+def most_in_one_second(starts: list[datetime]) -> int:
+    """The most starts in any sliding one-second window, as a provider counts them."""
+    ordered = sorted(starts)
+    most, first = 0, 0
+    for last, start in enumerate(ordered):
+        while start - ordered[first] >= timedelta(seconds=1):
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def limiter(
+    store: LimitStore, clock: VirtualClock, limits: AgentLimits, holder: str
+) -> AgentLimiter:
+    return AgentLimiter("payment", limits, store, clock, holder, SKEW, random.Random(holder))
+
+
+async def paced_calls(lim: AgentLimiter, clock: VirtualClock, calls: int) -> list[datetime]:
+    starts = []
+    for _ in range(calls):
+        start = await lim.start_at()
+        await clock.sleep((start - clock.now()).total_seconds())
+        starts.append(clock.now())
+    return starts
+
+
+def test_booked_slots_are_a_gap_apart_from_the_next_free_one() -> None:
+    now = datetime(2026, 1, 1, 12)
+    gap = AgentLimits(calls_per_second=5).gap
+    assert gap == timedelta(seconds=0.21)
+    fresh = book(None, now, 3, gap)
+    assert fresh.starts == (now, now + gap, now + 2 * gap)
+    assert fresh.next_start == now + 3 * gap
+    behind = book(now + timedelta(seconds=4), now, 1, gap)
+    assert behind.starts == (now + timedelta(seconds=4),)
+
+
+def test_a_lease_is_held_until_its_expiry_plus_the_skew_margin() -> None:
+    now = datetime(2026, 1, 1, 12)
+    held = SlotLease(0, "a", now - timedelta(seconds=1), "e1")
+    expired = SlotLease(1, "b", now - timedelta(seconds=6), "e2")
+    free = free_slots([held, expired], 3, now, SKEW)
+    assert [(f.slot, f.seen) for f in free] == [(1, expired), (2, None)]
+
+
+async def test_two_instances_sharing_the_rate_row_stay_within_the_limit_together() -> None:
+    clock = IdleClock()
+    store = InMemoryLimitStore()
+    limits = AgentLimits(calls_per_second=5)
+    a, b = limiter(store, clock, limits, "a"), limiter(store, clock, limits, "b")
+
+    runs = await clock.run(
+        [
+            *(paced_calls(a, clock, 5) for _ in range(4)),
+            *(paced_calls(b, clock, 5) for _ in range(4)),
+        ]
+    )
+
+    starts = [start for run in runs for start in run]
+    assert len(starts) == 40
+    assert most_in_one_second(starts) <= 5
+    assert max(starts) - min(starts) < timedelta(seconds=40 * 0.21)
+
+
+async def test_two_instances_each_with_its_own_row_would_reach_twice_the_limit() -> None:
+    """What a limit per process comes to: the check above fails on it."""
+    clock = IdleClock()
+    limits = AgentLimits(calls_per_second=5)
+    a = limiter(InMemoryLimitStore(), clock, limits, "a")
+    b = limiter(InMemoryLimitStore(), clock, limits, "b")
+
+    runs = await clock.run([paced_calls(a, clock, 10), paced_calls(b, clock, 10)])
+
+    assert most_in_one_second([s for run in runs for s in run]) == 10
+
+
+async def test_a_lone_instance_pays_one_write_per_batch_of_waiting_calls() -> None:
+    clock = IdleClock()
+    store = InMemoryLimitStore()
+    lone = limiter(store, clock, AgentLimits(calls_per_second=50), "a")
+
+    await clock.run(paced_calls(lone, clock, 1) for _ in range(16))
+
+    assert store.operations == {"read": 1, "write": 1}
+
+
+async def test_without_a_rate_limit_no_slot_is_booked() -> None:
+    clock = IdleClock()
+    store = InMemoryLimitStore()
+    free = limiter(store, clock, AgentLimits(max_concurrent=None), "a")
+    assert await free.start_at() == clock.now()
+    assert await free.enter(timedelta(seconds=10), clock_wait(clock)) is None
+    assert store.operations == {}
+
+
+def clock_wait(clock: VirtualClock) -> Callable[[datetime], Awaitable[None]]:
+    async def wait(until: datetime) -> None:
+        await clock.sleep((until - clock.now()).total_seconds())
+
+    return wait
+
+
+async def concurrent_calls(
+    lim: AgentLimiter, clock: VirtualClock, calls: int, running: list[int], seen: list[int]
+) -> None:
+    for _ in range(calls):
+        lease = await lim.enter(timedelta(seconds=10), clock_wait(clock))
+        running[0] += 1
+        seen.append(running[0])
+        await clock.sleep(1)
+        running[0] -= 1
+        await lim.leave(lease)
+
+
+async def test_two_instances_never_run_more_calls_at_once_than_max_concurrent() -> None:
+    clock = IdleClock()
+    store = InMemoryLimitStore()
+    limits = AgentLimits(max_concurrent=3)
+    a, b = limiter(store, clock, limits, "a"), limiter(store, clock, limits, "b")
+    running: list[int] = [0]
+    seen: list[int] = []
+
+    await clock.run(
+        [
+            *(concurrent_calls(a, clock, 3, running, seen) for _ in range(4)),
+            *(concurrent_calls(b, clock, 3, running, seen) for _ in range(4)),
+        ]
+    )
+
+    assert len(seen) == 24
+    assert max(seen) == 3
+
+
+async def test_a_killed_instances_slots_come_back_once_their_leases_expire() -> None:
+    clock = IdleClock()
+    store = InMemoryLimitStore()
+    limits = AgentLimits(max_concurrent=2)
+    killed = limiter(store, clock, limits, "killed")
+    for _ in range(2):
+        await killed.enter(timedelta(seconds=10), clock_wait(clock))  # never left
+    survivor = limiter(store, clock, limits, "survivor")
+    began = clock.now()
+
+    [lease] = await clock.run([survivor.enter(timedelta(seconds=10), clock_wait(clock))])
+
+    assert lease is not None and lease.holder == "survivor"
+    waited = clock.now() - began
+    assert timedelta(seconds=15) <= waited < timedelta(seconds=17), "expiry 10 s + skew 5 s"

@@ -1,0 +1,174 @@
+"""A step held back by a limit: its complete-by starts when its call can start, so the
+wait is never counted as a failure; fenced like a heartbeat, capped, and the live time
+only grows (settle.py's rule stands)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from datetime import timedelta
+
+from shared.adapters.memory_limits import InMemoryLimitStore
+from shared.contract import Queue, agent_queue
+from shared.domain import process as machine
+from shared.domain.in_doubt import RemoteOutcome
+from shared.domain.limits import AgentLimits
+from shared.domain.messages import AgentRequest
+from shared.domain.model import JsonObject, OrderProcess, ProcessState
+from shared.domain.process import ProcessPolicy
+from shared.ports import RemoteCall
+from shared.resilience import CircuitBreaker
+from shared.usecases import scheduler
+from shared.usecases.agent import AgentDeps, AgentOutcome, perform_step
+from shared.usecases.limiter import AgentLimiter
+from shared.usecases.step_hold import StepHolds
+from shared.usecases.submission import submit_order
+from shared.usecases.supervisor import sweep
+from shared.usecases.unit_of_work import UnitOfWork
+from tests.builders import World, a_policy, an_order
+from tests.unit.test_step_heartbeat import START, at, dispatched, running_step
+
+HELD_FOR = 20.0
+"""How long other instances' calls hold this one back: over three step timeouts."""
+
+
+def policy(hold_max: float = 300) -> ProcessPolicy:
+    return replace(a_policy(step_timeout=6), hold_max=timedelta(seconds=hold_max))
+
+
+def test_a_hold_restarts_the_complete_by_from_when_the_call_can_start() -> None:
+    rules = policy()
+    process = dispatched(rules)
+    before = process.steps[0].live_until
+    held = machine.restart_complete_by(
+        process, 1, running_step(process), at(20), at(1), timedelta(seconds=6), rules
+    )
+    assert held is not None
+    step = held.process.steps[0]
+    assert step.complete_by == at(26) == held.process.state.complete_by
+    assert before is not None and step.live_until == at(26) + rules.clock_skew > before
+    assert held.outgoing == () and held.process.state.outbox == process.state.outbox
+    assert [h.event for h in held.history] == ["step-held"]
+    assert machine.next_deadline(held.process, rules) == at(26)
+
+
+def test_a_hold_never_goes_past_hold_max_from_the_dispatch_nor_moves_anything_back() -> None:
+    rules = policy(hold_max=10)
+    process = dispatched(rules)
+    step = running_step(process)
+    held = machine.restart_complete_by(process, 1, step, at(20), at(1), timedelta(seconds=6), rules)
+    assert held is not None and held.process.steps[0].complete_by == at(10)
+    again = machine.restart_complete_by(
+        held.process, 1, step, at(30), at(2), timedelta(seconds=6), rules
+    )
+    assert again is None, "at the cap: the usual timeout applies"
+    sooner = machine.restart_complete_by(
+        process, 1, step, at(0), at(0), timedelta(seconds=2), rules
+    )
+    assert sooner is None, "a complete-by, and its live time, never move back"
+
+
+def test_a_hold_is_fenced_like_a_heartbeat() -> None:
+    rules = policy()
+    process = dispatched(rules)
+    step = running_step(process)
+    budget = timedelta(seconds=6)
+    assert machine.restart_complete_by(process, 2, step, at(20), at(1), budget, rules) is None
+    assert machine.restart_complete_by(process, 1, "x", at(20), at(1), budget, rules) is None
+    late = machine.restart_complete_by(process, 1, step, at(20), at(7), budget, rules)
+    assert late is None, "past its complete-by the step is the Supervisor's"
+    compensating = replace(
+        process,
+        state=replace(process.state, process_state=ProcessState.COMPENSATING),
+    )
+    assert machine.restart_complete_by(compensating, 1, step, at(20), at(1), budget, rules) is None
+
+
+@dataclass
+class Instant:
+    """A service that answers at once; the Supervisor sweeps first, at the time the
+    held call finally starts (past the complete-by it was dispatched with)."""
+
+    world: World
+    swept: list[int]
+
+    async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
+        report = await sweep(self.world.deps())
+        self.swept.append(report.recovered)
+        return {"ref": call.idempotency_key}
+
+    async def probe(self, timeout: float) -> None:
+        return None
+
+    async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
+        raise AssertionError("not asked")
+
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        raise AssertionError("not abandoned")
+
+
+async def held_back(*, holds: bool) -> tuple[World, AgentOutcome, list[int]]:
+    """Order o-1's inventory request, whose call other instances' calls hold back
+    HELD_FOR seconds (the shared schedule is booked that far)."""
+    world = World(policy=policy())
+    await submit_order(world.deps(), an_order("o-1"))
+    world.bus.take(Queue.SCHEDULER)
+    await scheduler.on_nudge(world.deps(), "o-1")
+    [message] = world.bus.take(agent_queue("inventory"))
+    request = AgentRequest.parse(json.dumps(dict(message.body)))
+    limits = InMemoryLimitStore()
+    await limits.put_schedule("inventory", world.clock.now() + timedelta(seconds=HELD_FOR), None)
+    swept: list[int] = []
+    deps = AgentDeps(
+        agent="inventory",
+        bus=world.bus,
+        clock=world.clock,
+        remote=Instant(world, swept),
+        breaker=CircuitBreaker("inventory", world.clock),
+        limiter=AgentLimiter(
+            "inventory",
+            AgentLimits(calls_per_second=5),
+            limits,
+            world.clock,
+            "agent-1",
+            world.policy.clock_skew,
+        ),
+        step_holds=StepHolds(UnitOfWork(world.store, world.bus), world.clock, world.policy)
+        if holds
+        else None,
+    )
+    outcome = await perform_step(deps, request)
+    return world, outcome, swept
+
+
+async def stored(world: World) -> OrderProcess:
+    process = await world.store.load("o-1")
+    assert process is not None
+    return process
+
+
+async def test_a_step_held_by_the_limiter_is_answered_and_never_counted_as_a_failure() -> None:
+    world, outcome, swept = await held_back(holds=True)
+
+    assert outcome is AgentOutcome.SUCCEEDED
+    assert world.clock.now() >= START + timedelta(seconds=HELD_FOR)
+    assert swept == [0], "the sweep at the call's start finds its deadline not yet passed"
+    process = await stored(world)
+    assert process.state.failure_count == 0
+    assert process.steps[0].complete_by == START + timedelta(seconds=HELD_FOR + 6)
+    history = [h.event for h in await world.store.history("o-1")]
+    assert history.count("step-held") == 1
+    [reply] = world.bus.take(Queue.AGENT_REPLIES)
+    assert reply.body["outcome"] == "succeeded"
+
+
+async def test_without_holds_the_same_wait_ends_silent_and_the_supervisor_counts_it() -> None:
+    """What the hold prevents: the wait runs past the complete-by, no reply goes, and
+    the Supervisor's next sweep counts an expired attempt against the order."""
+    world, outcome, swept = await held_back(holds=False)
+
+    assert outcome is AgentOutcome.HELD_BY_THROTTLE
+    assert swept == []
+    world.clock.advance(10)
+    await sweep(world.deps())
+    assert (await stored(world)).state.failure_count == 1
