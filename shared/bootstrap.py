@@ -309,9 +309,17 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
         decorate = trace_ports if decorate is None else _then(decorate, trace_ports)
     active = settings.customer_policy.active
     ledger = TableCustomerLedger(tables, settings.state_table) if active else None
-    built = compose(settings, store, bus, remotes, health=health, decorate=decorate, ledger=ledger)
     limits = TableLimitStore(tables, settings.state_table)
-    built = compose(settings, store, bus, remotes, health=health, decorate=decorate, limits=limits)
+    built = compose(
+        settings,
+        store,
+        bus,
+        remotes,
+        health=health,
+        decorate=decorate,
+        ledger=ledger,
+        limits=limits,
+    )
     built.session = session
     tune_for_long_lived_worker()
     return built
