@@ -11,9 +11,10 @@
    the services agree with it: Processed has each step in force at exactly one service;
    Compensated and Cancelled have nothing in force anywhere.
 5. pointless-undo: no undo is sent for a do its service has, for good, told the order
-   it never applied (a failure reply, or a sweep's answer once no request was live). It
-   is recorded as "nothing-to-undo" and settles the undo's key, so it can never undo
-   that do later.
+   it never applied (a failure reply, or a sweep's answer once no request of the key was
+   inside its window, which is what the order can know: a "not applied" inside the
+   window may precede the request's arrival). It is recorded as "nothing-to-undo" and
+   settles the undo's key, so it can never undo that do later.
 """
 
 from __future__ import annotations

@@ -115,6 +115,16 @@ class World:
     just_sent: tuple[Request, ...] = ()
     notes: tuple[str, ...] = ()
 
+    def in_window(self, agent: str, key: str) -> bool:
+        """Might a do request of `key` still apply at `agent`, as far as the order can
+        know? Only time tells it: a service's "not applied" while a request of the key
+        is inside its window is no final word (the request may not have arrived yet)."""
+        return any(
+            s.request.agent == agent and s.request.key == key and self.now < s.live_until
+            for s in self.sent
+            if not s.request.undo
+        )
+
     def live(self, agent: str, key: str) -> bool:
         """Might a do request of `key` still apply at `agent`?"""
         if self.provider.get(agent, key).status.settled:
@@ -264,7 +274,7 @@ class OrderWorld:
             if effects is None:
                 continue
             told = asked.told_not_applied
-            final = not asked.live(question.agent, question.key)
+            final = not asked.in_window(question.agent, question.key)
             if answer in (Answer.NEVER_SEEN, Answer.NOT_APPLIED, Answer.ABANDONED) and final:
                 told = told | {(question.agent, question.key)}
             note = f"  {question.agent} answers {answer.value} about {question.key}"

@@ -290,7 +290,7 @@ def _late_do(
     is undone at that provider.
     """
     if reply.outcome is not Outcome.SUCCEEDED:
-        return None
+        return _late_failure(process, workflow, policy, reply, index, now, cause)
     step = process.steps[index]
     agent = reply.agent or step.agent
     if agent is None:
@@ -303,6 +303,48 @@ def _late_do(
     if key_state(step) is KeyState.NOT_APPLIED and not forward:
         return _undo_extra(process, workflow, policy, reply, index, agent, now, cause)
     return None
+
+
+def _late_failure(
+    process: OrderProcess,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    reply: AgentReply,
+    index: int,
+    now: datetime,
+    cause: str | None,
+) -> Transition | None:
+    """A failure reply is the provider's last word on the key (agents reply failed only
+    for a permanent answer, which the provider gives that key for good), whichever
+    attempt it answers. An order waiting to retry the step takes it as the step's answer
+    (the retry would meet the same one); a compensation waiting on the key goes on at
+    once; otherwise the key is settled as not applied, so no undo is ever sent for it."""
+    step = process.steps[index]
+    state = process.state
+    if (reply.agent or step.agent) != step.agent or step.status is StepStatus.RUNNING:
+        return None
+    doubted = key_state(step)
+    if state.process_state.is_final or doubted not in (KeyState.UNSETTLED, KeyState.EXPIRED):
+        return None
+    error = reply.error or ErrorInfo("unknown", "the agent gave no reason")
+    b = Builder(process, now, cause)
+    b.note("in-doubt-not-applied", f"{step.agent} answered {step.name} late: {error.code}")
+    retrying = state.process_state is ProcessState.PENDING and state.phase is Phase.FORWARD
+    if retrying and state.current_step == index:
+        take_answer(b, workflow, policy, reply, index)
+        return b.build()
+    if state.phase is not Phase.COMPENSATE:
+        b.set_step(index, key_state=KeyState.NOT_APPLIED)
+        return b.build()
+    b.set_step(index, status=StepStatus.FAILED, key_state=KeyState.NOT_APPLIED, error=error)
+    waiting = (
+        doubted is KeyState.UNSETTLED
+        and state.process_state is ProcessState.COMPENSATING
+        and state.current_step == index
+    )
+    if waiting:
+        dispatch_compensation(b, workflow, policy, index - 1)
+    return b.build()
 
 
 def _undo_extra(
