@@ -27,10 +27,15 @@ class ConfigurationError(ValueError):
     """A setting is missing or malformed; the message names it."""
 
 
-def azurite_connection_string(table_port: int = 10002, host: str = "127.0.0.1") -> str:
+def azurite_connection_string(
+    table_port: int = 10002, host: str = "127.0.0.1", blob_port: int | None = None
+) -> str:
+    """Azurite's account; with `blob_port`, its blob service too (the order archive)."""
+    blob = f"BlobEndpoint=http://{host}:{blob_port}/devstoreaccount1;" if blob_port else ""
     return (
         "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
         f"AccountKey={_AZURITE_KEY};TableEndpoint=http://{host}:{table_port}/devstoreaccount1;"
+        + blob
     )
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Final
 
-from shared.domain.model import ProcessState, StateRecord
+from shared.domain.model import OrderProcess, ProcessState, StateRecord
 
 DEFAULT_RETENTION: Final[Mapping[ProcessState, timedelta | None]] = {
     ProcessState.PROCESSED: timedelta(days=30),
@@ -122,3 +122,58 @@ def by_day(entries: Iterable[PageEntry]) -> dict[date, list[PageEntry]]:
     for entry in entries:
         found.setdefault(entry.day, []).append(entry)
     return found
+
+
+@dataclass(frozen=True)
+class ArchivedOrder:
+    """An order as its archive copy holds it: state, steps and the whole history."""
+
+    process: OrderProcess
+    archived_at: datetime
+
+    @property
+    def order_id(self) -> str:
+        return self.process.order_id
+
+
+@dataclass(frozen=True)
+class ArchivedEntry:
+    """One line of a day's listing: enough to pick an order to fetch."""
+
+    order_id: str
+    process_state: ProcessState
+    finished_at: datetime
+    archived_at: datetime
+    blob: str
+
+
+@dataclass(frozen=True)
+class ArchiveCursor:
+    """The archiver's one row: who holds the run until when, and the page in flight
+    (its name and orders), so a run killed anywhere in a page is finished by the next."""
+
+    holder: str
+    until: datetime
+    page: str | None = None
+    entries: tuple[PageEntry, ...] = ()
+    etag: str | None = None
+
+    def free(self, now: datetime) -> bool:
+        return self.until <= now
+
+
+@dataclass(frozen=True)
+class ArchiveRun:
+    instance: str
+    started_at: datetime
+    finished_at: datetime
+    archived: int = 0
+    """Orders whose rows this run deleted after their copy was in a blob."""
+    pages: int = 0
+    kept: int = 0
+    """Orders read as due but changed (or no longer due) by the time their page was
+    written or their rows deleted: left in the table for a later run."""
+    resumed: bool = False
+    """The run began by finishing a page a killed run left in flight."""
+    skipped: bool = False
+    """Another run held the archiver: this one did nothing."""
