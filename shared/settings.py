@@ -12,7 +12,8 @@ from datetime import timedelta
 
 from shared.catalogue import catalogue
 from shared.contract import ChaosSetting, Setting
-from shared.domain.model import ExhaustedPolicy
+from shared.domain.archive import DEFAULT_RETENTION, RetentionPolicy
+from shared.domain.model import ExhaustedPolicy, ProcessState
 from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import AgentName
 
@@ -77,6 +78,12 @@ class Settings:
     """None (StepMaxSeconds 0, the default): no step runs past its complete-by. Off by
     default because a beat cannot tell a slow call from a hung one: with beats on, a
     hung remote call holds its step until StepMaxSeconds instead of its complete-by."""
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    """Retention{Processed,Cancelled,Compensated}Days: how long a final order stays in
+    the state table before the archiver moves it to the archive; None: forever."""
+    archive_storage: Connection | None = None
+    """The blob service of the archive (the same account as the table); None where the
+    connection string names a table endpoint alone: the archiver does nothing there."""
     clock_skew: timedelta = timedelta(seconds=5)
     """ClockSkewSeconds: a request is live until its complete-by plus this (the policy's
     clock_skew); no undo or move of its step is sent before then unless its key settles."""
@@ -135,6 +142,18 @@ class Settings:
             step_heartbeat=timedelta(seconds=_number(values, Setting.STEP_HEARTBEAT_SECONDS, 10)),
             step_max=_step_max(values),
             clock_skew=timedelta(seconds=_number(values, Setting.CLOCK_SKEW_SECONDS, 5, minimum=0)),
+            retention=RetentionPolicy(
+                processed=_retention(
+                    values, Setting.RETENTION_PROCESSED_DAYS, ProcessState.PROCESSED
+                ),
+                cancelled=_retention(
+                    values, Setting.RETENTION_CANCELLED_DAYS, ProcessState.CANCELLED
+                ),
+                compensated=_retention(
+                    values, Setting.RETENTION_COMPENSATED_DAYS, ProcessState.COMPENSATED
+                ),
+            ),
+            archive_storage=_archive_storage(values),
         )
 
 
@@ -151,6 +170,36 @@ def _number(values: Mapping[str, str], name: str, default: float, minimum: float
     if number < minimum:
         raise ConfigurationError(f"setting {name} must be at least {minimum}, got {raw!r}")
     return number
+
+
+def _retention(values: Mapping[str, str], name: str, state: ProcessState) -> timedelta | None:
+    """Days, fractions allowed (a test's retention of seconds); absent or empty: the
+    default; 0: kept forever, never archived."""
+    default = DEFAULT_RETENTION[state]
+    days = _number(values, name, default.days if default else 0, minimum=0)
+    return timedelta(days=days) if days else None
+
+
+def _archive_storage(values: Mapping[str, str]) -> Connection | None:
+    """The account's blob service: from the connection string (locally: Azurite, with
+    its blob endpoint), or `__blobServiceUri`, or the account name, with the same identity
+    as the tables."""
+    name = Setting.STORAGE
+    raw = (values.get(name) or "").strip()
+    if raw:
+        if raw == DEVELOPMENT_STORAGE:
+            return Connection(azurite_connection_string(blob_port=10000))
+        parts = {p.split("=", 1)[0].strip().lower() for p in raw.split(";") if "=" in p}
+        if "tableendpoint" in parts and "blobendpoint" not in parts:
+            return None
+        return Connection(raw)
+    endpoint = values.get(f"{name}__blobServiceUri")
+    account = values.get(f"{name}__accountName")
+    if not endpoint and account:
+        endpoint = f"https://{account}.blob.core.windows.net"
+    if not endpoint:
+        return None
+    return Connection(endpoint=endpoint, client_id=values.get(f"{name}__clientId"))
 
 
 def _step_max(values: Mapping[str, str]) -> timedelta | None:
@@ -173,7 +222,9 @@ def _storage(values: Mapping[str, str]) -> Connection:
     raw = values.get(name)
     if raw:
         return Connection(
-            azurite_connection_string() if raw.strip() == DEVELOPMENT_STORAGE else raw
+            azurite_connection_string(blob_port=10000)
+            if raw.strip() == DEVELOPMENT_STORAGE
+            else raw
         )
     endpoint = values.get(f"{name}__tableServiceUri")
     account = values.get(f"{name}__accountName")
