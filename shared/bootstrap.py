@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 import aiohttp
 from azure.identity.aio import DefaultAzureCredential
 
+from shared.adapters.blob_archive import BlobArchive, blob_service_client
 from shared.adapters.chaos import ChaosMessageBus, ChaosStateStore
 from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.memory import InMemoryBulkStore, InMemoryHealthStore, InMemoryStateStore
 from shared.adapters.memory_reconcile import InMemoryReconcileStore
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
+from shared.adapters.table_archive import TableArchiveStore
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_health import TableHealthStore
@@ -27,6 +29,8 @@ from shared.adapters.table_store import TableStateStore
 from shared.domain.workflow import AgentName
 from shared.gc_tuning import tune_for_long_lived_worker
 from shared.ports import (
+    ArchiveBlobs,
+    ArchiveStore,
     BulkStore,
     Clock,
     HealthStore,
@@ -62,10 +66,14 @@ class Container:
     """Bulk jobs and their scan of orders; None when the store has no bulk adapter."""
     reconcile: ReconcileStore | None = None
     """Reconciliation's sample of finished orders and its runs; None as for `bulk`."""
+    archive: ArchiveStore | None = None
+    """The archiver's rows in the state table; None without a table store or blobs."""
+    archive_blobs: ArchiveBlobs | None = None
+    """The archive's pages; None where no blob service is configured."""
 
     async def close(self) -> None:
         """Release the clients (the local runtime and tests; the Functions host never stops)."""
-        for resource in (self.health, self.process.store, self.process.bus):
+        for resource in (self.health, self.process.store, self.process.bus, self.archive_blobs):
             closer = getattr(resource, "close", None)
             if closer is not None:
                 await closer()
@@ -177,6 +185,7 @@ def compose(
     clock: Clock | None = None,
     health: HealthStore | None = None,
     decorate: PortDecorator | None = None,
+    blobs: ArchiveBlobs | None = None,
 ) -> Container:
     """Without a health store the ops records stay in memory (tests, tools). `decorate`
     wraps the store and the bus before any use case sees them."""
@@ -201,6 +210,10 @@ def compose(
         health=health,
         bulk=_bulk_store(store),
         reconcile=_reconcile_store(store),
+        archive=TableArchiveStore(store)
+        if blobs is not None and isinstance(store, TableStateStore)
+        else None,
+        archive_blobs=blobs,
     )
 
 
@@ -255,14 +268,29 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
     }
     store = TableStateStore(tables, settings.state_table)
     health = TableHealthStore(tables, settings.state_table)
+    blobs = _archive_blobs(settings, identity)
     if settings.chaos_fault_rate > 0:
         decorate = _then(_chaos(settings.chaos_fault_rate), decorate)
     if tracing:
         decorate = trace_ports if decorate is None else _then(decorate, trace_ports)
-    built = compose(settings, store, bus, remotes, health=health, decorate=decorate)
+    built = compose(settings, store, bus, remotes, health=health, decorate=decorate, blobs=blobs)
     built.session = session
     tune_for_long_lived_worker()
     return built
+
+
+def _archive_blobs(
+    settings: Settings, identity: Callable[[str | None], DefaultAzureCredential]
+) -> BlobArchive | None:
+    """The archive's container in the tables' own account, by the same identity."""
+    found = settings.archive_storage
+    if found is None:
+        return None
+    if found.connection_string:
+        return BlobArchive(blob_service_client(connection_string=found.connection_string))
+    return BlobArchive(
+        blob_service_client(endpoint=found.endpoint, credential=identity(found.client_id))
+    )
 
 
 def _chaos(rate: float) -> PortDecorator:

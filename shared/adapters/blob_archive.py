@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import date
 from typing import Any, Final
 
+from azure.core.credentials_async import AsyncTokenCredential
 from azure.core.exceptions import (
     AzureError,
     ResourceExistsError,
@@ -31,6 +32,7 @@ from azure.storage.blob import ContentSettings
 from azure.storage.blob.aio import BlobServiceClient, ContainerClient
 
 from shared.adapters.dataclass_json import from_json, to_json
+from shared.adapters.table_client import CONNECTION_TIMEOUT, READ_TIMEOUT, RETRY_OPTIONS
 from shared.adapters.table_rows import utc
 from shared.contract import ARCHIVE_CONTAINER
 from shared.domain.archive import ArchivedOrder, day_prefix
@@ -38,6 +40,27 @@ from shared.domain.model import OrderProcess
 from shared.ports import StoreUnavailable
 
 SUFFIX: Final = ".jsonl.gz"
+
+
+def blob_service_client(
+    *,
+    connection_string: str | None = None,
+    endpoint: str | None = None,
+    credential: AsyncTokenCredential | None = None,
+) -> BlobServiceClient:
+    """As the table client (table_client.py): short timeouts and one quick retry, since
+    the archiver's own next run is the retry that matters, and no proxy lookups."""
+    options: dict[str, Any] = {
+        "use_env_settings": False,
+        "connection_timeout": CONNECTION_TIMEOUT,
+        "read_timeout": READ_TIMEOUT,
+        **RETRY_OPTIONS,
+    }
+    if connection_string:
+        return BlobServiceClient.from_connection_string(connection_string, **options)
+    if endpoint is None or credential is None:
+        raise ValueError("a Blob client needs a connection string or an endpoint and a credential")
+    return BlobServiceClient(endpoint, credential=credential, **options)
 
 
 def encode(orders: Sequence[ArchivedOrder]) -> bytes:

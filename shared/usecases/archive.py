@@ -33,7 +33,7 @@ import logging
 import math
 import uuid
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Final
 
 from shared.domain.archive import (
@@ -208,3 +208,39 @@ class _Tally:
 def orders_per_second(run: ArchiveRun) -> float:
     seconds = (run.finished_at - run.started_at).total_seconds()
     return run.archived / seconds if seconds > 0 else math.inf
+
+
+async def archived_order(
+    archive: ArchiveStore, blobs: ArchiveBlobs, order_id: str
+) -> ArchivedOrder | None:
+    """An order no longer in the table, from its archive copy: the pointer names the
+    blob (one point read), the blob holds the line. A stale line of an order that was
+    archived again elsewhere is never taken: the pointer names the newer blob."""
+    name = await archive.pointer(order_id)
+    if name is None:
+        return None
+    return next((o for o in await blobs.read(name) if o.order_id == order_id), None)
+
+
+@dataclass(frozen=True)
+class DayListing:
+    entries: tuple[ArchivedEntry, ...]
+    continuation: str | None
+
+
+async def archived_on(
+    blobs: ArchiveBlobs, day: date, pages: int, continuation: str | None
+) -> DayListing:
+    """The orders archived under one day, `pages` blobs at a time: a day of 100,000
+    orders is a thousand pages, read as the caller pages on."""
+    names, more = await blobs.pages(day, pages, continuation)
+    entries = []
+    for name in names:
+        for order in await blobs.read(name):
+            state = order.process.state
+            entries.append(
+                ArchivedEntry(
+                    order.order_id, state.process_state, state.updated_at, order.archived_at, name
+                )
+            )
+    return DayListing(tuple(entries), more)
