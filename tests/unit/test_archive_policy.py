@@ -50,7 +50,7 @@ def test_a_final_order_is_due_once_its_state_retention_has_passed(
 @pytest.mark.parametrize("state", [s for s in ProcessState if not s.is_final])
 def test_an_order_that_is_not_final_is_never_due_however_old(state: ProcessState) -> None:
     """Error too: an operator may still resubmit it."""
-    policy = RetentionPolicy(processed=timedelta(0), cancelled=timedelta(0), compensated=None)
+    policy = RetentionPolicy(timedelta(0), timedelta(0), timedelta(0))
     assert not policy.is_due(a_state(state, NOW - 10_000 * DAY), NOW)
     assert policy.retention(state) is None
     assert state not in policy.cutoffs(NOW)
