@@ -1,19 +1,24 @@
 """Retention through the local runtime: the ArchiveSchedule timer archives finished
 orders past a short retention and deletes their rows, leaves an in-flight order beside
-them alone, and GET /api/orders/{id} still answers an archived order, marked so."""
+them alone, and GET /api/orders/{id} still answers an archived order, marked so; the
+CLI lists a day and shows one."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from devhost.broker import Broker
 from devhost.simulator import SimulatorServer
+from shared.cli.errors import Exit
 from shared.contract import Route, Setting
 from shared.settings import azurite_connection_string
+from tests.cli.conftest import cli
 from tests.e2e.conftest import System, e2e_settings, running_system
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
@@ -51,7 +56,7 @@ async def rows_of(system: System, order_id: str) -> list[str]:
         ]
 
 
-async def wait_archived(system: System, order_id: str, timeout: float = 60) -> dict[str, object]:
+async def wait_archived(system: System, order_id: str, timeout: float = 60) -> dict[str, Any]:
     for _ in range(int(timeout / 0.25)):
         view = await system.order(order_id)
         if view.get("archived"):
@@ -93,4 +98,18 @@ async def test_finished_orders_are_archived_and_purged_an_in_flight_one_is_not(
     listed = [item["orderId"] for item in listing["items"]]
     assert sorted(o for o in listed if o in done) == done
     assert "arch-live" not in listed
+
+    env = {"ORDERS_API_URL": system.api, "ORDERS_OPERATOR": "cli-test"}
+    by_cli = await cli("archive", "list", day, "--all", "--json", env=env)
+    assert by_cli.code == Exit.OK, by_cli.err
+    assert set(done) <= {i["orderId"] for i in json.loads(by_cli.out)["items"]}
+    table = await cli("archive", "list", day, env=env)
+    assert table.out.splitlines()[0].split()[:2] == ["ORDER", "STATE"]
+    shown = await cli("archive", "show", "arch-0", env=env)
+    assert shown.code == Exit.OK, shown.err
+    assert "Processed" in shown.out and "archived at" in shown.out
+    live_shown = await cli("archive", "show", "arch-live", env=env)
+    assert "not archived" in live_shown.out
+    bad = await cli("archive", "list", "2026-3-3", env=env)
+    assert bad.code != Exit.OK and "yyyy-mm-dd" in bad.err
     await system.clear_faults()
