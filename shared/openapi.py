@@ -602,6 +602,7 @@ def _archive_paths() -> dict[str, Any]:
                 "security": admin,
                 "responses": {
                     "200": _json("the run", _ARCHIVE_RUN),
+                    "409": _problem("no archive configured here (no blob service)"),
                     **_UNAUTHORIZED,
                     **_CROSS_ORIGIN,
                     **_UNAVAILABLE,

@@ -19,7 +19,7 @@ from shared.domain.messages import iso
 from shared.functions.http import bounded_int, json_response, order_view, problem
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving, timed
-from shared.usecases.archive import Archiver, archived_on
+from shared.usecases.archive import Archiver, DayListing, archived_on
 
 bp = func.Blueprint()
 _UNAVAILABLE: Final = ("Try again", "the state store or the archive is unavailable")
@@ -51,8 +51,8 @@ async def archive(timer: func.TimerRequest, context: func.Context) -> None:
 async def archive_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     with serving(req, context):
         found = archiver(await bootstrap.container())
-        if found is None:
-            return problem(503, "Not configured", _NO_ARCHIVE)
+        if found is None:  # not a dependency that is down: retrying will not help
+            return problem(409, "Not configured", _NO_ARCHIVE)
         try:
             run = await found.run()
         except StateStoreError:
@@ -70,10 +70,12 @@ async def archive_day(req: func.HttpRequest) -> func.HttpResponse:
     if isinstance(pages, func.HttpResponse):
         return pages
     c = await bootstrap.container()
-    if c.archive_blobs is None:
-        return problem(503, "Not configured", _NO_ARCHIVE)
     try:
-        listing = await archived_on(c.archive_blobs, day, pages, req.params.get("continuation"))
+        listing = (
+            DayListing((), None)  # no archive here: nothing was ever archived
+            if c.archive_blobs is None
+            else await archived_on(c.archive_blobs, day, pages, req.params.get("continuation"))
+        )
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
     return json_response(
