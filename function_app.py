@@ -8,6 +8,7 @@ import azure.functions as func
 
 from shared.functions import (
     agents,
+    archive,
     bulk,
     events,
     fleet,
@@ -33,6 +34,7 @@ for blueprint in (
     agents.bp,
     supervisor.bp,
     reconcile.bp,
+    archive.bp,
     workflows.bp,
 ):
     app.register_functions(blueprint)

@@ -115,6 +115,21 @@ param reconcileSchedule string = '0 0 * * * *'
 @maxValue(1000)
 param reconcileSampleSize int = 50
 
+@description('ArchiveSchedule: NCRONTAB of the archive timer, which moves finished orders past their retention to the order-archive container and deletes their rows (hourly: 24 billed runs a day; each paced and bounded).')
+param archiveSchedule string = '0 30 * * * *'
+
+@description('RetentionProcessedDays: days a Processed order stays in the state table before it is archived; 0 keeps it forever.')
+@minValue(0)
+param retentionProcessedDays int = 30
+
+@description('RetentionCancelledDays: the same for a Cancelled order.')
+@minValue(0)
+param retentionCancelledDays int = 90
+
+@description('RetentionCompensatedDays: the same for a Compensated order (Error and orders in flight are never archived).')
+@minValue(0)
+param retentionCompensatedDays int = 90
+
 @description('StepTimeoutSeconds: complete-by of a step whose workflow sets no timeout of its own.')
 @minValue(1)
 param stepTimeoutSeconds int = 30
@@ -178,6 +193,8 @@ var tags = {
   'azd-env-name': environmentName
 }
 var functionAppName = '${abbrs.webSitesFunctions}${resourceToken}'
+// The order archive's container: the name the code uses (shared/contract.py ARCHIVE_CONTAINER).
+var archiveContainerName = 'order-archive'
 var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(resourceToken, 7)}'
 
 // The agents and workflows (catalogue.json, shared/catalogue): each agent brings its two
@@ -248,6 +265,7 @@ module storage 'app/storage.bicep' = {
     tags: tags
     deploymentContainerName: deploymentContainerName
     stateTableName: stateTableName
+    archiveContainerName: archiveContainerName
   }
 }
 
@@ -284,6 +302,10 @@ module api 'app/function.bicep' = {
     supervisorSchedule: supervisorSchedule
     reconcileSchedule: reconcileSchedule
     reconcileSampleSize: reconcileSampleSize
+    archiveSchedule: archiveSchedule
+    retentionProcessedDays: retentionProcessedDays
+    retentionCancelledDays: retentionCancelledDays
+    retentionCompensatedDays: retentionCompensatedDays
     stepTimeoutSeconds: stepTimeoutSeconds
     pendingTimeoutSeconds: pendingTimeoutSeconds
     maxFailureCount: maxFailureCount
@@ -310,6 +332,7 @@ module rbac 'app/rbac.bicep' = {
     serviceBusNamespaceName: serviceBus.outputs.name
     applicationInsightsName: monitoring.outputs.applicationInsightsName
     appPrincipalId: identity.outputs.principalId
+    archiveContainerName: storage.outputs.archiveContainerName
     serviceBusOwnerForScaling: serviceBusOwnerForScaling
     principalId: principalId
     principalType: principalType

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from azure.identity.aio import DefaultAzureCredential
 
+from shared.adapters.blob_archive import BlobArchive, blob_service_client
 from shared.adapters.chaos import ChaosMessageBus, ChaosStateStore
 from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
@@ -21,6 +22,7 @@ from shared.adapters.memory_customers import InMemoryCustomerLedger
 from shared.adapters.memory_limits import InMemoryLimitStore
 from shared.adapters.memory_reconcile import InMemoryReconcileStore
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
+from shared.adapters.table_archive import TableArchiveStore
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_customers import TableCustomerLedger
@@ -31,6 +33,8 @@ from shared.adapters.table_store import TableStateStore
 from shared.domain.workflow import AgentName
 from shared.gc_tuning import tune_for_long_lived_worker
 from shared.ports import (
+    ArchiveBlobs,
+    ArchiveStore,
     BulkStore,
     Clock,
     CustomerLedger,
@@ -75,10 +79,16 @@ class Container:
     """The rows that hold agents' limits across instances (in the state table when built)."""
     limiters: dict[AgentName, AgentLimiter | None] = field(default_factory=dict)
 
+    archive: ArchiveStore | None = None
+    """The archiver's rows in the state table; None without a table store or blobs."""
+    archive_blobs: ArchiveBlobs | None = None
+    """The archive's pages; None where no blob service is configured."""
+
     async def close(self) -> None:
         """Release the clients (the local runtime and tests; the Functions host never stops)."""
         ledger = self.process.customers.ledger if self.process.customers is not None else None
-        for resource in (self.health, self.limits, self.process.store, self.process.bus, ledger):
+        resources = (self.health, self.limits, self.process.store, self.process.bus, ledger)
+        for resource in (*resources, self.archive_blobs):
             closer = getattr(resource, "close", None)
             if closer is not None:
                 await closer()
@@ -213,6 +223,7 @@ def compose(
     decorate: PortDecorator | None = None,
     ledger: CustomerLedger | None = None,
     limits: LimitStore | None = None,
+    blobs: ArchiveBlobs | None = None,
 ) -> Container:
     """Without a health store the ops records stay in memory (tests, tools), and so does
     the customer ledger without one. `decorate` wraps the store and the bus before any
@@ -240,6 +251,10 @@ def compose(
         bulk=_bulk_store(store),
         reconcile=_reconcile_store(store),
         limits=limits if limits is not None else InMemoryLimitStore(),
+        archive=TableArchiveStore(store)
+        if blobs is not None and isinstance(store, TableStateStore)
+        else None,
+        archive_blobs=blobs,
     )
 
 
@@ -303,6 +318,7 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
     }
     store = TableStateStore(tables, settings.state_table)
     health = TableHealthStore(tables, settings.state_table)
+    blobs = _archive_blobs(settings, identity)
     if settings.chaos_fault_rate > 0:
         decorate = _then(_chaos(settings.chaos_fault_rate), decorate)
     if tracing:
@@ -319,10 +335,25 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
         decorate=decorate,
         ledger=ledger,
         limits=limits,
+        blobs=blobs,
     )
     built.session = session
     tune_for_long_lived_worker()
     return built
+
+
+def _archive_blobs(
+    settings: Settings, identity: Callable[[str | None], DefaultAzureCredential]
+) -> BlobArchive | None:
+    """The archive's container in the tables' own account, by the same identity."""
+    found = settings.archive_storage
+    if found is None:
+        return None
+    if found.connection_string:
+        return BlobArchive(blob_service_client(connection_string=found.connection_string))
+    return BlobArchive(
+        blob_service_client(endpoint=found.endpoint, credential=identity(found.client_id))
+    )
 
 
 def _chaos(rate: float) -> PortDecorator:

@@ -94,6 +94,11 @@ class QueueProperties:
 QUEUE_PROPERTIES: Final = QueueProperties()
 
 
+ARCHIVE_CONTAINER: Final = "order-archive"
+"""The blob container of archived orders (docs/operations.md#retention-and-archive); the
+Bicep creates it in the app's storage account."""
+
+
 class Setting:
     """App setting names read by the code (docs/contract.md#6-settings)."""
 
@@ -105,6 +110,12 @@ class Setting:
     """NCRONTAB of the reconciliation timer (finished orders against the services' keys)."""
     RECONCILE_SAMPLE_SIZE: Final = "ReconcileSampleSize"
     """Finished orders one reconciliation run checks at most."""
+    ARCHIVE_SCHEDULE: Final = "ArchiveSchedule"
+    """NCRONTAB of the archive timer (finished orders past their retention to blobs)."""
+    RETENTION_PROCESSED_DAYS: Final = "RetentionProcessedDays"
+    """Days a Processed order stays in the state table before it is archived; 0: forever."""
+    RETENTION_CANCELLED_DAYS: Final = "RetentionCancelledDays"
+    RETENTION_COMPENSATED_DAYS: Final = "RetentionCompensatedDays"
     STEP_TIMEOUT_SECONDS: Final = "StepTimeoutSeconds"
     HIGH_PRIORITY_STEP_TIMEOUT_SECONDS: Final = "HighPriorityStepTimeoutSeconds"
     PENDING_TIMEOUT_SECONDS: Final = "PendingTimeoutSeconds"
@@ -216,3 +227,7 @@ class Route:
     """The catalogue's workflows, each kept version with its steps."""
     RECONCILE: Final = "reconcile"
     """Run reconciliation now (admin), as the ReconcileSchedule timer does."""
+    ARCHIVE: Final = "archive"
+    """Run the archiver now (admin), as the ArchiveSchedule timer does."""
+    ARCHIVE_DAY: Final = "archive/{day}"
+    """The orders archived under one day (yyyy-mm-dd), a few pages at a time (admin)."""

@@ -581,6 +581,93 @@ _BULK_JOB = {
 }
 
 
+_ARCHIVE_RUN = {
+    "type": "object",
+    "required": ["instance", "startedAt", "finishedAt", "archived", "pages", "kept", "skipped"],
+    "properties": {
+        "instance": {"type": "string"},
+        "startedAt": _TIME,
+        "finishedAt": _TIME,
+        "archived": {**_INT, "description": "orders copied to the archive and deleted"},
+        "pages": _INT,
+        "kept": {**_INT, "description": "orders left: changed, or no longer due"},
+        "resumed": {"type": "boolean", "description": "finished a killed run's page first"},
+        "skipped": {"type": "boolean", "description": "another run held the archiver"},
+    },
+}
+_ARCHIVE_DAY = {
+    "type": "object",
+    "required": ["day", "items", "continuation"],
+    "properties": {
+        "day": {"type": "string", "format": "date"},
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["orderId", "processState", "finishedAt", "archivedAt", "blob"],
+                "properties": {
+                    "orderId": {"type": "string"},
+                    "processState": {"enum": ["Processed", "Compensated", "Cancelled"]},
+                    "finishedAt": _TIME,
+                    "archivedAt": _TIME,
+                    "blob": {"type": "string"},
+                },
+            },
+        },
+        "continuation": {"type": ["string", "null"]},
+    },
+}
+
+
+def _archive_paths() -> dict[str, Any]:
+    """Retention: run the archiver now, and list what one day holds."""
+    admin: list[dict[str, list[str]]] = [{"adminKey": []}]
+    return {
+        f"/{Route.ARCHIVE}": {
+            "post": {
+                "operationId": "archive",
+                "summary": "Archive finished orders past their retention now, as the timer does",
+                "security": admin,
+                "responses": {
+                    "200": _json("the run", _ARCHIVE_RUN),
+                    "409": _problem("no archive configured here (no blob service)"),
+                    **_UNAUTHORIZED,
+                    **_CROSS_ORIGIN,
+                    **_UNAVAILABLE,
+                },
+            }
+        },
+        f"/{Route.ARCHIVE_DAY}": {
+            "get": {
+                "operationId": "archivedOn",
+                "summary": "The orders archived under one day (the UTC day each finished)",
+                "security": admin,
+                "parameters": [
+                    {
+                        "name": "day",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
+                    },
+                    {
+                        "name": "pages",
+                        "in": "query",
+                        "description": "archive pages (blobs) to read, each up to 100 orders",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": 100},
+                    },
+                    {"name": "continuation", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": _json("the day's orders, a few pages at a time", _ARCHIVE_DAY),
+                    "400": _problem("bad day or pages"),
+                    **_UNAUTHORIZED,
+                    **_UNAVAILABLE,
+                },
+            }
+        },
+    }
+
+
 def _bulk_paths() -> dict[str, Any]:
     """Bulk actions: a preview (dry run) or a durable, paced job, and its progress."""
     admin: list[dict[str, list[str]]] = [{"adminKey": []}]
@@ -748,6 +835,17 @@ def document() -> dict[str, Any]:
                                                 "type": ["string", "null"],
                                                 "pattern": "^[0-9a-f]{32}$",
                                             },
+                                            "archived": {
+                                                "type": "boolean",
+                                                "description": "true: the order left the "
+                                                "state table after its retention and this "
+                                                "is its archive copy, as it was then; "
+                                                "nothing can change it any more",
+                                            },
+                                            "archivedAt": {
+                                                **_TIME,
+                                                "description": "only when archived",
+                                            },
                                         },
                                     },
                                 ]
@@ -835,6 +933,7 @@ def document() -> dict[str, Any]:
             },
             **_fleet_paths(),
             **_bulk_paths(),
+            **_archive_paths(),
             f"/{Route.OPENAPI}": {
                 "get": {
                     "operationId": "openapi",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Protocol
 
+from shared.domain.archive import ArchiveCursor, ArchivedEntry, ArchivedOrder
 from shared.domain.bulk import BulkJob, JobState, Lease
 from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
@@ -388,4 +389,59 @@ class LimitStore(Protocol):
     async def release(self, agent: str, lease: SlotLease) -> None:
         """Give the slot back, conditional on its ETag; a lease already taken over or
         gone is left as it is."""
+        ...
+
+
+class ArchiveStore(Protocol):
+    """The archiver's side of the state table: the candidates, its cursor row, the
+    pointer from an archived order's id to its blob, and the purge of an order's rows."""
+
+    async def candidates(
+        self, cutoffs: Mapping[ProcessState, datetime], limit: int
+    ) -> tuple[OrderProcess, ...]:
+        """Up to `limit` orders in one of the cutoffs' states last changed before that
+        state's cutoff, with their ETags (no history), by a server-filtered query."""
+        ...
+
+    async def cursor(self) -> ArchiveCursor | None: ...
+
+    async def put_cursor(self, cursor: ArchiveCursor, seen: ArchiveCursor | None) -> ArchiveCursor:
+        """Write conditional on `seen` (None: that there is none yet); raises
+        ConcurrencyConflict when it changed since. Returns it with its new ETag."""
+        ...
+
+    async def point(self, entry: ArchivedEntry) -> None:
+        """Record (or replace) where an archived order's copy is."""
+        ...
+
+    async def pointer(self, order_id: str) -> str | None:
+        """The blob holding the order's archive copy; None when it was never archived."""
+        ...
+
+    async def drop_pointer(self, order_id: str) -> None: ...
+
+    async def purge(self, order_id: str, etag: str) -> bool:
+        """Delete every row of the order, its state row first and only at `etag`; False
+        (nothing deleted) when the state row changed since. Rows left by an earlier
+        purge whose state row is already gone are deleted too."""
+        ...
+
+
+class ArchiveBlobs(Protocol):
+    """The archive's pages: gzip JSON lines, one order a line, under `yyyy/mm/dd/`."""
+
+    async def exists(self, name: str) -> bool: ...
+
+    async def write(self, name: str, orders: Sequence[ArchivedOrder]) -> None:
+        """Write (or overwrite) the whole page."""
+        ...
+
+    async def read(self, name: str) -> tuple[ArchivedOrder, ...]:
+        """The page's orders; () when there is no such page."""
+        ...
+
+    async def pages(
+        self, day: date, limit: int, continuation: str | None
+    ) -> tuple[tuple[str, ...], str | None]:
+        """Up to `limit` page names of one day, and where the next call goes on."""
         ...

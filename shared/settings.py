@@ -12,9 +12,10 @@ from datetime import timedelta
 
 from shared.catalogue import catalogue
 from shared.contract import AgentLimitSetting, ChaosSetting, Setting
+from shared.domain.archive import DEFAULT_RETENTION, RetentionPolicy
 from shared.domain.fairness import CustomerPolicy
 from shared.domain.limits import AgentLimits
-from shared.domain.model import ExhaustedPolicy
+from shared.domain.model import ExhaustedPolicy, ProcessState
 from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import AgentName
 
@@ -29,10 +30,15 @@ class ConfigurationError(ValueError):
     """A setting is missing or malformed; the message names it."""
 
 
-def azurite_connection_string(table_port: int = 10002, host: str = "127.0.0.1") -> str:
+def azurite_connection_string(
+    table_port: int = 10002, host: str = "127.0.0.1", blob_port: int | None = None
+) -> str:
+    """Azurite's account; with `blob_port`, its blob service too (the order archive)."""
+    blob = f"BlobEndpoint=http://{host}:{blob_port}/devstoreaccount1;" if blob_port else ""
     return (
         "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
         f"AccountKey={_AZURITE_KEY};TableEndpoint=http://{host}:{table_port}/devstoreaccount1;"
+        + blob
     )
 
 
@@ -81,6 +87,12 @@ class Settings:
     arrives, in arrival order."""
     agent_limits: Mapping[AgentName, AgentLimits] = field(default_factory=dict)
     """Each agent's fleet-wide limits: the catalogue's, overridden by AgentLimits__*."""
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    """Retention{Processed,Cancelled,Compensated}Days: how long a final order stays in
+    the state table before the archiver moves it to the archive; None: forever."""
+    archive_storage: Connection | None = None
+    """The blob service of the archive (the same account as the table); None where the
+    connection string names a table endpoint alone: the archiver does nothing there."""
     clock_skew: timedelta = timedelta(seconds=5)
     """ClockSkewSeconds: a request is live until its complete-by plus this (the policy's
     clock_skew); no undo or move of its step is sent before then unless its key settles."""
@@ -144,6 +156,18 @@ class Settings:
             ),
             fair_share=_count_or_none(values, Setting.FAIR_SHARE_RUNNING_PER_CUSTOMER),
             agent_limits=_agent_limits(values),
+            retention=RetentionPolicy(
+                processed=_retention(
+                    values, Setting.RETENTION_PROCESSED_DAYS, ProcessState.PROCESSED
+                ),
+                cancelled=_retention(
+                    values, Setting.RETENTION_CANCELLED_DAYS, ProcessState.CANCELLED
+                ),
+                compensated=_retention(
+                    values, Setting.RETENTION_COMPENSATED_DAYS, ProcessState.COMPENSATED
+                ),
+            ),
+            archive_storage=_archive_storage(values),
         )
 
     @property
@@ -201,6 +225,36 @@ def _override(values: Mapping[str, str], name: str, declared: float | None) -> f
     return number or None
 
 
+def _retention(values: Mapping[str, str], name: str, state: ProcessState) -> timedelta | None:
+    """Days, fractions allowed (a test's retention of seconds); absent or empty: the
+    default; 0: kept forever, never archived."""
+    default = DEFAULT_RETENTION[state]
+    days = _number(values, name, default.days if default else 0, minimum=0)
+    return timedelta(days=days) if days else None
+
+
+def _archive_storage(values: Mapping[str, str]) -> Connection | None:
+    """The account's blob service: from the connection string (locally: Azurite, with
+    its blob endpoint), or `__blobServiceUri`, or the account name, with the same identity
+    as the tables."""
+    name = Setting.STORAGE
+    raw = (values.get(name) or "").strip()
+    if raw:
+        if raw == DEVELOPMENT_STORAGE:
+            return Connection(azurite_connection_string(blob_port=10000))
+        parts = {p.split("=", 1)[0].strip().lower() for p in raw.split(";") if "=" in p}
+        if "tableendpoint" in parts and "blobendpoint" not in parts:
+            return None
+        return Connection(raw)
+    endpoint = values.get(f"{name}__blobServiceUri")
+    account = values.get(f"{name}__accountName")
+    if not endpoint and account:
+        endpoint = f"https://{account}.blob.core.windows.net"
+    if not endpoint:
+        return None
+    return Connection(endpoint=endpoint, client_id=values.get(f"{name}__clientId"))
+
+
 def _step_max(values: Mapping[str, str]) -> timedelta | None:
     seconds = _number(values, Setting.STEP_MAX_SECONDS, 0, minimum=0)
     return timedelta(seconds=seconds) if seconds else None
@@ -221,7 +275,9 @@ def _storage(values: Mapping[str, str]) -> Connection:
     raw = values.get(name)
     if raw:
         return Connection(
-            azurite_connection_string() if raw.strip() == DEVELOPMENT_STORAGE else raw
+            azurite_connection_string(blob_port=10000)
+            if raw.strip() == DEVELOPMENT_STORAGE
+            else raw
         )
     endpoint = values.get(f"{name}__tableServiceUri")
     account = values.get(f"{name}__accountName")

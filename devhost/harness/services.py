@@ -63,6 +63,17 @@ def azurite_command(
     return command
 
 
+def azurite_blob_command(*, blob_port: int, bin_dir: Path = NODE_BIN) -> list[str]:
+    """Azurite's blob service alone, in memory: beside a table-only Azurite where a test
+    needs the order archive's blobs."""
+    return [
+        str(bin_dir / "azurite-blob"),
+        *("--silent", "--skipApiVersionCheck", "--loose", "--disableTelemetry"),
+        "--inMemoryPersistence",
+        *("--blobHost", LOOPBACK, "--blobPort", str(blob_port)),
+    ]
+
+
 def azurite_env(*, location: Path | None) -> dict[str, str]:
     """The environment `azurite_command` needs beside the inherited one: with `location`,
     the preload that makes the table service journal each write before answering it."""

@@ -393,6 +393,26 @@ def azurite_child(
 
 
 @contextlib.contextmanager
+def lone_azurite_blob(prefix: str = "azurite-blob-") -> Iterator[int]:
+    """A fresh Azurite blob service on a free port (the order archive's tests), in
+    memory; yields its port, stops it and removes its directory after."""
+    port = free_port()
+    command = services.azurite_blob_command(blob_port=port)
+    if not Path(command[0]).exists():
+        raise StartError(services.azurite_missing(Path(command[0])))
+    with tempfile.TemporaryDirectory(prefix=prefix) as workdir:
+        log = Path(workdir) / "azurite-blob.log"
+        child = Child(
+            "azurite-blob", command, log, cwd=Path(workdir), closed_marker=services.AZURITE_CLOSED
+        ).start()
+        try:
+            child.wait_ready(ports=[port], timeout=STARTUP_TIMEOUT)
+            yield port
+        finally:
+            child.stop()
+
+
+@contextlib.contextmanager
 def lone_azurite(prefix: str = "azurite-") -> Iterator[int]:
     """A fresh Azurite table service on a free port, for the test fixtures and the
     in-process benchmarks; yields its port, stops it and removes its directory after."""

@@ -67,6 +67,21 @@ param reconcileSchedule string
 @maxValue(1000)
 param reconcileSampleSize int
 
+@description('ArchiveSchedule (NCRONTAB).')
+param archiveSchedule string
+
+@description('RetentionProcessedDays (0: kept forever).')
+@minValue(0)
+param retentionProcessedDays int
+
+@description('RetentionCancelledDays (0: kept forever).')
+@minValue(0)
+param retentionCancelledDays int
+
+@description('RetentionCompensatedDays (0: kept forever).')
+@minValue(0)
+param retentionCompensatedDays int
+
 @description('StepTimeoutSeconds.')
 @minValue(1)
 param stepTimeoutSeconds int
@@ -141,6 +156,9 @@ var coreAppSettings = [
   // state store uses (shared/settings.py), taken from the account so any cloud works.
   { name: 'AzureWebJobsStorage__accountName', value: storage.name }
   { name: 'AzureWebJobsStorage__tableServiceUri', value: storage.properties.primaryEndpoints.table }
+  // The order archive (shared/adapters/blob_archive.py): the same account's blob endpoint,
+  // the one the host derives from accountName too.
+  { name: 'AzureWebJobsStorage__blobServiceUri', value: storage.properties.primaryEndpoints.blob }
   { name: 'AzureWebJobsStorage__credential', value: 'managedidentity' }
   { name: 'AzureWebJobsStorage__clientId', value: identityClientId }
 
@@ -165,6 +183,10 @@ var coreAppSettings = [
   { name: 'SupervisorSchedule', value: supervisorSchedule }
   { name: 'ReconcileSchedule', value: reconcileSchedule }
   { name: 'ReconcileSampleSize', value: string(reconcileSampleSize) }
+  { name: 'ArchiveSchedule', value: archiveSchedule }
+  { name: 'RetentionProcessedDays', value: string(retentionProcessedDays) }
+  { name: 'RetentionCancelledDays', value: string(retentionCancelledDays) }
+  { name: 'RetentionCompensatedDays', value: string(retentionCompensatedDays) }
   { name: 'StepTimeoutSeconds', value: string(stepTimeoutSeconds) }
   { name: 'PendingTimeoutSeconds', value: string(pendingTimeoutSeconds) }
   { name: 'MaxFailureCount', value: string(maxFailureCount) }

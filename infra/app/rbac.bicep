@@ -5,6 +5,10 @@
 //   keys (azure-webjobs-* containers) and Flex Consumption reading the deployment package.
 // - Storage Table Data Contributor on the account: the state store (entities, and
 //   create_table on first use).
+// - Storage Blob Data Contributor on the order-archive container: the archiver writes
+//   and reads its pages there (shared/adapters/blob_archive.py). The account-wide Blob Data
+//   Owner above covers it today; this grant states the archive's own need, so narrowing
+//   the host's role later does not break the archive.
 // - No Storage Queue role: nothing uses storage queues (no queue or blob trigger, no
 //   Durable Functions); add Storage Queue Data Contributor if that changes.
 // - Azure Service Bus Data Sender + Data Receiver on the namespace: the code sends to every
@@ -18,6 +22,9 @@
 
 @description('Storage account of the host, the deployment package and the state table.')
 param storageAccountName string
+
+@description('Blob container of archived orders.')
+param archiveContainerName string
 
 @description('Service Bus namespace holding the contract queues.')
 param serviceBusNamespaceName string
@@ -46,6 +53,7 @@ param principalType string = 'User'
 var roles = {
   storageBlobDataOwner: 'b7e6dc6d-f1e8-4753-8033-0f276bb0955b'
   storageTableDataContributor: '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
+  storageBlobDataContributor: 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
   serviceBusDataSender: '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
   serviceBusDataReceiver: '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
   serviceBusDataOwner: '090c5cfd-751d-490a-894a-3ce6f1109419'
@@ -56,6 +64,16 @@ var grantDeployer = !empty(principalId)
 
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
   name: storageAccountName
+}
+
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' existing = {
+  parent: storage
+  name: 'default'
+}
+
+resource archiveContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' existing = {
+  parent: blobService
+  name: archiveContainerName
 }
 
 resource serviceBus 'Microsoft.ServiceBus/namespaces@2024-01-01' existing = {
@@ -85,6 +103,16 @@ resource appTableDataContributor 'Microsoft.Authorization/roleAssignments@2022-0
   scope: storage
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageTableDataContributor)
+    principalId: appPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource appArchiveBlobDataContributor 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(archiveContainer.id, appPrincipalId, roles.storageBlobDataContributor)
+  scope: archiveContainer
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roles.storageBlobDataContributor)
     principalId: appPrincipalId
     principalType: 'ServicePrincipal'
   }

@@ -26,6 +26,9 @@ param skuName string = 'Standard_ZRS'
 @description('Blob container Flex Consumption deploys the app package to.')
 param deploymentContainerName string
 
+@description('Blob container of archived orders (shared/contract.py ARCHIVE_CONTAINER).')
+param archiveContainerName string = 'order-archive'
+
 @description('Table holding orders and their process state (StateTableName).')
 param stateTableName string
 
@@ -70,6 +73,16 @@ resource deploymentContainer 'Microsoft.Storage/storageAccounts/blobServices/con
   }
 }
 
+// Finished orders past their retention, as gzip JSON lines by day (docs/operations.md).
+// Created here so the app's grant can be scoped to it.
+resource archiveContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = {
+  parent: blobService
+  name: archiveContainerName
+  properties: {
+    publicAccess: 'None'
+  }
+}
+
 resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-01' = {
   parent: account
   name: 'default'
@@ -87,4 +100,5 @@ output id string = account.id
 output blobEndpoint string = account.properties.primaryEndpoints.blob
 output tableEndpoint string = account.properties.primaryEndpoints.table
 output deploymentContainerName string = deploymentContainer.name
+output archiveContainerName string = archiveContainer.name
 output stateTableName string = stateTable.name

@@ -149,6 +149,15 @@ class OperatorApi:
             raise CliError(f"unexpected answer from {self.config.api}/{Route.BULK}")
         return answer
 
+    async def archived_on(self, day: str, continuation: str | None = None) -> View:
+        """One call's worth of a day's archived orders, and where the next goes on."""
+        route = Route.ARCHIVE_DAY.replace("{day}", quote(day, safe=""))
+        params = {"continuation": continuation} if continuation else None
+        answer = await self._call("GET", route, params=params)
+        if not isinstance(answer, dict) or not isinstance(answer.get("items"), list):
+            raise CliError(f"unexpected answer from {self.config.api}/{route}: no items")
+        return answer
+
     async def bulk_job(self, bulk_id: str) -> View:
         route = Route.BULK_JOB.replace("{bulkId}", quote(bulk_id, safe=""))
         answer = await self._call("GET", route, missing=f"bulk job {bulk_id!r}")

@@ -80,7 +80,7 @@ async def run(
         config: ApiConfig | BusConfig
         if args.group == "workflows":
             return await _workflows(args, values, console)
-        if args.group in ("orders", "agents", "failures"):
+        if args.group in ("orders", "agents", "failures", "archive"):
             settings = None if (args.url or values.get(API_URL_ENV)) else _lenient()
             config = api_config(args.url, args.key, args.operator, args.timeout, values, settings)
             secrets.append(config.key)
@@ -108,6 +108,8 @@ async def _workflows(args: argparse.Namespace, values: Mapping[str, str], consol
 def _api_command(args: argparse.Namespace) -> ApiCommand:
     if args.group == "failures":
         return commands.failures
+    if args.group == "archive":
+        return commands.archive_list if args.command == "list" else commands.archive_show
     return (_ORDERS if args.group == "orders" else _AGENTS)[args.command]
 
 

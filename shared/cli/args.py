@@ -277,6 +277,18 @@ def build_parser() -> Parser:
     _common(failures, suppress=True)
     _api(failures, suppress=True)
 
+    archive = groups.add_parser(
+        "archive", help="orders past their retention, moved to the archive (by day)"
+    )
+    archive_commands = archive.add_subparsers(dest="command", required=True, metavar="{list,show}")
+    listing_day = _leaf(archive_commands, "list", "the orders archived under DAY (UTC, yyyy-mm-dd)")
+    listing_day.add_argument("day", metavar="DAY", help="the day the orders finished, yyyy-mm-dd")
+    listing_day.add_argument(
+        "--all", action="store_true", help="follow the continuation to the day's last page"
+    )
+    shown = _leaf(archive_commands, "show", "one archived order, as it was when archived")
+    shown.add_argument("order_id", metavar="ORDER_ID")
+
     flows = groups.add_parser(
         "workflows", help="the catalogue of agents and workflows: validate, list, what derives"
     )

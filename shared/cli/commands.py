@@ -335,6 +335,41 @@ async def failures(args: argparse.Namespace, config: ApiConfig, console: Console
     return Exit.OK
 
 
+async def archive_list(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    items: list[View] = []
+    continuation: str | None = None
+    async with OperatorApi.open(config) as api:
+        while True:
+            answer = await api.archived_on(args.day, continuation)
+            items += answer["items"]
+            continuation = answer.get("continuation")
+            if not (args.all and continuation):
+                break
+    if console.json:
+        console.data({"items": items, "continuation": continuation})
+        return Exit.OK
+    console.show(output.archived_table(items) if items else f"nothing archived under {args.day}")
+    if continuation:
+        console.show(f"more archived orders under {args.day}: add --all")
+    return Exit.OK
+
+
+async def archive_show(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    """The order route answers an archived order too; this says when it is not one."""
+    async with OperatorApi.open(config) as api:
+        view = await api.order(args.order_id)
+    if console.json:
+        console.data(view)
+        return Exit.OK
+    console.show(output.order_details(view))
+    console.show(
+        f"archived at {output.when(view.get('archivedAt'))}"
+        if view.get("archived")
+        else "not archived: the order is still in the state table"
+    )
+    return Exit.OK
+
+
 async def dlq_list(args: argparse.Namespace, config: BusConfig, console: Console) -> int:
     queues = list(dict.fromkeys(args.queue or ALL_QUEUES))
     async with DeadLetterQueues.open(config) as bus:

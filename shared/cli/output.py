@@ -314,6 +314,22 @@ def drain_line(agent: Mapping[str, Any]) -> str:
     return f"{name} drained: no new dispatches" + (f" ({reason})" if reason else "")
 
 
+def archived_table(items: Iterable[Mapping[str, Any]]) -> str:
+    return table(
+        ["ORDER", "STATE", "FINISHED", "ARCHIVED", "PAGE"],
+        (
+            [
+                i.get("orderId"),
+                i.get("processState"),
+                when(i.get("finishedAt")),
+                when(i.get("archivedAt")),
+                i.get("blob"),
+            ]
+            for i in items
+        ),
+    )
+
+
 def failures_table(report: Mapping[str, Any]) -> str:
     groups = report.get("groups") or []
     text = (

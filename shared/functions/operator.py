@@ -11,6 +11,7 @@ from shared import bootstrap
 from shared.contract import Route
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.process import InvalidTransition, PastPivot
+from shared.functions.archive import archived_view
 from shared.functions.http import (
     ORDER_ID,
     bounded_int,
@@ -24,6 +25,7 @@ from shared.functions.http import (
 from shared.openapi import document
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving
+from shared.usecases.archive import archived_order
 from shared.usecases.budget import HTTP_BUDGET
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.operator import (
@@ -51,10 +53,23 @@ async def get_order(req: func.HttpRequest) -> func.HttpResponse:
     try:
         process = await inspect_order(c.process, order_id)
     except OrderNotFound:
-        return order_not_found(order_id)
+        return await _from_archive(c, order_id)
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
-    return json_response(order_view(process))
+    return json_response({**order_view(process), "archived": False})
+
+
+async def _from_archive(c: bootstrap.Container, order_id: str) -> func.HttpResponse:
+    """Not in the table: archived, or unknown."""
+    if c.archive is None or c.archive_blobs is None:
+        return order_not_found(order_id)
+    try:
+        found = await archived_order(c.archive, c.archive_blobs, order_id)
+    except StateStoreError:
+        return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
+    if found is None:
+        return order_not_found(order_id)
+    return json_response(archived_view(found))
 
 
 @bp.route(route=Route.ORDERS, methods=["GET"], auth_level=func.AuthLevel.ADMIN)

@@ -40,6 +40,7 @@ def e2e_settings(table_port: int, broker: Broker, simulator_url: str) -> dict[st
         Setting.STATE_TABLE: f"e2e{uuid.uuid4().hex[:12]}",
         Setting.SUPERVISOR_SCHEDULE: "*/1 * * * * *",
         Setting.RECONCILE_SCHEDULE: "0 0 * * * *",
+        Setting.ARCHIVE_SCHEDULE: "0 0 0 1 1 *",
         # Room for a step on a loaded 2-core machine, where broker, simulator and host
         # share one process; tests that need a timeout hang far longer than this.
         Setting.STEP_TIMEOUT_SECONDS: "6",

@@ -122,6 +122,7 @@ async def keyed_api(
         Setting.STATE_TABLE: f"keys{uuid.uuid4().hex[:12]}",
         Setting.SUPERVISOR_SCHEDULE: "*/1 * * * * *",
         Setting.RECONCILE_SCHEDULE: "0 0 * * * *",
+        Setting.ARCHIVE_SCHEDULE: "0 0 0 1 1 *",
         Setting.STEP_TIMEOUT_SECONDS: "6",
         **{spec.service_url_setting: f"{simulator.url}/{name}" for name, spec in AGENTS.items()},
         DevhostSetting.ENFORCE_KEYS: "true",

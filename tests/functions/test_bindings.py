@@ -47,6 +47,8 @@ def test_http_routes_methods_and_auth_levels() -> None:
         (Route.BULK, ("POST",)): "ADMIN",
         (Route.BULK_JOB, ("GET",)): "ADMIN",
         (Route.RECONCILE, ("POST",)): "ADMIN",
+        (Route.ARCHIVE, ("POST",)): "ADMIN",
+        (Route.ARCHIVE_DAY, ("GET",)): "ADMIN",
     }
 
 
@@ -101,6 +103,13 @@ def test_timers_supervisor_from_the_app_setting_and_agent_heartbeat() -> None:
             "direction": "IN",
             "name": "timer",
             "schedule": f"%{Setting.RECONCILE_SCHEDULE}%",
+            "runOnStartup": False,
+        },
+        "archive": {
+            "type": "timerTrigger",
+            "direction": "IN",
+            "name": "timer",
+            "schedule": f"%{Setting.ARCHIVE_SCHEDULE}%",
             "runOnStartup": False,
         },
         "agent_heartbeat": {

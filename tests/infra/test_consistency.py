@@ -327,6 +327,12 @@ def test_bicep_defaults_equal_the_code_defaults() -> None:
     )
     settings = deployed_app_settings()
     assert settings[Setting.STATE_TABLE] == code.state_table
+    for name, kept in (
+        (Setting.RETENTION_PROCESSED_DAYS, code.retention.processed),
+        (Setting.RETENTION_CANCELLED_DAYS, code.retention.cancelled),
+        (Setting.RETENTION_COMPENSATED_DAYS, code.retention.compensated),
+    ):
+        assert settings[name] == str(kept.days if kept else 0), name
     assert settings[Setting.STEP_TIMEOUT_SECONDS] == str(int(code.step_timeout.total_seconds()))
     assert settings[Setting.PENDING_TIMEOUT_SECONDS] == str(
         int(code.pending_timeout.total_seconds())
@@ -384,6 +390,11 @@ REQUIRED_ACCESS = {
     "state table": ({"Storage Table Data Contributor"}, "Microsoft.Storage/storageAccounts"),
     # The Functions host: leases, timer schedule monitor, keys; Flex reads its package.
     "host blobs": ({"Storage Blob Data Owner"}, "Microsoft.Storage/storageAccounts"),
+    # The order archive (shared/adapters/blob_archive.py): its own container.
+    "order archive": (
+        {"Storage Blob Data Contributor"},
+        "Microsoft.Storage/storageAccounts/blobServices/containers",
+    ),
     # ServiceBusMessageBus (shared/adapters/servicebus_bus.py) sends to every queue.
     "send": (
         {"Azure Service Bus Data Sender", "Azure Service Bus Data Owner"},

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.contract import Setting
+from shared.contract import ARCHIVE_CONTAINER, Setting
 from tests.infra.bicep import BicepFile, Call, Interpolation, Ref, Value
 from tests.infra.deployment import (
     EMULATOR_AMQP_PORT,
@@ -275,10 +275,23 @@ def test_deployment_container_is_the_one_storage_creates() -> None:
     api, storage = function_module(), bound("app/storage.bicep")
     assert api.call.params["deploymentContainerName"] == Ref(("deploymentContainerName",))
     assert storage.call.params["deploymentContainerName"] == Ref(("deploymentContainerName",))
-    container = only_resource(
-        storage.file, "Microsoft.Storage/storageAccounts/blobServices/containers"
-    )
-    assert container.name == Ref(("deploymentContainerName",))
+    containers = {
+        r.symbol: r.name
+        for r in storage.file.resources_of_type(
+            "Microsoft.Storage/storageAccounts/blobServices/containers"
+        )
+        if not r.existing
+    }
+    assert containers == {
+        "deploymentContainer": Ref(("deploymentContainerName",)),
+        "archiveContainer": Ref(("archiveContainerName",)),
+    }
+
+
+def test_the_archive_container_is_the_one_the_code_writes_to() -> None:
+    storage = bound("app/storage.bicep")
+    assert storage.call.params["archiveContainerName"] == Ref(("archiveContainerName",))
+    assert main().variables["archiveContainerName"].value == ARCHIVE_CONTAINER
 
 
 def test_app_settings_leave_out_what_flex_consumption_rejects() -> None:

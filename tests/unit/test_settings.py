@@ -121,3 +121,64 @@ def test_a_catalogue_limit_must_be_positive() -> None:
         {"name": "payment", "serviceUrlSetting": "PaymentServiceUrl", "maxConcurrent": 4}
     )
     assert (declared.max_concurrent, declared.calls_per_second) == (4, None)
+
+
+def test_retention_defaults_to_30_and_90_days() -> None:
+    retention = Settings.from_env(LOCAL).retention
+    assert (retention.processed, retention.cancelled, retention.compensated) == (
+        timedelta(days=30),
+        timedelta(days=90),
+        timedelta(days=90),
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "kept"),
+    [("7", timedelta(days=7)), ("0.5", timedelta(hours=12)), ("0", None), ("", timedelta(days=30))],
+)
+def test_retention_days_are_read_and_0_keeps_forever(raw: str, kept: timedelta | None) -> None:
+    assert (
+        Settings.from_env({**LOCAL, Setting.RETENTION_PROCESSED_DAYS: raw}).retention.processed
+        == kept
+    )
+
+
+def test_a_negative_retention_names_the_setting() -> None:
+    with pytest.raises(ConfigurationError, match="RetentionCancelledDays must be at least 0"):
+        Settings.from_env({**LOCAL, Setting.RETENTION_CANCELLED_DAYS: "-1"})
+
+
+@pytest.mark.parametrize(
+    ("env", "archive"),
+    [
+        ({}, "BlobEndpoint=http://127.0.0.1:10000/devstoreaccount1;"),
+        ({Setting.STORAGE: "AccountName=a;AccountKey=k;TableEndpoint=http://t/a;"}, None),
+        (
+            {
+                Setting.STORAGE: "AccountName=a;AccountKey=k;TableEndpoint=http://t/a;BlobEndpoint=http://b/a;"
+            },
+            "BlobEndpoint=http://b/a;",
+        ),
+    ],
+)
+def test_the_archive_uses_the_storage_connections_blob_service(
+    env: dict[str, str], archive: str | None
+) -> None:
+    """A table-only emulator leaves the archive off rather than point it at Azure."""
+    found = Settings.from_env({**LOCAL, **env}).archive_storage
+    if archive is None:
+        assert found is None
+    else:
+        assert found is not None and archive in str(found.connection_string)
+
+
+def test_the_archive_in_azure_is_the_accounts_blob_endpoint_with_the_same_identity() -> None:
+    found = Settings.from_env(
+        {
+            Setting.SERVICE_BUS: LOCAL[Setting.SERVICE_BUS],
+            f"{Setting.STORAGE}__accountName": "acct",
+            f"{Setting.STORAGE}__clientId": "cid",
+        }
+    ).archive_storage
+    assert found is not None
+    assert (found.endpoint, found.client_id) == ("https://acct.blob.core.windows.net", "cid")

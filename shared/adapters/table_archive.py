@@ -1,0 +1,218 @@
+"""The archiver's side of the state table: candidates, its cursor, pointers, purges.
+
+Candidates are the state rows' own server-side filter: `RowKey eq 'state'` and, per
+archivable state, `ProcessState eq s and UpdatedAt lt cutoff(s)`, at most
+`CANDIDATE_PAGES` service pages per call. Like the operator's views it is a scan of the
+table on the service's side (issue 26); once the state index lands it should read the
+index's by-state range instead, oldest first.
+
+The cursor is one row, `~archive` / `~cursor`: the holder of the run and until when, and
+the page in flight (its name and its orders with the ETags read), each write
+conditional on the ETag read, as the bulk runners' lease.
+
+A pointer is one small row per archived order in `~archived-NN` (16 shards by the crc32
+of the id, as the watch list), RowKey the order id: a `GET /api/orders/{id}` that finds
+no state row makes one point read here and one blob read, instead of listing days. The
+price is a row of about 200 bytes per archived order left in the table, against the
+state entity and history rows (a few KB) it replaces.
+
+A purge deletes the state row first, If-Match the ETag the page was read at: a changed
+order is left whole. The order's other rows (history rows, rows of older layouts) and
+its watch entry follow; a purge killed after the state row is finished by the next run,
+which finds the page still in flight in the cursor.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import date, datetime
+from typing import Any, Final
+
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    HttpResponseError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
+from azure.data.tables import TableTransactionError, UpdateMode
+
+from shared.adapters import table_rows as rows
+from shared.adapters.table_errors import refused_status, refused_with, translated_errors
+from shared.adapters.table_store import TableStateStore
+from shared.domain.archive import ArchiveCursor, ArchivedEntry, PageEntry
+from shared.domain.model import OrderProcess, ProcessState
+from shared.ports import ConcurrencyConflict
+
+ARCHIVE_PARTITION: Final = "~archive"
+CURSOR_ROW: Final = "~cursor"
+POINTER_SHARDS: Final = 16
+CANDIDATE_PAGES: Final = 4
+"""Service pages one call reads at most: a page may come back short or empty while the
+service scans, so the bound is on pages, not on orders found."""
+_BATCH: Final = 100
+"""Operations in one entity-group transaction, the service's limit."""
+
+
+def pointer_partition(order_id: str) -> str:
+    return f"~archived-{zlib.crc32(order_id.encode()) % POINTER_SHARDS:02d}"
+
+
+class TableArchiveStore:
+    """Shares the state store's table client (and its table's creation)."""
+
+    def __init__(self, store: TableStateStore) -> None:
+        self._store = store
+
+    @property
+    def _table(self) -> Any:
+        return self._store.table
+
+    async def candidates(
+        self, cutoffs: Mapping[ProcessState, datetime], limit: int
+    ) -> tuple[OrderProcess, ...]:
+        if limit <= 0 or not cutoffs:
+            return ()
+        await self._store.ensure_table()
+        # spaced: the SDK substitutes @names only between spaces
+        states = " or ".join(
+            f"( ProcessState eq @s{i} and UpdatedAt lt @c{i} )" for i in range(len(cutoffs))
+        )
+        parameters: dict[str, Any] = {"row": rows.STATE_ROW}
+        for i, (state, cutoff) in enumerate(cutoffs.items()):
+            parameters[f"s{i}"] = state.value
+            parameters[f"c{i}"] = cutoff
+        found: list[Any] = []
+        with translated_errors():
+            pager: Any = self._table.query_entities(
+                f"RowKey eq @row and ( {states} )", parameters=parameters, results_per_page=limit
+            ).by_page()
+            pages = 0
+            async for page in pager:
+                found.extend([e async for e in page])
+                pages += 1
+                if len(found) >= limit or pages >= CANDIDATE_PAGES:
+                    break
+        processes: list[OrderProcess] = []
+        for entity in found[:limit]:
+            if rows.is_current_layout(entity):
+                processes.append(rows.to_process(entity, str(entity.metadata["etag"])))
+            else:
+                legacy = await self._store.load(str(entity["PartitionKey"]))
+                if legacy is not None:
+                    processes.append(legacy)
+        return tuple(processes)
+
+    async def cursor(self) -> ArchiveCursor | None:
+        await self._store.ensure_table()
+        with translated_errors():
+            try:
+                entity = await self._table.get_entity(ARCHIVE_PARTITION, CURSOR_ROW)
+            except ResourceNotFoundError:
+                return None
+        entries = json.loads(rows.get_text(entity, "Entries") or "[]")
+        return ArchiveCursor(
+            holder=str(entity["Holder"]),
+            until=rows.utc(entity["Until"]),
+            page=entity.get("Page"),
+            entries=tuple(
+                PageEntry(e["orderId"], e["etag"], date.fromisoformat(e["day"])) for e in entries
+            ),
+            etag=str(entity.metadata["etag"]),
+        )
+
+    async def put_cursor(self, cursor: ArchiveCursor, seen: ArchiveCursor | None) -> ArchiveCursor:
+        await self._store.ensure_table()
+        entity: dict[str, Any] = {
+            "PartitionKey": ARCHIVE_PARTITION,
+            "RowKey": CURSOR_ROW,
+            "Holder": cursor.holder,
+            "Until": cursor.until,
+        }
+        if cursor.page is not None:
+            entity["Page"] = cursor.page
+        entries = [
+            {"orderId": e.order_id, "etag": e.etag, "day": e.day.isoformat()}
+            for e in cursor.entries
+        ]
+        rows.put_text(entity, "Entries", json.dumps(entries, separators=(",", ":")))
+        with translated_errors(
+            ConcurrencyConflict("archive cursor"), when=refused_status(404, 409, 412)
+        ):
+            if seen is None:
+                result = await self._table.create_entity(entity)
+            else:
+                result = await self._table.update_entity(
+                    entity,
+                    mode=UpdateMode.REPLACE,
+                    etag=seen.etag,
+                    match_condition=MatchConditions.IfNotModified,
+                )
+        return replace(cursor, etag=str(result["etag"]))
+
+    async def point(self, entry: ArchivedEntry) -> None:
+        entity = {
+            "PartitionKey": pointer_partition(entry.order_id),
+            "RowKey": entry.order_id,
+            "Blob": entry.blob,
+            "ProcessState": entry.process_state.value,
+            "FinishedAt": entry.finished_at,
+            "ArchivedAt": entry.archived_at,
+        }
+        with translated_errors():
+            await self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+
+    async def pointer(self, order_id: str) -> str | None:
+        await self._store.ensure_table()
+        with translated_errors():
+            try:
+                entity = await self._table.get_entity(
+                    pointer_partition(order_id), order_id, select=["Blob"]
+                )
+            except ResourceNotFoundError:
+                return None
+        return str(entity["Blob"])
+
+    async def drop_pointer(self, order_id: str) -> None:
+        with translated_errors(when=refused_status(404)):
+            await self._table.delete_entity(pointer_partition(order_id), order_id)
+
+    async def purge(self, order_id: str, etag: str) -> bool:
+        with translated_errors(when=refused_with(ResourceNotFoundError)):
+            try:
+                await self._table.delete_entity(
+                    order_id,
+                    rows.STATE_ROW,
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                )
+            except HttpResponseError as exc:
+                if isinstance(exc, ResourceModifiedError) or exc.status_code == 412:
+                    return False
+                raise
+        with translated_errors():
+            rest = [
+                e
+                async for e in self._table.query_entities(
+                    "PartitionKey eq @pk",
+                    parameters={"pk": order_id},
+                    select=["PartitionKey", "RowKey"],
+                )
+            ]
+        for start in range(0, len(rest), _BATCH):
+            await self._delete_all(rest[start : start + _BATCH])
+        await self._store.unwatch(order_id)
+        return True
+
+    async def _delete_all(self, keys: list[Any]) -> None:
+        """One transaction; refused (a row went meanwhile), one by one."""
+        try:
+            await self._table.submit_transaction([("delete", k) for k in keys])
+            return
+        except TableTransactionError:
+            pass
+        for key in keys:
+            with translated_errors(when=refused_status(404)):
+                await self._table.delete_entity(key["PartitionKey"], key["RowKey"])

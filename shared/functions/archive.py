@@ -1,0 +1,114 @@
+"""Archive glue: a timer on the app setting ArchiveSchedule (NCRONTAB), `POST
+/api/archive` (admin) to run it now, and `GET /api/archive/{day}` (admin) to list what a
+day holds. `GET /api/orders/{id}` answers an archived order through `archived_view`.
+
+A run that overlaps another (the endpoint during a timer run, two instances) finds the
+cursor held and does nothing: the archiver keeps one run at a time itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import azure.functions as func
+
+from shared import bootstrap
+from shared.contract import Route, Setting
+from shared.domain.archive import ArchivedOrder, ArchiveRun, parse_day
+from shared.domain.messages import iso
+from shared.functions.http import bounded_int, json_response, order_view, problem
+from shared.ports import StateStoreError
+from shared.telemetry.spans import serving, timed
+from shared.usecases.archive import Archiver, DayListing, archived_on
+
+bp = func.Blueprint()
+_UNAVAILABLE: Final = ("Try again", "the state store or the archive is unavailable")
+_NO_ARCHIVE: Final = "the archive needs the table store and a blob service (docs/operations.md)"
+
+
+def archiver(c: bootstrap.Container) -> Archiver | None:
+    if c.archive is None or c.archive_blobs is None:
+        return None
+    return Archiver(
+        store=c.process.store,
+        archive=c.archive,
+        blobs=c.archive_blobs,
+        clock=c.process.clock,
+        instance=c.process.instance_id,
+        policy=c.settings.retention,
+    )
+
+
+@bp.timer_trigger(arg_name="timer", schedule=f"%{Setting.ARCHIVE_SCHEDULE}%", run_on_startup=False)
+async def archive(timer: func.TimerRequest, context: func.Context) -> None:
+    with timed(context):
+        found = archiver(await bootstrap.container())
+        if found is not None:
+            await found.run()
+
+
+@bp.route(route=Route.ARCHIVE, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+async def archive_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    with serving(req, context):
+        found = archiver(await bootstrap.container())
+        if found is None:  # not a dependency that is down: retrying will not help
+            return problem(409, "Not configured", _NO_ARCHIVE)
+        try:
+            run = await found.run()
+        except StateStoreError:
+            return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
+        return json_response(run_view(run))
+
+
+@bp.route(route=Route.ARCHIVE_DAY, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+async def archive_day(req: func.HttpRequest) -> func.HttpResponse:
+    try:
+        day = parse_day(req.route_params.get("day", ""))
+    except ValueError as exc:
+        return problem(400, "Invalid day", str(exc))
+    pages = bounded_int(req, "pages", 10, 1, 100)
+    if isinstance(pages, func.HttpResponse):
+        return pages
+    c = await bootstrap.container()
+    try:
+        listing = (
+            DayListing((), None)  # no archive here: nothing was ever archived
+            if c.archive_blobs is None
+            else await archived_on(c.archive_blobs, day, pages, req.params.get("continuation"))
+        )
+    except StateStoreError:
+        return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
+    return json_response(
+        {
+            "day": day.isoformat(),
+            "items": [
+                {
+                    "orderId": e.order_id,
+                    "processState": e.process_state.value,
+                    "finishedAt": iso(e.finished_at),
+                    "archivedAt": iso(e.archived_at),
+                    "blob": e.blob,
+                }
+                for e in listing.entries
+            ],
+            "continuation": listing.continuation,
+        }
+    )
+
+
+def archived_view(order: ArchivedOrder) -> dict[str, Any]:
+    """The order view as it was when archived; nothing about it is live any more."""
+    return {**order_view(order.process), "archived": True, "archivedAt": iso(order.archived_at)}
+
+
+def run_view(run: ArchiveRun) -> dict[str, Any]:
+    return {
+        "instance": run.instance,
+        "startedAt": iso(run.started_at),
+        "finishedAt": iso(run.finished_at),
+        "archived": run.archived,
+        "pages": run.pages,
+        "kept": run.kept,
+        "resumed": run.resumed,
+        "skipped": run.skipped,
+    }
