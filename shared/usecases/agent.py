@@ -41,7 +41,10 @@ class UnknownStep(ValueError):
     """The request names a step this agent does not perform: no retry can fix it."""
 
 
-class AgentOutcome(StrEnum):
+class Performed(StrEnum):
+    """What the agent did with one request, for its metrics (a reply's own outcome is
+    model.Outcome; a service's answer about a key is in_doubt.RemoteOutcome)."""
+
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     EXPIRED_ON_ARRIVAL = "expired-on-arrival"
@@ -94,9 +97,7 @@ def operation_for(agent: AgentName, request: AgentRequest) -> str:
     return undo
 
 
-async def perform_step(
-    deps: AgentDeps, request: AgentRequest, *, high: bool = False
-) -> AgentOutcome:
+async def perform_step(deps: AgentDeps, request: AgentRequest, *, high: bool = False) -> Performed:
     """Reply succeeded or failed; past the deadline reply nothing at all.
 
     Silence is deliberate: the Supervisor owns recovery once complete-by has passed, and a
@@ -116,9 +117,7 @@ async def perform_step(
             await monitor.publish(deps.health)
 
 
-async def _perform(
-    deps: AgentDeps, request: AgentRequest, operation: str, high: bool
-) -> AgentOutcome:
+async def _perform(deps: AgentDeps, request: AgentRequest, operation: str, high: bool) -> Performed:
     if deps.clock.now() >= request.complete_by:
         log.info(
             "order %s %s %s arrived after its complete-by; ignored",
@@ -126,7 +125,7 @@ async def _perform(
             operation,
             f"attempt {request.attempt}",
         )
-        return AgentOutcome.EXPIRED_ON_ARRIVAL
+        return Performed.EXPIRED_ON_ARRIVAL
     call = RemoteCall(
         request.order_id,
         operation,
@@ -170,7 +169,7 @@ async def _perform(
             request.attempt,
             exc.could_start_at.isoformat(),
         )
-        return AgentOutcome.HELD_BY_THROTTLE
+        return Performed.HELD_BY_THROTTLE
     except DeadlinePassed:
         log.info(
             "order %s %s gave up at its complete-by (attempt %d); no reply",
@@ -178,17 +177,17 @@ async def _perform(
             operation,
             request.attempt,
         )
-        return AgentOutcome.DEADLINE_PASSED
+        return Performed.DEADLINE_PASSED
     except PermanentRemoteError as exc:
         error = ErrorInfo(exc.code, exc.message)
         failed = request.answer(Outcome.FAILED, error=error, agent=deps.agent)
         await deps.bus.send([failed.outgoing(high=high)])
         log.info("order %s %s failed permanently: %s", request.order_id, operation, exc.code)
-        return AgentOutcome.FAILED
+        return Performed.FAILED
     succeeded = request.answer(Outcome.SUCCEEDED, result=result, agent=deps.agent)
     await deps.bus.send([succeeded.outgoing(high=high)])
     log.info("order %s %s succeeded (attempt %d)", request.order_id, operation, request.attempt)
-    return AgentOutcome.SUCCEEDED
+    return Performed.SUCCEEDED
 
 
 def undoes(request: AgentRequest) -> str | None:

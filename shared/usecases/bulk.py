@@ -70,7 +70,9 @@ class BulkJobNotFound(LookupError):
     """No bulk job with this id."""
 
 
-class Outcome(Enum):
+class Acted(Enum):
+    """What acting on one order came to (not a reply's or a service's outcome)."""
+
     DONE = "done"
     SKIPPED = "skipped"
     FAILED = "failed"
@@ -241,7 +243,7 @@ async def _act_on_page(deps: BulkDeps, job: BulkJob, pacer: Pacer, *, replay: bo
     """Act on the claimed page at the run's pace, then store the counters and move the
     cursor past the page in one conditional write. A page the deadline cuts short (its
     actions ran slower than the pace) stays in flight for the next run's replay."""
-    outcomes = {o: 0 for o in Outcome}
+    outcomes = {o: 0 for o in Acted}
     for order_id in job.in_flight:
         if not await pacer.turn():
             log.info(
@@ -251,9 +253,7 @@ async def _act_on_page(deps: BulkDeps, job: BulkJob, pacer: Pacer, *, replay: bo
         outcomes[await _act(deps.process, job, order_id, replay=replay)] += 1
     now = deps.process.clock.now()
     finished = replace(
-        job.counted(
-            outcomes[Outcome.DONE], outcomes[Outcome.SKIPPED], outcomes[Outcome.FAILED], now
-        ),
+        job.counted(outcomes[Acted.DONE], outcomes[Acted.SKIPPED], outcomes[Acted.FAILED], now),
         cursor=job.next_cursor or job.cursor,
         in_flight=(),
         next_cursor=None,
@@ -266,32 +266,32 @@ def _job_target(job: BulkJob) -> Workflow | None:
     return _target(job.action, job.filter.workflow, job.to_version)
 
 
-async def _act(deps: ProcessDeps, job: BulkJob, order_id: str, *, replay: bool) -> Outcome:
+async def _act(deps: ProcessDeps, job: BulkJob, order_id: str, *, replay: bool) -> Acted:
     """The single action on one order, as the operator's own route would do it. An order
     that no longer matches (someone else moved it on) is skipped, not forced."""
     try:
         process = await deps.store.load(order_id)
         if process is None:
-            return Outcome.SKIPPED
+            return Acted.SKIPPED
         if replay:
             history = await deps.store.history(order_id)
             if acted_by((h.detail for h in history), job.actor):
-                return Outcome.DONE
+                return Acted.DONE
         if not matches(
             job.action, job.filter, process, workflow_of(process.state), _job_target(job)
         ):
-            return Outcome.SKIPPED
+            return Acted.SKIPPED
         if job.action is BulkAction.MIGRATE:
             assert job.to_version is not None, "parse_request requires it"
             await migrate_order(deps, order_id, job.actor, job.to_version)
         else:
             await _ACTIONS[job.action](deps, order_id, job.actor)
     except (InvalidTransition, OrderNotFound):
-        return Outcome.SKIPPED
+        return Acted.SKIPPED
     except BusUnavailable:
         # Stored; the order is on the watch list, so the Supervisor sends the nudge.
-        return Outcome.DONE
+        return Acted.DONE
     except (StateStoreError, ConcurrencyConflict) as exc:
         log.warning("bulk %s: %s on order %s failed: %s", job.bulk_id, job.action, order_id, exc)
-        return Outcome.FAILED
-    return Outcome.DONE
+        return Acted.FAILED
+    return Acted.DONE

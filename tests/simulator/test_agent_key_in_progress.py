@@ -23,7 +23,7 @@ from shared.domain.health import BreakerState
 from shared.domain.messages import AgentRequest
 from shared.domain.model import Action
 from shared.resilience import CircuitBreaker
-from shared.usecases.agent import AgentDeps, AgentOutcome, perform_step
+from shared.usecases.agent import AgentDeps, Performed, perform_step
 from tests.simulator.scripted_provider import Answer, ScriptedProvider, in_progress
 
 CHARGE = ("POST", "/payment/charge-payment")
@@ -70,7 +70,7 @@ async def test_a_key_still_in_progress_is_retried_with_the_same_key_until_it_suc
 
     outcome = await perform_step(agent, charge(clock))
 
-    assert outcome is AgentOutcome.SUCCEEDED
+    assert outcome is Performed.SUCCEEDED
     assert replies(agent) == ["succeeded"]
     calls = provider.calls(*CHARGE)
     assert [call.headers["Idempotency-Key"] for call in calls] == ["o-1:charge-payment"] * 3
@@ -89,7 +89,7 @@ async def test_a_key_in_progress_past_the_deadline_gets_no_reply_not_a_failure(
 
     outcome = await perform_step(agent, charge(clock, seconds=30))
 
-    assert outcome is AgentOutcome.DEADLINE_PASSED
+    assert outcome is Performed.DEADLINE_PASSED
     assert replies(agent) == []
     assert len(provider.calls(*CHARGE)) == 1
 
@@ -105,7 +105,7 @@ async def test_a_key_in_progress_is_no_evidence_against_the_service(
 
     outcome = await perform_step(agent, charge(clock, seconds=10))
 
-    assert outcome is AgentOutcome.DEADLINE_PASSED
+    assert outcome is Performed.DEADLINE_PASSED
     assert agent.breaker.state is BreakerState.CLOSED
     assert len(provider.calls(*CHARGE)) >= 5
 
@@ -119,7 +119,7 @@ async def test_an_abandoned_key_is_a_permanent_failure(
 
     outcome = await perform_step(agent, charge(clock))
 
-    assert outcome is AgentOutcome.FAILED
+    assert outcome is Performed.FAILED
     bus = agent.bus
     assert isinstance(bus, InMemoryBus)
     [reply] = bus.sent
@@ -137,6 +137,6 @@ async def test_a_transient_answers_retry_after_is_the_least_back_off(
 
     outcome = await perform_step(agent, charge(clock))
 
-    assert outcome is AgentOutcome.SUCCEEDED
+    assert outcome is Performed.SUCCEEDED
     assert len(clock.slept) == 1
     assert clock.slept[0] >= 3

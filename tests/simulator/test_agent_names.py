@@ -15,7 +15,7 @@ from shared.adapters.memory import InMemoryBus
 from shared.domain.messages import AgentRequest
 from shared.domain.model import Action
 from shared.resilience import CircuitBreaker
-from shared.usecases.agent import AgentDeps, AgentOutcome, perform_step
+from shared.usecases.agent import AgentDeps, Performed, perform_step
 from tests.simulator.scripted_provider import Answer, ScriptedProvider
 
 CLOCK_START = FakeClock().now()
@@ -38,7 +38,7 @@ REFUND = replace(
 
 async def perform(
     provider: ScriptedProvider, session: aiohttp.ClientSession, request: AgentRequest
-) -> tuple[AgentOutcome, InMemoryBus]:
+) -> tuple[Performed, InMemoryBus]:
     clock, bus = FakeClock(CLOCK_START), InMemoryBus()
     deps = AgentDeps(
         agent="payment-secondary",
@@ -57,7 +57,7 @@ async def test_a_compensation_names_the_do_key_it_undoes(
 
     outcome, _ = await perform(provider, session, replace(REFUND, undoes="o-1:charge-payment#2"))
 
-    assert outcome is AgentOutcome.SUCCEEDED
+    assert outcome is Performed.SUCCEEDED
     [call] = provider.calls("POST", "/payment/refund-payment")
     assert call.body["undoes"] == "o-1:charge-payment#2"
     assert call.body["idempotencyKey"] == "o-1:refund-payment"

@@ -27,7 +27,7 @@ from shared.domain.model import Action
 from shared.domain.throttle import AdaptiveRate
 from shared.ports import Clock, RateLimited, RemoteCall
 from shared.resilience import CircuitBreaker
-from shared.usecases.agent import AgentDeps, AgentOutcome, perform_step
+from shared.usecases.agent import AgentDeps, Performed, perform_step
 from tests.simulator.conftest import ORDER, SimClient
 from tests.simulator.scripted_provider import Answer, ScriptedProvider
 from tests.simulator.virtual_clock import VirtualClock
@@ -105,7 +105,7 @@ async def test_429s_with_retry_after_slow_the_agent_and_the_order_succeeds(
 
     outcome = await perform_step(agent, request(clock))
 
-    assert outcome is AgentOutcome.SUCCEEDED
+    assert outcome is Performed.SUCCEEDED
     assert replies(agent) == ["succeeded"]
     assert len(provider.calls(*CHARGE)) == 4
     waits = [pause for pause in clock.slept if pause > 0]
@@ -127,7 +127,7 @@ async def test_429s_without_retry_after_are_spaced_by_the_throttle_alone(
 
     outcome = await perform_step(agent, request(clock))
 
-    assert outcome is AgentOutcome.SUCCEEDED
+    assert outcome is Performed.SUCCEEDED
     assert agent.breaker.state is BreakerState.CLOSED
     # Halved to 1/s, then (another 429 over a second later) to 0.5/s: each call keeps
     # the new rate's distance, plus the margin, from the one before.
@@ -145,7 +145,7 @@ async def test_a_throttle_that_holds_the_call_past_the_deadline_says_so_and_repl
 
     outcome = await perform_step(agent, request(clock, seconds=30))
 
-    assert outcome is AgentOutcome.HELD_BY_THROTTLE
+    assert outcome is Performed.HELD_BY_THROTTLE
     assert replies(agent) == []
     assert len(provider.calls(*CHARGE)) == 1
     assert [pause for pause in clock.slept if pause > 0] == []
@@ -177,7 +177,7 @@ async def _burst(sim: SimClient, clock: VirtualClock, throttle: AdaptiveRate) ->
 
     outcomes = await clock.run(perform_step(agent, r) for r in requests)
 
-    assert set(outcomes) == {AgentOutcome.SUCCEEDED}, "no order has a failure counted"
+    assert set(outcomes) == {Performed.SUCCEEDED}, "no order has a failure counted"
     assert replies(agent) == ["succeeded"] * BURST
     assert agent.breaker.state is BreakerState.CLOSED
     return agent

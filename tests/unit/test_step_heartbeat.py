@@ -19,7 +19,7 @@ from shared.domain.process import ProcessPolicy
 from shared.ports import ConcurrencyConflict, RemoteCall, StoreUnavailable, TransientRemoteError
 from shared.resilience import CircuitBreaker
 from shared.usecases import scheduler
-from shared.usecases.agent import AgentDeps, AgentOutcome, perform_step
+from shared.usecases.agent import AgentDeps, Performed, perform_step
 from shared.usecases.step_heartbeat import StepHeartbeats
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
@@ -261,14 +261,14 @@ def replies(run: Running) -> list[JsonObject]:
 async def test_a_fast_call_costs_no_beat() -> None:
     run = await running(call_seconds=1)
     reads = run.store.operations["read"]
-    assert await perform_step(run.deps(), run.request) is AgentOutcome.SUCCEEDED
+    assert await perform_step(run.deps(), run.request) is Performed.SUCCEEDED
     assert run.store.operations["read"] == reads
     assert (await run.stored()).steps[0].step_heartbeats == 0
 
 
 async def test_a_call_three_times_the_timeout_is_kept_alive_and_answers() -> None:
     run = await running(call_seconds=18)
-    assert await perform_step(run.deps(), run.request) is AgentOutcome.SUCCEEDED
+    assert await perform_step(run.deps(), run.request) is Performed.SUCCEEDED
     assert [r["outcome"] for r in replies(run)] == ["succeeded"]
     step = (await run.stored()).steps[0]
     assert step.step_heartbeats >= 4
@@ -279,7 +279,7 @@ async def test_a_call_three_times_the_timeout_is_kept_alive_and_answers() -> Non
 
 async def test_a_capped_step_stops_at_step_max_and_answers_nothing() -> None:
     run = await running(call_seconds=18, step_max=10)
-    assert await perform_step(run.deps(), run.request) is AgentOutcome.DEADLINE_PASSED
+    assert await perform_step(run.deps(), run.request) is Performed.DEADLINE_PASSED
     assert replies(run) == []
     stored = await run.stored()
     assert stored.steps[0].complete_by == START + timedelta(seconds=10)
@@ -289,20 +289,20 @@ async def test_a_capped_step_stops_at_step_max_and_answers_nothing() -> None:
 async def test_without_step_max_the_call_stops_at_its_complete_by_and_beats_nothing() -> None:
     run = await running(call_seconds=18, step_max=None)
     reads = run.store.operations["read"]
-    assert await perform_step(run.deps(), run.request) is AgentOutcome.DEADLINE_PASSED
+    assert await perform_step(run.deps(), run.request) is Performed.DEADLINE_PASSED
     assert run.store.operations["read"] == reads
     assert stopped_at(run, 6)
 
 
 async def test_a_lost_race_reads_again_once_and_the_beat_goes_through() -> None:
     run = await running(call_seconds=18, conflicts=1)
-    assert await perform_step(run.deps(), run.request) is AgentOutcome.SUCCEEDED
+    assert await perform_step(run.deps(), run.request) is Performed.SUCCEEDED
     assert (await run.stored()).steps[0].step_heartbeats >= 4
 
 
 async def test_two_lost_races_end_the_beats_at_the_last_known_complete_by() -> None:
     run = await running(call_seconds=18, conflicts=2)
-    assert await perform_step(run.deps(), run.request) is AgentOutcome.DEADLINE_PASSED
+    assert await perform_step(run.deps(), run.request) is Performed.DEADLINE_PASSED
     assert (await run.stored()).steps[0].step_heartbeats == 0
     assert stopped_at(run, 6)
 
@@ -310,7 +310,7 @@ async def test_two_lost_races_end_the_beats_at_the_last_known_complete_by() -> N
 async def test_a_store_outage_ends_the_beats_and_the_agent_answers_nothing() -> None:
     run = await running(call_seconds=18)
     run.store.down = True
-    assert await perform_step(run.deps(), run.request) is AgentOutcome.DEADLINE_PASSED
+    assert await perform_step(run.deps(), run.request) is Performed.DEADLINE_PASSED
     assert replies(run) == []
     assert stopped_at(run, 6)
 
@@ -318,14 +318,14 @@ async def test_a_store_outage_ends_the_beats_and_the_agent_answers_nothing() -> 
 async def test_a_stale_attempt_stops_beating_once_the_order_moved_on() -> None:
     run = await running(call_seconds=18)
     stale = replace(run.request, attempt=run.request.attempt - 1)
-    assert await perform_step(run.deps(), stale) is AgentOutcome.DEADLINE_PASSED
+    assert await perform_step(run.deps(), stale) is Performed.DEADLINE_PASSED
     assert (await run.stored()).steps[0].step_heartbeats == 0
 
 
 async def test_the_sweep_reschedules_a_beaten_order_to_its_new_complete_by() -> None:
     run = await running(call_seconds=18)
     await sweep(run.world.deps())
-    assert await perform_step(run.deps(), run.request) is AgentOutcome.SUCCEEDED
+    assert await perform_step(run.deps(), run.request) is Performed.SUCCEEDED
     beaten = (await run.stored()).steps[0].complete_by
     run.store.conflicts = 0
     report = await sweep(run.world.deps())

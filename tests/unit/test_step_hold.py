@@ -19,7 +19,7 @@ from shared.domain.process import ProcessPolicy
 from shared.ports import RemoteCall
 from shared.resilience import CircuitBreaker
 from shared.usecases import scheduler
-from shared.usecases.agent import AgentDeps, AgentOutcome, perform_step
+from shared.usecases.agent import AgentDeps, Performed, perform_step
 from shared.usecases.limiter import AgentLimiter
 from shared.usecases.step_hold import StepHolds
 from shared.usecases.submission import submit_order
@@ -107,7 +107,7 @@ class Instant:
         raise AssertionError("not abandoned")
 
 
-async def held_back(*, holds: bool) -> tuple[World, AgentOutcome, list[int]]:
+async def held_back(*, holds: bool) -> tuple[World, Performed, list[int]]:
     """Order o-1's inventory request, whose call other instances' calls hold back
     HELD_FOR seconds (the shared schedule is booked that far)."""
     world = World(policy=policy())
@@ -150,7 +150,7 @@ async def stored(world: World) -> OrderProcess:
 async def test_a_step_held_by_the_limiter_is_answered_and_never_counted_as_a_failure() -> None:
     world, outcome, swept = await held_back(holds=True)
 
-    assert outcome is AgentOutcome.SUCCEEDED
+    assert outcome is Performed.SUCCEEDED
     assert world.clock.now() >= START + timedelta(seconds=HELD_FOR)
     assert swept == [0], "the sweep at the call's start finds its deadline not yet passed"
     process = await stored(world)
@@ -167,7 +167,7 @@ async def test_without_holds_the_same_wait_ends_silent_and_the_supervisor_counts
     the Supervisor's next sweep counts an expired attempt against the order."""
     world, outcome, swept = await held_back(holds=False)
 
-    assert outcome is AgentOutcome.HELD_BY_THROTTLE
+    assert outcome is Performed.HELD_BY_THROTTLE
     assert swept == []
     world.clock.advance(10)
     await sweep(world.deps())
