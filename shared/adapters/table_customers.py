@@ -68,6 +68,18 @@ def _line_key(at: datetime, order_id: str) -> str:
     return f"w:{(at - _EPOCH) // timedelta(microseconds=1):020d}:{order_id}"
 
 
+class _Turn:
+    """One customer's changes on this instance, one at a time, and its load row as the
+    last of them left it. That copy is exact while its ETag holds, so the next entry of
+    a burst writes on it without reading first; a change from another instance fails
+    that transaction, and the entry reads again. Kept only while someone waits its turn
+    (weakly held): a burst is where it pays."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.known: tuple[CustomerLoad, str | None] | None = None
+
+
 @dataclass
 class _Read:
     load: CustomerLoad
@@ -80,18 +92,18 @@ class TableCustomerLedger:
 
     def __init__(self, service: TableServiceClient, table_name: str) -> None:
         self._table: TableClient = service.get_table_client(table_name)
-        self._turns: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
-
-    @asynccontextmanager
-    async def _turn(self, pk: str) -> AsyncIterator[None]:
-        lock = self._turns.get(pk)
-        if lock is None:
-            lock = self._turns[pk] = asyncio.Lock()
-        async with lock:
-            yield
+        self._turns: weakref.WeakValueDictionary[str, _Turn] = weakref.WeakValueDictionary()
 
     async def close(self) -> None:
         await self._table.close()
+
+    @asynccontextmanager
+    async def _turn(self, pk: str) -> AsyncIterator[_Turn]:
+        turn = self._turns.get(pk)
+        if turn is None:
+            turn = self._turns[pk] = _Turn()
+        async with turn.lock:
+            yield turn
 
     async def enter(
         self,
@@ -103,11 +115,12 @@ class TableCustomerLedger:
         high: bool = False,
     ) -> Entered:
         pk = partition(customer)
-        async with self._turn(pk):
-            return await self._enter(pk, customer, order_id, at, policy, high)
+        async with self._turn(pk) as turn:
+            return await self._enter(turn, pk, customer, order_id, at, policy, high)
 
     async def _enter(
         self,
+        turn: _Turn,
         pk: str,
         customer: str,
         order_id: str,
@@ -116,12 +129,19 @@ class TableCustomerLedger:
         high: bool,
     ) -> Entered:
         for _ in range(_RACES):
-            read = await self._read(pk, order_id)
+            known, turn.known = turn.known, None
+            if known is not None:
+                # A guess that the order is new: a repeat's member row fails the create.
+                read = _Read(known[0], known[1], None)
+            else:
+                read = await self._read(pk, order_id)
             if read.member is not None:
                 waits = bool(read.member.get("Line"))
                 return Entered(Admission.WAIT if waits else Admission.RUN, read.load, known=True)
             admission = admit(read.load, policy)
             if admission is Admission.REFUSE:
+                if known is not None:
+                    continue  # a refusal reads first: the order may be counted already
                 return Entered(admission, read.load)
             waits = admission is Admission.WAIT
             line = _line_key(at, order_id) if waits else ""
@@ -136,13 +156,14 @@ class TableCustomerLedger:
             ]
             if waits:
                 operations.append(("create", {"PartitionKey": pk, "RowKey": line, "High": high}))
-            if await self._commit(operations):
+            if await self._commit(operations, turn, after):
                 return Entered(admission, read.load)
         raise ConcurrencyConflict(f"customer {customer}: lost {_RACES} races in a row")
 
     async def rejoin(self, customer: str, order_id: str, at: datetime) -> None:
         pk = partition(customer)
-        async with self._turn(pk):
+        async with self._turn(pk) as turn:
+            turn.known = None
             await self._rejoin(pk, customer, order_id)
 
     async def _rejoin(self, pk: str, customer: str, order_id: str) -> None:
@@ -168,8 +189,8 @@ class TableCustomerLedger:
         self, customer: str, order_id: str, policy: CustomerPolicy, at: datetime | None = None
     ) -> Promoted | None:
         pk = partition(customer)
-        async with self._turn(pk):
-            return await self._leave(pk, customer, order_id, policy, at)
+        async with self._turn(pk) as turn:
+            return await self._leave(turn, pk, customer, order_id, policy, at)
 
     async def standing(self, customer: str, order_id: str) -> Admission | None:
         member = await self._get(partition(customer), _member_key(order_id))
@@ -179,6 +200,7 @@ class TableCustomerLedger:
 
     async def _leave(
         self,
+        turn: _Turn,
         pk: str,
         customer: str,
         order_id: str,
@@ -186,7 +208,12 @@ class TableCustomerLedger:
         at: datetime | None,
     ) -> Promoted | None:
         for _ in range(_RACES):
-            read = await self._read(pk, order_id)
+            known, turn.known = turn.known, None
+            if known is not None:
+                member = await self._get(pk, _member_key(order_id))
+                read = _Read(known[0], known[1], member)
+            else:
+                read = await self._read(pk, order_id)
             if read.member is None:
                 return None
             line = str(read.member.get("Line") or "")
@@ -217,7 +244,7 @@ class TableCustomerLedger:
                     }
                     operations.append(("upsert", member, {"mode": UpdateMode.REPLACE}))
             operations.insert(0, self._put_load(pk, customer, after, read.load_etag))
-            if await self._commit(operations):
+            if await self._commit(operations, turn, after):
                 return promoted
         raise ConcurrencyConflict(f"customer {customer}: lost {_RACES} races in a row")
 
@@ -280,12 +307,26 @@ class TableCustomerLedger:
             return ("delete", entity, _if_match(etag))
         return ("update", entity, {"mode": UpdateMode.REPLACE, **_if_match(etag)})
 
-    async def _commit(self, operations: list[Any]) -> bool:
-        """False: another change to the customer came first (an ETag or a key taken)."""
+    async def _commit(
+        self, operations: list[Any], turn: _Turn | None = None, after: CustomerLoad | None = None
+    ) -> bool:
+        """False: another change to the customer came first (an ETag or a key taken).
+        With `turn`, what the load row now holds (`after`) is kept for the next change."""
         with translated_errors(when=refused_with(TableTransactionError)):
-            await self._table.submit_transaction(operations)
+            answers = await self._table.submit_transaction(operations)
+            if turn is not None and after is not None:
+                turn.known = _left_as(after, answers[0] if answers else {})
             return True
         return False
+
+
+def _left_as(after: CustomerLoad, answer: Any) -> tuple[CustomerLoad, str | None] | None:
+    """The load row after a transaction: gone (its count reached zero), or `after` at
+    the ETag the service answered; None when there is no ETag to write on."""
+    if after.open == 0:
+        return (replace(after, pace=None, left_at=None), None)
+    etag = answer.get("etag") if hasattr(answer, "get") else None
+    return (after, str(etag)) if etag else None
 
 
 def _load(row: Any) -> CustomerLoad:

@@ -125,3 +125,35 @@ async def test_leaving_at_a_time_keeps_the_customers_pace(ledger: CustomerLedger
     assert load.pace == 10 and load.left_at == clock.now()
     refused = [await ledger.enter("A", f"b-{i}", clock.now(), quota) for i in range(5)][-1]
     assert refused.admission is Admission.REFUSE and refused.load.pace == 10
+
+
+async def test_an_instance_writing_on_its_last_copy_stays_exact(
+    ledgers: list[CustomerLedger],
+) -> None:
+    """In a burst the table ledger writes a customer's next entry on the load row as the
+    previous one left it: a repeat, a refusal of a counted order, and a change from
+    another instance in between must all still come out exact."""
+    clock = FakeClock()
+    quota = CustomerPolicy(max_pending=3)
+    one, other = ledgers
+    ids = ("a-0", "a-1", "a-1", "a-2", "a-2", "a-3")  # in turn on one instance
+    burst = await asyncio.gather(*(one.enter("A", i, clock.now(), quota) for i in ids))
+    assert [(e.admission, e.known) for e in burst] == [
+        (Admission.RUN, False),
+        (Admission.RUN, False),
+        (Admission.RUN, True),
+        (Admission.RUN, False),
+        (Admission.RUN, True),  # at the quota, but counted already
+        (Admission.REFUSE, False),
+    ]
+    roomy = CustomerPolicy(max_pending=10)
+    await asyncio.gather(
+        one.leave("A", "a-0", roomy, clock.now()),
+        other.leave("A", "a-1", roomy, clock.now()),
+        one.enter("A", "a-3", clock.now(), roomy),
+        one.enter("A", "a-4", clock.now(), roomy),
+    )
+    assert await other.loads(5) == (("A", CustomerLoad(running=3)),)
+    await asyncio.gather(*(one.leave("A", i, quota, clock.now()) for i in ("a-2", "a-3", "a-4")))
+    assert await other.loads(5) == ()
+    assert (await one.enter("A", "a-5", clock.now(), quota)).load == CustomerLoad()
