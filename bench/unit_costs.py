@@ -66,8 +66,8 @@ runtime, so the runtime's share of them is only the send."""
 
 WITH_LEDGER: tuple[tuple[str, int], ...] = (("ledger: enter", 1), ("ledger: leave", 1))
 """What a customer ledger adds per order (either per-customer setting on): it enters at
-the intake and leaves when it rests; each is 2 point reads and 1 entity-group
-transaction on the customer's partition (docs/fairness.md)."""
+the intake (1 point read, 1 entity-group transaction) and leaves when it rests (2 point
+reads, 1 transaction), on the customer's partition (docs/fairness.md)."""
 CUSTOMERS = 64
 """Orders spread over this many customers: under the fair share, so no line forms and
 every leave is the plain one (a promotion adds a one-row query, a watch and a send)."""
@@ -318,7 +318,7 @@ def report(costs: list[Cost], concurrency: int) -> None:
             f"FairShareRunningPerCustomer set): +{fmt(client, 1)} ms client, "
             f"+{fmt(server, 1)} ms Azurite per order = "
             f"{(client + server) / max(client_total + server_total, 1e-9):.0%} on the bill, "
-            "and +4 point reads and +2 transactions per order"
+            "and +3 point reads and +2 transactions per order"
         )
     console.print(
         f"floor of CPU per order (runtime + broker + Azurite, simulator left out): "

@@ -15,7 +15,9 @@ change is one entity-group transaction, exact and atomic:
   lane, for its promotion's nudge.
 
 Every transaction is conditional on the `~load` row's ETag (or creates it), so two
-instances changing one customer at once serialise on it; the loser reads again. Within
+instances changing one customer at once serialise on it; the loser reads again. An
+entry takes the order to be new and reads only the load row (a repeat's member row
+fails the create, and the entry then reads both): one read and one transaction. Within
 one instance a customer's changes take turns on a lock first: a burst of one customer's
 orders (64 POSTs at once) would otherwise race on that ETag, each loser paying two more
 reads and a failed transaction, until the intake's budget passes and everyone gets 503.
@@ -128,11 +130,13 @@ class TableCustomerLedger:
         policy: CustomerPolicy,
         high: bool,
     ) -> Entered:
-        for _ in range(_RACES):
+        for attempt in range(_RACES):
             known, turn.known = turn.known, None
-            if known is not None:
-                # A guess that the order is new: a repeat's member row fails the create.
-                read = _Read(known[0], known[1], None)
+            guess = attempt == 0
+            if guess:
+                # The order is taken to be new (a repeat's member row fails the create),
+                # on the load row as this instance's last change left it, or read alone.
+                read = _Read(*(known or await self._read_load(pk)), None)
             else:
                 read = await self._read(pk, order_id)
             if read.member is not None:
@@ -140,7 +144,7 @@ class TableCustomerLedger:
                 return Entered(Admission.WAIT if waits else Admission.RUN, read.load, known=True)
             admission = admit(read.load, policy)
             if admission is Admission.REFUSE:
-                if known is not None:
+                if guess:
                     continue  # a refusal reads first: the order may be counted already
                 return Entered(admission, read.load)
             waits = admission is Admission.WAIT
@@ -264,6 +268,10 @@ class TableCustomerLedger:
             key=lambda item: (-item[1].open, item[0]),
         )
         return tuple(ranked[:limit])
+
+    async def _read_load(self, pk: str) -> tuple[CustomerLoad, str | None]:
+        load = await self._get(pk, LOAD_KEY)
+        return (CustomerLoad(), None) if load is None else (_load(load), load.metadata["etag"])
 
     async def _read(self, pk: str, order_id: str) -> _Read:
         load = await self._get(pk, LOAD_KEY)
