@@ -157,3 +157,29 @@ async def test_an_instance_writing_on_its_last_copy_stays_exact(
     await asyncio.gather(*(one.leave("A", i, quota, clock.now()) for i in ("a-2", "a-3", "a-4")))
     assert await other.loads(5) == ()
     assert (await one.enter("A", "a-5", clock.now(), quota)).load == CustomerLoad()
+
+
+async def test_entries_given_up_while_waiting_leave_the_others_answered(
+    ledger: CustomerLedger,
+) -> None:
+    """An intake whose budget runs out while its entry waits (or is being entered with
+    others) is cancelled: every other entry still gets its answer, and the count holds
+    at most the entries that were given up besides the ones answered."""
+    clock = FakeClock()
+    policy = CustomerPolicy(fair_share=3)
+    first = [ledger.enter("A", f"a-{i}", clock.now(), policy) for i in range(2)]
+    tasks = [asyncio.ensure_future(e) for e in first]
+    await asyncio.sleep(0)  # a-0 enters alone; a-1 waits for its turn
+    tasks += [
+        asyncio.ensure_future(ledger.enter("A", f"a-{i}", clock.now(), policy))
+        for i in range(2, 20)
+    ]
+    await tasks[0]  # a-1 now enters every waiting entry together
+    tasks[1].cancel()
+    for task in tasks[2::4]:
+        task.cancel()
+    done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+    answered = [d for d in done if not isinstance(d, BaseException)]
+    assert len(answered) >= 14
+    ((_, load),) = await ledger.loads(5)
+    assert load.running == 3 and len(answered) <= load.open <= 20
