@@ -55,9 +55,6 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _RACES: Final = 20
 """Lost races on one customer's load row before a change gives up: a burst of one
 customer's orders on many instances serialises on that row."""
-_TOGETHER: Final = 49
-"""Entries of one customer in one entity-group transaction: 100 operations at most, the
-load row and two rows for each (its member row and, in line, its line row)."""
 _FORBIDDEN_IN_KEYS: Final = str.maketrans({c: "_" for c in "/\\#?\t\n\r"})
 
 
@@ -83,17 +80,6 @@ class _Turn:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.known: tuple[CustomerLoad, str | None] | None = None
-        self.pending: list[_Entry] = []
-        """Entries waiting their turn: whoever gets the turn enters them together."""
-
-
-@dataclass(eq=False)
-class _Entry:
-    order_id: str
-    at: datetime
-    policy: CustomerPolicy
-    high: bool
-    answer: asyncio.Future[Entered]
 
 
 @dataclass
@@ -131,73 +117,8 @@ class TableCustomerLedger:
         high: bool = False,
     ) -> Entered:
         pk = partition(customer)
-        turn = self._turns.get(pk)
-        if turn is None:
-            turn = self._turns[pk] = _Turn()
-        entry = _Entry(order_id, at, policy, high, asyncio.get_running_loop().create_future())
-        turn.pending.append(entry)
-        try:
-            async with turn.lock:
-                while not entry.answer.done():
-                    await self._enter_together(turn, pk, customer)
-        finally:
-            if entry in turn.pending:  # given up before its turn came: never entered
-                turn.pending.remove(entry)
-        return entry.answer.result()
-
-    async def _enter_together(self, turn: _Turn, pk: str, customer: str) -> None:
-        """The entries waiting on this instance, in one transaction on the load row when
-        all are new and none is refused (a refusal, a repeat or a lost race: each then
-        goes alone, reading first). A burst of 64 POSTs is entered in a few round trips
-        instead of 64 in a row, while the intake's budget runs."""
-        batch, turn.pending[:] = turn.pending[:_TOGETHER], turn.pending[_TOGETHER:]
-        try:
-            known, turn.known = turn.known, None
-            load, etag = known or await self._read_load(pk)
-            operations: list[Any] = []
-            answers: list[tuple[_Entry, Entered]] = []
-            alone: list[_Entry] = []
-            seen: set[str] = set()
-            after = load
-            for entry in batch:
-                admission = admit(after, entry.policy)
-                if admission is Admission.REFUSE or entry.order_id in seen:
-                    alone.append(entry)
-                    continue
-                seen.add(entry.order_id)
-                answers.append((entry, Entered(admission, after)))
-                waits = admission is Admission.WAIT
-                line = _line_key(entry.at, entry.order_id) if waits else ""
-                member = {"PartitionKey": pk, "RowKey": _member_key(entry.order_id), "Line": line}
-                operations.append(("create", member))
-                if waits:
-                    row = {"PartitionKey": pk, "RowKey": line, "High": entry.high}
-                    operations.append(("create", row))
-                after = replace(
-                    after, running=after.running + (not waits), waiting=after.waiting + waits
-                )
-            if answers:
-                operations.insert(0, self._put_load(pk, customer, after, etag))
-                if await self._commit(operations, turn, after):
-                    for entry, entered in answers:
-                        entry.answer.set_result(entered)
-                else:
-                    alone = [entry for entry, _ in answers] + alone
-            for entry in alone:
-                entry.answer.set_result(
-                    await self._enter(
-                        turn, pk, customer, entry.order_id, entry.at, entry.policy, entry.high
-                    )
-                )
-        except Exception as exc:  # every entry of the batch waits for an answer: theirs too
-            for entry in batch:
-                if not entry.answer.done():
-                    entry.answer.set_exception(exc)
-        except BaseException:
-            # The one entering them was cancelled (its intake's budget ran out): the rest
-            # go to the next in turn (a repeat is known by its member row).
-            turn.pending[:0] = [e for e in batch if not e.answer.done()]
-            raise
+        async with self._turn(pk) as turn:
+            return await self._enter(turn, pk, customer, order_id, at, policy, high)
 
     async def _enter(
         self,
