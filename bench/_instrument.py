@@ -196,10 +196,20 @@ class CountingStore:
         return result
 
     async def watch(
-        self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
+        self,
+        order_id: str,
+        check_at: datetime,
+        *,
+        replace: bool,
+        version: int = 0,
+        customer: str = "",
     ) -> bool:
         wrote: bool = await self._timed(
-            "watch", 1, self.inner.watch(order_id, check_at, replace=replace, version=version)
+            "watch",
+            1,
+            self.inner.watch(
+                order_id, check_at, replace=replace, version=version, customer=customer
+            ),
         )
         return wrote
 

@@ -359,6 +359,7 @@ async def measure_with(args: argparse.Namespace, runtimes: int) -> list[RunSumma
         broker_db=not getattr(args, "broker_in_memory", False),
         runtimes=RUNTIME_NAMES[:runtimes],
         runtime_env=TRACING[getattr(args, "tracing", "sampled")],
+        settings=dict(getattr(args, "settings", [])),
     ) as stack:
         console.print(f"[dim]{stack.describe()}[/]")
         async with aiohttp.ClientSession() as session:
@@ -396,6 +397,7 @@ def describe_setup(args: argparse.Namespace) -> str:
         f"faults {', '.join(f'{r:.0%}' for r in args.fault_rates)}, "
         f"step timeout {args.step_timeout:g} s, warm-up {args.warmup} orders, "
         f"tracing {getattr(args, 'tracing', 'sampled')}"
+        + "".join(f", {name}={value}" for name, value in getattr(args, "settings", []))
     )
 
 
@@ -445,6 +447,13 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _setting(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError("expected NAME=VALUE")
+    return name, value
+
+
 def add_runtimes_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runtimes",
@@ -465,6 +474,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__)
     add_load_options(parser)
     add_runtimes_option(parser)
+    parser.add_argument(
+        "--setting",
+        dest="settings",
+        action="append",
+        type=_setting,
+        default=[],
+        metavar="NAME=VALUE",
+        help="an app setting for the runtimes, e.g. FairShareRunningPerCustomer=8 (repeatable)",
+    )
     parser.add_argument("--step-timeout", type=float, default=30.0)
     parser.add_argument("--pending-timeout", type=float, default=60.0)
     parser.add_argument(

@@ -38,9 +38,11 @@ from bench._common import CpuMeter, console, fmt, print_machine, table
 from bench._stack import BenchStack, set_faults
 from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
+from shared.adapters.table_customers import TableCustomerLedger
 from shared.adapters.table_store import TableStateStore
 from shared.catalogue import catalogue
 from shared.domain import process as machine
+from shared.domain.fairness import CustomerPolicy
 from shared.domain.model import Order, OrderLine, OrderProcess, Outgoing, Priority
 from shared.ports import RemoteCall
 
@@ -61,6 +63,14 @@ PER_ORDER: tuple[tuple[str, int], ...] = (
 requests, 3 replies, 3 status messages), 7 table requests, 3 remote calls. Each message
 is sent and received once; the 3 status messages are received by the client, not the
 runtime, so the runtime's share of them is only the send."""
+
+WITH_LEDGER: tuple[tuple[str, int], ...] = (("ledger: enter", 1), ("ledger: leave", 1))
+"""What a customer ledger adds per order (either per-customer setting on): it enters at
+the intake (1 point read, 1 entity-group transaction) and leaves when it rests (2 point
+reads, 1 transaction), on the customer's partition (docs/fairness.md)."""
+CUSTOMERS = 64
+"""Orders spread over this many customers: under the fair share, so no line forms and
+every leave is the plain one (a promotion adds a one-row query, a watch and a send)."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +177,8 @@ def calls(
 
 async def table_calls(stack: BenchStack, ops: int, concurrency: int) -> list[Cost]:
     service = TableServiceClient.from_connection_string(stack.storage_connection_string)
-    store = TableStateStore(service, f"unit{uuid.uuid4().hex[:12]}")
+    table = f"unit{uuid.uuid4().hex[:12]}"
+    store = TableStateStore(service, table)
     await store.ensure_table()
     meter = Meter(stack.pids()["azurite"])
     run = uuid.uuid4().hex[:8]
@@ -208,9 +219,36 @@ async def table_calls(stack: BenchStack, ops: int, concurrency: int) -> list[Cos
                     name, "azurite", ops - start, calls(one, start, ops, concurrency)
                 )
             )
+        costs += await ledger_calls(meter, service, table, ids, concurrency)
         return costs
     finally:
         await store.close()
+
+
+async def ledger_calls(
+    meter: Meter,
+    service: TableServiceClient,
+    table: str,
+    ids: list[str],
+    concurrency: int,
+) -> list[Cost]:
+    """The customer ledger on the state store's table, as the runtime wires it."""
+    ledger = TableCustomerLedger(service, table)
+    policy = CustomerPolicy(fair_share=8)
+    now = datetime.now(UTC)
+
+    async def enter(i: int) -> None:
+        await ledger.enter(f"customer-{i % CUSTOMERS}", ids[i], now, policy)
+
+    async def leave(i: int) -> None:
+        await ledger.leave(f"customer-{i % CUSTOMERS}", ids[i], policy, now)
+
+    ops = len(ids)
+    await enter(0)
+    return [
+        await meter.measure("ledger: enter", "azurite", ops - 1, calls(enter, 1, ops, concurrency)),
+        await meter.measure("ledger: leave", "azurite", ops, calls(leave, 0, ops, concurrency)),
+    ]
 
 
 async def remote_calls(stack: BenchStack, ops: int, concurrency: int) -> Cost:
@@ -271,6 +309,17 @@ def report(costs: list[Cost], concurrency: int) -> None:
     bill.add_row("total", "", fmt(client_total, 1), fmt(server_total, 1))
     console.print(bill)
     message = by_name["message"]
+    ledger = [by_name[n] for n, _ in WITH_LEDGER if n in by_name]
+    if ledger:
+        client = sum(c.client_ms() for c in ledger)
+        server = sum(c.server_ms() for c in ledger)
+        console.print(
+            f"with a customer ledger (IntakeMaxPendingPerCustomer or "
+            f"FairShareRunningPerCustomer set): +{fmt(client, 1)} ms client, "
+            f"+{fmt(server, 1)} ms Azurite per order = "
+            f"{(client + server) / max(client_total + server_total, 1e-9):.0%} on the bill, "
+            "and +3 point reads and +2 transactions per order"
+        )
     console.print(
         f"floor of CPU per order (runtime + broker + Azurite, simulator left out): "
         f"{fmt(client_total + server_total - 3 * by_name['remote call'].server_ms(), 1)} ms; "

@@ -171,7 +171,7 @@ param clockSkewSeconds int = 5
 @minValue(0)
 param intakeMaxPendingPerCustomer int = 0
 
-@description('FairShareRunningPerCustomer: orders of one customer running at once while more of its orders wait; 0: off.')
+@description('FairShareRunningPerCustomer: orders of one customer running at once while more of its orders wait; 0: off (fairness is opt-in: a customer with a backlog then delays the others; docs/fairness.md).')
 @minValue(0)
 param fairShareRunningPerCustomer int = 0
 

@@ -776,7 +776,14 @@ def document() -> dict[str, Any]:
                                 "not finished; nothing was stored, retry after Retry-After "
                                 "seconds"
                             ),
-                            "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+                            "headers": {
+                                "Retry-After": {
+                                    "description": "seconds between two of this customer's "
+                                    "orders ending, lately (a slot frees at each end); 5 "
+                                    "until one has ended",
+                                    "schema": {"type": "integer", "minimum": 1, "maximum": 60},
+                                }
+                            },
                         },
                         **_UNAUTHORIZED,
                         **_CROSS_ORIGIN,

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from shared.domain.archive import ArchiveCursor, ArchivedEntry, ArchivedOrder
 from shared.domain.bulk import BulkJob, JobState, Lease
-from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy
+from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy, Promoted
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.limits import Schedule, SlotLease
@@ -104,6 +104,9 @@ class WatchEntry:
     etag: str
     version: int = 0
     """The state version the entry was written for (see `StateStore.unwatch`)."""
+    customer: str = ""
+    """Whose order, as the intake wrote it with a customer ledger on: the Supervisor that
+    finds the order missing gives that customer's count back (docs/fairness.md)."""
 
 
 class Clock(Protocol):
@@ -131,11 +134,18 @@ class StateStore(Protocol):
     ) -> Page: ...
 
     async def watch(
-        self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
+        self,
+        order_id: str,
+        check_at: datetime,
+        *,
+        replace: bool,
+        version: int = 0,
+        customer: str = "",
     ) -> bool:
         """Put an order on the Supervisor's watch list for state `version`. Without
         `replace` an existing entry is kept as it is (its earlier check time must not be
-        pushed back). True when this call wrote the entry, False when it found one."""
+        pushed back). True when this call wrote the entry, False when it found one.
+        `customer` is kept on the entry until it is replaced or rescheduled."""
         ...
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
@@ -340,10 +350,16 @@ class CustomerLedger(Protocol):
     Supervisor can repeat a leave that a crash may or may not have done."""
 
     async def enter(
-        self, customer: str, order_id: str, at: datetime, policy: CustomerPolicy
+        self,
+        customer: str,
+        order_id: str,
+        at: datetime,
+        policy: CustomerPolicy,
+        *,
+        high: bool = False,
     ) -> Entered:
         """Decide (fairness.admit) and record the order in one conditional write; a
-        refused order is not recorded."""
+        refused order is not recorded. `high`: its lane, for its promotion's nudge."""
         ...
 
     async def rejoin(self, customer: str, order_id: str, at: datetime) -> None:
@@ -351,9 +367,17 @@ class CustomerLedger(Protocol):
         never refused or made to wait (the operator chose it)."""
         ...
 
-    async def leave(self, customer: str, order_id: str, policy: CustomerPolicy) -> str | None:
+    async def leave(
+        self, customer: str, order_id: str, policy: CustomerPolicy, at: datetime | None = None
+    ) -> Promoted | None:
         """The order came to rest (or was never stored). Returns the order of the same
-        customer that it promotes out of the line (fairness.promotes), to be nudged."""
+        customer that it promotes out of the line (fairness.promotes), to be nudged. With
+        `at`, the customer's pace of ends (fairness.CustomerLoad.ended) moves on."""
+        ...
+
+    async def standing(self, customer: str, order_id: str) -> Admission | None:
+        """Where the order stands: RUN (counted running, promoted or not yet nudged),
+        WAIT (in its customer's line) or None (not counted)."""
         ...
 
     async def loads(self, limit: int) -> tuple[tuple[str, CustomerLoad], ...]:

@@ -32,6 +32,8 @@ class InMemoryStateStore:
         self._records: dict[str, tuple[OrderProcess, str]] = {}
         self._history: dict[str, list[HistoryEntry]] = {}
         self._watch: dict[str, tuple[datetime, str, int]] = {}
+        self._customers: dict[str, str] = {}
+        """Whose order each entry is, as the intake wrote it (WatchEntry.customer)."""
         self._etags = itertools.count(1)
         self.operations: Counter[str] = Counter()
 
@@ -88,12 +90,19 @@ class InMemoryStateStore:
         return Page(items, chosen[-1] if more and chosen else None)
 
     async def watch(
-        self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
+        self,
+        order_id: str,
+        check_at: datetime,
+        *,
+        replace: bool,
+        version: int = 0,
+        customer: str = "",
     ) -> bool:
         await asyncio.sleep(0)
         self.operations["write"] += 1
         if replace or order_id not in self._watch:
             self._watch[order_id] = (check_at, self._etag(), version)
+            self._customers[order_id] = customer
             return True
         return False
 
@@ -107,7 +116,10 @@ class InMemoryStateStore:
         await asyncio.sleep(0)
         self.operations["query"] += 1
         found = sorted(
-            (WatchEntry(order_id, at, etag, v) for order_id, (at, etag, v) in self._watch.items()),
+            (
+                WatchEntry(order_id, at, etag, v, self._customers.get(order_id, ""))
+                for order_id, (at, etag, v) in self._watch.items()
+            ),
             key=lambda e: (e.check_at, e.order_id),
         )
         return tuple(e for e in found if e.check_at <= now)[:limit]
@@ -118,6 +130,7 @@ class InMemoryStateStore:
         current = self._watch.get(entry.order_id)
         if current is not None and current[1] == entry.etag:
             self._watch[entry.order_id] = (check_at, self._etag(), current[2])
+            self._customers.pop(entry.order_id, None)  # as the table's replace drops it
 
     async def unwatch(self, order_id: str, version: int | None = None) -> None:
         await asyncio.sleep(0)
@@ -125,6 +138,7 @@ class InMemoryStateStore:
         current = self._watch.get(order_id)
         if current is not None and (version is None or current[2] <= version):
             del self._watch[order_id]
+            self._customers.pop(order_id, None)
 
     async def unwatch_entry(self, entry: WatchEntry) -> None:
         await asyncio.sleep(0)
@@ -132,6 +146,7 @@ class InMemoryStateStore:
         current = self._watch.get(entry.order_id)
         if current is not None and current[1] == entry.etag:
             del self._watch[entry.order_id]
+            self._customers.pop(entry.order_id, None)
 
     async def ping(self) -> None:
         return None

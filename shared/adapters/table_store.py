@@ -256,15 +256,23 @@ class TableStateStore:
         return Page(tuple(items), _encode_token(next_token))
 
     async def watch(
-        self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
+        self,
+        order_id: str,
+        check_at: datetime,
+        *,
+        replace: bool,
+        version: int = 0,
+        customer: str = "",
     ) -> bool:
         await self.ensure_table()
-        entity = {
+        entity: dict[str, Any] = {
             "PartitionKey": rows.watch_partition(order_id),
             "RowKey": order_id,
             "CheckAt": check_at,
             "StateVersion": version,
         }
+        if customer:
+            entity["Customer"] = customer
         self.operations["write"] += 1
         with translated_errors(when=refused_with(ResourceExistsError)):
             if replace:
@@ -293,13 +301,19 @@ class TableStateStore:
                 self._query(
                     "PartitionKey eq @pk and CheckAt le @now",
                     {"pk": partition, "now": now},
-                    select=["RowKey", "CheckAt", "StateVersion"],
+                    select=["RowKey", "CheckAt", "StateVersion", "Customer"],
                 )
                 for partition in rows.watch_partitions()
             )
         )
         entries = [
-            WatchEntry(e["RowKey"], e["CheckAt"], e.metadata["etag"], int(e.get("StateVersion", 0)))
+            WatchEntry(
+                e["RowKey"],
+                e["CheckAt"],
+                e.metadata["etag"],
+                int(e.get("StateVersion", 0)),
+                str(e.get("Customer") or ""),
+            )
             for shard in found
             for e in shard
         ]

@@ -7,7 +7,8 @@ in its line), so they are decided together here, purely, and kept by one ledger
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -21,7 +22,13 @@ the safety net if the chain of promotions breaks (a crash between an order's end
 nudge of the next in line). Long, because each expiry is a claim that skips the line."""
 
 RETRY_AFTER_SECONDS = 5
-"""Retry-After on a refused submission: orders end in seconds, so a slot frees soon."""
+"""Retry-After on a refused submission while none of the customer's open orders has
+ended yet (nothing to go by): orders end in seconds, so a slot frees soon."""
+RETRY_AFTER_BOUNDS = (1, 60)
+"""A refused client comes back within a minute at the latest, and not in a busy loop."""
+PACE_WEIGHT = 0.25
+"""How much the latest gap between two of a customer's orders ending moves its pace: a
+few ends make it, one odd gap does not."""
 
 
 @dataclass(frozen=True)
@@ -44,10 +51,41 @@ class CustomerLoad:
 
     running: int = 0
     waiting: int = 0
+    pace: float | None = field(default=None, compare=False)
+    """Seconds between two of its orders ending, lately (a moving average kept on the
+    same record, so it costs no extra operation); None until one has ended."""
+    left_at: datetime | None = field(default=None, compare=False)
+    """When one of its orders last ended."""
 
     @property
     def open(self) -> int:
         return self.running + self.waiting
+
+    def ended(self, at: datetime) -> CustomerLoad:
+        """The pace once one more of its orders has ended at `at` (counts unchanged)."""
+        pace = self.pace
+        if self.left_at is not None:
+            gap = max((at - self.left_at).total_seconds(), 0.0)
+            pace = gap if pace is None else pace + PACE_WEIGHT * (gap - pace)
+        return replace(self, pace=pace, left_at=max(at, self.left_at or at))
+
+
+def retry_after(load: CustomerLoad) -> int:
+    """Seconds until a refused customer may find room: at its quota, a slot frees each
+    time one of its orders ends, so its recent pace of ends is the expected wait."""
+    if load.pace is None:
+        return RETRY_AFTER_SECONDS
+    low, high = RETRY_AFTER_BOUNDS
+    return min(max(math.ceil(load.pace), low), high)
+
+
+@dataclass(frozen=True)
+class Promoted:
+    """The order a leave moved from its customer's line to running, to be nudged."""
+
+    order_id: str
+    high: bool = False
+    """On the high-priority lane, as it would have been nudged at its intake."""
 
 
 class Admission(StrEnum):
@@ -109,11 +147,25 @@ def in_line(process: OrderProcess) -> bool:
     return not any(_is_nudge(m, process.order_id) for m in state.outbox)
 
 
-def promotion(order_id: str) -> Outgoing:
-    """The nudge of the next order in line. One id per order: a promotion repeated after a
-    crash is dropped by the broker's duplicate detection."""
-    message = Nudge(order_id, "fair-share").outgoing(0)
-    return replace(message, message_id=f"nudge:{order_id}:fair-share")
+def promotion(promoted: Promoted) -> Outgoing:
+    """The nudge of the next order in line, on its own lane. One id per order: a
+    promotion repeated after a crash is dropped by the broker's duplicate detection."""
+    message = Nudge(promoted.order_id, "fair-share").outgoing(0, high=promoted.high)
+    return replace(message, message_id=f"nudge:{promoted.order_id}:fair-share")
+
+
+def released(process: OrderProcess, now: datetime) -> OrderProcess:
+    """An order in line whose promotion the ledger has made but whose nudge has not
+    brought it to the Scheduler: its hold is over, so the Supervisor's recovery nudges
+    it now (machine.recover renudges a Pending order past its deadline)."""
+    return replace(process, state=replace(process.state, complete_by=now))
+
+
+def held_until(process: OrderProcess, now: datetime, hold: timedelta = HOLD) -> datetime:
+    """When the Supervisor looks again at an order still in its customer's line: at its
+    hold, or, once that has passed, a new hold from now (nudging it would skip the line)."""
+    deadline = process.state.complete_by
+    return deadline if deadline is not None and deadline > now else now + hold
 
 
 def _is_nudge(message: Outgoing, order_id: str) -> bool:

@@ -15,7 +15,7 @@ from shared.domain.messages import InvalidMessage, OrderSubmission, describe
 from shared.domain.model import Order
 from shared.domain.workflow import Workflow
 from shared.functions.http import base_url, json_response, problem, read_json
-from shared.functions.poison import CONFLICT, reject
+from shared.functions.poison import CONFLICT, OVER_QUOTA, reject
 from shared.ports import StateStoreError
 from shared.telemetry.propagation import current_traceparent
 from shared.telemetry.spans import annotate, consuming, serving
@@ -128,3 +128,9 @@ async def _submit_message(msg: func.ServiceBusMessage) -> None:
         await reject(c, Queue.ORDERS, msg, str(exc))
     except OrderConflict as exc:
         await reject(c, Queue.ORDERS, msg, str(exc), CONFLICT)
+    except OverQuota as exc:
+        # Redelivery would meet the same count within seconds and dead-letter it anyway
+        # after the queue's delivery count, with no reason given; deferring it would make
+        # the queue an unbounded backlog the quota exists to refuse. So at once, saying
+        # why: the sender resends it (from the dead letters) once the customer has room.
+        await reject(c, Queue.ORDERS, msg, str(exc), OVER_QUOTA)

@@ -18,6 +18,8 @@ INVALID = "invalid-message"
 UNKNOWN_ORDER = "unknown-order"
 UNKNOWN_STEP = "unknown-step"
 CONFLICT = "order-conflict"
+OVER_QUOTA = "over-quota"
+"""A queued order past IntakeMaxPendingPerCustomer: the queue's 429 (docs/fairness.md)."""
 
 ALERT_BODY_BYTES = 2048
 """How much of a poison message its operator alert carries."""

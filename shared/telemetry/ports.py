@@ -142,10 +142,18 @@ class TracedStateStore:
             return await self._inner.list_by_state(state, page_size, continuation)
 
     async def watch(
-        self, order_id: str, check_at: datetime, *, replace: bool, version: int = 0
+        self,
+        order_id: str,
+        check_at: datetime,
+        *,
+        replace: bool,
+        version: int = 0,
+        customer: str = "",
     ) -> bool:
         with _store_span("watch", order_id):
-            return await self._inner.watch(order_id, check_at, replace=replace, version=version)
+            return await self._inner.watch(
+                order_id, check_at, replace=replace, version=version, customer=customer
+            )
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
         with _store_span("rewatch", order_id):

@@ -8,8 +8,8 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from shared.domain.fairness import CustomerLoad, CustomerPolicy, promotion
-from shared.domain.model import Order, OrderProcess
+from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy, promotion
+from shared.domain.model import Order, OrderProcess, Priority
 from shared.ports import CustomerLedger, Entered, MessageBus, StateStore
 
 log = logging.getLogger("orders.customers")
@@ -23,7 +23,13 @@ class Customers:
     """When the Supervisor looks at a promoted order: the shortest step timeout."""
 
     async def enter(self, order: Order, at: datetime) -> Entered:
-        return await self.ledger.enter(order.customer_id, order.order_id, at, self.policy)
+        high = order.priority is Priority.HIGH
+        return await self.ledger.enter(
+            order.customer_id, order.order_id, at, self.policy, high=high
+        )
+
+    async def standing(self, process: OrderProcess) -> Admission | None:
+        return await self.ledger.standing(process.order.customer_id, process.order_id)
 
     async def rejoin(self, process: OrderProcess, at: datetime) -> None:
         await self.ledger.rejoin(process.order.customer_id, process.order_id, at)
@@ -36,12 +42,32 @@ class Customers:
         moved up first (a claimed order's step must not wait for its hold to be checked).
         A crash in between leaves that order Pending and watched: its hold passing, or
         the earlier check, nudges it."""
-        promoted = await self.ledger.leave(order.customer_id, order.order_id, self.policy)
+        await self.release(order.customer_id, order.order_id, store, bus, at)
+
+    async def release(
+        self, customer: str, order_id: str, store: StateStore, bus: MessageBus, at: datetime
+    ) -> None:
+        promoted = await self.ledger.leave(customer, order_id, self.policy, at)
         if promoted is None:
             return
-        log.info("order %s: next in line for customer %s", promoted, order.customer_id)
-        await store.watch(promoted, at + self.recheck, replace=True)
+        log.info("order %s: next in line for customer %s", promoted.order_id, customer)
+        await store.watch(promoted.order_id, at + self.recheck, replace=True)
         await bus.send((promotion(promoted),))
+
+    async def never_created(
+        self, customer: str, order_id: str, store: StateStore, bus: MessageBus, at: datetime
+    ) -> None:
+        """The Supervisor found no order behind a watch entry that names its customer: a
+        crash between the count and the create left a count with nothing to end it, so
+        it is given back here (and the next in line goes). If a retry of that intake
+        created the order meanwhile, it is counted again, as running. Left: a retry that
+        entered before this release and creates after this load runs uncounted, so its
+        customer may run one order over its share while that order lives (never a count
+        that stays behind)."""
+        await self.release(customer, order_id, store, bus, at)
+        found = await store.load(order_id)
+        if found is not None and not found.state.process_state.is_terminal:
+            await self.ledger.rejoin(customer, order_id, at)
 
     async def top(self, limit: int) -> tuple[tuple[str, CustomerLoad], ...]:
         return await self.ledger.loads(limit)

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from shared.catalogue import catalogue
 from shared.domain import process as machine
-from shared.domain.fairness import RETRY_AFTER_SECONDS, Admission, CustomerLoad, wait_in_line
+from shared.domain.fairness import Admission, CustomerLoad, in_line, retry_after, wait_in_line
 from shared.domain.model import Order, OrderProcess
 from shared.domain.workflow import Workflow
 from shared.ports import AlreadyExists, Entered
@@ -30,7 +30,7 @@ class OverQuota(Exception):
         )
         self.load = load
         self.limit = limit
-        self.retry_after = RETRY_AFTER_SECONDS
+        self.retry_after = retry_after(load)
 
 
 @dataclass(frozen=True)
@@ -95,8 +95,22 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     version = transition.process.state.version
     check_at = machine.next_check(transition.process, workflow, deps.policy, now)
     assert check_at is not None
-    wrote = await deps.store.watch(order.order_id, check_at, replace=False, version=version)
-    entered = await _enter(deps, order, now, wrote, version)
+    customer = order.customer_id if deps.customers is not None else ""
+    wrote = await deps.store.watch(
+        order.order_id, check_at, replace=False, version=version, customer=customer
+    )
+    try:
+        entered = await _enter(deps, order, now, wrote, version)
+    except OverQuota:
+        # A repeat of an order that has come to rest is not counted any more: the stored
+        # order is the answer, as below the quota (one read, on refusals only). The entry
+        # this call wrote is gone already; one still in flight keeps its own.
+        existing = await deps.store.load(order.order_id)
+        if existing is None:
+            raise
+        if not existing.state.process_state.is_terminal:
+            await deps.store.rewatch(order.order_id, check_at, version=existing.state.version)
+        return _repeat(existing, order, in_line(existing))
     waiting = entered is not None and entered.admission is Admission.WAIT
     if waiting and not (entered is not None and entered.known):
         transition = wait_in_line(transition, now)

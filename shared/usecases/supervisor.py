@@ -9,8 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from shared.domain import in_doubt
+from shared.domain import fairness, in_doubt
 from shared.domain import process as machine
+from shared.domain.fairness import Admission
 from shared.domain.health import SweepRecord
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.model import ExhaustedPolicy, OrderProcess, ProcessState
@@ -292,6 +293,11 @@ async def _check(
         # The submission died between the watch entry and the order rows. Only the entry
         # as read goes: a retry whose create lands after this load re-watches the order
         # once it exists (shared/usecases/submission.py), which makes this delete miss.
+        # The customer's count goes first: once the entry is gone nothing would find it.
+        if deps.customers is not None and entry.customer:
+            await deps.customers.never_created(
+                entry.customer, entry.order_id, deps.store, deps.bus, deps.clock.now()
+            )
         await deps.store.unwatch_entry(entry)
         return
     if process.state.process_state.is_terminal:
@@ -307,6 +313,15 @@ async def _check(
     if workflow is None:
         await _hold_version_gone(deps, process, report, now)
         return
+    if deps.customers is not None and fairness.in_line(process):
+        standing = await deps.customers.standing(process)
+        if standing is Admission.WAIT:
+            # Its turn has not come: a nudge would run it ahead of its customer's line.
+            await deps.store.reschedule(entry, fairness.held_until(process, now))
+            report.rescheduled += 1
+            return
+        if standing is Admission.RUN:
+            process = fairness.released(process, now)  # promoted, its nudge never came
     deadline = machine.next_deadline(process, deps.policy)
     counted = deadline is None or not in_outage(deadline)
     outcome = None

@@ -12,7 +12,7 @@ import pytest
 from shared import bootstrap
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
-from shared.contract import Setting
+from shared.contract import Queue, Setting
 from shared.ports import RemoteService
 from shared.settings import Settings
 from shared.usecases.operator import suspend_order
@@ -73,3 +73,19 @@ async def test_the_limit_and_the_top_customers_show_in_ops_data(quota: Harness) 
         {"customerId": "c-1", "open": 2, "running": 2, "waiting": 0},
         {"customerId": "c-2", "open": 1, "running": 1, "waiting": 0},
     ]
+
+
+async def test_a_queued_order_over_the_quota_is_dead_lettered_at_once_saying_why(
+    quota: Harness,
+) -> None:
+    """No redelivery could fix it before the queue's delivery count runs out, and a
+    queue has no 429: the dead letter (and its operator alert) is the refusal."""
+    for i in range(2):
+        await quota.message("submit_order_message", order(f"q-{i}"), message_id=f"m-{i}")
+    await quota.message("submit_order_message", order("q-2"), message_id="m-2")
+    parked = [(p.queue, p.message_id, p.reason) for p in quota.bus.parked]
+    assert parked == [(Queue.ORDERS, "m-2", "over-quota")]
+    assert "limit 2" in quota.bus.parked[0].detail
+    assert await quota.store.load("q-2") is None and "q-2" not in quota.store.watched()
+    alerts = quota.bus.on(Queue.OPERATOR_ALERTS)
+    assert [a.body["orderId"] for a in alerts] == ["q-2"]

@@ -232,6 +232,16 @@ async def test_watch_list_finds_only_due_entries_and_honours_etags(store: StateS
     assert await store.due(now + timedelta(seconds=1000), limit=0) == ()
 
 
+async def test_an_entry_written_with_its_customer_names_it_when_due(store: StateStore) -> None:
+    """What the Supervisor needs to give back the count of an order never created."""
+    now = world_on(store).clock.now()
+    await store.watch("w-1", now, replace=False, version=1, customer="cust/7")
+    await store.watch("w-2", now, replace=False, version=1)
+    await store.rewatch("w-1", now, version=1)  # a retry's rewatch keeps it
+    due = {e.order_id: e.customer for e in await store.due(now, limit=10)}
+    assert due == {"w-1": "cust/7", "w-2": ""}
+
+
 async def test_unwatch_for_a_version_keeps_an_entry_written_for_a_later_one(
     store: StateStore,
 ) -> None:

@@ -46,7 +46,15 @@ class SilentStore(InMemoryStateStore):
         await asyncio.sleep(3600)
         return None
 
-    async def watch(self, order_id: str, check_at: Any, *, replace: bool, version: int = 0) -> bool:
+    async def watch(
+        self,
+        order_id: str,
+        check_at: Any,
+        *,
+        replace: bool,
+        version: int = 0,
+        customer: str = "",
+    ) -> bool:
         await asyncio.sleep(3600)
         return False
 

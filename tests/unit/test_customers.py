@@ -4,18 +4,19 @@ adapters: a FIFO pump plays the broker, agents answer at once."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 
 import pytest
 
 from shared.adapters.memory_customers import InMemoryCustomerLedger
 from shared.contract import Queue, agent_queue
-from shared.domain.fairness import CustomerLoad, CustomerPolicy
-from shared.domain.model import Order, ProcessState
+from shared.domain.fairness import RETRY_AFTER_SECONDS, CustomerLoad, CustomerPolicy
+from shared.domain.model import Order, Priority, ProcessState
 from shared.usecases import scheduler
 from shared.usecases.customers import Customers
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.operator import resume_order, suspend_order
-from shared.usecases.submission import OverQuota, submit_order
+from shared.usecases.submission import OrderConflict, OverQuota, submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_reply, an_order
 
@@ -184,3 +185,118 @@ async def test_an_order_finished_but_not_left_is_left_by_the_supervisor() -> Non
     shop.clock.advance(5 * 60)
     await sweep(shop.deps())
     assert await shop.ledger.loads(10) == ()
+
+
+async def test_a_count_whose_order_was_never_created_is_released_by_the_supervisor() -> None:
+    """A crash between the ledger entry and the create: the watch entry names the
+    customer, so the Supervisor that finds the order missing gives the slot back and
+    the next in line goes, long before that one's hold passes."""
+    shop = Shop(rules=CustomerPolicy(fair_share=1, max_pending=2))
+    real = shop.store.create
+
+    async def crash(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("died")
+
+    shop.store.create = crash  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await shop.submit("A", "a-0")
+    shop.store.create = real  # type: ignore[method-assign]
+    await shop.submit("A", "a-1")  # behind the count a-0 left
+    assert await shop.ledger.loads(10) == (("A", CustomerLoad(running=1, waiting=1)),)
+    shop.clock.advance(61)  # a-0's entry is due; a-1's hold is 10 minutes away
+    await sweep(shop.deps())
+    assert "a-0" not in shop.store.watched()
+    assert await shop.ledger.loads(10) == (("A", CustomerLoad(running=1)),)
+    await shop.pump()
+    assert await shop.state("a-1") is ProcessState.PROCESSED
+    assert await shop.ledger.loads(10) == ()
+
+
+async def test_an_order_still_in_line_when_its_hold_passes_keeps_its_place() -> None:
+    """Its turn has not come (its customer's running order runs long): nudging it would
+    run it out of turn, so the Supervisor extends its hold instead."""
+    shop = Shop(rules=CustomerPolicy(fair_share=1))
+    await shop.submit("A", "a-0")
+    await shop.submit("A", "a-1")
+    shop.bus.take(Queue.SCHEDULER)
+    await scheduler.on_nudge(shop.deps(), "a-0")  # claimed; its agent takes long
+    shop.clock.advance(11 * 60)
+    await sweep(shop.deps())
+    assert not [m for m in shop.bus.on(Queue.SCHEDULER) if m.body["orderId"] == "a-1"]
+    assert await shop.state("a-1") is ProcessState.PENDING
+    assert shop.store.watched()["a-1"] > shop.clock.now() + timedelta(minutes=9)
+    await shop.pump()  # a-0 goes on (its step was redispatched) and promotes a-1
+    assert await shop.state("a-0") is ProcessState.PROCESSED
+    assert await shop.state("a-1") is ProcessState.PROCESSED
+    assert shop.claimed.index("a-1") > shop.claimed.index("a-0")
+
+
+async def test_a_promotion_whose_nudge_was_lost_is_nudged_at_its_recheck() -> None:
+    """Promoted (the ledger counts it running) but the nudge never went: the Supervisor
+    nudges it when the moved-up check comes due, not when its hold passes."""
+    shop = Shop(rules=CustomerPolicy(fair_share=1))
+    await shop.submit("A", "a-0")
+    await shop.submit("A", "a-1")
+    original_send = shop.bus.send
+
+    async def drop_promotions(messages):  # type: ignore[no-untyped-def]
+        await original_send([m for m in messages if not m.message_id.endswith(":fair-share")])
+
+    shop.bus.send = drop_promotions  # type: ignore[method-assign]
+    await shop.pump()
+    shop.bus.send = original_send  # type: ignore[method-assign]
+    assert await shop.state("a-1") is ProcessState.PENDING
+    shop.clock.advance(61)
+    await sweep(shop.deps())
+    await shop.pump()
+    assert await shop.state("a-1") is ProcessState.PROCESSED
+
+
+async def test_a_repeat_of_a_finished_order_at_the_quota_answers_the_stored_order() -> None:
+    shop = Shop(rules=CustomerPolicy(max_pending=1))
+    await shop.submit("A", "a-0")
+    await shop.pump()
+    await shop.submit("A", "a-1")  # at the quota now
+    again = await submit_order(shop.deps(), order("A", "a-0"))
+    assert not again.created
+    assert again.process.state.process_state is ProcessState.PROCESSED
+    assert "a-0" not in shop.store.watched()
+    assert await shop.ledger.loads(10) == (("A", CustomerLoad(running=1)),)
+    with pytest.raises(OrderConflict):  # a different body under that id is still a conflict
+        await submit_order(shop.deps(), replace(order("A", "a-0"), fingerprint="other"))
+
+
+async def test_a_promotion_goes_on_the_lane_of_the_promoted_order() -> None:
+    shop = Shop(rules=CustomerPolicy(fair_share=1))
+    await shop.submit("A", "a-0")
+    await submit_order(shop.deps(), replace(order("A", "a-1"), priority=Priority.HIGH))
+    await shop.pump()  # a-0 ends; the pump plays the normal lane only
+    promoted = [m for m in shop.bus.sent if m.message_id == "nudge:a-1:fair-share"]
+    assert [m.queue for m in promoted] == [Queue.SCHEDULER_HIGH]
+
+
+async def test_retry_after_follows_how_fast_the_customers_orders_end() -> None:
+    shop = Shop(rules=CustomerPolicy(max_pending=3))
+    for i in range(3):
+        await shop.submit("A", f"a-{i}")
+    with pytest.raises(OverQuota) as fresh:
+        await shop.submit("A", "a-9")
+    assert fresh.value.retry_after == RETRY_AFTER_SECONDS  # nothing ended yet: the default
+    for i in range(3, 9):  # one of A's orders ends every 20 s, one comes in
+        shop.clock.advance(20)
+        await suspend_order(shop.deps(), f"a-{i - 3}", "ops")
+        await shop.submit("A", f"a-{i}")
+    with pytest.raises(OverQuota) as paced:
+        await shop.submit("A", "a-9")
+    assert 15 <= paced.value.retry_after <= 20
+
+
+async def test_an_order_created_meanwhile_by_a_retry_is_counted_again() -> None:
+    """The Supervisor gave back the count of an order it found missing, and a retry of
+    that intake created the order just then: the order is counted again (running)."""
+    shop = Shop(rules=CustomerPolicy(fair_share=1))
+    await shop.submit("A", "a-0")
+    customers = shop.deps().customers
+    assert customers is not None
+    await customers.never_created("A", "a-0", shop.store, shop.bus, shop.clock.now())
+    assert await shop.ledger.loads(10) == (("A", CustomerLoad(running=1)),)

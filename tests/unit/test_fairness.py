@@ -9,13 +9,16 @@ from shared.catalogue import catalogue
 from shared.contract import Queue
 from shared.domain import process as machine
 from shared.domain.fairness import (
+    RETRY_AFTER_SECONDS,
     Admission,
     CustomerLoad,
     CustomerPolicy,
+    Promoted,
     admit,
     in_line,
     promotes,
     promotion,
+    retry_after,
     wait_in_line,
 )
 from tests.builders import a_policy, an_order
@@ -76,7 +79,27 @@ def test_an_order_in_line_has_no_nudge_and_is_checked_when_its_hold_passes() -> 
     assert machine.next_check(started.process, workflow, policy, now) == now + timedelta(seconds=30)
 
 
-def test_a_promotion_is_one_message_per_order() -> None:
-    assert promotion("o-1").message_id == promotion("o-1").message_id
-    assert promotion("o-1").queue == Queue.SCHEDULER
-    assert promotion("o-1").body["orderId"] == "o-1"
+def test_a_promotion_is_one_message_per_order_on_its_lane() -> None:
+    o1 = Promoted("o-1")
+    assert promotion(o1).message_id == promotion(o1).message_id
+    assert promotion(o1).queue == Queue.SCHEDULER
+    assert promotion(o1).body["orderId"] == "o-1"
+    assert promotion(Promoted("o-1", high=True)).queue == Queue.SCHEDULER_HIGH
+    assert promotion(Promoted("o-1", high=True)).message_id == promotion(o1).message_id
+
+
+def test_retry_after_is_the_customers_pace_of_ends_within_bounds() -> None:
+    t0 = FakeClock().now()
+    load = CustomerLoad(running=3)
+    assert retry_after(load) == RETRY_AFTER_SECONDS  # nothing ended yet
+    load = load.ended(t0)
+    assert load.pace is None  # one end is no gap
+    load = load.ended(t0 + timedelta(seconds=12)).ended(t0 + timedelta(seconds=24))
+    assert load.pace == 12 and retry_after(load) == 12
+    assert load == CustomerLoad(running=3)  # the pace is no part of the counts
+    fast = CustomerLoad().ended(t0).ended(t0 + timedelta(milliseconds=100))
+    assert retry_after(fast) == 1
+    slow = CustomerLoad().ended(t0).ended(t0 + timedelta(hours=1))
+    assert retry_after(slow) == 60
+    skewed = CustomerLoad().ended(t0).ended(t0 - timedelta(seconds=5))  # another clock
+    assert skewed.pace == 0 and skewed.left_at == t0
