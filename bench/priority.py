@@ -50,15 +50,15 @@ from devhost.harness.load import (
     plan,
     run_load,
 )
-from shared.contract import Queue, Setting
-from shared.domain.workflow import AGENTS
+from shared.catalogue import catalogue
+from shared.contract import Queue, Setting, agent_queue
 
 MODES = ("lanes", "no-lanes")
 WARMUP_LATENCY_MS = 20
 WATCHED_QUEUES = (
     Queue.SCHEDULER,
     Queue.AGENT_REPLIES,
-    *(q for spec in AGENTS.values() for q in (spec.queue, spec.high_priority_queue)),
+    *(agent_queue(name, high) for name in catalogue().agents for high in (False, True)),
 )
 
 
@@ -235,7 +235,7 @@ async def drive(
     after = await _queue_counters(broker)
     sent = {
         q: int(after.get(q, {}).get("sent", 0)) - int(before.get(q, {}).get("sent", 0))
-        for q in (spec.high_priority_queue for spec in AGENTS.values())
+        for q in (agent_queue(name, high=True) for name in catalogue().agents)
     }
     drain, window = _drain(classes)
     trickle_name = "high-priority trickle" if mode == "lanes" else "trickle, sent as normal"
