@@ -14,9 +14,9 @@ from shared.contract import Route, agent_queue
 from shared.domain.messages import iso
 from shared.functions.http import json_response, opt_iso, problem, read_json
 from shared.ports import StateStoreError
-from shared.usecases.agents import AgentStatus, list_agents, set_drain
 from shared.usecases.budget import HTTP_BUDGET
 from shared.usecases.failures import SCAN_CAP, FailureReport, group_failures
+from shared.usecases.fleet import AgentStatus, list_agents, set_drain
 
 bp = func.Blueprint()
 MAX_REASON = 500

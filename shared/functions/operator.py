@@ -1,4 +1,5 @@
-"""Status and operator routes: inspect, list, resubmit, cancel, suspend, resume, health."""
+"""One order at a time: inspect, list, resubmit, cancel, suspend, resume, health (the
+whole fleet is fleet.py; the status page and its snapshot are status_page.py)."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from shared.domain.health import AgentDrain
 from shared.domain.model import OrderProcess, Outgoing, ProcessState
 from shared.ports import BusUnavailable, StoreUnavailable
 from shared.usecases import scheduler
-from shared.usecases.agents import set_drain
 from shared.usecases.budget import Budget
+from shared.usecases.fleet import set_drain
 from shared.usecases.operator import (
     cancel_order,
     resubmit_order,

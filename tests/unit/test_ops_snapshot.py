@@ -12,7 +12,7 @@ from shared.domain.health import AgentHealth, BreakerState
 from shared.domain.model import ProcessState
 from shared.domain.routing import STALE_AFTER
 from shared.ports import Page
-from shared.usecases.ops import ops_snapshot
+from shared.usecases.status_page import ops_snapshot
 from shared.usecases.submission import submit_order
 from tests.builders import World, an_order
 

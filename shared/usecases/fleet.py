@@ -1,4 +1,5 @@
-"""The agents as an operator sees them (health, drained or not), and the drain switch.
+"""The fleet, not one order: the agents as an operator sees them (health, drained or
+not, limits), and the drain switch (one order's actions are operator.py).
 
 A drain is a row in the state table beside the heartbeats; every instance's Scheduler
 reads it in its next routing refresh (shared/usecases/routing.py), so a drain takes

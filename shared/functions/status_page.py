@@ -26,7 +26,7 @@ from shared.domain.messages import iso
 from shared.domain.routing import STALE_AFTER
 from shared.functions.http import bounded_int, json_response, opt_iso
 from shared.functions.reconcile import run_view
-from shared.usecases.ops import (
+from shared.usecases.status_page import (
     DEFAULT_COUNT_CAP,
     MAX_COUNT_CAP,
     AgentView,
