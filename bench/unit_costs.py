@@ -36,15 +36,19 @@ from azure.servicebus.aio import ServiceBusReceiver
 
 from bench._common import CpuMeter, console, fmt, print_machine, table
 from bench._stack import BenchStack, set_faults
+from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
 from shared.adapters.table_customers import TableCustomerLedger
+from shared.adapters.table_limits import TableLimitStore
 from shared.adapters.table_store import TableStateStore
 from shared.catalogue import catalogue
 from shared.domain import process as machine
 from shared.domain.fairness import CustomerPolicy
+from shared.domain.limits import AgentLimits
 from shared.domain.model import Order, OrderLine, OrderProcess, Outgoing, Priority
 from shared.ports import RemoteCall
+from shared.usecases.limiter import AgentLimiter
 
 ORDER_FULFILMENT = catalogue().default_workflow()
 
@@ -68,6 +72,8 @@ WITH_LEDGER: tuple[tuple[str, int], ...] = (("ledger: enter", 1), ("ledger: leav
 """What a customer ledger adds per order (either per-customer setting on): it enters at
 the intake (1 point read, 1 entity-group transaction) and leaves when it rests (2 point
 reads, 1 transaction), on the customer's partition (docs/fairness.md)."""
+SKEW = timedelta(seconds=5)
+"""ClockSkewSeconds' default: how long an expired lease is still honoured."""
 CUSTOMERS = 64
 """Orders spread over this many customers: under the fair share, so no line forms and
 every leave is the plain one (a promotion adds a one-row query, a watch and a send)."""
@@ -220,6 +226,7 @@ async def table_calls(stack: BenchStack, ops: int, concurrency: int) -> list[Cos
                 )
             )
         costs += await ledger_calls(meter, service, table, ids, concurrency)
+        costs += await limiter_calls(meter, service, table, len(ids), concurrency)
         return costs
     finally:
         await store.close()
@@ -249,6 +256,46 @@ async def ledger_calls(
         await meter.measure("ledger: enter", "azurite", ops - 1, calls(enter, 1, ops, concurrency)),
         await meter.measure("ledger: leave", "azurite", ops, calls(leave, 0, ops, concurrency)),
     ]
+
+
+async def limiter_calls(
+    meter: Meter, service: TableServiceClient, table: str, ops: int, concurrency: int
+) -> list[Cost]:
+    """An agent's fleet-wide limits on the state store's table, as the runtime wires them,
+    set high enough that no call waits: what a limit costs a call that it lets through.
+    A rate slot is booked for every call waiting in this process in one write; a
+    concurrency slot is a lease query, a take and a release (docs/limits.md)."""
+    store = TableLimitStore(service, table)
+    clock = SystemClock()
+    rate = AgentLimiter(
+        "bench-rate", AgentLimits(calls_per_second=100_000), store, clock, "bench", SKEW
+    )
+    slots = AgentLimiter(
+        "bench-slots", AgentLimits(max_concurrent=4 * concurrency), store, clock, "bench", SKEW
+    )
+
+    async def slot(i: int) -> None:
+        await rate.start_at()
+
+    async def lease(i: int) -> None:
+        async def never(until: datetime) -> None:
+            raise AssertionError("a slot was free")
+
+        await slots.leave(await slots.enter(timedelta(seconds=30), never))
+
+    try:
+        await slot(0)
+        await lease(0)
+        return [
+            await meter.measure(
+                "limit: rate slot", "azurite", ops, calls(slot, 0, ops, concurrency)
+            ),
+            await meter.measure(
+                "limit: concurrency slot", "azurite", ops, calls(lease, 0, ops, concurrency)
+            ),
+        ]
+    finally:
+        await store.close()
 
 
 async def remote_calls(stack: BenchStack, ops: int, concurrency: int) -> Cost:
@@ -320,6 +367,14 @@ def report(costs: list[Cost], concurrency: int) -> None:
             f"{(client + server) / max(client_total + server_total, 1e-9):.0%} on the bill, "
             "and +3 point reads and +2 transactions per order"
         )
+    for name in ("limit: rate slot", "limit: concurrency slot"):
+        if name in by_name:
+            c = by_name[name]
+            console.print(
+                f"{name} (an agent with callsPerSecond / maxConcurrent set): "
+                f"+{fmt(c.client_ms(), 2)} ms client, +{fmt(c.server_ms(), 2)} ms Azurite "
+                "per remote call; an agent without limits pays nothing"
+            )
     console.print(
         f"floor of CPU per order (runtime + broker + Azurite, simulator left out): "
         f"{fmt(client_total + server_total - 3 * by_name['remote call'].server_ms(), 1)} ms; "
