@@ -245,12 +245,19 @@ class TableStateStore:
         self.operations["query"] += 1
         with translated_errors():
             pager: Any = self._table.query_entities(
-                query, parameters=parameters, results_per_page=page_size
+                query,
+                parameters=parameters,
+                results_per_page=page_size,
+                select=list(rows.STATE_COLUMNS),
             ).by_page(continuation_token=token)
             items = []
             async for page in pager:
                 async for entity in page:
-                    items.append(rows.to_state(entity))
+                    selected = rows.selected_state(entity)
+                    if selected is None:
+                        selected = await self._read_state(entity["OrderID"])
+                    if selected is not None:  # None: archived since it was listed
+                        items.append(rows.to_state(selected))
                 break
             next_token = pager.continuation_token
         return Page(tuple(items), _encode_token(next_token))
