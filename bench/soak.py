@@ -261,7 +261,9 @@ async def soak(args: argparse.Namespace, load_before: tuple[float, float, float]
         snapshots = Path(os.environ.get("TMPDIR", "/tmp")) / name
         frames = args.frames if args.tracemalloc else 0
         kwargs["runtime_extra"] = ("--snapshot-dir", str(snapshots), "--frames", str(frames))
-    async with BenchStack("soak", **kwargs) as stack:
+    # One results directory per run, also for runs started in the same second.
+    mode = "-traced" if args.tracemalloc else "-probe" if args.trim_probe else ""
+    async with BenchStack(f"soak{mode}-{os.getpid()}", **kwargs) as stack:
         console.print(f"[dim]{stack.describe()}[/]")
         seconds = await seed(stack, args.seed_orders)
         console.print(f"[dim]seeded {args.seed_orders:,} finished orders in {seconds:.0f} s[/]")
