@@ -39,6 +39,7 @@ import os
 import random
 import signal
 import statistics
+import tempfile
 import time
 import tracemalloc
 import uuid
@@ -257,8 +258,7 @@ async def soak(args: argparse.Namespace, load_before: tuple[float, float, float]
     snapshots = Path()
     if args.tracemalloc or args.trim_probe:
         kwargs["runtime_module"] = TRACED_RUNTIME
-        name = f"soak-{time.strftime('%Y%m%d-%H%M%S')}-runtime"
-        snapshots = Path(os.environ.get("TMPDIR", "/tmp")) / name
+        snapshots = Path(tempfile.mkdtemp(prefix=f"soak-{time.strftime('%Y%m%d-%H%M%S')}-"))
         frames = args.frames if args.tracemalloc else 0
         kwargs["runtime_extra"] = ("--snapshot-dir", str(snapshots), "--frames", str(frames))
     # One results directory per run, also for runs started in the same second.
