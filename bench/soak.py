@@ -55,7 +55,7 @@ from azure.data.tables.aio import TableServiceClient
 from bench._common import console, fmt, print_machine, table
 from bench._stack import BenchStack
 from bench.supervisor_scaling import finished, renamed
-from bench.traced_runtime import SNAPSHOT, TRIMMED
+from bench.traced_runtime import PYMALLOC, SNAPSHOT, TRIMMED
 from devhost.harness.load import order_body
 from shared.adapters.table_store import TableStateStore
 from shared.contract import Route
@@ -98,6 +98,8 @@ class SoakResult:
     grown: list[tuple[str, float, int]] = field(default_factory=list)
     trimmed: tuple[float, float] | None = None
     """RSS in MB before and after malloc_trim(0) at the end (`--trim-probe`)."""
+    pymalloc: dict[str, float] = field(default_factory=dict)
+    """MB in pymalloc's arenas and in the blocks used in them, at the trim."""
 
     def after_warmup(self) -> list[Sample]:
         return [s for s in self.samples if s.seconds >= 60 * self.warmup_minutes]
@@ -221,6 +223,21 @@ async def trim(stack: BenchStack, path: Path) -> tuple[float, float]:
     raise RuntimeError(f"the runtime wrote no {path}")
 
 
+def pymalloc_figures(path: Path) -> dict[str, float]:
+    """From `sys._debugmallocstats()`: MB of arenas held and of blocks in use in them."""
+    found: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        name, _, value = line.partition("=")
+        number = value.strip().replace(",", "")
+        if not number.isdigit():
+            continue
+        if "bytes/arena" in name:
+            found["arenas MB"] = int(number) / 2**20
+        elif name.strip() == "# bytes in allocated blocks":
+            found["blocks in use MB"] = int(number) / 2**20
+    return found
+
+
 def _written(path: Path) -> str | None:
     text = path.read_text() if path.exists() else ""
     return text if text.endswith("\n") else None
@@ -319,6 +336,7 @@ async def soak(args: argparse.Namespace, load_before: tuple[float, float, float]
             result.grown = grown(first_snapshot, await snapshot(stack, snapshots, 2))
         if args.trim_probe:
             result.trimmed = await trim(stack, snapshots / TRIMMED)
+            result.pymalloc = pymalloc_figures(snapshots / PYMALLOC)
         result.errors = {k: v for k, v in counts.items() if k not in ("orders", "reads")}
         load = os.getloadavg()
         result.load_after = (load[0], load[1], load[2])
@@ -359,6 +377,12 @@ def report(result: SoakResult) -> bool:
         console.print(
             f"malloc_trim(0) at the end: RSS {before:.1f} -> {after:.1f} MB "
             f"({before - after:.1f} MB was free memory the allocator held)"
+        )
+    if result.pymalloc:
+        console.print(
+            "pymalloc at the end: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in result.pymalloc.items())
+            + " (an arena goes back to the OS only when all its blocks are free)"
         )
     if result.grown:
         g = table("tracemalloc: grew most after the warm-up", ["where", "KiB", "blocks"])

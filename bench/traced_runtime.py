@@ -8,9 +8,10 @@ writes ``snapshot-<n>.tracemalloc`` (``tracemalloc.Snapshot.load`` reads it) to
 lines) show what grew between them. Tracing costs CPU and memory of its own, so RSS
 figures are taken without it (``--frames 0``).
 
-SIGUSR1 asks glibc to give back the free memory it holds (``malloc_trim(0)``) and
-appends the RSS before and after to ``trim.txt``: what that gives back was free in the
-allocator, not held by Python objects. Nothing in ``shared/`` or ``devhost/`` changes.
+SIGUSR1 writes pymalloc's statistics to ``pymalloc.txt``, asks glibc to give back the
+free memory it holds (``malloc_trim(0)``) and appends the RSS before and after to
+``trim.txt``: what that gives back was free in the allocator, not held by Python
+objects. Nothing in ``shared/`` or ``devhost/`` changes.
 """
 
 from __future__ import annotations
@@ -19,13 +20,18 @@ import argparse
 import ctypes
 import gc
 import itertools
+import os
 import signal
+import sys
 import tracemalloc
 from pathlib import Path
 from types import FrameType
 
 SNAPSHOT = "snapshot-{n:03d}.tracemalloc"
 TRIMMED = "trim.txt"
+PYMALLOC = "pymalloc.txt"
+"""`sys._debugmallocstats()` at the trim: pymalloc's arenas against the bytes in use in
+them, which malloc_trim cannot give back (an arena goes back only when empty)."""
 
 
 def _rss_mb() -> float:
@@ -33,6 +39,19 @@ def _rss_mb() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _pymalloc_stats(path: Path) -> None:
+    """`sys._debugmallocstats()` writes to the C stderr; it goes to `path` instead."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with path.open("a") as out:
+        os.dup2(out.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_trim(signum: int, frame: FrameType | None) -> None:
         gc.collect()
+        _pymalloc_stats(folder / PYMALLOC)
         before = _rss_mb()
         ctypes.CDLL("libc.so.6").malloc_trim(0)
         with (folder / TRIMMED).open("a") as out:
