@@ -181,10 +181,14 @@ class QueueTrigger:
                 self._spawn(self._process(receiver, [message]), mine)
 
     def _spawn(self, work: Awaitable[None], mine: set[asyncio.Task[None]]) -> None:
+        """`mine` is what the receiver must wait for before it closes; a receiver lives
+        for the whole run, so a finished handler leaves it too (kept, every message's
+        task and coroutine stayed until a reconnect: a leak per message)."""
         task = asyncio.ensure_future(work)
         self._handlers.add(task)
         mine.add(task)
         task.add_done_callback(self._handlers.discard)
+        task.add_done_callback(mine.discard)
 
     def _retire(self, receiver: ServiceBusReceiver, mine: set[asyncio.Task[None]]) -> None:
         """Close a receiver only after its handlers have settled their messages through it."""

@@ -8,6 +8,7 @@ Common options are accepted before or after the command (``orders list --json`` 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -15,6 +16,7 @@ from shared.cli.config import API_KEY_ENV, API_URL_ENV, OPERATOR_ENV
 from shared.cli.errors import Usage
 from shared.contract import ALL_QUEUES, Setting
 from shared.domain.model import ProcessState
+from shared.domain.rfc3339 import parse_date_time
 
 PROG = "python -m shared.cli"
 MAX_PAGE_SIZE = 1000
@@ -63,6 +65,31 @@ def _seconds(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"seconds must be positive, got {text!r}")
     return value
+
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+
+
+def moment(name: str) -> type[str]:
+    """A date or an RFC 3339 date-time, as the API takes it. The API takes only the
+    date-time with an offset (its document says `format: date-time`); a person types
+    a date, which is sent as midnight UTC. A date-time without an offset is refused
+    here rather than guessed as UTC or as this machine's zone."""
+
+    def parse(text: str) -> str:
+        given = text.strip()
+        sent = f"{given}T00:00:00Z" if _DATE.fullmatch(given) else given
+        try:
+            parse_date_time(sent)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name} takes a date (2026-01-31, midnight UTC) or a date-time with an "
+                f"offset (2026-01-31T09:30:00Z, 2026-01-31T09:30:00+01:00), got {text!r}"
+            ) from None
+        return sent
+
+    parse.__name__ = name
+    return parse  # type: ignore[return-value]
 
 
 MAX_REASON = 500
@@ -166,8 +193,18 @@ def _bulk(commands: argparse._SubParsersAction[Parser]) -> None:
     match.add_argument("--step", help="the step the order stopped at, e.g. charge-payment")
     match.add_argument("--error-code", help="as `failures` shows it, e.g. timeout")
     match.add_argument("--customer", help="a customer id")
-    match.add_argument("--created-from", metavar="ISO", help="orders created at or after")
-    match.add_argument("--created-to", metavar="ISO", help="orders created before")
+    match.add_argument(
+        "--created-from",
+        metavar="WHEN",
+        type=moment("--created-from"),
+        help="orders created at or after: a date (midnight UTC) or a date-time with an offset",
+    )
+    match.add_argument(
+        "--created-to",
+        metavar="WHEN",
+        type=moment("--created-to"),
+        help="orders created before: a date (midnight UTC) or a date-time with an offset",
+    )
     match.add_argument("--workflow", metavar="NAME", help="orders of this workflow")
     match.add_argument(
         "--workflow-version",

@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from shared.domain.model import ProcessState
+from shared.domain.rfc3339 import EXAMPLE, parse_date_time
 from shared.domain.workflow import Catalogue, Workflow
 
 MAX_LIMIT: Final = 100_000
@@ -251,12 +252,11 @@ def _date(given: Mapping[str, Any], key: str) -> datetime | None:
     if raw is None:
         return None
     try:
-        at = datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-        return (at if at.tzinfo else at.replace(tzinfo=UTC)).astimezone(UTC)
+        return parse_date_time(str(raw)).astimezone(UTC)
     except ValueError:
         raise BulkRequestError(
             "Invalid filter",
-            f"filter.{key} must be an ISO 8601 date or date-time, e.g. 2026-01-31T00:00:00Z",
+            f"filter.{key} must be an RFC 3339 date-time with an offset, e.g. {EXAMPLE}",
         ) from None
     except OverflowError:
         # 0001-01-01T00:00:00+14:00 is a valid date whose UTC time is before year 1.

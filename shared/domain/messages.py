@@ -43,6 +43,7 @@ from shared.domain.model import (
     Outgoing,
     Priority,
 )
+from shared.domain.rfc3339 import EXAMPLE, parse_date_time
 from shared.domain.workflow import AgentName
 
 MAX_MESSAGE_BYTES = 256 * 1024
@@ -294,11 +295,14 @@ def _whole_float(value: object) -> object:
 
 
 def _date_time_text(value: object) -> object:
-    """A date-time string, as the document publishes it: pydantic alone also takes a
-    number, as Unix time, which a client built from the document never sends."""
-    if isinstance(value, str | datetime):
+    """An RFC 3339 date-time string with an offset, as the document publishes it:
+    pydantic alone also takes a number or a digit string as Unix time, a space for the
+    `T` and no seconds, which a client built from the document never sends."""
+    if isinstance(value, datetime):
         return value
-    raise ValueError("a date-time string, e.g. 2030-01-31T00:00:00Z")
+    if isinstance(value, str):
+        return parse_date_time(value)
+    raise ValueError(f"a date-time string, e.g. {EXAMPLE}")
 
 
 class OrderItem(_Wire):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 
 import azure.functions as func
@@ -17,13 +16,14 @@ from shared.domain.workflow import Workflow
 from shared.functions.http import base_url, json_response, problem, read_json
 from shared.functions.poison import CONFLICT, OVER_QUOTA, reject
 from shared.ports import StateStoreError
+from shared.telemetry.logsafe import app_logger
 from shared.telemetry.propagation import current_traceparent
 from shared.telemetry.spans import annotate, consuming, serving
 from shared.usecases.budget import HTTP_BUDGET
 from shared.usecases.submission import OrderConflict, OverQuota, submit_order
 
 bp = func.Blueprint()
-log = logging.getLogger("orders.intake")
+log = app_logger("orders.intake")
 
 
 def _check_reply_to(order: OrderSubmission, allowed: frozenset[str]) -> str | None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 import azure.functions as func
 
 from shared import jsonbounds
@@ -11,8 +9,9 @@ from shared.bootstrap import Container
 from shared.contract import PoisonProperty
 from shared.domain.messages import OperatorAlert
 from shared.ports import Poison
+from shared.telemetry.logsafe import app_logger
 
-log = logging.getLogger("orders.poison")
+log = app_logger("orders.poison")
 
 INVALID = "invalid-message"
 UNKNOWN_ORDER = "unknown-order"

@@ -5,6 +5,11 @@ as it came. Written raw, `\\r` and `\\n` start what looks like another log line 
 sequences clear or recolour the operator's terminal. Escaping at the formatter covers
 every message, whoever logged it; an exception's traceback, which only the code
 writes, keeps its lines.
+
+The formatter is the local mains' (`python -m devhost` and its services). In Azure the
+records go to Application Insights through the worker's handler and the OpenTelemetry
+distro's, whose formatting is not ours; so the app's own loggers (`app_logger`) carry
+`ControlSafeFilter`, which escapes the message before any handler sees the record.
 """
 
 from __future__ import annotations
@@ -37,3 +42,40 @@ def make_handlers_safe(logger: logging.Logger | None = None) -> None:
     for handler in (logger or logging.getLogger()).handlers:
         current = handler.formatter or logging.Formatter()
         handler.setFormatter(ControlSafeFormatter(current._fmt, current.datefmt, validate=False))
+
+
+APP_LOGGERS = "orders"
+"""The app's logger namespace: `orders` and `orders.<role>`."""
+
+
+class ControlSafeFilter(logging.Filter):
+    """A logger's filter runs before the record reaches any handler, the host's included,
+    and the handlers get the same record object; so the message, with its arguments put
+    in, is escaped here once for all of them. A record with nothing to escape keeps its
+    template and arguments; a message whose arguments do not fit its template is left for
+    the handler to report, as logging does."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True
+        escaped = escape_controls(message)
+        if escaped != message:
+            record.msg, record.args = escaped, None
+        return True
+
+
+_SAFE = ControlSafeFilter()
+
+
+def app_logger(name: str) -> logging.Logger:
+    """`logging.getLogger(name)` with `ControlSafeFilter`. A logger's filters are not
+    inherited by its children, nor applied to records they pass up, so each of the app's
+    loggers carries its own."""
+    if name != APP_LOGGERS and not name.startswith(f"{APP_LOGGERS}."):
+        raise ValueError(f"{name!r} is not in the app's logger namespace {APP_LOGGERS!r}")
+    logger = logging.getLogger(name)
+    if _SAFE not in logger.filters:
+        logger.addFilter(_SAFE)
+    return logger

@@ -14,7 +14,6 @@ that errors and orders in trouble are always kept (`sampling.py`).
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Mapping
@@ -26,9 +25,10 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from shared.contract import TelemetrySetting
 from shared.telemetry import logs
+from shared.telemetry.logsafe import app_logger
 from shared.telemetry.sampling import KeepMarked
 
-log = logging.getLogger("orders.telemetry")
+log = app_logger("orders.telemetry")
 
 DEFAULT_SERVICE_NAME = "orders"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,12 +28,13 @@ from shared.resilience import (
     RetryPolicy,
     call_until_deadline,
 )
+from shared.telemetry.logsafe import app_logger
 from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.limiter import AgentLimiter
 from shared.usecases.step_heartbeat import KnownDeadline, StepHeartbeats
 from shared.usecases.step_hold import StepHolds
 
-log = logging.getLogger("orders.agent")
+log = app_logger("orders.agent")
 
 
 class UnknownStep(ValueError):

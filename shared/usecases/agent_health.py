@@ -11,7 +11,6 @@ risking a customer's order on the trial call.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -21,8 +20,9 @@ from shared.domain.limits import AgentLimits
 from shared.domain.throttle import AdaptiveRate
 from shared.ports import Clock, HealthStore, StateStoreError, TransientRemoteError
 from shared.resilience import CircuitBreaker
+from shared.telemetry.logsafe import app_logger
 
-log = logging.getLogger("orders.agent")
+log = app_logger("orders.agent")
 
 PUBLISH_EVERY = timedelta(seconds=2)
 WINDOW = 50

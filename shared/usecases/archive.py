@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -51,9 +50,10 @@ from shared.domain.archive import (
     page_id,
 )
 from shared.ports import ArchiveBlobs, ArchiveStore, Clock, ConcurrencyConflict, StateStore
+from shared.telemetry.logsafe import app_logger
 from shared.usecases.bulk_pace import Pacer
 
-log = logging.getLogger("orders.archive")
+log = app_logger("orders.archive")
 T = TypeVar("T")
 
 PAGE_SIZE: Final = 100

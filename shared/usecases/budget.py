@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from shared.ports import BusUnavailable, StoreUnavailable
+from shared.telemetry.logsafe import app_logger
 
-log = logging.getLogger("orders.budget")
+log = app_logger("orders.budget")
 T = TypeVar("T")
 
 

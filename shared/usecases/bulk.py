@@ -18,7 +18,6 @@ passes. A page is only as large as the run can act on at its pace before its dea
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ from shared.domain.model import OrderProcess
 from shared.domain.process import InvalidTransition
 from shared.domain.workflow import Workflow
 from shared.ports import BulkStore, BusUnavailable, ConcurrencyConflict, StateStoreError
+from shared.telemetry.logsafe import app_logger
 from shared.usecases import bulk_lease
 from shared.usecases.bulk_lease import HeldLease
 from shared.usecases.bulk_pace import Pacer
@@ -47,7 +47,7 @@ from shared.usecases.operator import (
     suspend_order,
 )
 
-log = logging.getLogger("orders.bulk")
+log = app_logger("orders.bulk")
 
 PAGE_SIZE: Final = 100
 """Orders read per page at most: one query, and the most one page may act on; fewer when

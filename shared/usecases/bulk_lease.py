@@ -15,7 +15,6 @@ reads that action in the order's history instead of acting again.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -23,8 +22,9 @@ from typing import Final
 
 from shared.domain.bulk import Lease
 from shared.ports import BulkStore, ConcurrencyConflict
+from shared.telemetry.logsafe import app_logger
 
-log = logging.getLogger("orders.bulk")
+log = app_logger("orders.bulk")
 
 GRACE: Final = timedelta(seconds=30)
 

@@ -4,15 +4,15 @@ the next in line when an order comes to rest (docs/fairness.md)."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy, promotion
 from shared.domain.model import Order, OrderProcess, Priority
 from shared.ports import CustomerLedger, Entered, MessageBus, StateStore
+from shared.telemetry.logsafe import app_logger
 
-log = logging.getLogger("orders.customers")
+log = app_logger("orders.customers")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ the agent is given no limiter at all, and its calls touch no store.
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -24,8 +23,9 @@ from shared.ports import (
     StateStoreError,
     TransientRemoteError,
 )
+from shared.telemetry.logsafe import app_logger
 
-log = logging.getLogger("orders.agent")
+log = app_logger("orders.agent")
 
 POLL_FIRST = 0.05
 POLL_MAX = 1.0

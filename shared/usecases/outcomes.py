@@ -25,7 +25,6 @@ can still apply), so a failure to ask must read as "no answer", never as settled
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -34,8 +33,9 @@ from shared.domain.health import BreakerState
 from shared.domain.in_doubt import RemoteOutcome
 from shared.ports import Clock, RemoteService
 from shared.resilience import CircuitBreaker, DeadlinePassed, RetryPolicy, call_until_deadline
+from shared.telemetry.logsafe import app_logger
 
-log = logging.getLogger("orders.supervisor")
+log = app_logger("orders.supervisor")
 
 QUERY_TIMEOUT_SECONDS = 2.0
 """All of one query's tries: well inside a sweep check's 5 s, which also loads and saves."""

@@ -22,7 +22,6 @@ Cost, bounded per run whatever the table holds:
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,9 +35,10 @@ from shared.domain.process import ProcessPolicy
 from shared.domain.reconcile import Mismatch, ReconcileRun, Verdict
 from shared.domain.workflow import Workflow
 from shared.ports import Clock, MessageBus, ReconcileStore
+from shared.telemetry.logsafe import app_logger
 from shared.usecases.outcomes import OutcomeQueries
 
-log = logging.getLogger("orders.reconcile")
+log = app_logger("orders.reconcile")
 
 DEFAULT_SAMPLE_SIZE = 50
 DEFAULT_WINDOW = timedelta(hours=24)

@@ -4,13 +4,13 @@ seconds."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from datetime import datetime, timedelta
 
 from shared.domain.routing import PRIMARY_ONLY, Routing, routing_from
 from shared.ports import Clock, HealthStore, StateStoreError
+from shared.telemetry.logsafe import app_logger
 
-log = logging.getLogger("orders.scheduler")
+log = app_logger("orders.scheduler")
 
 REFRESH = timedelta(seconds=2)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from enum import StrEnum
 
@@ -11,9 +10,10 @@ from shared.domain.messages import AgentReply
 from shared.domain.model import OrderProcess
 from shared.domain.process import Transition
 from shared.ports import BusUnavailable, StateStoreError
+from shared.telemetry.logsafe import app_logger
 from shared.usecases.deps import ProcessDeps
 
-log = logging.getLogger("orders.scheduler")
+log = app_logger("orders.scheduler")
 
 
 class Handled(StrEnum):

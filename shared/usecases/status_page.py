@@ -18,7 +18,6 @@ down.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,9 +30,10 @@ from shared.domain.model import ProcessState, StateRecord
 from shared.domain.reconcile import ReconcileRun
 from shared.domain.routing import STALE_AFTER
 from shared.ports import HealthStore, Page, ReconcileStore
+from shared.telemetry.logsafe import app_logger
 from shared.usecases.deps import ProcessDeps
 
-log = logging.getLogger("orders.ops")
+log = app_logger("orders.ops")
 
 DEFAULT_COUNT_CAP: Final = 50
 MAX_COUNT_CAP: Final = 1000

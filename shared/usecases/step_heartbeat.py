@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,9 +30,10 @@ from shared.domain.model import OrderProcess
 from shared.domain.process import ProcessPolicy, Transition, extend_complete_by
 from shared.ports import Clock, ConcurrencyConflict, StateStoreError
 from shared.resilience import DeadlinePassed
+from shared.telemetry.logsafe import app_logger
 from shared.usecases.unit_of_work import UnitOfWork
 
-log = logging.getLogger("orders.agent")
+log = app_logger("orders.agent")
 
 T = TypeVar("T")
 

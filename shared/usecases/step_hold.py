@@ -9,7 +9,6 @@ pays one write per half of its step's timeout at most.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -18,10 +17,11 @@ from shared.domain.messages import AgentRequest
 from shared.domain.model import Action, OrderProcess
 from shared.domain.process import ProcessPolicy, Transition, restart_complete_by
 from shared.ports import Clock, ConcurrencyConflict, StateStoreError
+from shared.telemetry.logsafe import app_logger
 from shared.usecases.step_heartbeat import KnownDeadline
 from shared.usecases.unit_of_work import UnitOfWork
 
-log = logging.getLogger("orders.agent")
+log = app_logger("orders.agent")
 
 
 @dataclass(frozen=True)

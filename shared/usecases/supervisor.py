@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,10 +22,11 @@ from shared.ports import (
     StoreUnavailable,
     WatchEntry,
 )
+from shared.telemetry.logsafe import app_logger
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.outcomes import OutcomeQueries
 
-log = logging.getLogger("orders.supervisor")
+log = app_logger("orders.supervisor")
 
 INFRASTRUCTURE_ERRORS = (BusUnavailable, StoreUnavailable, TimeoutError)
 """What says the system itself is unreachable, not that an order went wrong."""

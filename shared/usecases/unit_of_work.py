@@ -26,7 +26,6 @@ entry goes first for the same reason as rule 1 (shared/usecases/submission.py).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -34,9 +33,10 @@ from datetime import datetime
 from shared.domain.model import OrderProcess
 from shared.domain.process import Transition
 from shared.ports import ConcurrencyConflict, MessageBus, StateStore
+from shared.telemetry.logsafe import app_logger
 from shared.usecases.customers import Customers
 
-log = logging.getLogger("orders")
+log = app_logger("orders")
 
 MAX_RACES = 5
 """Lost ETag races in a row, each on a fresh read, before a change gives up."""

@@ -207,6 +207,10 @@ async def test_a_confirmed_prompt_starts_it_and_a_no_does_not(api: StandIn) -> N
         ("orders", "bulk", "cancel", "--state", "Error", "--to-version", "2"),
         ("orders", "bulk", "migrate", "--workflow", "w", "--to-version", "0"),
         ("orders", "bulk", "cancel", "--workflow", "w", "--workflow-version", "x"),
+        ("orders", "bulk", "cancel", "--created-from", "2026-01-31T09:30:00"),
+        ("orders", "bulk", "cancel", "--created-from", "2026-W05-1"),
+        ("orders", "bulk", "cancel", "--created-to", "20260131"),
+        ("orders", "bulk", "cancel", "--created-to", "2026-02-30"),
     ],
 )
 async def test_usage_errors_exit_2_before_any_call(api: StandIn, argv: tuple[str, ...]) -> None:
@@ -215,14 +219,37 @@ async def test_usage_errors_exit_2_before_any_call(api: StandIn, argv: tuple[str
     assert api.posted == []
 
 
+async def test_a_typed_date_is_sent_as_midnight_utc_and_a_date_time_as_given(
+    api: StandIn,
+) -> None:
+    """The API takes only RFC 3339 date-times with an offset (issue 27)."""
+    done = await cli(
+        "orders",
+        "bulk",
+        "cancel",
+        "--created-from",
+        "2026-01-31",
+        "--created-to",
+        "2026-02-01T09:30:00+01:00",
+        "--dry-run",
+        env=env(api),
+    )
+    assert done.code == Exit.OK, done.err
+    (sent,) = api.posted
+    assert sent["filter"] == {
+        "createdFrom": "2026-01-31T00:00:00Z",
+        "createdTo": "2026-02-01T09:30:00+01:00",
+    }
+
+
 def test_the_namespace_has_every_flag() -> None:
     args = parse(
         ["orders", "bulk", "resume", "--created-from", "2026-01-01", "--created-to", "2026-02-01"]
     )
     assert isinstance(args, argparse.Namespace)
     assert (args.created_from, args.created_to, args.yes, args.no_wait) == (
-        "2026-01-01",
-        "2026-02-01",
+        "2026-01-01T00:00:00Z",
+        "2026-02-01T00:00:00Z",
         False,
         False,
     )

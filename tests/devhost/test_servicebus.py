@@ -7,6 +7,7 @@ import importlib
 import json
 import logging
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from devhost.host.servicebus import (
     RECEIVE_WAIT_SECONDS,
     ConnectionHealth,
     ConnectionInfo,
+    QueueTrigger,
     ServiceBusConfigError,
     connection_info,
 )
@@ -269,3 +271,22 @@ async def test_message_taken_in_by_a_settlement_during_the_credit_is_not_held(
     # Bounded by the receive wait: without the fix the message came at its end, not before.
     await asyncio.wait_for(recorder.completed.wait(), RECEIVE_WAIT_SECONDS * 0.6)
     assert [m["id"] for m in recorder.messages] == ["first", "during-credit"]
+
+
+async def test_a_finished_handler_is_not_kept_by_its_receiver() -> None:
+    """A receiver lives for the whole run; each message's task stayed in its set until
+    a reconnect (issue 27, item 5: the runtime's memory grew with every message)."""
+    trigger: Any = SimpleNamespace(_handlers=set())
+    mine: set[asyncio.Task[None]] = set()
+    release = asyncio.Event()
+
+    async def handler() -> None:
+        await release.wait()
+
+    for _ in range(3):
+        QueueTrigger._spawn(trigger, handler(), mine)
+    assert len(mine) == 3, "a running handler is waited for before the receiver closes"
+    release.set()
+    await asyncio.gather(*list(mine))
+    await asyncio.sleep(0)  # the done callbacks run on the next turn of the loop
+    assert mine == set() and trigger._handlers == set()

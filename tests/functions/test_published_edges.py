@@ -92,6 +92,30 @@ EDGES: dict[str, tuple[Operation, bytes]] = {
         bulk(filter={"createdTo": "2026-01-31T00:00:00Z"}),
     ),
     "bulk createdTo not a date": (BULK_ORDERS, bulk(filter={"createdTo": "31/01/2026"})),
+    **{
+        f"bulk createdFrom {text}": (BULK_ORDERS, bulk(filter={"createdFrom": text}))
+        for text in (
+            "2026-01-31",
+            "2026-01-31T00:00:00",
+            "2026-W05-1",
+            "20260131",
+            "2026-01-31 00:00:00Z",
+            "2026-01-31T00:00Z",
+            "2026-01-31T00:00:00+0100",
+            "2026-01-31T24:00:00Z",
+            "2026-02-30T00:00:00Z",
+            "2026-01-31T00:00:60Z",
+            "2026-01-31T00:00:00+24:00",
+            "0000-01-31T00:00:00Z",
+            "2026-01-31t00:00:00z",
+            "2026-01-31T00:00:00.1234567-05:30",
+            "2026-01-31T00:00:00+01:00",
+        )
+    },
+    **{
+        f"notBefore {text}": (SUBMIT, json.dumps({**ORDER, "notBefore": text}).encode())
+        for text in ("2030-01-31", "20300131", "1900000000", "2030-01-31 00:00:00Z")
+    },
     "bulk unknown field": (BULK_ORDERS, bulk(colour="red")),
     "bulk unknown filter field": (BULK_ORDERS, bulk(filter={"state": "Error", "colour": "red"})),
     "bulk without action": (BULK_ORDERS, json.dumps({"filter": {"state": "Error"}}).encode()),

@@ -419,6 +419,22 @@ async def test_list_by_state_pages_through_matches(store: StateStore) -> None:
     assert len(everything.items) == 5
 
 
+@pytest.mark.parametrize("error_chars", [0, 100, 2 * 16_000 + 5, 4 * 16_000 + 5])
+async def test_a_listed_state_is_the_state_a_load_reads(
+    store: StateStore, error_chars: int
+) -> None:
+    """A listing asks the table for the state's columns only (not the steps and history);
+    an error text longer than the parts it asks for is read whole."""
+    world = world_on(store)
+    loaded = await started(world, "listed-1")
+    state = replace(loaded.state, last_error=("é" * error_chars) or None, failure_count=2)
+    await store.save(replace(loaded, state=state), [])
+    again = await store.load("listed-1")
+    assert again is not None and again.state.last_error == state.last_error
+    page = await store.list_by_state(state.process_state, 10, None)
+    assert page.items == (again.state,)
+
+
 def a_sample(tp: Any, name: str) -> Any:
     """A value of type `tp` that no field would have by default."""
     if get_origin(tp) in (Union, types.UnionType):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from azure.data.tables.aio import TableClient, TableServiceClient
 from shared.adapters.clock import FakeClock
 from shared.adapters.table_store import TableStateStore
 from shared.domain import process as machine
+from shared.domain.model import ProcessState
 from shared.settings import azurite_connection_string
 from tests.builders import a_policy, an_order
 from tests.workflows import ORDER_FULFILMENT
@@ -104,3 +106,32 @@ async def test_two_orders_whose_state_etags_tie_each_save_their_own_history(
         saved = await store.history(loaded.order_id)
         expected = [*started.history, *claim.history]
         assert [(h.event, h.at) for h in saved] == [(h.event, h.at) for h in expected]
+
+
+@pytest.fixture
+async def store(azurite_table_port: int) -> AsyncIterator[TableStateStore]:
+    service = TableServiceClient.from_connection_string(
+        azurite_connection_string(azurite_table_port)
+    )
+    store = TableStateStore(service, f"h{uuid.uuid4().hex[:20]}")
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def test_a_final_order_keeps_no_history_in_the_cache(store: TableStateStore) -> None:
+    """Nothing saves a Processed, Compensated or Cancelled order again: its history kept
+    for that save only took memory, for every order finished or looked at (issue 27)."""
+    clock = FakeClock()
+    started = machine.start(an_order("fin-1", clock=clock), ORDER_FULFILMENT, clock.now())
+    await store.create(started.process, started.history)
+    loaded = await store.load("fin-1")
+    assert loaded is not None and len(store._inline) == 1  # the save to come needs it
+    done = replace(loaded, state=replace(loaded.state, process_state=ProcessState.PROCESSED))
+    await store.save(done, [])
+    assert len(store._inline) == 0
+    again = await store.load("fin-1")
+    assert again is not None and again.state.process_state is ProcessState.PROCESSED
+    assert len(store._inline) == 0
+    assert [h.event for h in await store.history("fin-1")] == [h.event for h in started.history]

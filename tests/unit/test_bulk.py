@@ -258,7 +258,10 @@ async def test_a_bulk_cancel_undoes_what_the_preview_said() -> None:
         (
             {
                 "action": "cancel",
-                "filter": {"createdFrom": "2026-02-01", "createdTo": "2026-01-01"},
+                "filter": {
+                    "createdFrom": "2026-02-01T00:00:00Z",
+                    "createdTo": "2026-01-01T00:00:00Z",
+                },
             },
             "Invalid filter",
         ),
@@ -293,6 +296,31 @@ def test_a_good_request_parses_dates_as_utc() -> None:
         "errorCode": "timeout",
         "createdFrom": "2026-01-01T00:00:00Z",
     }
+
+
+@pytest.mark.parametrize(
+    ("key", "text"),
+    [
+        ("createdFrom", "2026-01-31"),
+        ("createdFrom", "2026-01-31T00:00:00"),
+        ("createdTo", "2026-W05-1"),
+        ("createdTo", "20260131"),
+    ],
+)
+def test_only_an_rfc3339_date_time_with_an_offset_as_published(key: str, text: str) -> None:
+    """`fromisoformat` takes all of these; the document's `format: date-time` none."""
+    with pytest.raises(BulkRequestError) as refused:
+        parse_request({"action": "cancel", "dryRun": True, "filter": {key: text}})
+    assert str(refused.value) == (
+        f"filter.{key} must be an RFC 3339 date-time with an offset, e.g. 2026-01-31T00:00:00Z"
+    )
+
+
+def test_an_offset_is_kept_as_the_moment_it_names() -> None:
+    request = parse_request(
+        {"action": "cancel", "filter": {"createdFrom": "2026-01-31T00:30:00.5+01:00"}}
+    )
+    assert request.filter.to_json() == {"createdFrom": "2026-01-30T23:30:00.500000Z"}
 
 
 @pytest.mark.parametrize("edge", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-23:59"])
