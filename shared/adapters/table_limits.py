@@ -15,7 +15,7 @@ Each is one entity, so each change is one transaction; a conflict is a race lost
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
@@ -74,18 +74,7 @@ class TableLimitStore:
             "NextStart": next_start,
         }
         conflict = ConcurrencyConflict(f"rate row of {agent} changed")
-        if seen is None:
-            written = await self._write(lambda: self._table.create_entity(entity), conflict)
-        else:
-            written = await self._write(
-                lambda: self._table.update_entity(
-                    entity,
-                    mode=UpdateMode.REPLACE,
-                    etag=seen.etag,
-                    match_condition=MatchConditions.IfNotModified,
-                ),
-                conflict,
-            )
+        written = await self._put(entity, seen.etag if seen else None, conflict)
         return Schedule(next_start, str(written["etag"]))
 
     async def leases(self, agent: str) -> tuple[SlotLease, ...]:
@@ -117,18 +106,7 @@ class TableLimitStore:
             "Expires": expires,
         }
         conflict = ConcurrencyConflict(f"slot {slot} of {agent} taken")
-        if seen is None:
-            written = await self._write(lambda: self._table.create_entity(entity), conflict)
-        else:
-            written = await self._write(
-                lambda: self._table.update_entity(
-                    entity,
-                    mode=UpdateMode.REPLACE,
-                    etag=seen.etag,
-                    match_condition=MatchConditions.IfNotModified,
-                ),
-                conflict,
-            )
+        written = await self._put(entity, seen.etag if seen else None, conflict)
         return SlotLease(slot, holder, expires, str(written["etag"]))
 
     async def release(self, agent: str, lease: SlotLease) -> None:
@@ -140,16 +118,33 @@ class TableLimitStore:
                 match_condition=MatchConditions.IfNotModified,
             )
 
+    async def _put(
+        self, entity: dict[str, Any], etag: str | None, conflict: ConcurrencyConflict
+    ) -> Mapping[str, Any]:
+        """Create the row (etag None: it must not exist), or replace it at `etag`."""
+        if etag is None:
+            return await self._write(lambda: self._table.create_entity(entity), conflict)
+        return await self._write(
+            lambda: self._table.update_entity(
+                entity,
+                mode=UpdateMode.REPLACE,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            ),
+            conflict,
+        )
+
     async def _write(
         self, operation: Callable[[], Awaitable[_T]], conflict: ConcurrencyConflict
     ) -> _T:
-        """Creates the table on first use (the state store may not have written yet)."""
+        """Creates the table on first use (the state store may not have written yet). A
+        404 names a missing table or a missing row, and the services do not spell the
+        first alike (Azurite's code is not TableNotFound), so the table is ensured and the
+        write tried once more: a second 404 is the row's, a lost race."""
         with translated_errors(conflict, when=_lost, where=f"table {self._table_name}: "):
             try:
                 return await operation()
-            except ResourceNotFoundError as exc:
-                if getattr(exc, "error_code", None) != "TableNotFound":
-                    raise
+            except ResourceNotFoundError:
                 await self._create_table()
                 return await operation()
 
