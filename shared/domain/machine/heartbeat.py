@@ -11,7 +11,7 @@ from datetime import datetime
 
 from shared.domain.machine.transition import ProcessPolicy, Transition
 from shared.domain.messages import iso
-from shared.domain.model import HistoryEntry, OrderProcess, ProcessState, StepStatus
+from shared.domain.model import HistoryEntry, OrderProcess, ProcessState, StepRecord, StepStatus
 
 
 def extend_complete_by(
@@ -33,12 +33,10 @@ def extend_complete_by(
     and only the first beat of an attempt is noted in the history; the rest are counted.
     """
     state = process.state
-    index = state.current_step
-    if state.attempt != attempt or index >= len(process.steps):
+    running = running_step(process, attempt, step)
+    if running is None:
         return None
-    record = process.steps[index]
-    if record.name != step or record.status is not StepStatus.RUNNING:
-        return None
+    index, record = running
     if state.process_state not in (ProcessState.PROCESSING, ProcessState.COMPENSATING):
         return None
     if policy.step_max is None or record.dispatched_at is None or record.complete_by is None:
@@ -50,13 +48,9 @@ def extend_complete_by(
     if extended <= record.complete_by:
         return None
     beats = record.step_heartbeats + 1
-    steps = list(process.steps)
-    live_until = max(record.live_until or extended, extended + policy.clock_skew)
-    steps[index] = replace(
-        record, complete_by=extended, step_heartbeats=beats, live_until=live_until
+    extended_process = move_complete_by(
+        process, index, extended, now, policy, step_heartbeats=beats
     )
-    order_by = extended if state.complete_by is None else max(state.complete_by, extended)
-    next_state = replace(state, version=state.version + 1, updated_at=now, complete_by=order_by)
     history: tuple[HistoryEntry, ...] = ()
     if beats == 1:
         history = (
@@ -70,5 +64,36 @@ def extend_complete_by(
                 attempt=state.attempt,
             ),
         )
-    extended_process = OrderProcess(process.order, next_state, tuple(steps), process.etag)
     return Transition(extended_process, (), history)
+
+
+def running_step(process: OrderProcess, attempt: int, step: str) -> tuple[int, StepRecord] | None:
+    """The step of `attempt` while it runs: the fence an agent's own write must pass, or
+    None (another attempt holds the order, or the step was answered or recovered)."""
+    index = process.state.current_step
+    if process.state.attempt != attempt or index >= len(process.steps):
+        return None
+    record = process.steps[index]
+    if record.name != step or record.status is not StepStatus.RUNNING:
+        return None
+    return index, record
+
+
+def move_complete_by(
+    process: OrderProcess,
+    index: int,
+    to: datetime,
+    now: datetime,
+    policy: ProcessPolicy,
+    **changes: object,
+) -> OrderProcess:
+    """The step's complete-by and the order's moved later to `to`; the request's live time
+    follows it and never shrinks. Sends nothing and keeps the outbox as it is."""
+    record = process.steps[index]
+    steps = list(process.steps)
+    live_until = max(record.live_until or to, to + policy.clock_skew)
+    steps[index] = replace(record, complete_by=to, live_until=live_until, **changes)  # type: ignore[arg-type]
+    state = process.state
+    order_by = to if state.complete_by is None else max(state.complete_by, to)
+    moved = replace(state, version=state.version + 1, updated_at=now, complete_by=order_by)
+    return OrderProcess(process.order, moved, tuple(steps), process.etag)

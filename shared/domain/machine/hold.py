@@ -18,12 +18,12 @@ the Supervisor's timeout and in-doubt path applies as for any other silent attem
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime, timedelta
 
+from shared.domain.machine.heartbeat import move_complete_by, running_step
 from shared.domain.machine.transition import ProcessPolicy, Transition
 from shared.domain.messages import iso
-from shared.domain.model import HistoryEntry, OrderProcess, ProcessState, StepStatus
+from shared.domain.model import HistoryEntry, OrderProcess, ProcessState
 
 
 def restart_complete_by(
@@ -46,12 +46,10 @@ def restart_complete_by(
     keeps the outbox as it is.
     """
     state = process.state
-    index = state.current_step
-    if state.attempt != attempt or index >= len(process.steps):
+    running = running_step(process, attempt, step)
+    if running is None:
         return None
-    record = process.steps[index]
-    if record.name != step or record.status is not StepStatus.RUNNING:
-        return None
+    index, record = running
     if state.process_state is not ProcessState.PROCESSING:
         return None
     if record.dispatched_at is None or record.complete_by is None or record.complete_by <= now:
@@ -60,11 +58,7 @@ def restart_complete_by(
     restarted = min(max(start, now) + budget, cap)
     if restarted <= record.complete_by:
         return None
-    steps = list(process.steps)
-    live_until = max(record.live_until or restarted, restarted + policy.clock_skew)
-    steps[index] = replace(record, complete_by=restarted, live_until=live_until)
-    order_by = restarted if state.complete_by is None else max(state.complete_by, restarted)
-    next_state = replace(state, version=state.version + 1, updated_at=now, complete_by=order_by)
+    held = move_complete_by(process, index, restarted, now, policy)
     entry = HistoryEntry(
         at=now,
         event="step-held",
@@ -75,5 +69,4 @@ def restart_complete_by(
         failure_count=state.failure_count,
         attempt=state.attempt,
     )
-    held = OrderProcess(process.order, next_state, tuple(steps), process.etag)
     return Transition(held, (), (entry,))
