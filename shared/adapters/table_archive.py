@@ -40,6 +40,7 @@ from azure.core.exceptions import (
 from azure.data.tables import TableTransactionError, UpdateMode
 
 from shared.adapters import table_rows as rows
+from shared.adapters.table_conditional import put_row
 from shared.adapters.table_errors import refused_status, refused_with, translated_errors
 from shared.adapters.table_store import TableStateStore
 from shared.domain.archive import ArchiveCursor, ArchivedEntry, PageEntry
@@ -141,15 +142,7 @@ class TableArchiveStore:
         with translated_errors(
             ConcurrencyConflict("archive cursor"), when=refused_status(404, 409, 412)
         ):
-            if seen is None:
-                result = await self._table.create_entity(entity)
-            else:
-                result = await self._table.update_entity(
-                    entity,
-                    mode=UpdateMode.REPLACE,
-                    etag=seen.etag,
-                    match_condition=MatchConditions.IfNotModified,
-                )
+            result = await put_row(self._table, entity, seen.etag if seen else None)
         return replace(cursor, etag=str(result["etag"]))
 
     async def point(self, entry: ArchivedEntry) -> None:

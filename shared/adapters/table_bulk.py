@@ -25,6 +25,7 @@ from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableClient
 
 from shared.adapters import table_rows as rows
+from shared.adapters.table_conditional import put_row
 from shared.adapters.table_errors import refused_status, translated_errors
 from shared.adapters.table_store import TableStateStore, decode_token, encode_token
 from shared.domain.bulk import BulkJob, Cursor, JobState, Lease
@@ -133,15 +134,7 @@ class TableBulkStore:
         with translated_errors(
             ConcurrencyConflict("bulk lease"), when=refused_status(404, 409, 412)
         ):
-            if seen is None:
-                result = await self._table.create_entity(entity)
-            else:
-                result = await self._table.update_entity(
-                    entity,
-                    mode=UpdateMode.REPLACE,
-                    etag=seen.etag,
-                    match_condition=MatchConditions.IfNotModified,
-                )
+            result = await put_row(self._table, entity, seen.etag if seen else None)
         return replace(lease, etag=str(result["etag"]))
 
 

@@ -25,9 +25,9 @@ from azure.core.exceptions import (
     ResourceModifiedError,
     ResourceNotFoundError,
 )
-from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
+from shared.adapters.table_conditional import put_row
 from shared.adapters.table_errors import refused_with, translated_errors
 from shared.adapters.table_rows import utc
 from shared.domain.limits import Schedule, SlotLease
@@ -122,17 +122,7 @@ class TableLimitStore:
         self, entity: dict[str, Any], etag: str | None, conflict: ConcurrencyConflict
     ) -> Mapping[str, Any]:
         """Create the row (etag None: it must not exist), or replace it at `etag`."""
-        if etag is None:
-            return await self._write(lambda: self._table.create_entity(entity), conflict)
-        return await self._write(
-            lambda: self._table.update_entity(
-                entity,
-                mode=UpdateMode.REPLACE,
-                etag=etag,
-                match_condition=MatchConditions.IfNotModified,
-            ),
-            conflict,
-        )
+        return await self._write(lambda: put_row(self._table, entity, etag), conflict)
 
     async def _write(
         self, operation: Callable[[], Awaitable[_T]], conflict: ConcurrencyConflict
