@@ -155,6 +155,9 @@ param replyToAllowList string = 'order-status'
 @description('Base URL of each agent\'s remote service, keyed by the agent\'s serviceUrlSetting in catalogue.json, e.g. {"InventoryServiceUrl": "https://inventory.example.com", ...}. Every agent of the catalogue needs one (there is no simulator in Azure): a missing key fails the deployment naming it; keys of no agent are ignored.')
 param serviceUrls object
 
+@description('Fleet-wide limits that override catalogue.json, as app settings: a list of {name, value}, each name AgentLimits__{agent}__callsPerSecond or AgentLimits__{agent}__maxConcurrent (value 0 lifts the catalogue\'s limit), e.g. [{"name": "AgentLimits__payment__callsPerSecond", "value": "5"}]. Empty: the catalogue\'s limits.')
+param agentLimitSettings array = []
+
 @description('StepHeartbeatSeconds: how far one step heartbeat of a long call moves its step\'s complete-by.')
 @minValue(1)
 param stepHeartbeatSeconds int = 10
@@ -312,6 +315,7 @@ module api 'app/function.bicep' = {
     exhaustedPolicy: exhaustedPolicy
     replyToAllowList: replyToAllowList
     serviceUrlSettings: serviceUrlSettings
+    agentLimitSettings: agentLimitSettings
     highPriorityStepTimeoutSeconds: highPriorityStepTimeoutSeconds
     stepHeartbeatSeconds: stepHeartbeatSeconds
     stepMaxSeconds: stepMaxSeconds

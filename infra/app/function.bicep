@@ -107,6 +107,9 @@ param replyToAllowList string
 @description('The agents\' service URL settings, one {name, value} per catalogue agent: main.bicep builds them from catalogue.json.')
 param serviceUrlSettings array
 
+@description('AgentLimits__{agent}__* overrides, one {name, value} each (main.bicep\'s agentLimitSettings).')
+param agentLimitSettings array = []
+
 @description('HighPriorityStepTimeoutSeconds.')
 @minValue(1)
 param highPriorityStepTimeoutSeconds int
@@ -248,7 +251,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       minTlsVersion: '1.2'
       ftpsState: 'Disabled'
       http20Enabled: true
-      appSettings: concat(coreAppSettings, serviceUrlSettings)
+      appSettings: concat(coreAppSettings, serviceUrlSettings, agentLimitSettings)
     }
     functionAppConfig: {
       deployment: {
