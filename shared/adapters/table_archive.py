@@ -96,15 +96,7 @@ class TableArchiveStore:
                 pages += 1
                 if len(found) >= limit or pages >= CANDIDATE_PAGES:
                     break
-        processes: list[OrderProcess] = []
-        for entity in found[:limit]:
-            if rows.is_current_layout(entity):
-                processes.append(rows.to_process(entity, str(entity.metadata["etag"])))
-            else:
-                legacy = await self._store.load(str(entity["PartitionKey"]))
-                if legacy is not None:
-                    processes.append(legacy)
-        return tuple(processes)
+        return await self._store.processes(found[:limit])
 
     async def cursor(self) -> ArchiveCursor | None:
         await self._store.ensure_table()

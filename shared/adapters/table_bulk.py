@@ -30,7 +30,7 @@ from shared.adapters.table_errors import refused_status, translated_errors
 from shared.adapters.table_store import TableStateStore, decode_token, encode_token
 from shared.domain.bulk import BulkJob, Cursor, JobState, Lease
 from shared.domain.bulk_request import BulkAction, BulkFilter, parse_filter
-from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.model import ProcessState
 from shared.ports import AlreadyExists, ConcurrencyConflict, OrderPage
 
 BULK_PARTITION: Final = "~bulk"
@@ -93,7 +93,6 @@ class TableBulkStore:
     ) -> OrderPage:
         await self._store.ensure_table()
         token = decode_token(continuation)
-        items: list[OrderProcess] = []
         with translated_errors():
             pager: Any = self._table.query_entities(
                 "RowKey eq @row and ProcessState eq @state",
@@ -105,14 +104,7 @@ class TableBulkStore:
                 entities = [e async for e in page]
                 break
             next_token = pager.continuation_token
-        for entity in entities:
-            if rows.is_current_layout(entity):
-                items.append(rows.to_process(entity, str(entity.metadata["etag"])))
-            else:
-                legacy = await self._store.load(str(entity["PartitionKey"]))
-                if legacy is not None:
-                    items.append(legacy)
-        return OrderPage(tuple(items), encode_token(next_token))
+        return OrderPage(await self._store.processes(entities), encode_token(next_token))
 
     async def lease(self) -> Lease | None:
         await self._store.ensure_table()

@@ -19,20 +19,19 @@ and no second role assignment:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from azure.core import MatchConditions
 from azure.core.exceptions import (
-    ResourceExistsError,
     ResourceModifiedError,
     ResourceNotFoundError,
 )
 from azure.data.tables import TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
+from shared.adapters.table_conditional import creating_table
 from shared.adapters.table_errors import refused_with, translated_errors
 from shared.adapters.table_rows import utc, utc_or_none
 from shared.domain.health import (
@@ -163,17 +162,8 @@ class TableHealthStore:
             await self._table.submit_transaction(operations)
 
     async def _write(self, operation: Callable[[], Awaitable[_T]]) -> _T:
-        """Creates the table on first use (the state store may not have written yet)."""
         with translated_errors(where=f"table {self._table_name}: "):
-            try:
-                return await operation()
-            except ResourceNotFoundError:
-                await self._create_table()
-                return await operation()
-
-    async def _create_table(self) -> None:
-        with contextlib.suppress(ResourceExistsError):
-            await self._service.create_table(self._table_name)
+            return await creating_table(self._service, self._table_name, operation)
 
     async def _read(
         self,

@@ -14,7 +14,6 @@ Each is one entity, so each change is one transaction; a conflict is a race lost
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, Final, TypeVar
@@ -27,7 +26,7 @@ from azure.core.exceptions import (
 )
 from azure.data.tables.aio import TableClient, TableServiceClient
 
-from shared.adapters.table_conditional import put_row
+from shared.adapters.table_conditional import creating_table, put_row
 from shared.adapters.table_errors import refused_with, translated_errors
 from shared.adapters.table_rows import utc
 from shared.domain.limits import Schedule, SlotLease
@@ -127,20 +126,8 @@ class TableLimitStore:
     async def _write(
         self, operation: Callable[[], Awaitable[_T]], conflict: ConcurrencyConflict
     ) -> _T:
-        """Creates the table on first use (the state store may not have written yet). A
-        404 names a missing table or a missing row, and the services do not spell the
-        first alike (Azurite's code is not TableNotFound), so the table is ensured and the
-        write tried once more: a second 404 is the row's, a lost race."""
         with translated_errors(conflict, when=_lost, where=f"table {self._table_name}: "):
-            try:
-                return await operation()
-            except ResourceNotFoundError:
-                await self._create_table()
-                return await operation()
-
-    async def _create_table(self) -> None:
-        with contextlib.suppress(ResourceExistsError):
-            await self._service.create_table(self._table_name)
+            return await creating_table(self._service, self._table_name, operation)
 
 
 def _to_lease(entity: Any) -> SlotLease:

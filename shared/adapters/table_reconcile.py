@@ -60,15 +60,7 @@ class TableReconcileStore:
         found = await self._scan("PartitionKey ge @start", since, start, limit)
         if len(found) < limit:
             found += await self._scan("PartitionKey lt @start", since, start, limit - len(found))
-        processes: list[OrderProcess] = []
-        for entity in found:
-            if rows.is_current_layout(entity):
-                processes.append(rows.to_process(entity, str(entity.metadata["etag"])))
-            else:
-                legacy = await self._store.load(str(entity["PartitionKey"]))
-                if legacy is not None:
-                    processes.append(legacy)
-        return tuple(processes)
+        return await self._store.processes(found)
 
     async def _scan(self, where: str, since: datetime, start: str, limit: int) -> list[Any]:
         parameters: dict[str, Any] = {"row": rows.STATE_ROW, "since": since, "start": start}

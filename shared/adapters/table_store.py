@@ -17,7 +17,7 @@ import asyncio
 import base64
 import json
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -143,6 +143,20 @@ class TableStateStore:
         if process is not None:
             self._kept(process, etag, rows.history_text(state))
         return process
+
+    async def processes(self, states: Iterable[Any]) -> tuple[OrderProcess, ...]:
+        """Orders from state entities a query found: one in the current layout is whole
+        as found; one written before steps moved into it is loaded (and skipped if it
+        went meanwhile). Listings, bulk scans, the archive and reconciliation share it."""
+        found: list[OrderProcess] = []
+        for entity in states:
+            if rows.is_current_layout(entity):
+                found.append(rows.to_process(entity, str(entity.metadata["etag"])))
+            else:
+                legacy = await self.load(str(entity["PartitionKey"]))
+                if legacy is not None:
+                    found.append(legacy)
+        return tuple(found)
 
     async def _read_state(self, order_id: str) -> Any:
         self.operations["read"] += 1
