@@ -199,6 +199,19 @@ def test_missing_setting_is_a_clear_error(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def real_app_env(
+    azurite_port: int, broker: Broker, simulator: SimulatorServer, table: str
+) -> dict[str, str]:
+    """The settings that run the real app on this test's Azurite, broker and simulator,
+    on a table of its own."""
+    return {
+        Setting.STORAGE: azurite_connection_string(azurite_port),
+        Setting.SERVICE_BUS: broker.connection_string,
+        Setting.STATE_TABLE: f"{table}{uuid.uuid4().hex[:10]}",
+        **{spec.service_url_setting: f"{simulator.url}/{name}" for name, spec in AGENTS.items()},
+    }
+
+
 SHUTDOWN_NOISE = (
     "Unclosed client session",
     "Unclosed connector",
@@ -226,14 +239,9 @@ async def test_the_real_app_stops_cleanly_within_10_s(
         SimulatorServer(port=0, seed=3) as simulator,
     ):
         env = {
-            Setting.STORAGE: azurite_connection_string(azurite_table_port),
-            Setting.SERVICE_BUS: broker.connection_string,
-            Setting.STATE_TABLE: f"shutdown{uuid.uuid4().hex[:10]}",
+            **real_app_env(azurite_table_port, broker, simulator, "shutdown"),
             Setting.SUPERVISOR_SCHEDULE: "*/1 * * * * *",
             Setting.STEP_TIMEOUT_SECONDS: "60",
-            **{
-                spec.service_url_setting: f"{simulator.url}/{name}" for name, spec in AGENTS.items()
-            },
             "PYTHONWARNINGS": "default::ResourceWarning",
         }
         process, url, lines = start_devhost(
@@ -299,14 +307,7 @@ async def test_the_runtime_exports_its_last_telemetry_before_its_receiver_stops(
         Broker(port=0, control_port=0, lock_seconds=10) as broker,
         SimulatorServer(port=0, seed=3) as simulator,
     ):
-        env = {
-            Setting.STORAGE: azurite_connection_string(azurite_table_port),
-            Setting.SERVICE_BUS: broker.connection_string,
-            Setting.STATE_TABLE: f"exports{uuid.uuid4().hex[:10]}",
-            **{
-                spec.service_url_setting: f"{simulator.url}/{name}" for name, spec in AGENTS.items()
-            },
-        }
+        env = real_app_env(azurite_table_port, broker, simulator, "exports")
         process, url, lines = start_devhost(
             REPO, launch, "--state-dir", str(tmp_path / "state"), "--otlp-port", str(otlp), env=env
         )
