@@ -64,6 +64,11 @@ def fmt(value: float, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def divide(a: float, b: float) -> float:
+    """a / b, or NaN where either is missing (NaN) or b is 0."""
+    return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
+
+
 def ratio(a: float, b: float) -> str:
     if b == 0 or math.isnan(a) or math.isnan(b):
         return "-"

@@ -111,3 +111,12 @@ async def set_faults(
             latencyJitterMs=jitter_ms,
             **extra,
         )
+
+
+async def set_latency(simulator: SimulatorControl, latency_ms: int, jitter_ms: int) -> None:
+    """No faults and the same latency at every service, the secondary provider included:
+    routing may move charge-payment there, and a faster provider would be a free lane."""
+    await set_faults(simulator, 0.0, latency_ms, jitter_ms)
+    await simulator.set_faults(
+        "payment-secondary", transientErrorRate=0.0, latencyMs=latency_ms, latencyJitterMs=jitter_ms
+    )

@@ -45,13 +45,13 @@ from bench._common import (
     Machine,
     console,
     cpu_table,
+    divide,
     fmt,
     print_machine,
     table,
 )
-from bench._stack import BenchStack, Timings, set_faults
+from bench._stack import BenchStack, Timings, set_latency
 from bench.throughput import TRACING, progress_bar
-from devhost.harness.clients import SimulatorControl
 from devhost.harness.load import (
     DONE,
     Load,
@@ -217,15 +217,6 @@ async def drive(
     return result
 
 
-async def set_latency(simulator: SimulatorControl, latency_ms: int, jitter_ms: int) -> None:
-    await set_faults(simulator, 0.0, latency_ms, jitter_ms)
-    # Routing may move charge-payment to the secondary provider: the same latency there,
-    # or it would be a faster lane for whoever is routed to it.
-    await simulator.set_faults(
-        "payment-secondary", transientErrorRate=0.0, latencyMs=latency_ms, latencyJitterMs=jitter_ms
-    )
-
-
 async def warm_up(
     stack: BenchStack, session: aiohttp.ClientSession, args: argparse.Namespace
 ) -> None:
@@ -315,8 +306,8 @@ def effect_rows(runs: list[FairnessRun]) -> list[dict[str, Any]]:
         absent, present = by.get("absent"), by.get("present")
         if absent is None or present is None:
             continue
-        p50 = _div(present.steady.server.p50, absent.steady.server.p50)
-        p99 = _div(present.steady.server.p99, absent.steady.server.p99)
+        p50 = divide(present.steady.server.p50, absent.steady.server.p50)
+        p99 = divide(present.steady.server.p99, absent.steady.server.p99)
         rows.append(
             {
                 "mechanism": mechanism,
@@ -325,7 +316,7 @@ def effect_rows(runs: list[FairnessRun]) -> list[dict[str, Any]]:
                 "p99_ratio": p99,
                 "within_goal": p99 <= GOAL,
                 "burst_drain_seconds": present.burst_drain_seconds,
-                "burst_orders_per_second": _div(
+                "burst_orders_per_second": divide(
                     present.burst.processed if present.burst else math.nan,
                     present.burst_drain_seconds,
                 ),
@@ -350,10 +341,6 @@ def effect_table(rows: list[dict[str, Any]]) -> Any:
             fmt(row["burst_orders_per_second"], 1),
         )
     return t
-
-
-def _div(a: float, b: float) -> float:
-    return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
 
 
 def save(machine: Machine, args: argparse.Namespace, runs: list[FairnessRun]) -> None:

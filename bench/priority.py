@@ -33,14 +33,15 @@ from bench._common import (
     Machine,
     console,
     cpu_table,
+    divide,
     fmt,
     print_machine,
     ratio,
     table,
 )
-from bench._stack import BenchStack, Timings, set_faults
+from bench._stack import BenchStack, Timings, set_latency
 from bench.throughput import hop_breakdown, hops_table, progress_bar
-from devhost.harness.clients import BrokerControl, ControlError, SimulatorControl
+from devhost.harness.clients import BrokerControl, ControlError
 from devhost.harness.load import (
     DONE,
     Load,
@@ -109,11 +110,7 @@ class PriorityRun:
 
     @property
     def p50_ratio(self) -> float:
-        return _div(self.trickle.server.p50, self.backlog.server.p50)
-
-
-def _div(a: float, b: float) -> float:
-    return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
+        return divide(self.trickle.server.p50, self.backlog.server.p50)
 
 
 async def _queue_counters(broker: BrokerControl) -> dict[str, Any]:
@@ -283,15 +280,6 @@ async def warm_high_lanes(
         console.print(f"[yellow]{len(pending)} high-priority warm-up orders did not finish[/]")
 
 
-async def set_latency(simulator: SimulatorControl, latency_ms: int, jitter_ms: int) -> None:
-    await set_faults(simulator, 0.0, latency_ms, jitter_ms)
-    # Routing may move charge-payment to the secondary provider when the primary is
-    # full: give it the same latency, or it would be a free extra lane.
-    await simulator.set_faults(
-        "payment-secondary", transientErrorRate=0.0, latencyMs=latency_ms, latencyJitterMs=jitter_ms
-    )
-
-
 async def measure(args: argparse.Namespace) -> list[PriorityRun]:
     timings = Timings(
         step_timeout=args.step_timeout,
@@ -378,7 +366,7 @@ def summary_table(runs: list[PriorityRun]) -> Any:
             ratio(r.trickle.server.p50, r.backlog.server.p50),
             fmt(r.submit_seconds, 1),
             fmt(r.drain_seconds, 1),
-            fmt(_div(r.backlog.processed, r.drain_seconds), 1),
+            fmt(divide(r.backlog.processed, r.drain_seconds), 1),
             f"{fmt(r.trickle_window[0], 1)}-{fmt(r.trickle_window[1], 1)}",
             str(sum(r.high_lane_messages.values())),
         )
