@@ -112,11 +112,10 @@ class UnitOfWork:
         check time (a compensation waiting for a live request) wins over `check_at`."""
         state = transition.process.state
         when = transition.check_at or check_at
-        first = when is not None and transition.leaves_rest
-        if first:
-            assert when is not None
+        first = transition.leaves_rest
+        if first and when is not None:
             await self.store.watch(state.order_id, when, replace=True, version=state.version)
-        if transition.leaves_rest and self.customers is not None:
+        if first and self.customers is not None:
             await self.customers.rejoin(transition.process, state.updated_at)
         etag = await self.store.save(transition.process, transition.history)
         log_transition(transition)
