@@ -112,7 +112,7 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
             await deps.store.rewatch(order.order_id, check_at, version=existing.state.version)
         return _repeat(existing, order, in_line(existing))
     waiting = entered is not None and entered.admission is Admission.WAIT
-    if waiting and not (entered is not None and entered.known):
+    if entered is not None and waiting and not entered.known:
         transition = wait_in_line(transition, now)
     try:
         etag = await deps.store.create(transition.process, transition.history)
@@ -121,10 +121,8 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
         if existing is None:
             raise
         if existing.state.process_state.is_terminal:
-            if deps.customers is not None:
-                await deps.customers.forget(
-                    order, deps.store, deps.bus, now
-                )  # counted just now, or stale
+            if deps.customers is not None:  # counted just now, or stale
+                await deps.customers.forget(order, deps.store, deps.bus, now)
             await deps.store.unwatch(order.order_id, existing.state.version)
         elif not wrote:
             await deps.store.rewatch(order.order_id, check_at, version=existing.state.version)
