@@ -302,10 +302,7 @@ async def _check(
         return
     if process.state.process_state.is_terminal:
         # The Scheduler stopped before it unwatched: resend the last outbox, then forget it.
-        await deps.work.resend(process)
-        if deps.customers is not None:
-            await deps.customers.rested(process, deps.store, deps.bus)
-        await deps.store.unwatch(entry.order_id, process.state.version)
+        await deps.work.finish_rest(process)
         report.finished += 1
         return
     now = deps.clock.now()

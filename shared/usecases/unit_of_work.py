@@ -128,16 +128,27 @@ class UnitOfWork:
         if transition.outgoing:
             await self.bus.send(transition.outgoing)
         if transition.is_terminal:
-            if self.customers is not None:
-                await self.customers.rested(transition.process, self.store, self.bus)
-            state = transition.process.state
-            version = None if state.process_state.is_final else state.version
-            await self.store.unwatch(state.order_id, version)
+            await self._rest(transition.process)
 
     async def resend(self, process: OrderProcess) -> None:
         """The stored outbox again (its ids are deterministic, so repeats are dropped)."""
         if process.state.outbox:
             await self.bus.send(process.state.outbox)
+
+    async def finish_rest(self, process: OrderProcess) -> None:
+        """Rules 3 and 4 for an order stored at rest whose delivery may have stopped
+        short (the Supervisor finds it still watched): its outbox again, then the rest."""
+        await self.resend(process)
+        await self._rest(process)
+
+    async def _rest(self, process: OrderProcess) -> None:
+        """The order came to rest and its messages went out: it leaves its customer's
+        count, then the watch list."""
+        if self.customers is not None:
+            await self.customers.rested(process, self.store, self.bus)
+        state = process.state
+        version = None if state.process_state.is_final else state.version
+        await self.store.unwatch(state.order_id, version)
 
 
 def log_transition(transition: Transition) -> None:
