@@ -37,9 +37,15 @@ STARTUP_TIMEOUT = 60.0
 HEALTH_TIMEOUT = 90.0
 
 
+PORT_TRIES = 3
+PORT_TAKEN = "address already in use"
+"""What the runtime logs when another process holds its port (devhost/host/http.py)."""
+
+
 @dataclass
 class Runtime:
-    """One runtime slot: its port stays, each start after a kill is a new incarnation."""
+    """One runtime slot: its port stays (unless another process takes it while the
+    runtime is down), each start after a kill is a new incarnation."""
 
     name: str
     port: int
@@ -261,11 +267,27 @@ class Stack:
     async def wait_healthy(
         self, session: aiohttp.ClientSession, name: str = "a", timeout: float = HEALTH_TIMEOUT
     ) -> float:
-        """Seconds until /api/health answered 200; StartError if the runtime died."""
-        child = self.runtimes[name].child
-        if child is None:
-            raise StartError(f"runtime {name} is not started")
-        return await self.app(session, name).wait_healthy(timeout, child)
+        """Seconds until /api/health answered 200; StartError if the runtime died.
+
+        A free port is only free when it is picked: another process may bind it before
+        the runtime does (at its first start, or while it was down after a kill). A
+        runtime that died for that reason gets another free port and starts again."""
+        runtime = self.runtimes[name]
+        for attempt in range(PORT_TRIES):
+            child = runtime.child
+            if child is None:
+                raise StartError(f"runtime {name} is not started")
+            try:
+                return await self.app(session, name).wait_healthy(timeout, child)
+            except StartError:
+                if child.alive() or PORT_TAKEN not in child.output(since_start=True):
+                    raise
+                if attempt == PORT_TRIES - 1:
+                    raise
+                runtime.port = free_port()
+                runtime.child = None
+                self.start_runtime(name)
+        raise AssertionError("unreachable")
 
     async def start_runtimes(self, session: aiohttp.ClientSession) -> None:
         for name in self.runtimes:

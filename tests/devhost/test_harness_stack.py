@@ -4,6 +4,7 @@ a durable Azurite killed and started again."""
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import aiohttp
@@ -69,6 +70,22 @@ async def test_a_durable_azurite_keeps_what_it_answered_across_kill_and_restart(
             await table.close()
         assert sorted(e["N"] for e in rows) == list(range(20))
         assert (tmp_path / "azurite").is_dir()
+
+
+async def test_a_runtime_whose_port_was_taken_meanwhile_starts_on_another(tmp_path: Path) -> None:
+    """A free port is free only when picked: here another process holds it when the
+    runtime starts, as happens by chance between a pick (or a kill) and a start."""
+    with Stack("taken", tmp_path) as stack:
+        taken = stack.runtimes["a"].port
+        with socket.socket() as holder:
+            holder.bind(("127.0.0.1", taken))
+            holder.listen()
+            async with aiohttp.ClientSession() as session:
+                stack.start_runtime("a")
+                await stack.wait_healthy(session, "a")
+                assert stack.runtimes["a"].port != taken
+                assert stack.runtime_logs()[0].name == "runtime-a1.log"
+                assert "address already in use" in stack.runtime_logs()[0].read_text()
 
 
 def _alive(pid: int) -> bool:
