@@ -23,7 +23,7 @@ from shared.domain.machine.events import (
 )
 from shared.domain.machine.forward import apply_reply, claim, start
 from shared.domain.machine.heartbeat import extend_complete_by
-from shared.domain.machine.hold import restart_complete_by
+from shared.domain.machine.hold import hold_complete_by
 from shared.domain.machine.migrate import IncompatibleVersions, incompatibility, migrate
 from shared.domain.machine.operator import PastPivot, cancel, resubmit, resume, suspend
 from shared.domain.machine.recovery import (
@@ -50,13 +50,13 @@ __all__ = [
     "cancel",
     "claim",
     "extend_complete_by",
+    "hold_complete_by",
     "incompatibility",
     "migrate",
     "next_check",
     "next_deadline",
     "receive_event",
     "recover",
-    "restart_complete_by",
     "resubmit",
     "resume",
     "start",

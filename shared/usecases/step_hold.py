@@ -1,21 +1,21 @@
-"""Holds: a step whose call waits for a limit gets its complete-by restarted from when
-the call can start (domain/machine/hold.py), written like a step heartbeat through the
-unit of work: 1 point read + 1 conditional write, no message.
+"""Holds: a step whose call waits for a limit gets its complete-by moved later by the
+wait (domain/machine/hold.py), written like a step heartbeat through the unit of work:
+1 point read + 1 conditional write, no message.
 
-Only a wait that would leave the call less than half of the time it arrived with is
-written (`room`); shorter waits cost nothing, and a call that is held again and again
-pays one write per half of its step's timeout at most.
+Waits are added up and written only once a wait would leave the call less than half of
+the time it arrived with (`room`): short waits cost nothing until together they eat
+into the call's time, and a call held again and again pays one write per half of its
+step's timeout at most.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from shared.catalogue.running import workflow_of
 from shared.domain.messages import AgentRequest
 from shared.domain.model import Action, OrderProcess
-from shared.domain.process import ProcessPolicy, Transition, restart_complete_by
+from shared.domain.process import ProcessPolicy, Transition, hold_complete_by
 from shared.ports import Clock, ConcurrencyConflict, StateStoreError
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.step_heartbeat import KnownDeadline
@@ -37,20 +37,14 @@ class StepHolds:
         room = (request.complete_by - self.clock.now()) / 2
         return HeldCall(self, request, known, room)
 
-    async def hold(self, request: AgentRequest, start: datetime) -> datetime | None:
-        """Restart the step's complete-by from `start`; the stored complete-by, or None
+    async def hold(self, request: AgentRequest, waited: timedelta) -> datetime | None:
+        """Move the step's complete-by later by `waited`; the stored complete-by, or None
         when it may not be (fenced, past it already, at the cap, or the store down)."""
 
         def decide(process: OrderProcess) -> Transition | None:
-            workflow = workflow_of(process.state)
-            index = None if workflow is None else workflow.index_of(request.step)
-            if workflow is None or index is None:
-                return None
-            definition = workflow.steps[index]
-            budget = self.policy.timeout(definition, process.order.priority)
             now = self.clock.now()
-            return restart_complete_by(
-                process, request.attempt, request.step, start, now, budget, self.policy
+            return hold_complete_by(
+                process, request.attempt, request.step, waited, now, self.policy
             )
 
         try:
@@ -66,17 +60,21 @@ class StepHolds:
 
 @dataclass
 class HeldCall:
-    """One request's holds: writes one when a wait eats into its time, and moves the
-    deadline the agent's calls stop at."""
+    """One request's holds: adds up its waits, writes them once they eat into its time,
+    and moves the deadline the agent's calls stop at."""
 
     holds: StepHolds
     request: AgentRequest
     known: KnownDeadline
     room: timedelta
+    unpaid: timedelta = field(default=timedelta(0))
+    """Waits not yet written: counted against the call until they are."""
 
     async def __call__(self, start: datetime) -> None:
+        self.unpaid += max(start - self.holds.clock.now(), timedelta(0))
         if self.known.at - start >= self.room:
             return
-        restarted = await self.holds.hold(self.request, start)
-        if restarted is not None:
-            self.known.at = max(self.known.at, restarted)
+        moved = await self.holds.hold(self.request, self.unpaid)
+        if moved is not None:
+            self.unpaid = timedelta(0)
+            self.known.at = max(self.known.at, moved)

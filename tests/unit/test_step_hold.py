@@ -1,10 +1,11 @@
-"""A step held back by a limit: its complete-by starts when its call can start, so the
-wait is never counted as a failure; fenced like a heartbeat, capped, and the live time
-only grows (settle.py's rule stands)."""
+"""A step held back by a limit: the wait is not counted against its complete-by, so it is
+never counted as a failure; fenced like a heartbeat, capped, and the live time only
+grows (settle.py's rule stands)."""
 
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
@@ -16,7 +17,8 @@ from shared.domain.limits import AgentLimits
 from shared.domain.messages import AgentRequest
 from shared.domain.model import JsonObject, OrderProcess, ProcessState
 from shared.domain.process import ProcessPolicy
-from shared.ports import RemoteCall
+from shared.domain.throttle import AdaptiveRate
+from shared.ports import RateLimited, RemoteCall, TransientRemoteError
 from shared.resilience import CircuitBreaker
 from shared.usecases import scheduler
 from shared.usecases.agent import AgentDeps, Performed, perform_step
@@ -32,56 +34,54 @@ HELD_FOR = 20.0
 """How long other instances' calls hold this one back: over three step timeouts."""
 
 
+def seconds(n: float) -> timedelta:
+    return timedelta(seconds=n)
+
+
 def policy(hold_max: float = 300) -> ProcessPolicy:
     return replace(a_policy(step_timeout=6), hold_max=timedelta(seconds=hold_max))
 
 
-def test_a_hold_restarts_the_complete_by_from_when_the_call_can_start() -> None:
+def test_a_hold_moves_the_complete_by_later_by_the_wait() -> None:
     rules = policy()
     process = dispatched(rules)
     before = process.steps[0].live_until
-    held = machine.restart_complete_by(
-        process, 1, running_step(process), at(20), at(1), timedelta(seconds=6), rules
-    )
+    held = machine.hold_complete_by(process, 1, running_step(process), seconds(19), at(1), rules)
     assert held is not None
     step = held.process.steps[0]
-    assert step.complete_by == at(26) == held.process.state.complete_by
-    assert before is not None and step.live_until == at(26) + rules.clock_skew > before
+    assert step.complete_by == at(25) == held.process.state.complete_by
+    assert before is not None and step.live_until == at(25) + rules.clock_skew > before
     assert held.outgoing == () and held.process.state.outbox == process.state.outbox
     assert [h.event for h in held.history] == ["step-held"]
-    assert machine.next_deadline(held.process, rules) == at(26)
+    assert machine.next_deadline(held.process, rules) == at(25)
 
 
 def test_a_hold_never_goes_past_hold_max_from_the_dispatch_nor_moves_anything_back() -> None:
     rules = policy(hold_max=10)
     process = dispatched(rules)
     step = running_step(process)
-    held = machine.restart_complete_by(process, 1, step, at(20), at(1), timedelta(seconds=6), rules)
+    held = machine.hold_complete_by(process, 1, step, seconds(19), at(1), rules)
     assert held is not None and held.process.steps[0].complete_by == at(10)
-    again = machine.restart_complete_by(
-        held.process, 1, step, at(30), at(2), timedelta(seconds=6), rules
-    )
+    again = machine.hold_complete_by(held.process, 1, step, seconds(10), at(2), rules)
     assert again is None, "at the cap: the usual timeout applies"
-    sooner = machine.restart_complete_by(
-        process, 1, step, at(0), at(0), timedelta(seconds=2), rules
-    )
-    assert sooner is None, "a complete-by, and its live time, never move back"
+    nothing = machine.hold_complete_by(process, 1, step, timedelta(0), at(0), rules)
+    assert nothing is None, "a complete-by, and its live time, never move back"
 
 
 def test_a_hold_is_fenced_like_a_heartbeat() -> None:
     rules = policy()
     process = dispatched(rules)
     step = running_step(process)
-    budget = timedelta(seconds=6)
-    assert machine.restart_complete_by(process, 2, step, at(20), at(1), budget, rules) is None
-    assert machine.restart_complete_by(process, 1, "x", at(20), at(1), budget, rules) is None
-    late = machine.restart_complete_by(process, 1, step, at(20), at(7), budget, rules)
+    waited = seconds(19)
+    assert machine.hold_complete_by(process, 2, step, waited, at(1), rules) is None
+    assert machine.hold_complete_by(process, 1, "x", waited, at(1), rules) is None
+    late = machine.hold_complete_by(process, 1, step, waited, at(7), rules)
     assert late is None, "past its complete-by the step is the Supervisor's"
     compensating = replace(
         process,
         state=replace(process.state, process_state=ProcessState.COMPENSATING),
     )
-    assert machine.restart_complete_by(compensating, 1, step, at(20), at(1), budget, rules) is None
+    assert machine.hold_complete_by(compensating, 1, step, waited, at(1), rules) is None
 
 
 @dataclass
@@ -172,3 +172,59 @@ async def test_without_holds_the_same_wait_ends_silent_and_the_supervisor_counts
     world.clock.advance(10)
     await sweep(world.deps())
     assert (await stored(world)).state.failure_count == 1
+
+
+@dataclass
+class FailingAndLimiting:
+    """A provider down for good that answers every other call `429` (`Retry-After: 1`),
+    as the simulator's transient faults do: the `429`s must not keep the step alive."""
+
+    calls: int = 0
+
+    async def invoke(self, call: RemoteCall, timeout: float) -> JsonObject:
+        self.calls += 1
+        if self.calls % 2 == 0:
+            raise RateLimited("rate-limited", "slow down", retry_after=1.0)
+        raise TransientRemoteError("service-unavailable", "down")
+
+    async def probe(self, timeout: float) -> None:
+        return None
+
+    async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
+        raise AssertionError("not asked")
+
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        raise AssertionError("not abandoned")
+
+
+async def test_a_failing_provider_that_also_answers_429_still_meets_its_timeout() -> None:
+    """Only the waits move the complete-by: a hold that restarted the whole timeout at
+    each `429` kept this step Processing to the 300 s cap."""
+    world = World(policy=policy())
+    await submit_order(world.deps(), an_order("o-1"))
+    world.bus.take(Queue.SCHEDULER)
+    await scheduler.on_nudge(world.deps(), "o-1")
+    [message] = world.bus.take(agent_queue("inventory"))
+    request = AgentRequest.parse(json.dumps(dict(message.body)))
+    remote = FailingAndLimiting()
+    deps = AgentDeps(
+        agent="inventory",
+        bus=world.bus,
+        clock=world.clock,
+        remote=remote,
+        breaker=CircuitBreaker("inventory", world.clock),
+        rng=random.Random(1),
+        throttle=AdaptiveRate(),
+        step_holds=StepHolds(UnitOfWork(world.store, world.bus), world.clock, world.policy),
+    )
+    outcome = await perform_step(deps, request)
+
+    assert outcome in (Performed.DEADLINE_PASSED, Performed.HELD_BY_THROTTLE)
+    limited = remote.calls // 2
+    assert limited >= 3, "the provider answered 429 often enough to matter"
+    complete_by = (await stored(world)).steps[0].complete_by
+    assert complete_by is not None
+    # Each 429 holds the calls after it by its Retry-After (1 s) and at most one gap of
+    # the throttle at its floor (0.5 calls/s with its 5% margin): the timeout is moved
+    # by no more than that.
+    assert complete_by <= START + seconds(6 + limited * (1 + 2.1)), (limited, complete_by)

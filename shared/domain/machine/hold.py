@@ -1,11 +1,14 @@
-"""A step held back by a limit: its complete-by starts when its call can start.
+"""A step held back by a limit: the wait is not counted against its complete-by.
 
 An agent whose call must wait for its service's limit (the agent's own `callsPerSecond`
 or `maxConcurrent`, or the throttle the service's `429`s set) has not sent that call
-yet, so the wait is no fault of the attempt: the step's complete-by restarts from the
-time the call can start, with the step's whole timeout ahead of it. Without this the
-Supervisor would find the deadline passed and count a failure against the order for a
-quota it has no part in.
+yet, so the wait is no fault of the attempt: the step's complete-by moves later by the
+time waited. Without this the Supervisor would find the deadline passed and count a
+failure against the order for a quota it has no part in.
+
+Only the wait moves it, not a fresh timeout from each wait: a provider that fails every
+call and answers some of them `429` must still meet its step's timeout after the time
+its calls actually ran, or the `429`s would keep a failing step alive to the cap.
 
 The live time only grows: a do request sent earlier in the same attempt (one the
 service refused with a `429`, or a retry cut by a timeout) is covered by the new live
@@ -26,17 +29,17 @@ from shared.domain.messages import iso
 from shared.domain.model import HistoryEntry, OrderProcess, ProcessState
 
 
-def restart_complete_by(
+def hold_complete_by(
     process: OrderProcess,
     attempt: int,
     step: str,
-    start: datetime,
+    waited: timedelta,
     now: datetime,
-    budget: timedelta,
     policy: ProcessPolicy,
 ) -> Transition | None:
-    """The call of `step` at `attempt` can start only at `start`: its complete-by (and
-    the order's) moves to `start + budget`, at most to the dispatch plus `hold_max`.
+    """The call of `step` at `attempt` waited (or will wait) `waited` for a limit: its
+    complete-by (and the order's) moves later by that much, at most to the dispatch
+    plus `hold_max`.
 
     None changes nothing and tells the agent it may not count on more time: another
     attempt holds the order, the step is no longer Running, the order is not
@@ -47,7 +50,7 @@ def restart_complete_by(
     """
     state = process.state
     running = running_step(process, attempt, step)
-    if running is None:
+    if running is None or waited <= timedelta(0):
         return None
     index, record = running
     if state.process_state is not ProcessState.PROCESSING:
@@ -55,16 +58,16 @@ def restart_complete_by(
     if record.dispatched_at is None or record.complete_by is None or record.complete_by <= now:
         return None
     cap = record.dispatched_at + policy.hold_max
-    restarted = min(max(start, now) + budget, cap)
-    if restarted <= record.complete_by:
+    moved = min(record.complete_by + waited, cap)
+    if moved <= record.complete_by:
         return None
-    held = move_complete_by(process, index, restarted, now, policy)
+    held = move_complete_by(process, index, moved, now, policy)
     entry = HistoryEntry(
         at=now,
         event="step-held",
-        detail=f"{step}: {record.agent or 'the agent'}'s limit holds its call until "
-        f"{iso(start)}; complete-by restarts from then ({iso(restarted)}), at most to "
-        f"{iso(cap)}",
+        detail=f"{step}: {record.agent or 'the agent'}'s limit held its call "
+        f"{waited.total_seconds():.1f} s; complete-by moves by that to {iso(moved)}, at "
+        f"most to {iso(cap)}",
         process_state=state.process_state,
         failure_count=state.failure_count,
         attempt=state.attempt,
