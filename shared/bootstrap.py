@@ -54,6 +54,7 @@ from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.customers import Customers
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.limiter import AgentLimiter
+from shared.usecases.outage import Outage, WitnessedBus
 from shared.usecases.outcomes import Asked, OutcomeQueries
 from shared.usecases.process_cache import ProcessCache
 from shared.usecases.routing import RoutingSource
@@ -83,6 +84,8 @@ class Container:
     """The archiver's rows in the state table; None without a table store or blobs."""
     archive_blobs: ArchiveBlobs | None = None
     """The archive's pages; None where no blob service is configured."""
+    outage: Outage = field(default_factory=Outage)
+    """What this instance has seen of its bus and store being down; the Supervisor's."""
 
     async def close(self) -> None:
         """Release the clients (the local runtime and tests; the Functions host never stops)."""
@@ -233,9 +236,10 @@ def compose(
     ports = Ports(store, bus)
     if decorate is not None:
         ports = decorate(ports)
+    outage = Outage()
     process = ProcessDeps(
         store=ports.store,
-        bus=ports.bus,
+        bus=WitnessedBus(ports.bus, outage, clock),
         clock=clock,
         policy=settings.policy,
         instance_id=settings.instance_id,
@@ -255,6 +259,7 @@ def compose(
         if blobs is not None and isinstance(store, TableStateStore)
         else None,
         archive_blobs=blobs,
+        outage=outage,
     )
 
 

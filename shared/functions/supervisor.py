@@ -26,7 +26,9 @@ async def supervisor(timer: func.TimerRequest, context: func.Context) -> None:
         budget = sweep_budget(os.environ.get(Setting.SUPERVISOR_SCHEDULE))
         started = time.monotonic()
         with sweep() as span:
-            report = await supervise(c.process, c.health, budget, queries=c.outcome_queries())
+            report = await supervise(
+                c.process, c.health, budget, outage=c.outage, queries=c.outcome_queries()
+            )
             span.set_attribute("supervisor.due", report.due)
             span.set_attribute("supervisor.recovered", report.recovered)
         swept(time.monotonic() - started, report.recovered)

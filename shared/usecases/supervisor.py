@@ -24,6 +24,7 @@ from shared.ports import (
 )
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.outage import Outage
 from shared.usecases.outcomes import OutcomeQueries
 
 log = app_logger("orders.supervisor")
@@ -56,6 +57,8 @@ class SweepReport:
     stay due, so the next sweep takes them."""
     outage: BaseException | None = None
     """The failure that stopped the sweep when its dependencies could not be reached."""
+    troubled: BaseException | None = None
+    """The last bus or store failure of a check, whether or not it stopped the sweep."""
     recovered_orders: list[str] = field(default_factory=list)
     in_doubt_applied: int = 0
     """In-doubt steps their service said were applied: recorded done, not called again."""
@@ -135,6 +138,7 @@ async def sweep(
                 )
 
     await asyncio.gather(*(check(e) for e in entries))
+    report.troubled = last
     if report.outage is None and last is not None and not succeeded:
         report.outage = last  # every check it tried failed: down, however few there were
     if report.recovered or report.lost_races:
@@ -155,65 +159,6 @@ async def sweep(
         )
     return report
 
-
-@dataclass
-class Outage:
-    """The Supervisor's view of its dependencies across sweeps: while they are down it
-    sweeps less often (doubling up to `cap`), logs the cause once, and says when they
-    are back so the sweeps that follow catch up."""
-
-    base: timedelta = timedelta(seconds=2)
-    cap: timedelta = timedelta(seconds=15)
-    since: datetime | None = None
-    cause: BaseException | None = None
-    retry_at: datetime | None = None
-    delay: timedelta = timedelta(0)
-    past: list[tuple[datetime, datetime]] = field(default_factory=list)
-    """The last few outages this instance saw, from first failure to first success."""
-
-    def waiting(self, now: datetime) -> bool:
-        return self.retry_at is not None and now < self.retry_at
-
-    def covers(self, moment: datetime, before: timedelta, after: timedelta) -> bool:
-        """Did `moment` fall in an outage, widened by `before` (an outage is seen a little
-        after it begins) and `after` (the backlog it left takes a while to drain)?"""
-        windows = [*self.past, *([(self.since, moment)] if self.since is not None else [])]
-        return any(start - before <= moment <= end + after for start, end in windows)
-
-    def failed(self, now: datetime, cause: BaseException) -> None:
-        if self.since is None:
-            self.since, self.cause, self.delay = now, cause, self.base
-            log.warning(
-                "supervisor: %s (%s: %s); sweeps back off up to %g s until it answers, "
-                "no order is counted for it",
-                _what_is_down(cause),
-                type(cause).__name__,
-                cause,
-                self.cap.total_seconds(),
-            )
-        else:
-            self.delay = min(self.delay * 2, self.cap)
-        self.retry_at = now + self.delay
-
-    def swept(self, now: datetime, report: SweepReport) -> None:
-        """A sweep went through. A bus outage is over only once something was sent: a
-        sweep that only read and rescheduled proves nothing about the bus."""
-        self.retry_at = None
-        if self.since is None:
-            return
-        if isinstance(self.cause, BusUnavailable) and not (report.recovered or report.finished):
-            return
-        log.warning(
-            "supervisor: dependencies reachable again after %.0f s; catching up (%d due)",
-            (now - self.since).total_seconds(),
-            report.due,
-        )
-        self.past = [*self.past[-(KEPT_OUTAGES - 1) :], (self.since, now)]
-        self.since = self.cause = None
-        self.delay = timedelta(0)
-
-
-KEPT_OUTAGES = 8
 
 OUTAGE = Outage()
 """This instance's outage state: sweeps run one per timer tick, in one process."""
@@ -252,7 +197,9 @@ async def supervise(
     if report.outage is not None:
         outage.failed(started_at, report.outage)
         return report
-    outage.swept(started_at, report)
+    if report.troubled is not None:
+        outage.glimpsed(started_at)
+    outage.swept(started_at, report.due, bool(report.recovered or report.finished))
     record = SweepRecord(
         instance=deps.instance_id,
         started_at=started_at,
@@ -271,14 +218,6 @@ async def supervise(
     except Exception as exc:  # any failure: the sweep itself has succeeded
         log.warning("supervisor sweep not recorded (%s: %s)", type(exc).__name__, exc)
     return report
-
-
-def _what_is_down(cause: BaseException) -> str:
-    if isinstance(cause, BusUnavailable):
-        return "the message bus is unreachable"
-    if isinstance(cause, StoreUnavailable):
-        return "the state store is unreachable"
-    return f"a bus or store call hung for over {CHECK_TIMEOUT_SECONDS:g} s"
 
 
 async def _check(

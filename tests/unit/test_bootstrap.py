@@ -10,6 +10,7 @@ from shared.adapters.table_store import TableStateStore
 from shared.bootstrap import Ports, build, compose
 from shared.contract import ChaosSetting, Setting
 from shared.settings import Settings
+from shared.usecases.outage import WitnessedBus
 from shared.usecases.process_cache import ProcessCache
 
 LOCAL = {
@@ -43,7 +44,9 @@ def test_compose_hands_the_ports_to_the_decorator_before_any_use_case() -> None:
     wrapped = Ports(ChaosStateStore(store, 0.0), ChaosMessageBus(bus, 0.0))
     container = compose(Settings.from_env(LOCAL), store, bus, {}, decorate=lambda _: wrapped)
     assert container.process.store is wrapped.store
-    assert container.process.bus is wrapped.bus
+    witness = container.process.bus
+    assert isinstance(witness, WitnessedBus) and witness.bus is wrapped.bus
+    assert witness.outage is container.outage, "the Supervisor reads what the bus witnessed"
 
 
 def test_each_container_keeps_its_own_orders_for_the_scheduler() -> None:

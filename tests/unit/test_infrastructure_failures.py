@@ -4,9 +4,11 @@ count against an order; the Supervisor's sweep is bounded and backs off in an ou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -16,9 +18,10 @@ from shared.contract import Queue, agent_queue
 from shared.domain.model import OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.ports import BusUnavailable, StoreUnavailable, WatchEntry
 from shared.usecases import scheduler
+from shared.usecases.outage import Outage, WitnessedBus
 from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import Outage, supervise, sweep, sweep_budget
+from shared.usecases.supervisor import supervise, sweep, sweep_budget
 from tests.builders import World, a_policy, a_reply, an_order
 
 AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))
@@ -277,6 +280,49 @@ async def test_a_deadline_that_passed_in_an_outage_is_redispatched_uncounted() -
     world.clock.advance(31)  # well after the outage: this timeout is the step's own
     await supervise(world.deps(), health, outage=outage)
     assert (await stored(world, "o-1")).state.process_state is ProcessState.ERROR
+
+
+@pytest.mark.parametrize("witnessed", [True, False])
+async def test_a_broker_outage_the_sweeps_never_touched_counts_nothing(witnessed: bool) -> None:
+    """The broker goes down and comes back between two sweeps that send nothing; only a
+    handler's send saw it. A Supervisor told of that send (the instance's WitnessedBus)
+    counts nothing; one that is not counts the deadline that passed in it."""
+    world = World(policy=a_policy(max_failure_count=1))
+    health, outage = InMemoryHealthStore(), Outage()
+    bus = WitnessedBus(world.bus, outage, world.clock) if witnessed else world.bus
+    deps = replace(world.deps(), bus=bus)
+    await submit_order(deps, an_order("o-1"))
+    world.bus.take(Queue.SCHEDULER)
+    await scheduler.on_nudge(deps, "o-1")
+    agent_requests(world)  # in the broker when it went down: the agent never gets it
+    world.clock.advance(2)
+    world.bus.fail_next = DOWN
+    with contextlib.suppress(BusUnavailable):
+        await submit_order(deps, an_order("o-2"))
+    world.bus.fail_next = 0
+    world.clock.advance(40)  # o-1's complete-by passed while the broker was down
+    await supervise(deps, health, outage=outage)
+    o1 = await stored(world, "o-1")
+    if witnessed:
+        assert o1.state.failure_count == 0
+        assert "expired-in-outage" in [h.event for h in await world.store.history("o-1")]
+    else:
+        assert o1.state.process_state is ProcessState.ERROR
+
+
+def test_glimpses_close_together_are_one_outage_and_far_apart_are_two() -> None:
+    outage = Outage()
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    outage.glimpsed(start)
+    outage.glimpsed(start + timedelta(seconds=20))
+    outage.glimpsed(start + timedelta(seconds=200))
+    assert outage.past == [
+        (start, start + timedelta(seconds=20)),
+        (start + timedelta(seconds=200), start + timedelta(seconds=200)),
+    ]
+    none = timedelta(0)
+    assert outage.covers(start + timedelta(seconds=10), none, none)
+    assert not outage.covers(start + timedelta(seconds=100), none, none)
 
 
 def test_sweep_budget_is_half_the_schedule_period() -> None:

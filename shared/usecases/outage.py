@@ -1,0 +1,136 @@
+"""What one instance has seen of its own infrastructure being down (the broker, the state
+store), so the Supervisor counts no deadline that passed in an outage against an order.
+
+The Supervisor's sweeps see an outage when they fail; a broker outage can also pass
+between two sweeps that never send, so the instance's bus also reports each failed send
+(`WitnessedBus`) as a glimpse of one. This is one instance's view: an outage no part of
+this instance touched is not in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from shared.domain.model import Outgoing
+from shared.ports import BusUnavailable, Clock, MessageBus, Poison, StoreUnavailable
+from shared.telemetry.logsafe import app_logger
+
+log = app_logger("orders.supervisor")
+
+KEPT_OUTAGES = 8
+GLIMPSES_MERGE = timedelta(seconds=30)
+"""Failures this close together are one outage seen in pieces."""
+
+
+@dataclass
+class Outage:
+    """The Supervisor's view of its dependencies across sweeps: while they are down it
+    sweeps less often (doubling up to `cap`), logs the cause once, and says when they
+    are back so the sweeps that follow catch up."""
+
+    base: timedelta = timedelta(seconds=2)
+    cap: timedelta = timedelta(seconds=15)
+    since: datetime | None = None
+    cause: BaseException | None = None
+    retry_at: datetime | None = None
+    delay: timedelta = timedelta(0)
+    past: list[tuple[datetime, datetime]] = field(default_factory=list)
+    """The last few outages this instance saw, from first failure to first success, and
+    the glimpses: failures seen while the sweeps went through."""
+
+    def waiting(self, now: datetime) -> bool:
+        return self.retry_at is not None and now < self.retry_at
+
+    def covers(self, moment: datetime, before: timedelta, after: timedelta) -> bool:
+        """Did `moment` fall in an outage, widened by `before` (an outage is seen a little
+        after it begins) and `after` (the backlog it left takes a while to drain)?"""
+        windows = [*self.past, *([(self.since, moment)] if self.since is not None else [])]
+        return any(start - before <= moment <= end + after for start, end in windows)
+
+    def glimpsed(self, at: datetime) -> None:
+        """A bus or store call failed at `at` without stopping a sweep: a handler's send,
+        or some checks of a sweep that went through. A broker outage can come and go
+        between two sweeps that never touch the bus, and a deadline that passed in it
+        must not count either; a glimpse within `GLIMPSES_MERGE` of the last window
+        extends it."""
+        if self.since is not None:
+            return
+        if self.past and at - self.past[-1][1] <= GLIMPSES_MERGE:
+            start, end = self.past[-1]
+            self.past[-1] = (min(start, at), max(end, at))
+            return
+        self.past = [*self.past[-(KEPT_OUTAGES - 1) :], (at, at)]
+
+    def failed(self, now: datetime, cause: BaseException) -> None:
+        if self.since is None:
+            self.since, self.cause, self.delay = now, cause, self.base
+            log.warning(
+                "supervisor: %s (%s: %s); sweeps back off up to %g s until it answers, "
+                "no order is counted for it",
+                _what_is_down(cause),
+                type(cause).__name__,
+                cause,
+                self.cap.total_seconds(),
+            )
+        else:
+            self.delay = min(self.delay * 2, self.cap)
+        self.retry_at = now + self.delay
+
+    def swept(self, now: datetime, due: int, sent: bool) -> None:
+        """A sweep went through, with `due` checks. A bus outage is over only once
+        something was `sent`: a sweep that only read and rescheduled proves nothing about
+        the bus."""
+        self.retry_at = None
+        if self.since is None:
+            return
+        if isinstance(self.cause, BusUnavailable) and not sent:
+            return
+        log.warning(
+            "supervisor: dependencies reachable again after %.0f s; catching up (%d due)",
+            (now - self.since).total_seconds(),
+            due,
+        )
+        self.past = [*self.past[-(KEPT_OUTAGES - 1) :], (self.since, now)]
+        self.since = self.cause = None
+        self.delay = timedelta(0)
+
+
+def _what_is_down(cause: BaseException) -> str:
+    if isinstance(cause, BusUnavailable):
+        return "the message bus is unreachable"
+    if isinstance(cause, StoreUnavailable):
+        return "the state store is unreachable"
+    return "a bus or store call hung past the check's time limit"
+
+
+@dataclass(frozen=True, eq=False)
+class WitnessedBus:
+    """The instance's bus, telling its Outage of every send that found the bus down."""
+
+    bus: MessageBus
+    outage: Outage
+    clock: Clock
+
+    async def send(self, messages: Sequence[Outgoing]) -> None:
+        try:
+            await self.bus.send(messages)
+        except BusUnavailable:
+            self.outage.glimpsed(self.clock.now())
+            raise
+
+    async def ping(self) -> None:
+        await self.bus.ping()
+
+    async def park(self, poison: Poison) -> None:
+        try:
+            await self.bus.park(poison)
+        except BusUnavailable:
+            self.outage.glimpsed(self.clock.now())
+            raise
+
+    async def close(self) -> None:
+        closer = getattr(self.bus, "close", None)
+        if closer is not None:
+            await closer()
