@@ -24,7 +24,7 @@ from tests.e2e.conftest import e2e_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
 
-ORDERS = 200
+ORDERS = 120
 ERROR_GROUP = {"state": "Error", "customerId": "bulk-c"}
 """Most orders time out at create-shipment; on a loaded machine a few time out waiting
 for their claim at an earlier step, so the group is the customer's Error orders."""
@@ -62,8 +62,8 @@ async def test_a_bulk_resubmit_survives_a_kill_and_acts_once_per_order(
         settings = e2e_settings(azurite_table_port, durable_broker, simulator.url)
         settings[Setting.STEP_TIMEOUT_SECONDS] = "2"
         settings[Setting.MAX_FAILURE_COUNT] = "1"
-        # Slow enough that the kill lands mid-job: 200 orders take about 20 s.
-        settings[Setting.BULK_ACTIONS_PER_SECOND] = "10"
+        # Slow enough that the kill lands mid-job: 120 orders take about 20 s.
+        settings[Setting.BULK_ACTIONS_PER_SECOND] = "6"
         port = free_port()
         command = runtime_command(port=port, state_dir=tmp_path / "devhost")
         runtime = Child("runtime", command, tmp_path / "runtime.log", env=settings)
