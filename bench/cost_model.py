@@ -509,6 +509,23 @@ def price_notes(p: Prices) -> str:
     return "\n".join(lines)
 
 
+MONTH_SECONDS = 30 * 86_400
+
+
+def always_ready_per_month(p: Prices, a: Assumptions) -> str:
+    """Not per order: the baseline is billed whether the instances execute or not."""
+    usd = (
+        a.always_ready_instances
+        * a.memory_gb
+        * MONTH_SECONDS
+        * p.flex_always_ready_baseline_per_gb_second.usd
+    )
+    return (
+        f"Always-ready baseline, not per order: {a.always_ready_instances} instances x "
+        f"{a.memory_gb:g} GB x 30 days = {_usd(usd)} a month"
+    )
+
+
 def assumption_notes(a: Assumptions) -> str:
     lines = []
     for f in fields(Assumptions):
@@ -618,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(bills(clean, faulty, prices, assumptions), faulty.faults))
     print()
     print(load_table(clean, prices, assumptions, measured))
+    print()
+    print(always_ready_per_month(prices, assumptions))
     print()
     print(price_notes(prices))
     print()

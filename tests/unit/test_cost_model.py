@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from bench.cost_model import (
@@ -11,6 +13,7 @@ from bench.cost_model import (
     Price,
     Prices,
     activity_from_run,
+    always_ready_per_month,
     assumption_notes,
     bills,
     counts_from_run,
@@ -183,3 +186,11 @@ def test_activity_from_a_saved_throughput_run_leaves_out_the_timers() -> None:
     assert activity == Activity(2.0, 0.3, 2.2, 2, "run.json")
     with pytest.raises(ValueError, match="--instrument"):
         activity_from_run({"args": {}, "runs": [{"processed": 1, "functions": {}}]}, "x")
+
+
+def test_an_always_ready_instance_costs_its_baseline_every_second_of_the_month() -> None:
+    one = replace(A, always_ready_instances=1)
+    prices = replace(ROUND, flex_always_ready_baseline_per_gb_second=_price(0.000004))
+    # 2 GB x 2,592,000 s x $0.000004.
+    assert always_ready_per_month(prices, one).endswith("= $20.74 a month")
+    assert always_ready_per_month(prices, A).endswith("= $0.00 a month")
