@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench._activity import GroupClock, scale_group
 from shared import bootstrap
 from shared.adapters import table_rows
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
@@ -94,6 +95,7 @@ class Stats:
         self.processed_at: dict[str, float] = {}
         self.inner_store: Any = None
         self.collector = CollectorStats()
+        self.clocks: dict[str, GroupClock] = defaultdict(GroupClock)
 
     def role(self) -> RoleStats:
         return self.roles[ROLE.get()]
@@ -102,6 +104,9 @@ class Stats:
         self.roles.clear()
         self.processed_at.clear()
         self.collector.reset()
+        now = time.perf_counter()
+        for clock in self.clocks.values():
+            clock.reset(now)
         if self.inner_store is not None and hasattr(self.inner_store, "operations"):
             self.inner_store.operations.clear()
 
@@ -124,6 +129,7 @@ class Stats:
             "adapterOperations": dict(operations) if operations is not None else {},
             "processed": len(self.processed_at),
             "gc": {"seconds": self.collector.seconds, "collections": self.collector.collections},
+            "activity": {name: c.to_json() for name, c in list(self.clocks.items())},
         }
 
 
@@ -293,18 +299,26 @@ def _label(function_name: str, kwargs: dict[str, Any]) -> tuple[str, float | Non
     return (f"{function_name} ({step})" if step else function_name), wait
 
 
-def wrap_function(name: str, func: Callable[..., Any], stats: Stats = STATS) -> Callable[..., Any]:
+def wrap_function(
+    name: str, func: Callable[..., Any], stats: Stats = STATS, group: str | None = None
+) -> Callable[..., Any]:
+    """`group`: the Flex Consumption scale group whose instance the invocation keeps active."""
+    clock = stats.clocks[group or name]
+
     @functools.wraps(func)
     async def wrapped(**kwargs: Any) -> Any:
         label, wait = _label(name, kwargs)
         token = ROLE.set(label)
         role = stats.roles[label]
         started = time.perf_counter()
+        clock.begin(started)
         try:
             return await func(**kwargs)
         finally:
+            ended = time.perf_counter()
+            clock.end(ended, started)
             role.invocations += 1
-            role.seconds += time.perf_counter() - started
+            role.seconds += ended - started
             if wait is not None:
                 role.queue_wait += wait
                 role.queue_waits += 1
@@ -318,7 +332,8 @@ def wrap_specs(specs: list[Any], stats: Stats = STATS) -> None:
     for i, spec in enumerate(specs):
         if getattr(spec.func, "__bench_wrapped__", False):
             continue
-        wrapped = wrap_function(spec.name, spec.func, stats)
+        group = scale_group(spec.name, spec.trigger_type)
+        wrapped = wrap_function(spec.name, spec.func, stats, group)
         wrapped.__bench_wrapped__ = True  # type: ignore[attr-defined]
         specs[i] = replace(spec, func=wrapped)
 

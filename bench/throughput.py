@@ -29,6 +29,7 @@ from typing import Any
 import aiohttp
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from bench._activity import TIMER_MARK
 from bench._common import (
     RESULTS,
     CpuMeter,
@@ -264,6 +265,7 @@ async def measure_run(
         console.print(collector_line(summary.functions, summary.processed))
         title = f"inside the runtime, {rate:.0%} faults"
         console.print(functions_table(title, summary.functions, result))
+        console.print(activity_table(f"Flex Consumption activity, {rate:.0%} faults", summary))
     await print_hops(stack, session, rate, result, summary)
     console.print(cpu_table(meter, f"CPU during the {rate:.0%} faults run"))
     for profile in profiles:
@@ -316,6 +318,54 @@ def functions_table(title: str, stats: dict[str, Any], result: LoadResult) -> An
             str(sent),
             fmt(1000 * role["sendSeconds"] / role["sendCalls"], 1) if role["sendCalls"] else "-",
         )
+    return t
+
+
+def activity_table(title: str, summary: RunSummary) -> Any:
+    """Per scale group: how long its instance was active, and what Flex would bill."""
+    orders = max(summary.processed, 1)
+    t = table(
+        f"{title} ({summary.processed} orders in {summary.seconds:.0f} s)",
+        [
+            "scale group",
+            "executions",
+            "peak concurrent",
+            "active periods",
+            "active s",
+            "billed s",
+            "billed s per order",
+            "billed s per order, each execution alone",
+        ],
+    )
+    groups = summary.functions.get("activity", {})
+    totals = [0.0, 0.0]
+    for name, clock in sorted(groups.items()):
+        if not clock["executions"]:
+            continue
+        t.add_row(
+            name,
+            str(clock["executions"]),
+            str(clock["peak"]),
+            str(clock["periods"]),
+            fmt(clock["active_seconds"], 1),
+            fmt(clock["billed_seconds"], 1),
+            fmt(clock["billed_seconds"] / orders, 3),
+            fmt(clock["solo_billed_seconds"] / orders, 3),
+        )
+        if name.endswith(TIMER_MARK):
+            continue
+        totals[0] += clock["billed_seconds"]
+        totals[1] += clock["solo_billed_seconds"]
+    t.add_row(
+        "[bold]per-order groups (timers left out)[/]",
+        "",
+        "",
+        "",
+        "",
+        fmt(totals[0], 1),
+        fmt(totals[0] / orders, 3),
+        fmt(totals[1] / orders, 3),
+    )
     return t
 
 
