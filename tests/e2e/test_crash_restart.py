@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,8 +86,15 @@ async def test_killed_runtime_restarted_finishes_every_order_once(
                 assert set(found.values()) == {"Processed"}, found
                 effects = await SimulatorControl(session, simulator.url).effects()
                 mine = [e for e in effects if e["orderId"] in ids]
-                assert len(mine) == 3 * len(ids)
-                assert all(e["applied"] == 1 for e in mine)
+                # Judged as the providers see it: each step in force once, at one provider.
+                # A charge whose deadline passed while the runtime was down may have been
+                # abandoned at the primary (a record with nothing applied) and made at the
+                # secondary.
+                applied = Counter((e["orderId"], e["operation"]) for e in mine if e["applied"])
+                assert set(applied.values()) == {1} and len(applied) == 3 * len(ids), applied
+                assert all(
+                    e["applied"] == 1 or (e["applied"] == 0 and e["abandoned"]) for e in mine
+                )
         finally:
             runtime.stop(timeout=30)
         assert "devhost listening" in runtime.output()
