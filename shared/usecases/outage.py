@@ -9,7 +9,8 @@ this instance touched is not in it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -114,18 +115,20 @@ class WitnessedBus:
     clock: Clock
 
     async def send(self, messages: Sequence[Outgoing]) -> None:
-        try:
+        with self._witnessing():
             await self.bus.send(messages)
-        except BusUnavailable:
-            self.outage.glimpsed(self.clock.now())
-            raise
 
     async def ping(self) -> None:
         await self.bus.ping()
 
     async def park(self, poison: Poison) -> None:
-        try:
+        with self._witnessing():
             await self.bus.park(poison)
+
+    @contextmanager
+    def _witnessing(self) -> Iterator[None]:
+        try:
+            yield
         except BusUnavailable:
             self.outage.glimpsed(self.clock.now())
             raise

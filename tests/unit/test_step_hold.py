@@ -84,8 +84,21 @@ def test_a_hold_is_fenced_like_a_heartbeat() -> None:
     assert machine.hold_complete_by(compensating, 1, step, waited, at(1), rules) is None
 
 
+class NeverAsked:
+    """A service the agent never asks about a key nor abandons one at."""
+
+    async def probe(self, timeout: float) -> None:
+        return None
+
+    async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
+        raise AssertionError("not asked")
+
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        raise AssertionError("not abandoned")
+
+
 @dataclass
-class Instant:
+class Instant(NeverAsked):
     """A service that answers at once; the Supervisor sweeps first, at the time the
     held call finally starts (past the complete-by it was dispatched with)."""
 
@@ -175,7 +188,7 @@ async def test_without_holds_the_same_wait_ends_silent_and_the_supervisor_counts
 
 
 @dataclass
-class FailingAndLimiting:
+class FailingAndLimiting(NeverAsked):
     """A provider down for good that answers every other call `429` (`Retry-After: 1`),
     as the simulator's transient faults do: the `429`s must not keep the step alive."""
 
@@ -186,15 +199,6 @@ class FailingAndLimiting:
         if self.calls % 2 == 0:
             raise RateLimited("rate-limited", "slow down", retry_after=1.0)
         raise TransientRemoteError("service-unavailable", "down")
-
-    async def probe(self, timeout: float) -> None:
-        return None
-
-    async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
-        raise AssertionError("not asked")
-
-    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
-        raise AssertionError("not abandoned")
 
 
 async def test_a_failing_provider_that_also_answers_429_still_meets_its_timeout() -> None:
