@@ -3,11 +3,13 @@
 aiohttp answers a request it cannot parse (a line over 8,190 bytes, a NUL in a header,
 a missing or a repeated Host) itself, before the application or any middleware sees it:
 a text/plain 400 and an ERROR with a full traceback. Neither fits. The client made the
-mistake, so it is not the runtime's error, and any client can repeat it as fast as it
+mistake, so it is not the server's error, and any client can repeat it as fast as it
 can connect, so one log record per request lets it bury everything else in the log.
 aiohttp offers no hook for these (aio-libs/aiohttp#3287); its ``RequestHandler`` builds
 the answer in ``handle_error``, so the runner here makes its connections with a handler
-that overrides that one method, for parse errors only.
+that overrides that one method, for parse errors only. Every HTTP server of the local
+stack (the runtime, the simulator, the broker's control API, the trace receiver) runs
+on it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from aiohttp.http_exceptions import (
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from devhost.host.problem import problem
+from devhost.problem import problem
 
 _REASON_CHARS = 80
 
