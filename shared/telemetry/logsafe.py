@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import re
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from types import TracebackType
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -73,8 +73,11 @@ def _escape_messages(report: traceback.TracebackException) -> None:
         pending.extend(node.exceptions or ())
 
 
-def _escaped_lines(chunks: Callable[..., Iterator[str]]) -> Callable[..., Iterator[str]]:
-    def escaped(*args: object, **kwargs: object) -> Iterator[str]:
+Chunks = Callable[..., Generator[str, None, None]]
+
+
+def _escaped_lines(chunks: Chunks) -> Chunks:
+    def escaped(*args: object, **kwargs: object) -> Generator[str, None, None]:
         for chunk in chunks(*args, **kwargs):
             body = chunk.removesuffix("\n")
             yield escape_controls(body) + chunk[len(body) :]
