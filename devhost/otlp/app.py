@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from devhost.malformed import ProblemAppRunner, RateLimitedLog
-from devhost.otlp.decode import JSON, PROTOBUF, DecodeError, body_bytes, decode_traces
+from devhost.otlp.decode import JSON, PROTOBUF, DecodeError, decode_traces
 from devhost.otlp.store import SpanStore, iso_ns
 from devhost.problem import http_errors_as_problems
 
@@ -63,7 +63,7 @@ def _answer(request: web.Request, empty_protobuf: bytes) -> web.Response:
 
 
 async def receive_traces(request: web.Request) -> web.Response:
-    body = body_bytes(await request.read(), request.headers.get("Content-Encoding"))
+    body = await request.read()  # gunzipped by aiohttp, within MAX_BODY once gunzipped
     try:
         spans = decode_traces(body, request.content_type)
     except DecodeError as exc:

@@ -39,6 +39,19 @@ MALFORMED = {
 }
 
 
+def not_gzip(request_line: str) -> bytes:
+    """A request whose body says it is gzip and is not: aiohttp finds out only when a
+    handler reads the body, or when it drains the body after the answer."""
+    body = b'{"not": "gzip"}'
+    return (
+        f"{request_line} HTTP/1.1\r\n".encode()
+        + HOST
+        + b"Content-Type: application/json\r\nContent-Encoding: gzip\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+
 async def exchange(base_url: str, raw: bytes) -> tuple[int, dict[str, str], bytes]:
     """Send bytes no HTTP client would, and read the answer up to the closed connection."""
     url = URL(base_url)
@@ -94,6 +107,18 @@ async def test_a_newline_in_the_path_reaches_the_runtime_404(
     assert " INFO " in line and "/api/items\\x0amore/x -> 404" in line
 
 
+async def test_a_body_that_is_not_what_its_encoding_says_is_a_client_error(
+    started: LocalHost, console: io.StringIO
+) -> None:
+    answer = await exchange(started.api_url, not_gzip("POST /api/items"))
+    document = assert_problem(answer, 400)
+    assert document["detail"] == "the body cannot be decoded as its Content-Encoding says"
+    logged = console.getvalue()
+    assert "Traceback" not in logged and " ERROR " not in logged
+    (line,) = [line for line in logged.splitlines() if "malformed request" in line]
+    assert " WARNING " in line and document["detail"] in line
+
+
 async def test_a_thousand_malformed_requests_leave_a_bounded_log(
     started: LocalHost, console: io.StringIO
 ) -> None:
@@ -132,17 +157,19 @@ def test_warnings_over_the_limit_are_counted_and_reported_on_the_next_line(
 
 
 SERVERS = {
-    # server: a path it serves to GET only
-    "simulator": "/_sim/health",
-    "broker control API": "/_broker/stats",
-    "trace receiver": "/api/traces",
+    # server: a path it serves to GET only, a request whose handler reads the body
+    "simulator": ("/_sim/health", "PUT /_sim/faults/payment"),
+    "broker control API": ("/_broker/stats", "PUT /_broker/faults"),
+    "trace receiver": ("/api/traces", "POST /v1/traces"),
 }
 
 
 @pytest.fixture(params=SERVERS)
-async def other_server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[str, str]]:
-    """The server's base URL, started as its ``python -m`` main starts it, and a path
-    it serves to GET only."""
+async def other_server(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[tuple[str, tuple[str, str]]]:
+    """The server's base URL, started as its ``python -m`` main starts it, and its
+    requests of `SERVERS`."""
     get_only = SERVERS[request.param]
     if request.param == "simulator":
         with SimulatorServer() as simulator:
@@ -167,7 +194,7 @@ async def other_server(request: pytest.FixtureRequest) -> AsyncIterator[tuple[st
 
 @pytest.mark.parametrize("case", MALFORMED)
 async def test_the_other_servers_answer_a_malformed_request_with_a_problem_and_one_warning(
-    other_server: tuple[str, str], console: io.StringIO, case: str
+    other_server: tuple[str, tuple[str, str]], console: io.StringIO, case: str
 ) -> None:
     base_url, _ = other_server
     document = assert_problem(await exchange(base_url, MALFORMED[case]), 400)
@@ -178,13 +205,31 @@ async def test_the_other_servers_answer_a_malformed_request_with_a_problem_and_o
 
 
 async def test_the_other_servers_answer_what_no_route_takes_with_a_problem(
-    other_server: tuple[str, str], console: io.StringIO
+    other_server: tuple[str, tuple[str, str]], console: io.StringIO
 ) -> None:
     """A path with a newline in it, and a method the path is not served to."""
-    base_url, get_only = other_server
+    base_url, (get_only, _) = other_server
     close = HOST + b"Connection: close\r\n\r\n"
     assert_problem(await exchange(base_url, b"GET /no%0Asuch/path HTTP/1.1\r\n" + close), 404)
     answer = await exchange(base_url, f"PATCH {get_only} HTTP/1.1\r\n".encode() + close)
     assert_problem(answer, 405)
     assert "GET" in answer[1]["allow"]
     assert "Traceback" not in console.getvalue()
+
+
+@pytest.mark.parametrize("read", [True, False], ids=["read", "never read"])
+async def test_the_other_servers_answer_a_body_they_cannot_decode_with_a_problem(
+    other_server: tuple[str, tuple[str, str]], console: io.StringIO, read: bool
+) -> None:
+    """Read by the handler: a 400 problem. Never read (a GET): the handler's own answer,
+    aiohttp finds out draining the body after it. One warning either way."""
+    base_url, (get_only, reads_body) = other_server
+    answer = await exchange(base_url, not_gzip(reads_body if read else f"GET {get_only}"))
+    if read:
+        assert_problem(answer, 400)
+    else:
+        assert answer[0] == 200
+    logged = console.getvalue()
+    assert "Traceback" not in logged and " ERROR " not in logged
+    (line,) = [line for line in logged.splitlines() if "malformed request" in line]
+    assert " WARNING " in line and "Content-Encoding" in line
