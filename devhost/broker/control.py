@@ -10,28 +10,16 @@ import asyncio
 import json
 import logging
 import threading
-from typing import Any
 
 from aiohttp import web
+
+from devhost.malformed import ProblemAppRunner, RateLimitedLog
+from devhost.problem import http_errors_as_problems, problem
 
 from .engine import Engine
 from .faults import FaultConfig, FaultConfigError
 
 log = logging.getLogger(__name__)
-
-PROBLEM_JSON = "application/problem+json"
-
-
-def _problem(status: int, title: str, detail: str, errors: list[str] | None = None) -> web.Response:
-    body: dict[str, Any] = {
-        "type": "about:blank",
-        "title": title,
-        "status": status,
-        "detail": detail,
-    }
-    if errors:
-        body["errors"] = errors
-    return web.Response(status=status, text=json.dumps(body), content_type=PROBLEM_JSON)
 
 
 def build_app(engine: Engine) -> web.Application:
@@ -44,11 +32,11 @@ def build_app(engine: Engine) -> web.Application:
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _problem(400, "Invalid JSON", str(exc))
+            return problem(400, "Invalid JSON", str(exc))
         try:
             config = FaultConfig.from_json(body, known)
         except FaultConfigError as exc:
-            return _problem(400, "Invalid fault configuration", str(exc), exc.problems)
+            return problem(400, "Invalid fault configuration", str(exc), errors=exc.problems)
         engine.set_faults(config)
         log.info("faults set: %s", config.to_json())
         return web.json_response(config.to_json())
@@ -60,7 +48,7 @@ def build_app(engine: Engine) -> web.Application:
     async def get_stats(request: web.Request) -> web.Response:
         return web.json_response(engine.stats())
 
-    app = web.Application()
+    app = web.Application(middlewares=[http_errors_as_problems])
     app.router.add_get("/_broker/faults", get_faults)
     app.router.add_put("/_broker/faults", put_faults)
     app.router.add_delete("/_broker/faults", delete_faults)
@@ -100,7 +88,9 @@ class ControlServer:
                 self._ready.set()
 
     async def _serve(self) -> None:
-        runner = web.AppRunner(build_app(self._engine), access_log=None)
+        runner = ProblemAppRunner(
+            build_app(self._engine), refusals=RateLimitedLog(log), access_log=None
+        )
         await runner.setup()
         try:
             site = web.TCPSite(runner, self._host, self._port)

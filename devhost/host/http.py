@@ -23,10 +23,10 @@ from opentelemetry.trace import SpanKind
 from devhost.host import guard
 from devhost.host.invoke import invoke, new_invocation_id
 from devhost.host.loader import HTTP_TRIGGER, FunctionSpec, HostConfig
-from devhost.host.malformed import ProblemAppRunner, RateLimitedLog
-from devhost.host.problem import problem
 from devhost.host.routing import Matched, MethodNotAllowed, Router
 from devhost.host.tracing import header_carrier, invocation_span
+from devhost.malformed import ProblemAppRunner, RateLimitedLog
+from devhost.problem import problem
 
 log = logging.getLogger("devhost.http")
 

@@ -13,7 +13,7 @@ import sys
 
 from aiohttp import web
 
-from devhost.otlp.app import create_app
+from devhost.otlp.app import make_runner
 from devhost.otlp.store import MAX_AGE_SECONDS, MAX_SPANS, SpanStore
 from shared.telemetry.logsafe import make_handlers_safe
 
@@ -39,7 +39,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 async def _serve(args: argparse.Namespace) -> None:
     store = SpanStore(args.db, max_spans=args.max_spans, max_age=args.max_age)
-    runner = web.AppRunner(create_app(store), access_log=None)
+    runner = make_runner(store)
     await runner.setup()
     try:
         site = web.TCPSite(runner, args.host, args.port)

@@ -18,8 +18,10 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from devhost.otlp.decode import JSON, PROTOBUF, DecodeError, body_bytes, decode_traces
+from devhost.malformed import ProblemAppRunner, RateLimitedLog
+from devhost.otlp.decode import JSON, PROTOBUF, DecodeError, decode_traces
 from devhost.otlp.store import SpanStore, iso_ns
+from devhost.problem import http_errors_as_problems
 
 log = logging.getLogger("devhost.otlp")
 
@@ -37,7 +39,7 @@ CORS = {
 
 
 def create_app(store: SpanStore) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[http_errors_as_problems])
     app[STORE] = store
     app.router.add_post("/v1/traces", receive_traces)
     app.router.add_post("/v1/metrics", _accept(ExportMetricsServiceResponse().SerializeToString()))
@@ -49,6 +51,11 @@ def create_app(store: SpanStore) -> web.Application:
     return app
 
 
+def make_runner(store: SpanStore) -> web.AppRunner:
+    """The runner ``python -m devhost.otlp`` serves ``create_app`` with."""
+    return ProblemAppRunner(create_app(store), refusals=RateLimitedLog(log), access_log=None)
+
+
 def _answer(request: web.Request, empty_protobuf: bytes) -> web.Response:
     if request.content_type == JSON:
         return web.json_response({})
@@ -56,7 +63,7 @@ def _answer(request: web.Request, empty_protobuf: bytes) -> web.Response:
 
 
 async def receive_traces(request: web.Request) -> web.Response:
-    body = body_bytes(await request.read(), request.headers.get("Content-Encoding"))
+    body = await request.read()  # gunzipped by aiohttp, within MAX_BODY once gunzipped
     try:
         spans = decode_traces(body, request.content_type)
     except DecodeError as exc:

@@ -8,7 +8,6 @@ ids, which are turned into base64 before the same classes parse it.
 from __future__ import annotations
 
 import base64
-import gzip
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -58,15 +57,6 @@ class SpanRecord:
     status: dict[str, str]
     events: list[dict[str, Any]]
     links: list[dict[str, Any]]
-
-
-def body_bytes(raw: bytes, content_encoding: str | None) -> bytes:
-    if (content_encoding or "").lower() == "gzip":
-        try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise DecodeError(f"bad gzip body: {exc}") from None
-    return raw
 
 
 def decode_traces(body: bytes, content_type: str) -> list[SpanRecord]:

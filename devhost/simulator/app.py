@@ -41,6 +41,8 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
         detail = f"{request.method} {request.path}: {exc.reason}"
         return problem(exc.status, code, exc.reason, detail, headers)
+    except web.RequestPayloadError:
+        raise  # a body that cannot be decoded: the runner answers it (devhost.malformed)
     except Exception:
         log.exception("unexpected error handling %s %s", request.method, request.path)
         return problem(500, "simulator-bug", "Simulator error", "see the simulator log")

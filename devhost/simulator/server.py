@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,6 +16,7 @@ from types import TracebackType
 
 from aiohttp import web
 
+from devhost.malformed import ProblemAppRunner, RateLimitedLog
 from devhost.simulator.app import create_app
 from devhost.simulator.services import Service
 from shared.domain.workflow import Catalogue
@@ -29,8 +31,9 @@ async def start_site(app: web.Application, host: str, port: int) -> tuple[web.Ap
 
     Handler cancellation ends hung calls as soon as the client goes away.
     """
-    runner = web.AppRunner(
+    runner = ProblemAppRunner(
         app,
+        refusals=RateLimitedLog(logging.getLogger("devhost.simulator")),
         handler_cancellation=True,
         access_log=None,
         shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS,

@@ -75,9 +75,10 @@ def build_app(
             json.dumps({"received": payload}), status_code=201, mimetype="application/json"
         )
 
-    @bp.route(route="broken", methods=["GET"])
+    @bp.route(route="broken/{why?}", methods=["GET"])
     async def broken(req: func.HttpRequest) -> func.HttpResponse:
-        raise RuntimeError("deliberately broken")
+        # What the client chose, quoted in the exception as app code often does.
+        raise RuntimeError(f"deliberately broken {req.route_params.get('why', '')}".rstrip())
 
     async def tick(timer: func.TimerRequest) -> None:
         recorder.ticks += 1

@@ -1,6 +1,7 @@
 """Requests aiohttp cannot parse, and a path no pattern matched, are client errors
 (issue 27, item 4): a problem+json answer, one warning without a traceback, and a log a
-client cannot flood by repeating them."""
+client cannot flood by repeating them. The runtime's front door, and the local stack's
+other servers: the simulator, the broker's control API and the trace receiver."""
 
 from __future__ import annotations
 
@@ -9,13 +10,19 @@ import io
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from aiohttp import web
 from yarl import URL
 
+from devhost.broker import Broker
 from devhost.host import LocalHost
-from devhost.host.malformed import RateLimitedLog
+from devhost.malformed import RateLimitedLog
+from devhost.otlp.app import make_runner
+from devhost.otlp.store import SpanStore
+from devhost.simulator.server import SimulatorServer
 from tests.devhost.conftest import HostFactory, Recorder, build_app
 
 pytestmark = pytest.mark.e2e
@@ -32,9 +39,22 @@ MALFORMED = {
 }
 
 
-async def exchange(host: LocalHost, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+def not_gzip(request_line: str) -> bytes:
+    """A request whose body says it is gzip and is not: aiohttp finds out only when a
+    handler reads the body, or when it drains the body after the answer."""
+    body = b'{"not": "gzip"}'
+    return (
+        f"{request_line} HTTP/1.1\r\n".encode()
+        + HOST
+        + b"Content-Type: application/json\r\nContent-Encoding: gzip\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+
+async def exchange(base_url: str, raw: bytes) -> tuple[int, dict[str, str], bytes]:
     """Send bytes no HTTP client would, and read the answer up to the closed connection."""
-    url = URL(host.api_url)
+    url = URL(base_url)
     reader, writer = await asyncio.open_connection(url.host, url.port)
     try:
         writer.write(raw)
@@ -69,7 +89,7 @@ async def started(make_host: HostFactory) -> LocalHost:
 async def test_a_malformed_request_is_a_problem_and_one_warning(
     started: LocalHost, console: io.StringIO, case: str
 ) -> None:
-    document = assert_problem(await exchange(started, MALFORMED[case]), 400)
+    document = assert_problem(await exchange(started.api_url, MALFORMED[case]), 400)
     assert "bbbb" not in document["detail"] and "aaaa" not in document["detail"]
     logged = console.getvalue()
     assert "Traceback" not in logged and " ERROR " not in logged
@@ -81,10 +101,22 @@ async def test_a_newline_in_the_path_reaches_the_runtime_404(
     started: LocalHost, console: io.StringIO
 ) -> None:
     raw = b"GET /api/items%0Amore/x HTTP/1.1\r\n" + HOST + b"Connection: close\r\n\r\n"
-    document = assert_problem(await exchange(started, raw), 404)
+    document = assert_problem(await exchange(started.api_url, raw), 404)
     assert document["detail"] == "no function serves /api/items\nmore/x"
     (line,) = [line for line in console.getvalue().splitlines() if "devhost.http" in line]
     assert " INFO " in line and "/api/items\\x0amore/x -> 404" in line
+
+
+async def test_a_body_that_is_not_what_its_encoding_says_is_a_client_error(
+    started: LocalHost, console: io.StringIO
+) -> None:
+    answer = await exchange(started.api_url, not_gzip("POST /api/items"))
+    document = assert_problem(answer, 400)
+    assert document["detail"] == "the body cannot be decoded as its Content-Encoding says"
+    logged = console.getvalue()
+    assert "Traceback" not in logged and " ERROR " not in logged
+    (line,) = [line for line in logged.splitlines() if "malformed request" in line]
+    assert " WARNING " in line and document["detail"] in line
 
 
 async def test_a_thousand_malformed_requests_leave_a_bounded_log(
@@ -93,7 +125,9 @@ async def test_a_thousand_malformed_requests_leave_a_bounded_log(
     kinds = list(MALFORMED.values())
     began = time.monotonic()
     for batch in range(100):
-        answers = await asyncio.gather(*(exchange(started, kinds[i % 5]) for i in range(10)))
+        answers = await asyncio.gather(
+            *(exchange(started.api_url, kinds[i % 5]) for i in range(10))
+        )
         assert all(status == 400 for status, _, _ in answers), batch
     windows = 1 + int((time.monotonic() - began) // 60)
     lines = console.getvalue().splitlines()
@@ -120,3 +154,82 @@ def test_warnings_over_the_limit_are_counted_and_reported_on_the_next_line(
         "refused 2 (the next ones within 60 s are counted, not logged)",
         "refused again (6 more not logged before this one)",
     ]
+
+
+SERVERS = {
+    # server: a path it serves to GET only, a request whose handler reads the body
+    "simulator": ("/_sim/health", "PUT /_sim/faults/payment"),
+    "broker control API": ("/_broker/stats", "PUT /_broker/faults"),
+    "trace receiver": ("/api/traces", "POST /v1/traces"),
+}
+
+
+@pytest.fixture(params=SERVERS)
+async def other_server(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[tuple[str, tuple[str, str]]]:
+    """The server's base URL, started as its ``python -m`` main starts it, and its
+    requests of `SERVERS`."""
+    get_only = SERVERS[request.param]
+    if request.param == "simulator":
+        with SimulatorServer() as simulator:
+            yield simulator.url, get_only
+    elif request.param == "broker control API":
+        broker = Broker().start()
+        try:
+            yield f"http://{broker.host}:{broker.control_port}", get_only
+        finally:
+            broker.stop()
+    else:
+        store = SpanStore(None)
+        runner = make_runner(store)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            yield f"http://127.0.0.1:{runner.addresses[0][1]}", get_only
+        finally:
+            await runner.cleanup()
+            store.close()
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+async def test_the_other_servers_answer_a_malformed_request_with_a_problem_and_one_warning(
+    other_server: tuple[str, tuple[str, str]], console: io.StringIO, case: str
+) -> None:
+    base_url, _ = other_server
+    document = assert_problem(await exchange(base_url, MALFORMED[case]), 400)
+    logged = console.getvalue()
+    assert "Traceback" not in logged and " ERROR " not in logged
+    (line,) = [line for line in logged.splitlines() if "malformed request" in line]
+    assert " WARNING " in line and document["detail"] in line
+
+
+async def test_the_other_servers_answer_what_no_route_takes_with_a_problem(
+    other_server: tuple[str, tuple[str, str]], console: io.StringIO
+) -> None:
+    """A path with a newline in it, and a method the path is not served to."""
+    base_url, (get_only, _) = other_server
+    close = HOST + b"Connection: close\r\n\r\n"
+    assert_problem(await exchange(base_url, b"GET /no%0Asuch/path HTTP/1.1\r\n" + close), 404)
+    answer = await exchange(base_url, f"PATCH {get_only} HTTP/1.1\r\n".encode() + close)
+    assert_problem(answer, 405)
+    assert "GET" in answer[1]["allow"]
+    assert "Traceback" not in console.getvalue()
+
+
+@pytest.mark.parametrize("read", [True, False], ids=["read", "never read"])
+async def test_the_other_servers_answer_a_body_they_cannot_decode_with_a_problem(
+    other_server: tuple[str, tuple[str, str]], console: io.StringIO, read: bool
+) -> None:
+    """Read by the handler: a 400 problem. Never read (a GET): the handler's own answer,
+    aiohttp finds out draining the body after it. One warning either way."""
+    base_url, (get_only, reads_body) = other_server
+    answer = await exchange(base_url, not_gzip(reads_body if read else f"GET {get_only}"))
+    if read:
+        assert_problem(answer, 400)
+    else:
+        assert answer[0] == 200
+    logged = console.getvalue()
+    assert "Traceback" not in logged and " ERROR " not in logged
+    (line,) = [line for line in logged.splitlines() if "malformed request" in line]
+    assert " WARNING " in line and "Content-Encoding" in line

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 
-from devhost.otlp.app import create_app
+from devhost.otlp.app import MAX_BODY, create_app
 from devhost.otlp.decode import decode_traces
 from devhost.otlp.store import SpanStore
 
@@ -100,6 +101,21 @@ async def test_a_protobuf_export_is_answered_by_the_trace_query(
         (TRACE, 2, "POST /api/orders")
     ]
     assert await (await client.get("/api/traces?orderId=other")).json() == []
+
+
+async def test_a_gzipped_export_is_read_and_one_too_large_gunzipped_is_a_413(
+    client: TestClient[Any, Any],
+) -> None:
+    """aiohttp gunzips the body before the receiver sees it, and bounds it gunzipped."""
+    body = request_of(span(ROOT_SPAN, "POST /api/orders")).SerializeToString()
+    gzipped = {**PROTOBUF, "Content-Encoding": "gzip"}
+    assert (await client.post("/v1/traces", data=gzip.compress(body), headers=gzipped)).ok
+    assert (await client.get(f"/api/traces/{TRACE}")).status == 200
+    bomb = gzip.compress(bytes(MAX_BODY + 1))
+    assert len(bomb) < MAX_BODY // 100
+    answer = await client.post("/v1/traces", data=bomb, headers=gzipped)
+    assert answer.status == 413
+    assert answer.content_type == "application/problem+json"
 
 
 async def test_otlp_json_is_accepted_too(client: TestClient[Any, Any]) -> None:

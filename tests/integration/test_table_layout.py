@@ -12,10 +12,11 @@ from datetime import timedelta
 import pytest
 from azure.data.tables.aio import TableClient, TableServiceClient
 
+from shared.adapters import table_store
 from shared.adapters.clock import FakeClock
 from shared.adapters.table_store import TableStateStore
 from shared.domain import process as machine
-from shared.domain.model import ErrorInfo, StepRecord, StepStatus
+from shared.domain.model import ErrorInfo, ProcessState, StepRecord, StepStatus
 from shared.ports import ConcurrencyConflict
 from shared.settings import azurite_connection_string
 from tests.builders import a_policy, an_order
@@ -162,3 +163,24 @@ def _legacy_step(order_id: str, index: int, step: StepRecord) -> dict[str, objec
         entity["ErrorCode"] = step.error.code
         entity["ErrorMessage"] = step.error.message
     return entity
+
+
+async def test_a_listing_reads_its_page_in_chunks_and_pages_on_after_them(
+    tables: tuple[TableStateStore, TableClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's page of 1,000 is asked for `LIST_CHUNK` rows at a time, so the
+    response parsed at once is a chunk's; the page and its continuation are the same."""
+    store, _ = tables
+    monkeypatch.setattr(table_store, "LIST_CHUNK", 2)
+    clock = FakeClock()
+    for i in range(5):
+        start = machine.start(an_order(f"chunk-{i}", clock=clock), ORDER_FULFILMENT, clock.now())
+        await store.create(start.process, start.history)
+    store.operations.clear()
+    first = await store.list_by_state(ProcessState.PENDING, 3, None)
+    assert len(first.items) == 3 and first.continuation is not None
+    assert store.operations == {"query": 2}
+    rest = await store.list_by_state(ProcessState.PENDING, 3, first.continuation)
+    assert rest.continuation is None
+    listed = sorted(s.order_id for s in (*first.items, *rest.items))
+    assert listed == [f"chunk-{i}" for i in range(5)]

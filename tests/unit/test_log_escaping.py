@@ -23,9 +23,11 @@ class Kept(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.messages: list[str] = []
+        self.formatted: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
+        self.formatted.append(self.format(record))
 
 
 @pytest.fixture
@@ -47,6 +49,9 @@ def _one_line(message: str) -> bool:
     return not any(c in message for c in "\r\n\x1b\x0b\x0c\x85\u2028\u2029")
 
 
+ESCAPED_ID = "ord-1\\x0d\\x0a04:00:00 ERROR orders forged\\x1b[2J\\x1b[31m\\u2028"
+
+
 @pytest.mark.parametrize("name", ["orders", "orders.intake", "orders.new.child"])
 def test_an_id_and_a_reason_in_arguments_stay_on_one_line(root_handler: Kept, name: str) -> None:
     log = app_logger(name)
@@ -63,6 +68,30 @@ def test_a_message_built_before_logging_is_escaped_too(root_handler: Kept) -> No
     app_logger("orders.poison").error(f"refused {FORGED_ID}")
     (message,) = root_handler.messages
     assert _one_line(message) and "\\x1b[2J" in message
+
+
+def test_a_traceback_keeps_its_lines_and_quotes_each_exception_on_one(
+    root_handler: Kept,
+) -> None:
+    """Exception messages often quote an id; a chained one, a note and a group's
+    members too."""
+    try:
+        try:
+            raise LookupError(f"no order {FORGED_ID}")
+        except LookupError as exc:
+            exc.add_note(f"while reading {FORGED_ID}")
+            raise ExceptionGroup(f"refused {FORGED_ID}", [ValueError(FORGED_ID)]) from exc
+    except ExceptionGroup:
+        app_logger("orders.intake").exception("intake failed")
+    (text,) = root_handler.formatted
+    lines = text.split("\n")
+    assert all(_one_line(line) for line in lines)
+    assert lines[:2] == ["intake failed", "Traceback (most recent call last):"]
+    assert f"LookupError: no order {ESCAPED_ID}" in lines
+    assert f"while reading {ESCAPED_ID}" in lines
+    assert "The above exception was the direct cause of the following exception:" in lines
+    assert f"  | ExceptionGroup: refused {ESCAPED_ID} (1 sub-exception)" in lines
+    assert f"    | ValueError: {ESCAPED_ID}" in lines
 
 
 def test_a_clean_record_keeps_its_template_and_arguments() -> None:

@@ -3,11 +3,15 @@
 aiohttp answers a request it cannot parse (a line over 8,190 bytes, a NUL in a header,
 a missing or a repeated Host) itself, before the application or any middleware sees it:
 a text/plain 400 and an ERROR with a full traceback. Neither fits. The client made the
-mistake, so it is not the runtime's error, and any client can repeat it as fast as it
+mistake, so it is not the server's error, and any client can repeat it as fast as it
 can connect, so one log record per request lets it bury everything else in the log.
 aiohttp offers no hook for these (aio-libs/aiohttp#3287); its ``RequestHandler`` builds
 the answer in ``handle_error``, so the runner here makes its connections with a handler
-that overrides that one method, for parse errors only.
+that overrides that one method, for parse errors only. A body that cannot be decoded
+as its Content-Encoding says is the same kind of error, found later: when a handler
+reads it, or when aiohttp drains it after the answer. Every HTTP server of the local
+stack (the runtime, the simulator, the broker's control API, the trace receiver) runs
+on it.
 """
 
 from __future__ import annotations
@@ -22,15 +26,16 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import (
     BadStatusLine,
+    ContentEncodingError,
     HttpProcessingError,
     InvalidHeader,
     InvalidURLError,
     LineTooLong,
 )
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 from aiohttp.web_request import BaseRequest
 
-from devhost.host.problem import problem
+from devhost.problem import problem
 
 _REASON_CHARS = 80
 
@@ -97,10 +102,22 @@ def refusal_reason(exc: HttpProcessingError, max_line: int) -> str:
     return text[:_REASON_CHARS] or "the request is not well-formed HTTP/1.1"
 
 
+def body_reason(exc: RequestPayloadError) -> str:
+    if isinstance(exc.__cause__, ContentEncodingError):
+        return "the body cannot be decoded as its Content-Encoding says"
+    return "the body is not framed as its headers say"
+
+
 class _ProblemRequestHandler(RequestHandler):
+    """A body that cannot be decoded (a gzip body that is not gzip) shows only when a
+    handler reads it: aiohttp calls that the handler's error (a 500) and, draining the
+    rest after the answer, logs it again as an unhandled exception. Both are the
+    client's error too."""
+
     def __init__(self, manager: web.Server, refusals: RateLimitedLog, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._refusals = refusals
+        self._body_refused = False
 
     def handle_error(
         self,
@@ -109,13 +126,29 @@ class _ProblemRequestHandler(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        # A 500 (a handler that raised) is the runtime's own error: aiohttp's traceback
+        if isinstance(exc, RequestPayloadError):
+            self._body_refused = True
+            return self._refused(request, 400, body_reason(exc))
+        # A 500 (a handler that raised) is the server's own error: aiohttp's traceback
         # is what the developer needs then.
         if status >= 500 or not isinstance(exc, HttpProcessingError):
             return super().handle_error(request, status, exc, message)
+        return self._refused(request, status, refusal_reason(exc, self.max_line_size))
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        if isinstance(kwargs.get("exc_info"), RequestPayloadError):
+            if not self._body_refused:  # the handler never read the body
+                self._refusals.warning(
+                    "malformed request body -> answered as the handler chose: %s",
+                    body_reason(kwargs["exc_info"]),
+                )
+            self._body_refused = False
+            return
+        super().log_exception(*args, **kwargs)
+
+    def _refused(self, request: BaseRequest, status: int, reason: str) -> web.StreamResponse:
         if request.writer.output_size > 0:
             raise ConnectionError("an answer was being sent; no problem can follow it")
-        reason = refusal_reason(exc, self.max_line_size)
         self._refusals.warning(
             "malformed request from %s -> %d: %s", request.remote, status, reason
         )
