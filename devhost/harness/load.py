@@ -53,6 +53,8 @@ class Tracked:
     accepted: float | None = None
     runtime: str = ""
     tries: int = 0
+    throttled: int = 0
+    """POSTs answered 429 (come back after Retry-After), among `tries`."""
     created_at: datetime | None = None
     finished_at: datetime | None = None
     observed: float | None = None
@@ -138,7 +140,9 @@ async def submit_order(
     retry: Retry = Retry(),
 ) -> None:
     """POST until some runtime answers 202, moving to the next runtime on every failure;
-    records the time sent, the time accepted, the runtime and the tries on `order`."""
+    records the time sent, the time accepted, the runtime and the tries on `order`. A
+    `429` is sent again after its Retry-After, as a client told to come back would (and
+    counted in `order.throttled`); any other 4xx is a bug in the load."""
     deadline = None if retry.within is None else time.monotonic() + retry.within
     timeout = aiohttp.ClientTimeout(total=retry.request_timeout) if retry.request_timeout else None
     tries, last = 0, ""
@@ -146,19 +150,31 @@ async def submit_order(
     while retry.more(tries, deadline):
         name, api = targets[(first + tries) % len(targets)]
         tries += 1
+        pause = retry.delay(tries)
         try:
             async with session.post(f"{api}/{Route.ORDERS}", json=order.body, timeout=timeout) as r:
                 if r.status == HTTPStatus.ACCEPTED:
                     order.accepted, order.runtime, order.tries = time.monotonic(), name, tries
                     return
                 text = await r.text()
-                if r.status < HTTPStatus.INTERNAL_SERVER_ERROR:
+                if r.status == HTTPStatus.TOO_MANY_REQUESTS:
+                    order.throttled += 1
+                    pause = _seconds(r.headers.get("Retry-After"), pause)
+                elif r.status < HTTPStatus.INTERNAL_SERVER_ERROR:
                     raise SubmitRefused(f"order {order.order_id} refused: {r.status} {text[:300]}")
                 last = f"{r.status} {text[:200]}"
         except (aiohttp.ClientError, TimeoutError) as exc:
             last = f"{type(exc).__name__}: {exc}"
-        await asyncio.sleep(retry.delay(tries))
+        await asyncio.sleep(pause)
     raise SubmitError(f"order {order.order_id} not accepted after {tries} tries; last: {last}")
+
+
+def _seconds(retry_after: str | None, otherwise: float) -> float:
+    """A Retry-After in seconds; `otherwise` when there is none to read."""
+    try:
+        return max(float(retry_after or ""), 0.0)
+    except ValueError:
+        return otherwise
 
 
 class Admission(Protocol):

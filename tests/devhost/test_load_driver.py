@@ -34,9 +34,12 @@ class FakeApp:
     later, reported through `events` (the stand-in for order-status)."""
 
     fail_first: int = 0
+    throttle_first: int = 0
+    """Answered 429 with Retry-After: 0.2 before anything else, per order."""
     refuse: bool = False
     finish_after: float = 0.05
     posts: list[str] = field(default_factory=list)
+    posted_at: list[float] = field(default_factory=list)
     open_now: int = 0
     open_max: int = 0
     events: asyncio.Queue[tuple[str, str]] = field(default_factory=asyncio.Queue)
@@ -46,6 +49,9 @@ class FakeApp:
         body = await request.json()
         order_id = str(body["orderId"])
         self.posts.append(order_id)
+        self.posted_at.append(asyncio.get_running_loop().time())
+        if self.posts.count(order_id) <= self.throttle_first:
+            return web.json_response({"title": "busy"}, status=429, headers={"Retry-After": "0.2"})
         if self.refuse:
             return web.json_response({"error": "bad"}, status=400)
         if self.posts.count(order_id) <= self.fail_first:
@@ -124,6 +130,21 @@ async def test_a_failed_post_goes_to_the_next_runtime(
     await run.submit(session)
 
     assert (orders[0].runtime, orders[0].tries) == ("b", 2)
+
+
+async def test_a_429_is_sent_again_after_its_retry_after_and_counted_apart(
+    served: tuple[FakeApp, str, aiohttp.ClientSession],
+) -> None:
+    fake, api, session = served
+    fake.throttle_first = 2
+    orders = plan(["o-1"])
+    run = LoadRun(orders, Load(), [("a", api)], retry=Retry(attempts=5, step=0.0))
+
+    await run.submit(session)
+
+    assert (orders[0].tries, orders[0].throttled) == (3, 2)
+    first, second, third = fake.posted_at
+    assert second - first >= 0.2 and third - second >= 0.2  # not the retry's 0 s step
 
 
 async def test_a_refused_order_stops_the_load(
