@@ -157,18 +157,23 @@ class Router(Generic[T]):
         self._routes.sort(key=lambda route: route.template.precedence)
 
     def match(self, method: str, path: str) -> Matched[T] | MethodNotAllowed | NotFound:
-        """``path`` is relative to the route prefix and still percent-encoded."""
+        """``path`` is relative to the route prefix and still percent-encoded. A 405's
+        `Allow` names the methods of the most specific routes the path matched: ``OPTIONS
+        orders/bulk`` allows POST (the bulk route), not also GET from ``orders/{orderId}``
+        reading "bulk" as an id."""
         relative = path.strip("/")
         allowed: set[str] = set()
-        path_matched = False
+        best: tuple[int, ...] | None = None
         for route in self._routes:
             params = route.template.match(relative)
             if params is None:
                 continue
             if route.allows(method):
                 return Matched(route.target, params, route.template.template)
-            path_matched = True
-            allowed.update(route.methods or ())
-        if path_matched:
+            if best is None:
+                best = route.template.precedence
+            if route.template.precedence == best:
+                allowed.update(route.methods or ())
+        if best is not None:
             return MethodNotAllowed(tuple(sorted(allowed)))
         return NotFound()

@@ -49,6 +49,14 @@ def test_known_path_wrong_method_lists_allowed_methods() -> None:
     assert found == MethodNotAllowed(("POST",))
 
 
+def test_a_405_allows_what_the_most_specific_route_allows() -> None:
+    router = make_router()
+    router.add("orders/bulk", ["POST"], "bulk")
+    assert router.match("OPTIONS", "orders/bulk") == MethodNotAllowed(("POST",))
+    found = router.match("GET", "orders/bulk")
+    assert isinstance(found, Matched) and found.target == "get_order", "as the host routes it"
+
+
 def test_route_without_methods_accepts_any() -> None:
     router = make_router()
     for method in ("GET", "PUT", "PATCH"):
