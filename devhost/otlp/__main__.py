@@ -39,7 +39,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 async def _serve(args: argparse.Namespace) -> None:
     store = SpanStore(args.db, max_spans=args.max_spans, max_age=args.max_age)
-    runner = make_runner(store)
+    runner = make_runner(store, args.host)
     await runner.setup()
     try:
         site = web.TCPSite(runner, args.host, args.port)

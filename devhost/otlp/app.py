@@ -18,6 +18,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from devhost.loopback import guard_app
 from devhost.malformed import ProblemAppRunner, RateLimitedLog
 from devhost.otlp.decode import JSON, PROTOBUF, DecodeError, decode_traces
 from devhost.otlp.store import SpanStore, iso_ns
@@ -51,9 +52,12 @@ def create_app(store: SpanStore) -> web.Application:
     return app
 
 
-def make_runner(store: SpanStore) -> web.AppRunner:
-    """The runner ``python -m devhost.otlp`` serves ``create_app`` with."""
-    return ProblemAppRunner(create_app(store), refusals=RateLimitedLog(log), access_log=None)
+def make_runner(store: SpanStore, host: str = "127.0.0.1") -> web.AppRunner:
+    """The runner ``python -m devhost.otlp`` serves ``create_app`` with on ``host``: only
+    loopback host names (and ``host``) are answered, and no write from another origin."""
+    app = create_app(store)
+    guard_app(app, host)
+    return ProblemAppRunner(app, refusals=RateLimitedLog(log), access_log=None)
 
 
 def _answer(request: web.Request, empty_protobuf: bytes) -> web.Response:

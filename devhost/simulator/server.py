@@ -16,6 +16,7 @@ from types import TracebackType
 
 from aiohttp import web
 
+from devhost.loopback import guard_app
 from devhost.malformed import ProblemAppRunner, RateLimitedLog
 from devhost.simulator.app import create_app
 from devhost.simulator.services import Service
@@ -29,8 +30,10 @@ STARTUP_TIMEOUT_SECONDS = 30.0
 async def start_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Start serving ``app``; returns the runner (for cleanup) and the bound port.
 
-    Handler cancellation ends hung calls as soon as the client goes away.
+    Handler cancellation ends hung calls as soon as the client goes away. Only loopback
+    host names (and ``host``) are answered, and no write from another origin.
     """
+    guard_app(app, host)
     runner = ProblemAppRunner(
         app,
         refusals=RateLimitedLog(logging.getLogger("devhost.simulator")),
