@@ -22,6 +22,7 @@ from shared.domain.model import (
     StateRecord,
 )
 from shared.domain.reconcile import ReconcileRun
+from shared.domain.rest_index import RestEntry, RestPage, RestRange
 
 
 class StateStoreError(Exception):
@@ -107,6 +108,16 @@ class WatchEntry:
     customer: str = ""
     """Whose order, as the intake wrote it with a customer ledger on: the Supervisor that
     finds the order missing gives that customer's count back (docs/fairness.md)."""
+    left_rest: ProcessState | None = None
+    """The rest the order was leaving when this entry was written (before its save): the
+    Supervisor's check drops that rest entry, in case a crash came before the unit of
+    work did (docs/history.md)."""
+
+
+@dataclass(frozen=True)
+class WatchPage:
+    items: tuple[WatchEntry, ...]
+    continuation: str | None
 
 
 class Clock(Protocol):
@@ -141,11 +152,13 @@ class StateStore(Protocol):
         replace: bool,
         version: int = 0,
         customer: str = "",
+        left_rest: ProcessState | None = None,
     ) -> bool:
         """Put an order on the Supervisor's watch list for state `version`. Without
         `replace` an existing entry is kept as it is (its earlier check time must not be
         pushed back). True when this call wrote the entry, False when it found one.
-        `customer` is kept on the entry until it is replaced or rescheduled."""
+        `customer` and `left_rest` are kept on the entry until it is replaced or
+        rescheduled."""
         ...
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
@@ -173,6 +186,34 @@ class StateStore(Protocol):
     async def unwatch_entry(self, entry: WatchEntry) -> None:
         """Delete the entry only as it was read, conditional on its ETag; a lost race is
         ignored. The Supervisor's way to drop the entry of an order it found missing."""
+        ...
+
+    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
+        """The watch list in key order, whatever the check times: the in-flight orders
+        (and, until healed, an order whose delivery stopped short of its rest)."""
+        ...
+
+    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
+        """The state records of these orders, in that order (point reads, all at once);
+        an order gone meanwhile is left out."""
+        ...
+
+    async def put_rest(self, entry: RestEntry) -> None:
+        """Write (or replace) the rest entry of an order come to rest."""
+        ...
+
+    async def drop_rest(
+        self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
+    ) -> None:
+        """Delete the order's entry in `state`'s rest (with `below`, only one written for
+        an earlier state version: the change that made it has been saved); one already
+        gone is no error."""
+        ...
+
+    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
+        """Up to `limit` entries in the range, in key order, by one range read (the
+        customer filtered server-side); raises ValueError for a cursor it did not hand
+        out."""
         ...
 
     async def ping(self) -> None:

@@ -7,6 +7,7 @@ them at full speed exercise real concurrency rules, not a looser imitation.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 from collections import Counter
 from collections.abc import Sequence
@@ -15,7 +16,8 @@ from datetime import datetime, timedelta
 
 from shared.domain.bulk import BulkJob, JobState, Lease
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
-from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
+from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState, StateRecord
+from shared.domain.rest_index import RestEntry, RestPage, RestRange, row_key
 from shared.ports import (
     AlreadyExists,
     BusUnavailable,
@@ -24,6 +26,7 @@ from shared.ports import (
     Page,
     Poison,
     WatchEntry,
+    WatchPage,
 )
 
 
@@ -34,6 +37,11 @@ class InMemoryStateStore:
         self._watch: dict[str, tuple[datetime, str, int]] = {}
         self._customers: dict[str, str] = {}
         """Whose order each entry is, as the intake wrote it (WatchEntry.customer)."""
+        self._left: dict[str, ProcessState] = {}
+        """The rest each entry's order was leaving when it was written (WatchEntry.left_rest)."""
+        self._rest: dict[ProcessState, dict[str, RestEntry]] = {}
+        self._rest_keys: dict[ProcessState, list[str]] = {}
+        """Each rest's keys, sorted: a range read is a bisection."""
         self._etags = itertools.count(1)
         self.operations: Counter[str] = Counter()
 
@@ -97,12 +105,16 @@ class InMemoryStateStore:
         replace: bool,
         version: int = 0,
         customer: str = "",
+        left_rest: ProcessState | None = None,
     ) -> bool:
         await asyncio.sleep(0)
         self.operations["write"] += 1
         if replace or order_id not in self._watch:
             self._watch[order_id] = (check_at, self._etag(), version)
             self._customers[order_id] = customer
+            self._left.pop(order_id, None)
+            if left_rest is not None:
+                self._left[order_id] = left_rest
             return True
         return False
 
@@ -116,13 +128,71 @@ class InMemoryStateStore:
         await asyncio.sleep(0)
         self.operations["query"] += 1
         found = sorted(
-            (
-                WatchEntry(order_id, at, etag, v, self._customers.get(order_id, ""))
-                for order_id, (at, etag, v) in self._watch.items()
-            ),
+            (self._entry(order_id) for order_id in self._watch),
             key=lambda e: (e.check_at, e.order_id),
         )
         return tuple(e for e in found if e.check_at <= now)[:limit]
+
+    def _entry(self, order_id: str) -> WatchEntry:
+        at, etag, version = self._watch[order_id]
+        customer = self._customers.get(order_id, "")
+        return WatchEntry(order_id, at, etag, version, customer, self._left.get(order_id))
+
+    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
+        await asyncio.sleep(0)
+        self.operations["query"] += 1
+        ids = sorted(i for i in self._watch if continuation is None or i > continuation)
+        chosen = ids[: max(limit, 0)]
+        more = len(ids) > len(chosen) and bool(chosen)
+        return WatchPage(tuple(map(self._entry, chosen)), chosen[-1] if more else None)
+
+    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
+        await asyncio.sleep(0)
+        self.operations["read"] += len(order_ids)
+        found = (self._records.get(i) for i in order_ids)
+        return tuple(f[0].state for f in found if f is not None)
+
+    async def put_rest(self, entry: RestEntry) -> None:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        entries = self._rest.setdefault(entry.state, {})
+        if entry.key not in entries:
+            bisect.insort(self._rest_keys.setdefault(entry.state, []), entry.key)
+        entries[entry.key] = entry
+
+    async def drop_rest(
+        self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
+    ) -> None:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        key = row_key(created_at, order_id)
+        entries = self._rest.get(state, {})
+        found = entries.get(key)
+        if found is None or (below is not None and found.version >= below):
+            return
+        del entries[key]
+        keys = self._rest_keys[state]
+        keys.pop(bisect.bisect_left(keys, key))
+
+    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
+        await asyncio.sleep(0)
+        self.operations["query"] += 1
+        start, inclusive = keys.start(continuation)
+        sorted_keys = self._rest_keys.get(keys.state, [])
+        at = (bisect.bisect_left if inclusive else bisect.bisect_right)(sorted_keys, start)
+        end = bisect.bisect_left(sorted_keys, keys.hi)
+        entries = self._rest[keys.state] if sorted_keys else {}
+        chosen: list[RestEntry] = []
+        for key in sorted_keys[at:end]:
+            if len(chosen) >= limit:
+                return RestPage(tuple(chosen), chosen[-1].key if chosen else None)
+            if keys.holds(entries[key]):
+                chosen.append(entries[key])
+        return RestPage(tuple(chosen), None)
+
+    def rest_index(self) -> dict[str, ProcessState]:
+        """Every rest entry's order and the state it is filed under (tests, chaos)."""
+        return {e.order_id: s for s, entries in self._rest.items() for e in entries.values()}
 
     async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
         await asyncio.sleep(0)
@@ -131,6 +201,7 @@ class InMemoryStateStore:
         if current is not None and current[1] == entry.etag:
             self._watch[entry.order_id] = (check_at, self._etag(), current[2])
             self._customers.pop(entry.order_id, None)  # as the table's replace drops it
+            self._left.pop(entry.order_id, None)
 
     async def unwatch(self, order_id: str, version: int | None = None) -> None:
         await asyncio.sleep(0)
@@ -139,6 +210,7 @@ class InMemoryStateStore:
         if current is not None and (version is None or current[2] <= version):
             del self._watch[order_id]
             self._customers.pop(order_id, None)
+            self._left.pop(order_id, None)
 
     async def unwatch_entry(self, entry: WatchEntry) -> None:
         await asyncio.sleep(0)
@@ -147,6 +219,7 @@ class InMemoryStateStore:
         if current is not None and current[1] == entry.etag:
             del self._watch[entry.order_id]
             self._customers.pop(entry.order_id, None)
+            self._left.pop(entry.order_id, None)
 
     async def ping(self) -> None:
         return None

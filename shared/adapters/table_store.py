@@ -32,6 +32,7 @@ from azure.data.tables import TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
 from shared import jsonbounds
+from shared.adapters import table_rest
 from shared.adapters import table_rows as rows
 from shared.adapters.table_errors import (
     Refusal,
@@ -39,13 +40,15 @@ from shared.adapters.table_errors import (
     refused_with,
     translated_errors,
 )
-from shared.domain.model import HistoryEntry, OrderProcess, ProcessState
+from shared.domain.model import HistoryEntry, OrderProcess, ProcessState, StateRecord
+from shared.domain.rest_index import RestEntry, RestPage, RestRange, row_key
 from shared.ports import (
     AlreadyExists,
     ConcurrencyConflict,
     Page,
     StateStoreError,
     WatchEntry,
+    WatchPage,
 )
 
 KEPT_HISTORIES = 4096
@@ -294,6 +297,7 @@ class TableStateStore:
         replace: bool,
         version: int = 0,
         customer: str = "",
+        left_rest: ProcessState | None = None,
     ) -> bool:
         await self.ensure_table()
         entity: dict[str, Any] = {
@@ -304,6 +308,8 @@ class TableStateStore:
         }
         if customer:
             entity["Customer"] = customer
+        if left_rest is not None:
+            entity["LeftRest"] = left_rest.value
         self.operations["write"] += 1
         with translated_errors(when=refused_with(ResourceExistsError)):
             if replace:
@@ -332,24 +338,78 @@ class TableStateStore:
                 self._query(
                     "PartitionKey eq @pk and CheckAt le @now",
                     {"pk": partition, "now": now},
-                    select=["RowKey", "CheckAt", "StateVersion", "Customer"],
+                    select=_WATCH_COLUMNS,
                 )
                 for partition in rows.watch_partitions()
             )
         )
-        entries = [
-            WatchEntry(
-                e["RowKey"],
-                e["CheckAt"],
-                e.metadata["etag"],
-                int(e.get("StateVersion", 0)),
-                str(e.get("Customer") or ""),
-            )
-            for shard in found
-            for e in shard
-        ]
+        entries = [_watch_entry(e) for shard in found for e in shard]
         entries.sort(key=lambda e: (e.check_at, e.order_id))
         return tuple(entries[:limit])
+
+    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
+        """Every shard at once, each read up to `limit` past the cursor, merged in
+        (shard, order id) order: the cursor is the last order id handed out, whose shard
+        its id names."""
+        await self.ensure_table()
+        shards = rows.watch_partitions()
+        first = 0 if continuation is None else shards.index(rows.watch_partition(continuation))
+
+        async def shard(index: int) -> list[Any]:
+            after = continuation if index == first and continuation is not None else ""
+            self.operations["query"] += 1
+            with translated_errors():
+                found: list[Any] = []
+                async for e in self._table.query_entities(
+                    "PartitionKey eq @pk and RowKey gt @after",
+                    parameters={"pk": shards[index], "after": after},
+                    select=_WATCH_COLUMNS,
+                    results_per_page=min(limit + 1, 1000),
+                ):
+                    found.append(e)
+                    if len(found) > limit:
+                        break
+                return found
+
+        read = await asyncio.gather(*(shard(i) for i in range(first, len(shards))))
+        merged = [_watch_entry(e) for found in read for e in found]
+        chosen = merged[: max(limit, 0)]
+        more = len(merged) > len(chosen) and bool(chosen)
+        return WatchPage(tuple(chosen), chosen[-1].order_id if more else None)
+
+    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
+        await self.ensure_table()
+
+        async def state(order_id: str) -> Any:
+            self.operations["read"] += 1
+            with translated_errors():
+                try:
+                    found = await self._table.get_entity(
+                        order_id, rows.STATE_ROW, select=list(rows.STATE_COLUMNS)
+                    )
+                except ResourceNotFoundError:
+                    return None
+            return rows.selected_state(found) or await self._read_state(order_id)
+
+        found = await asyncio.gather(*(state(i) for i in order_ids))
+        return tuple(rows.to_state(f) for f in found if f is not None)
+
+    async def put_rest(self, entry: RestEntry) -> None:
+        await self.ensure_table()
+        self.operations["write"] += 1
+        await table_rest.put(self._table, entry)
+
+    async def drop_rest(
+        self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
+    ) -> None:
+        await self.ensure_table()
+        self.operations["write"] += 1
+        await table_rest.drop(self._table, state, row_key(created_at, order_id), below)
+
+    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
+        await self.ensure_table()
+        self.operations["query"] += 1
+        return await table_rest.read(self._table, keys, limit, continuation)
 
     async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
         entity = {
@@ -418,6 +478,21 @@ class TableStateStore:
                     query, parameters=parameters, select=select
                 )
             ]
+
+
+_WATCH_COLUMNS = ["RowKey", "CheckAt", "StateVersion", "Customer", "LeftRest"]
+
+
+def _watch_entry(e: Any) -> WatchEntry:
+    left = e.get("LeftRest")
+    return WatchEntry(
+        e["RowKey"],
+        e["CheckAt"],
+        e.metadata["etag"],
+        int(e.get("StateVersion", 0)),
+        str(e.get("Customer") or ""),
+        ProcessState(left) if left else None,
+    )
 
 
 def _encode_token(token: Any) -> str | None:

@@ -4,16 +4,21 @@ heartbeats and the undelivered note all use it, so the ordering rule is written 
 
 1. Watch before the save when the order leaves a rest (Error, Suspended): at rest it may
    have no entry, and a crash after the save must not leave a moving order unwatched (a
-   spare entry only costs the Supervisor a read). An order already moving keeps its
-   entry, so a new check time is written after the save: a lost race then writes
-   nothing, and no winner's earlier check is pushed back.
+   spare entry only costs the Supervisor a read). The entry names the rest it leaves,
+   whose rest entry goes right after the save; a crash before that leaves the
+   Supervisor's check to drop it. An order already moving keeps its entry, so a new
+   check time is written after the save: a lost race then writes nothing, and no
+   winner's earlier check is pushed back.
 2. Save on the ETag. A lost race has sent nothing; the change is read and decided again.
 3. Send. A failure leaves the messages in the record's outbox, with deterministic ids:
    the Supervisor (the order is still watched) or a redelivery sends them again, and the
    broker drops what already went.
-4. Unwatch last, once an order come to rest has sent its messages. A final order's
-   entry goes unconditionally (nothing re-watches it); Error and Suspended keep the
-   version check, since an operator may already have moved the order on.
+4. Once an order come to rest has sent its messages: its rest entry (the views of
+   orders at rest read it, docs/history.md), then unwatch, last, so a crash between
+   leaves it watched and the Supervisor's check (`finish_rest`) writes the entry again.
+   A final order's watch entry goes unconditionally (nothing re-watches it); Error and
+   Suspended keep the version check, since an operator may already have moved the
+   order on.
 
 With a customer ledger (docs/fairness.md), an order leaving a rest is counted before its
 save (like rule 1: a crash leaves a spare count, never a moving order uncounted), and an
@@ -30,8 +35,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from shared.catalogue.running import workflow_of
 from shared.domain.model import OrderProcess
 from shared.domain.process import Transition
+from shared.domain.rest_index import rest_entry
 from shared.ports import ConcurrencyConflict, MessageBus, StateStore
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.customers import Customers
@@ -112,14 +119,22 @@ class UnitOfWork:
         check time (a compensation waiting for a live request) wins over `check_at`."""
         state = transition.process.state
         when = transition.check_at or check_at
-        first = transition.leaves_rest
-        if first and when is not None:
-            await self.store.watch(state.order_id, when, replace=True, version=state.version)
-        if first and self.customers is not None:
+        left = transition.rested_in if transition.moves_rest else None
+        if left is not None:
+            await self.store.watch(
+                state.order_id,
+                when or state.updated_at,
+                replace=True,
+                version=state.version,
+                left_rest=left,
+            )
+        if transition.leaves_rest and self.customers is not None:
             await self.customers.rejoin(transition.process, state.updated_at)
         etag = await self.store.save(transition.process, transition.history)
         log_transition(transition)
-        if when is not None and not first:
+        if left is not None:
+            await self.store.drop_rest(left, state.order_id, state.created_at, below=state.version)
+        elif when is not None:
             await self.store.watch(state.order_id, when, replace=True, version=state.version)
         return replace(transition.process, etag=etag)
 
@@ -143,10 +158,11 @@ class UnitOfWork:
 
     async def _rest(self, process: OrderProcess) -> None:
         """The order came to rest and its messages went out: it leaves its customer's
-        count, then the watch list."""
+        count, gets its rest entry, then leaves the watch list."""
         if self.customers is not None:
             await self.customers.rested(process, self.store, self.bus)
         state = process.state
+        await self.store.put_rest(rest_entry(process, workflow_of(state)))
         version = None if state.process_state.is_final else state.version
         await self.store.unwatch(state.order_id, version)
 

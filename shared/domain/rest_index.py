@@ -1,0 +1,136 @@
+"""The rest index: one entry per order at rest (Processed, Cancelled, Compensated, Error,
+Suspended), where one range read finds the orders of a state, so a view of them costs
+what it shows and never the size of the table (Table Storage has no secondary index).
+
+In-flight orders need no entry: they are on the Supervisor's watch list, which holds
+nothing else, so their views read it (docs/history.md). An order gets its entry when it
+comes to rest, once, in the write before its watch entry goes; a fault-free order thus
+pays one index write in all.
+
+Keys: the state names the partition, and the row key is `{created day}|{order id}`, so
+the orders of a state created on some days are one range, oldest first. Each entry
+carries what the views show: the customer (the bulk filter, server-side inside the
+partition), an Error order's failure count, last error and error group (step x code).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
+
+from shared.domain.failures import failure_of
+from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.workflow import Workflow
+
+SEP: Final = "|"
+END: Final = "~"
+"""Sorts after every character of a day and an order id's first character."""
+
+REST_STATES: Final = tuple(s for s in ProcessState if s.is_terminal)
+LEAVABLE: Final = tuple(s for s in REST_STATES if not s.is_final)
+"""The rests an operator moves an order on from (Error, Suspended): the only states a
+stale entry can be left in."""
+
+
+@dataclass(frozen=True)
+class RestEntry:
+    """An order at rest as its views show it."""
+
+    order_id: str
+    state: ProcessState
+    version: int
+    """The state version it was written for: a drop for a later change leaves a newer
+    entry alone."""
+    created_at: datetime
+    updated_at: datetime
+    customer_id: str
+    workflow: str
+    workflow_version: int
+    current_step: int
+    failure_count: int = 0
+    last_error: str | None = None
+    step: str | None = None
+    """Error only, with `error_code`: the error group (shared/domain/failures.py)."""
+    error_code: str | None = None
+
+    @property
+    def key(self) -> str:
+        return row_key(self.created_at, self.order_id)
+
+
+def rest_entry(process: OrderProcess, workflow: Workflow | None) -> RestEntry:
+    """`workflow`: the one the order runs on (None when the catalogue lost it)."""
+    state = process.state
+    if not state.process_state.is_terminal:
+        raise ValueError(f"order {state.order_id} is {state.process_state.value}, not at rest")
+    step = code = None
+    if state.process_state is ProcessState.ERROR:
+        failure = failure_of(state, workflow)
+        step, code = failure.step, failure.error_code
+    return RestEntry(
+        order_id=state.order_id,
+        state=state.process_state,
+        version=state.version,
+        created_at=state.created_at,
+        updated_at=state.updated_at,
+        customer_id=process.order.customer_id,
+        workflow=state.workflow,
+        workflow_version=state.workflow_version,
+        current_step=state.current_step,
+        failure_count=state.failure_count,
+        last_error=state.last_error,
+        step=step,
+        error_code=code,
+    )
+
+
+def day_of(at: datetime) -> str:
+    return f"{at.year:04d}{at.month:02d}{at.day:02d}"
+
+
+def row_key(created_at: datetime, order_id: str) -> str:
+    return f"{day_of(created_at)}{SEP}{order_id}"
+
+
+@dataclass(frozen=True)
+class RestRange:
+    """The entries of one rest state, of one customer or any, created on the days that
+    overlap [created_from, created_to): whole days, so a caller still checks the
+    instants at the ends."""
+
+    state: ProcessState
+    customer_id: str | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+
+    @property
+    def lo(self) -> str:
+        return day_of(self.created_from) if self.created_from else ""
+
+    @property
+    def hi(self) -> str:
+        return (day_of(self.created_to) + SEP + END) if self.created_to else END
+
+    def start(self, cursor: str | None) -> tuple[str, bool]:
+        """Where a read goes on: the key and whether it is read too (the range's start)
+        or only what follows it (`cursor`, a key this range handed out)."""
+        if cursor is None:
+            return self.lo, True
+        if not self.lo <= cursor < self.hi:
+            raise ValueError("invalid continuation token")
+        return cursor, False
+
+    def holds(self, entry: RestEntry) -> bool:
+        return (
+            entry.state is self.state
+            and (self.customer_id is None or entry.customer_id == self.customer_id)
+            and self.lo <= entry.key < self.hi
+        )
+
+
+@dataclass(frozen=True)
+class RestPage:
+    items: tuple[RestEntry, ...]
+    continuation: str | None
+    """The last key handed out, when the page is full: there may be more."""
