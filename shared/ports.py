@@ -9,6 +9,7 @@ from typing import Protocol
 
 from shared.domain.archive import ArchiveCursor, ArchivedEntry, ArchivedOrder
 from shared.domain.bulk import BulkJob, JobState, Lease
+from shared.domain.bulk_request import BulkFilter
 from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy, Promoted
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.in_doubt import RemoteOutcome
@@ -280,10 +281,16 @@ class BulkStore(Protocol):
         ...
 
     async def orders(
-        self, state: ProcessState, page_size: int, continuation: str | None
+        self,
+        state: ProcessState,
+        page_size: int,
+        continuation: str | None,
+        flt: BulkFilter | None = None,
     ) -> OrderPage:
-        """One page of the orders in `state`, in a stable key order; raises ValueError
-        for a continuation it did not hand out."""
+        """One page of the orders in `state`, in a stable key order, narrowed by the
+        filter's customer and created days where the store can (the caller still checks
+        every order); a page may be short. Raises ValueError for a continuation it did
+        not hand out."""
         ...
 
     async def lease(self) -> Lease | None:

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from shared.adapters import bulk_scan
 from shared.domain.bulk import BulkJob, JobState, Lease
+from shared.domain.bulk_request import BulkFilter
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState, StateRecord
 from shared.domain.rest_index import RestEntry, RestPage, RestRange, row_key
@@ -271,16 +273,13 @@ class InMemoryBulkStore:
         )
 
     async def orders(
-        self, state: ProcessState, page_size: int, continuation: str | None
+        self,
+        state: ProcessState,
+        page_size: int,
+        continuation: str | None,
+        flt: BulkFilter | None = None,
     ) -> OrderPage:
-        await asyncio.sleep(0)
-        if continuation is not None and not continuation.startswith("after:"):
-            raise ValueError("invalid continuation token")
-        after = continuation[len("after:") :] if continuation else None
-        page = await self._store.list_by_state(state, page_size, after)
-        processes = [await self._store.load(s.order_id) for s in page.items]
-        items = tuple(p for p in processes if p is not None)
-        return OrderPage(items, f"after:{page.continuation}" if page.continuation else None)
+        return await bulk_scan.orders(self._store, state, page_size, continuation, flt)
 
     async def lease(self) -> Lease | None:
         await asyncio.sleep(0)

@@ -101,6 +101,9 @@ async def read(
     if keys.customer_id is not None:
         query += " and Customer eq @customer"
         parameters["customer"] = keys.customer_id
+    if keys.changed_since is not None:
+        query += " and UpdatedAt ge @since"
+        parameters["since"] = keys.changed_since
     chosen: list[RestEntry] = []
     if limit <= 0:
         return RestPage((), None)

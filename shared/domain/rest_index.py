@@ -103,6 +103,9 @@ class RestRange:
     customer_id: str | None = None
     created_from: datetime | None = None
     created_to: datetime | None = None
+    changed_since: datetime | None = None
+    """Only entries of orders come to rest at or after this instant (a property filter,
+    like the customer's)."""
 
     @property
     def lo(self) -> str:
@@ -125,6 +128,7 @@ class RestRange:
         return (
             entry.state is self.state
             and (self.customer_id is None or entry.customer_id == self.customer_id)
+            and (self.changed_since is None or entry.updated_at >= self.changed_since)
             and self.lo <= entry.key < self.hi
         )
 

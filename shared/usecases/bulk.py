@@ -102,7 +102,7 @@ async def preview(deps: BulkDeps, request: BulkRequest) -> Preview:
     for state in states_to_scan(request.action, request.filter):
         continuation: str | None = None
         while cap is None or found.matched < cap:
-            page = await deps.jobs.orders(state, PAGE_SIZE, continuation)
+            page = await deps.jobs.orders(state, PAGE_SIZE, continuation, request.filter)
             for process in page.items:
                 workflow = workflow_of(process.state)
                 counted = found.consider(request.action, request.filter, process, workflow, target)
@@ -218,7 +218,9 @@ async def _claim_next_page(deps: BulkDeps, job: BulkJob, size: int) -> BulkJob |
         )
         return None
     try:
-        page = await deps.jobs.orders(states[cursor.state_index], size, cursor.continuation)
+        page = await deps.jobs.orders(
+            states[cursor.state_index], size, cursor.continuation, job.filter
+        )
     except ValueError:
         log.warning("bulk %s: its cursor is no longer valid; the state is skipped", job.bulk_id)
         page = None
