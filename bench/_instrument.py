@@ -217,7 +217,6 @@ class CountingStore:
         replace: bool,
         version: int = 0,
         customer: str = "",
-        left_rest: ProcessState | None = None,
     ) -> bool:
         wrote: bool = await self._timed(
             "watch",
@@ -228,7 +227,6 @@ class CountingStore:
                 replace=replace,
                 version=version,
                 customer=customer,
-                left_rest=left_rest,
             ),
         )
         return wrote

@@ -109,10 +109,6 @@ class WatchEntry:
     customer: str = ""
     """Whose order, as the intake wrote it with a customer ledger on: the Supervisor that
     finds the order missing gives that customer's count back (docs/fairness.md)."""
-    left_rest: ProcessState | None = None
-    """The rest the order was leaving when this entry was written (before its save): the
-    Supervisor's check drops that rest entry, in case a crash came before the unit of
-    work did (docs/history.md)."""
 
 
 @dataclass(frozen=True)
@@ -153,13 +149,11 @@ class StateStore(Protocol):
         replace: bool,
         version: int = 0,
         customer: str = "",
-        left_rest: ProcessState | None = None,
     ) -> bool:
         """Put an order on the Supervisor's watch list for state `version`. Without
         `replace` an existing entry is kept as it is (its earlier check time must not be
         pushed back). True when this call wrote the entry, False when it found one.
-        `customer` and `left_rest` are kept on the entry until it is replaced or
-        rescheduled."""
+        `customer` is kept on the entry until it is replaced or rescheduled."""
         ...
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:

@@ -68,7 +68,6 @@ class ChaosStateStore:
         replace: bool,
         version: int = 0,
         customer: str = "",
-        left_rest: ProcessState | None = None,
     ) -> bool:
         return await self._inner.watch(
             order_id,
@@ -76,7 +75,6 @@ class ChaosStateStore:
             replace=replace,
             version=version,
             customer=customer,
-            left_rest=left_rest,
         )
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:

@@ -39,8 +39,6 @@ class InMemoryStateStore:
         self._watch: dict[str, tuple[datetime, str, int]] = {}
         self._customers: dict[str, str] = {}
         """Whose order each entry is, as the intake wrote it (WatchEntry.customer)."""
-        self._left: dict[str, ProcessState] = {}
-        """The rest each entry's order was leaving when it was written (WatchEntry.left_rest)."""
         self._rest: dict[ProcessState, dict[str, RestEntry]] = {}
         self._rest_keys: dict[ProcessState, list[str]] = {}
         """Each rest's keys, sorted: a range read is a bisection."""
@@ -107,16 +105,12 @@ class InMemoryStateStore:
         replace: bool,
         version: int = 0,
         customer: str = "",
-        left_rest: ProcessState | None = None,
     ) -> bool:
         await asyncio.sleep(0)
         self.operations["write"] += 1
         if replace or order_id not in self._watch:
             self._watch[order_id] = (check_at, self._etag(), version)
             self._customers[order_id] = customer
-            self._left.pop(order_id, None)
-            if left_rest is not None:
-                self._left[order_id] = left_rest
             return True
         return False
 
@@ -138,7 +132,7 @@ class InMemoryStateStore:
     def _entry(self, order_id: str) -> WatchEntry:
         at, etag, version = self._watch[order_id]
         customer = self._customers.get(order_id, "")
-        return WatchEntry(order_id, at, etag, version, customer, self._left.get(order_id))
+        return WatchEntry(order_id, at, etag, version, customer)
 
     async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
         await asyncio.sleep(0)
@@ -203,7 +197,6 @@ class InMemoryStateStore:
         if current is not None and current[1] == entry.etag:
             self._watch[entry.order_id] = (check_at, self._etag(), current[2])
             self._customers.pop(entry.order_id, None)  # as the table's replace drops it
-            self._left.pop(entry.order_id, None)
 
     async def unwatch(self, order_id: str, version: int | None = None) -> None:
         await asyncio.sleep(0)
@@ -212,7 +205,6 @@ class InMemoryStateStore:
         if current is not None and (version is None or current[2] <= version):
             del self._watch[order_id]
             self._customers.pop(order_id, None)
-            self._left.pop(order_id, None)
 
     async def unwatch_entry(self, entry: WatchEntry) -> None:
         await asyncio.sleep(0)
@@ -221,7 +213,6 @@ class InMemoryStateStore:
         if current is not None and current[1] == entry.etag:
             del self._watch[entry.order_id]
             self._customers.pop(entry.order_id, None)
-            self._left.pop(entry.order_id, None)
 
     async def ping(self) -> None:
         return None

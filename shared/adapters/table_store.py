@@ -297,7 +297,6 @@ class TableStateStore:
         replace: bool,
         version: int = 0,
         customer: str = "",
-        left_rest: ProcessState | None = None,
     ) -> bool:
         await self.ensure_table()
         entity: dict[str, Any] = {
@@ -308,8 +307,6 @@ class TableStateStore:
         }
         if customer:
             entity["Customer"] = customer
-        if left_rest is not None:
-            entity["LeftRest"] = left_rest.value
         self.operations["write"] += 1
         with translated_errors(when=refused_with(ResourceExistsError)):
             if replace:
@@ -480,18 +477,16 @@ class TableStateStore:
             ]
 
 
-_WATCH_COLUMNS = ["RowKey", "CheckAt", "StateVersion", "Customer", "LeftRest"]
+_WATCH_COLUMNS = ["RowKey", "CheckAt", "StateVersion", "Customer"]
 
 
 def _watch_entry(e: Any) -> WatchEntry:
-    left = e.get("LeftRest")
     return WatchEntry(
         e["RowKey"],
         e["CheckAt"],
         e.metadata["etag"],
         int(e.get("StateVersion", 0)),
         str(e.get("Customer") or ""),
-        ProcessState(left) if left else None,
     )
 
 

@@ -152,7 +152,6 @@ class TracedStateStore:
         replace: bool,
         version: int = 0,
         customer: str = "",
-        left_rest: ProcessState | None = None,
     ) -> bool:
         with _store_span("watch", order_id):
             return await self._inner.watch(
@@ -161,7 +160,6 @@ class TracedStateStore:
                 replace=replace,
                 version=version,
                 customer=customer,
-                left_rest=left_rest,
             )
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:

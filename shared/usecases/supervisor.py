@@ -300,12 +300,6 @@ async def _check(
             )
         await deps.store.unwatch_entry(entry)
         return
-    left = entry.left_rest
-    if left is not None and left is not process.state.process_state:
-        # The order left that rest, and a crash may have come before its entry there went.
-        await deps.store.drop_rest(
-            left, entry.order_id, process.state.created_at, below=entry.version
-        )
     if process.state.process_state.is_terminal:
         # The Scheduler stopped before it unwatched: resend the last outbox, then forget it.
         await deps.work.finish_rest(process)

@@ -4,11 +4,13 @@ heartbeats and the undelivered note all use it, so the ordering rule is written 
 
 1. Watch before the save when the order leaves a rest (Error, Suspended): at rest it may
    have no entry, and a crash after the save must not leave a moving order unwatched (a
-   spare entry only costs the Supervisor a read). The entry names the rest it leaves,
-   whose rest entry goes right after the save; a crash before that leaves the
-   Supervisor's check to drop it. An order already moving keeps its entry, so a new
-   check time is written after the save: a lost race then writes nothing, and no
-   winner's earlier check is pushed back.
+   spare entry only costs the Supervisor a read). Its rest entry goes next, still
+   before the save: a crash or a lost race then leaves an order at rest without its
+   entry, but watched, and the Supervisor's check writes it again (`finish_rest`),
+   where a drop after the save would leave a stale entry that nothing finds once the
+   order is unwatched at its next rest. An order already moving keeps its watch entry,
+   so a new check time is written after the save: a lost race then writes nothing, and
+   no winner's earlier check is pushed back.
 2. Save on the ETag. A lost race has sent nothing; the change is read and decided again.
 3. Send. A failure leaves the messages in the record's outbox, with deterministic ids:
    the Supervisor (the order is still watched) or a redelivery sends them again, and the
@@ -121,20 +123,14 @@ class UnitOfWork:
         when = transition.check_at or check_at
         left = transition.rested_in if transition.moves_rest else None
         if left is not None:
-            await self.store.watch(
-                state.order_id,
-                when or state.updated_at,
-                replace=True,
-                version=state.version,
-                left_rest=left,
-            )
+            at = when or state.updated_at
+            await self.store.watch(state.order_id, at, replace=True, version=state.version)
+            await self.store.drop_rest(left, state.order_id, state.created_at, below=state.version)
         if transition.leaves_rest and self.customers is not None:
             await self.customers.rejoin(transition.process, state.updated_at)
         etag = await self.store.save(transition.process, transition.history)
         log_transition(transition)
-        if left is not None:
-            await self.store.drop_rest(left, state.order_id, state.created_at, below=state.version)
-        elif when is not None:
+        if when is not None and left is None:
             await self.store.watch(state.order_id, when, replace=True, version=state.version)
         return replace(transition.process, etag=etag)
 

@@ -54,7 +54,6 @@ class SilentStore(InMemoryStateStore):
         replace: bool,
         version: int = 0,
         customer: str = "",
-        left_rest: ProcessState | None = None,
     ) -> bool:
         await asyncio.sleep(3600)
         return False
