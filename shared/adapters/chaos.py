@@ -108,7 +108,7 @@ class ChaosStateStore:
     async def drop_rest(
         self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
     ) -> None:
-        self.dice.roll("before dropping a rest entry, after the state")
+        self.dice.roll("before dropping the rest entry of an order leaving it")
         await self._inner.drop_rest(state, order_id, created_at, below=below)
 
     async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
