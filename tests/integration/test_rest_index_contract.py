@@ -24,6 +24,7 @@ from shared.usecases import scheduler
 from shared.usecases.failures import group_failures
 from shared.usecases.operator import resubmit_order, suspend_order
 from shared.usecases.order_views import orders_in
+from shared.usecases.rest_backfill import backfill_page
 from shared.usecases.status_page import ops_snapshot
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
@@ -273,3 +274,31 @@ async def test_the_watch_list_pages_through_every_entry_once(store: StateStore) 
         if continuation is None:
             break
     assert sorted(seen) == sorted(wanted)
+
+
+async def test_the_backfill_files_orders_stored_at_rest_before_the_index(
+    store: StateStore,
+) -> None:
+    world = a_world(store)
+    await errored(world, "a-1")
+    await processed(world, "d-1")
+    await claimed(world, "b-1")
+    for state, order_id in ((ProcessState.ERROR, "a-1"), (ProcessState.PROCESSED, "d-1")):
+        found = await store.load(order_id)
+        assert found is not None
+        await store.drop_rest(state, order_id, found.state.created_at)  # as before the index
+    assert await ids(store, ProcessState.ERROR) == []
+
+    written, continuation = 0, None
+    while True:
+        page = await backfill_page(store, 2, continuation)
+        written += page.written
+        continuation = page.continuation
+        if continuation is None:
+            break
+    assert written == 2
+    assert await ids(store, ProcessState.ERROR) == ["a-1"]
+    assert await ids(store, ProcessState.PROCESSED) == ["d-1"]
+    assert (await backfill_page(store, 10, None)).written == 2  # a repeat rewrites the same
+    assert await filed(store, ProcessState.PROCESSED) == ["d-1"]
+    assert await ids(store, ProcessState.PROCESSING) == ["b-1"]
