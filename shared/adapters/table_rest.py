@@ -14,7 +14,7 @@ from azure.data.tables.aio import TableClient
 
 from shared.adapters import table_rows as rows
 from shared.adapters.table_errors import translated_errors
-from shared.domain.model import ProcessState
+from shared.domain.model import Phase, ProcessState
 from shared.domain.rest_index import RestEntry, RestPage, RestRange
 
 PREFIX: Final = "~rest-"
@@ -37,8 +37,16 @@ def entity(entry: RestEntry) -> dict[str, Any]:
         "WorkflowVersion": entry.workflow_version,
         "CurrentStep": entry.current_step,
         "FailureCount": entry.failure_count,
+        "Phase": entry.phase.value,
+        "Attempt": entry.attempt,
     }
-    optional = {"LastError": entry.last_error, "Step": entry.step, "ErrorCode": entry.error_code}
+    optional = {
+        "LastError": entry.last_error,
+        "Step": entry.step,
+        "ErrorCode": entry.error_code,
+        "LockedBy": entry.locked_by,
+        "CompleteBy": entry.complete_by,
+    }
     found.update({k: v for k, v in optional.items() if v is not None})
     return found
 
@@ -58,6 +66,10 @@ def to_entry(state: ProcessState, found: Any) -> RestEntry:
         last_error=found.get("LastError"),
         step=found.get("Step"),
         error_code=found.get("ErrorCode"),
+        phase=Phase(found.get("Phase") or Phase.FORWARD.value),
+        attempt=int(found.get("Attempt", 0)),
+        locked_by=found.get("LockedBy"),
+        complete_by=rows.utc_or_none(found.get("CompleteBy")),
     )
 
 

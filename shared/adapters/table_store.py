@@ -345,34 +345,29 @@ class TableStateStore:
         return tuple(entries[:limit])
 
     async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
-        """Every shard at once, each read up to `limit` past the cursor, merged in
+        """One range read over the `~watch-NN` partitions, which sort together, in
         (shard, order id) order: the cursor is the last order id handed out, whose shard
-        its id names."""
+        its id names. The service follows the range from shard to shard, so this costs
+        what the watch list holds, never the table."""
         await self.ensure_table()
         shards = rows.watch_partitions()
-        first = 0 if continuation is None else shards.index(rows.watch_partition(continuation))
-
-        async def shard(index: int) -> list[Any]:
-            after = continuation if index == first and continuation is not None else ""
-            self.operations["query"] += 1
-            with translated_errors():
-                found: list[Any] = []
-                async for e in self._table.query_entities(
-                    "PartitionKey eq @pk and RowKey gt @after",
-                    parameters={"pk": shards[index], "after": after},
-                    select=_WATCH_COLUMNS,
-                    results_per_page=min(limit + 1, 1000),
-                ):
-                    found.append(e)
-                    if len(found) > limit:
-                        break
-                return found
-
-        read = await asyncio.gather(*(shard(i) for i in range(first, len(shards))))
-        merged = [_watch_entry(e) for found in read for e in found]
-        chosen = merged[: max(limit, 0)]
-        more = len(merged) > len(chosen) and bool(chosen)
-        return WatchPage(tuple(chosen), chosen[-1].order_id if more else None)
+        first = shards[0] if continuation is None else rows.watch_partition(continuation)
+        self.operations["query"] += 1
+        found: list[WatchEntry] = []
+        if limit <= 0:
+            return WatchPage((), None)
+        with translated_errors():  # spaced: the SDK finds parameters between spaces
+            async for e in self._table.query_entities(
+                "PartitionKey ge @first and PartitionKey le @last and "
+                "( PartitionKey gt @first or RowKey gt @after )",
+                parameters={"first": first, "last": shards[-1], "after": continuation or ""},
+                select=[*_WATCH_COLUMNS, "PartitionKey"],
+                results_per_page=min(limit + 1, 1000),
+            ):
+                if len(found) >= limit:
+                    return WatchPage(tuple(found), found[-1].order_id)
+                found.append(_watch_entry(e))
+        return WatchPage(tuple(found), None)
 
     async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
         await self.ensure_table()

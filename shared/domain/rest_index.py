@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Final
 
 from shared.domain.failures import failure_of
-from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.model import OrderProcess, Phase, ProcessState, StateRecord
 from shared.domain.workflow import Workflow
 
 SEP: Final = "|"
@@ -53,10 +53,35 @@ class RestEntry:
     step: str | None = None
     """Error only, with `error_code`: the error group (shared/domain/failures.py)."""
     error_code: str | None = None
+    phase: Phase = Phase.FORWARD
+    attempt: int = 0
+    locked_by: str | None = None
+    complete_by: datetime | None = None
 
     @property
     def key(self) -> str:
         return row_key(self.created_at, self.order_id)
+
+    def state_record(self) -> StateRecord:
+        """The order's state as a listing shows it (GET /api/orders?state=), read from
+        the entry alone: an order at rest does not change until it leaves, and then its
+        entry goes. No outbox or events: a listing never shows them."""
+        return StateRecord(
+            order_id=self.order_id,
+            process_state=self.state,
+            locked_by=self.locked_by,
+            complete_by=self.complete_by,
+            failure_count=self.failure_count,
+            attempt=self.attempt,
+            phase=self.phase,
+            current_step=self.current_step,
+            last_error=self.last_error,
+            version=self.version,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            workflow=self.workflow,
+            workflow_version=self.workflow_version,
+        )
 
 
 def rest_entry(process: OrderProcess, workflow: Workflow | None) -> RestEntry:
@@ -82,6 +107,10 @@ def rest_entry(process: OrderProcess, workflow: Workflow | None) -> RestEntry:
         last_error=state.last_error,
         step=step,
         error_code=code,
+        phase=state.phase,
+        attempt=state.attempt,
+        locked_by=state.locked_by,
+        complete_by=state.complete_by,
     )
 
 

@@ -2,14 +2,16 @@
 and never the size of the table (docs/history.md).
 
 * An order at rest (Processed, Cancelled, Compensated, Error, Suspended) has one rest
-  entry: a page of a rest state is one range read of its partition.
+  entry, which holds what a listing shows: a page of a rest state is one range read of
+  its partition, and no order row is read.
 * An order in flight (Pending, Processing, Compensating) is on the Supervisor's watch
   list, which holds in-flight orders only; its state is read from the order's state row
-  (a point read each), because only a state change writes the row and most of them do
-  not write the watch entry (keeping a state there would cost a write per change).
+  (a point read each), because most state changes (the claim, a step done) do not write
+  the watch entry, so a state kept there would be stale or cost a write per change. A
+  row found at rest is left out: its rest entry shows it.
 
-Either way the rows a view shows are read back, and one that says otherwise is left
-out: the index trails a change by one write at most, and the Supervisor heals it.
+An entry trails its order by one write at most, and the Supervisor heals it
+(docs/history.md).
 """
 
 from __future__ import annotations
@@ -49,9 +51,7 @@ async def orders_in(
         return await store.list_by_state(None, page_size, continuation)
     if state.is_terminal:
         rest = await store.rest_entries(RestRange(state), page_size, continuation)
-        ids, token = [e.order_id for e in rest.items], rest.continuation
-    else:
-        watched = await store.watch_list(page_size, continuation)
-        ids, token = [e.order_id for e in watched.items], watched.continuation
-    states = await store.states(ids)
-    return Page(tuple(s for s in states if s.process_state is state), token)
+        return Page(tuple(e.state_record() for e in rest.items), rest.continuation)
+    watched = await store.watch_list(page_size, continuation)
+    states = await store.states([e.order_id for e in watched.items])
+    return Page(tuple(s for s in states if s.process_state is state), watched.continuation)

@@ -7,10 +7,12 @@ heartbeats and the undelivered note all use it, so the ordering rule is written 
    spare entry only costs the Supervisor a read). Its rest entry goes next, still
    before the save: a crash or a lost race then leaves an order at rest without its
    entry, but watched, and the Supervisor's check writes it again (`finish_rest`),
-   where a drop after the save would leave a stale entry that nothing finds once the
-   order is unwatched at its next rest. An order already moving keeps its watch entry,
-   so a new check time is written after the save: a lost race then writes nothing, and
-   no winner's earlier check is pushed back.
+   where a drop only after the save would leave a stale entry that nothing finds once
+   the order is unwatched at its next rest. It is dropped once more after the save, for
+   an entry written meanwhile by whoever brought the order to that rest (rule 4). An
+   order already moving keeps its watch entry, so a new check time is written after
+   the save: a lost race then writes nothing, and no winner's earlier check is pushed
+   back.
 2. Save on the ETag. A lost race has sent nothing; the change is read and decided again.
 3. Send. A failure leaves the messages in the record's outbox, with deterministic ids:
    the Supervisor (the order is still watched) or a redelivery sends them again, and the
@@ -18,6 +20,8 @@ heartbeats and the undelivered note all use it, so the ordering rule is written 
 4. Once an order come to rest has sent its messages: its rest entry (the views of
    orders at rest read it, docs/history.md), then unwatch, last, so a crash between
    leaves it watched and the Supervisor's check (`finish_rest`) writes the entry again.
+   An Error or Suspended order's row is read once after its entry is written: an
+   operator who moved it on before the entry landed had nothing to drop yet.
    A final order's watch entry goes unconditionally (nothing re-watches it); Error and
    Suspended keep the version check, since an operator may already have moved the
    order on.
@@ -130,6 +134,8 @@ class UnitOfWork:
             await self.customers.rejoin(transition.process, state.updated_at)
         etag = await self.store.save(transition.process, transition.history)
         log_transition(transition)
+        if left is not None:
+            await self.store.drop_rest(left, state.order_id, state.created_at, below=state.version)
         if when is not None and left is None:
             await self.store.watch(state.order_id, when, replace=True, version=state.version)
         return replace(transition.process, etag=etag)
@@ -159,8 +165,22 @@ class UnitOfWork:
             await self.customers.rested(process, self.store, self.bus)
         state = process.state
         await self.store.put_rest(rest_entry(process, workflow_of(state)))
+        if not state.process_state.is_final:
+            await self._moved_on(process)
         version = None if state.process_state.is_final else state.version
         await self.store.unwatch(state.order_id, version)
+
+    async def _moved_on(self, process: OrderProcess) -> None:
+        """An operator may have moved an Error or Suspended order on between its save and
+        its rest entry (dropping an entry not yet written): read the row once, and drop
+        the entry again if so. A final order never moves, so it is spared the read."""
+        state = process.state
+        found = await self.store.states([state.order_id])
+        if not found or found[0].version != state.version:
+            below = found[0].version if found else None
+            await self.store.drop_rest(
+                state.process_state, state.order_id, state.created_at, below=below
+            )
 
 
 def log_transition(transition: Transition) -> None:

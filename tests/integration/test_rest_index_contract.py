@@ -6,7 +6,7 @@ Supervisor's check (docs/history.md)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -57,27 +57,31 @@ class CrashingStore:
     def __init__(self, inner: StateStore) -> None:
         self._inner = inner
         self.crash_on: str | None = None
+        self.meanwhile: dict[str, Callable[[], Awaitable[None]]] = {}
+        """Per call, what another instance does just before it reaches the store (once)."""
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
-    def _crash(self, call: str) -> None:
+    async def _crash(self, call: str) -> None:
+        if call in self.meanwhile:
+            await self.meanwhile.pop(call)()
         if self.crash_on == call:
             self.crash_on = None
             raise Crash(call)
 
     async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
-        self._crash("save")
+        await self._crash("save")
         return await self._inner.save(process, history)
 
     async def put_rest(self, entry: RestEntry) -> None:
-        self._crash("put_rest")
+        await self._crash("put_rest")
         await self._inner.put_rest(entry)
 
     async def drop_rest(
         self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
     ) -> None:
-        self._crash("drop_rest")
+        await self._crash("drop_rest")
         await self._inner.drop_rest(state, order_id, created_at, below=below)
 
 
@@ -207,6 +211,42 @@ async def test_an_order_leaving_a_rest_drops_its_entry_first_and_a_crash_after_h
     await sweep(world.deps())
     assert await filed(store, ProcessState.ERROR) == ["a-2"]
     assert await ids(store, ProcessState.ERROR) == ["a-2"]
+
+
+async def test_a_rest_entry_racing_an_operator_who_moves_the_order_on_does_not_stay(
+    store: StateStore,
+) -> None:
+    crashing = CrashingStore(store)
+    world = a_world(crashing)  # type: ignore[arg-type]
+    await errored(world, "a-1")
+    stale = (await store.rest_entries(RestRange(ProcessState.ERROR), 5, None)).items[0]
+
+    async def late_put() -> None:  # whoever brought it to Error, between drop and save
+        await store.put_rest(stale)
+
+    crashing.meanwhile["save"] = late_put
+    await resubmit_order(world.deps(), "a-1", "ops")
+    assert await filed(store, ProcessState.ERROR) == []
+
+    await claimed(world, "a-2")
+
+    async def resubmitted_before_the_entry() -> None:
+        order = await store.load("a-2")
+        assert order is not None and order.state.process_state is ProcessState.ERROR
+        version = order.state.version + 1
+        moved = replace(order.state, process_state=ProcessState.PENDING, version=version)
+        await store.watch("a-2", world.clock.now(), replace=True, version=version)
+        await store.save(replace(order, state=moved), ())
+
+    crashing.meanwhile["put_rest"] = resubmitted_before_the_entry
+    (reserve,) = agent_requests(world, "a-2")
+    await scheduler.on_reply(world.deps(), a_reply(reserve))
+    (charge,) = agent_requests(world, "a-2")
+    await scheduler.on_reply(world.deps(), a_reply(charge, Outcome.FAILED))
+    (release,) = agent_requests(world, "a-2")
+    await scheduler.on_reply(world.deps(), a_reply(release, Outcome.FAILED))
+    assert await filed(store, ProcessState.ERROR) == []
+    assert await ids(store, ProcessState.PENDING) == ["a-1", "a-2"]
 
 
 async def test_a_range_pages_by_day_and_filters_the_customer(store: StateStore) -> None:
