@@ -280,11 +280,14 @@ class BulkStore(Protocol):
         page_size: int,
         continuation: str | None,
         flt: BulkFilter | None = None,
+        *,
+        whole: bool = True,
     ) -> OrderPage:
         """One page of the orders in `state`, in a stable key order, narrowed by the
         filter's customer and created days where the store can (the caller still checks
-        every order); a page may be short. Raises ValueError for a continuation it did
-        not hand out."""
+        every order); a page may be short. `whole=False`: orders at rest may come as
+        their rest entries show them, without steps or items, and no order is read.
+        Raises ValueError for a continuation it did not hand out."""
         ...
 
     async def lease(self) -> Lease | None:

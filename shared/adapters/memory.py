@@ -269,8 +269,10 @@ class InMemoryBulkStore:
         page_size: int,
         continuation: str | None,
         flt: BulkFilter | None = None,
+        *,
+        whole: bool = True,
     ) -> OrderPage:
-        return await bulk_scan.orders(self._store, state, page_size, continuation, flt)
+        return await bulk_scan.orders(self._store, state, page_size, continuation, flt, whole=whole)
 
     async def lease(self) -> Lease | None:
         await asyncio.sleep(0)

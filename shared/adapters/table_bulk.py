@@ -94,8 +94,10 @@ class TableBulkStore:
         page_size: int,
         continuation: str | None,
         flt: BulkFilter | None = None,
+        *,
+        whole: bool = True,
     ) -> OrderPage:
-        return await bulk_scan.orders(self._store, state, page_size, continuation, flt)
+        return await bulk_scan.orders(self._store, state, page_size, continuation, flt, whole=whole)
 
     async def lease(self) -> Lease | None:
         await self._store.ensure_table()

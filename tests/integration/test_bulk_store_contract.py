@@ -157,6 +157,11 @@ async def test_a_rest_state_is_read_from_its_entries_narrowed_by_customer_and_da
     assert await found(BulkFilter(customer_id="ann")) == ["e-0", "e-2"]
     day_two = BulkFilter(created_from=T0 + timedelta(days=1), created_to=T0 + timedelta(days=2))
     assert await found(day_two) == ["e-2"]
+    shown = await jobs.orders(ProcessState.ERROR, 10, None, BulkFilter(), whole=False)
+    assert [(p.order_id, p.steps) for p in shown.items] == [(f"e-{i}", ()) for i in range(4)], (
+        "as the entries show them, the one not yet dropped too"
+    )
+    assert shown.items[0].order.customer_id == "ann"
     first = await jobs.orders(ProcessState.ERROR, 2, None)
     rest = await jobs.orders(ProcessState.ERROR, 2, first.continuation)
     assert [p.order_id for p in (*first.items, *rest.items)] == ["e-0", "e-1", "e-2"]
