@@ -17,11 +17,12 @@ heartbeats and the undelivered note all use it, so the ordering rule is written 
 3. Send. A failure leaves the messages in the record's outbox, with deterministic ids:
    the Supervisor (the order is still watched) or a redelivery sends them again, and the
    broker drops what already went.
-4. Once an order come to rest has sent its messages: its rest entry (the views of
-   orders at rest read it, docs/history.md), then unwatch, last, so a crash between
-   leaves it watched and the Supervisor's check (`finish_rest`) writes the entry again.
-   An Error or Suspended order's row is read once after its entry is written: an
-   operator who moved it on before the entry landed had nothing to drop yet.
+4. An order come to rest gets its rest entry right after its save, before its sends
+   (the views of orders at rest read it, docs/history.md), and is unwatched last, once
+   its messages went out: a crash anywhere between leaves it watched, and the
+   Supervisor's check (`finish_rest`) writes the entry and sends again. An Error or
+   Suspended order's row is read once after its entry is written: an operator who
+   moved it on before the entry landed had nothing to drop yet.
    A final order's watch entry goes unconditionally (nothing re-watches it); Error and
    Suspended keep the version check, since an operator may already have moved the
    order on.
@@ -141,7 +142,10 @@ class UnitOfWork:
         return replace(transition.process, etag=etag)
 
     async def deliver(self, transition: Transition) -> None:
-        """Rules 3 and 4: send, then unwatch an order come to rest."""
+        """Rules 3 and 4: an order come to rest gets its rest entry; send; then it
+        leaves the watch list."""
+        if transition.is_terminal:
+            await self._file(transition.process)
         if transition.outgoing:
             await self.bus.send(transition.outgoing)
         if transition.is_terminal:
@@ -154,19 +158,26 @@ class UnitOfWork:
 
     async def finish_rest(self, process: OrderProcess) -> None:
         """Rules 3 and 4 for an order stored at rest whose delivery may have stopped
-        short (the Supervisor finds it still watched): its outbox again, then the rest."""
+        short (the Supervisor finds it still watched): its rest entry and its outbox
+        again, then the rest."""
+        await self._file(process)
         await self.resend(process)
         await self._rest(process)
 
-    async def _rest(self, process: OrderProcess) -> None:
-        """The order came to rest and its messages went out: it leaves its customer's
-        count, gets its rest entry, then leaves the watch list."""
-        if self.customers is not None:
-            await self.customers.rested(process, self.store, self.bus)
+    async def _file(self, process: OrderProcess) -> None:
+        """The order came to rest: its rest entry, right after its save, so the views
+        of its state trail the row by this one write."""
         state = process.state
         await self.store.put_rest(rest_entry(process, workflow_of(state)))
         if not state.process_state.is_final:
             await self._moved_on(process)
+
+    async def _rest(self, process: OrderProcess) -> None:
+        """The order came to rest and its messages went out: it leaves its customer's
+        count, then the watch list."""
+        if self.customers is not None:
+            await self.customers.rested(process, self.store, self.bus)
+        state = process.state
         version = None if state.process_state.is_final else state.version
         await self.store.unwatch(state.order_id, version)
 
