@@ -186,10 +186,6 @@ class InMemoryStateStore:
                 chosen.append(entries[key])
         return RestPage(tuple(chosen), None)
 
-    def rest_index(self) -> dict[str, ProcessState]:
-        """Every rest entry's order and the state it is filed under (tests, chaos)."""
-        return {e.order_id: s for s, entries in self._rest.items() for e in entries.values()}
-
     async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
         await asyncio.sleep(0)
         self.operations["write"] += 1

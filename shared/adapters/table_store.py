@@ -498,8 +498,3 @@ def _decode_token(token: str | None) -> Any:
         return jsonbounds.loads(base64.urlsafe_b64decode(token.encode()))
     except ValueError:
         raise ValueError("invalid continuation token") from None
-
-
-encode_token = _encode_token
-decode_token = _decode_token
-"""Public for the bulk jobs' scan, which pages through the same table the same way."""

@@ -28,9 +28,6 @@ END: Final = "~"
 """Sorts after every character of a day and an order id's first character."""
 
 REST_STATES: Final = tuple(s for s in ProcessState if s.is_terminal)
-LEAVABLE: Final = tuple(s for s in REST_STATES if not s.is_final)
-"""The rests an operator moves an order on from (Error, Suspended): the only states a
-stale entry can be left in."""
 
 
 @dataclass(frozen=True)

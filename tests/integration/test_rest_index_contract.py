@@ -29,6 +29,7 @@ from shared.usecases.status_page import ops_snapshot
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
+from tests.unit.test_failures import time_out_at_payment
 
 AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))
 
@@ -342,3 +343,15 @@ async def test_the_backfill_files_orders_stored_at_rest_before_the_index(
     assert (await backfill_page(store, 10, None)).written == 2  # a repeat rewrites the same
     assert await filed(store, ProcessState.PROCESSED) == ["d-1"]
     assert await ids(store, ProcessState.PROCESSING) == ["b-1"]
+
+
+async def test_an_order_the_supervisor_gives_up_on_is_filed_under_error(
+    store: StateStore,
+) -> None:
+    world = World()
+    world.store = store  # type: ignore[assignment]
+    await time_out_at_payment(world, "t-1")
+    report = await group_failures(store)
+    assert [(g.step, g.error_code, g.count) for g in report.groups] == [
+        ("charge-payment", "timeout", 1)
+    ]
