@@ -264,7 +264,10 @@ class TableStateStore:
     async def list_by_state(
         self, state: ProcessState | None, page_size: int, continuation: str | None
     ) -> Page:
-        """An operator query: it filters state rows server-side, page by page."""
+        """A scan of every state row (with a state, filtered server-side), page by page:
+        left for `GET /api/orders` without a state, the rest index's backfill and the
+        workflow-version check; the views of one state read the rest index and the watch
+        list instead (shared/usecases/order_views.py)."""
         await self.ensure_table()
         query = "RowKey eq @row" + (" and ProcessState eq @state" if state else "")
         parameters = {"row": rows.STATE_ROW, **({"state": state.value} if state else {})}
