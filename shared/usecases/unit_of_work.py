@@ -184,14 +184,22 @@ class UnitOfWork:
     async def _moved_on(self, process: OrderProcess) -> None:
         """An operator may have moved an Error or Suspended order on between its save and
         its rest entry (dropping an entry not yet written): read the row once, and drop
-        the entry again if so. A final order never moves, so it is spared the read."""
+        the entry again if so. A row still in this rest at a later version may have had
+        its own entry overwritten by this older one: it is written again from the row.
+        A final order never moves, so it is spared the read."""
         state = process.state
         found = await self.store.states([state.order_id])
-        if not found or found[0].version != state.version:
-            below = found[0].version if found else None
-            await self.store.drop_rest(
-                state.process_state, state.order_id, state.created_at, below=below
-            )
+        if found and found[0].version == state.version:
+            return
+        if found and found[0].process_state is state.process_state:
+            fresh = await self.store.load(state.order_id)
+            if fresh is not None and fresh.state.process_state is state.process_state:
+                await self.store.put_rest(rest_entry(fresh, workflow_of(fresh.state)))
+                return
+        below = found[0].version if found else None
+        await self.store.drop_rest(
+            state.process_state, state.order_id, state.created_at, below=below
+        )
 
 
 def log_transition(transition: Transition) -> None:

@@ -17,7 +17,7 @@ from shared.adapters.memory import InMemoryHealthStore, InMemoryStateStore
 from shared.adapters.table_store import TableStateStore
 from shared.contract import agent_queue
 from shared.domain.model import HistoryEntry, OrderProcess, Outcome, Outgoing, ProcessState
-from shared.domain.rest_index import RestEntry, RestRange
+from shared.domain.rest_index import RestEntry, RestRange, rest_entry
 from shared.ports import StateStore
 from shared.settings import azurite_connection_string
 from shared.usecases import scheduler
@@ -355,3 +355,30 @@ async def test_an_order_the_supervisor_gives_up_on_is_filed_under_error(
     assert [(g.step, g.error_code, g.count) for g in report.groups] == [
         ("charge-payment", "timeout", 1)
     ]
+
+
+async def test_an_older_entry_landing_over_a_newer_one_of_the_same_rest_is_written_again(
+    store: StateStore,
+) -> None:
+    crashing = CrashingStore(store)
+    world = a_world(crashing)  # type: ignore[arg-type]
+    await claimed(world, "a-3")
+
+    async def changed_again_at_rest() -> None:  # e.g. an operator's migrate, entry and all
+        order = await store.load("a-3")
+        assert order is not None and order.state.process_state is ProcessState.ERROR
+        newer = replace(order.state, version=order.state.version + 1, failure_count=9)
+        await store.save(replace(order, state=newer), ())
+        await store.put_rest(rest_entry(replace(order, state=newer), None))
+
+    crashing.meanwhile["put_rest"] = changed_again_at_rest
+    (reserve,) = agent_requests(world, "a-3")
+    await scheduler.on_reply(world.deps(), a_reply(reserve))
+    (charge,) = agent_requests(world, "a-3")
+    await scheduler.on_reply(world.deps(), a_reply(charge, Outcome.FAILED))
+    (release,) = agent_requests(world, "a-3")
+    await scheduler.on_reply(world.deps(), a_reply(release, Outcome.FAILED))
+    (entry,) = (await store.rest_entries(RestRange(ProcessState.ERROR), 5, None)).items
+    row = await store.load("a-3")
+    assert row is not None
+    assert (entry.version, entry.failure_count) == (row.state.version, 9)
