@@ -26,8 +26,17 @@ from typing import Any
 from bench._activity import GroupClock, scale_group
 from shared import bootstrap
 from shared.adapters import table_rows
-from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
-from shared.ports import ConcurrencyConflict, MessageBus, Page, Poison, StateStore, WatchEntry
+from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState, StateRecord
+from shared.domain.rest_index import RestEntry, RestPage, RestRange
+from shared.ports import (
+    ConcurrencyConflict,
+    MessageBus,
+    Page,
+    Poison,
+    StateStore,
+    WatchEntry,
+    WatchPage,
+)
 
 ROLE: contextvars.ContextVar[str] = contextvars.ContextVar("bench_role", default="(outside)")
 
@@ -44,6 +53,11 @@ TABLE_KIND = {
     "list_by_state": "query",
     "due": "query",
     "ping": "point read",
+    "put_rest": "write",
+    "drop_rest": "write",
+    "rest_entries": "query",
+    "watch_list": "query",
+    "states": "point read",
 }
 
 
@@ -214,10 +228,42 @@ class CountingStore:
             "watch",
             1,
             self.inner.watch(
-                order_id, check_at, replace=replace, version=version, customer=customer
+                order_id,
+                check_at,
+                replace=replace,
+                version=version,
+                customer=customer,
             ),
         )
         return wrote
+
+    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
+        result: WatchPage = await self._timed(
+            "watch_list", 0, self.inner.watch_list(limit, continuation)
+        )
+        return result
+
+    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
+        result: tuple[StateRecord, ...] = await self._timed(
+            "states", len(order_ids), self.inner.states(order_ids)
+        )
+        return result
+
+    async def put_rest(self, entry: RestEntry) -> None:
+        await self._timed("put_rest", 1, self.inner.put_rest(entry))
+
+    async def drop_rest(
+        self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
+    ) -> None:
+        await self._timed(
+            "drop_rest", 1, self.inner.drop_rest(state, order_id, created_at, below=below)
+        )
+
+    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
+        result: RestPage = await self._timed(
+            "rest_entries", 0, self.inner.rest_entries(keys, limit, continuation)
+        )
+        return result
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
         await self._timed("rewatch", 1, self.inner.rewatch(order_id, check_at, version=version))

@@ -18,6 +18,7 @@ from shared.adapters import table_rows as rows
 from shared.adapters.table_store import TableStateStore
 from shared.contract import Queue
 from shared.domain.model import OrderProcess, ProcessState, StateRecord
+from shared.domain.rest_index import REST_STATES, RestRange
 
 PAGE_SIZE = 1000
 
@@ -75,6 +76,20 @@ class StoreReader:
             continuation = page.continuation
             if continuation is None:
                 return found
+
+    async def rest_index(self) -> dict[str, tuple[ProcessState, ...]]:
+        """Every rest entry, by order: one range read per rest state and page."""
+        filed: dict[str, list[ProcessState]] = {}
+        for state in REST_STATES:
+            continuation: str | None = None
+            while True:
+                page = await self.store.rest_entries(RestRange(state), PAGE_SIZE, continuation)
+                for entry in page.items:
+                    filed.setdefault(entry.order_id, []).append(state)
+                continuation = page.continuation
+                if continuation is None:
+                    break
+        return {order_id: tuple(states) for order_id, states in filed.items()}
 
     async def watched(self) -> int:
         """Orders still on the Supervisor's watch list (their outbox may be unsent)."""

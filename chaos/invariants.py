@@ -666,6 +666,25 @@ def finished_orders_reconcile(obs: Observations) -> InvariantResult:
     )
 
 
+def rest_index_agrees_with_state_rows(obs: Observations) -> InvariantResult:
+    """At the end, every order at rest has one rest entry, in its state, and nothing
+    else has one: every crash between a state write and its rest entry's write or drop
+    (the chaos store injects them there) was healed (docs/history.md)."""
+    if obs.rest_index is None:
+        return _result("the rest index agrees with the state rows", 0, [])
+    violations: list[str] = []
+    for order_id, process in sorted(obs.processes.items()):
+        state = process.state.process_state
+        wanted = (state,) if state.is_terminal else ()
+        held = tuple(sorted(obs.rest_index.get(order_id, ())))
+        if held != wanted:
+            filed = ", ".join(s.value for s in held) or "no entry"
+            violations.append(f"{order_id}: {state.value} in its row, but filed as {filed}")
+    for order_id in sorted(set(obs.rest_index) - set(obs.processes)):
+        violations.append(f"{order_id}: a rest entry but no row")
+    return _result("the rest index agrees with the state rows", len(obs.processes), violations)
+
+
 CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     no_accepted_order_lost,
     all_terminal_within_bound,
@@ -685,6 +704,7 @@ CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     accepted_events_kept,
     shipments_wait_for_not_before,
     finished_orders_reconcile,
+    rest_index_agrees_with_state_rows,
 )
 
 

@@ -164,6 +164,9 @@ class Observations:
     past-pivot" (refused: the pivot may have applied), "failed"..."""
     events: tuple[SentEvent, ...] = ()
     """Every event answered 202 (each eventId once, first 202 first)."""
+    rest_index: Mapping[str, tuple[ProcessState, ...]] | None = None
+    """The rest index at the end: per order, the rest states it has an entry in (None:
+    not read)."""
 
     def decision(self, order_id: str) -> bool | None:
         """The approval the order's first accepted event carries (the one its review

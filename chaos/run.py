@@ -691,6 +691,7 @@ async def _observe(
     states = await run.reader.states()
     ids = {s.order_id for s in states} | set(run.accepted)
     processes = await run.reader.processes(ids)
+    rest_index = await run.reader.rest_index()
     simulator = system.simulator(run.session)
     effects = await collect.effects(simulator)
     reconciled = await _reconcile(run)
@@ -715,6 +716,7 @@ async def _observe(
         workflows={w.name: w for w in run.config.mix},
         cancel_answers={k: tuple(v) for k, v in run.result.cancel_answers.items()},
         events=tuple(run.result.events),
+        rest_index=rest_index,
     )
     logs = count_log_lines(system.runtime_logs())
     answers = run.result.event_answers

@@ -9,6 +9,7 @@ from typing import Protocol
 
 from shared.domain.archive import ArchiveCursor, ArchivedEntry, ArchivedOrder
 from shared.domain.bulk import BulkJob, JobState, Lease
+from shared.domain.bulk_request import BulkFilter
 from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy, Promoted
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
 from shared.domain.in_doubt import RemoteOutcome
@@ -22,6 +23,7 @@ from shared.domain.model import (
     StateRecord,
 )
 from shared.domain.reconcile import ReconcileRun
+from shared.domain.rest_index import RestEntry, RestPage, RestRange
 
 
 class StateStoreError(Exception):
@@ -109,6 +111,12 @@ class WatchEntry:
     finds the order missing gives that customer's count back (docs/fairness.md)."""
 
 
+@dataclass(frozen=True)
+class WatchPage:
+    items: tuple[WatchEntry, ...]
+    continuation: str | None
+
+
 class Clock(Protocol):
     def now(self) -> datetime: ...
 
@@ -175,6 +183,34 @@ class StateStore(Protocol):
         ignored. The Supervisor's way to drop the entry of an order it found missing."""
         ...
 
+    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
+        """The watch list in key order, whatever the check times: the in-flight orders
+        (and, until healed, an order whose delivery stopped short of its rest)."""
+        ...
+
+    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
+        """The state records of these orders, in that order (point reads, all at once);
+        an order gone meanwhile is left out."""
+        ...
+
+    async def put_rest(self, entry: RestEntry) -> None:
+        """Write (or replace) the rest entry of an order come to rest."""
+        ...
+
+    async def drop_rest(
+        self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
+    ) -> None:
+        """Delete the order's entry in `state`'s rest (with `below`, only one written for
+        an earlier state version: the change that made it has been saved); one already
+        gone is no error."""
+        ...
+
+    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
+        """Up to `limit` entries in the range, in key order, by one range read (the
+        customer filtered server-side); raises ValueError for a cursor it did not hand
+        out."""
+        ...
+
     async def ping(self) -> None:
         """Raise StoreUnavailable unless the store answers."""
         ...
@@ -239,10 +275,19 @@ class BulkStore(Protocol):
         ...
 
     async def orders(
-        self, state: ProcessState, page_size: int, continuation: str | None
+        self,
+        state: ProcessState,
+        page_size: int,
+        continuation: str | None,
+        flt: BulkFilter | None = None,
+        *,
+        whole: bool = True,
     ) -> OrderPage:
-        """One page of the orders in `state`, in a stable key order; raises ValueError
-        for a continuation it did not hand out."""
+        """One page of the orders in `state`, in a stable key order, narrowed by the
+        filter's customer and created days where the store can (the caller still checks
+        every order); a page may be short. `whole=False`: orders at rest may come as
+        their rest entries show them, without steps or items, and no order is read.
+        Raises ValueError for a continuation it did not hand out."""
         ...
 
     async def lease(self) -> Lease | None:

@@ -12,8 +12,9 @@ import random
 from collections.abc import Sequence
 from datetime import datetime
 
-from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
-from shared.ports import MessageBus, Page, Poison, StateStore, WatchEntry
+from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState, StateRecord
+from shared.domain.rest_index import RestEntry, RestPage, RestRange
+from shared.ports import MessageBus, Page, Poison, StateStore, WatchEntry, WatchPage
 
 
 class ChaosFault(RuntimeError):
@@ -69,7 +70,11 @@ class ChaosStateStore:
         customer: str = "",
     ) -> bool:
         return await self._inner.watch(
-            order_id, check_at, replace=replace, version=version, customer=customer
+            order_id,
+            check_at,
+            replace=replace,
+            version=version,
+            customer=customer,
         )
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
@@ -89,6 +94,25 @@ class ChaosStateStore:
     async def unwatch_entry(self, entry: WatchEntry) -> None:
         self.dice.roll("before dropping a missing order's watch entry")
         await self._inner.unwatch_entry(entry)
+
+    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
+        return await self._inner.watch_list(limit, continuation)
+
+    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
+        return await self._inner.states(order_ids)
+
+    async def put_rest(self, entry: RestEntry) -> None:
+        self.dice.roll("before writing a rest entry, after the state")
+        await self._inner.put_rest(entry)
+
+    async def drop_rest(
+        self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
+    ) -> None:
+        self.dice.roll("before dropping the rest entry of an order leaving it")
+        await self._inner.drop_rest(state, order_id, created_at, below=below)
+
+    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
+        return await self._inner.rest_entries(keys, limit, continuation)
 
     async def ping(self) -> None:
         await self._inner.ping()

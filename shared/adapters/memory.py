@@ -7,15 +7,19 @@ them at full speed exercise real concurrency rules, not a looser imitation.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from shared.adapters import bulk_scan
 from shared.domain.bulk import BulkJob, JobState, Lease
+from shared.domain.bulk_request import BulkFilter
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
-from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
+from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState, StateRecord
+from shared.domain.rest_index import RestEntry, RestPage, RestRange, row_key
 from shared.ports import (
     AlreadyExists,
     BusUnavailable,
@@ -24,6 +28,7 @@ from shared.ports import (
     Page,
     Poison,
     WatchEntry,
+    WatchPage,
 )
 
 
@@ -34,6 +39,9 @@ class InMemoryStateStore:
         self._watch: dict[str, tuple[datetime, str, int]] = {}
         self._customers: dict[str, str] = {}
         """Whose order each entry is, as the intake wrote it (WatchEntry.customer)."""
+        self._rest: dict[ProcessState, dict[str, RestEntry]] = {}
+        self._rest_keys: dict[ProcessState, list[str]] = {}
+        """Each rest's keys, sorted: a range read is a bisection."""
         self._etags = itertools.count(1)
         self.operations: Counter[str] = Counter()
 
@@ -116,13 +124,67 @@ class InMemoryStateStore:
         await asyncio.sleep(0)
         self.operations["query"] += 1
         found = sorted(
-            (
-                WatchEntry(order_id, at, etag, v, self._customers.get(order_id, ""))
-                for order_id, (at, etag, v) in self._watch.items()
-            ),
+            (self._entry(order_id) for order_id in self._watch),
             key=lambda e: (e.check_at, e.order_id),
         )
         return tuple(e for e in found if e.check_at <= now)[:limit]
+
+    def _entry(self, order_id: str) -> WatchEntry:
+        at, etag, version = self._watch[order_id]
+        customer = self._customers.get(order_id, "")
+        return WatchEntry(order_id, at, etag, version, customer)
+
+    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
+        await asyncio.sleep(0)
+        self.operations["query"] += 1
+        ids = sorted(i for i in self._watch if continuation is None or i > continuation)
+        chosen = ids[: max(limit, 0)]
+        more = len(ids) > len(chosen) and bool(chosen)
+        return WatchPage(tuple(map(self._entry, chosen)), chosen[-1] if more else None)
+
+    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
+        await asyncio.sleep(0)
+        self.operations["read"] += len(order_ids)
+        found = (self._records.get(i) for i in order_ids)
+        return tuple(f[0].state for f in found if f is not None)
+
+    async def put_rest(self, entry: RestEntry) -> None:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        entries = self._rest.setdefault(entry.state, {})
+        if entry.key not in entries:
+            bisect.insort(self._rest_keys.setdefault(entry.state, []), entry.key)
+        entries[entry.key] = entry
+
+    async def drop_rest(
+        self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
+    ) -> None:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        key = row_key(created_at, order_id)
+        entries = self._rest.get(state, {})
+        found = entries.get(key)
+        if found is None or (below is not None and found.version >= below):
+            return
+        del entries[key]
+        keys = self._rest_keys[state]
+        keys.pop(bisect.bisect_left(keys, key))
+
+    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
+        await asyncio.sleep(0)
+        self.operations["query"] += 1
+        start, inclusive = keys.start(continuation)
+        sorted_keys = self._rest_keys.get(keys.state, [])
+        at = (bisect.bisect_left if inclusive else bisect.bisect_right)(sorted_keys, start)
+        end = bisect.bisect_left(sorted_keys, keys.hi)
+        entries = self._rest[keys.state] if sorted_keys else {}
+        chosen: list[RestEntry] = []
+        for key in sorted_keys[at:end]:
+            if len(chosen) >= limit:
+                return RestPage(tuple(chosen), chosen[-1].key if chosen else None)
+            if keys.holds(entries[key]):
+                chosen.append(entries[key])
+        return RestPage(tuple(chosen), None)
 
     async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
         await asyncio.sleep(0)
@@ -198,16 +260,15 @@ class InMemoryBulkStore:
         )
 
     async def orders(
-        self, state: ProcessState, page_size: int, continuation: str | None
+        self,
+        state: ProcessState,
+        page_size: int,
+        continuation: str | None,
+        flt: BulkFilter | None = None,
+        *,
+        whole: bool = True,
     ) -> OrderPage:
-        await asyncio.sleep(0)
-        if continuation is not None and not continuation.startswith("after:"):
-            raise ValueError("invalid continuation token")
-        after = continuation[len("after:") :] if continuation else None
-        page = await self._store.list_by_state(state, page_size, after)
-        processes = [await self._store.load(s.order_id) for s in page.items]
-        items = tuple(p for p in processes if p is not None)
-        return OrderPage(items, f"after:{page.continuation}" if page.continuation else None)
+        return await bulk_scan.orders(self._store, state, page_size, continuation, flt, whole=whole)
 
     async def lease(self) -> Lease | None:
         await asyncio.sleep(0)

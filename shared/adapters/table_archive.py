@@ -2,9 +2,10 @@
 
 Candidates are the state rows' own server-side filter: `RowKey eq 'state'` and, per
 archivable state, `ProcessState eq s and UpdatedAt lt cutoff(s)`, at most
-`CANDIDATE_PAGES` service pages per call. Like the operator's views it is a scan of the
-table on the service's side (issue 26); once the state index lands it should read the
-index's by-state range instead, oldest first.
+`CANDIDATE_PAGES` service pages per call. It is still a scan of the table on the
+service's side (issue 26); the rest index's range of each state (shared/domain/
+rest_index.py, oldest created day first) could replace it. The purge of an order drops
+its rest entry after its rows (shared/usecases/archive.py).
 
 The cursor is one row, `~archive` / `~cursor`: the holder of the run and until when, and
 the page in flight (its name and its orders with the ETags read), each write

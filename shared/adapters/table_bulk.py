@@ -8,9 +8,8 @@ properties; the counters are real properties, so a progress read is one point re
 The runners' lease is one more row there, RowKey `~lease` (no bulk id starts with `~`,
 and it has no `State`, so the jobs' query never returns it).
 
-The scan is the state store's own operator query (state rows, filtered server-side by
-`ProcessState`), one page per call with the service's continuation; whole entities are
-read because the filter needs the customer id and the preview the steps.
+The orders a job works through are found where the operator's views find them
+(shared/adapters/bulk_scan.py): never by a filter over every state row.
 """
 
 from __future__ import annotations
@@ -24,10 +23,11 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableClient
 
+from shared.adapters import bulk_scan
 from shared.adapters import table_rows as rows
 from shared.adapters.table_conditional import put_row
 from shared.adapters.table_errors import refused_status, translated_errors
-from shared.adapters.table_store import TableStateStore, decode_token, encode_token
+from shared.adapters.table_store import TableStateStore
 from shared.domain.bulk import BulkJob, Cursor, JobState, Lease
 from shared.domain.bulk_request import BulkAction, BulkFilter, parse_filter
 from shared.domain.model import ProcessState
@@ -89,22 +89,15 @@ class TableBulkStore:
         return tuple(_to_job(e) for e in found)
 
     async def orders(
-        self, state: ProcessState, page_size: int, continuation: str | None
+        self,
+        state: ProcessState,
+        page_size: int,
+        continuation: str | None,
+        flt: BulkFilter | None = None,
+        *,
+        whole: bool = True,
     ) -> OrderPage:
-        await self._store.ensure_table()
-        token = decode_token(continuation)
-        with translated_errors():
-            pager: Any = self._table.query_entities(
-                "RowKey eq @row and ProcessState eq @state",
-                parameters={"row": rows.STATE_ROW, "state": state.value},
-                results_per_page=page_size,
-            ).by_page(continuation_token=token)
-            entities = []
-            async for page in pager:
-                entities = [e async for e in page]
-                break
-            next_token = pager.continuation_token
-        return OrderPage(await self._store.processes(entities), encode_token(next_token))
+        return await bulk_scan.orders(self._store, state, page_size, continuation, flt, whole=whole)
 
     async def lease(self) -> Lease | None:
         await self._store.ensure_table()

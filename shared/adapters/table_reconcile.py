@@ -1,12 +1,8 @@
 """Reconciliation on Azure Table Storage: the sample of finished orders, and the runs.
 
-The sample is the state rows' own server-side filter (finished `ProcessState`, `UpdatedAt`
-at or after the window's start), starting at a random `PartitionKey` (the order id) and
-wrapping round once, at most `SAMPLE_PAGES` pages each way. The service scans within
-those pages, not the caller: a run asks for at most 2 x `SAMPLE_PAGES` pages, however
-many orders the table holds (a page may come back short or empty when few rows match;
-then the sample is smaller, never the cost larger). Whole state entities are read, since
-the check needs each step's agent.
+The sample reads the finished states' rest entries of the window's days
+(shared/adapters/finished_sample.py), never a filter over every state row, then loads
+the sampled orders, since the check needs each step's agent.
 
 Runs are rows in the state table's `~reconcile` partition (RowKey: inverted start time
 and instance, newest first, as the Supervisor's sweeps), each with its first
@@ -22,26 +18,19 @@ from typing import Any, Final
 
 from azure.data.tables import TableTransactionError, UpdateMode
 
-from shared.adapters import table_rows as rows
+from shared.adapters.finished_sample import finished_sample
 from shared.adapters.table_errors import refused_with, translated_errors
 from shared.adapters.table_health import sweep_row_key
 from shared.adapters.table_rows import utc
 from shared.adapters.table_store import TableStateStore
 from shared.domain.model import OrderProcess, ProcessState
-from shared.domain.reconcile import FINISHED, MISMATCH_REASON, Mismatch, ReconcileRun
+from shared.domain.reconcile import MISMATCH_REASON, Mismatch, ReconcileRun
 
 RECONCILE_PARTITION: Final = "~reconcile"
-SAMPLE_PAGES: Final = 4
-"""Pages read each way round from the random start: the bound on one sample's reads."""
 KEPT_MISMATCHES: Final = 50
 """Mismatches kept per run (the alerts carry every one): a row stays well under 1 MB."""
 RUN_RETENTION: Final = timedelta(days=7)
 _PRUNE_BATCH: Final = 25
-
-_FILTER: Final = (  # the SDK substitutes @names between spaces: no "(@x"
-    "RowKey eq @row and UpdatedAt ge @since and "
-    f"( {' or '.join(f'ProcessState eq @s{i}' for i in range(len(FINISHED)))} )"
-)
 
 
 class TableReconcileStore:
@@ -54,30 +43,7 @@ class TableReconcileStore:
     async def finished_sample(
         self, since: datetime, start: str, limit: int
     ) -> tuple[OrderProcess, ...]:
-        if limit <= 0:
-            return ()
-        await self._store.ensure_table()
-        found = await self._scan("PartitionKey ge @start", since, start, limit)
-        if len(found) < limit:
-            found += await self._scan("PartitionKey lt @start", since, start, limit - len(found))
-        return await self._store.processes(found)
-
-    async def _scan(self, where: str, since: datetime, start: str, limit: int) -> list[Any]:
-        parameters: dict[str, Any] = {"row": rows.STATE_ROW, "since": since, "start": start}
-        parameters.update({f"s{i}": s.value for i, s in enumerate(FINISHED)})
-        found: list[Any] = []
-        with translated_errors():
-            pager: Any = self._store.table.query_entities(
-                f"{where} and {_FILTER}", parameters=parameters, results_per_page=limit
-            ).by_page()
-            pages = 0
-            async for page in pager:
-                async for entity in page:
-                    found.append(entity)
-                pages += 1
-                if len(found) >= limit or pages >= SAMPLE_PAGES:
-                    break
-        return found[:limit]
+        return await finished_sample(self._store, since, start, limit)
 
     async def record_run(self, run: ReconcileRun) -> None:
         await self._store.ensure_table()

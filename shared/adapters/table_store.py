@@ -32,6 +32,7 @@ from azure.data.tables import TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
 from shared import jsonbounds
+from shared.adapters import table_rest
 from shared.adapters import table_rows as rows
 from shared.adapters.table_errors import (
     Refusal,
@@ -40,12 +41,14 @@ from shared.adapters.table_errors import (
     translated_errors,
 )
 from shared.domain.model import HistoryEntry, OrderProcess, ProcessState, StateRecord
+from shared.domain.rest_index import RestEntry, RestPage, RestRange, row_key
 from shared.ports import (
     AlreadyExists,
     ConcurrencyConflict,
     Page,
     StateStoreError,
     WatchEntry,
+    WatchPage,
 )
 
 LIST_CHUNK = 200
@@ -269,8 +272,11 @@ class TableStateStore:
     async def list_by_state(
         self, state: ProcessState | None, page_size: int, continuation: str | None
     ) -> Page:
-        """An operator query: it filters state rows server-side, page by page, each page
-        read `LIST_CHUNK` rows at a time."""
+        """A scan of every state row (with a state, filtered server-side), page by page,
+        each page read `LIST_CHUNK` rows at a time: left for `GET /api/orders` without a
+        state, the rest index's backfill and the workflow-version check; the views of one
+        state read the rest index and the watch list instead
+        (shared/usecases/order_views.py)."""
         await self.ensure_table()
         query = "RowKey eq @row" + (" and ProcessState eq @state" if state else "")
         parameters = {"row": rows.STATE_ROW, **({"state": state.value} if state else {})}
@@ -344,24 +350,73 @@ class TableStateStore:
                 self._query(
                     "PartitionKey eq @pk and CheckAt le @now",
                     {"pk": partition, "now": now},
-                    select=["RowKey", "CheckAt", "StateVersion", "Customer"],
+                    select=_WATCH_COLUMNS,
                 )
                 for partition in rows.watch_partitions()
             )
         )
-        entries = [
-            WatchEntry(
-                e["RowKey"],
-                e["CheckAt"],
-                e.metadata["etag"],
-                int(e.get("StateVersion", 0)),
-                str(e.get("Customer") or ""),
-            )
-            for shard in found
-            for e in shard
-        ]
+        entries = [_watch_entry(e) for shard in found for e in shard]
         entries.sort(key=lambda e: (e.check_at, e.order_id))
         return tuple(entries[:limit])
+
+    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
+        """One range read over the `~watch-NN` partitions, which sort together, in
+        (shard, order id) order: the cursor is the last order id handed out, whose shard
+        its id names. The service follows the range from shard to shard, so this costs
+        what the watch list holds, never the table."""
+        await self.ensure_table()
+        shards = rows.watch_partitions()
+        first = shards[0] if continuation is None else rows.watch_partition(continuation)
+        self.operations["query"] += 1
+        found: list[WatchEntry] = []
+        if limit <= 0:
+            return WatchPage((), None)
+        with translated_errors():  # spaced: the SDK finds parameters between spaces
+            async for e in self._table.query_entities(
+                "PartitionKey ge @first and PartitionKey le @last and "
+                "( PartitionKey gt @first or RowKey gt @after )",
+                parameters={"first": first, "last": shards[-1], "after": continuation or ""},
+                select=[*_WATCH_COLUMNS, "PartitionKey"],
+                results_per_page=min(limit + 1, 1000),
+            ):
+                if len(found) >= limit:
+                    return WatchPage(tuple(found), found[-1].order_id)
+                found.append(_watch_entry(e))
+        return WatchPage(tuple(found), None)
+
+    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
+        await self.ensure_table()
+
+        async def state(order_id: str) -> Any:
+            self.operations["read"] += 1
+            with translated_errors():
+                try:
+                    found = await self._table.get_entity(
+                        order_id, rows.STATE_ROW, select=list(rows.STATE_COLUMNS)
+                    )
+                except ResourceNotFoundError:
+                    return None
+            return rows.selected_state(found) or await self._read_state(order_id)
+
+        found = await asyncio.gather(*(state(i) for i in order_ids))
+        return tuple(rows.to_state(f) for f in found if f is not None)
+
+    async def put_rest(self, entry: RestEntry) -> None:
+        await self.ensure_table()
+        self.operations["write"] += 1
+        await table_rest.put(self._table, entry)
+
+    async def drop_rest(
+        self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
+    ) -> None:
+        await self.ensure_table()
+        self.operations["write"] += 1
+        await table_rest.drop(self._table, state, row_key(created_at, order_id), below)
+
+    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
+        await self.ensure_table()
+        self.operations["query"] += 1
+        return await table_rest.read(self._table, keys, limit, continuation)
 
     async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
         entity = {
@@ -432,6 +487,19 @@ class TableStateStore:
             ]
 
 
+_WATCH_COLUMNS = ["RowKey", "CheckAt", "StateVersion", "Customer"]
+
+
+def _watch_entry(e: Any) -> WatchEntry:
+    return WatchEntry(
+        e["RowKey"],
+        e["CheckAt"],
+        e.metadata["etag"],
+        int(e.get("StateVersion", 0)),
+        str(e.get("Customer") or ""),
+    )
+
+
 def _encode_token(token: Any) -> str | None:
     if not token:
         return None
@@ -445,8 +513,3 @@ def _decode_token(token: str | None) -> Any:
         return jsonbounds.loads(base64.urlsafe_b64decode(token.encode()))
     except ValueError:
         raise ValueError("invalid continuation token") from None
-
-
-encode_token = _encode_token
-decode_token = _decode_token
-"""Public for the bulk jobs' scan, which pages through the same table the same way."""

@@ -71,9 +71,9 @@ async def check(args: argparse.Namespace, env: Mapping[str, str], console: Conso
     return code
 
 
-async def _in_flight(
-    against: str, table: str | None, env: Mapping[str, str]
-) -> dict[tuple[str, int], list[str]]:
+def state_store(against: str, table: str | None, env: Mapping[str, str]) -> TableStateStore:
+    """The state table named by `--against` (a connection string, or `settings`: the
+    app's local settings) and `--table`."""
     values: Mapping[str, str] = env
     if against == "settings":
         settings = find_settings()
@@ -82,8 +82,13 @@ async def _in_flight(
     if against == DEVELOPMENT_STORAGE:
         against = azurite_connection_string()
     name = table or values.get(Setting.STATE_TABLE) or "Orders"
-    service = table_service_client(connection_string=against)
-    store = TableStateStore(service, name)
+    return TableStateStore(table_service_client(connection_string=against), name)
+
+
+async def _in_flight(
+    against: str, table: str | None, env: Mapping[str, str]
+) -> dict[tuple[str, int], list[str]]:
+    store = state_store(against, table, env)
     try:
         return await versions_in_flight(store)
     except Exception as exc:

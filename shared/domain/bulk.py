@@ -102,6 +102,13 @@ def selects(
     return True
 
 
+def needs_steps(action: BulkAction) -> bool:
+    """Does matching an order and naming what the action causes need its steps? A
+    resubmit's and a resume's need only its state, which an order at rest's entry holds
+    (shared/domain/rest_index.py), so their preview reads no order."""
+    return action not in (BulkAction.RESUBMIT, BulkAction.RESUME)
+
+
 def effects_of(
     action: BulkAction, process: OrderProcess, workflow: Workflow | None
 ) -> tuple[str, ...]:

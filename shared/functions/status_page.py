@@ -119,27 +119,27 @@ def snapshot_view(snapshot: OpsSnapshot) -> dict[str, Any]:
             ],
             "errors": [
                 {
-                    "orderId": e.state.order_id,
-                    "workflow": e.state.workflow,
-                    "workflowVersion": e.state.workflow_version,
-                    "failureCount": e.state.failure_count,
+                    "orderId": e.entry.order_id,
+                    "workflow": e.entry.workflow,
+                    "workflowVersion": e.entry.workflow_version,
+                    "failureCount": e.entry.failure_count,
                     "step": e.step,
-                    "lastError": e.state.last_error,
-                    "updatedAt": iso(e.state.updated_at),
+                    "lastError": e.entry.last_error,
+                    "updatedAt": iso(e.entry.updated_at),
                 }
                 for e in snapshot.errors
             ],
         },
         "waiting": [
             {
-                "orderId": w.state.order_id,
-                "processState": w.state.process_state.value,
-                "workflow": w.state.workflow,
-                "workflowVersion": w.state.workflow_version,
+                "orderId": w.order_id,
+                "processState": w.process_state.value,
+                "workflow": w.workflow,
+                "workflowVersion": w.workflow_version,
                 "step": w.step,
                 "event": w.event,
                 "approval": w.approval,
-                "deadline": opt_iso(w.state.complete_by),
+                "deadline": opt_iso(w.deadline),
             }
             for w in snapshot.waiting
         ],

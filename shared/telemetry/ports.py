@@ -29,7 +29,9 @@ from shared.domain.model import (
     OrderProcess,
     Outgoing,
     ProcessState,
+    StateRecord,
 )
+from shared.domain.rest_index import RestEntry, RestPage, RestRange
 from shared.ports import (
     AlreadyExists,
     ConcurrencyConflict,
@@ -41,6 +43,7 @@ from shared.ports import (
     RemoteService,
     StateStore,
     WatchEntry,
+    WatchPage,
 )
 from shared.resilience import CircuitBreaker
 from shared.telemetry import metrics, propagation, setup, spans
@@ -152,7 +155,11 @@ class TracedStateStore:
     ) -> bool:
         with _store_span("watch", order_id):
             return await self._inner.watch(
-                order_id, check_at, replace=replace, version=version, customer=customer
+                order_id,
+                check_at,
+                replace=replace,
+                version=version,
+                customer=customer,
             )
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
@@ -174,6 +181,28 @@ class TracedStateStore:
     async def unwatch_entry(self, entry: WatchEntry) -> None:
         with _store_span("unwatch", entry.order_id):
             await self._inner.unwatch_entry(entry)
+
+    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
+        with _store_span("watch list"):
+            return await self._inner.watch_list(limit, continuation)
+
+    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
+        with _store_span("states"):
+            return await self._inner.states(order_ids)
+
+    async def put_rest(self, entry: RestEntry) -> None:
+        with _store_span("put rest", entry.order_id):
+            await self._inner.put_rest(entry)
+
+    async def drop_rest(
+        self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
+    ) -> None:
+        with _store_span("drop rest", order_id):
+            await self._inner.drop_rest(state, order_id, created_at, below=below)
+
+    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
+        with _store_span("rest entries"):
+            return await self._inner.rest_entries(keys, limit, continuation)
 
     async def ping(self) -> None:
         await self._inner.ping()

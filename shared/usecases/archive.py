@@ -17,7 +17,8 @@ Finishing a page, per day it spans: when its blob is missing, each order is read
 and kept only if it is still at the ETag recorded and still due; the kept ones, with
 their whole history, are written as the blob. When the blob exists (a killed run wrote
 it), its content is what was archived and is never rewritten. Then, per order in the
-blob: the pointer row first, then the purge, state row If-Match that ETag. A purge
+blob: the pointer row first, then the purge, state row If-Match that ETag, then its rest
+entry (a kill before that is finished by the next run, which purges again). A purge
 refused because the order changed drops the pointer and leaves the order whole; its line
 in that blob is stale and readers go by the pointer.
 
@@ -197,6 +198,8 @@ class Archiver:
         )
         await self.archive.point(entry)
         if await self.archive.purge(order.order_id, etags[order.order_id]):
+            # After the rows, so a kill between is finished by the next run's purge.
+            await self.store.drop_rest(state.process_state, order.order_id, state.created_at)
             tally.archived += 1
         else:
             tally.kept += 1

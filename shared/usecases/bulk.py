@@ -27,7 +27,16 @@ from typing import Final
 
 from shared.catalogue import catalogue
 from shared.catalogue.running import workflow_of
-from shared.domain.bulk import BulkJob, Cursor, JobState, Preview, acted_by, matches, states_to_scan
+from shared.domain.bulk import (
+    BulkJob,
+    Cursor,
+    JobState,
+    Preview,
+    acted_by,
+    matches,
+    needs_steps,
+    states_to_scan,
+)
 from shared.domain.bulk_request import BulkAction, BulkRequest
 from shared.domain.model import OrderProcess
 from shared.domain.process import InvalidTransition
@@ -94,15 +103,19 @@ def _target(action: BulkAction, workflow: str | None, to_version: int | None) ->
 
 async def preview(deps: BulkDeps, request: BulkRequest) -> Preview:
     """Count what the action would act on (up to `limit`) and what it would cause; a
-    scan of the accepted states, a page at a time, that changes nothing. Orders the
-    action would refuse (a migrate's incompatible ones) are counted apart."""
+    read of the accepted states, a page at a time, that changes nothing (a resubmit's
+    or a resume's from the rest entries alone). Orders the action would refuse (a
+    migrate's incompatible ones) are counted apart."""
     found = Preview()
     cap = request.limit
     target = _target(request.action, request.filter.workflow, request.to_version)
+    whole = needs_steps(request.action)
     for state in states_to_scan(request.action, request.filter):
         continuation: str | None = None
         while cap is None or found.matched < cap:
-            page = await deps.jobs.orders(state, PAGE_SIZE, continuation)
+            page = await deps.jobs.orders(
+                state, PAGE_SIZE, continuation, request.filter, whole=whole
+            )
             for process in page.items:
                 workflow = workflow_of(process.state)
                 counted = found.consider(request.action, request.filter, process, workflow, target)
@@ -218,7 +231,9 @@ async def _claim_next_page(deps: BulkDeps, job: BulkJob, size: int) -> BulkJob |
         )
         return None
     try:
-        page = await deps.jobs.orders(states[cursor.state_index], size, cursor.continuation)
+        page = await deps.jobs.orders(
+            states[cursor.state_index], size, cursor.continuation, job.filter
+        )
     except ValueError:
         log.warning("bulk %s: its cursor is no longer valid; the state is skipped", job.bulk_id)
         page = None

@@ -1,9 +1,10 @@
 """The Error orders grouped by step and error code, so an operator sees one line for
 "412 orders, charge-payment, timeout" rather than 412 rows.
 
-The scan is bounded: it reads at most `scan_cap` Error state rows (pages of
-`PAGE_SIZE`, one server-filtered query each) and says when it stopped early, so one
-call costs the same on a table with a million Error orders as on one with ten thousand.
+It reads the Error orders' rest entries (shared/domain/rest_index.py), which carry
+each order's error group, so it costs what it shows, never the size of the table. It is
+bounded too: at most `scan_cap` entries (range reads of `PAGE_SIZE`), and it says when
+it stopped early.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from shared.catalogue.running import workflow_of
-from shared.domain.failures import failure_of
-from shared.domain.model import ProcessState, StateRecord
+from shared.domain.failures import UNKNOWN
+from shared.domain.model import ProcessState
+from shared.domain.rest_index import RestEntry, RestRange
 from shared.ports import StateStore
 
 SCAN_CAP: Final = 10_000
@@ -44,12 +45,11 @@ class FailureReport:
 
 
 async def group_failures(store: StateStore, scan_cap: int = SCAN_CAP) -> FailureReport:
-    rows: list[StateRecord] = []
+    rows: list[RestEntry] = []
     continuation: str | None = None
+    errors = RestRange(ProcessState.ERROR)
     while True:
-        page = await store.list_by_state(
-            ProcessState.ERROR, min(PAGE_SIZE, scan_cap - len(rows)), continuation
-        )
+        page = await store.rest_entries(errors, min(PAGE_SIZE, scan_cap - len(rows)), continuation)
         rows.extend(page.items[: scan_cap - len(rows)])
         continuation = page.continuation
         if continuation is None or len(rows) >= scan_cap:
@@ -57,11 +57,11 @@ async def group_failures(store: StateStore, scan_cap: int = SCAN_CAP) -> Failure
     return FailureReport(_groups(rows), len(rows), continuation is not None)
 
 
-def _groups(rows: list[StateRecord]) -> tuple[FailureGroup, ...]:
-    by_key: dict[tuple[str, str], list[StateRecord]] = {}
+def _groups(rows: list[RestEntry]) -> tuple[FailureGroup, ...]:
+    by_key: dict[tuple[str, str], list[RestEntry]] = {}
     for row in rows:
-        failure = failure_of(row, workflow_of(row))
-        by_key.setdefault((failure.step, failure.error_code), []).append(row)
+        key = (row.step or str(row.current_step), row.error_code or UNKNOWN)
+        by_key.setdefault(key, []).append(row)
     groups = []
     for (step, code), members in by_key.items():
         members.sort(key=lambda r: r.updated_at, reverse=True)

@@ -17,6 +17,7 @@ from shared.domain.process import Transition
 from shared.ports import ConcurrencyConflict, Page
 from shared.usecases.budget import Budget, send_within_budget, within_store_budget
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.order_views import orders_in
 from shared.usecases.unit_of_work import MAX_RACES, Changed
 
 RESUBMIT_CAUSE = "operator-resubmit"
@@ -40,7 +41,7 @@ async def inspect_order(deps: ProcessDeps, order_id: str) -> OrderProcess:
 async def list_orders(
     deps: ProcessDeps, state: ProcessState | None, page_size: int, continuation: str | None
 ) -> Page:
-    return await deps.store.list_by_state(state, page_size, continuation)
+    return await orders_in(deps.store, state, page_size, continuation)
 
 
 async def resubmit_order(

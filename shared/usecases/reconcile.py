@@ -3,11 +3,10 @@ services recorded for their keys, alert on each disagreement, keep the run.
 
 Cost, bounded per run whatever the table holds:
 
-- Finding the sample: one server-filtered query over state rows (finished states,
-  `UpdatedAt` within `window`) starting at a random order id and wrapping round once,
-  at most `SAMPLE_PAGES` pages each way (ReconcileStore.finished_sample). The random start
-  spreads the runs over the key space, so over a day every region is visited, and no
-  run reads every order.
+- Finding the sample: range reads of the finished states' rest entries created in the
+  window's days (`UpdatedAt` within `window`, filtered server-side), starting at a
+  random order id and wrapping round once (ReconcileStore.finished_sample). The random
+  start spreads the runs over the key space, and no run reads every order.
 - Asking: at most `sample_size` x steps x providers tried x 2 outcome queries (one GET
   each, a few more only on transient errors within the query's 2 s), `concurrency`
   orders at once, each through the agent's own breaker (shared/usecases/outcomes.py):

@@ -1,14 +1,15 @@
 """What the operator's status page shows: a bounded snapshot of orders, agents and sweeps.
 
 The page refreshes every two seconds for as long as it is open, so a snapshot must cost
-the same on a table of a thousand orders as on one of a hundred million. It therefore
-never counts: per process state it reads one page of at most `count_cap + 1` state rows
-(one server-filtered query each, all in parallel) and reports `count_cap+` when there
-are more, or when the service stopped the page early. A refresh thus returns at most
-`len(ProcessState) x (count_cap + 1)` rows, plus one small ops partition for agents and
-`sweep_limit` rows of sweeps and `RECONCILE_LIMIT` reconciliation runs, whatever the
-table holds. The Error orders listed are the
-most recently updated of those read, not of all Error orders past the cap.
+what it shows, never the size of the table (shared/usecases/order_views.py). It
+therefore never counts: per rest state it reads one range of at most `count_cap + 1`
+rest entries (all in parallel), and for the in-flight states the first
+`len(IN_FLIGHT) x (count_cap + 1)` entries of the watch list and those orders' state
+rows. It reports `count_cap+` when there are more, or more may be. A refresh thus reads
+at most `len(ProcessState) x (count_cap + 1)` entries and rows, plus one small ops
+partition for agents and `sweep_limit` rows of sweeps and `RECONCILE_LIMIT`
+reconciliation runs, whatever the table holds. The Error orders listed are the most
+recently updated of those read, not of all Error orders past the cap.
 
 Each section is read on its own: when one cannot be read, the others still show and the
 snapshot names the missing one, because a status page is most needed when something is
@@ -21,17 +22,21 @@ import asyncio
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final, TypeVar
+from typing import Final, TypeVar, cast
 
+from shared.catalogue import catalogue
 from shared.catalogue.running import workflow_of
 from shared.domain.fairness import CustomerLoad
 from shared.domain.health import AgentHealth, SweepRecord
 from shared.domain.model import ProcessState, StateRecord
 from shared.domain.reconcile import ReconcileRun
+from shared.domain.rest_index import REST_STATES, RestEntry, RestPage, RestRange
 from shared.domain.routing import STALE_AFTER
-from shared.ports import HealthStore, Page, ReconcileStore
+from shared.domain.workflow import Workflow
+from shared.ports import HealthStore, ReconcileStore, StateStore
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.order_views import IN_FLIGHT, InFlight, in_flight
 
 log = app_logger("orders.ops")
 
@@ -65,7 +70,9 @@ class AgentView:
 
 @dataclass(frozen=True)
 class ErrorOrder:
-    state: StateRecord
+    """An Error order as its rest entry shows it."""
+
+    entry: RestEntry
     step: str
     """The name of the step it failed at (its index when the workflow is unknown)."""
 
@@ -74,10 +81,14 @@ class ErrorOrder:
 class WaitingOrder:
     """An order whose current step waits for the world: what for, and until when."""
 
-    state: StateRecord
+    order_id: str
+    process_state: ProcessState
+    workflow: str
+    workflow_version: int
     step: str
     event: str | None
     approval: bool
+    deadline: datetime | None
 
 
 @dataclass(frozen=True)
@@ -121,9 +132,8 @@ async def ops_snapshot(
     """Never raises for an unavailable store: see the module docstring."""
     if not 1 <= count_cap <= MAX_COUNT_CAP:
         raise ValueError(f"count_cap must be from 1 to {MAX_COUNT_CAP}")
-    states = tuple(ProcessState)
-    pages, beats, sweeps, runs, customers = await asyncio.gather(
-        _section("orders", _first_pages(deps, states, count_cap + 1)),
+    orders, beats, sweeps, runs, customers = await asyncio.gather(
+        _section("orders", _orders(deps.store, count_cap + 1)),
         _section("agents", health.agent_health()),
         _section("sweeps", health.recent_sweeps(sweep_limit)),
         _section("reconciliation", _runs(reconcile)),
@@ -133,21 +143,22 @@ async def ops_snapshot(
     counts: list[StateCount] = []
     errors: tuple[ErrorOrder, ...] = ()
     waiting: list[WaitingOrder] = []
-    for state, page in zip(states, pages or (), strict=False):
-        newest = sorted(page.items, key=lambda r: r.updated_at, reverse=True)
-        capped = len(page.items) > count_cap or page.continuation is not None
-        counts.append(
-            StateCount(
-                state=state,
-                count=min(len(page.items), count_cap),
-                capped=capped,
-                recent=tuple(r.order_id for r in newest[:RECENT_PER_STATE]),
-            )
-        )
-        if state is ProcessState.ERROR:
-            errors = tuple(ErrorOrder(r, step_name(r)) for r in newest[:error_limit])
-        if state in (ProcessState.PROCESSING, ProcessState.SUSPENDED):
-            waiting.extend(w for w in map(waiting_order, page.items) if w is not None)
+    if orders is not None:
+        moving, rests = orders
+        counts.extend(_in_flight_counts(moving, count_cap))
+        waiting.extend(w for w in map(waiting_order, moving.states) if w is not None)
+        for state, page in zip(REST_STATES, rests, strict=True):
+            newest = sorted(page.items, key=lambda e: e.updated_at, reverse=True)
+            capped = len(page.items) > count_cap or page.continuation is not None
+            recent = tuple(e.order_id for e in newest[:RECENT_PER_STATE])
+            counts.append(StateCount(state, min(len(page.items), count_cap), capped, recent))
+            if state is ProcessState.ERROR:
+                errors = tuple(ErrorOrder(e, step_name(e)) for e in newest)
+                errors = errors[:error_limit]
+            if state is ProcessState.SUSPENDED:
+                waiting.extend(w for w in map(waiting_rest, page.items) if w is not None)
+        order = {s: i for i, s in enumerate(ProcessState)}
+        counts.sort(key=lambda c: order[c.state])
     agents = tuple(
         AgentView(h, age=now - h.heartbeat_at, stale=now - h.heartbeat_at > STALE_AFTER)
         for h in beats or ()
@@ -162,7 +173,7 @@ async def ops_snapshot(
         unavailable=tuple(
             name
             for name, got in (
-                ("orders", pages),
+                ("orders", orders),
                 ("agents", beats),
                 ("sweeps", sweeps),
                 ("reconciliation", runs),
@@ -173,19 +184,95 @@ async def ops_snapshot(
         reconciliation=runs or (),
         customers=customers or None,
         waiting=tuple(
-            sorted(waiting, key=lambda w: w.state.complete_by or w.state.updated_at)[:error_limit]
+            sorted(waiting, key=lambda w: (w.deadline is None, w.deadline or now))[:error_limit]
         ),
     )
 
 
+async def _orders(store: StateStore, size: int) -> tuple[InFlight, list[RestPage]]:
+    """All reads run to the end (no orphaned task), then the first failure is raised."""
+    moving, *rests = await asyncio.gather(
+        in_flight(store, len(IN_FLIGHT) * size),
+        *(store.rest_entries(RestRange(s), size, None) for s in REST_STATES),
+        return_exceptions=True,
+    )
+    for got in (moving, *rests):
+        if isinstance(got, BaseException):
+            raise got
+    return cast(InFlight, moving), cast(list[RestPage], rests)
+
+
+def _in_flight_counts(moving: InFlight, cap: int) -> list[StateCount]:
+    counts = []
+    for state in IN_FLIGHT:
+        found = sorted(
+            (s for s in moving.states if s.process_state is state),
+            key=lambda r: r.updated_at,
+            reverse=True,
+        )
+        capped = len(found) > cap or moving.truncated
+        recent = tuple(r.order_id for r in found[:RECENT_PER_STATE])
+        counts.append(StateCount(state, min(len(found), cap), capped, recent))
+    return counts
+
+
 def waiting_order(state: StateRecord) -> WaitingOrder | None:
-    workflow = workflow_of(state)
-    if workflow is None or not 0 <= state.current_step < len(workflow.steps):
+    """An in-flight order read from its row: its deadline is its complete-by."""
+    return _waiting(
+        state.order_id,
+        state.process_state,
+        workflow_of(state),
+        state.workflow,
+        state.workflow_version,
+        state.current_step,
+        state.complete_by,
+    )
+
+
+def step_name(entry: RestEntry) -> str:
+    workflow = catalogue().get(entry.workflow, entry.workflow_version)
+    if workflow is None or not 0 <= entry.current_step < len(workflow.steps):
+        return str(entry.current_step)
+    return workflow.steps[entry.current_step].name
+
+
+def waiting_rest(entry: RestEntry) -> WaitingOrder | None:
+    """A Suspended order, from its rest entry: no deadline runs while it is held."""
+    return _waiting(
+        entry.order_id,
+        entry.state,
+        catalogue().get(entry.workflow, entry.workflow_version),
+        entry.workflow,
+        entry.workflow_version,
+        entry.current_step,
+        None,
+    )
+
+
+def _waiting(
+    order_id: str,
+    state: ProcessState,
+    workflow: Workflow | None,
+    name: str,
+    version: int,
+    index: int,
+    deadline: datetime | None,
+) -> WaitingOrder | None:
+    if workflow is None or not 0 <= index < len(workflow.steps):
         return None
-    definition = workflow.steps[state.current_step]
+    definition = workflow.steps[index]
     if not definition.waits:
         return None
-    return WaitingOrder(state, definition.name, definition.event, definition.approval)
+    return WaitingOrder(
+        order_id,
+        state,
+        name,
+        version,
+        definition.name,
+        definition.event,
+        definition.approval,
+        deadline,
+    )
 
 
 async def _customers(deps: ProcessDeps) -> CustomerView | None:
@@ -198,28 +285,6 @@ async def _customers(deps: ProcessDeps) -> CustomerView | None:
 
 async def _runs(reconcile: ReconcileStore | None) -> tuple[ReconcileRun, ...]:
     return () if reconcile is None else await reconcile.recent_runs(RECONCILE_LIMIT)
-
-
-def step_name(state: StateRecord) -> str:
-    workflow = workflow_of(state)
-    if workflow is None or not 0 <= state.current_step < len(workflow.steps):
-        return str(state.current_step)
-    return workflow.steps[state.current_step].name
-
-
-async def _first_pages(
-    deps: ProcessDeps, states: tuple[ProcessState, ...], size: int
-) -> list[Page]:
-    """All queries run to the end (no orphaned task), then the first failure is raised."""
-    found = await asyncio.gather(
-        *(deps.store.list_by_state(s, size, None) for s in states), return_exceptions=True
-    )
-    pages: list[Page] = []
-    for page in found:
-        if isinstance(page, BaseException):
-            raise page
-        pages.append(page)
-    return pages
 
 
 async def _section(name: str, reading: Awaitable[_T]) -> _T | None:

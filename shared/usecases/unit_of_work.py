@@ -4,16 +4,28 @@ heartbeats and the undelivered note all use it, so the ordering rule is written 
 
 1. Watch before the save when the order leaves a rest (Error, Suspended): at rest it may
    have no entry, and a crash after the save must not leave a moving order unwatched (a
-   spare entry only costs the Supervisor a read). An order already moving keeps its
-   entry, so a new check time is written after the save: a lost race then writes
-   nothing, and no winner's earlier check is pushed back.
+   spare entry only costs the Supervisor a read). Its rest entry goes next, still
+   before the save: a crash or a lost race then leaves an order at rest without its
+   entry, but watched, and the Supervisor's check writes it again (`finish_rest`),
+   where a drop only after the save would leave a stale entry that nothing finds once
+   the order is unwatched at its next rest. It is dropped once more after the save, for
+   an entry written meanwhile by whoever brought the order to that rest (rule 4). An
+   order already moving keeps its watch entry, so a new check time is written after
+   the save: a lost race then writes nothing, and no winner's earlier check is pushed
+   back.
 2. Save on the ETag. A lost race has sent nothing; the change is read and decided again.
 3. Send. A failure leaves the messages in the record's outbox, with deterministic ids:
    the Supervisor (the order is still watched) or a redelivery sends them again, and the
    broker drops what already went.
-4. Unwatch last, once an order come to rest has sent its messages. A final order's
-   entry goes unconditionally (nothing re-watches it); Error and Suspended keep the
-   version check, since an operator may already have moved the order on.
+4. An order come to rest gets its rest entry right after its save, before its sends
+   (the views of orders at rest read it, docs/history.md), and is unwatched last, once
+   its messages went out: a crash anywhere between leaves it watched, and the
+   Supervisor's check (`finish_rest`) writes the entry and sends again. An Error or
+   Suspended order's row is read once after its entry is written: an operator who
+   moved it on before the entry landed had nothing to drop yet.
+   A final order's watch entry goes unconditionally (nothing re-watches it); Error and
+   Suspended keep the version check, since an operator may already have moved the
+   order on.
 
 With a customer ledger (docs/fairness.md), an order leaving a rest is counted before its
 save (like rule 1: a crash leaves a spare count, never a moving order uncounted), and an
@@ -30,8 +42,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from shared.catalogue.running import workflow_of
 from shared.domain.model import OrderProcess
 from shared.domain.process import Transition
+from shared.domain.rest_index import rest_entry
 from shared.ports import ConcurrencyConflict, MessageBus, StateStore
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.customers import Customers
@@ -112,19 +126,26 @@ class UnitOfWork:
         check time (a compensation waiting for a live request) wins over `check_at`."""
         state = transition.process.state
         when = transition.check_at or check_at
-        first = transition.leaves_rest
-        if first and when is not None:
-            await self.store.watch(state.order_id, when, replace=True, version=state.version)
-        if first and self.customers is not None:
+        left = transition.rested_in if transition.moves_rest else None
+        if left is not None:
+            at = when or state.updated_at
+            await self.store.watch(state.order_id, at, replace=True, version=state.version)
+            await self.store.drop_rest(left, state.order_id, state.created_at, below=state.version)
+        if transition.leaves_rest and self.customers is not None:
             await self.customers.rejoin(transition.process, state.updated_at)
         etag = await self.store.save(transition.process, transition.history)
         log_transition(transition)
-        if when is not None and not first:
+        if left is not None:
+            await self.store.drop_rest(left, state.order_id, state.created_at, below=state.version)
+        if when is not None and left is None:
             await self.store.watch(state.order_id, when, replace=True, version=state.version)
         return replace(transition.process, etag=etag)
 
     async def deliver(self, transition: Transition) -> None:
-        """Rules 3 and 4: send, then unwatch an order come to rest."""
+        """Rules 3 and 4: an order come to rest gets its rest entry; send; then it
+        leaves the watch list."""
+        if transition.is_terminal:
+            await self._file(transition.process)
         if transition.outgoing:
             await self.bus.send(transition.outgoing)
         if transition.is_terminal:
@@ -137,9 +158,19 @@ class UnitOfWork:
 
     async def finish_rest(self, process: OrderProcess) -> None:
         """Rules 3 and 4 for an order stored at rest whose delivery may have stopped
-        short (the Supervisor finds it still watched): its outbox again, then the rest."""
+        short (the Supervisor finds it still watched): its rest entry and its outbox
+        again, then the rest."""
+        await self._file(process)
         await self.resend(process)
         await self._rest(process)
+
+    async def _file(self, process: OrderProcess) -> None:
+        """The order came to rest: its rest entry, right after its save, so the views
+        of its state trail the row by this one write."""
+        state = process.state
+        await self.store.put_rest(rest_entry(process, workflow_of(state)))
+        if not state.process_state.is_final:
+            await self._moved_on(process)
 
     async def _rest(self, process: OrderProcess) -> None:
         """The order came to rest and its messages went out: it leaves its customer's
@@ -149,6 +180,26 @@ class UnitOfWork:
         state = process.state
         version = None if state.process_state.is_final else state.version
         await self.store.unwatch(state.order_id, version)
+
+    async def _moved_on(self, process: OrderProcess) -> None:
+        """An operator may have moved an Error or Suspended order on between its save and
+        its rest entry (dropping an entry not yet written): read the row once, and drop
+        the entry again if so. A row still in this rest at a later version may have had
+        its own entry overwritten by this older one: it is written again from the row.
+        A final order never moves, so it is spared the read."""
+        state = process.state
+        found = await self.store.states([state.order_id])
+        if found and found[0].version == state.version:
+            return
+        if found and found[0].process_state is state.process_state:
+            fresh = await self.store.load(state.order_id)
+            if fresh is not None and fresh.state.process_state is state.process_state:
+                await self.store.put_rest(rest_entry(fresh, workflow_of(fresh.state)))
+                return
+        below = found[0].version if found else None
+        await self.store.drop_rest(
+            state.process_state, state.order_id, state.created_at, below=below
+        )
 
 
 def log_transition(transition: Transition) -> None:

@@ -189,7 +189,29 @@ def observe(
         reconciled=sum(p.state.process_state in FINISHED for p in by_id.values()),
         workflows={EXPRESS: EXPRESS_DELIVERY},
         cancel_answers=cancels or {},
+        rest_index={
+            i: (p.state.process_state,)
+            for i, p in by_id.items()
+            if p.state.process_state.is_terminal
+        },
     )
+
+
+def test_a_rest_index_that_trails_or_outlives_its_rows_fails() -> None:
+    obs = healthy()
+    assert obs.rest_index is not None
+    order_id, process = next(iter(obs.processes.items()))
+    state = process.state.process_state
+    missing = {k: v for k, v in obs.rest_index.items() if k != order_id}
+    trailing = invariants.rest_index_agrees_with_state_rows(replace(obs, rest_index=missing))
+    assert trailing.violations == (f"{order_id}: {state.value} in its row, but filed as no entry",)
+    stale = {**obs.rest_index, order_id: (state, ProcessState.ERROR)}
+    twice = invariants.rest_index_agrees_with_state_rows(replace(obs, rest_index=stale))
+    assert not twice.passed
+    gone = {**obs.rest_index, "purged-1": (ProcessState.PROCESSED,)}
+    outlived = invariants.rest_index_agrees_with_state_rows(replace(obs, rest_index=gone))
+    assert outlived.violations == ("purged-1: a rest entry but no row",)
+    assert invariants.rest_index_agrees_with_state_rows(obs).passed
 
 
 def failing(results: Iterable[InvariantResult]) -> dict[str, tuple[str, ...]]:

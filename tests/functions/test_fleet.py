@@ -9,9 +9,11 @@ import azure.functions as func
 import pytest
 
 from shared import bootstrap
+from shared.catalogue.running import workflow_of
 from shared.domain.health import AgentHealth, BreakerState
 from shared.domain.messages import iso
 from shared.domain.model import Phase, ProcessState
+from shared.domain.rest_index import rest_entry
 from tests.functions.conftest import Harness
 from tests.functions.test_functions import ORDER, assert_problem, body
 from tests.workflows import CATALOGUE
@@ -117,7 +119,9 @@ async def error_order(harness: Harness, order_id: str, last_error: str, step: in
         current_step=step,
         phase=Phase.FORWARD,
     )
-    await harness.store.save(replace(process, state=state), ())
+    errored = replace(process, state=state)
+    await harness.store.save(errored, ())
+    await harness.store.put_rest(rest_entry(errored, workflow_of(state)))  # as its rest writes it
 
 
 async def test_failures_groups_error_orders_largest_first(harness: Harness) -> None:

@@ -190,7 +190,7 @@ async def test_an_unreadable_section_is_named_and_the_rest_still_shows(
     assert snapshot["unavailable"] == ["agents", "sweeps"]
     assert snapshot["agents"] == [] and snapshot["sweeps"] == []
     assert {c["state"]: c["count"] for c in snapshot["orders"]["counts"]}["Pending"] == 1
-    monkeypatch.setattr(harness.store, "list_by_state", Broken().list_by_state)
+    monkeypatch.setattr(harness.store, "rest_entries", Broken().rest_entries)
     assert (await data(harness))["unavailable"] == ["orders", "agents", "sweeps"]
 
 

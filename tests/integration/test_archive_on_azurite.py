@@ -25,6 +25,7 @@ from shared.adapters.table_store import TableStateStore
 from shared.domain import process as machine
 from shared.domain.archive import ArchivedEntry, ArchivedOrder, RetentionPolicy, day_prefix
 from shared.domain.model import HistoryEntry, ProcessState, StepStatus
+from shared.domain.rest_index import REST_STATES, RestRange, rest_entry
 from shared.settings import azurite_connection_string
 from shared.usecases.archive import GRACE, Archiver
 from tests.builders import an_order
@@ -100,8 +101,10 @@ async def put(
     process = machine.start(an_order(order_id), ORDER_FULFILMENT, at).process
     steps = tuple(replace(s, agent="inventory", status=StepStatus.COMPLETED) for s in process.steps)
     record = replace(process.state, process_state=state, updated_at=at)
-    await store.create(replace(process, steps=steps, state=record), history(at, entries))
+    stored = replace(process, steps=steps, state=record)
+    await store.create(stored, history(at, entries))
     if state.is_terminal:
+        await store.put_rest(rest_entry(stored, ORDER_FULFILMENT))  # as its rest writes it
         return
     await store.watch(order_id, at, replace=True)
 
@@ -128,6 +131,7 @@ async def test_finished_orders_past_retention_are_archived_then_deleted(parts: P
     for order_id, process in before.items():
         assert await parts.store.load(order_id) == process, order_id
     assert (await parts.store.watch("run-old", NOW, replace=False)) is False, "still watched"
+    assert await filed(parts.store) == ["c-young", "e-old", "p-young", "sus-old"]
 
     assert sorted(await parts.all_lines()) == ["c-old", "p-old", "p-older"]
     name = await parts.archive.pointer("p-old")
@@ -143,6 +147,12 @@ async def test_finished_orders_past_retention_are_archived_then_deleted(parts: P
     parts.clock.advance(GRACE.total_seconds())
     again = await parts.archiver().run()
     assert (again.archived, again.pages) == (0, 0), "nothing left that is due"
+
+
+async def filed(store: TableStateStore) -> list[str]:
+    """The orders with a rest entry, in any rest state."""
+    pages = [await store.rest_entries(RestRange(s), 100, None) for s in REST_STATES]
+    return sorted(e.order_id for p in pages for e in p.items)
 
 
 class KilledAfter(Exception):
@@ -209,6 +219,7 @@ async def test_a_run_killed_mid_page_is_finished_by_the_next_nothing_lost_nothin
         assert name is not None
         assert order_id in [o.order_id for o in await parts.blobs.read(name)]
     assert await parts.store.load("live") is not None
+    assert await filed(parts.store) == [], "each purge dropped its rest entry"
     cursor = await parts.archive.cursor()
     assert cursor is not None and cursor.page is None
 

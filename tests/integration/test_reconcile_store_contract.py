@@ -19,6 +19,7 @@ from shared.adapters.table_store import TableStateStore
 from shared.domain import process as machine
 from shared.domain.model import ProcessState, StepStatus
 from shared.domain.reconcile import Mismatch, ReconcileRun
+from shared.domain.rest_index import rest_entry
 from shared.ports import ReconcileStore, StateStore
 from shared.settings import azurite_connection_string
 from tests.builders import an_order
@@ -48,7 +49,10 @@ async def put(store: StateStore, order_id: str, state: ProcessState, at: datetim
     process = machine.start(an_order(order_id), ORDER_FULFILMENT, at).process
     steps = tuple(replace(s, agent="inventory", status=StepStatus.COMPLETED) for s in process.steps)
     state_record = replace(process.state, process_state=state, updated_at=at)
-    await store.create(replace(process, steps=steps, state=state_record), ())
+    stored = replace(process, steps=steps, state=state_record)
+    await store.create(stored, ())
+    if state.is_terminal:
+        await store.put_rest(rest_entry(stored, ORDER_FULFILMENT))  # as its rest writes it
 
 
 async def test_the_sample_is_finished_recent_orders_from_the_start_key(

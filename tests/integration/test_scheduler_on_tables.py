@@ -72,7 +72,7 @@ async def test_a_fault_free_order_costs_no_read_and_no_transaction(
         assert await scheduler.on_reply(deps, a_reply(request)) is Handled.APPLIED
     # The intake's create is its existence check; the unwatch of a Processed order
     # needs no read; every history entry rode in the state entity.
-    assert store.operations == {"write": 7}  # watch, create, 4 saves, unwatch
+    assert store.operations == {"write": 8}  # watch, create, 4 saves, rest entry, unwatch
     fresh = stores()
     done = await fresh.load("o-1")
     assert done is not None and done.state.process_state is ProcessState.PROCESSED

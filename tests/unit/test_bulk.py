@@ -45,6 +45,7 @@ async def test_a_preview_counts_samples_and_names_the_remote_operations_and_chan
     before = dict(world.store.operations)
 
     resubmit = await preview(deps, BulkRequest(BulkAction.RESUBMIT, ERROR_AT_PAYMENT, True))
+    assert world.store.operations["read"] == before.get("read", 0), "read from the entries"
     cancel = await preview(deps, BulkRequest(BulkAction.CANCEL, ERROR_AT_PAYMENT, True))
     suspend = await preview(deps, BulkRequest(BulkAction.SUSPEND, ERROR_AT_PAYMENT, True))
 

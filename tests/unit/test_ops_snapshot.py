@@ -9,38 +9,64 @@ import pytest
 
 from shared.adapters.memory import InMemoryHealthStore, InMemoryStateStore
 from shared.domain.health import AgentHealth, BreakerState
-from shared.domain.model import ProcessState
+from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.rest_index import RestPage, RestRange, rest_entry
 from shared.domain.routing import STALE_AFTER
-from shared.ports import Page
+from shared.ports import WatchPage
 from shared.usecases.status_page import ops_snapshot
 from shared.usecases.submission import submit_order
 from tests.builders import World, an_order
 
 
 class EarlyStop(InMemoryStateStore):
-    """Answers like Table Storage at a partition boundary: a short page and a token."""
+    """Answers like Table Storage when a page stops early: a short page and a token."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.sizes: list[int] = []
+        self.sizes: list[tuple[str, int]] = []
 
-    async def list_by_state(
-        self, state: ProcessState | None, page_size: int, continuation: str | None
-    ) -> Page:
-        self.sizes.append(page_size)
-        page = await super().list_by_state(state, page_size, continuation)
-        return Page(page.items[:1], "more-maybe") if page.items else page
+    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
+        self.sizes.append((keys.state.value, limit))
+        page = await super().rest_entries(keys, limit, continuation)
+        return RestPage(page.items[:1], "more-maybe") if page.items else page
+
+    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
+        self.sizes.append(("watch", limit))
+        return await super().watch_list(limit, continuation)
 
 
-async def test_a_short_page_with_a_token_is_a_lower_bound_and_each_state_reads_one_page() -> None:
+async def test_a_short_page_with_a_token_is_a_lower_bound_and_each_rest_reads_one_range() -> None:
     world = World()
     world.store = EarlyStop()
     for n in range(3):
         await submit_order(world.deps(), an_order(f"o-{n}"))
+        process = await loaded(world, f"o-{n}")
+        errored = replace(process.state, process_state=ProcessState.ERROR)
+        await world.store.put_rest(rest_entry(replace(process, state=errored), None))
     snapshot = await ops_snapshot(world.deps(), InMemoryHealthStore(), count_cap=10)
-    pending = next(c for c in snapshot.counts if c.state is ProcessState.PENDING)
-    assert (pending.count, pending.capped) == (1, True)
-    assert world.store.sizes == [11] * len(ProcessState)
+    counts = {c.state: (c.count, c.capped) for c in snapshot.counts}
+    assert counts[ProcessState.ERROR] == (1, True)
+    assert counts[ProcessState.PENDING] == (3, False)
+    assert sorted(world.store.sizes) == sorted(
+        [("watch", 3 * 11), *((s.value, 11) for s in ProcessState if s.is_terminal)]
+    )
+
+
+async def test_in_flight_counts_past_the_watch_lists_read_say_so() -> None:
+    world = World()
+    for n in range(10):
+        await submit_order(world.deps(), an_order(f"o-{n}"))
+    snapshot = await ops_snapshot(world.deps(), InMemoryHealthStore(), count_cap=2)
+    counts = {c.state: (c.count, c.capped) for c in snapshot.counts}
+    assert counts[ProcessState.PENDING] == (2, True)
+    assert counts[ProcessState.PROCESSING] == (0, True)  # the unread entries may be
+    assert counts[ProcessState.PROCESSED] == (0, False)
+
+
+async def loaded(world: World, order_id: str) -> OrderProcess:
+    found = await world.store.load(order_id)
+    assert found is not None
+    return found
 
 
 async def test_heartbeats_are_stale_only_past_the_threshold() -> None:

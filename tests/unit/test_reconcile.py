@@ -23,6 +23,7 @@ from shared.domain.in_doubt import (
 from shared.domain.messages import AgentRequest
 from shared.domain.model import JsonObject, OrderProcess, ProcessState, StepStatus
 from shared.domain.reconcile import Expect, Verdict
+from shared.domain.rest_index import rest_entry
 from shared.ports import RemoteCall
 from shared.resilience import CircuitBreaker
 from shared.usecases.outcomes import Asked, OutcomeQueries
@@ -224,6 +225,8 @@ class Setup:
 
     async def add(self, process: OrderProcess, applied: bool = True) -> None:
         await self.store.create(process, ())
+        if process.state.process_state.is_terminal:
+            await self.store.put_rest(rest_entry(process, ORDER_FULFILMENT))
         if applied:
             for c in rules.checks(process, ORDER_FULFILMENT):
                 if c.expect is Expect.APPLIED:

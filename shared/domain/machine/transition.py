@@ -16,6 +16,7 @@ from shared.domain.model import (
     OrderProcess,
     Outgoing,
     Priority,
+    ProcessState,
     StateRecord,
     StepRecord,
 )
@@ -81,17 +82,28 @@ class Transition:
     check_at: datetime | None = None
     """When the Supervisor must look sooner than the order's watch entry may say: a
     compensation waiting for a step's request to settle (the unit of work moves it)."""
-    was_at_rest: bool = False
-    """The order was at rest (Error, Suspended) before: it may have no watch entry."""
+    rested_in: ProcessState | None = None
+    """The rest (Error, Suspended) the order was in before: it may have no watch entry,
+    and it has a rest entry there (shared/domain/rest_index.py)."""
 
     @property
     def is_terminal(self) -> bool:
         return self.process.state.process_state.is_terminal
 
     @property
+    def was_at_rest(self) -> bool:
+        return self.rested_in is not None
+
+    @property
     def leaves_rest(self) -> bool:
         """The order starts moving again, so it must be watched before it is saved."""
         return self.was_at_rest and not self.is_terminal
+
+    @property
+    def moves_rest(self) -> bool:
+        """The order leaves the rest it was in (for a move or another rest): its entry
+        there goes once the change is saved."""
+        return self.rested_in not in (None, self.process.state.process_state)
 
 
 class Builder:
@@ -111,7 +123,8 @@ class Builder:
         )
         self.steps: list[StepRecord] = list(process.steps)
         self.etag = process.etag
-        self.was_at_rest = process.state.process_state.is_terminal
+        before = process.state.process_state
+        self.rested_in: ProcessState | None = before if before.is_terminal else None
         self.now = now
         self.cause = cause
         self.outgoing: list[Outgoing] = []
@@ -163,4 +176,4 @@ class Builder:
         outgoing = tuple(self.outgoing)
         state = replace(self.state, outbox=outgoing, outbox_cause=self.cause)
         process = OrderProcess(self.order, state, tuple(self.steps), self.etag)
-        return Transition(process, outgoing, tuple(self.history), self.check_at, self.was_at_rest)
+        return Transition(process, outgoing, tuple(self.history), self.check_at, self.rested_in)
