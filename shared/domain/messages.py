@@ -82,7 +82,14 @@ def _bounded_error(value: object) -> object:
 
 _ORDER_ID = StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", strict=True)
 OrderId = Annotated[str, _ORDER_ID, Field(alias="orderId")]
-Text = Annotated[str, StringConstraints(min_length=1, max_length=128, strip_whitespace=True)]
+Text = Annotated[
+    str,
+    StringConstraints(
+        min_length=1, max_length=128, strip_whitespace=True, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$"
+    ),
+]
+"""A name or key: no control characters, which no name needs and which Table Storage
+refuses in a key (a customer's ledger row is keyed by its id) and a log would carry."""
 QueueName = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,259}$", strict=True)
 ]
