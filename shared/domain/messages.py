@@ -301,6 +301,11 @@ def _whole_float(value: object) -> object:
     return value
 
 
+EARLIEST_STORED = datetime(1601, 1, 1, tzinfo=UTC)
+"""Table Storage's Edm.DateTime starts here; earlier, its SDK writes a year of fewer than
+four digits that it cannot read back, and the order could never be loaded again."""
+
+
 def _date_time_text(value: object) -> object:
     """An RFC 3339 date-time string with an offset, as the document publishes it:
     pydantic alone also takes a number or a digit string as Unix time, a space for the
@@ -344,9 +349,12 @@ class OrderSubmission(_Wire):
         if value is None:
             return None
         try:
-            return value.astimezone(UTC)
+            utc = value.astimezone(UTC)
         except OverflowError:
             raise ValueError("outside the range of dates in UTC") from None
+        if utc < EARLIEST_STORED:
+            raise ValueError("before 1601-01-01T00:00:00Z, the earliest time Table Storage keeps")
+        return utc
 
     @classmethod
     def parse(cls, body: bytes | str) -> Self:

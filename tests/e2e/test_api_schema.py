@@ -22,6 +22,8 @@ from schemathesis.core.result import Ok
 pytestmark = pytest.mark.e2e
 
 EXAMPLES = 8
+"""Per operation in the fast suite; the slow suite's run takes THOROUGH."""
+THOROUGH = 100
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -30,7 +32,7 @@ CHECKS = [
 ]
 
 
-def check_every_operation(document: dict[str, Any], api: str) -> list[str]:
+def check_every_operation(document: dict[str, Any], api: str, examples: int) -> list[str]:
     """Blocking (schemathesis calls with requests): run it off the event loop that
     serves the API."""
     schema = schemathesis.openapi.from_dict(document)
@@ -41,7 +43,7 @@ def check_every_operation(document: dict[str, Any], api: str) -> list[str]:
         cases = operation.as_strategy() | operation.as_strategy(GenerationMode.NEGATIVE)
 
         @settings(
-            max_examples=EXAMPLES,
+            max_examples=examples,
             deadline=None,
             database=None,
             derandomize=True,
@@ -56,8 +58,17 @@ def check_every_operation(document: dict[str, Any], api: str) -> list[str]:
     return checked
 
 
-async def test_the_api_keeps_its_openapi_document(system: Any) -> None:
+async def keeps_its_document(system: Any, examples: int) -> None:
     async with system.session.get(f"{system.api}/openapi.json") as response:
         document = await response.json()
-    checked = await asyncio.to_thread(check_every_operation, document, system.api)
+    checked = await asyncio.to_thread(check_every_operation, document, system.api, examples)
     assert len(checked) == sum(len(ops) for ops in document["paths"].values())
+
+
+async def test_the_api_keeps_its_openapi_document(system: Any) -> None:
+    await keeps_its_document(system, EXAMPLES)
+
+
+@pytest.mark.slow
+async def test_the_api_keeps_its_openapi_document_over_many_examples(system: Any) -> None:
+    await keeps_its_document(system, THOROUGH)

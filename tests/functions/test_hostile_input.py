@@ -88,3 +88,20 @@ async def test_a_huge_body_is_a_413(harness: Harness, caplog: pytest.LogCaptureF
     response = await harness.http("submit_order_http", "POST", "orders", raw=raw)
     problem(response, 413)
     no_error_logged(caplog)
+
+
+@pytest.mark.parametrize(
+    ("not_before", "status"),
+    [("0097-08-21T00:49:29Z", 400), ("1600-12-31T23:59:59Z", 400), ("1601-01-01T00:00:00Z", 202)],
+)
+async def test_a_not_before_table_storage_cannot_keep_is_a_400(
+    harness: Harness, caplog: pytest.LogCaptureFixture, not_before: str, status: int
+) -> None:
+    """Found by schemathesis: an order stored with a year before 1601 could never be
+    loaded again (the Supervisor's check of it failed on every sweep)."""
+    raw = json.dumps({**ORDER, "notBefore": not_before}).encode()
+    response = await harness.http("submit_order_http", "POST", "orders", raw=raw)
+    assert response.status_code == status, response.get_body()[:300]
+    if status == 400:
+        assert "1601" in problem(response, 400)["detail"]
+    no_error_logged(caplog)
