@@ -17,25 +17,33 @@ from devhost.host import guard
 from devhost.problem import problem
 
 
-def loopback_only(bind_host: str) -> Middleware:
-    """The middleware for a server bound to `bind_host` (its name is allowed too, unless
-    it listens on every interface)."""
+def refused(request: web.Request, also: frozenset[str], server: str) -> web.Response | None:
+    """The refusal of a request from outside loopback, or None; neither the Host nor
+    the Origin is echoed."""
+    host_header = request.headers.get("Host")
+    if not guard.allowed_host(host_header, also):
+        return problem(421, "Misdirected Request", f"{server} answers only to loopback host names")
+    own = f"{request.scheme}://{host_header or request.host}"
+    if guard.foreign_origin(request.method, request.headers.get("Origin"), own):
+        return problem(403, "Forbidden", "state-changing requests are taken from this origin only")
+    return None
+
+
+def bound_names(bind_host: str) -> frozenset[str]:
+    """The name a server bound to `bind_host` answers to besides loopback's; none when it
+    listens on every interface."""
     wildcard = bind_host in ("", "0.0.0.0", "::")
-    also = frozenset() if wildcard else frozenset({guard.host_name(bind_host)})
+    return frozenset() if wildcard else frozenset({guard.host_name(bind_host)})
+
+
+def loopback_only(bind_host: str) -> Middleware:
+    """The middleware for a server bound to `bind_host`."""
+    also = bound_names(bind_host)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        host_header = request.headers.get("Host")
-        if not guard.allowed_host(host_header, also):
-            return problem(
-                421, "Misdirected Request", "this server answers only to loopback host names"
-            )
-        own = f"{request.scheme}://{host_header or request.host}"
-        if guard.foreign_origin(request.method, request.headers.get("Origin"), own):
-            return problem(
-                403, "Forbidden", "state-changing requests are taken from this origin only"
-            )
-        return await handler(request)
+        refusal = refused(request, also, "this server")
+        return refusal if refusal is not None else await handler(request)
 
     return middleware
 

@@ -20,6 +20,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from opentelemetry.trace import SpanKind
 
+from devhost import loopback
 from devhost.host import guard
 from devhost.host.invoke import invoke, new_invocation_id
 from devhost.host.loader import HTTP_TRIGGER, FunctionSpec, HostConfig
@@ -100,8 +101,7 @@ class HttpFrontend:
             if trigger.get("type") == HTTP_TRIGGER
         }
         self._keys = keys
-        wildcard = host in ("", "0.0.0.0", "::")
-        self._also_hosts = frozenset() if wildcard else frozenset({guard.host_name(host)})
+        self._also_hosts = loopback.bound_names(host)
         self._prefix = f"/{config.route_prefix}" if config.route_prefix else ""
         self._host = host
         self._port = port
@@ -164,18 +164,8 @@ class HttpFrontend:
         return response
 
     def _refusal(self, request: web.Request) -> web.Response | None:
-        """Host and Origin checks, before any routing; neither value is echoed."""
-        host_header = request.headers.get("Host")
-        if not guard.allowed_host(host_header, self._also_hosts):
-            return problem(
-                421, "Misdirected Request", "this runtime answers only to loopback host names"
-            )
-        own = f"{request.scheme}://{host_header or request.host}"
-        if guard.foreign_origin(request.method, request.headers.get("Origin"), own):
-            return problem(
-                403, "Forbidden", "state-changing requests are taken from this origin only"
-            )
-        return None
+        """Host and Origin checks, before any routing."""
+        return loopback.refused(request, self._also_hosts, "this runtime")
 
     def _unauthorized(self, request: web.Request, spec: FunctionSpec) -> web.Response | None:
         if self._keys is None:

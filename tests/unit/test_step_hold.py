@@ -110,15 +110,6 @@ class Instant(NeverAsked):
         self.swept.append(report.recovered)
         return {"ref": call.idempotency_key}
 
-    async def probe(self, timeout: float) -> None:
-        return None
-
-    async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
-        raise AssertionError("not asked")
-
-    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
-        raise AssertionError("not abandoned")
-
 
 async def held_back(*, holds: bool) -> tuple[World, Performed, list[int]]:
     """Order o-1's inventory request, whose call other instances' calls hold back
