@@ -484,14 +484,15 @@ async def test_every_step_field_round_trips(store: StateStore) -> None:
 def the_largest_order(order_id: str) -> Order:
     """The largest order either intake accepts: 100 lines of 128-character SKUs and a
     128-character customer id, in characters that take the most room once stored (a
-    control character is six code units as JSON, an astral one two). The HTTP route's
-    64 KiB body limit refuses it; the `orders` queue's 256 KiB accepts it."""
-    control, astral = "\x01" * 128, "\U0001f600" * 128
+    non-ASCII character is six code units as JSON, an astral one two; control characters
+    are refused). The HTTP route's 64 KiB body limit refuses it; the `orders` queue's
+    256 KiB accepts it."""
+    escaped, astral = "\u00ff" * 128, "\U0001f600" * 128
     body = {
         "orderId": order_id,
-        "customerId": control,
+        "customerId": escaped,
         "items": [
-            {"sku": astral if i % 10 == 0 else control, "quantity": 1_000_000, "unitPrice": 1e12}
+            {"sku": astral if i % 10 == 0 else escaped, "quantity": 1_000_000, "unitPrice": 1e12}
             for i in range(100)
         ],
         "priority": "high",
