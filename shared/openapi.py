@@ -8,7 +8,7 @@ from typing import Any
 from shared.catalogue.schema import NAME_PATTERN
 from shared.contract import Route
 from shared.domain.bulk_request import BulkAction
-from shared.domain.messages import OrderSubmission
+from shared.domain.messages import NO_CONTROL_CHARACTERS, OrderSubmission
 from shared.domain.model import ProcessState
 from shared.jsonbounds import MAX_DEPTH
 
@@ -493,12 +493,17 @@ _BULK_ACTIONS = [a.value for a in BulkAction]
 _BULK_FILTER_FIELDS: dict[str, dict[str, Any]] = {
     "state": {"enum": _STATES},
     **{
-        name: {"type": "string", "minLength": 1, "maxLength": 200}
+        name: {"type": "string", "minLength": 1, "maxLength": 200, "pattern": NO_CONTROL_CHARACTERS}
         for name in ("step", "errorCode", "customerId")
     },
     "createdFrom": {**_TIME, "description": "orders created at or after"},
     "createdTo": {**_TIME, "description": "orders created before"},
-    "workflow": {"type": "string", "minLength": 1, "maxLength": 200},
+    "workflow": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 200,
+        "pattern": NO_CONTROL_CHARACTERS,
+    },
     "workflowVersion": {
         "type": "integer",
         "minimum": 1,

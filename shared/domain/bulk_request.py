@@ -4,12 +4,14 @@ number out of range)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final
 
+from shared.domain.messages import NO_CONTROL_CHARACTERS
 from shared.domain.model import ProcessState
 from shared.domain.rfc3339 import EXAMPLE, parse_date_time
 from shared.domain.workflow import Catalogue, Workflow
@@ -29,6 +31,8 @@ _INT_FILTER_KEYS: Final = frozenset({"workflowVersion"})
 _BODY_KEYS: Final = {"action", "filter", "dryRun", "limit", "toVersion"}
 MAX_VERSION: Final = 1_000_000
 MAX_TEXT: Final = 200
+CONTROL: Final = re.compile(NO_CONTROL_CHARACTERS.replace("^[^", "[").replace("]*$", "]"))
+"""No stored name has one (names refuse them at the intake), and a filter is a query."""
 
 
 class BulkAction(StrEnum):
@@ -214,6 +218,10 @@ def parse_filter(data: Any) -> BulkFilter:
         elif not isinstance(value, str) or not value or len(value) > MAX_TEXT:
             raise BulkRequestError(
                 "Invalid filter", f"filter.{key} must be a non-empty string of at most {MAX_TEXT}"
+            )
+        elif CONTROL.search(value):
+            raise BulkRequestError(
+                "Invalid filter", f"filter.{key} must not contain control characters"
             )
     state: ProcessState | None = None
     if "state" in given:

@@ -82,10 +82,11 @@ def _bounded_error(value: object) -> object:
 
 _ORDER_ID = StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", strict=True)
 OrderId = Annotated[str, _ORDER_ID, Field(alias="orderId")]
+NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f\x7f-\x9f]*$"
 Text = Annotated[
     str,
     StringConstraints(
-        min_length=1, max_length=128, strip_whitespace=True, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$"
+        min_length=1, max_length=128, strip_whitespace=True, pattern=NO_CONTROL_CHARACTERS
     ),
 ]
 """A name or key: no control characters, which no name needs and which Table Storage

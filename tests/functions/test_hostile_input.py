@@ -105,3 +105,40 @@ async def test_a_not_before_table_storage_cannot_keep_is_a_400(
     if status == 400:
         assert "1601" in problem(response, 400)["detail"]
     no_error_logged(caplog)
+
+
+BULK_FILTERS = {
+    "createdTo at the calendar's start, +14:00": {"createdTo": "0001-01-01T00:00:00+14:00"},
+    "createdTo at its end, -23:59": {"createdTo": "9999-12-31T23:59:59-23:59"},
+    "createdFrom month 13": {"createdFrom": "2026-13-01T00:00:00Z"},
+    "createdFrom without an offset": {"createdFrom": "2026-01-31T00:00:00"},
+    "customerId with NUL": {"customerId": "a\x00b"},
+    "step with ESC": {"step": "\x1b[2Jcharge-payment"},
+    "customerId of 10,000 characters": {"customerId": "x" * 10_000},
+    "state unknown": {"state": "Nope"},
+}
+LIMITS = {"zero": "0", "negative": "-1", "1e400": "1e400", "a string": '"abc"', "303.5": "303.5"}
+
+
+@pytest.mark.parametrize("case", BULK_FILTERS)
+async def test_a_hostile_bulk_filter_is_a_400(
+    harness: Harness, caplog: pytest.LogCaptureFixture, case: str
+) -> None:
+    body = {"action": "cancel", "dryRun": True, "filter": {"state": "Error", **BULK_FILTERS[case]}}
+    response = await harness.http(
+        "bulk_orders", "POST", "orders/bulk", raw=json.dumps(body).encode()
+    )
+    assert "filter." in problem(response, 400)["detail"]
+    no_error_logged(caplog)
+
+
+@pytest.mark.parametrize("case", LIMITS)
+async def test_a_hostile_bulk_limit_is_a_400(
+    harness: Harness, caplog: pytest.LogCaptureFixture, case: str
+) -> None:
+    raw = '{"action": "cancel", "dryRun": true, "filter": {"state": "Error"}, "limit": %s}'
+    response = await harness.http(
+        "bulk_orders", "POST", "orders/bulk", raw=(raw % LIMITS[case]).encode()
+    )
+    assert "limit" in problem(response, 400)["detail"]
+    no_error_logged(caplog)
