@@ -5,21 +5,17 @@ Supervisor's check (docs/history.md)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from azure.data.tables.aio import TableServiceClient
 
-from shared.adapters.memory import InMemoryHealthStore, InMemoryStateStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory import InMemoryHealthStore
 from shared.contract import agent_queue
 from shared.domain.model import HistoryEntry, OrderProcess, Outcome, Outgoing, ProcessState
 from shared.domain.rest_index import RestEntry, RestRange, rest_entry
 from shared.ports import StateStore
-from shared.settings import azurite_connection_string
 from shared.usecases import scheduler
 from shared.usecases.failures import group_failures
 from shared.usecases.operator import resubmit_order, suspend_order
@@ -29,23 +25,14 @@ from shared.usecases.status_page import ops_snapshot
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
+from tests.integration.test_state_store_contract import store as state_store_on_memory_and_tables
 from tests.unit.test_failures import time_out_at_payment
 
 AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))
 
 
-@pytest.fixture(params=["memory", pytest.param("table", marks=pytest.mark.azurite)])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[StateStore]:
-    if request.param == "memory":
-        yield InMemoryStateStore()
-        return
-    port = request.getfixturevalue("azurite_table_port")
-    service = TableServiceClient.from_connection_string(azurite_connection_string(port))
-    table = TableStateStore(service, f"t{uuid.uuid4().hex[:20]}")
-    try:
-        yield table
-    finally:
-        await table.close()
+store = state_store_on_memory_and_tables
+"""The state-store contract's fixture: the same two stores."""
 
 
 class Crash(RuntimeError):
