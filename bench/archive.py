@@ -31,6 +31,7 @@ from shared.adapters.table_store import TableStateStore
 from shared.catalogue import catalogue
 from shared.domain import process as machine
 from shared.domain.model import HistoryEntry, Order, OrderLine, Priority, ProcessState, StepStatus
+from shared.domain.rest_index import rest_entry
 from shared.settings import azurite_connection_string
 from shared.usecases.archive import Archiver
 
@@ -57,8 +58,10 @@ async def fill(store: TableStateStore, count: int) -> None:
         history = [
             HistoryEntry(FINISHED, f"e{j}", "", ProcessState.PROCESSING, 0, 1) for j in range(11)
         ]
+        finished = replace(process, state=state, steps=steps)
         async with gate:
-            await store.create(replace(process, state=state, steps=steps), history)
+            await store.create(finished, history)
+            await store.put_rest(rest_entry(finished, workflow))
 
     await asyncio.gather(*(one(i) for i in range(count)))
 

@@ -469,7 +469,7 @@ class ArchiveStore(Protocol):
         self, cutoffs: Mapping[ProcessState, datetime], limit: int
     ) -> tuple[OrderProcess, ...]:
         """Up to `limit` orders in one of the cutoffs' states last changed before that
-        state's cutoff, with their ETags (no history), by a server-filtered query."""
+        state's cutoff, with their ETags, found through the rest index."""
         ...
 
     async def cursor(self) -> ArchiveCursor | None: ...

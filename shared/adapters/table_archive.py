@@ -1,11 +1,13 @@
 """The archiver's side of the state table: candidates, its cursor, pointers, purges.
 
-Candidates are the state rows' own server-side filter: `RowKey eq 'state'` and, per
-archivable state, `ProcessState eq s and UpdatedAt lt cutoff(s)`, at most
-`CANDIDATE_PAGES` service pages per call. It is still a scan of the table on the
-service's side (issue 26); the rest index's range of each state (shared/domain/
-rest_index.py, oldest created day first) could replace it. The purge of an order drops
-its rest entry after its rows (shared/usecases/archive.py).
+Candidates come from the rest index (shared/domain/rest_index.py): per archivable state,
+one range of its partition from the oldest created day to the cutoff's, filtered
+server-side to the orders come to rest before the cutoff, then one point read of each
+found order's state row for its ETag. So a run costs what it archives, not the size of
+the table (issue 26). An order at rest without its entry (for the moment between its save
+and the entry, or stored before the index and not yet backfilled: `python -m
+shared.cli.rest_backfill`) is not a candidate until it has one. The purge of an order
+drops its rest entry after its rows (shared/usecases/archive.py).
 
 The cursor is one row, `~archive` / `~cursor`: the holder of the run and until when, and
 the page in flight (its name and its orders with the ETags read), each write
@@ -25,6 +27,7 @@ which finds the page still in flight in the cursor.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import zlib
 from collections.abc import Mapping
@@ -46,14 +49,13 @@ from shared.adapters.table_errors import refused_status, refused_with, translate
 from shared.adapters.table_store import TableStateStore
 from shared.domain.archive import ArchiveCursor, ArchivedEntry, PageEntry
 from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.rest_index import RestRange
 from shared.ports import ConcurrencyConflict
 
 ARCHIVE_PARTITION: Final = "~archive"
 CURSOR_ROW: Final = "~cursor"
 POINTER_SHARDS: Final = 16
-CANDIDATE_PAGES: Final = 4
-"""Service pages one call reads at most: a page may come back short or empty while the
-service scans, so the bound is on pages, not on orders found."""
+_READS_AT_ONCE: Final = 16
 _BATCH: Final = 100
 """Operations in one entity-group transaction, the service's limit."""
 
@@ -75,29 +77,19 @@ class TableArchiveStore:
     async def candidates(
         self, cutoffs: Mapping[ProcessState, datetime], limit: int
     ) -> tuple[OrderProcess, ...]:
-        if limit <= 0 or not cutoffs:
-            return ()
-        await self._store.ensure_table()
-        # spaced: the SDK substitutes @names only between spaces
-        states = " or ".join(
-            f"( ProcessState eq @s{i} and UpdatedAt lt @c{i} )" for i in range(len(cutoffs))
-        )
-        parameters: dict[str, Any] = {"row": rows.STATE_ROW}
-        for i, (state, cutoff) in enumerate(cutoffs.items()):
-            parameters[f"s{i}"] = state.value
-            parameters[f"c{i}"] = cutoff
-        found: list[Any] = []
-        with translated_errors():
-            pager: Any = self._table.query_entities(
-                f"RowKey eq @row and ( {states} )", parameters=parameters, results_per_page=limit
-            ).by_page()
-            pages = 0
-            async for page in pager:
-                found.extend([e async for e in page])
-                pages += 1
-                if len(found) >= limit or pages >= CANDIDATE_PAGES:
-                    break
-        return await self._store.processes(found[:limit])
+        found: list[str] = []
+        for state, cutoff in cutoffs.items():
+            room = limit - len(found)
+            if room <= 0:
+                break
+            keys = RestRange(state, created_to=cutoff, changed_before=cutoff)
+            page = await self._store.rest_entries(keys, room, None)
+            found += [entry.order_id for entry in page.items]
+        loaded: list[OrderProcess | None] = []
+        for at in range(0, len(found), _READS_AT_ONCE):
+            chunk = found[at : at + _READS_AT_ONCE]
+            loaded += await asyncio.gather(*(self._store.load(order_id) for order_id in chunk))
+        return tuple(p for p in loaded if p is not None and p.state.process_state in cutoffs)
 
     async def cursor(self) -> ArchiveCursor | None:
         await self._store.ensure_table()

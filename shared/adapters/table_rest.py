@@ -116,6 +116,9 @@ async def read(
     if keys.changed_since is not None:
         query += " and UpdatedAt ge @since"
         parameters["since"] = keys.changed_since
+    if keys.changed_before is not None:
+        query += " and UpdatedAt lt @before"
+        parameters["before"] = keys.changed_before
     chosen: list[RestEntry] = []
     if limit <= 0:
         return RestPage((), None)

@@ -132,6 +132,8 @@ class RestRange:
     changed_since: datetime | None = None
     """Only entries of orders come to rest at or after this instant (a property filter,
     like the customer's)."""
+    changed_before: datetime | None = None
+    """Only entries of orders come to rest before this instant (the archive's cutoff)."""
 
     @property
     def lo(self) -> str:
@@ -155,6 +157,7 @@ class RestRange:
             entry.state is self.state
             and (self.customer_id is None or entry.customer_id == self.customer_id)
             and (self.changed_since is None or entry.updated_at >= self.changed_since)
+            and (self.changed_before is None or entry.updated_at < self.changed_before)
             and self.lo <= entry.key < self.hi
         )
 

@@ -43,6 +43,7 @@ from shared.domain.model import (
     ProcessState,
     StepStatus,
 )
+from shared.domain.rest_index import rest_entry
 from shared.settings import azurite_connection_string
 from tests.e2e.conftest import e2e_settings
 
@@ -57,8 +58,9 @@ RETENTION_DAYS = "0.01"
 
 
 async def seed(store: TableStateStore, tag: str, at: datetime) -> dict[str, ProcessState]:
-    """Orders finished (or stopped) at `at`, with a fault-free order's history; no watch
-    entries, so nothing but the archiver looks at them."""
+    """Orders finished (or stopped) at `at`, with a fault-free order's history and, at
+    rest, their rest entries; no watch entries, so nothing but the archiver looks at
+    them."""
     workflow = catalogue().default_workflow()
     states = [ProcessState.PROCESSED] * (FINISHED - 20)
     states += [ProcessState.CANCELLED] * 10 + [ProcessState.COMPENSATED] * 10
@@ -79,6 +81,8 @@ async def seed(store: TableStateStore, tag: str, at: datetime) -> dict[str, Proc
         history = [HistoryEntry(at, f"e{j}", "", ProcessState.PROCESSING, 0, 1) for j in range(11)]
         async with gate:
             await store.create(process, history)
+            if state.is_terminal:
+                await store.put_rest(rest_entry(process, workflow))
 
     await asyncio.gather(*(one(o, s) for o, s in seeded.items()))
     return seeded

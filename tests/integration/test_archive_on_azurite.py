@@ -149,6 +149,39 @@ async def test_finished_orders_past_retention_are_archived_then_deleted(parts: P
     assert (again.archived, again.pages) == (0, 0), "nothing left that is due"
 
 
+async def test_candidates_come_from_the_rest_index_and_cost_what_they_find(
+    parts: Parts,
+) -> None:
+    """The oldest created days of each state's entries, to the cutoff: the recent
+    finished orders around them are neither read nor archived, and an order at rest
+    without its entry waits for it (a backfill or the Supervisor's heal)."""
+    await put(parts.store, "p-due", ProcessState.PROCESSED, OLD)
+    for i in range(30):
+        await put(parts.store, f"p-recent-{i:02d}", ProcessState.PROCESSED, NOW - DAY)
+    late = machine.start(an_order("p-late"), ORDER_FULFILMENT, OLD).process
+    done = replace(late.state, process_state=ProcessState.PROCESSED, updated_at=NOW - DAY)
+    await parts.store.create(replace(late, state=done), [])
+    await parts.store.put_rest(rest_entry(replace(late, state=done), ORDER_FULFILMENT))
+    unfiled = machine.start(an_order("p-unfiled"), ORDER_FULFILMENT, OLD).process
+    await parts.store.create(
+        replace(unfiled, state=replace(unfiled.state, process_state=ProcessState.PROCESSED)), []
+    )
+    parts.store.operations.clear()
+
+    found = await parts.archive.candidates(RetentionPolicy().cutoffs(NOW), 100)
+
+    assert [p.order_id for p in found] == ["p-due"], "created long ago, finished lately: kept"
+    assert found[0].etag
+    assert parts.store.operations == {"query": 3, "read": 1}, "a range per state, a read each"
+
+    await put(parts.store, "p-unfiled-entry", ProcessState.PROCESSED, OLD)
+    stored = await parts.store.load("p-unfiled")
+    assert stored is not None
+    await parts.store.put_rest(rest_entry(stored, ORDER_FULFILMENT))
+    again = await parts.archive.candidates(RetentionPolicy().cutoffs(NOW), 100)
+    assert sorted(p.order_id for p in again) == ["p-due", "p-unfiled", "p-unfiled-entry"]
+
+
 async def filed(store: TableStateStore) -> list[str]:
     """The orders with a rest entry, in any rest state."""
     pages = [await store.rest_entries(RestRange(s), 100, None) for s in REST_STATES]
