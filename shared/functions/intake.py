@@ -24,6 +24,10 @@ from shared.usecases.submission import OrderConflict, OverQuota, submit_order
 
 bp = func.Blueprint()
 log = app_logger("orders.intake")
+STORE_SLOW = (
+    "the state store did not answer in time (busy or unavailable); the order may be stored: "
+    "send the same body again after Retry-After"
+)
 
 
 def _check_reply_to(order: OrderSubmission, allowed: frozenset[str]) -> str | None:
@@ -83,7 +87,7 @@ async def _submit_http(req: func.HttpRequest) -> func.HttpResponse:
         return problem(429, "Too many open orders", str(exc), {"Retry-After": str(exc.retry_after)})
     except StateStoreError as exc:
         log.warning("state store unavailable during intake: %s", type(exc).__name__)
-        return problem(503, "Try again", "the state store is unavailable", {"Retry-After": "5"})
+        return problem(503, "Try again", STORE_SLOW, {"Retry-After": "5"})
     order_id = result.process.order_id
     status_url = f"{base_url(req)}/api/orders/{order_id}"
     return json_response(

@@ -223,6 +223,7 @@ async def test_azurite_killed_an_order_is_refused_in_time_with_retry_after(
         assert refused.status == 503, refused
         assert refused.seconds < ANSWER_WITHIN
         assert refused.headers["Retry-After"] == "5"
+        assert "send the same body again" in refused.body["detail"], refused
         assert refused.headers["Content-Type"].startswith("application/problem+json")
         down = await health_until_down(system, "stateStore")
         assert down.body["checks"]["serviceBus"] == "ok"
