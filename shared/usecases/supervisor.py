@@ -37,6 +37,10 @@ OUTAGE_AFTER = 3
 blip, several in a row are an outage that would fail every remaining check the same way."""
 
 DEFAULT_BUDGET = timedelta(seconds=15)
+MOVE_GRACE = timedelta(minutes=1)
+"""How long an order at rest watched for a later version than it has is left alone: an
+operator's resubmit, resume or cancel watches it before its save, and saves within its
+few seconds of budget or never."""
 CHECK_TIMEOUT_SECONDS = 5.0
 """Wall-clock limit of one check: a call that hangs on a dead connection counts as an
 infrastructure failure instead of holding the sweep (and the next timer ticks) up."""
@@ -240,8 +244,16 @@ async def _check(
         await deps.store.unwatch_entry(entry)
         return
     if process.state.process_state.is_terminal:
+        ahead = entry.version > process.state.version
+        if ahead and deps.clock.now() < entry.check_at + MOVE_GRACE:
+            # An operator's move off this rest may be between its watch and its save.
+            return
         # The Scheduler stopped before it unwatched: resend the last outbox, then forget it.
         await deps.work.finish_rest(process)
+        if ahead:
+            # That move never saved: its entry, kept for a version that never came, would
+            # bring the order back at every sweep.
+            await deps.store.unwatch_entry(entry)
         report.finished += 1
         return
     now = deps.clock.now()

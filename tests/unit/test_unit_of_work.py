@@ -10,12 +10,14 @@ import pytest
 
 from shared.contract import Queue
 from shared.domain import process as machine
-from shared.domain.model import HistoryEntry, OrderProcess
+from shared.domain.model import HistoryEntry, OrderProcess, ProcessState
+from shared.domain.rest_index import RestRange
 from shared.ports import BusUnavailable, ConcurrencyConflict, StoreUnavailable
 from shared.usecases import scheduler
 from shared.usecases.operator import resume_order, suspend_order
 from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
+from shared.usecases.supervisor import sweep
 from shared.usecases.unit_of_work import UnitOfWork
 from tests.builders import World, an_order
 
@@ -115,3 +117,52 @@ async def test_a_store_outage_during_a_resume_sends_nothing() -> None:
     with pytest.raises(StoreUnavailable):
         await resume_order(world.deps(), "o-1", "ops")
     assert len(world.bus.sent) == sent
+
+
+class CrashBeforeSave(Exception):
+    """The process died between the move's watch entry and its save."""
+
+
+async def test_a_move_off_a_rest_that_never_saved_is_healed_once_then_left() -> None:
+    """A resume watches the order for its next version, drops its rest entry and dies
+    before its save: the order stays Suspended, without its entry, watched for a version
+    that never comes. The Supervisor leaves it alone while the move might still save,
+    then writes its entry back and unwatches it once, instead of at every sweep."""
+    world = World()
+    await in_flight(world)
+    await suspend_order(world.deps(), "o-1", "ops")
+
+    async def dies(process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
+        raise CrashBeforeSave()
+
+    real = world.store.save
+    world.store.save = dies  # type: ignore[method-assign]
+    with pytest.raises(CrashBeforeSave):
+        await resume_order(world.deps(), "o-1", "ops")
+    world.store.save = real  # type: ignore[method-assign]
+    assert "o-1" in world.store.watched()
+    assert await rested(world) == []
+
+    world.clock.advance(30)
+    await sweep(world.deps())
+    assert "o-1" in world.store.watched(), "the move may still save"
+    assert await rested(world) == []
+
+    world.clock.advance(60)
+    first = await sweep(world.deps())
+    assert first.finished == 1
+    assert "o-1" not in world.store.watched()
+    assert await rested(world) == ["o-1"]
+    stored = await world.store.load("o-1")
+    assert stored is not None and stored.state.process_state is ProcessState.SUSPENDED
+
+    world.clock.advance(60)
+    writes = world.store.operations["write"]
+    again = await sweep(world.deps())
+    assert (again.due, again.finished) == (0, 0)
+    assert world.store.operations["write"] == writes
+
+
+async def rested(world: World) -> list[str]:
+    page = await world.store.rest_entries(RestRange(ProcessState.SUSPENDED), 10, None)
+    return [entry.order_id for entry in page.items]
