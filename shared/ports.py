@@ -42,6 +42,12 @@ class StoreUnavailable(StateStoreError):
     """The store could not be reached; the caller should retry later."""
 
 
+class UnreadableOrder(Exception):
+    """A stored order this code cannot read (a row written by hand or by a layout it does
+    not know): reading it again finds it the same, so it is neither an outage to wait out
+    nor a race to retry. A caller going through many orders skips it and names it."""
+
+
 class BusUnavailable(Exception):
     """A message could not be sent; the triggering message should be retried."""
 

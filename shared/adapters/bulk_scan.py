@@ -6,9 +6,9 @@ it has moved on is left out, as a page may be short."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Final
 
+from shared.adapters.readable import readable
 from shared.domain.bulk_request import BulkFilter
 from shared.domain.model import Order, OrderProcess, Priority, ProcessState
 from shared.domain.rest_index import RestEntry, RestRange
@@ -44,8 +44,8 @@ async def orders(
     else:
         watched = await store.watch_list(page_size, cursor)
         ids, token = [e.order_id for e in watched.items], watched.continuation
-    found = await asyncio.gather(*(store.load(i) for i in ids))
-    items = tuple(p for p in found if p is not None and p.state.process_state is state)
+    found = await readable(store, ids)
+    items = tuple(p for p in found if p.state.process_state is state)
     return OrderPage(items, TOKEN + token if token else None)
 
 

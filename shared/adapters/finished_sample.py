@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Final
 
+from shared.adapters.readable import readable
 from shared.domain.model import OrderProcess
 from shared.domain.reconcile import FINISHED
 from shared.domain.rest_index import SEP, RestEntry, RestRange, day_of
@@ -48,8 +49,8 @@ async def finished_sample(
         behind = await asyncio.gather(*(read(k, None) for k, _ in ranges))
         early = (e for b, p in zip(behind, pivots, strict=True) for e in b if e.key <= p)
         chosen += sorted(early, key=_rotated(start))[: limit - len(chosen)]
-    loaded = await asyncio.gather(*(store.load(e.order_id) for e in chosen))
-    return tuple(p for p in loaded if p is not None and p.state.process_state in FINISHED)
+    loaded = await readable(store, [e.order_id for e in chosen])
+    return tuple(p for p in loaded if p.state.process_state in FINISHED)
 
 
 def _days(first: datetime, last: datetime) -> list[datetime]:

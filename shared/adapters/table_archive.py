@@ -27,7 +27,6 @@ which finds the page still in flight in the cursor.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import zlib
 from collections.abc import Mapping
@@ -44,6 +43,7 @@ from azure.core.exceptions import (
 from azure.data.tables import TableTransactionError, UpdateMode
 
 from shared.adapters import table_rows as rows
+from shared.adapters.readable import readable
 from shared.adapters.table_conditional import put_row
 from shared.adapters.table_errors import refused_status, refused_with, translated_errors
 from shared.adapters.table_store import TableStateStore
@@ -55,7 +55,6 @@ from shared.ports import ConcurrencyConflict
 ARCHIVE_PARTITION: Final = "~archive"
 CURSOR_ROW: Final = "~cursor"
 POINTER_SHARDS: Final = 16
-_READS_AT_ONCE: Final = 16
 _BATCH: Final = 100
 """Operations in one entity-group transaction, the service's limit."""
 
@@ -85,11 +84,8 @@ class TableArchiveStore:
             keys = RestRange(state, created_to=cutoff, changed_before=cutoff)
             page = await self._store.rest_entries(keys, room, None)
             found += [entry.order_id for entry in page.items]
-        loaded: list[OrderProcess | None] = []
-        for at in range(0, len(found), _READS_AT_ONCE):
-            chunk = found[at : at + _READS_AT_ONCE]
-            loaded += await asyncio.gather(*(self._store.load(order_id) for order_id in chunk))
-        return tuple(p for p in loaded if p is not None and p.state.process_state in cutoffs)
+        loaded = await readable(self._store, found)
+        return tuple(p for p in loaded if p.state.process_state in cutoffs)
 
     async def cursor(self) -> ArchiveCursor | None:
         await self._store.ensure_table()

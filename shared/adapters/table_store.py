@@ -47,6 +47,7 @@ from shared.ports import (
     ConcurrencyConflict,
     Page,
     StateStoreError,
+    UnreadableOrder,
     WatchEntry,
     WatchPage,
 )
@@ -146,11 +147,13 @@ class TableStateStore:
         if state is None:
             return None
         etag = str(state.metadata["etag"])
-        process = (
-            rows.to_process(state, etag)
-            if rows.is_current_layout(state)
-            else await self._load_legacy(order_id, etag)
-        )
+        if rows.is_current_layout(state):
+            try:
+                process: OrderProcess | None = rows.to_process(state, etag)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise UnreadableOrder(f"order {order_id}: {type(exc).__name__}: {exc}") from exc
+        else:
+            process = await self._load_legacy(order_id, etag)
         if process is not None:
             self._kept(process, etag, rows.history_text(state))
         return process

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.data.tables.aio import TableServiceClient
 
+from shared.adapters import table_rows as rows
 from shared.adapters.memory import InMemoryStateStore
 from shared.adapters.memory_reconcile import InMemoryReconcileStore
 from shared.adapters.table_reconcile import TableReconcileStore
@@ -20,7 +21,7 @@ from shared.domain import process as machine
 from shared.domain.model import ProcessState, StepStatus
 from shared.domain.reconcile import Mismatch, ReconcileRun
 from shared.domain.rest_index import rest_entry
-from shared.ports import ReconcileStore, StateStore
+from shared.ports import ReconcileStore, StateStore, UnreadableOrder
 from shared.settings import azurite_connection_string
 from tests.builders import an_order
 from tests.workflows import ORDER_FULFILMENT
@@ -93,3 +94,30 @@ async def test_runs_are_kept_newest_first_with_their_mismatches(
     await reconcile.record_run(second)
     assert await reconcile.recent_runs(5) == (second, first)
     assert await reconcile.recent_runs(1) == (second,)
+
+
+@pytest.mark.azurite
+async def test_an_order_whose_row_cannot_be_read_is_left_out_of_the_sample(
+    azurite_table_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One bad row (here steps that are not JSON) used to fail the whole sample, and
+    `POST /api/reconcile` with it, with a 500."""
+    service = TableServiceClient.from_connection_string(
+        azurite_connection_string(azurite_table_port)
+    )
+    store = TableStateStore(service, f"r{uuid.uuid4().hex[:20]}")
+    try:
+        await put(store, "a1", ProcessState.PROCESSED, T0)
+        await put(store, "b1", ProcessState.PROCESSED, T0)
+        await store.table.update_entity(
+            {"PartitionKey": "b1", "RowKey": "state", rows.STEPS: "not json"}, mode="merge"
+        )
+        with pytest.raises(UnreadableOrder, match="b1"):
+            await store.load("b1")
+
+        sample = await TableReconcileStore(store).finished_sample(T0 - timedelta(hours=1), "", 10)
+
+        assert [p.order_id for p in sample] == ["a1"]
+        assert "b1" in caplog.text and "cannot be read" in caplog.text
+    finally:
+        await store.close()

@@ -1,0 +1,34 @@
+"""Orders loaded by id for a caller that goes through many at once: a sample, a bulk
+match, the archive's candidates. An order the store cannot read is skipped and named in
+the log, so one bad row does not fail them all (it used to answer `POST /api/reconcile`
+with a 500); an outage still stops the caller."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from shared.domain.model import OrderProcess
+from shared.ports import StateStore, UnreadableOrder
+from shared.telemetry.logsafe import app_logger
+
+log = app_logger("orders.store")
+
+AT_ONCE = 16
+
+
+async def readable(store: StateStore, order_ids: Sequence[str]) -> list[OrderProcess]:
+    """The orders that exist and can be read, in the given order, `AT_ONCE` reads at a
+    time."""
+
+    async def one(order_id: str) -> OrderProcess | None:
+        try:
+            return await store.load(order_id)
+        except UnreadableOrder as exc:
+            log.warning("order skipped, its stored row cannot be read: %s", exc)
+            return None
+
+    found: list[OrderProcess | None] = []
+    for at in range(0, len(order_ids), AT_ONCE):
+        found += await asyncio.gather(*map(one, order_ids[at : at + AT_ONCE]))
+    return [p for p in found if p is not None]
