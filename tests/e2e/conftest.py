@@ -6,12 +6,14 @@ Everything runs on free ports, so the suite never collides with a developer's ru
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import pytest
@@ -21,6 +23,7 @@ import function_app
 from devhost.broker import Broker
 from devhost.harness.clients import TERMINAL as TERMINAL_STATES
 from devhost.harness.clients import AppClient, SimulatorControl
+from devhost.harness.process import Child
 from devhost.host.loader import functions_of
 from devhost.host.runtime import LocalHost
 from devhost.simulator import SimulatorServer
@@ -31,6 +34,23 @@ from shared.settings import azurite_connection_string
 from tests.workflows import AGENTS, ORDER_FULFILMENT, WORKFLOWS
 
 TERMINAL = set(TERMINAL_STATES)
+
+
+T = TypeVar("T")
+
+
+async def until(what: str, check: Callable[[], Awaitable[T]], timeout: float, child: Child) -> T:
+    """Poll `check` until it answers something true (returned); a `child` that exits
+    meanwhile ends the wait at once with its log tail."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        child.check()
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{what} not within {timeout:.0f} s (last: {last})")
 
 
 def e2e_settings(table_port: int, broker: Broker, simulator_url: str) -> dict[str, str]:

@@ -10,14 +10,12 @@ archive store, as the passing of those minutes would, instead of waiting them ou
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import pytest
@@ -45,11 +43,10 @@ from shared.domain.model import (
 )
 from shared.domain.rest_index import rest_entry
 from shared.settings import azurite_connection_string
-from tests.e2e.conftest import e2e_settings
+from tests.e2e.conftest import e2e_settings, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker, pytest.mark.slow]
 
-T = TypeVar("T")
 FINISHED = 300
 """Three pages of 100 at the archiver's pace of 50 a second: about 6 s of archiving."""
 KEPT = {ProcessState.PROCESSING: 3, ProcessState.PENDING: 2, ProcessState.ERROR: 3}
@@ -94,18 +91,6 @@ async def state_rows(store: TableStateStore, ids: set[str]) -> set[str]:
         "RowKey eq 'state' and CustomerId eq 'kill-c'", select=["PartitionKey"]
     )
     return {e["PartitionKey"] async for e in found} & ids
-
-
-async def until(what: str, check: Callable[[], Awaitable[T]], timeout: float, child: Child) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        child.check()
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{what} not within {timeout:.0f} s (last: {last})")
 
 
 async def archive_listing(session: aiohttp.ClientSession, api: str, day: str) -> list[Any]:

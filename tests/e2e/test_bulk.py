@@ -4,8 +4,6 @@ the job exactly once (its history says so)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -25,7 +23,7 @@ from devhost.simulator import SimulatorServer
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_store import TableStateStore
 from shared.contract import Setting
-from tests.e2e.conftest import e2e_settings
+from tests.e2e.conftest import e2e_settings, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
 
@@ -46,18 +44,6 @@ def durable_broker(tmp_path: Path) -> Iterator[Broker]:
 
 async def count(app: AppClient, state: str) -> int:
     return len((await app.orders(state, 1000))["items"])
-
-
-async def until(what: str, check: Any, timeout: float, child: Child) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        child.check()
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"{what} not within {timeout:.0f} s (last: {last})")
 
 
 async def test_a_bulk_resubmit_survives_a_kill_and_acts_once_per_order(
@@ -148,6 +134,7 @@ async def test_a_bulk_resubmit_survives_a_kill_and_acts_once_per_order(
                     return job if job["state"] == "Done" else None
 
                 job = await until("the job Done", job_done, 180, runtime)
+                assert job is not None
                 assert (job["matched"], job["done"], job["skipped"], job["failed"]) == (
                     ORDERS,
                     ORDERS,

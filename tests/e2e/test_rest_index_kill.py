@@ -9,8 +9,6 @@ and nothing in the app was changed to make the crash land there."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -28,7 +26,7 @@ from shared.contract import Queue, Setting
 from shared.domain.model import ProcessState
 from shared.domain.rest_index import RestRange
 from shared.settings import azurite_connection_string
-from tests.e2e.conftest import System, e2e_settings
+from tests.e2e.conftest import System, e2e_settings, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
 
@@ -46,18 +44,6 @@ async def rest_entries(store: TableStateStore) -> list[str]:
 
 async def watched(store: TableStateStore) -> list[str]:
     return [entry.order_id for entry in (await store.watch_list(100, None)).items]
-
-
-async def until(
-    what: str, check: Callable[[], Awaitable[bool]], timeout: float, child: Child
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        child.check()
-        if await check():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{what} not within {timeout:.0f} s")
 
 
 async def test_a_kill_between_the_state_write_and_the_rest_entry_heals(
