@@ -48,6 +48,7 @@ from shared.ports import (
 from shared.resilience import CircuitBreaker
 from shared.settings import Settings
 from shared.telemetry import setup as telemetry
+from shared.telemetry.logsafe import guard_root_handlers
 from shared.telemetry.ports import traced, traced_remote
 from shared.usecases.agent import AgentDeps
 from shared.usecases.agent_health import HealthMonitor
@@ -296,6 +297,7 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
     `decorate`, and with telemetry configured the ports are traced above it all. The
     clients' timeouts are the adapters' (table_client, servicebus_bus)."""
     tracing = telemetry.configure()
+    guard_root_handlers()
     credentials: dict[str | None, DefaultAzureCredential] = {}
 
     def identity(client_id: str | None) -> DefaultAzureCredential:

@@ -12,7 +12,8 @@ The formatter is the local mains' (`python -m devhost` and its services). In Azu
 records go to Application Insights through the worker's handler and the OpenTelemetry
 distro's, whose formatting is not ours; so the app's own loggers (`app_logger`) carry
 `ControlSafeFilter`, which escapes the message and the traceback before any handler
-sees the record.
+sees the record, and `guard_root_handlers` puts it on the root's handlers (the
+worker's), which take every other logger's records, the Azure SDKs' too.
 
 Escaping is idempotent (what it writes has no control character left), so a record the
 filter escaped passes the formatter unchanged; the traceback, the costly part, is
@@ -139,6 +140,15 @@ class ControlSafeFilter(logging.Filter):
 
 
 _SAFE = ControlSafeFilter()
+
+
+def guard_root_handlers() -> None:
+    """The filter on each handler of the root logger as it stands (in Azure the worker's,
+    which gets the records of every logger, the SDKs' too). A logger's filter sees only
+    its own records; a handler's sees every record it handles."""
+    for handler in logging.getLogger().handlers:
+        if _SAFE not in handler.filters:
+            handler.addFilter(_SAFE)
 
 
 def app_logger(name: str) -> logging.Logger:

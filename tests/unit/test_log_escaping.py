@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.telemetry.logsafe import app_logger
+from shared.telemetry.logsafe import app_logger, guard_root_handlers
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 FORGED_ID = "ord-1\r\n04:00:00 ERROR orders forged\x1b[2J\x1b[31m\u2028"
@@ -138,3 +138,12 @@ def test_every_logger_of_the_app_is_an_app_logger() -> None:
             ):
                 plain.append(f"{path.relative_to(SHARED)}:{node.lineno}")
     assert plain == []
+
+
+def test_an_sdk_loggers_record_is_escaped_at_the_root_handlers(root_handler: Kept) -> None:
+    """The Azure SDKs log on their own loggers, which carry no filter of ours; in Azure
+    the worker's handler on the root takes their records as they are."""
+    guard_root_handlers()
+    logging.getLogger("azure.core.pipeline").warning("request to %s failed", FORGED_ID)
+    (message,) = root_handler.messages
+    assert message == f"request to {ESCAPED_ID} failed"
