@@ -19,6 +19,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cproton import (  # type: ignore[import-untyped]
+    isnull,
+    pn_collector_peek,
+    pn_collector_pop,
+    pn_event_type,
+)
 from proton import Collector, Connection, Event, ProtonException, Transport
 
 log = logging.getLogger(__name__)
@@ -29,6 +35,9 @@ _LONGEST_SLEEP = 1.0
 
 
 class TurnHandler(Protocol):
+    event_numbers: frozenset[int]
+    """The engine's event types the handler takes; the rest are dropped unwrapped."""
+
     def on_connected(self, transport: Any) -> None:
         """A client connected: configure its transport (SASL) before any byte is read."""
 
@@ -129,13 +138,18 @@ class IOLoop:
         self._drain_events()
 
     def _drain_events(self) -> None:
-        collector = self._collector
+        """Hand the handler its events. Most are PN_TRANSPORT (output is waiting, which the
+        turn's writes take care of): they are dropped by number, without building the Python
+        wrappers that proton's Collector.peek builds for every event."""
+        collector = self._collector._impl
         handler = self._handler
-        while (event := collector.peek()) is not None:
+        wanted = handler.event_numbers
+        while not isnull(impl := pn_collector_peek(collector)):
             try:
-                handler.on_event(event)
+                if pn_event_type(impl) in wanted:
+                    handler.on_event(Event.wrap(impl))
             finally:
-                collector.pop()
+                pn_collector_pop(collector)
 
     def _accept(self) -> None:
         assert self._listener is not None

@@ -95,6 +95,7 @@ class BrokerHandler:
             Event.DELIVERY: self.on_delivery,
             Event.TRANSPORT_ERROR: self._on_transport_error,
         }
+        self.event_numbers = frozenset(event_type.number for event_type in self._handlers)
 
     # -- lifecycle -------------------------------------------------------------------------
 
