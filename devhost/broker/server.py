@@ -144,8 +144,11 @@ class BrokerHandler:
         on time without looking at every delivery.
         """
         if now >= self._tick_at:
-            self.engine.tick()
-            self.dispatcher.dispatch_woken()
+            try:
+                self.engine.tick()
+                self.dispatcher.dispatch_woken()
+            except Exception:
+                log.exception("broker timer step failed")
         committed = self._commit()
         delay = min(IDLE_TICK_SECONDS, self.engine.limits.lock_ms / 1000)
         due = self.engine.seconds_to_deadline()
