@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cproton import (  # type: ignore[import-untyped]
+    PN_TRANSPORT,
     isnull,
     pn_collector_peek,
     pn_collector_pop,
+    pn_event_transport,
     pn_event_type,
 )
 from proton import Collector, Connection, Event, ProtonException, Transport
@@ -74,6 +76,9 @@ class IOLoop:
         self._wake_out.setblocking(False)
         self._selector.register(self._wake_in, _READ, None)
         self._clients: dict[socket.socket, _Client] = {}
+        self._by_transport: dict[Any, _Client] = {}
+        # Clients whose transport may have output, input room or a timer to serve.
+        self._dirty: set[_Client] = set()
         self._stop = threading.Event()
         self._closed = False
 
@@ -126,27 +131,37 @@ class IOLoop:
         now = time.monotonic()
         deadlines = [wake_at, now + _LONGEST_SLEEP]
         deadlines += [c.deadline for c in self._clients.values() if c.deadline]
-        for key, mask in self._selector.select(max(0.0, min(deadlines) - now)):
+        timeout = 0.0 if self._dirty else max(0.0, min(deadlines) - now)
+        for key, mask in self._selector.select(timeout):
             client: _Client | None = key.data
             if client is not None:
+                self._dirty.add(client)
                 if mask & _READ:
                     self._read(client)
             elif key.fileobj is self._listener:
                 self._accept()
             else:
                 self._drain_wake()
+        now = time.monotonic()
+        self._dirty.update(c for c in self._clients.values() if c.deadline and c.deadline <= now)
         self._drain_events()
 
     def _drain_events(self) -> None:
-        """Hand the handler its events. Most are PN_TRANSPORT (output is waiting, which the
-        turn's writes take care of): they are dropped by number, without building the Python
-        wrappers that proton's Collector.peek builds for every event."""
+        """Hand the handler its events. Most are PN_TRANSPORT (a connection has output
+        waiting): they only mark the client for the turn's writes. Events are read by number
+        through proton's C binding, so that no Python wrappers are built (proton's
+        Collector.peek builds them for every event) except for the events the handler takes."""
         collector = self._collector._impl
         handler = self._handler
         wanted = handler.event_numbers
         while not isnull(impl := pn_collector_peek(collector)):
             try:
-                if pn_event_type(impl) in wanted:
+                number = pn_event_type(impl)
+                if number == PN_TRANSPORT:
+                    client = self._by_transport.get(pn_event_transport(impl))
+                    if client is not None:
+                        self._dirty.add(client)
+                elif number in wanted:
                     handler.on_event(Event.wrap(impl))
             finally:
                 pn_collector_pop(collector)
@@ -170,7 +185,8 @@ class IOLoop:
             transport.bind(connection)
             client = _Client(sock, transport, connection)
             self._clients[sock] = client
-            self._update(client)
+            self._by_transport[transport._impl] = client
+            self._dirty.add(client)
 
     def _drain_wake(self) -> None:
         try:
@@ -203,8 +219,13 @@ class IOLoop:
             log.debug("transport refused input: %s", exc)
 
     def _write_all(self) -> None:
+        """Serve the clients that had input, output or a timer this turn; the others' sockets
+        and transports stand as they were."""
         now = time.monotonic()
-        for client in list(self._clients.values()):
+        dirty, self._dirty = self._dirty, set()
+        for client in dirty:
+            if client.sock not in self._clients:
+                continue  # forgotten this turn
             self._write(client)
             client.deadline = client.transport.tick(now)
             self._update(client)
@@ -253,6 +274,8 @@ class IOLoop:
 
     def _forget(self, client: _Client) -> None:
         self._clients.pop(client.sock, None)
+        self._by_transport.pop(client.transport._impl, None)
+        self._dirty.discard(client)
         if client.interest:
             self._selector.unregister(client.sock)
             client.interest = 0
