@@ -1,6 +1,6 @@
 """What one message, one table request and one remote call cost in CPU, on both ends.
 
-    python -m bench.unit_costs [--ops 2000] [--concurrency 16] [--quick]
+    python -m bench.unit_costs [--ops 2000] [--concurrency 16] [--quick] [--only message]
 
 Against the services of ``python -m devhost`` (Azurite, the broker with its SQLite store,
 the simulator; no runtime), this process does each kind of operation an order is made of,
@@ -314,12 +314,14 @@ async def remote_calls(stack: BenchStack, ops: int, concurrency: int) -> Cost:
         )
 
 
-async def run(ops: int, concurrency: int) -> list[Cost]:
+async def run(ops: int, concurrency: int, only_messages: bool = False) -> list[Cost]:
     async with BenchStack("unit-costs", runtimes=()) as stack:
         # No remote latency: the simulator answers at once, so only CPU is measured.
         async with aiohttp.ClientSession() as session:
             await set_faults(stack.simulator(session), 0.0, 0)
         costs = [await messages(stack, ops, concurrency)]
+        if only_messages:
+            return costs
         costs += await table_calls(stack, ops, concurrency)
         costs.append(await remote_calls(stack, ops, concurrency))
         return costs
@@ -342,6 +344,8 @@ def report(costs: list[Cost], concurrency: int) -> None:
         )
     console.print(t)
     by_name = {c.name: c for c in costs}
+    if set(by_name) == {"message"}:
+        return
     bill = table(
         "an order's bill (fault-free): unit costs x what one order does",
         ["operation", "per order", "client ms", "servers ms"],
@@ -389,12 +393,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", type=int, default=2000, help="operations of each kind")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--quick", action="store_true", help="200 of each, a smoke run")
+    parser.add_argument(
+        "--only",
+        choices=["message"],
+        help="measure only the message row (the broker's CPU per message), no order's bill",
+    )
     args = parser.parse_args(argv)
     ops = 200 if args.quick else args.ops
     if ops < 2 or args.concurrency < 1:
         parser.error("--ops must be at least 2 and --concurrency at least 1")
     print_machine("unit costs: CPU per message, table request and remote call")
-    costs = asyncio.run(run(ops, args.concurrency))
+    costs = asyncio.run(run(ops, args.concurrency, only_messages=args.only == "message"))
     report(costs, args.concurrency)
     return 0
 

@@ -94,6 +94,7 @@ class Engine:
                     visible_ms=row.visible_ms,
                     delivery_count=row.delivery_count,
                     expires_ms=None if parsed.ttl_ms is None else row.enqueued_ms + parsed.ttl_ms,
+                    stored=row.payload,
                 )
                 entity.entries[row.seq] = entry
                 self._make_available(entity, entry, now)
@@ -153,8 +154,7 @@ class Engine:
 
         Raises ``codec.CodecError`` before changing anything if any message is malformed.
         """
-        inner = codec.unpack_batch(payload) or [payload]
-        parsed = [codec.parse_message(raw) for raw in inner]
+        parsed = codec.parse_sent(payload)
         with self.lock:
             now = self._clock()
             for message in parsed:
@@ -218,6 +218,7 @@ class Engine:
             visible_ms=visible if visible > now else 0,
             delivery_count=0,
             expires_ms=None if message.ttl_ms is None else now + message.ttl_ms,
+            stored=message.raw,
         )
         entity = self._entities[queue]
         entity.entries[seq] = entry
@@ -395,6 +396,7 @@ class Engine:
         }
         if props:
             entry.bare = codec.with_application_properties(entry.bare, props)
+            entry.stored = b""
         del entity.entries[entry.seq]
         target = self._entities[dead_letter_entity(entity.queue)]
         entry.visible_ms = 0
@@ -410,7 +412,8 @@ class Engine:
                 queue=entity.queue,
                 seq=entry.seq,
                 dead_letter=entity.dead_letter,
-                payload=codec.encode_message(
+                payload=entry.stored
+                or codec.encode_message(
                     entry.header, entry.delivery_count, entry.annotations, entry.bare
                 ),
                 message_id=entry.message_id,

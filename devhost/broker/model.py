@@ -48,6 +48,9 @@ class Entry:
     state: State = State.READY
     lock_token: uuid.UUID | None = None
     locked_until_ms: int = 0
+    stored: bytes = b""
+    """The payload the store keeps, while it is still the message as sent (its counts and
+    times are columns of their own); empty once the broker changed the message."""
 
     def encode(self, locked_until_ms: int | None = None, *, peeked: bool = False) -> bytes:
         annotations = dict(self.annotations)

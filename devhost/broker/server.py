@@ -1,9 +1,13 @@
-"""The proton reactor side: connections, links, transfers and dispositions.
+"""The AMQP side: connections, links, transfers and dispositions.
 
-One reactor thread runs everything AMQP. Entity links carry messages (client senders into the
-engine, client receivers out of it through the dispatcher); ``$cbs`` and ``<entity>/$management``
-links carry request/response pairs. An error while handling one link's event is logged and
-closes that link, so one bad client cannot stop the broker.
+One thread runs everything AMQP (``loop.IOLoop``). Entity links carry messages (client senders
+into the engine, client receivers out of it through the dispatcher); ``$cbs`` and
+``<entity>/$management`` links carry request/response pairs. An error while handling one
+link's event is logged and closes that link, so one bad client cannot stop the broker.
+
+What a client is told waits for the store: a send's acceptance, a settlement's echo and a
+management response are held until the end of the loop's turn, when one commit covers all of
+them (acknowledged means stored, for sends and completions alike).
 
 proton's wrappers are handled as ``Any`` here: their hints make every ``event.link`` optional,
 and the broker keeps its own per-link and per-delivery state as attributes on them.
@@ -13,33 +17,31 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import sqlite3
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from proton import Condition, Delivery, Endpoint, Event, Handler, Link, Message, Terminus
-from proton.handlers import IncomingMessageHandler, MessagingHandler
-from proton.reactor import ApplicationEvent, Container, EventInjector
+from proton import Condition, Delivery, Endpoint, Event, Link, Message, Terminus
 
 from . import codec
 from .addresses import Node, NodeKind, resolve
 from .dispatch import Dispatcher
 from .engine import Engine
+from .loop import IOLoop
 from .management import LOCK_LOST, ManagementNode, cbs_response
 from .model import Settlement
 
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.05
-"""How long settlements wait to be committed to the store."""
+"""How soon a commit that failed is tried again."""
 IDLE_TICK_SECONDS = 1.0
-"""The longest the reactor sleeps with nothing due: dedupe pruning needs no more."""
+"""The longest the loop sleeps with nothing due: dedupe pruning needs no more."""
 RECEIVE_WINDOW = 100
 MAX_MESSAGE_SIZE = 1024 * 1024
-STOP_EVENT = "broker_stop"
 _ACTIVE = Endpoint.LOCAL_ACTIVE | Endpoint.REMOTE_ACTIVE
+_UNINIT = Endpoint.LOCAL_UNINIT
+_CLOSED = Endpoint.LOCAL_CLOSED
 # The SDK waits for the broker to settle with the outcome it asked for (rcv-settle-mode second).
 _ECHO = {
     Settlement.COMPLETE: Delivery.ACCEPTED,
@@ -51,21 +53,8 @@ _ECHO = {
 F = TypeVar("F", bound=Callable[..., None])
 
 
-class _SocketNoiseFilter(logging.Filter):
-    """proton logs a client resetting its socket as an error; for a broker that is routine."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if str(record.msg).startswith(("Couldn't send", "Couldn't recv")):
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            return logging.getLogger("proton").isEnabledFor(logging.DEBUG)
-        return True
-
-
-logging.getLogger("proton").addFilter(_SocketNoiseFilter())
-
-
 def _guarded(method: F) -> F:
-    """Log an event handler's error and close the link involved instead of the reactor dying."""
+    """Log an event handler's error and close the link involved instead of the loop dying."""
 
     @functools.wraps(method)
     def wrapper(self: BrokerHandler, event: Event) -> None:
@@ -82,160 +71,157 @@ def _guarded(method: F) -> F:
     return cast(F, wrapper)
 
 
-class _Timer(Handler):
-    def __init__(self, callback: Callable[[], None]) -> None:
-        super().__init__()
-        self._callback = callback
-
-    def on_timer_task(self, event: Event) -> None:
-        try:
-            self._callback()
-        except Exception:
-            log.exception("broker timer task failed")
-
-
-class BrokerHandler(MessagingHandler):
+class BrokerHandler:
     """Speaks the subset of Service Bus's AMQP dialect that the azure-servicebus SDK uses."""
 
     def __init__(self, engine: Engine) -> None:
-        # prefetch=0: credit is granted in bulk below instead of proton's FlowController topping
-        # it up after every transfer (an extra frame per message; the SDK reads frames slowly).
-        super().__init__(prefetch=0, auto_accept=False, auto_settle=False)
-        # proton's IncomingMessageHandler decodes every transfer into a proton.Message, losing
-        # the raw bytes the broker stores and forwards; on_delivery reads transfers instead.
-        handlers = cast(list[Any], self.handlers)
-        self.handlers = [h for h in handlers if not isinstance(h, IncomingMessageHandler)]
         self.engine = engine
         self.management = ManagementNode(engine)
         self.dispatcher = Dispatcher(engine)
-        self.injector = EventInjector()
-        self._container: Any = None
-        self._acceptor: Any = None
-        self._connections: set[Any] = set()
+        self.loop = IOLoop(self)
+        # Held until the turn's commit: sends to accept, settlements to echo, responses.
         self._pending_acks: list[Any] = []
-        self._flush_scheduled = False
-        self._tick: Any = None
+        self._pending_echoes: list[tuple[Any, Any]] = []
+        self._pending_replies: list[tuple[Any, Message]] = []
         self._tick_at = 0.0
-        self._stopping = False
-        self._released = False
+        self._handlers: dict[Any, Callable[[Event], None]] = {
+            Event.CONNECTION_REMOTE_OPEN: self._on_connection_remote_open,
+            Event.SESSION_REMOTE_OPEN: self._on_session_remote_open,
+            Event.LINK_REMOTE_OPEN: self.on_link_remote_open,
+            Event.LINK_REMOTE_CLOSE: self.on_link_remote_close,
+            Event.SESSION_REMOTE_CLOSE: self._on_session_remote_close,
+            Event.CONNECTION_REMOTE_CLOSE: self._on_connection_remote_close,
+            Event.LINK_FLOW: self.on_link_flow,
+            Event.DELIVERY: self.on_delivery,
+            Event.TRANSPORT_ERROR: self._on_transport_error,
+        }
+        self.event_numbers = frozenset(event_type.number for event_type in self._handlers)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def listen(self, host: str, port: int) -> int:
         """Bind the listening socket now, so the caller knows the port before the thread runs."""
-        self._container = Container(self)
-        self._container.selectable(self.injector)
-        self._acceptor = self._container.acceptor(host, port)
-        # proton does not expose the bound socket, and port 0 needs the real port back.
-        sock = self._acceptor._selectable._delegate
-        return int(sock.getsockname()[1])
+        return self.loop.listen(host, port)
 
     def run(self) -> None:
         try:
-            self._container.run()
+            self.loop.run()
         finally:
-            self._release()
-
-    def _release(self) -> None:
-        if self._released:
-            return
-        self._released = True
-        # proton never closes the injector's wake-up pipe.
-        for fd in self.injector.pipe:
-            os.close(fd)
+            self.dispatcher.clear()
 
     def abandon(self) -> None:
-        """Undo __init__ and listen() when the broker fails to start and run() never runs."""
-        if self._acceptor is not None:
-            self._acceptor._selectable._delegate.close()
-        self._release()
+        """Release the sockets when the broker fails to start and run() never runs."""
+        self.loop.close()
 
     def request_stop(self) -> None:
-        """Thread-safe: ask the reactor thread to close everything and return from run()."""
-        if not self._released:
-            self.injector.trigger(ApplicationEvent(STOP_EVENT))
+        """Thread-safe: the loop drops every connection and run() returns."""
+        self.loop.request_stop()
 
-    def on_reactor_init(self, event: Event) -> None:
-        self._arm()
+    # -- the loop's calls ------------------------------------------------------------------
 
-    def on_broker_stop(self, event: Event) -> None:
-        """Close the listener and every connection; run() returns once all sockets are gone."""
-        self._stopping = True
-        if self._tick is not None:
-            self._tick.cancel()
-            self._tick = None
-        self._flush()
-        self._acceptor.close()
-        self.injector.close()
-        for connection in list(self._connections):
-            connection.close()
-            transport = connection.transport
-            if transport is not None:
-                transport.close_tail()
-                transport.close_head()
-        self._connections.clear()
-        self.dispatcher.clear()
-
-    def _on_tick(self) -> None:
-        """Activate scheduled messages, expire locks and commit what settlements changed."""
-        self._tick = None
-        if self._stopping:
-            return
-        try:
-            self.engine.tick()
-            self.dispatcher.dispatch_woken()
-            if self.engine.store_pending:
-                self._flush()
-        finally:
-            self._arm()
-
-    def _arm(self) -> None:
-        """Wake for the next thing due instead of polling: a scheduled message or a lock
-        expiry, a commit of settlements within TICK_SECONDS, else IDLE_TICK_SECONDS.
-
-        Called after every event that can bring a deadline forward. A lock taken later
-        expires a full lock duration later, so capping the sleep at that duration keeps
-        lock expiry on time without re-arming on every delivery.
-        """
-        if self._stopping:
-            return
-        delay = min(IDLE_TICK_SECONDS, self.engine.limits.lock_ms / 1000)
-        due = self.engine.seconds_to_deadline()
-        if due is not None:
-            delay = min(delay, due)
-        if self.engine.store_pending:
-            delay = min(delay, TICK_SECONDS)
-        at = time.monotonic() + delay
-        if self._tick is not None:
-            if self._tick_at <= at:
-                return
-            self._tick.cancel()
-        self._tick = self._container.schedule(delay, _Timer(self._on_tick))
-        self._tick_at = at
-
-    # -- connections -----------------------------------------------------------------------
-
-    def on_connection_bound(self, event: Event) -> None:
-        transport: Any = event.transport
+    def on_connected(self, transport: Any) -> None:
         # The SDK against the emulator authenticates with SASL ANONYMOUS over plain TCP and
         # then puts a token on $cbs, which is accepted whatever it is.
         sasl = transport.sasl()
         sasl.allow_insecure_mechs = True
         sasl.allowed_mechs("ANONYMOUS PLAIN")
-        self._connections.add(event.connection)
 
-    def on_transport_error(self, event: Event) -> None:
+    def on_event(self, event: Event) -> None:
+        handler = self._handlers.get(event.type)
+        if handler is not None:
+            handler(event)
+
+    def on_closed(self, connection: Any) -> None:
+        self.dispatcher.remove_connection(connection)
+
+    def on_turn(self, now: float) -> float:
+        """Run what is due, commit what the turn changed and only then tell the clients;
+        returns when the next turn is due without input.
+
+        Waking for the next thing due instead of polling: a scheduled message or a lock
+        expiry, a commit that failed, else IDLE_TICK_SECONDS. A lock taken later expires a
+        full lock duration later, so capping the sleep at that duration keeps lock expiry
+        on time without looking at every delivery.
+        """
+        if now >= self._tick_at:
+            try:
+                self.engine.tick()
+                self.dispatcher.dispatch_woken()
+            except Exception:
+                log.exception("broker timer step failed")
+        committed = self._commit()
+        delay = min(IDLE_TICK_SECONDS, self.engine.limits.lock_ms / 1000)
+        due = self.engine.seconds_to_deadline()
+        if due is not None:
+            delay = min(delay, due)
+        if not committed:
+            delay = min(delay, TICK_SECONDS)
+        self._tick_at = now + delay
+        return self._tick_at
+
+    def _commit(self) -> bool:
+        """One store commit for the turn, then the acknowledgements that waited for it.
+        False when the commit failed: the sends are refused, the rest waits for a retry."""
+        if self.engine.store_pending:
+            try:
+                self.engine.flush()
+            except sqlite3.Error:
+                acks, self._pending_acks = self._pending_acks, []
+                log.exception("store commit failed; failing %d sends", len(acks))
+                for delivery in acks:
+                    self._reject(delivery, "amqp:internal-error", "The broker could not store it.")
+                return False
+        if self._pending_acks:
+            acks, self._pending_acks = self._pending_acks, []
+            for delivery in acks:
+                delivery.update(Delivery.ACCEPTED)
+                delivery.settle()
+        if self._pending_echoes:
+            echoes, self._pending_echoes = self._pending_echoes, []
+            for delivery, outcome in echoes:
+                delivery.update(outcome)
+                # The SDK reports "did not confirm the settlement" until this settled echo arrives.
+                delivery.settle()
+        if self._pending_replies:
+            replies, self._pending_replies = self._pending_replies, []
+            for link, response in replies:
+                if not link.state & _CLOSED:
+                    link.send(response).settle()
+        return True
+
+    # -- connections and sessions: opened and closed as the client asks ----------------------
+
+    @staticmethod
+    def _on_connection_remote_open(event: Event) -> None:
+        connection: Any = event.connection
+        if connection.state & _UNINIT:
+            connection.open()
+
+    @staticmethod
+    def _on_session_remote_open(event: Event) -> None:
+        session: Any = event.session
+        if session.state & _UNINIT:
+            session.open()
+
+    @staticmethod
+    def _on_session_remote_close(event: Event) -> None:
+        session: Any = event.session
+        if not session.state & _CLOSED:
+            session.close()
+
+    @staticmethod
+    def _on_connection_remote_close(event: Event) -> None:
+        connection: Any = event.connection
+        if not connection.state & _CLOSED:
+            connection.close()
+
+    @staticmethod
+    def _on_transport_error(event: Event) -> None:
         # A client that drops its socket without an AMQP close is routine (the SDK does so on
-        # close); proton's default handler logs it as an error.
+        # close).
         transport: Any = event.transport
         condition = transport.condition
         log.info("connection ended: %s", condition.description if condition else "transport error")
-
-    def on_transport_closed(self, event: Event) -> None:
-        connection = event.connection
-        if connection is not None:
-            self._connections.discard(connection)
-            self.dispatcher.remove_connection(connection)
 
     # -- links -----------------------------------------------------------------------------
 
@@ -280,24 +266,42 @@ class BrokerHandler(MessagingHandler):
         link.close()
 
     def on_link_remote_close(self, event: Event) -> None:
-        self.dispatcher.remove(event.link)
+        link: Any = event.link
+        self.dispatcher.remove(link)
+        if not link.state & _CLOSED:
+            link.close()
 
     @_guarded
-    def on_sendable(self, event: Event) -> None:
-        node: Node | None = getattr(event.link, "sb_node", None)
+    def on_link_flow(self, event: Event) -> None:
+        link: Any = event.link
+        if not link.is_sender or not link.credit or (link.state & _ACTIVE) != _ACTIVE:
+            return
+        node: Node | None = getattr(link, "sb_node", None)
         if node is not None and node.kind is NodeKind.ENTITY:
             self.dispatcher.dispatch(node.entity)
-            self._arm()  # a message that expired on the way out was dead-lettered: commit it
 
     # -- outcomes from client receivers ----------------------------------------------------
 
-    @_guarded
-    def on_accepted(self, event: Event) -> None:
-        self._settle(event.delivery, Settlement.COMPLETE)
+    def _on_outcome(self, delivery: Any) -> None:
+        """A disposition from a client receiver (what proton's OutgoingMessageHandler does)."""
+        if not delivery.updated:
+            return
+        state = delivery.remote_state
+        if state == Delivery.ACCEPTED:
+            self.on_accepted(delivery)
+        elif state == Delivery.REJECTED:
+            self.on_rejected(delivery)
+        elif state in (Delivery.RELEASED, Delivery.MODIFIED):
+            self.on_released(delivery)
+        if delivery.settled:
+            # Only settles without an outcome (with one, the handlers above ran first): the
+            # client gave the message up, so it goes back unchanged.
+            self._settle(delivery, Settlement.RELEASE)
 
-    @_guarded
-    def on_rejected(self, event: Event) -> None:
-        delivery: Any = event.delivery
+    def on_accepted(self, delivery: Any) -> None:
+        self._settle(delivery, Settlement.COMPLETE)
+
+    def on_rejected(self, delivery: Any) -> None:
         condition = delivery.remote.condition
         info = (condition.info if condition is not None else None) or {}
         reason = info.get("DeadLetterReason")
@@ -309,9 +313,7 @@ class BrokerHandler(MessagingHandler):
             None if description is None else str(description),
         )
 
-    @_guarded
-    def on_released(self, event: Event) -> None:
-        delivery: Any = event.delivery
+    def on_released(self, delivery: Any) -> None:
         if delivery.remote_state == Delivery.MODIFIED:
             # Abandon (delivery-failed) or defer (undeliverable-here); deferral is not
             # supported, so both make the message available again with its count raised.
@@ -319,12 +321,6 @@ class BrokerHandler(MessagingHandler):
         else:
             # Released: the SDK's way to hand back prefetched messages it never surfaced.
             self._settle(delivery, Settlement.RELEASE)
-
-    @_guarded
-    def on_settled(self, event: Event) -> None:
-        # Only reached without an outcome (with one, the handlers above ran first): the client
-        # gave the message up, so it goes back unchanged.
-        self._settle(event.delivery, Settlement.RELEASE)
 
     def _settle(
         self,
@@ -343,14 +339,11 @@ class BrokerHandler(MessagingHandler):
         if self.engine.settle(token, settlement, reason, description):
             if settlement is Settlement.ABANDON:
                 delivery.local.failed = True
-            delivery.update(_ECHO[settlement])
+            self._pending_echoes.append((delivery, _ECHO[settlement]))
         else:
             delivery.local.condition = Condition(LOCK_LOST, "The lock on the message was lost.")
-            delivery.update(Delivery.REJECTED)
-        # The SDK reports "did not confirm the settlement" until this settled echo arrives.
-        delivery.settle()
+            self._pending_echoes.append((delivery, Delivery.REJECTED))
         self.dispatcher.dispatch_woken()
-        self._arm()
 
     # -- transfers from clients ------------------------------------------------------------
 
@@ -359,7 +352,8 @@ class BrokerHandler(MessagingHandler):
         delivery: Any = event.delivery
         link: Any = delivery.link
         if link.is_sender:
-            return  # outcomes of our transfers arrive via on_accepted & co.
+            self._on_outcome(delivery)
+            return
         if delivery.aborted:
             delivery.settle()
             return
@@ -374,10 +368,8 @@ class BrokerHandler(MessagingHandler):
             self._reject(delivery, "amqp:not-found", "The link has no entity.")
         elif node.kind is NodeKind.ENTITY:
             self._on_sent(delivery, node, payload)
-            self._arm()
         else:
             self._on_request(delivery, link, node, payload)
-            self._arm()
 
     @staticmethod
     def _reject(delivery: Any, condition: str, description: str) -> None:
@@ -394,27 +386,6 @@ class BrokerHandler(MessagingHandler):
             return
         self.dispatcher.dispatch_woken()
         self._pending_acks.append(delivery)
-        if not self.engine.store_pending:
-            self._flush()
-        elif not self._flush_scheduled:
-            # The ack waits for the commit; a zero delay lets one commit cover every send that
-            # arrived in the same reactor pass.
-            self._flush_scheduled = True
-            self._container.schedule(0, _Timer(self._flush))
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        acks, self._pending_acks = self._pending_acks, []
-        try:
-            self.engine.flush()
-        except sqlite3.Error:
-            log.exception("store commit failed; failing %d sends", len(acks))
-            for delivery in acks:
-                self._reject(delivery, "amqp:internal-error", "The broker could not store it.")
-            return
-        for delivery in acks:
-            delivery.update(Delivery.ACCEPTED)
-            delivery.settle()
 
     def _on_request(self, delivery: Any, link: Any, node: Node, payload: bytes) -> None:
         request = Message()
@@ -430,7 +401,7 @@ class BrokerHandler(MessagingHandler):
         if reply_link is None:
             log.warning("no reply link for a request on %s", link.target.address)
             return
-        reply_link.send(response).settle()
+        self._pending_replies.append((reply_link, response))
 
     @staticmethod
     def _reply_link(request_link: Any) -> Any:

@@ -91,3 +91,22 @@ async def test_sends_are_committed_before_they_are_acknowledged(
             assert conn.execute("SELECT COUNT(*) FROM messages").fetchone() == (11,)
             mode = conn.execute("PRAGMA journal_mode").fetchone()
             assert mode == ("wal",)
+
+
+async def test_completions_are_committed_before_they_are_acknowledged(
+    make_broker: BrokerFactory, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "broker.db")
+    broker = make_broker(db_path=db)
+    async with (
+        connect(broker.connection_string) as client,
+        sender_and_receiver(client, QUEUE) as (sender, receiver),
+    ):
+        await sender.send_messages([ServiceBusMessage(f"m{i}") for i in range(3)])
+        messages = await receive_n(receiver, 3)
+        assert len(messages) == 3
+        for done, message in enumerate(messages, start=1):
+            await receiver.complete_message(message)
+            # Once the broker confirmed the completion, a crash cannot bring the message back.
+            with sqlite3.connect(db) as conn:
+                assert conn.execute("SELECT COUNT(*) FROM messages").fetchone() == (3 - done,)

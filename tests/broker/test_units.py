@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 import pytest
-from proton import Data, Described, Message, symbol, timestamp, ulong
+from proton import Data, Described, Message, symbol, timestamp, ubyte, uint, ulong
 
 from devhost.broker import codec
 from devhost.broker.engine import Engine
@@ -82,6 +82,76 @@ def test_codec_recognises_batch_envelopes_only() -> None:
     assert codec.unpack_batch(_message(b'{"json": true}')) is None
     with pytest.raises(codec.CodecError):
         codec.parse_message(b"\x00\x53\x75garbage")
+
+
+def _proton_encoded(value: Any) -> bytes:
+    data = Data()
+    data.put_object(value)
+    return bytes(data.encode())
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        (None, None, None, None, None),
+        (True, ubyte(4), uint(30_000), False, None),
+        (False, ubyte(255), uint(7), True, None),
+    ],
+)
+@pytest.mark.parametrize("delivery_count", [0, 3, 255, 256, 70_000])
+def test_codec_writes_the_header_as_proton_does(header: codec.Header, delivery_count: int) -> None:
+    durable, priority, ttl, first_acquirer, _ = header
+    fields = [durable, priority, ttl, first_acquirer, uint(delivery_count)]
+    expected = _proton_encoded(Described(ulong(codec.HEADER), fields))
+    assert codec.encode_header(header, delivery_count) == expected
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {codec.SEQUENCE_NUMBER: 7, codec.ENQUEUED_TIME: timestamp(1_700_000_000_000)},
+        {codec.SEQUENCE_NUMBER: 2**40, codec.LOCKED_UNTIL: timestamp(5), codec.MESSAGE_STATE: 2},
+        {symbol("x-opt-partition-key"): "k" * 300, symbol("x-flag"): True, "plain": -200},
+        {symbol("x-opt-via"): symbol("somewhere"), symbol("x-count"): ulong(3)},
+        {symbol("x-opt-nested"): {"a": [1, 2]}, codec.SEQUENCE_NUMBER: 1},
+    ],
+)
+def test_codec_writes_annotations_as_proton_does(annotations: dict[Any, Any]) -> None:
+    expected = _proton_encoded(
+        Described(ulong(codec.MESSAGE_ANNOTATIONS), {symbol(k): v for k, v in annotations.items()})
+    )
+    assert codec.encode_annotations(annotations) == expected
+
+
+@pytest.mark.parametrize(
+    ("message_id", "key"),
+    [
+        ("m-1", "m-1"),
+        ("\u00e9t\u00e9-" + "x" * 300, "\u00e9t\u00e9-" + "x" * 300),
+        (uuid.UUID(int=5), str(uuid.UUID(int=5))),
+        (b"\x01\x02", "0102"),
+        (ulong(42), str(ulong(42))),  # as the broker always keyed it
+        (None, None),
+    ],
+)
+def test_codec_keys_every_kind_of_message_id(message_id: Any, key: str | None) -> None:
+    (parsed,) = codec.parse_sent(_message(b"x", id=message_id))
+    assert parsed.message_id == key
+
+
+def test_codec_reads_a_batch_envelope_and_a_message_alike() -> None:
+    inner = [_message(b"one", id="1", ttl=5), _message(b"two", id="2")]
+    data = Data()
+    for payload in inner:
+        data.put_object(Described(ulong(codec.DATA), payload))
+    from_batch = codec.parse_sent(data.encode())
+    assert from_batch == [codec.parse_message(payload) for payload in inner]
+    assert [m.message_id for m in from_batch] == ["1", "2"]
+    assert from_batch[0].ttl_ms == 5000
+    single = _message(b'{"json": true}', id="3", properties={"k": "v"})
+    assert codec.parse_sent(single) == [codec.parse_message(single)]
+    with pytest.raises(codec.CodecError):
+        codec.parse_sent(b"\x00\x53\x75\xa0\x05abc")
 
 
 def test_dead_letter_properties_are_added_to_a_message_without_any() -> None:
