@@ -24,7 +24,7 @@ from proton.handlers import IncomingMessageHandler, MessagingHandler
 from proton.reactor import ApplicationEvent, Container, EventInjector
 
 from . import codec
-from .addresses import Node, NodeKind, resolve
+from .addresses import BROKER_CONTAINER, Node, NodeKind, resolve
 from .dispatch import Dispatcher
 from .engine import Engine
 from .management import LOCK_LOST, ManagementNode, cbs_response
@@ -222,7 +222,9 @@ class BrokerHandler(MessagingHandler):
         sasl = transport.sasl()
         sasl.allow_insecure_mechs = True
         sasl.allowed_mechs("ANONYMOUS PLAIN")
-        self._connections.add(event.connection)
+        connection: Any = event.connection
+        connection.container = BROKER_CONTAINER
+        self._connections.add(connection)
 
     def on_transport_error(self, event: Event) -> None:
         # A client that drops its socket without an AMQP close is routine (the SDK does so on
