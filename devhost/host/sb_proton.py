@@ -338,17 +338,22 @@ class _Engine:
             self.loop.close()
 
     def call(self, work: Callable[[], None]) -> None:
-        """From the app's loop: run `work` on the host's thread, one wake-up per batch."""
+        """From the app's loop: run `work` on the host's thread. The wake-up waits for the
+        end of the app loop's turn, so that every settlement of the turn shares it: each
+        wake-up hands the GIL to this thread, and the app's loop waits to get it back."""
         if self.loop.is_closed():
             raise ConnectionLost("the host's AMQP thread has stopped")
         self._inbox.append(work)
         if not self._woken:
             self._woken = True
-            with contextlib.suppress(RuntimeError):  # the host's loop is closed
-                self.loop.call_soon_threadsafe(self._drain_inbox)
+            asyncio.get_running_loop().call_soon(self._wake)
+
+    def _wake(self) -> None:
+        self._woken = False
+        with contextlib.suppress(RuntimeError):  # the host's loop is closed
+            self.loop.call_soon_threadsafe(self._drain_inbox)
 
     def _drain_inbox(self) -> None:
-        self._woken = False
         while self._inbox:
             try:
                 self._inbox.popleft()()
