@@ -41,6 +41,7 @@ from bench._common import (
     print_machine,
     table,
 )
+from bench._host_share import HostShare, split_line
 from bench._profile import Recorder
 from bench._stack import BenchStack, Timings, set_faults
 from devhost.harness.clients import AppClient, SimulatorControl
@@ -71,6 +72,9 @@ class RunSummary:
     functions: dict[str, Any] = field(default_factory=dict)
     runtimes: int = 1
     """Runtime processes serving the run (ours; the peer is one process)."""
+    host_cpu: float = 0.0
+    """CPU seconds of the runtimes' host threads (bench/_host_share.py); the rest of
+    the runtimes' CPU is the app's."""
 
     @property
     def label(self) -> str:
@@ -236,10 +240,12 @@ async def measure_run(
     if instrument:
         await stack.runtime_stats(reset=True)
     meter = CpuMeter({**stack.pids(), "driver (this process)": os.getpid()})
+    share = HostShare({n: pid for n, pid in stack.pids().items() if n.startswith("runtime")})
     recorders: list[Recorder] = []
 
     async def begin() -> None:
         meter.start()
+        share.begin()
         if args.profile:
             profilers(stack, args, rate, recorders)
 
@@ -256,8 +262,10 @@ async def measure_run(
             before_start=begin,
         )
     meter.stop()
+    share.end()
     profiles = [p for r in recorders if (p := r.finish()) is not None]
     summary = RunSummary.of("ours", rate, result, meter, len(stack.runtimes))
+    summary.host_cpu = share.seconds()
     summary.retries = await _sim_retries(simulator)
     summary.profiles = {p.name: p.to_json() for p in profiles}
     if instrument:
@@ -268,6 +276,7 @@ async def measure_run(
         console.print(activity_table(f"Flex Consumption activity, {rate:.0%} faults", summary))
     await print_hops(stack, session, rate, result, summary)
     console.print(cpu_table(meter, f"CPU during the {rate:.0%} faults run"))
+    console.print(cpu_per_order_line(summary))
     for profile in profiles:
         console.print(profile.table())
     return summary
@@ -284,6 +293,16 @@ async def print_hops(
     hops = await hop_breakdown(stack.app(session), [o.order_id for o in result.orders[::step]])
     summary.hops = {name: asdict(h) for name, h in hops.items()}
     console.print(hops_table(f"latency by hop, {rate:.0%} faults (sample)", hops))
+
+
+def cpu_per_order_line(summary: RunSummary) -> str:
+    """CPU per order of the three processes an order needs, and the runtime's split."""
+    runtime = sum(v for k, v in summary.cpu.items() if k.startswith("runtime"))
+    stack = runtime + summary.cpu.get("broker", 0.0) + summary.cpu.get("azurite", 0.0)
+    n = max(summary.processed, 1)
+    return f"CPU per order, runtime + broker + Azurite: {1000 * stack / n:.1f} ms; " + split_line(
+        runtime, summary.host_cpu, summary.processed
+    )
 
 
 def functions_table(title: str, stats: dict[str, Any], result: LoadResult) -> Any:

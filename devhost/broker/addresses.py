@@ -13,6 +13,9 @@ from dataclasses import dataclass
 DEAD_LETTER_SUFFIX = "/$DeadLetterQueue"
 MANAGEMENT_SUFFIX = "/$management"
 CBS_NODE = "$cbs"
+BROKER_CONTAINER = "devhost.broker"
+"""The container id the broker opens connections with: the local host's own AMQP client
+(devhost/host/sb_proton.py) speaks only to a peer that names itself so."""
 
 
 class NodeKind(enum.Enum):

@@ -40,8 +40,9 @@ class TurnHandler(Protocol):
     event_numbers: frozenset[int]
     """The engine's event types the handler takes; the rest are dropped unwrapped."""
 
-    def on_connected(self, transport: Any) -> None:
-        """A client connected: configure its transport (SASL) before any byte is read."""
+    def on_connected(self, transport: Any, connection: Any) -> None:
+        """A client connected: configure its transport (SASL) and connection before any
+        byte is read."""
 
     def on_event(self, event: Event) -> None:
         """An endpoint, flow or delivery event from the protocol engine."""
@@ -181,7 +182,7 @@ class IOLoop:
             connection = Connection()
             connection.collect(self._collector)
             transport = Transport(Transport.SERVER)
-            self._handler.on_connected(transport)
+            self._handler.on_connected(transport, connection)
             transport.bind(connection)
             client = _Client(sock, transport, connection)
             self._clients[sock] = client

@@ -24,7 +24,7 @@ from typing import Any, TypeVar, cast
 from proton import Condition, Delivery, Endpoint, Event, Link, Message, Terminus
 
 from . import codec
-from .addresses import Node, NodeKind, resolve
+from .addresses import BROKER_CONTAINER, Node, NodeKind, resolve
 from .dispatch import Dispatcher
 from .engine import Engine
 from .loop import IOLoop
@@ -119,12 +119,13 @@ class BrokerHandler:
 
     # -- the loop's calls ------------------------------------------------------------------
 
-    def on_connected(self, transport: Any) -> None:
+    def on_connected(self, transport: Any, connection: Any) -> None:
         # The SDK against the emulator authenticates with SASL ANONYMOUS over plain TCP and
         # then puts a token on $cbs, which is accepted whatever it is.
         sasl = transport.sasl()
         sasl.allow_insecure_mechs = True
         sasl.allowed_mechs("ANONYMOUS PLAIN")
+        connection.container = BROKER_CONTAINER
 
     def on_event(self, event: Event) -> None:
         handler = self._handlers.get(event.type)

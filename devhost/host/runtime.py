@@ -25,7 +25,7 @@ from devhost.host.loader import (
     HostConfig,
     functions_of,
 )
-from devhost.host.servicebus import ClientPool, QueueTrigger
+from devhost.host.servicebus import QueueTrigger, Receivers
 from devhost.host.timers import TimerRunner
 from devhost.settings import resolve_binding
 
@@ -75,7 +75,7 @@ class LocalHost:
             shutdown_timeout=drain_timeout,
             keys=Keys.from_settings(self.settings),
         )
-        self._pool = ClientPool(self.settings)
+        self._pool = Receivers(self.settings, self.config)
         self.timers = [
             TimerRunner(spec, trigger)
             for spec, trigger in self.triggers

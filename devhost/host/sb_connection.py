@@ -1,8 +1,8 @@
-"""Service Bus connections: which setting, which client, and one log line per outage.
+"""Service Bus connections: which setting, which SDK client, and one log line per outage.
 
 Split from the trigger loop because connections are shared: every receiver on the
-same connection setting uses one ``ServiceBusClient`` and one health record, as the
-Functions extension shares one client per connection.
+same connection setting uses one client and one health record, as the Functions
+extension shares one client per connection.
 """
 
 from __future__ import annotations
@@ -71,7 +71,6 @@ class ClientPool:
         self._settings = settings
         self._clients: dict[str, ServiceBusClient] = {}
         self._credential: DefaultAzureCredential | None = None
-        self.health: dict[str, ConnectionHealth] = {}
 
     def get(self, info: ConnectionInfo) -> ServiceBusClient:
         client = self._clients.get(info.setting)
@@ -94,7 +93,6 @@ class ClientPool:
                     retry_backoff_max=SDK_RETRY_BACKOFF_MAX,
                 )
             self._clients[info.setting] = client
-            self.health[info.setting] = ConnectionHealth(info)
         return client
 
     async def close(self) -> None:

@@ -14,6 +14,7 @@ import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
 
+from devhost.host.sb_links import RECEIVER_SETTING
 from devhost.host.servicebus import (
     RECEIVE_WAIT_SECONDS,
     ConnectionHealth,
@@ -71,11 +72,23 @@ def message(message_id: str, **payload: Any) -> ServiceBusMessage:
     )
 
 
+@pytest.fixture(params=["host", "sdk"])
+def receiver(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The host's own AMQP connection (the default for devhost's broker) or the SDK's
+    receiver (for any other broker): the trigger must behave the same on both."""
+    return {RECEIVER_SETTING: str(request.param)}
+
+
 async def test_success_completes_and_exception_redelivers(
-    broker: Any, make_host: HostFactory, caplog: pytest.LogCaptureFixture
+    broker: Any,
+    make_host: HostFactory,
+    caplog: pytest.LogCaptureFixture,
+    receiver: dict[str, str],
 ) -> None:
     recorder = Recorder(expected=2)
-    host = make_host(build_app(recorder, timer=False), {"TestBus": broker.connection_string})
+    host = make_host(
+        build_app(recorder, timer=False), {"TestBus": broker.connection_string, **receiver}
+    )
     await host.start()
     await send(
         broker.connection_string,
@@ -124,7 +137,9 @@ async def test_max_concurrent_calls_is_honoured(broker: Any, make_host: HostFact
     assert queue_stats(broker)["completed"] == 6
 
 
-async def test_lock_is_renewed_while_handler_runs(make_host: HostFactory) -> None:
+async def test_lock_is_renewed_while_handler_runs(
+    make_host: HostFactory, receiver: dict[str, str]
+) -> None:
     if isinstance(Broker, str):
         pytest.skip(Broker)
     short_lock = Broker(
@@ -134,7 +149,8 @@ async def test_lock_is_renewed_while_handler_runs(make_host: HostFactory) -> Non
     try:
         recorder = Recorder(expected=1, handler_delay=2.5)
         host = make_host(
-            build_app(recorder, timer=False), {"TestBus": short_lock.connection_string}
+            build_app(recorder, timer=False),
+            {"TestBus": short_lock.connection_string, **receiver},
         )
         await host.start()
         await send(short_lock.connection_string, message("slow-1"))
@@ -263,7 +279,8 @@ async def test_message_taken_in_by_a_settlement_during_the_credit_is_not_held(
         staticmethod(credit_while_a_settlement_reads),
     )
     recorder = Recorder(expected=2)
-    host = make_host(build_app(recorder, timer=False), {"TestBus": broker.connection_string})
+    settings = {"TestBus": broker.connection_string, RECEIVER_SETTING: "sdk"}
+    host = make_host(build_app(recorder, timer=False), settings)
     await host.start()
     await host.listening(timeout=30)
     await send(broker.connection_string, message("first"))
