@@ -4,7 +4,8 @@
 
 Against the services of ``python -m devhost`` (Azurite, the broker with its SQLite store,
 the simulator; no runtime), this process does each kind of operation an order is made of,
-through the app's own adapters, ``--concurrency`` at a time as a busy runtime would:
+through the app's own adapters and the Table client they are built with
+(``table_service_client``), ``--concurrency`` at a time as a busy runtime would:
 
 * a message: ``ServiceBusMessageBus.send`` of one message, received by a peek-lock
   receiver and completed (what a trigger does for every message it takes);
@@ -39,6 +40,7 @@ from bench._stack import BenchStack, set_faults
 from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
+from shared.adapters.table_client import table_service_client
 from shared.adapters.table_customers import TableCustomerLedger
 from shared.adapters.table_limits import TableLimitStore
 from shared.adapters.table_store import TableStateStore
@@ -182,7 +184,7 @@ def calls(
 
 
 async def table_calls(stack: BenchStack, ops: int, concurrency: int) -> list[Cost]:
-    service = TableServiceClient.from_connection_string(stack.storage_connection_string)
+    service = table_service_client(connection_string=stack.storage_connection_string)
     table = f"unit{uuid.uuid4().hex[:12]}"
     store = TableStateStore(service, table)
     await store.ensure_table()
