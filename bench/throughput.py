@@ -46,6 +46,7 @@ from bench._profile import Recorder
 from bench._stack import BenchStack, Timings, set_faults
 from devhost.harness.clients import AppClient, SimulatorControl
 from devhost.harness.load import Load, LoadResult, StatusQueue, parse_time, run_load
+from devhost.host.sb_links import RECEIVER_SETTING
 
 
 @dataclass
@@ -427,7 +428,11 @@ async def measure_with(args: argparse.Namespace, runtimes: int) -> list[RunSumma
         instrument=getattr(args, "instrument", False),
         broker_db=not getattr(args, "broker_in_memory", False),
         runtimes=RUNTIME_NAMES[:runtimes],
-        runtime_env=TRACING[getattr(args, "tracing", "sampled")],
+        runtime_env={
+            **TRACING[getattr(args, "tracing", "sampled")],
+            # The host's own AMQP connection, opt-in for apps, is what the figures measure.
+            RECEIVER_SETTING: getattr(args, "receiver", "host"),
+        },
         settings=dict(getattr(args, "settings", [])),
     ) as stack:
         console.print(f"[dim]{stack.describe()}[/]")
@@ -507,6 +512,12 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run at most")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="a smoke run in under a minute")
+    parser.add_argument(
+        "--receiver",
+        choices=("host", "sdk"),
+        default="host",
+        help="who receives for the triggers: the host's AMQP connection (default) or the SDK",
+    )
     parser.add_argument(
         "--tracing",
         choices=sorted(TRACING),

@@ -1,11 +1,13 @@
 """What a queue trigger needs from a receiver, and which client receives for a connection.
 
 In Azure the Functions host receives, renews locks and settles, and the worker only runs
-handlers. Locally the host's own AMQP connection (``sb_proton``, qpid-proton's C engine on
-a thread of its own) does that work against devhost's broker; the SDK's receiver
-(``sb_sdk``) does it for anything else, such as the Service Bus emulator, which wants
-claims-based auth, or a namespace in Azure. ``DevhostServiceBusReceiver=sdk`` asks for the
-SDK's receiver everywhere.
+handlers. Locally the SDK's receiver (``sb_sdk``) does that work in the app's loop, the
+default. ``DevhostServiceBusReceiver=host`` gives it, against devhost's broker, to the
+host's own AMQP connection (``sb_proton``, qpid-proton's C engine on a thread of its
+own): cheaper per message, but opt-in, because one run under a 5,000-order burst stalled
+with it (a link stopped taking messages with a full window; bench/README.md, issue #25).
+Anything other than devhost's broker, such as the Service Bus emulator, which wants
+claims-based auth, or a namespace in Azure, always gets the SDK's receiver.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class Receivers:
     def __init__(self, settings: Mapping[str, str], config: HostConfig) -> None:
         self._config = config
         self._clients = ClientPool(settings)
-        self._sdk_only = settings.get(RECEIVER_SETTING, "").strip().lower() == "sdk"
+        self._host_connection = settings.get(RECEIVER_SETTING, "").strip().lower() == "host"
         self._sources: dict[str, LinkSource] = {}
         self._health: dict[str, ConnectionHealth] = {}
 
@@ -109,7 +111,7 @@ class Receivers:
         return found
 
     def _new_source(self, info: ConnectionInfo) -> LinkSource:
-        if not self._sdk_only and _local_broker_candidate(info):
+        if self._host_connection and _local_broker_candidate(info):
             from devhost.host.sb_proton import ProtonLinks  # noqa: PLC0415
 
             return ProtonLinks(amqp_url(info), self._config.max_auto_lock_renewal_seconds)

@@ -93,7 +93,10 @@ async def test_a_peer_that_is_not_devhosts_broker_gets_the_sdks_receiver(
     monkeypatch.setattr("devhost.broker.server.BROKER_CONTAINER", "the emulator")
     with Broker(port=0, db_path=None, control_port=None, extra_queues=[QUEUE]) as foreign:
         recorder = Recorder(expected=1)
-        host = make_host(build_app(recorder, timer=False), {"TestBus": foreign.connection_string})
+        host = make_host(
+            build_app(recorder, timer=False),
+            {"TestBus": foreign.connection_string, "DevhostServiceBusReceiver": "host"},
+        )
         await host.start()
         async with (
             ServiceBusClient.from_connection_string(foreign.connection_string) as client,
@@ -111,7 +114,7 @@ AZURE = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAc
 
 
 async def test_the_local_broker_gets_the_hosts_connection_and_anything_else_the_sdk() -> None:
-    receivers = Receivers({}, HostConfig())
+    receivers = Receivers({"DevhostServiceBusReceiver": "host"}, HostConfig())
     local = ConnectionInfo("Bus", connection_string=Broker(port=5999).connection_string)
     assert amqp_url(local) == "amqp://127.0.0.1:5999"
     assert isinstance(receivers.source(local), ProtonLinks)
@@ -121,5 +124,8 @@ async def test_the_local_broker_gets_the_hosts_connection_and_anything_else_the_
     assert isinstance(receivers.source(identity), SdkLinks)
     forced = Receivers({"DevhostServiceBusReceiver": "sdk"}, HostConfig())
     assert isinstance(forced.source(local), SdkLinks)
+    default = Receivers({}, HostConfig())
+    assert isinstance(default.source(local), SdkLinks), "the host's connection is opt-in"
+    await default.close()
     await receivers.close()
     await forced.close()
