@@ -99,8 +99,12 @@ async def processed(world: World, order_id: str) -> None:
 
 
 async def errored(world: World, order_id: str) -> None:
-    """The charge fails and so does the release that undoes the reservation."""
     await claimed(world, order_id)
+    await fail_to_error(world, order_id)
+
+
+async def fail_to_error(world: World, order_id: str) -> None:
+    """A claimed order's charge fails and so does the release that undoes the reservation."""
     (reserve,) = agent_requests(world, order_id)
     await scheduler.on_reply(world.deps(), a_reply(reserve))
     (charge,) = agent_requests(world, order_id)
@@ -227,12 +231,7 @@ async def test_a_rest_entry_racing_an_operator_who_moves_the_order_on_does_not_s
         await store.save(replace(order, state=moved), ())
 
     crashing.meanwhile["put_rest"] = resubmitted_before_the_entry
-    (reserve,) = agent_requests(world, "a-2")
-    await scheduler.on_reply(world.deps(), a_reply(reserve))
-    (charge,) = agent_requests(world, "a-2")
-    await scheduler.on_reply(world.deps(), a_reply(charge, Outcome.FAILED))
-    (release,) = agent_requests(world, "a-2")
-    await scheduler.on_reply(world.deps(), a_reply(release, Outcome.FAILED))
+    await fail_to_error(world, "a-2")
     assert await filed(store, ProcessState.ERROR) == []
     assert await ids(store, ProcessState.PENDING) == ["a-1", "a-2"]
 
@@ -359,12 +358,7 @@ async def test_an_older_entry_landing_over_a_newer_one_of_the_same_rest_is_writt
         await store.put_rest(rest_entry(replace(order, state=newer), None))
 
     crashing.meanwhile["put_rest"] = changed_again_at_rest
-    (reserve,) = agent_requests(world, "a-3")
-    await scheduler.on_reply(world.deps(), a_reply(reserve))
-    (charge,) = agent_requests(world, "a-3")
-    await scheduler.on_reply(world.deps(), a_reply(charge, Outcome.FAILED))
-    (release,) = agent_requests(world, "a-3")
-    await scheduler.on_reply(world.deps(), a_reply(release, Outcome.FAILED))
+    await fail_to_error(world, "a-3")
     (entry,) = (await store.rest_entries(RestRange(ProcessState.ERROR), 5, None)).items
     row = await store.load("a-3")
     assert row is not None
