@@ -11,7 +11,7 @@ from shared.domain.archive import ArchiveCursor, ArchivedEntry, ArchivedOrder
 from shared.domain.bulk import BulkJob, JobState, Lease
 from shared.domain.bulk_request import BulkFilter
 from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy, Promoted
-from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
+from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SeenOutages, SweepRecord
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.limits import Schedule, SlotLease
 from shared.domain.model import (
@@ -250,6 +250,15 @@ class HealthStore(Protocol):
 
     async def recent_sweeps(self, limit: int) -> tuple[SweepRecord, ...]:
         """Newest first."""
+        ...
+
+    async def share_outages(self, seen: SeenOutages) -> None:
+        """Replace this instance's shared outages, and forget instances' that ended
+        before `seen.at` minus the retention."""
+        ...
+
+    async def seen_outages(self) -> tuple[SeenOutages, ...]:
+        """Every instance's shared outages (one small partition)."""
         ...
 
 

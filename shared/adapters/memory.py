@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from shared.adapters import bulk_scan
 from shared.domain.bulk import BulkJob, JobState, Lease
 from shared.domain.bulk_request import BulkFilter
-from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SweepRecord
+from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SeenOutages, SweepRecord
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState, StateRecord
 from shared.domain.rest_index import RestEntry, RestPage, RestRange, row_key
 from shared.ports import (
@@ -290,6 +290,7 @@ class InMemoryHealthStore:
         self._health: dict[tuple[str, str], AgentHealth] = {}
         self._drains: dict[str, AgentDrain] = {}
         self._sweeps: list[SweepRecord] = []
+        self._outages: dict[str, SeenOutages] = {}
         self._retention = retention
 
     async def publish_health(self, health: AgentHealth) -> None:
@@ -327,6 +328,18 @@ class InMemoryHealthStore:
         newest = sorted(self._sweeps, key=lambda s: s.instance)
         newest.sort(key=lambda s: s.started_at, reverse=True)  # stable: ties by instance
         return tuple(newest[:limit])
+
+    async def share_outages(self, seen: SeenOutages) -> None:
+        await asyncio.sleep(0)
+        cutoff = seen.at - self._retention
+        self._outages = {
+            k: v for k, v in self._outages.items() if v.windows and v.windows[-1][1] >= cutoff
+        }
+        self._outages[seen.instance] = seen
+
+    async def seen_outages(self) -> tuple[SeenOutages, ...]:
+        await asyncio.sleep(0)
+        return tuple(self._outages[k] for k in sorted(self._outages))
 
 
 def _same_sweep(a: SweepRecord, b: SweepRecord) -> bool:

@@ -15,10 +15,14 @@ and no second role assignment:
   `_PRUNE_BATCH` rows older than `retention` before its own `started_at`. A sweep adds
   one row and removes up to that many, so the partition holds about one retention
   window of sweeps (schedule rate x instances x retention), however long it runs.
+- `~outages`: one row per instance, RowKey its name, the broker and store outages it saw
+  (JSON), replaced when they change; a share deletes the rows of instances whose last
+  outage ended more than `retention` ago, so the partition holds the recent ones.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
@@ -39,11 +43,13 @@ from shared.domain.health import (
     AgentHealth,
     AgentRecords,
     BreakerState,
+    SeenOutages,
     SweepRecord,
 )
 
 AGENTS_PARTITION: Final = "~agents"
 SWEEPS_PARTITION: Final = "~sweeps"
+OUTAGES_PARTITION: Final = "~outages"
 DRAIN_KEY_PREFIX: Final = "~drain:"
 SWEEP_RETENTION: Final = timedelta(hours=1)
 _PRUNE_BATCH: Final = 25
@@ -145,6 +151,30 @@ class TableHealthStore:
             "PartitionKey eq @pk", {"pk": SWEEPS_PARTITION}, limit=limit, select=None
         )
         return tuple(_to_sweep(e) for e in entities)
+
+    async def share_outages(self, seen: SeenOutages) -> None:
+        entity = _outages_entity(seen)
+        await self._write(lambda: self._table.upsert_entity(entity, mode=UpdateMode.REPLACE))
+        ended = await self._read(
+            "PartitionKey eq @pk and Until lt @cut",
+            {"pk": OUTAGES_PARTITION, "cut": seen.at - self._retention},
+            limit=_PRUNE_BATCH,
+            select=["PartitionKey", "RowKey"],
+        )
+        for row in ended:
+            with translated_errors(when=_revived_or_gone):
+                await self._table.delete_entity(
+                    row["PartitionKey"],
+                    row["RowKey"],
+                    etag=row.metadata["etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                )
+
+    async def seen_outages(self) -> tuple[SeenOutages, ...]:
+        rows = await self._read(
+            "PartitionKey eq @pk", {"pk": OUTAGES_PARTITION}, limit=None, select=None
+        )
+        return tuple(_to_outages(row) for row in rows)
 
     async def _prune(self, older_than: datetime) -> None:
         """One small query (keys only) and at most one batch; usually finds nothing."""
@@ -273,6 +303,23 @@ def _to_drain(entity: Any) -> AgentDrain:
         since=utc(entity["Since"]),
         by=str(entity.get("By", "operator")),
     )
+
+
+def _outages_entity(seen: SeenOutages) -> dict[str, Any]:
+    windows = [[start.isoformat(), end.isoformat()] for start, end in seen.windows]
+    return {
+        "PartitionKey": OUTAGES_PARTITION,
+        "RowKey": _key_part(seen.instance),
+        "Instance": seen.instance,
+        "At": seen.at,
+        "Until": max((end for _, end in seen.windows), default=seen.at),
+        "Windows": json.dumps(windows),
+    }
+
+
+def _to_outages(entity: Any) -> SeenOutages:
+    windows = tuple((utc(start), utc(end)) for start, end in json.loads(str(entity["Windows"])))
+    return SeenOutages(str(entity["Instance"]), windows, utc(entity["At"]))
 
 
 _SWEEP_COUNTS: Final = (

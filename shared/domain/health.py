@@ -66,6 +66,18 @@ class SweepRecord:
 
 
 @dataclass(frozen=True)
+class SeenOutages:
+    """The outages of the broker or the state store one instance saw, as it last shared
+    them: an instance started after an outage (a restart, a scale-out) learns of it here,
+    and counts no deadline that passed in it."""
+
+    instance: str
+    windows: tuple[tuple[datetime, datetime], ...]
+    """From first failure to first success (or to `at`, while it lasts), oldest first."""
+    at: datetime
+
+
+@dataclass(frozen=True)
 class AgentDrain:
     """An operator's drain flag on one agent, for a provider's maintenance window.
 

@@ -3,19 +3,29 @@ store), so the Supervisor counts no deadline that passed in an outage against an
 
 The Supervisor's sweeps see an outage when they fail; a broker outage can also pass
 between two sweeps that never send, so the instance's bus also reports each failed send
-(`WitnessedBus`) as a glimpse of one. This is one instance's view: an outage no part of
-this instance touched is not in it.
+(`WitnessedBus`) as a glimpse of one. Each instance shares what it saw through the health
+store and learns what the others saw (`exchange`): a runtime that starts after an outage
+(a restart, a scale-out) would otherwise count a deadline that passed in it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import asyncio
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from shared.domain.health import SeenOutages
 from shared.domain.model import Outgoing
-from shared.ports import BusUnavailable, Clock, MessageBus, Poison, StoreUnavailable
+from shared.ports import (
+    BusUnavailable,
+    Clock,
+    HealthStore,
+    MessageBus,
+    Poison,
+    StoreUnavailable,
+)
 from shared.telemetry.logsafe import app_logger
 
 log = app_logger("orders.supervisor")
@@ -40,6 +50,10 @@ class Outage:
     past: list[tuple[datetime, datetime]] = field(default_factory=list)
     """The last few outages this instance saw, from first failure to first success, and
     the glimpses: failures seen while the sweeps went through."""
+    others: tuple[tuple[datetime, datetime], ...] = ()
+    """What the other instances last shared of theirs."""
+    shared: tuple[tuple[datetime, datetime], ...] = ()
+    """What this instance last shared of its own."""
 
     def waiting(self, now: datetime) -> bool:
         return self.retry_at is not None and now < self.retry_at
@@ -47,8 +61,16 @@ class Outage:
     def covers(self, moment: datetime, before: timedelta, after: timedelta) -> bool:
         """Did `moment` fall in an outage, widened by `before` (an outage is seen a little
         after it begins) and `after` (the backlog it left takes a while to drain)?"""
-        windows = [*self.past, *([(self.since, moment)] if self.since is not None else [])]
+        windows = [*self.seen(moment), *self.others]
         return any(start - before <= moment <= end + after for start, end in windows)
+
+    def seen(self, now: datetime) -> tuple[tuple[datetime, datetime], ...]:
+        """This instance's own outages, the one going on (if any) up to `now`."""
+        ongoing = [(self.since, now)] if self.since is not None else []
+        return (*self.past, *ongoing)
+
+    def learn(self, seen: Iterable[SeenOutages], me: str) -> None:
+        self.others = tuple(w for s in seen if s.instance != me for w in s.windows)
 
     def glimpsed(self, at: datetime) -> None:
         """A bus or store call failed at `at` without stopping a sweep: a handler's send,
@@ -96,6 +118,25 @@ class Outage:
         self.past = [*self.past[-(KEPT_OUTAGES - 1) :], (self.since, now)]
         self.since = self.cause = None
         self.delay = timedelta(0)
+
+
+async def exchange(
+    outage: Outage, health: HealthStore, instance: str, now: datetime, timeout: float
+) -> None:
+    """Share this instance's outages if they changed, then learn the others'. Best effort
+    and bounded: with the store down it is one more failed call, tried again next sweep,
+    and the sweep goes on with what it knew."""
+    mine = outage.seen(now)
+    try:
+        async with asyncio.timeout(timeout):
+            if mine != outage.shared:
+                await health.share_outages(SeenOutages(instance, mine, now))
+                outage.shared = mine
+            seen = await health.seen_outages()
+    except Exception as exc:  # the sweep that follows meets the same failure and says so
+        log.debug("supervisor: outages not exchanged (%s: %s)", type(exc).__name__, exc)
+        return
+    outage.learn(seen, instance)
 
 
 def _what_is_down(cause: BaseException) -> str:

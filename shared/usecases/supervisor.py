@@ -24,7 +24,7 @@ from shared.ports import (
 )
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.deps import ProcessDeps
-from shared.usecases.outage import Outage
+from shared.usecases.outage import Outage, exchange
 from shared.usecases.outcomes import OutcomeQueries
 
 log = app_logger("orders.supervisor")
@@ -193,6 +193,7 @@ async def supervise(
     def in_outage(deadline: datetime) -> bool:
         return outage.covers(deadline, before=policy.step_timeout, after=after)
 
+    await exchange(outage, health, deps.instance_id, started_at, CHECK_TIMEOUT_SECONDS)
     try:
         report = await sweep(deps, budget=budget, in_outage=in_outage, queries=queries)
     except INFRASTRUCTURE_ERRORS as exc:

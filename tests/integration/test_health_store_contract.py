@@ -13,7 +13,7 @@ from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.memory import InMemoryHealthStore
 from shared.adapters.table_health import SWEEPS_PARTITION, TableHealthStore, sweep_row_key
-from shared.domain.health import AgentHealth, BreakerState, SweepRecord
+from shared.domain.health import AgentHealth, BreakerState, SeenOutages, SweepRecord
 from shared.ports import HealthStore
 from shared.settings import azurite_connection_string
 
@@ -164,3 +164,30 @@ async def test_heartbeats_of_instances_gone_silent_are_forgotten(
     assert await health_store.forget_agents(T0 - timedelta(hours=1)) == 1
     assert await health_store.agent_health() == (live,)
     assert await health_store.forget_agents(T0 - timedelta(hours=1)) == 0
+
+
+def window(start_s: float, end_s: float) -> tuple[datetime, datetime]:
+    return (T0 + timedelta(seconds=start_s), T0 + timedelta(seconds=end_s))
+
+
+async def test_shared_outages_are_each_instances_last_share(health_store: HealthStore) -> None:
+    assert await health_store.seen_outages() == ()
+    a = SeenOutages("sup-a", (window(0, 5),), T0 + timedelta(seconds=6))
+    b = SeenOutages("sup-b", (window(1, 2), window(40, 41)), T0 + timedelta(seconds=42))
+    await health_store.share_outages(a)
+    await health_store.share_outages(b)
+    a_later = SeenOutages("sup-a", (window(0, 5), window(50, 58)), T0 + timedelta(seconds=60))
+    await health_store.share_outages(a_later)
+    seen = sorted(await health_store.seen_outages(), key=lambda s: s.instance)
+    assert seen == [a_later, b]
+
+
+async def test_an_instance_whose_last_outage_ended_before_the_retention_is_forgotten(
+    health_store: HealthStore,
+) -> None:
+    old = SeenOutages("gone", (window(0, 5),), T0 + timedelta(seconds=5))
+    await health_store.share_outages(old)
+    recent_at = T0 + RETENTION + timedelta(seconds=6)
+    recent = SeenOutages("live", (window(500, 600),), recent_at)
+    await health_store.share_outages(recent)
+    assert await health_store.seen_outages() == (recent,)

@@ -310,6 +310,39 @@ async def test_a_broker_outage_the_sweeps_never_touched_counts_nothing(witnessed
         assert o1.state.process_state is ProcessState.ERROR
 
 
+@pytest.mark.parametrize("shared", [True, False])
+async def test_an_instance_started_after_an_outage_counts_nothing_another_saw(
+    shared: bool,
+) -> None:
+    """The chaos run's case: instance A saw the broker down (a handler's send failed) and
+    was killed; B, started afterwards with an empty Outage, takes the check of a deadline
+    that passed in A's outage. Told through the health store what A saw, B counts
+    nothing; on its own it counts the deadline and holds the order in Error."""
+    world = World(policy=a_policy(max_failure_count=1))
+    health = InMemoryHealthStore()
+    a, b = Outage(), Outage()
+    deps_a = replace(world.deps("a"), bus=WitnessedBus(world.bus, a, world.clock))
+    await submit_order(deps_a, an_order("o-1"))
+    world.bus.take(Queue.SCHEDULER)
+    await scheduler.on_nudge(deps_a, "o-1")
+    agent_requests(world)  # in the broker when it went down: the agent never gets it
+    world.clock.advance(10)
+    world.bus.fail_next = DOWN
+    with contextlib.suppress(BusUnavailable):
+        await submit_order(deps_a, an_order("o-2"))
+    world.bus.fail_next = 0
+    world.clock.advance(6)
+    await supervise(deps_a, health if shared else InMemoryHealthStore(), outage=a)
+    world.clock.advance(29)  # A was killed; o-1's complete-by (30 s) passed meanwhile
+    await supervise(world.deps("b"), health, outage=b)
+    o1 = await stored(world, "o-1")
+    if shared:
+        assert o1.state.failure_count == 0
+        assert "expired-in-outage" in [h.event for h in await world.store.history("o-1")]
+    else:
+        assert o1.state.process_state is ProcessState.ERROR
+
+
 def test_glimpses_close_together_are_one_outage_and_far_apart_are_two() -> None:
     outage = Outage()
     start = datetime(2026, 1, 1, tzinfo=UTC)
