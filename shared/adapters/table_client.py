@@ -14,12 +14,19 @@ The request pipeline leaves out the azure-core policies that do nothing for this
 (`UNUSED_POLICIES`): each one is a layer of coroutine and checks on every request, and
 an order makes 7-8 table requests; together 3.6-5% of the client's CPU per request. The
 requests on the wire are the same (bench/README.md, "The Table client's CPU per request").
+
+Against an emulator (a connection string) idle connections are dropped after
+`EMULATOR_KEEPALIVE`: Azurite runs on node, which closes a connection idle for 5 s, and a
+request sent on one as it closes fails "Server disconnected". azure-core retries only
+idempotent methods after that, so an upsert (MERGE) or a batch (POST) came back as a store
+failure. In Azure (an endpoint and a credential) the transport keeps aiohttp's default.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
+import aiohttp
 from azure.core.credentials_async import AsyncTokenCredential
 from azure.core.pipeline.policies import (
     CustomHookPolicy,
@@ -27,6 +34,7 @@ from azure.core.pipeline.policies import (
     NetworkTraceLoggingPolicy,
     ProxyPolicy,
 )
+from azure.core.pipeline.transport import AioHttpTransport
 from azure.data.tables.aio import TableServiceClient
 
 CONNECTION_TIMEOUT: Final = 3.0
@@ -43,6 +51,9 @@ RETRY_OPTIONS: Final[dict[str, Any]] = {
 """One quick retry inside a call; the callers' own retries (redelivery, the Supervisor)
 come after. Writes are conditional, so a retried write that had landed is refused, not
 applied twice."""
+
+EMULATOR_KEEPALIVE: Final = 4.0
+"""Seconds an idle connection to an emulator is kept: under node's 5 s."""
 
 UNUSED_POLICIES: Final = (
     ProxyPolicy,
@@ -69,6 +80,27 @@ class _TableServiceClient(TableServiceClient):
         return [p for p in policies if not isinstance(p, UNUSED_POLICIES)]
 
 
+class _ShortKeepAliveTransport(AioHttpTransport):  # type: ignore[misc]
+    """aiohttp's transport on a connector that drops idle connections after `keepalive`
+    seconds; the session is made on first use, inside the running loop, as azure-core does."""
+
+    session: aiohttp.ClientSession | None
+
+    def __init__(self, keepalive: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._keepalive = keepalive
+
+    async def open(self) -> None:
+        if self.session is None:
+            self.session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(keepalive_timeout=self._keepalive),
+                trust_env=False,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                auto_decompress=False,
+            )
+        await super().open()
+
+
 def table_service_client(
     *,
     connection_string: str | None = None,
@@ -85,7 +117,10 @@ def table_service_client(
         **RETRY_OPTIONS,
     }
     if connection_string:
-        return _TableServiceClient.from_connection_string(connection_string, **options)
+        transport = _ShortKeepAliveTransport(EMULATOR_KEEPALIVE, **options)
+        return _TableServiceClient.from_connection_string(
+            connection_string, transport=transport, **options
+        )
     if endpoint is None or credential is None:
         raise ValueError("a Table client needs a connection string or an endpoint and a credential")
     return _TableServiceClient(endpoint, credential=credential, **options)
