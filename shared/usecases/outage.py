@@ -51,7 +51,7 @@ class Outage:
     """The last few outages this instance saw, from first failure to first success, and
     the glimpses: failures seen while the sweeps went through."""
     others: tuple[tuple[datetime, datetime], ...] = ()
-    """What the other instances last shared of theirs."""
+    """What the instances (this one's name included) last shared."""
     shared: tuple[tuple[datetime, datetime], ...] = ()
     """What this instance last shared of its own."""
 
@@ -69,8 +69,10 @@ class Outage:
         ongoing = [(self.since, now)] if self.since is not None else []
         return (*self.past, *ongoing)
 
-    def learn(self, seen: Iterable[SeenOutages], me: str) -> None:
-        self.others = tuple(w for s in seen if s.instance != me for w in s.windows)
+    def learn(self, seen: Iterable[SeenOutages]) -> None:
+        """Its own row included: a worker restarted under the same instance name (as in
+        Azure) keeps what the one before it shared."""
+        self.others = tuple(w for s in seen for w in s.windows)
 
     def glimpsed(self, at: datetime) -> None:
         """A bus or store call failed at `at` without stopping a sweep: a handler's send,
@@ -136,7 +138,7 @@ async def exchange(
     except Exception as exc:  # the sweep that follows meets the same failure and says so
         log.debug("supervisor: outages not exchanged (%s: %s)", type(exc).__name__, exc)
         return
-    outage.learn(seen, instance)
+    outage.learn(seen)
 
 
 def _what_is_down(cause: BaseException) -> str:

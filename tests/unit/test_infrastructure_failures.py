@@ -343,6 +343,29 @@ async def test_an_instance_started_after_an_outage_counts_nothing_another_saw(
         assert o1.state.process_state is ProcessState.ERROR
 
 
+async def test_a_worker_restarted_under_its_instance_name_keeps_what_it_shared() -> None:
+    """In Azure a worker process restarts under the same WEBSITE_INSTANCE_ID: the
+    successor's empty Outage learns what its predecessor shared under that name."""
+    world = World(policy=a_policy(max_failure_count=1))
+    health = InMemoryHealthStore()
+    before = Outage()
+    deps = replace(world.deps("i-1"), bus=WitnessedBus(world.bus, before, world.clock))
+    await submit_order(deps, an_order("o-1"))
+    world.bus.take(Queue.SCHEDULER)
+    await scheduler.on_nudge(deps, "o-1")
+    agent_requests(world)
+    world.clock.advance(10)
+    world.bus.fail_next = DOWN
+    with contextlib.suppress(BusUnavailable):
+        await submit_order(deps, an_order("o-2"))
+    world.bus.fail_next = 0
+    world.clock.advance(6)
+    await supervise(deps, health, outage=before)
+    world.clock.advance(29)
+    await supervise(world.deps("i-1"), health, outage=Outage())
+    assert (await stored(world, "o-1")).state.failure_count == 0
+
+
 def test_glimpses_close_together_are_one_outage_and_far_apart_are_two() -> None:
     outage = Outage()
     start = datetime(2026, 1, 1, tzinfo=UTC)
