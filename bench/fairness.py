@@ -1,7 +1,8 @@
 """Customers sharing the system: does one customer's burst hold back the others?
 
     python -m bench.fairness [--burst 600] [--rate 1] [--duration 60] [--fair-share 8]
-                             [--latency-ms 200] [--mechanism both|on|off] [--quick]
+                             [--latency-ms 200] [--mechanism both|on|off] [--runtimes 1]
+                             [--quick]
 
 Customers B, C, D and E each submit ``--rate`` orders per second for ``--duration``
 seconds (open loop, one client each). In the *present* scenario customer A also POSTs
@@ -52,7 +53,7 @@ from bench._common import (
     table,
 )
 from bench._stack import BenchStack, Timings, set_latency
-from bench.throughput import TRACING, progress_bar
+from bench.throughput import RUNTIME_NAMES, TRACING, progress_bar
 from devhost.harness.load import (
     DONE,
     Load,
@@ -198,9 +199,7 @@ async def drive(
     meter = CpuMeter({**stack.pids(), "driver (this process)": os.getpid()})
     with progress_bar() as progress:
         task = progress.add_task(label, total=len(everything))
-        run = LoadRun(
-            everything, Load(), [("runtime", stack.api())], timeout=args.timeout, retry=PATIENT
-        )
+        run = LoadRun(everything, Load(), _targets(stack), timeout=args.timeout, retry=PATIENT)
         run.on_finished = lambda _: progress.update(task, completed=run.finished)
         meter.start()
         try:
@@ -226,6 +225,14 @@ async def drive(
     return result
 
 
+def _targets(stack: BenchStack) -> list[tuple[str, str]]:
+    """Every runtime's API: the driver's POSTs go round robin over them."""
+    names = list(stack.runtimes)
+    if len(names) == 1:
+        return [("runtime", stack.api(names[0]))]
+    return [(f"runtime {name}", stack.api(name)) for name in names]
+
+
 async def warm_up(
     stack: BenchStack, session: aiohttp.ClientSession, args: argparse.Namespace
 ) -> None:
@@ -235,7 +242,7 @@ async def warm_up(
     simulator = stack.simulator(session)
     await set_latency(simulator, WARMUP_LATENCY_MS, 0)
     await run_load(
-        stack.api(),
+        [api for _, api in _targets(stack)],
         [f"warm-{uuid.uuid4().hex[:6]}-{j:03d}" for j in range(args.warmup)],
         Load(concurrency=min(args.warmup, 8)),
         StatusQueue(stack.service_bus_connection_string),
@@ -260,6 +267,7 @@ async def measure(args: argparse.Namespace) -> list[FairnessRun]:
             seed=args.seed,
             settings=settings,
             runtime_env=TRACING["sampled"],
+            runtimes=RUNTIME_NAMES[: args.runtimes],
         ) as stack:
             console.print(f"[dim]{stack.describe()}; FairShareRunningPerCustomer={share}[/]")
             async with aiohttp.ClientSession() as session:
@@ -399,6 +407,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=900.0,
         help="StepTimeoutSeconds and PendingTimeoutSeconds, past any wait (900)",
+    )
+    parser.add_argument(
+        "--runtimes",
+        type=int,
+        default=1,
+        choices=range(1, len(RUNTIME_NAMES) + 1),
+        metavar="N",
+        help="runtime processes sharing the stack, as instances of one app (1)",
     )
     parser.add_argument("--warmup", type=int, default=8, help="orders before each run (8)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run at most")
