@@ -1,7 +1,7 @@
 """Customers sharing the system: does one customer's burst hold back the others?
 
     python -m bench.fairness [--burst 600] [--rate 1] [--duration 60] [--fair-share 8]
-                             [--latency-ms 200] [--mechanism both|on|off] [--runtimes 1]
+                             [--latency-ms 200] [--quota 0] [--mechanism both|on|off] [--runtimes 1]
                              [--quick]
 
 Customers B, C, D and E each submit ``--rate`` orders per second for ``--duration``
@@ -261,6 +261,8 @@ async def measure(args: argparse.Namespace) -> list[FairnessRun]:
     for mechanism in args.mechanisms:
         share = args.fair_share if mechanism == "on" else 0
         settings = {Setting.FAIR_SHARE_RUNNING_PER_CUSTOMER: str(share)}
+        if mechanism == "on" and args.quota:
+            settings[Setting.INTAKE_MAX_PENDING_PER_CUSTOMER] = str(args.quota)
         async with BenchStack(
             f"fairness-{mechanism}",
             timings,
@@ -269,7 +271,7 @@ async def measure(args: argparse.Namespace) -> list[FairnessRun]:
             runtime_env=TRACING["sampled"],
             runtimes=RUNTIME_NAMES[: args.runtimes],
         ) as stack:
-            console.print(f"[dim]{stack.describe()}; FairShareRunningPerCustomer={share}[/]")
+            console.print(f"[dim]{stack.describe()}; {settings}[/]")
             async with aiohttp.ClientSession() as session:
                 for i, scenario in enumerate(SCENARIOS):
                     if i:
@@ -393,6 +395,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--fair-share", type=int, default=8, help="FairShareRunningPerCustomer when on (8)"
     )
     parser.add_argument(
+        "--quota",
+        type=int,
+        default=0,
+        help="IntakeMaxPendingPerCustomer with the mechanism on (0: unset)",
+    )
+    parser.add_argument(
         "--mechanism",
         choices=(*MECHANISMS, "both"),
         default="both",
@@ -428,6 +436,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.duration = min(args.duration, 20.0)
         args.warmup = min(args.warmup, 4)
         args.timeout = min(args.timeout, 240)
+    if args.quota < 0:
+        parser.error("--quota must be 0 (unset) or more")
     if args.burst < 1 or args.rate <= 0 or args.duration <= 0 or args.fair_share < 1:
         parser.error("--burst, --rate, --duration and --fair-share must be positive")
     args.mechanisms = list(MECHANISMS) if args.mechanism == "both" else [args.mechanism]
