@@ -404,7 +404,15 @@ def quick(seed: int = 7, orders: int = 60) -> ChaosConfig:
         failing_share=0.05,
         kills=1,
         timings=Timings(pending_timeout_seconds=6),
-        remote=RemoteFaults(transient_error_rate=0.10, hang_rate=0.02, hang_seconds=6.0),
+        # Apply-then-hang at 5%, not 2%: its draws follow the run's random order ids, and at
+        # 2% one run drew none in its 240 calls (expected ~5), failing the "faults did hit"
+        # check; at 5% about 12 are expected.
+        remote=RemoteFaults(
+            transient_error_rate=0.10,
+            hang_rate=0.02,
+            hang_seconds=6.0,
+            apply_then_hang_rate=0.05,
+        ),
         broker=BrokerFaults(duplicate_rate=0.05, drop_rate=0.01, delay_rate=0.05, delay_ms=1500),
         infra=InfraFaults(broker_outages=(6.0,), azurite_outages=(4.0,)),
         cancels=Cancels(share=0.1, within_seconds=8.0),
