@@ -661,7 +661,9 @@ class _Engine:
         self._resolve(held.settling, error)
 
     def detach(self, link: ProtonLink, closed: asyncio.Future[None] | None) -> None:
-        """Hand back what the link holds unsettled, then detach it."""
+        """Hand back what the link holds unsettled, then detach it; an open still waiting
+        for the connection is dropped, else it would attach later, for nobody."""
+        self._waiting = [waiting for waiting in self._waiting if waiting[0] is not link]
         proton_link = self._receivers.pop(link, None)
         self._open.pop(proton_link, None)
         self._opening.pop(proton_link, None)

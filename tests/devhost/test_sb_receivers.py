@@ -171,3 +171,32 @@ async def test_no_proton_object_is_released_off_the_hosts_thread_while_it_runs(
     assert not host_thread_alive()
     assert broker.stats()[QUEUE]["completed"] == count
     assert released == [], sorted(set(released))
+
+
+async def test_an_open_given_up_before_the_connection_is_up_leaves_no_link(
+    broker: Broker,
+) -> None:
+    """A trigger whose open timed out while the connection was still coming up opens a
+    new link; the first one must not be attached later and take messages nobody reads."""
+    async with (
+        ServiceBusClient.from_connection_string(broker.connection_string) as client,
+        client.get_queue_sender(QUEUE) as sender,
+    ):
+        await sender.send_messages([ServiceBusMessage(b"{}", message_id=f"m-{n}") for n in (1, 2)])
+    links = ProtonLinks(f"amqp://127.0.0.1:{broker.port}", renewal_seconds=60)
+    try:
+        given_up = asyncio.ensure_future(links.open(QUEUE, 1, "test"))
+        await asyncio.sleep(0)  # the attach is asked for; the connection is not up yet
+        given_up.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await given_up
+        link = await links.open(QUEUE, 1, "test")
+        taken: list[str | None] = []
+        async with asyncio.timeout(20):
+            while len(taken) < 2:
+                for delivered in await link.receive(1, 5):
+                    taken.append(delivered.message.message_id)
+                    await link.complete(delivered)
+    finally:
+        await links.close()
+    assert sorted(taken) == ["m-1", "m-2"]
