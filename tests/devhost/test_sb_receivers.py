@@ -191,11 +191,11 @@ async def test_an_open_given_up_before_the_connection_is_up_leaves_no_link(
         with pytest.raises(asyncio.CancelledError):
             await given_up
         link = await links.open(QUEUE, 1, "test")
-        taken: list[str | None] = []
+        taken: list[str] = []
         async with asyncio.timeout(20):
             while len(taken) < 2:
                 for delivered in await link.receive(1, 5):
-                    taken.append(delivered.message.message_id)
+                    taken.append(str(delivered.message.message_id))
                     await link.complete(delivered)
     finally:
         await links.close()
