@@ -6,6 +6,8 @@ default. ``DevhostServiceBusReceiver=host`` gives it, against devhost's broker, 
 host's own AMQP connection (``sb_proton``, qpid-proton's C engine on a thread of its
 own): cheaper per message, but opt-in, because one run under a 5,000-order burst stalled
 with it (a link stopped taking messages with a full window; bench/README.md, issue #25).
+Its likely cause, proton objects let go of on the app's thread, is fixed; the stall was
+never reproduced, so the default stays until burst runs show it gone.
 Anything other than devhost's broker, such as the Service Bus emulator, which wants
 claims-based auth, or a namespace in Azure, always gets the SDK's receiver.
 """

@@ -191,7 +191,8 @@ class ProtonLinks:
 
 
 class ProtonLink:
-    """One trigger's receiver: messages arrive from the host's thread into a buffer here."""
+    """One trigger's receiver: messages arrive from the host's thread into a buffer here.
+    It holds no proton object: the engine keeps its receiver (see ``_Engine``)."""
 
     def __init__(self, links: ProtonLinks, engine: _Engine, queue: str, function: str) -> None:
         self.queue = queue
@@ -201,8 +202,6 @@ class ProtonLink:
         self._buffer: collections.deque[Delivered] = collections.deque()
         self._arrived = asyncio.Event()
         self._error: BaseException | None = None
-        self.proton: Any = None
-        """The proton receiver; touched only on the host's thread."""
 
     # -- from the host's thread, through to_loop --------------------------------------
 
@@ -251,7 +250,8 @@ class ProtonLink:
 
 
 class _Held:
-    """A message whose lock the host holds; the host's thread only."""
+    """A message whose lock the host holds, and the app's handle on it. ``delivery`` is
+    touched, and let go of, on the host's thread only (see ``_Engine``)."""
 
     __slots__ = (
         "delivery",
@@ -267,7 +267,7 @@ class _Held:
     def __init__(
         self, delivery: Any, link: ProtonLink, message_id: str | None, locked_until_ms: int | None
     ) -> None:
-        self.delivery = delivery
+        self.delivery: Any = delivery
         self.link = link
         self.message_id = message_id
         self.locked_until_ms = locked_until_ms
@@ -297,7 +297,13 @@ class _Protocol(asyncio.Protocol):
 class _Engine:
     """proton's engine driven by an asyncio loop of its own, on the host's thread: no
     proton reactor, whose Python I/O loop cost more than the AMQP work itself. Calls from
-    the app's loop come through ``call``; results go back through ``ProtonLinks.to_loop``."""
+    the app's loop come through ``call``; results go back through ``ProtonLinks.to_loop``.
+
+    No proton object reaches the app's loop, not even as an opaque handle: proton is not
+    thread-safe, and dropping a wrapper is an engine call. The last wrapper of a settled
+    delivery unlinks it from its link and pools it for the next transfer; dropped on the
+    app's loop while this thread took in transfers, that raced the engine, and a link
+    stopped taking messages with its window used up (issue #25)."""
 
     def __init__(self, links: ProtonLinks, url: str, renewal_seconds: float) -> None:
         parsed = urlparse(url)
@@ -318,6 +324,7 @@ class _Engine:
         self._waiting: list[tuple[ProtonLink, int, asyncio.Future[None]]] = []
         self._opening: dict[Any, tuple[ProtonLink, asyncio.Future[None]]] = {}
         self._open: dict[Any, ProtonLink] = {}
+        self._receivers: dict[ProtonLink, Any] = {}
         self._owed: dict[Any, int] = {}
         self._held: dict[Any, _Held] = {}
         self._management: dict[str, tuple[Any, Any]] = {}
@@ -507,7 +514,7 @@ class _Engine:
         receiver.rcv_settle_mode = Link.RCV_SECOND
         receiver.open()
         receiver.flow(window)
-        link.proton = receiver
+        self._receivers[link] = receiver
         self._opening[receiver] = (link, opened)
         self._flush()
 
@@ -529,9 +536,11 @@ class _Engine:
         )
         opening = self._opening.pop(proton_link, None)
         if opening is not None:
+            self._receivers.pop(opening[0], None)
             self._resolve(opening[1], error)
         link = self._open.pop(proton_link, None)
         if link is not None:
+            self._receivers.pop(link, None)
             self._drop_held(lambda held: held.link is link, error)
             self._post(lambda: link.lost(error))
         if proton_link.state & Endpoint.LOCAL_ACTIVE:
@@ -558,16 +567,22 @@ class _Engine:
         for link in self._open.values():
             self._post(lambda link=link: link.lost(error))  # type: ignore[misc]
         self._open.clear()
+        self._receivers.clear()
         self._owed.clear()
         self._drop_held(lambda held: True, error)
         self._management.clear()
         self._requests.clear()
 
     def _drop_held(self, which: Callable[[_Held], bool], error: BaseException) -> None:
-        for key, held in list(self._held.items()):
+        for held in list(self._held.values()):
             if which(held):
-                del self._held[key]
+                self._forget(held)
                 self._resolve(held.settling, error)
+
+    def _forget(self, held: _Held) -> None:
+        """The host lets go of the delivery here, on its own thread, whoever keeps `held`."""
+        del self._held[held.delivery]
+        held.delivery = None
 
     # -- deliveries ------------------------------------------------------------------------
 
@@ -616,25 +631,25 @@ class _Engine:
         )
         self._held[delivery] = held
         self._arm_sweep()
-        delivered = Delivered(message, delivery)
+        delivered = Delivered(message, held)
         self._post(lambda: link.arrived(delivered))
 
-    def settle(self, delivery: Any, outcome: Any, done: asyncio.Future[None]) -> None:
-        held = self._held.get(delivery)
-        if held is None or held.settling is not None:
+    def settle(self, held: _Held, outcome: Any, done: asyncio.Future[None]) -> None:
+        delivery = held.delivery
+        if delivery is None or held.settling is not None:
             self._resolve(done, ConnectionLost("the message's link is gone"))
             return
         held.settling = done
         if outcome == Delivery.MODIFIED:
             delivery.local.failed = True
         delivery.update(outcome)
-        proton_link = held.link.proton
-        if proton_link in self._open:
+        proton_link = self._receivers.get(held.link)
+        if proton_link is not None and proton_link in self._open:
             self._owed[proton_link] = self._owed.get(proton_link, 0) + 1
 
     def _settled(self, delivery: Any, held: _Held) -> None:
         """The broker's answer to a settlement (it settles with the outcome it took)."""
-        del self._held[delivery]
+        self._forget(held)
         state = delivery.remote_state
         error: BaseException | None = None
         if state not in _OUTCOMES:
@@ -646,16 +661,19 @@ class _Engine:
         self._resolve(held.settling, error)
 
     def detach(self, link: ProtonLink, closed: asyncio.Future[None] | None) -> None:
-        """Hand back what the link holds unsettled, then detach it."""
-        proton_link = link.proton
+        """Hand back what the link holds unsettled, then detach it; an open still waiting
+        for the connection is dropped, else it would attach later, for nobody."""
+        self._waiting = [waiting for waiting in self._waiting if waiting[0] is not link]
+        proton_link = self._receivers.pop(link, None)
         self._open.pop(proton_link, None)
         self._opening.pop(proton_link, None)
         self._owed.pop(proton_link, None)
-        for key, held in list(self._held.items()):
+        for held in list(self._held.values()):
             if held.link is link and held.settling is None:
-                del self._held[key]
-                held.delivery.update(Delivery.RELEASED)
-                held.delivery.settle()
+                delivery = held.delivery
+                self._forget(held)
+                delivery.update(Delivery.RELEASED)
+                delivery.settle()
         if proton_link is not None and proton_link.state & Endpoint.LOCAL_ACTIVE:
             proton_link.close()
         self._resolve(closed, None)

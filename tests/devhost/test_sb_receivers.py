@@ -5,19 +5,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from azure.servicebus import ServiceBusMessage, ServiceBusReceiveMode
 from azure.servicebus.aio import ServiceBusClient
+from proton._wrapper import Wrapper
 
 from devhost.broker import Broker
 from devhost.host.loader import HostConfig
 from devhost.host.sb_connection import ConnectionInfo
 from devhost.host.sb_links import Receivers, amqp_url
 from devhost.host.sb_message import ReceivedMessage, from_sdk
-from devhost.host.sb_proton import ProtonLinks
+from devhost.host.sb_proton import THREAD_NAME, ProtonLinks
 from devhost.host.sb_sdk import SdkLinks
 from tests.devhost.conftest import QUEUE, HostFactory, Recorder, build_app
 
@@ -129,3 +131,72 @@ async def test_the_local_broker_gets_the_hosts_connection_and_anything_else_the_
     await default.close()
     await receivers.close()
     await forced.close()
+
+
+def host_thread_alive() -> bool:
+    return any(thread.name == THREAD_NAME for thread in threading.enumerate())
+
+
+async def test_no_proton_object_is_released_off_the_hosts_thread_while_it_runs(
+    broker: Broker, make_host: HostFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """proton is not thread-safe, and a wrapper's release is an engine call: the last one
+    of a settled delivery unlinks it from its link and pools it for the next transfer.
+    Released on the app's loop while the host's thread took in transfers, that raced the
+    engine (issue #25: a link that stopped taking messages with its window used up)."""
+    app_thread = threading.get_ident()
+    released: list[str] = []
+    release = Wrapper.__del__
+
+    def recorded(wrapper: Wrapper) -> None:
+        if threading.get_ident() == app_thread and host_thread_alive():
+            released.append(type(wrapper).__name__)
+        release(wrapper)
+
+    monkeypatch.setattr(Wrapper, "__del__", recorded)
+    count = 20
+    recorder = Recorder(expected=count)
+    settings = {"TestBus": broker.connection_string, "DevhostServiceBusReceiver": "host"}
+    host = make_host(build_app(recorder, timer=False), settings)
+    await host.start()
+    async with (
+        ServiceBusClient.from_connection_string(broker.connection_string) as client,
+        client.get_queue_sender(QUEUE) as sender,
+    ):
+        await sender.send_messages(
+            [ServiceBusMessage(b"{}", message_id=f"m-{n}") for n in range(count)]
+        )
+    await asyncio.wait_for(recorder.completed.wait(), 20)
+    await host.stop()
+    assert not host_thread_alive()
+    assert broker.stats()[QUEUE]["completed"] == count
+    assert released == [], sorted(set(released))
+
+
+async def test_an_open_given_up_before_the_connection_is_up_leaves_no_link(
+    broker: Broker,
+) -> None:
+    """A trigger whose open timed out while the connection was still coming up opens a
+    new link; the first one must not be attached later and take messages nobody reads."""
+    async with (
+        ServiceBusClient.from_connection_string(broker.connection_string) as client,
+        client.get_queue_sender(QUEUE) as sender,
+    ):
+        await sender.send_messages([ServiceBusMessage(b"{}", message_id=f"m-{n}") for n in (1, 2)])
+    links = ProtonLinks(f"amqp://127.0.0.1:{broker.port}", renewal_seconds=60)
+    try:
+        given_up = asyncio.ensure_future(links.open(QUEUE, 1, "test"))
+        await asyncio.sleep(0)  # the attach is asked for; the connection is not up yet
+        given_up.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await given_up
+        link = await links.open(QUEUE, 1, "test")
+        taken: list[str] = []
+        async with asyncio.timeout(20):
+            while len(taken) < 2:
+                for delivered in await link.receive(1, 5):
+                    taken.append(str(delivered.message.message_id))
+                    await link.complete(delivered)
+    finally:
+        await links.close()
+    assert sorted(taken) == ["m-1", "m-2"]
