@@ -127,17 +127,7 @@ class TableHealthStore:
             limit=_PRUNE_BATCH,
             select=["PartitionKey", "RowKey"],
         )
-        forgotten = 0
-        for entity in silent:
-            with translated_errors(when=_revived_or_gone):
-                await self._table.delete_entity(
-                    entity["PartitionKey"],
-                    entity["RowKey"],
-                    etag=entity.metadata["etag"],
-                    match_condition=MatchConditions.IfNotModified,
-                )
-                forgotten += 1
-        return forgotten
+        return await self._delete_unchanged(silent)
 
     async def record_sweep(self, sweep: SweepRecord) -> None:
         entity = _sweep_entity(sweep)
@@ -161,7 +151,19 @@ class TableHealthStore:
             limit=_PRUNE_BATCH,
             select=["PartitionKey", "RowKey"],
         )
-        for row in ended:
+        await self._delete_unchanged(ended)
+
+    async def seen_outages(self) -> tuple[SeenOutages, ...]:
+        rows = await self._read(
+            "PartitionKey eq @pk", {"pk": OUTAGES_PARTITION}, limit=None, select=None
+        )
+        return tuple(_to_outages(row) for row in rows)
+
+    async def _delete_unchanged(self, rows: list[Any]) -> int:
+        """One delete per row, each conditional on the row as read: a row refreshed since
+        (a revived instance) or already gone stays as it is. Returns how many went."""
+        deleted = 0
+        for row in rows:
             with translated_errors(when=_revived_or_gone):
                 await self._table.delete_entity(
                     row["PartitionKey"],
@@ -169,12 +171,8 @@ class TableHealthStore:
                     etag=row.metadata["etag"],
                     match_condition=MatchConditions.IfNotModified,
                 )
-
-    async def seen_outages(self) -> tuple[SeenOutages, ...]:
-        rows = await self._read(
-            "PartitionKey eq @pk", {"pk": OUTAGES_PARTITION}, limit=None, select=None
-        )
-        return tuple(_to_outages(row) for row in rows)
+                deleted += 1
+        return deleted
 
     async def _prune(self, older_than: datetime) -> None:
         """One small query (keys only) and at most one batch; usually finds nothing."""

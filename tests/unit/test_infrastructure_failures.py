@@ -18,6 +18,7 @@ from shared.contract import Queue, agent_queue
 from shared.domain.model import OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.ports import BusUnavailable, StoreUnavailable, WatchEntry
 from shared.usecases import scheduler
+from shared.usecases.deps import ProcessDeps
 from shared.usecases.outage import Outage, WitnessedBus
 from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
@@ -282,6 +283,30 @@ async def test_a_deadline_that_passed_in_an_outage_is_redispatched_uncounted() -
     assert (await stored(world, "o-1")).state.process_state is ProcessState.ERROR
 
 
+async def dispatched_then_glimpsed(world: World, deps: ProcessDeps, down_after: float) -> None:
+    """o-1 dispatched, its request lost with the broker; `down_after` seconds later the
+    broker is down for one handler's send (submitting o-2), then back."""
+    await submit_order(deps, an_order("o-1"))
+    world.bus.take(Queue.SCHEDULER)
+    await scheduler.on_nudge(deps, "o-1")
+    agent_requests(world)  # in the broker when it went down: the agent never gets it
+    world.clock.advance(down_after)
+    world.bus.fail_next = DOWN
+    with contextlib.suppress(BusUnavailable):
+        await submit_order(deps, an_order("o-2"))
+    world.bus.fail_next = 0
+
+
+async def counted_nothing(world: World) -> bool:
+    """o-1 was redispatched uncounted; False: its deadline was counted (held in Error)."""
+    o1 = await stored(world, "o-1")
+    if o1.state.process_state is ProcessState.ERROR:
+        return False
+    assert o1.state.failure_count == 0
+    assert "expired-in-outage" in [h.event for h in await world.store.history("o-1")]
+    return True
+
+
 @pytest.mark.parametrize("witnessed", [True, False])
 async def test_a_broker_outage_the_sweeps_never_touched_counts_nothing(witnessed: bool) -> None:
     """The broker goes down and comes back between two sweeps that send nothing; only a
@@ -291,23 +316,10 @@ async def test_a_broker_outage_the_sweeps_never_touched_counts_nothing(witnessed
     health, outage = InMemoryHealthStore(), Outage()
     bus = WitnessedBus(world.bus, outage, world.clock) if witnessed else world.bus
     deps = replace(world.deps(), bus=bus)
-    await submit_order(deps, an_order("o-1"))
-    world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(deps, "o-1")
-    agent_requests(world)  # in the broker when it went down: the agent never gets it
-    world.clock.advance(2)
-    world.bus.fail_next = DOWN
-    with contextlib.suppress(BusUnavailable):
-        await submit_order(deps, an_order("o-2"))
-    world.bus.fail_next = 0
+    await dispatched_then_glimpsed(world, deps, down_after=2)
     world.clock.advance(40)  # o-1's complete-by passed while the broker was down
     await supervise(deps, health, outage=outage)
-    o1 = await stored(world, "o-1")
-    if witnessed:
-        assert o1.state.failure_count == 0
-        assert "expired-in-outage" in [h.event for h in await world.store.history("o-1")]
-    else:
-        assert o1.state.process_state is ProcessState.ERROR
+    assert await counted_nothing(world) is witnessed
 
 
 @pytest.mark.parametrize("shared", [True, False])
@@ -319,51 +331,28 @@ async def test_an_instance_started_after_an_outage_counts_nothing_another_saw(
     that passed in A's outage. Told through the health store what A saw, B counts
     nothing; on its own it counts the deadline and holds the order in Error."""
     world = World(policy=a_policy(max_failure_count=1))
-    health = InMemoryHealthStore()
-    a, b = Outage(), Outage()
+    health, a = InMemoryHealthStore(), Outage()
     deps_a = replace(world.deps("a"), bus=WitnessedBus(world.bus, a, world.clock))
-    await submit_order(deps_a, an_order("o-1"))
-    world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(deps_a, "o-1")
-    agent_requests(world)  # in the broker when it went down: the agent never gets it
-    world.clock.advance(10)
-    world.bus.fail_next = DOWN
-    with contextlib.suppress(BusUnavailable):
-        await submit_order(deps_a, an_order("o-2"))
-    world.bus.fail_next = 0
+    await dispatched_then_glimpsed(world, deps_a, down_after=10)
     world.clock.advance(6)
     await supervise(deps_a, health if shared else InMemoryHealthStore(), outage=a)
     world.clock.advance(29)  # A was killed; o-1's complete-by (30 s) passed meanwhile
-    await supervise(world.deps("b"), health, outage=b)
-    o1 = await stored(world, "o-1")
-    if shared:
-        assert o1.state.failure_count == 0
-        assert "expired-in-outage" in [h.event for h in await world.store.history("o-1")]
-    else:
-        assert o1.state.process_state is ProcessState.ERROR
+    await supervise(world.deps("b"), health, outage=Outage())
+    assert await counted_nothing(world) is shared
 
 
 async def test_a_worker_restarted_under_its_instance_name_keeps_what_it_shared() -> None:
     """In Azure a worker process restarts under the same WEBSITE_INSTANCE_ID: the
     successor's empty Outage learns what its predecessor shared under that name."""
     world = World(policy=a_policy(max_failure_count=1))
-    health = InMemoryHealthStore()
-    before = Outage()
+    health, before = InMemoryHealthStore(), Outage()
     deps = replace(world.deps("i-1"), bus=WitnessedBus(world.bus, before, world.clock))
-    await submit_order(deps, an_order("o-1"))
-    world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(deps, "o-1")
-    agent_requests(world)
-    world.clock.advance(10)
-    world.bus.fail_next = DOWN
-    with contextlib.suppress(BusUnavailable):
-        await submit_order(deps, an_order("o-2"))
-    world.bus.fail_next = 0
+    await dispatched_then_glimpsed(world, deps, down_after=10)
     world.clock.advance(6)
     await supervise(deps, health, outage=before)
     world.clock.advance(29)
     await supervise(world.deps("i-1"), health, outage=Outage())
-    assert (await stored(world, "o-1")).state.failure_count == 0
+    assert await counted_nothing(world)
 
 
 def test_glimpses_close_together_are_one_outage_and_far_apart_are_two() -> None:
