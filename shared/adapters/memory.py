@@ -332,9 +332,7 @@ class InMemoryHealthStore:
     async def share_outages(self, seen: SeenOutages) -> None:
         await asyncio.sleep(0)
         cutoff = seen.at - self._retention
-        self._outages = {
-            k: v for k, v in self._outages.items() if v.windows and v.windows[-1][1] >= cutoff
-        }
+        self._outages = {k: v for k, v in self._outages.items() if v.until >= cutoff}
         self._outages[seen.instance] = seen
 
     async def seen_outages(self) -> tuple[SeenOutages, ...]:

@@ -310,7 +310,7 @@ def _outages_entity(seen: SeenOutages) -> dict[str, Any]:
         "RowKey": _key_part(seen.instance),
         "Instance": seen.instance,
         "At": seen.at,
-        "Until": max((end for _, end in seen.windows), default=seen.at),
+        "Until": seen.until,
         "Windows": json.dumps(windows),
     }
 

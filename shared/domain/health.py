@@ -76,6 +76,11 @@ class SeenOutages:
     """From first failure to first success (or to `at`, while it lasts), oldest first."""
     at: datetime
 
+    @property
+    def until(self) -> datetime:
+        """When its last outage ended: the record is kept a retention past it."""
+        return max((end for _, end in self.windows), default=self.at)
+
 
 @dataclass(frozen=True)
 class AgentDrain:
