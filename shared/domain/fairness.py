@@ -79,6 +79,39 @@ def retry_after(load: CustomerLoad) -> int:
     return min(max(math.ceil(load.pace), low), high)
 
 
+MEMO_AT_MOST = timedelta(seconds=1)
+"""The longest an instance refuses a customer from memory after the ledger refused it."""
+
+
+@dataclass
+class RefusalMemo:
+    """A customer the ledger just refused is refused again from memory for a moment, no
+    store call: under a burst of one customer's POSTs, each refusal otherwise costs a
+    watch entry, a ledger transaction and a delete on the shared store, and those hold
+    the other customers' store calls up (bench/README.md, "A 5,000-order burst"). The
+    moment is the customer's pace (a slot frees each time one of its orders ends), at
+    most MEMO_AT_MOST; a leave by this instance forgets it at once. Per instance: a
+    slot freed elsewhere is found when the moment ends."""
+
+    held: dict[str, tuple[datetime, CustomerLoad]] = field(default_factory=dict)
+
+    def holds(self, customer: str, now: datetime) -> CustomerLoad | None:
+        found = self.held.get(customer)
+        if found is None:
+            return None
+        if now >= found[0]:
+            del self.held[customer]
+            return None
+        return found[1]
+
+    def refused(self, customer: str, load: CustomerLoad, now: datetime) -> None:
+        pace = MEMO_AT_MOST if load.pace is None else timedelta(seconds=load.pace)
+        self.held[customer] = (now + min(pace, MEMO_AT_MOST), load)
+
+    def forget(self, customer: str) -> None:
+        self.held.pop(customer, None)
+
+
 @dataclass(frozen=True)
 class Promoted:
     """The order a leave moved from its customer's line to running, to be nudged."""

@@ -4,10 +4,16 @@ the next in line when an order comes to rest (docs/fairness.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy, promotion
+from shared.domain.fairness import (
+    Admission,
+    CustomerLoad,
+    CustomerPolicy,
+    RefusalMemo,
+    promotion,
+)
 from shared.domain.model import Order, OrderProcess, Priority
 from shared.ports import CustomerLedger, Entered, MessageBus, StateStore
 from shared.telemetry.logsafe import app_logger
@@ -21,12 +27,22 @@ class Customers:
     policy: CustomerPolicy
     recheck: timedelta = timedelta(seconds=30)
     """When the Supervisor looks at a promoted order: the shortest step timeout."""
+    memo: RefusalMemo = field(default_factory=RefusalMemo, compare=False)
+    """This instance's recent refusals (the intake's)."""
+
+    def held(self, customer: str, at: datetime) -> CustomerLoad | None:
+        """The customer's load if the ledger refused it a moment ago: refused again
+        without a store call."""
+        return self.memo.holds(customer, at)
 
     async def enter(self, order: Order, at: datetime) -> Entered:
         high = order.priority is Priority.HIGH
-        return await self.ledger.enter(
+        entered = await self.ledger.enter(
             order.customer_id, order.order_id, at, self.policy, high=high
         )
+        if entered.admission is Admission.REFUSE:
+            self.memo.refused(order.customer_id, entered.load, at)
+        return entered
 
     async def standing(self, process: OrderProcess) -> Admission | None:
         return await self.ledger.standing(process.order.customer_id, process.order_id)
@@ -48,6 +64,7 @@ class Customers:
         self, customer: str, order_id: str, store: StateStore, bus: MessageBus, at: datetime
     ) -> None:
         promoted = await self.ledger.leave(customer, order_id, self.policy, at)
+        self.memo.forget(customer)
         if promoted is None:
             return
         log.info("order %s: next in line for customer %s", promoted.order_id, customer)

@@ -96,21 +96,17 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     check_at = machine.next_check(transition.process, workflow, deps.policy, now)
     assert check_at is not None
     customer = order.customer_id if deps.customers is not None else ""
+    if deps.customers is not None and (held := deps.customers.held(customer, now)) is not None:
+        limit = deps.customers.policy.max_pending
+        assert limit is not None
+        return await _over_quota(deps, order, check_at, OverQuota(customer, held, limit))
     wrote = await deps.store.watch(
         order.order_id, check_at, replace=False, version=version, customer=customer
     )
     try:
         entered = await _enter(deps, order, now, wrote, version)
-    except OverQuota:
-        # A repeat of an order that has come to rest is not counted any more: the stored
-        # order is the answer, as below the quota (one read, on refusals only). The entry
-        # this call wrote is gone already; one still in flight keeps its own.
-        existing = await deps.store.load(order.order_id)
-        if existing is None:
-            raise
-        if not existing.state.process_state.is_terminal:
-            await deps.store.rewatch(order.order_id, check_at, version=existing.state.version)
-        return _repeat(existing, order, in_line(existing))
+    except OverQuota as refused:
+        return await _over_quota(deps, order, check_at, refused)
     waiting = entered is not None and entered.admission is Admission.WAIT
     if entered is not None and waiting and not entered.known:
         transition = wait_in_line(transition, now)
@@ -142,6 +138,20 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     if deps.cache is not None:
         deps.cache.put(replace(transition.process, etag=etag))  # the claim skips a read
     return _Stored(Submitted(transition.process, created=True), nudge=True)
+
+
+async def _over_quota(
+    deps: ProcessDeps, order: Order, check_at: datetime, refused: OverQuota
+) -> _Stored:
+    """A repeat of an order that has come to rest is not counted any more: the stored
+    order is the answer, as below the quota (one read, on refusals only). The entry this
+    call wrote is gone already; one still in flight keeps its own."""
+    existing = await deps.store.load(order.order_id)
+    if existing is None:
+        raise refused
+    if not existing.state.process_state.is_terminal:
+        await deps.store.rewatch(order.order_id, check_at, version=existing.state.version)
+    return _repeat(existing, order, in_line(existing))
 
 
 async def _enter(

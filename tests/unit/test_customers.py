@@ -28,10 +28,13 @@ class Shop(World):
     ledger: InMemoryCustomerLedger = field(default_factory=InMemoryCustomerLedger)
     rules: CustomerPolicy | None = None
     claimed: list[str] = field(default_factory=list)
+    _customers: Customers | None = None
 
     def deps(self, instance_id: str = "scheduler-1") -> ProcessDeps:
-        customers = Customers(self.ledger, self.rules) if self.rules is not None else None
-        return replace(super().deps(instance_id), customers=customers)
+        """One Customers for the shop, as one instance builds it once."""
+        if self._customers is None and self.rules is not None:
+            self._customers = Customers(self.ledger, self.rules)
+        return replace(super().deps(instance_id), customers=self._customers)
 
     async def submit(self, customer: str, order_id: str) -> None:
         await submit_order(self.deps(), order(customer, order_id))
@@ -151,6 +154,39 @@ async def test_over_the_quota_nothing_is_stored_and_the_id_is_taken_once_below()
     assert await shop.ledger.loads(10) == ()
     await shop.submit("A", "a-2")
     assert await shop.state("a-2") is ProcessState.PENDING
+
+
+async def test_a_refused_customer_is_refused_again_from_memory_for_a_moment() -> None:
+    """Under one customer's burst each refusal would cost a watch entry, a ledger
+    transaction and a delete; for a moment after one, the instance refuses from memory."""
+    shop = Shop(rules=CustomerPolicy(max_pending=2))
+    entered: list[str] = []
+    real_enter = shop.ledger.enter
+
+    async def counting(customer, order_id, *args, **kwargs):  # type: ignore[no-untyped-def]
+        entered.append(order_id)
+        return await real_enter(customer, order_id, *args, **kwargs)
+
+    shop.ledger.enter = counting  # type: ignore[method-assign]
+    await shop.submit("A", "a-0")
+    await shop.submit("A", "a-1")
+    with pytest.raises(OverQuota):
+        await shop.submit("A", "a-2")
+    watched = shop.store.watched()
+    with pytest.raises(OverQuota) as again:
+        await shop.submit("A", "a-3")
+    assert again.value.load == CustomerLoad(running=2) and again.value.retry_after > 0
+    assert entered == ["a-0", "a-1", "a-2"]  # the ledger was not asked
+    assert shop.store.watched() == watched and await shop.store.load("a-3") is None
+    await shop.submit("A", "a-0")  # a repeat of a stored order still gets it back
+    await shop.submit("B", "b-0")  # another customer is not held
+    shop.clock.advance(1)
+    with pytest.raises(OverQuota):
+        await shop.submit("A", "a-4")
+    assert entered[-1] == "a-4"  # the moment passed: the ledger is asked again
+    await shop.pump()  # A's orders end here: this instance's leave forgets the refusal
+    await shop.submit("A", "a-5")
+    assert await shop.state("a-5") is ProcessState.PENDING
 
 
 async def test_the_count_goes_down_when_an_order_rests_and_up_when_it_moves_again() -> None:
