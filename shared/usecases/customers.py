@@ -35,6 +35,10 @@ class Customers:
         without a store call."""
         return self.memo.holds(customer, at)
 
+    def come_back(self, customer: str, load: CustomerLoad, at: datetime) -> int:
+        """Seconds a refused POST is told to wait (its Retry-After)."""
+        return self.memo.come_back(customer, load, at)
+
     async def enter(self, order: Order, at: datetime) -> Entered:
         high = order.priority is Priority.HIGH
         entered = await self.ledger.enter(

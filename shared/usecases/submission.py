@@ -7,11 +7,12 @@ from datetime import datetime
 
 from shared.catalogue import catalogue
 from shared.domain import process as machine
-from shared.domain.fairness import Admission, CustomerLoad, in_line, retry_after, wait_in_line
+from shared.domain.fairness import Admission, CustomerLoad, in_line, wait_in_line
 from shared.domain.model import Order, OrderProcess
 from shared.domain.workflow import Workflow
 from shared.ports import AlreadyExists, Entered
 from shared.usecases.budget import Budget, send_within_budget, within_store_budget
+from shared.usecases.customers import Customers
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.unit_of_work import log_transition
 
@@ -24,13 +25,13 @@ class OverQuota(Exception):
     """The customer already has IntakeMaxPendingPerCustomer orders that are not terminal;
     nothing was stored."""
 
-    def __init__(self, customer: str, load: CustomerLoad, limit: int) -> None:
+    def __init__(self, customer: str, load: CustomerLoad, limit: int, retry_after: int) -> None:
         super().__init__(
             f"customer {customer!r} has {load.open} orders not yet finished (limit {limit})"
         )
         self.load = load
         self.limit = limit
-        self.retry_after = retry_after(load)
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,7 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     assert check_at is not None
     customer = order.customer_id if deps.customers is not None else ""
     if deps.customers is not None and (held := deps.customers.held(customer, now)) is not None:
-        limit = deps.customers.policy.max_pending
-        assert limit is not None
-        return await _over_quota(deps, order, check_at, OverQuota(customer, held, limit))
+        return await _over_quota(deps, order, check_at, _refusal(deps.customers, order, held, now))
     wrote = await deps.store.watch(
         order.order_id, check_at, replace=False, version=version, customer=customer
     )
@@ -166,10 +165,15 @@ async def _enter(
     if entered.admission is Admission.REFUSE:
         if wrote:
             await deps.store.unwatch(order.order_id, version)
-        limit = deps.customers.policy.max_pending
-        assert limit is not None
-        raise OverQuota(order.customer_id, entered.load, limit)
+        raise _refusal(deps.customers, order, entered.load, now)
     return entered
+
+
+def _refusal(customers: Customers, order: Order, load: CustomerLoad, now: datetime) -> OverQuota:
+    limit = customers.policy.max_pending
+    assert limit is not None
+    retry = customers.come_back(order.customer_id, load, now)
+    return OverQuota(order.customer_id, load, limit, retry)
 
 
 def _repeat(existing: OrderProcess, order: Order, waiting: bool = False) -> _Stored:

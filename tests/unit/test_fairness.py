@@ -14,6 +14,7 @@ from shared.domain.fairness import (
     CustomerLoad,
     CustomerPolicy,
     Promoted,
+    RefusalMemo,
     admit,
     in_line,
     promotes,
@@ -103,3 +104,19 @@ def test_retry_after_is_the_customers_pace_of_ends_within_bounds() -> None:
     assert retry_after(slow) == 60
     skewed = CustomerLoad().ended(t0).ended(t0 - timedelta(seconds=5))  # another clock
     assert skewed.pace == 0 and skewed.left_at == t0
+
+
+def test_the_refused_are_told_to_come_back_one_pace_after_another() -> None:
+    """Each slot frees one pace after the last: telling every refused POST the same second
+    would bring them back together, one to find a slot and the rest to be refused again."""
+    t0 = FakeClock().now()
+    memo = RefusalMemo()
+    quick = CustomerLoad(running=3, pace=0.4)
+    told = [memo.come_back("A", quick, t0) for _ in range(5)]
+    assert told == [1, 1, 2, 2, 2]  # 0.4, 0.8, 1.2, 1.6, 2.0 s, rounded up
+    assert memo.come_back("B", quick, t0) == 1  # each customer has its own line of them
+    later = t0 + timedelta(seconds=10)
+    assert memo.come_back("A", quick, later) == 1  # the earlier ones are past: from now
+    slow = CustomerLoad(running=3, pace=25.0)
+    assert [memo.come_back("C", slow, t0) for _ in range(4)] == [25, 50, 60, 60]
+    assert memo.come_back("D", CustomerLoad(running=3), t0) == RETRY_AFTER_SECONDS
