@@ -22,6 +22,10 @@ without A, and their "absent" latency would be a queue growing for as long as th
 lasts rather than a baseline. At 1/s each they take about a third of the stack, and A's
 burst has the rest to fill.
 
+The issue's scenario (A's 5,000 beside B-E at 5/s each) needs the quota beside the share:
+``--burst 5000 --rate 5 --duration 120 --runtimes 2 --quota 40`` (bench/README.md, "The
+issue's scenario met").
+
 Why 200 ms per remote call: an order then spends about 0.6 s at the providers, so the
 share a customer's running orders take is set by how many run (the mechanism's lever),
 not only by the runtime's CPU, as with real providers.
