@@ -12,7 +12,6 @@ from shared.domain.model import Order, OrderProcess
 from shared.domain.workflow import Workflow
 from shared.ports import AlreadyExists, Entered
 from shared.usecases.budget import Budget, send_within_budget, within_store_budget
-from shared.usecases.customers import Customers
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.unit_of_work import log_transition
 
@@ -98,14 +97,13 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     assert check_at is not None
     customer = order.customer_id if deps.customers is not None else ""
     if deps.customers is not None and (held := deps.customers.held(customer, now)) is not None:
-        return await _over_quota(deps, order, check_at, _refusal(deps.customers, order, held, now))
+        return await _over_quota(deps, order, check_at, held)
     wrote = await deps.store.watch(
         order.order_id, check_at, replace=False, version=version, customer=customer
     )
-    try:
-        entered = await _enter(deps, order, now, wrote, version)
-    except OverQuota as refused:
-        return await _over_quota(deps, order, check_at, refused)
+    entered = await _enter(deps, order, now, wrote, version)
+    if entered is not None and entered.admission is Admission.REFUSE:
+        return await _over_quota(deps, order, check_at, entered.load)
     waiting = entered is not None and entered.admission is Admission.WAIT
     if entered is not None and waiting and not entered.known:
         transition = wait_in_line(transition, now)
@@ -140,14 +138,18 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
 
 
 async def _over_quota(
-    deps: ProcessDeps, order: Order, check_at: datetime, refused: OverQuota
+    deps: ProcessDeps, order: Order, check_at: datetime, load: CustomerLoad
 ) -> _Stored:
     """A repeat of an order that has come to rest is not counted any more: the stored
     order is the answer, as below the quota (one read, on refusals only). The entry this
-    call wrote is gone already; one still in flight keeps its own."""
+    call wrote is gone already; one still in flight keeps its own. Only a refusal is
+    given a time to come back (each one moves the next one's later)."""
     existing = await deps.store.load(order.order_id)
     if existing is None:
-        raise refused
+        customers = deps.customers
+        assert customers is not None and customers.policy.max_pending is not None
+        retry = customers.come_back(order.customer_id, load, deps.clock.now())
+        raise OverQuota(order.customer_id, load, customers.policy.max_pending, retry)
     if not existing.state.process_state.is_terminal:
         await deps.store.rewatch(order.order_id, check_at, version=existing.state.version)
     return _repeat(existing, order, in_line(existing))
@@ -162,18 +164,9 @@ async def _enter(
     if deps.customers is None:
         return None
     entered = await deps.customers.enter(order, now)
-    if entered.admission is Admission.REFUSE:
-        if wrote:
-            await deps.store.unwatch(order.order_id, version)
-        raise _refusal(deps.customers, order, entered.load, now)
+    if entered.admission is Admission.REFUSE and wrote:
+        await deps.store.unwatch(order.order_id, version)
     return entered
-
-
-def _refusal(customers: Customers, order: Order, load: CustomerLoad, now: datetime) -> OverQuota:
-    limit = customers.policy.max_pending
-    assert limit is not None
-    retry = customers.come_back(order.customer_id, load, now)
-    return OverQuota(order.customer_id, load, limit, retry)
 
 
 def _repeat(existing: OrderProcess, order: Order, waiting: bool = False) -> _Stored:

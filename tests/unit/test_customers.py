@@ -336,3 +336,20 @@ async def test_an_order_created_meanwhile_by_a_retry_is_counted_again() -> None:
     assert customers is not None
     await customers.never_created("A", "a-0", shop.store, shop.bus, shop.clock.now())
     assert await shop.ledger.loads(10) == (("A", CustomerLoad(running=1)),)
+
+
+async def test_refused_posts_are_told_to_come_back_one_pace_apart_and_a_repeat_books_none() -> None:
+    shop = Shop(rules=CustomerPolicy(max_pending=2))
+    await shop.submit("A", "a-0")
+    await shop.submit("A", "a-1")
+    shop.ledger.customers["A"].paced = CustomerLoad(pace=0.6)  # its orders end 0.6 s apart
+    told = []
+    for i in range(2, 6):
+        with pytest.raises(OverQuota) as refused:
+            await shop.submit("A", f"a-{i}")
+        told.append(refused.value.retry_after)
+    assert told == [1, 2, 2, 3]  # 0.6, 1.2, 1.8, 2.4 s from now
+    await shop.submit("A", "a-0")  # a repeat of a stored order: its order, no turn taken
+    with pytest.raises(OverQuota) as refused:
+        await shop.submit("A", "a-6")
+    assert refused.value.retry_after == 3  # 3.0 s: the repeat moved nothing
