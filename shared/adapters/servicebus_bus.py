@@ -20,6 +20,7 @@ AMQP open with no timeout at all. So the SDK retries little and each call is bou
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -68,13 +69,21 @@ class _SenderPool:
     a caller never waits for a new link while another exists: it takes an idle one, or
     waits for a busy one to come back while one more link opens in the background. Only
     the first caller of a queue (or after a failure) opens a link itself.
+
+    Callers that wait are served first come, first served: a slot given back goes to the
+    longest waiting caller, never to one that arrives meanwhile. With asyncio's queue a
+    newcomer took a slot from under a woken waiter, which then went to the back of the
+    line; under one customer's 5,000-order burst a nudge waited out the send's 10 s that
+    way (bench/README.md, issue #25).
     """
 
     def __init__(self, queue: str, size: int, opener: Callable[[str], Awaitable[ServiceBusSender]]):
         self.queue = queue
         self.senders: list[ServiceBusSender | None] = [None] * size
         self._open = opener
-        self._free: asyncio.LifoQueue[int] = asyncio.LifoQueue()
+        self._idle: list[int] = []
+        """Slots nobody holds, the last given back on top (its link is the warmest)."""
+        self._waiting: collections.deque[asyncio.Future[int]] = collections.deque()
         self._spare = list(reversed(range(size)))
         self._growing: asyncio.Task[None] | None = None
 
@@ -84,20 +93,37 @@ class _SenderPool:
         try:
             yield slot
         finally:
-            self._free.put_nowait(slot)
+            self._give_back(slot)
 
     async def _acquire(self) -> int:
-        if not self._free.empty():
-            return self._free.get_nowait()
+        if self._idle:
+            return self._idle.pop()
         if self._spare and not self._opening():
             return self._spare.pop()
         if self._spare and self._growing is None:
             self._growing = asyncio.create_task(self._grow(self._spare.pop()))
-        return await self._free.get()
+        handed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiting.append(handed)
+        try:
+            return await handed
+        except asyncio.CancelledError:
+            if handed.done() and not handed.cancelled():
+                self._give_back(handed.result())  # handed over as the caller was cancelled
+            else:
+                self._waiting.remove(handed)
+            raise
+
+    def _give_back(self, slot: int) -> None:
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(slot)
+                return
+        self._idle.append(slot)
 
     def _opening(self) -> bool:
         """Whether some link exists or is being opened (so waiting for it is cheaper)."""
-        taken = len(self.senders) - len(self._spare) - self._free.qsize()
+        taken = len(self.senders) - len(self._spare) - len(self._idle)
         return taken > 0 or self._growing is not None
 
     async def _grow(self, slot: int) -> None:
@@ -107,7 +133,7 @@ class _SenderPool:
             pass  # the caller who takes the slot opens it, and reports what fails then
         finally:
             self._growing = None
-            self._free.put_nowait(slot)
+            self._give_back(slot)
 
     async def link(self, slot: int) -> ServiceBusSender:
         sender = self.senders[slot]
