@@ -430,7 +430,7 @@ async def measure_with(args: argparse.Namespace, runtimes: int) -> list[RunSumma
         runtimes=RUNTIME_NAMES[:runtimes],
         runtime_env={
             **TRACING[getattr(args, "tracing", "sampled")],
-            # The host's own AMQP connection, opt-in for apps, is what the figures measure.
+            # The host's own AMQP connection (the default) unless --receiver sdk.
             RECEIVER_SETTING: getattr(args, "receiver", "host"),
         },
         settings=dict(getattr(args, "settings", [])),

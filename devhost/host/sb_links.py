@@ -1,13 +1,13 @@
 """What a queue trigger needs from a receiver, and which client receives for a connection.
 
 In Azure the Functions host receives, renews locks and settles, and the worker only runs
-handlers. Locally the SDK's receiver (``sb_sdk``) does that work in the app's loop, the
-default. ``DevhostServiceBusReceiver=host`` gives it, against devhost's broker, to the
-host's own AMQP connection (``sb_proton``, qpid-proton's C engine on a thread of its
-own): cheaper per message, but opt-in, because one run under a 5,000-order burst stalled
-with it (a link stopped taking messages with a full window; bench/README.md, issue #25).
-Its likely cause, proton objects let go of on the app's thread, is fixed; the stall was
-never reproduced, so the default stays until burst runs show it gone.
+handlers. Locally, from devhost's broker, the host's own AMQP connection does that work
+(``sb_proton``, qpid-proton's C engine on a thread of its own): about a third of the
+SDK's CPU per message, off the app's interpreter. It was opt-in for a while after one run
+under a 5,000-order burst stalled with it (a link stopped taking messages with a full
+window); that likely cause, proton objects let go of on the app's thread, is fixed, and
+the burst runs since went clean (bench/README.md, issue #25).
+``DevhostServiceBusReceiver=sdk`` keeps the SDK's receiver (``sb_sdk``) in the app's loop.
 Anything other than devhost's broker, such as the Service Bus emulator, which wants
 claims-based auth, or a namespace in Azure, always gets the SDK's receiver.
 """
@@ -96,7 +96,7 @@ class Receivers:
     def __init__(self, settings: Mapping[str, str], config: HostConfig) -> None:
         self._config = config
         self._clients = ClientPool(settings)
-        self._host_connection = settings.get(RECEIVER_SETTING, "").strip().lower() == "host"
+        self._host_connection = settings.get(RECEIVER_SETTING, "").strip().lower() != "sdk"
         self._sources: dict[str, LinkSource] = {}
         self._health: dict[str, ConnectionHealth] = {}
 

@@ -127,7 +127,7 @@ async def test_the_local_broker_gets_the_hosts_connection_and_anything_else_the_
     forced = Receivers({"DevhostServiceBusReceiver": "sdk"}, HostConfig())
     assert isinstance(forced.source(local), SdkLinks)
     default = Receivers({}, HostConfig())
-    assert isinstance(default.source(local), SdkLinks), "the host's connection is opt-in"
+    assert isinstance(default.source(local), ProtonLinks), "the host's connection by default"
     await default.close()
     await receivers.close()
     await forced.close()

@@ -74,8 +74,8 @@ def message(message_id: str, **payload: Any) -> ServiceBusMessage:
 
 @pytest.fixture(params=["host", "sdk"])
 def receiver(request: pytest.FixtureRequest) -> dict[str, str]:
-    """The host's own AMQP connection (opt-in, for devhost's broker) or the SDK's
-    receiver (the default): the trigger must behave the same on both."""
+    """The host's own AMQP connection (the default, for devhost's broker) or the SDK's
+    receiver: the trigger must behave the same on both."""
     return {RECEIVER_SETTING: str(request.param)}
 
 
