@@ -81,8 +81,9 @@ def retry_after(load: CustomerLoad) -> int:
 
 MEMO_AT_MOST = timedelta(seconds=1)
 """The longest an instance refuses a customer from memory after the ledger refused it."""
-BOOKINGS_KEPT = 1024
-"""Customers whose come-back times an instance keeps before it drops the passed ones."""
+KEPT = 1024
+"""Customers an instance remembers (refusals, come-back times) before it drops the ones
+whose time has passed: each refused customer leaves one entry until it is next seen."""
 
 
 @dataclass
@@ -118,6 +119,8 @@ class RefusalMemo:
 
     def refused(self, customer: str, load: CustomerLoad, now: datetime) -> None:
         pace = MEMO_AT_MOST if load.pace is None else timedelta(seconds=load.pace)
+        if len(self.held) >= KEPT:
+            self.held = {c: h for c, h in self.held.items() if h[0] > now}
         self.held[customer] = (now + min(pace, MEMO_AT_MOST), load)
 
     def forget(self, customer: str) -> None:
@@ -130,7 +133,7 @@ class RefusalMemo:
         low, high = RETRY_AFTER_BOUNDS
         last = max(self.booked.get(customer, now), now)
         at = min(last + timedelta(seconds=load.pace), now + timedelta(seconds=high))
-        if len(self.booked) >= BOOKINGS_KEPT:
+        if len(self.booked) >= KEPT:
             self.booked = {c: t for c, t in self.booked.items() if t > now}
         self.booked[customer] = at
         return min(max(math.ceil((at - now).total_seconds()), low), high)

@@ -9,6 +9,7 @@ from shared.catalogue import catalogue
 from shared.contract import Queue
 from shared.domain import process as machine
 from shared.domain.fairness import (
+    KEPT,
     RETRY_AFTER_SECONDS,
     Admission,
     CustomerLoad,
@@ -120,3 +121,18 @@ def test_the_refused_are_told_to_come_back_one_pace_after_another() -> None:
     slow = CustomerLoad(running=3, pace=25.0)
     assert [memo.come_back("C", slow, t0) for _ in range(4)] == [25, 50, 60, 60]
     assert memo.come_back("D", CustomerLoad(running=3), t0) == RETRY_AFTER_SECONDS
+
+
+def test_a_memo_of_many_customers_drops_only_the_ones_whose_time_has_passed() -> None:
+    t0 = FakeClock().now()
+    memo = RefusalMemo()
+    load = CustomerLoad(running=3, pace=0.5)
+    for n in range(KEPT):
+        memo.refused(f"c-{n}", load, t0)
+        memo.come_back(f"c-{n}", load, t0)
+    later = t0 + timedelta(seconds=2)
+    memo.refused("fresh", load, later)
+    memo.come_back("fresh", load, later)
+    assert set(memo.held) == {"fresh"} and set(memo.booked) == {"fresh"}
+    memo.refused("another", load, later)
+    assert memo.holds("fresh", later) == load  # one still in its moment is kept
