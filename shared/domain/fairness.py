@@ -75,8 +75,12 @@ def retry_after(load: CustomerLoad) -> int:
     time one of its orders ends, so its recent pace of ends is the expected wait."""
     if load.pace is None:
         return RETRY_AFTER_SECONDS
+    return _within_bounds(load.pace)
+
+
+def _within_bounds(seconds: float) -> int:
     low, high = RETRY_AFTER_BOUNDS
-    return min(max(math.ceil(load.pace), low), high)
+    return min(max(math.ceil(seconds), low), high)
 
 
 MEMO_AT_MOST = timedelta(seconds=1)
@@ -130,13 +134,13 @@ class RefusalMemo:
         """The Retry-After for this refusal, in seconds (within RETRY_AFTER_BOUNDS)."""
         if load.pace is None:
             return retry_after(load)
-        low, high = RETRY_AFTER_BOUNDS
         last = max(self.booked.get(customer, now), now)
-        at = min(last + timedelta(seconds=load.pace), now + timedelta(seconds=high))
+        latest = now + timedelta(seconds=RETRY_AFTER_BOUNDS[1])
+        at = min(last + timedelta(seconds=load.pace), latest)
         if len(self.booked) >= KEPT:
             self.booked = {c: t for c, t in self.booked.items() if t > now}
         self.booked[customer] = at
-        return min(max(math.ceil((at - now).total_seconds()), low), high)
+        return _within_bounds((at - now).total_seconds())
 
 
 @dataclass(frozen=True)
