@@ -257,7 +257,7 @@ def prepare(args: argparse.Namespace) -> Prepared:
             for endpoint in services.endpoints:
                 if endpoint.status == "already running":
                     log.warning("--fresh did not reset %s: it was already running", endpoint.name)
-        return Prepared(root, settings, services, load_app(root), HostConfig.load(root))
+        return Prepared(root, settings, services, load_app(root), HostConfig.load(root, os.environ))
     except BaseException:
         services.stop()
         raise

@@ -73,6 +73,7 @@ class Stack:
         broker_lock_seconds: float | None = None,
         settings: Mapping[str, str] | None = None,
         runtimes: Sequence[str] = ("a",),
+        runtime_settings: Mapping[str, Mapping[str, str]] | None = None,
         runtime_module: str = "devhost",
         runtime_env: Mapping[str, str] | None = None,
         runtime_extra: Sequence[str] = (),
@@ -86,6 +87,7 @@ class Stack:
         self.durable_azurite = durable_azurite
         self.broker_lock_seconds = broker_lock_seconds
         self.overrides = dict(settings or {})
+        self.runtime_settings = {r: dict(v) for r, v in (runtime_settings or {}).items()}
         self.runtime_module = runtime_module
         self.runtime_env = dict(runtime_env or {})
         self.runtime_extra = tuple(runtime_extra)
@@ -143,6 +145,7 @@ class Stack:
             Setting.INSTANCE_ID: self.instance_id(runtime),
             **services.telemetry_env(self.otlp_port),
             **self.overrides,
+            **self.runtime_settings.get(runtime, {}),
         }
 
     def app(self, session: aiohttp.ClientSession, name: str = "a") -> AppClient:

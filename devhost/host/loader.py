@@ -142,15 +142,50 @@ class HostConfig:
         )
 
     @classmethod
-    def load(cls, root: Path) -> HostConfig:
+    def load(cls, root: Path, settings: Mapping[str, str] | None = None) -> HostConfig:
+        """``host.json`` with the app settings' overrides of it applied
+        (``AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls``), as the
+        host applies them: a value can be changed per environment without a redeploy."""
         path = root / "host.json"
-        if not path.is_file():
+        document: dict[str, Any] = {}
+        if path.is_file():
+            try:
+                document = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise LoadError(f"cannot use {path}: {exc}") from exc
+        else:
             log.info("no host.json in %s: using host defaults", root)
-            return cls()
         try:
-            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError, AttributeError) as exc:
-            raise LoadError(f"cannot use {path}: {exc}") from exc
+            return cls.from_dict(with_overrides(document, settings or {}))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise LoadError(f"cannot use {path} and its overrides: {exc}") from exc
+
+
+HOST_OVERRIDE = "AzureFunctionsJobHost__"
+
+
+def with_overrides(document: Mapping[str, Any], settings: Mapping[str, str]) -> dict[str, Any]:
+    """A copy of a ``host.json`` document with every ``AzureFunctionsJobHost__a__b``
+    setting written at ``a.b``; keys match case-insensitively, as the host's
+    configuration does, and keep the document's spelling where it has one."""
+    result: dict[str, Any] = json.loads(json.dumps(document))
+    for name, value in sorted(settings.items()):
+        if not name.startswith(HOST_OVERRIDE) or len(name) == len(HOST_OVERRIDE):
+            continue
+        *parents, leaf = name[len(HOST_OVERRIDE) :].split("__")
+        node = result
+        for part in parents:
+            key = _spelled(node, part)
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = node[key] = {}
+            node = child
+        node[_spelled(node, leaf)] = value
+    return result
+
+
+def _spelled(node: Mapping[str, Any], key: str) -> str:
+    return next((k for k in node if k.lower() == key.lower()), key)
 
 
 def parse_timespan(text: str) -> float:

@@ -43,6 +43,27 @@ class FunctionRow:
     detail: str
 
 
+def disabled_setting(name: str) -> tuple[str, ...]:
+    """The app setting that turns a function off, as Azure spells it and as Linux
+    environments carry it (a dot is not allowed in an environment variable there)."""
+    return (f"AzureWebJobs.{name}.Disabled", f"AzureWebJobs_{name}_Disabled")
+
+
+def enabled(functions: Sequence[FunctionSpec], settings: Mapping[str, str]) -> list[FunctionSpec]:
+    """The functions whose ``AzureWebJobs.<name>.Disabled`` is not true: the host starts
+    no listener for the others and routes no HTTP request to them (a 404). Running some
+    functions on one instance and the rest on another is how Flex Consumption scales
+    them (HTTP triggers together, every other function on instances of its own)."""
+    kept: list[FunctionSpec] = []
+    for spec in functions:
+        value = next((settings[k] for k in disabled_setting(spec.name) if k in settings), "")
+        if value.strip().lower() in {"true", "1"}:
+            log.info("function %s is disabled by its app setting", spec.name)
+        else:
+            kept.append(spec)
+    return kept
+
+
 class LocalHost:
     """Runs HTTP, timer and Service Bus triggers for a set of indexed functions."""
 
@@ -57,7 +78,7 @@ class LocalHost:
         drain_timeout: float = 30.0,
         shutdown_hooks: Sequence[Callable[[], Awaitable[None]]] = (),
     ) -> None:
-        self.functions = list(functions)
+        self.functions = enabled(functions, settings)
         self.shutdown_hooks = list(shutdown_hooks)
         self.settings = dict(settings)
         self.config = config or HostConfig()

@@ -90,3 +90,25 @@ def test_host_json_knobs(tmp_path: Path) -> None:
     (tmp_path / "host.json").write_text('{"extensions": {"serviceBus": {"prefetchCount": "x"}}}')
     with pytest.raises(LoadError, match=r"host\.json"):
         HostConfig.load(tmp_path)
+
+
+def test_app_settings_override_host_json(tmp_path: Path) -> None:
+    """`AzureFunctionsJobHost__a__b` changes `a.b` of host.json, whatever the key's case,
+    and adds what the file does not have; other settings leave it alone."""
+    (tmp_path / "host.json").write_text(
+        json.dumps({"extensions": {"serviceBus": {"maxConcurrentCalls": 16, "prefetchCount": 2}}})
+    )
+    settings = {
+        "AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls": "32",
+        "AzureFunctionsJobHost__Extensions__SERVICEBUS__prefetchcount": "4",
+        "AzureFunctionsJobHost__extensions__http__routePrefix": "v1",
+        "AzureFunctionsJobHost__": "ignored",
+        "extensions__serviceBus__maxConcurrentCalls": "1",
+    }
+    config = HostConfig.load(tmp_path, settings)
+    assert config.max_concurrent_calls == 32
+    assert (config.prefetch_count, config.route_prefix) == (4, "v1")
+    assert HostConfig.load(tmp_path).max_concurrent_calls == 16
+    bad = {"AzureFunctionsJobHost__extensions__serviceBus__maxConcurrentCalls": "many"}
+    with pytest.raises(LoadError, match="overrides"):
+        HostConfig.load(tmp_path, bad)
