@@ -42,6 +42,7 @@ from bench._common import (
     table,
 )
 from bench._host_share import HostShare, split_line
+from bench._placement import PLACEMENTS, app_functions, runtime_settings, takes_orders
 from bench._profile import Recorder
 from bench._stack import BenchStack, Timings, set_faults
 from devhost.harness.clients import AppClient, SimulatorControl
@@ -403,8 +404,12 @@ def collector_line(stats: dict[str, Any], processed: int) -> str:
 
 
 def apis(stack: BenchStack) -> list[str]:
-    """Every runtime's API: the driver spreads its POSTs over them."""
-    return [stack.api(name) for name in stack.runtimes]
+    """Every API that takes orders: the driver spreads its POSTs over them."""
+    return [
+        stack.api(name)
+        for name in stack.runtimes
+        if takes_orders(stack.runtime_settings.get(name, {}))
+    ]
 
 
 async def measure_ours(args: argparse.Namespace) -> list[RunSummary]:
@@ -428,6 +433,9 @@ async def measure_with(args: argparse.Namespace, runtimes: int) -> list[RunSumma
         instrument=getattr(args, "instrument", False),
         broker_db=not getattr(args, "broker_in_memory", False),
         runtimes=RUNTIME_NAMES[:runtimes],
+        runtime_settings=runtime_settings(
+            getattr(args, "placement", "all"), RUNTIME_NAMES[:runtimes], app_functions()
+        ),
         runtime_env={
             **TRACING[getattr(args, "tracing", "sampled")],
             # The host's own AMQP connection (the default) unless --receiver sdk.
@@ -540,6 +548,14 @@ def add_runtimes_option(parser: argparse.ArgumentParser) -> None:
         type=_runtime_counts,
         default=[1],
         help="comma-separated runtime process counts, each run in turn (default 1; e.g. 1,2,4)",
+    )
+    parser.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default="all",
+        help="all: every runtime runs every function (default); roles: the front (HTTP, "
+        "timers), the Scheduler and the Agents on separate runtimes, as Flex Consumption "
+        "scales them (1-3 runtimes)",
     )
 
 
