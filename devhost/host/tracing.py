@@ -57,6 +57,13 @@ def invocation_span(
 ) -> Iterator[TraceContext]:
     """The host's span for one invocation, as the trace context the function gets."""
     parent = _W3C.extract(dict(carrier), context=Context()) if carrier else Context()
+    if _dropped(parent):
+        # The sampler dropped this trace at its root: a host span would be dropped too,
+        # so the function gets the trigger's context as it came, still marked dropped.
+        yield TraceContext(
+            trace_parent=carrier.get(TRACEPARENT, ""), trace_state=carrier.get(TRACESTATE, "")
+        )
+        return
     span = _tracer().start_span(
         f"host {name}", context=parent, kind=kind, attributes=dict(attributes)
     )
@@ -74,6 +81,11 @@ def invocation_span(
         raise
     finally:
         span.end()
+
+
+def _dropped(parent: Context) -> bool:
+    context = trace.get_current_span(parent).get_span_context()
+    return context.is_valid and not context.trace_flags.sampled
 
 
 def flush_exports(timeout_millis: int = 3_000) -> None:

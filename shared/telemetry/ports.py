@@ -79,8 +79,30 @@ def _in_trace() -> bool:
     return trace.get_current_span().get_span_context().is_valid
 
 
+def _dropped() -> bool:
+    """In a trace the sampler dropped: a child span would be dropped too, so none is
+    started, and a failure is kept as an error span of the current one (`spans.failed`)."""
+    return not trace.get_current_span().get_span_context().trace_flags.sampled
+
+
+@contextlib.contextmanager
+def _in_dropped_trace(name: str) -> Iterator[Span]:
+    span = trace.get_current_span()
+    try:
+        yield span
+    except (ConcurrencyConflict, AlreadyExists):
+        raise
+    except Exception as exc:
+        spans.failed(span, exc, name)
+        raise
+
+
 @contextlib.contextmanager
 def _span(name: str, kind: SpanKind, attributes: dict[str, Any]) -> Iterator[Span]:
+    if _dropped():
+        with _in_dropped_trace(name) as current:
+            yield current
+        return
     with trace.use_span(
         spans.tracer().start_span(name, kind=kind, attributes=attributes),
         end_on_exit=True,
@@ -102,6 +124,8 @@ def _store_span(
 ) -> contextlib.AbstractContextManager[Any]:
     if not _in_trace():
         return contextlib.nullcontext()
+    if _dropped():
+        return _in_dropped_trace(f"state {operation}")
     attributes: dict[str, Any] = {**_DB, "db.operation.name": operation}
     if order_id is not None:
         attributes[spans.ORDER_ID] = order_id
@@ -251,6 +275,8 @@ class TracedMessageBus:
         if not any(sending):
             await self._inner.send(messages)
             return
+        current = trace.get_current_span()
+        started = [span for span in sending if span is not None and span is not current]
         carried = list(messages)
         for span, ids in zip(sending, by_order.values(), strict=True):
             if span is None:
@@ -268,12 +294,13 @@ class TracedMessageBus:
                     spans.failed(span, exc, "send")
             raise
         finally:
-            for span in sending:
-                if span is not None:
-                    span.end()
+            for span in started:
+                span.end()
 
     def _producer(self, order_id: str, messages: list[Outgoing]) -> Span | None:
-        """The PRODUCER span of one order's messages, in the order's trace."""
+        """The PRODUCER span of one order's messages, in the order's trace; in a trace
+        the sampler dropped, the current span itself, whose context the messages carry
+        so that the next hops are dropped too."""
         current = trace.get_current_span().get_span_context()
         context: Context | None = None
         root = self._traces.parent(order_id) if order_id else None
@@ -285,6 +312,8 @@ class TracedMessageBus:
             context = _rejoin(order_id, order_trace, current)
         elif not current.is_valid:
             return None
+        elif _dropped():
+            return trace.get_current_span()
         queues = list(dict.fromkeys(m.queue for m in messages))
         attributes: dict[str, Any] = {
             "messaging.system": "servicebus",

@@ -194,9 +194,14 @@ def _invocation(
         else:
             links.append(Link(trace.get_current_span(host).get_span_context()))
     token = invocation_name.set(name)
-    span = tracer().start_span(
-        name, context=parent or Context(), kind=kind, attributes=attributes, links=links
-    )
+    if parent is not None and not links and _dropped(parent):
+        # The sampler dropped this trace: a span of the function's would be dropped
+        # too; the calls run in the parent's context, and a failure is still kept.
+        span = trace.get_current_span(parent)
+    else:
+        span = tracer().start_span(
+            name, context=parent or Context(), kind=kind, attributes=attributes, links=links
+        )
     try:
         with trace.use_span(span, record_exception=False, set_status_on_exception=False):
             yield
@@ -215,6 +220,11 @@ def _host_context(context: _Context | None) -> Context | None:
     return propagation.extract(
         getattr(trace_context, "trace_parent", None), getattr(trace_context, "trace_state", None)
     )
+
+
+def _dropped(context: Context) -> bool:
+    span_context = trace.get_current_span(context).get_span_context()
+    return span_context.is_valid and not span_context.trace_flags.sampled
 
 
 def _trace_id(context: Context) -> int:
