@@ -1,10 +1,11 @@
 """Which runtime process runs which functions: every function everywhere, or the app's
-functions split by role over the processes, as Flex Consumption places them.
+functions split by role over the processes.
 
 On Flex Consumption the HTTP triggers scale together on their own instances and every
-other function on instances of its own; a process that runs only some functions opens
-only their links and keeps its batches full. Locally the split is made with the host's
-own switch, ``AzureWebJobs.<name>.Disabled``."""
+other function on instances of its own; the roles here are coarser (two or three
+processes on two cores), but like Flex they give each queue one kind of consumer, so a
+process opens only its functions' links and keeps its batches full. Locally the split is
+made with the host's own switch, ``AzureWebJobs.<name>.Disabled``."""
 
 from __future__ import annotations
 

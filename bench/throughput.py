@@ -474,8 +474,8 @@ def describe_setup(args: argparse.Namespace) -> str:
     load = f"rate {args.rate:g}/s" if args.rate else f"concurrency {args.concurrency}"
     runtimes = ", ".join(str(n) for n in getattr(args, "runtimes", [1]))
     return (
-        f"{args.orders} orders per run, {load}, runtime processes {runtimes}, "
-        f"remote latency {args.latency_ms} ms per call, "
+        f"{args.orders} orders per run, {load}, runtime processes {runtimes} "
+        f"(placement {getattr(args, 'placement', 'all')}), remote latency {args.latency_ms} ms per call, "
         f"faults {', '.join(f'{r:.0%}' for r in args.fault_rates)}, "
         f"step timeout {args.step_timeout:g} s, warm-up {args.warmup} orders, "
         f"tracing {getattr(args, 'tracing', 'sampled')}"
@@ -554,8 +554,8 @@ def add_runtimes_option(parser: argparse.ArgumentParser) -> None:
         choices=PLACEMENTS,
         default="all",
         help="all: every runtime runs every function (default); roles: the front (HTTP, "
-        "timers), the Scheduler and the Agents on separate runtimes, as Flex Consumption "
-        "scales them (1-3 runtimes)",
+        "timers), the Scheduler and the Agents on separate runtimes, coarser than Flex "
+        "Consumption's one scale group per function (1-3 runtimes)",
     )
 
 
