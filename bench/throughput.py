@@ -475,7 +475,8 @@ def describe_setup(args: argparse.Namespace) -> str:
     runtimes = ", ".join(str(n) for n in getattr(args, "runtimes", [1]))
     return (
         f"{args.orders} orders per run, {load}, runtime processes {runtimes} "
-        f"(placement {getattr(args, 'placement', 'all')}), remote latency {args.latency_ms} ms per call, "
+        f"(placement {getattr(args, 'placement', 'all')}), "
+        f"remote latency {args.latency_ms} ms per call, "
         f"faults {', '.join(f'{r:.0%}' for r in args.fault_rates)}, "
         f"step timeout {args.step_timeout:g} s, warm-up {args.warmup} orders, "
         f"tracing {getattr(args, 'tracing', 'sampled')}"
