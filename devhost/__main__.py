@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from devhost.host import FunctionSpec, HostConfig, LoadError, LocalHost, load_app
 from devhost.host.http import HttpStartError
@@ -37,6 +38,9 @@ from devhost.services import (
 )
 from devhost.settings import LocalSettings, SettingsError, apply_to_environ, load_settings
 from shared.telemetry.logsafe import make_handlers_safe
+
+if TYPE_CHECKING:
+    from devhost.demo import Target
 
 log = logging.getLogger("devhost")
 
@@ -182,7 +186,35 @@ def demo_command(args: argparse.Namespace) -> int:
         fresh=getattr(args, "fresh", False),
         keep=args.keep,
         timeout=args.timeout,
+        target=demo_target(args),
     )
+
+
+def demo_target(args: argparse.Namespace) -> Target:
+    """The runtime the demo talks to: ``--port`` and ``--state-dir`` are passed to the one it
+    starts; the run options it cannot honour are refused rather than ignored."""
+    from devhost.demo import Target  # noqa: PLC0415
+
+    refused = [
+        option
+        for option, given in (
+            ("--no-services", getattr(args, "no_services", False)),
+            ("--instances", getattr(args, "instances", 1) != 1),
+            ("--root", getattr(args, "root", REPO_ROOT) != REPO_ROOT),
+            ("--otlp-port", getattr(args, "otlp_port", OTLP_DEFAULT_PORT) != OTLP_DEFAULT_PORT),
+        )
+        if given
+    ]
+    if refused:
+        raise SystemExit(
+            f"python -m devhost demo does not take {', '.join(refused)}: it runs one runtime "
+            "of this project with its services on their usual ports (start it yourself with "
+            "python -m devhost and those options, then run the demo against its --port)"
+        )
+    port = getattr(args, "port", None)
+    if port == 0:
+        raise SystemExit("python -m devhost demo needs a known --port (0 picks one at random)")
+    return Target(port=port or DEFAULT_PORT, state_dir=getattr(args, "state_dir", None))
 
 
 SUBCOMMANDS: dict[str, Subcommand] = {

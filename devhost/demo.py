@@ -127,9 +127,12 @@ QUIET = (aiohttp.ClientError, TimeoutError, OSError, ControlError)
 """What a control call may fail with when the demo can do without its answer."""
 
 
+DEFAULT_APP_PORT = 7071
+
+
 @dataclass
 class Endpoints:
-    app: str = "http://127.0.0.1:7071"
+    app: str = f"http://127.0.0.1:{DEFAULT_APP_PORT}"
     simulator: str = "http://127.0.0.1:7072"
     broker: str = "http://127.0.0.1:7073"
     traces: str = trace_query_url(OTLP_DEFAULT_PORT)
@@ -187,13 +190,29 @@ def _demo_catalogue() -> Path:
     return path
 
 
-def _start_runtime(console: Console, fresh: bool) -> Child:
-    log_path = ROOT / ".devhost" / "demo-runtime.log"
-    console.print(f"[dim]starting the local runtime (log: {log_path.relative_to(ROOT)})[/]")
+@dataclass(frozen=True)
+class Target:
+    """The runtime the demo finds on ``port`` or starts there, with its state in
+    ``state_dir`` (the runtime's default when None)."""
+
+    port: int = DEFAULT_APP_PORT
+    state_dir: Path | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return (self.state_dir or ROOT / ".devhost") / "demo-runtime.log"
+
+    def command(self, fresh: bool) -> list[str]:
+        state = ["--state-dir", str(self.state_dir)] if self.state_dir is not None else []
+        fresh_flag = ["--fresh"] if fresh else []
+        return [sys.executable, "-m", "devhost", *fresh_flag, "--port", str(self.port), *state]
+
+
+def _start_runtime(console: Console, fresh: bool, target: Target) -> Child:
+    console.print(f"[dim]starting the local runtime (log: {target.log_path})[/]")
     env = {k: os.environ.get(k, v) for k, v in DEMO_TIMINGS.items()}
     env.setdefault(FILE_SETTING, str(_demo_catalogue()))
-    command = [sys.executable, "-m", "devhost", *(["--fresh"] if fresh else [])]
-    child = Child("runtime", command, log_path, env=env)
+    child = Child("runtime", target.command(fresh), target.log_path, env=env)
     child.start()
     return child
 
@@ -204,7 +223,7 @@ async def _wait_until_up(app: AppClient, child: Child | None) -> None:
     except StartError as exc:
         if child is not None and not child.alive():
             raise SystemExit(
-                f"the local runtime exited with {child.returncode}; see .devhost/demo-runtime.log"
+                f"the local runtime exited with {child.returncode}; see {child.log_path}"
             ) from exc
         raise SystemExit(
             f"the local runtime did not answer on /api/health within {STARTUP_SECONDS:.0f} s"
@@ -636,9 +655,11 @@ async def _drive(demo: Demo, session: aiohttp.ClientSession, timeout: float) -> 
     return 1 if unfinished or figures.applied_twice or figures.by_two_providers else 0
 
 
-async def run_demo(orders: int, seed: int, fresh: bool, keep: bool, timeout: float) -> int:
+async def run_demo(
+    orders: int, seed: int, fresh: bool, keep: bool, timeout: float, target: Target = Target()
+) -> int:
     console = Console()
-    ends = Endpoints()
+    ends = Endpoints(app=f"http://127.0.0.1:{target.port}")
     run = uuid.uuid4().hex[:6]
     planned, declined = _plan(run, orders, random.Random(seed))
     connector = aiohttp.TCPConnector(limit=64)
@@ -654,7 +675,7 @@ async def run_demo(orders: int, seed: int, fresh: bool, keep: bool, timeout: flo
             planned,
             declined,
         )
-        child = None if await _up(demo.app) else _start_runtime(console, fresh)
+        child = None if await _up(demo.app) else _start_runtime(console, fresh, target)
         try:
             await _wait_until_up(demo.app, child)
             if child is not None and len(planned) > EXPIRING_ORDER:
@@ -668,6 +689,11 @@ async def run_demo(orders: int, seed: int, fresh: bool, keep: bool, timeout: flo
 
 
 def main(
-    orders: int = 200, seed: int = 7, fresh: bool = False, keep: bool = False, timeout: float = 300
+    orders: int = 200,
+    seed: int = 7,
+    fresh: bool = False,
+    keep: bool = False,
+    timeout: float = 300,
+    target: Target = Target(),
 ) -> int:
-    return asyncio.run(run_demo(orders, seed, fresh, keep, timeout))
+    return asyncio.run(run_demo(orders, seed, fresh, keep, timeout, target))

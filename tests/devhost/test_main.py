@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from devhost.__main__ import SUBCOMMANDS, build_parser
+from devhost.__main__ import SUBCOMMANDS, build_parser, demo_target
 from devhost.broker import Broker
 from devhost.harness.clients import AppClient, SimulatorControl
 from devhost.harness.ports import free_port, port_open
@@ -65,6 +65,31 @@ def test_run_subcommand_takes_the_same_options() -> None:
 def test_options_before_the_subcommand_are_kept() -> None:
     args = build_parser().parse_args(["--fresh", "--port", "7100", "run", "--no-services"])
     assert (args.fresh, args.port, args.no_services) == (True, 7100, True)
+
+
+def test_the_demo_starts_its_runtime_on_the_port_and_state_dir_given() -> None:
+    args = build_parser().parse_args(["--fresh", "demo", "--port", "7181", "--state-dir", "/t"])
+    target = demo_target(args)
+    assert (target.port, target.state_dir) == (7181, Path("/t"))
+    command = target.command(fresh=True)
+    assert command[1:] == ["-m", "devhost", "--fresh", "--port", "7181", "--state-dir", "/t"]
+    assert target.log_path == Path("/t/demo-runtime.log")
+    default = demo_target(build_parser().parse_args(["demo"]))
+    assert default.port == 7071 and "--state-dir" not in default.command(fresh=False)
+
+
+@pytest.mark.parametrize(
+    ("options", "refused"),
+    [
+        (["--instances", "2"], "--instances"),
+        (["--no-services", "--otlp-port", "4400"], "--no-services, --otlp-port"),
+        (["--root", "/elsewhere"], "--root"),
+        (["--port", "0"], "known --port"),
+    ],
+)
+def test_the_demo_refuses_run_options_it_cannot_honour(options: list[str], refused: str) -> None:
+    with pytest.raises(SystemExit, match=refused):
+        demo_target(build_parser().parse_args(["demo", *options]))
 
 
 def make_project(root: Path, values: dict[str, str]) -> None:
