@@ -79,14 +79,10 @@ def _in_trace() -> bool:
     return trace.get_current_span().get_span_context().is_valid
 
 
-def _dropped() -> bool:
-    """In a trace the sampler dropped: a child span would be dropped too, so none is
-    started, and a failure is kept as an error span of the current one (`spans.failed`)."""
-    return not trace.get_current_span().get_span_context().trace_flags.sampled
-
-
 @contextlib.contextmanager
 def _in_dropped_trace(name: str) -> Iterator[Span]:
+    """A call in a dropped trace: no span of its own; a failure is kept as an error span
+    of the current one (a lost race is no failure)."""
     span = trace.get_current_span()
     try:
         yield span
@@ -99,7 +95,7 @@ def _in_dropped_trace(name: str) -> Iterator[Span]:
 
 @contextlib.contextmanager
 def _span(name: str, kind: SpanKind, attributes: dict[str, Any]) -> Iterator[Span]:
-    if _dropped():
+    if spans.dropped():
         with _in_dropped_trace(name) as current:
             yield current
         return
@@ -124,7 +120,7 @@ def _store_span(
 ) -> contextlib.AbstractContextManager[Any]:
     if not _in_trace():
         return contextlib.nullcontext()
-    if _dropped():
+    if spans.dropped():
         return _in_dropped_trace(f"state {operation}")
     attributes: dict[str, Any] = {**_DB, "db.operation.name": operation}
     if order_id is not None:
@@ -312,7 +308,7 @@ class TracedMessageBus:
             context = _rejoin(order_id, order_trace, current)
         elif not current.is_valid:
             return None
-        elif _dropped():
+        elif spans.dropped():
             return trace.get_current_span()
         queues = list(dict.fromkeys(m.queue for m in messages))
         attributes: dict[str, Any] = {

@@ -194,7 +194,7 @@ def _invocation(
         else:
             links.append(Link(trace.get_current_span(host).get_span_context()))
     token = invocation_name.set(name)
-    if parent is not None and not links and _dropped(parent):
+    if parent is not None and not links and dropped(parent):
         # The sampler dropped this trace: a span of the function's would be dropped
         # too; the calls run in the parent's context, and a failure is still kept.
         span = trace.get_current_span(parent)
@@ -222,7 +222,9 @@ def _host_context(context: _Context | None) -> Context | None:
     )
 
 
-def _dropped(context: Context) -> bool:
+def dropped(context: Context | None = None) -> bool:
+    """In a trace the sampler dropped (the current one by default): any span started in
+    it would be dropped too, so none is, except the error spans `failed` keeps."""
     span_context = trace.get_current_span(context).get_span_context()
     return span_context.is_valid and not span_context.trace_flags.sampled
 
