@@ -20,13 +20,13 @@ import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from azure.data.tables.aio import TableServiceClient
 from azure.storage.blob.aio import BlobServiceClient
 
 from devhost.harness.stack import lone_azurite, lone_azurite_blob
 from shared.adapters.blob_archive import BlobArchive
 from shared.adapters.clock import SystemClock
 from shared.adapters.table_archive import TableArchiveStore
+from shared.adapters.table_client import table_service_client
 from shared.adapters.table_store import TableStateStore
 from shared.catalogue import catalogue
 from shared.domain import process as machine
@@ -71,7 +71,7 @@ async def measure(
 ) -> float:
     connection = azurite_connection_string(table_port, blob_port=blob_port)
     store = TableStateStore(
-        TableServiceClient.from_connection_string(connection), f"b{uuid.uuid4().hex[:16]}"
+        table_service_client(connection_string=connection), f"b{uuid.uuid4().hex[:16]}"
     )
     blobs = BlobArchive(
         BlobServiceClient.from_connection_string(connection), f"b{uuid.uuid4().hex[:16]}"

@@ -33,14 +33,13 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from azure.data.tables.aio import TableServiceClient
-
 from bench.supervisor_scaling import finished, in_flight
 from devhost.harness.stack import lone_azurite
 from shared.adapters import table_rows
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryHealthStore
 from shared.adapters.table_bulk import TableBulkStore
+from shared.adapters.table_client import table_service_client
 from shared.adapters.table_store import TableStateStore
 from shared.domain.bulk_request import BulkAction, BulkFilter, BulkRequest
 from shared.domain.model import ProcessState
@@ -136,7 +135,7 @@ async def requests(store: TableStateStore, call: Callable[[], Awaitable[Any]]) -
 async def run(sizes: list[int], repeats: int) -> list[dict[str, float]]:
     figures = []
     with lone_azurite("azurite-history-") as port:
-        service = TableServiceClient.from_connection_string(azurite_connection_string(port))
+        service = table_service_client(connection_string=azurite_connection_string(port))
         store = TableStateStore(service, f"h{uuid.uuid4().hex[:20]}")
         now = datetime.now(UTC)
         deps = ProcessDeps(store, InMemoryBus(), FakeClock(now), POLICY, "bench")

@@ -50,13 +50,13 @@ from typing import Any
 
 import aiohttp
 import psutil
-from azure.data.tables.aio import TableServiceClient
 
 from bench._common import console, fmt, print_machine, table
 from bench._stack import BenchStack
 from bench.supervisor_scaling import finished, renamed
 from bench.traced_runtime import PYMALLOC, SNAPSHOT, TRIMMED
 from devhost.harness.load import order_body
+from shared.adapters.table_client import table_service_client
 from shared.adapters.table_store import TableStateStore
 from shared.contract import Route
 
@@ -120,7 +120,7 @@ async def seed(stack: BenchStack, count: int) -> float:
     seconds taken."""
     if count <= 0:
         return 0.0
-    service = TableServiceClient.from_connection_string(stack.storage_connection_string)
+    service = table_service_client(connection_string=stack.storage_connection_string)
     store = TableStateStore(service, stack.table_name)
     template = finished("template", datetime.now(UTC))
     tag = uuid.uuid4().hex[:4]

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from azure.data.tables.aio import TableServiceClient
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench._common import RESULTS, console, fmt, print_machine, ratio, table
@@ -33,6 +32,7 @@ from devhost.harness.stack import lone_azurite
 from shared.adapters import table_rows
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus
+from shared.adapters.table_client import table_service_client
 from shared.adapters.table_store import TableStateStore
 from shared.catalogue import catalogue
 from shared.domain import process as machine
@@ -314,7 +314,7 @@ async def run(args: argparse.Namespace) -> list[SweepFigures]:
     figures: list[SweepFigures] = []
     rows_per_finished = 0
     with lone_azurite("bench-supervisor-") as port:
-        service = TableServiceClient.from_connection_string(azurite_connection_string(port))
+        service = table_service_client(connection_string=azurite_connection_string(port))
         store = TableStateStore(service, f"sup{uuid.uuid4().hex[:10]}")
         await store.ensure_table()
         try:

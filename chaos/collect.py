@@ -9,12 +9,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from azure.data.tables.aio import TableServiceClient
 from azure.servicebus.aio import ServiceBusClient
 
 from chaos.model import Alert, Effect
 from devhost.harness.clients import SimulatorControl
 from shared.adapters import table_rows as rows
+from shared.adapters.table_client import table_service_client
 from shared.adapters.table_store import TableStateStore
 from shared.contract import Queue
 from shared.domain.model import OrderProcess, ProcessState, StateRecord
@@ -42,7 +42,7 @@ class StoreReader:
     """The product's own Table adapter, pointed at the run's table."""
 
     def __init__(self, connection_string: str, table: str) -> None:
-        self._service = TableServiceClient.from_connection_string(connection_string)
+        self._service = table_service_client(connection_string=connection_string)
         self.store = TableStateStore(self._service, table)
         self._table = self._service.get_table_client(table)
 
