@@ -102,20 +102,25 @@ class FailingBus(InMemoryBus):
         raise ConnectionError("broker gone")
 
 
+async def calls_in(context: Context) -> InMemoryBus:
+    """One order's create, save and send, in `context`; the bus they sent to."""
+    bus = InMemoryBus()
+    store = TracedStateStore(InMemoryStateStore(), OrderTraces())
+    process = a_process()
+    with Within(context):
+        etag = await store.create(process, [])
+        await store.save(replace(process, etag=etag), [])
+        await TracedMessageBus(bus, OrderTraces()).send(
+            [Outgoing(Queue.SCHEDULER, "m-1", {"orderId": process.order_id})]
+        )
+    return bus
+
+
 async def test_calls_in_a_dropped_trace_start_no_span_and_carry_it_on(
     recorded: tuple[InMemorySpanExporter, Counting],
 ) -> None:
     exporter, sampler = recorded
-    bus = InMemoryBus()
-    store, traced_bus = (
-        TracedStateStore(InMemoryStateStore(), OrderTraces()),
-        TracedMessageBus(bus, OrderTraces()),
-    )
-    process = a_process()
-    with Within(dropped()):
-        etag = await store.create(process, [])
-        await store.save(replace(process, etag=etag), [])
-        await traced_bus.send([Outgoing(Queue.SCHEDULER, "m-1", {"orderId": process.order_id})])
+    bus = await calls_in(dropped())
     assert sampler.asked == []
     assert exporter.get_finished_spans() == ()
     (sent,) = bus.on(Queue.SCHEDULER)
@@ -126,17 +131,10 @@ async def test_the_same_calls_in_a_sampled_trace_are_spans(
     recorded: tuple[InMemorySpanExporter, Counting],
 ) -> None:
     exporter, sampler = recorded
-    bus = InMemoryBus()
-    store, traced_bus = (
-        TracedStateStore(InMemoryStateStore(), OrderTraces()),
-        TracedMessageBus(bus, OrderTraces()),
-    )
-    process = a_process()
-    with Within(dropped(sampled=True)):
-        await store.create(process, [])
-        await traced_bus.send([Outgoing(Queue.SCHEDULER, "m-1", {"orderId": process.order_id})])
-    assert sampler.asked == ["state create", "send scheduler"]
-    assert [s.name for s in exporter.get_finished_spans()] == ["state create", "send scheduler"]
+    await calls_in(dropped(sampled=True))
+    names = ["state create", "state save", "send scheduler"]
+    assert sampler.asked == names
+    assert [s.name for s in exporter.get_finished_spans()] == names
 
 
 async def test_a_failure_in_a_dropped_trace_is_kept_and_a_lost_race_is_not(
