@@ -81,6 +81,77 @@ def side_by_side(ours: list[RunSummary], peer: list[RunSummary]) -> object:
     return t
 
 
+class Cap(NamedTuple):
+    """What bounds our throughput in one run, against the peer's in the same round."""
+
+    busiest: str
+    busiest_ms: float
+    """CPU per order of our busiest process: one interpreter, at most one core."""
+    machine_ms: float
+    """CPU per order of everything on the machine during the run."""
+    peer_throughput: float
+    cores: int
+
+    @property
+    def busiest_cap(self) -> float:
+        """Orders/s the busiest process allows at 100% of one core."""
+        return 1000 / max(self.busiest_ms, 1e-9)
+
+    @property
+    def machine_cap(self) -> float:
+        """Orders/s the machine allows at 100% of every core."""
+        return self.cores * 1000 / max(self.machine_ms, 1e-9)
+
+    @property
+    def cores_at_peer_rate(self) -> float:
+        """Cores our run's CPU per order would need at the peer's throughput."""
+        return self.peer_throughput * self.machine_ms / 1000
+
+
+def cap(ours: RunSummary, peer: RunSummary, cores: int) -> Cap:
+    processed = max(ours.processed, 1)
+    own = {k: v for k, v in ours.cpu.items() if not k.startswith(OUTSIDE)}
+    busiest = max(own, key=own.__getitem__, default="-")
+    return Cap(
+        busiest,
+        1000 * own.get(busiest, 0.0) / processed,
+        1000 * ours.machine_busy / processed,
+        peer.throughput,
+        cores,
+    )
+
+
+def caps(ours: list[RunSummary], peer: list[RunSummary], cores: int) -> object:
+    t = table(
+        "what caps our throughput: one interpreter per process, and the machine's cores",
+        [
+            "faults",
+            "runtimes",
+            "busiest process",
+            "its CPU ms/order",
+            "its cap, orders/s at 100% of a core",
+            "machine CPU ms/order (every process)",
+            f"machine cap, orders/s at 100% of {cores} cores",
+            "DBOS orders/s",
+            "cores ours needs at DBOS's rate",
+        ],
+    )
+    for o, p in pairs(ours, peer):
+        c = cap(o, p, cores)
+        t.add_row(
+            f"{o.fault_rate:.0%}",
+            str(o.runtimes),
+            c.busiest,
+            fmt(c.busiest_ms, 1),
+            fmt(c.busiest_cap, 1),
+            fmt(c.machine_ms, 1),
+            fmt(c.machine_cap, 1),
+            fmt(c.peer_throughput, 1),
+            fmt(c.cores_at_peer_rate, 2),
+        )
+    return t
+
+
 def pairs(
     ours: list[RunSummary], peer: list[RunSummary]
 ) -> Iterator[tuple[RunSummary, RunSummary]]:
@@ -145,8 +216,11 @@ def system_cpu(run: RunSummary) -> float:
     """CPU seconds of the system under test: everything but the driver, the simulator and
     the local OTLP receiver (it stands in for Application Insights; the runtime's cost of
     exporting is in the runtime's figure)."""
-    outside = ("driver", "simulator", "otlp")
-    return sum(v for k, v in run.cpu.items() if not k.startswith(outside))
+    return sum(v for k, v in run.cpu.items() if not k.startswith(OUTSIDE))
+
+
+OUTSIDE = ("driver", "simulator", "otlp", "everything else")
+"""The processes that are not the system under test."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         rounds.append((ours, peer))
         console.print(results_table("throughput and latency (intake -> Processed)", ours + peer))
         console.print(side_by_side(ours, peer))
+        console.print(caps(ours, peer, machine.cores))
     console.print(
         "[dim]CPU ms/order: CPU of the system under test per Processed order (ours: runtime, "
         "broker, Azurite; DBOS: its one process with SQLite), without driver and simulator. "
