@@ -20,9 +20,9 @@ AMQP open with no timeout at all. So the SDK retries little and each call is bou
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -36,6 +36,7 @@ from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusErro
 from shared.contract import PoisonProperty
 from shared.domain.model import Outgoing
 from shared.ports import BusUnavailable, Poison
+from shared.waiters import hand_to_first
 
 SENDERS_PER_QUEUE = 4
 """Links per queue: enough that concurrent handlers rarely wait, few enough to be cheap."""
@@ -83,7 +84,7 @@ class _SenderPool:
         self._open = opener
         self._idle: list[int] = []
         """Slots nobody holds, the last given back on top (its link is the warmest)."""
-        self._waiting: collections.deque[asyncio.Future[int]] = collections.deque()
+        self._waiting: deque[asyncio.Future[int]] = deque()
         self._spare = list(reversed(range(size)))
         self._growing: asyncio.Task[None] | None = None
 
@@ -114,12 +115,8 @@ class _SenderPool:
             raise
 
     def _give_back(self, slot: int) -> None:
-        while self._waiting:
-            waiter = self._waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(slot)
-                return
-        self._idle.append(slot)
+        if not hand_to_first(self._waiting, slot):
+            self._idle.append(slot)
 
     def _opening(self) -> bool:
         """Whether some link exists or is being opened (so waiting for it is cheaper)."""

@@ -24,6 +24,7 @@ from shared.ports import (
     TransientRemoteError,
 )
 from shared.telemetry.logsafe import app_logger
+from shared.waiters import fail_all, hand_to_first
 
 log = app_logger("orders.agent")
 
@@ -154,14 +155,7 @@ class AgentLimiter:
                 self._fail(LimitUnavailable(f"{self.agent} rate schedule: {exc}"))
                 return
             for start in booking.starts:
-                while self._waiting:
-                    slot = self._waiting.popleft()
-                    if not slot.done():
-                        slot.set_result(start)
-                        break
+                hand_to_first(self._waiting, start)
 
     def _fail(self, exc: Exception) -> None:
-        while self._waiting:
-            slot = self._waiting.popleft()
-            if not slot.done():
-                slot.set_exception(exc)
+        fail_all(self._waiting, exc)
