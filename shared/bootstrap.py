@@ -7,7 +7,7 @@ setting is missing; the first invocation that needs a client builds them all.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -54,6 +54,7 @@ from shared.usecases.agent import AgentDeps
 from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.customers import Customers
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.health_check import HealthCheck, Probe
 from shared.usecases.limiter import AgentLimiter
 from shared.usecases.outage import Outage, WitnessedBus
 from shared.usecases.outcomes import Asked, OutcomeQueries
@@ -87,6 +88,19 @@ class Container:
     """The archive's pages; None where no blob service is configured."""
     outage: Outage = field(default_factory=Outage)
     """What this instance has seen of its bus and store being down; the Supervisor's."""
+    health_check: HealthCheck | None = None
+    """`/api/health`'s probes of the store and the bus; None: built from `process`."""
+
+    def probes(self) -> HealthCheck:
+        if self.health_check is None:
+            self.health_check = HealthCheck(
+                {
+                    "stateStore": Probe(self.process.store.ping),
+                    "serviceBus": Probe(self.process.bus.ping),
+                },
+                self.process.clock,
+            )
+        return self.health_check
 
     async def close(self) -> None:
         """Release the clients (the local runtime and tests; the Functions host never stops)."""
@@ -228,10 +242,12 @@ def compose(
     ledger: CustomerLedger | None = None,
     limits: LimitStore | None = None,
     blobs: ArchiveBlobs | None = None,
+    probes: Mapping[str, Probe] | None = None,
 ) -> Container:
     """Without a health store the ops records stay in memory (tests, tools), and so does
     the customer ledger without one. `decorate` wraps the store and the bus before any
-    use case sees them."""
+    use case sees them. `probes`: what `/api/health` asks (by default the store's and the
+    bus's pings, with no count of failed calls)."""
     health = health if health is not None else InMemoryHealthStore()
     clock = clock or SystemClock()
     ports = Ports(store, bus)
@@ -261,6 +277,7 @@ def compose(
         else None,
         archive_blobs=blobs,
         outage=outage,
+        health_check=HealthCheck(probes, clock) if probes is not None else None,
     )
 
 
@@ -343,6 +360,10 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
         ledger=ledger,
         limits=limits,
         blobs=blobs,
+        probes={
+            "stateStore": Probe(store.ping, lambda: store.failures),
+            "serviceBus": Probe(bus.ping, lambda: bus.failures),
+        },
     )
     built.session = session
     tune_for_long_lived_worker()

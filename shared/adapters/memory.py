@@ -354,12 +354,18 @@ class InMemoryBus:
         self.duplicates = 0
         self._ids: set[str] = set()
         self.fail_next = 0
+        self.failures = 0
+        """Injected failures that were used up, as the real bus counts its failed calls."""
+
+    def _fail_if_asked(self, what: str) -> None:
+        if self.fail_next:
+            self.fail_next -= 1
+            self.failures += 1
+            raise BusUnavailable(f"injected {what} failure")
 
     async def send(self, messages: Sequence[Outgoing]) -> None:
         await asyncio.sleep(0)
-        if self.fail_next:
-            self.fail_next -= 1
-            raise BusUnavailable("injected bus failure")
+        self._fail_if_asked("bus")
         for message in messages:
             if message.message_id in self._ids:
                 self.duplicates += 1
@@ -369,17 +375,13 @@ class InMemoryBus:
 
     async def park(self, poison: Poison) -> None:
         await asyncio.sleep(0)
-        if self.fail_next:
-            self.fail_next -= 1
-            raise BusUnavailable("injected send failure")
+        self._fail_if_asked("send")
         self.parked.append(poison)
 
     async def ping(self) -> None:
         """Fails like a send: an injected failure is used up by whichever comes first."""
         await asyncio.sleep(0)
-        if self.fail_next:
-            self.fail_next -= 1
-            raise BusUnavailable("injected bus failure")
+        self._fail_if_asked("bus")
 
     def on(self, queue: str) -> list[Outgoing]:
         return [m for m in self.sent if m.queue == queue]

@@ -29,11 +29,11 @@ from typing import Any
 from uuid import UUID
 
 from azure.core.credentials_async import AsyncTokenCredential
-from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
-from azure.servicebus.aio import ServiceBusClient, ServiceBusSender
+from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch, ServiceBusSubQueue
+from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBusSender
 from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
 
-from shared.contract import PoisonProperty
+from shared.contract import PoisonProperty, Queue
 from shared.domain.model import Outgoing
 from shared.ports import BusUnavailable, Poison
 from shared.waiters import hand_to_first
@@ -49,6 +49,8 @@ handler holds; an HTTP handler that must answer sooner stops waiting on its own.
 constant, not a setting: it follows from the SDK and the lock, not from a deployment."""
 PING_TIMEOUT = 2.0
 """The health probe's budget: `/api/health` answers within 3 s, both probes at once."""
+PING_QUEUE = Queue.SCHEDULER
+"""Whose dead letters the ping peeks at: a queue every deployment has and listens on."""
 CLOSE_TIMEOUT = 5.0
 """A link that failed is closed in the background, and given up after this long."""
 CLIENT_RETRIES: dict[str, Any] = {
@@ -165,10 +167,10 @@ _closing: set[asyncio.Task[None]] = set()
 """Background closes of failed links, referenced until done."""
 
 
-async def _close_quietly(sender: ServiceBusSender) -> None:
+async def _close_quietly(link: ServiceBusSender | ServiceBusReceiver) -> None:
     with contextlib.suppress(ServiceBusError, OSError, TimeoutError):
         async with asyncio.timeout(CLOSE_TIMEOUT):
-            await sender.close()
+            await link.close()
 
 
 @contextlib.asynccontextmanager
@@ -216,8 +218,12 @@ class ServiceBusMessageBus:
         self._send_timeout = send_timeout
         self._pools: dict[str, _SenderPool] = {}
         self._open_lock = asyncio.Lock()
+        self._pinger: ServiceBusReceiver | None = None
         self.sent = 0
         self.transfers = 0
+        self.failures = 0
+        """Calls that found the broker down or silent (health reuses an answer only while
+        this stays the same)."""
 
     @classmethod
     def from_connection_string(
@@ -278,7 +284,7 @@ class ServiceBusMessageBus:
         by the batch as a send error, where alone it would cost the link."""
         pool = self._pool(queue)
         where = f"send to {queue} failed: "
-        async with bounded(self._send_timeout, where), pool.slot() as slot:
+        async with self._counted(), bounded(self._send_timeout, where), pool.slot() as slot:
             for attempt in (1, 2):
                 try:
                     async with translated_errors(pool, slot, where):
@@ -299,19 +305,51 @@ class ServiceBusMessageBus:
         return {q: sum(s is not None for s in p.senders) for q, p in self._pools.items()}
 
     async def ping(self) -> None:
-        """Opening a sender proves the namespace answers and the credential is accepted."""
-        pool = self._pool("scheduler")
-        async with (
-            bounded(PING_TIMEOUT, "ping: "),
-            pool.slot() as slot,
-            translated_errors(pool, slot),
-        ):
-            await pool.link(slot)
+        """A peek at `PING_QUEUE`'s dead letters: a management request that the broker
+        itself must answer. An open link proved nothing (the SDK answers from its own
+        state, so a frozen broker looked healthy); the dead-letter sub-queue, because a
+        receiver's one link credit must never lock a message that is work."""
+        async with self._counted(), bounded(PING_TIMEOUT, "ping: "):
+            try:
+                receiver = self._pinger or await self._open_pinger()
+                await receiver.peek_messages(max_message_count=1)
+            except _SEND_ERRORS as exc:
+                self._drop_pinger()
+                raise BusUnavailable(f"ping: {exc}") from None
+            except asyncio.CancelledError:
+                self._drop_pinger()
+                raise
+
+    async def _open_pinger(self) -> ServiceBusReceiver:
+        async with self._open_lock:
+            receiver = self._client.get_queue_receiver(
+                PING_QUEUE, sub_queue=ServiceBusSubQueue.DEAD_LETTER
+            )
+            self._pinger = receiver
+            await receiver.__aenter__()
+            return receiver
+
+    def _drop_pinger(self) -> None:
+        """In the background, like a failed sender: its close may hang as its call did."""
+        receiver, self._pinger = self._pinger, None
+        if receiver is not None:
+            task = asyncio.create_task(_close_quietly(receiver))
+            _closing.add(task)
+            task.add_done_callback(_closing.discard)
+
+    @contextlib.asynccontextmanager
+    async def _counted(self) -> AsyncIterator[None]:
+        try:
+            yield
+        except (BusUnavailable, asyncio.CancelledError):
+            self.failures += 1
+            raise
 
     async def close(self) -> None:
         """All links at once: each close waits out its link's 1 s keep-alive tick, so one
         after another a worker with a dozen links took that many seconds to stop."""
         await asyncio.gather(*(pool.close() for pool in self._pools.values()))
+        self._drop_pinger()
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(t for t in _closing if t.get_loop() is loop))
         await self._client.close()

@@ -24,11 +24,14 @@ failure. In Azure (an endpoint and a credential) the transport keeps aiohttp's d
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Final
 
 import aiohttp
 from azure.core.credentials_async import AsyncTokenCredential
+from azure.core.pipeline import PipelineRequest, PipelineResponse
 from azure.core.pipeline.policies import (
+    AsyncHTTPPolicy,
     CustomHookPolicy,
     DistributedTracingPolicy,
     NetworkTraceLoggingPolicy,
@@ -69,15 +72,46 @@ The HTTP logging policy stays: whether its records go out is the logging configu
 choice (the Functions host logs at Information)."""
 
 
+class FailureCount(AsyncHTTPPolicy):  # type: ignore[type-arg]
+    """Counts the calls that found the store down: no answer (refused, reset, timed out,
+    cut off by the caller's deadline) or a 5xx, after the pipeline's own retry. One count
+    for every table adapter of a client, where each has its own error translation; the
+    health check reuses an answer only while it stays the same."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 0
+
+    async def send(self, request: PipelineRequest[Any]) -> PipelineResponse[Any, Any]:
+        try:
+            response = await self.next.send(request)
+        except (Exception, asyncio.CancelledError):
+            self.failures += 1
+            raise
+        if response.http_response.status_code >= 500:
+            self.failures += 1
+        return response
+
+
 class _TableServiceClient(TableServiceClient):
-    """Builds the pipeline without `UNUSED_POLICIES`. The override is the one place the SDK
-    composes it: `get_table_client` reuses this list for every table client, and a
-    `policies=` argument would not reach them. The method is the SDK's private one: should
-    a release stop calling it, the full pipeline comes back, which costs only the CPU."""
+    """Builds the pipeline without `UNUSED_POLICIES`, and with `FailureCount` outermost.
+    The override is the one place the SDK composes it: `get_table_client` reuses this list
+    for every table client, and a `policies=` argument would not reach them. The method is
+    the SDK's private one: should a release stop calling it, the full pipeline comes back,
+    which costs only the CPU (and the count stays at 0)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.failure_count = FailureCount()
+        super().__init__(*args, **kwargs)
 
     def _configure_policies(self, *, audience: str | None = None, **kwargs: Any) -> list[Any]:
         policies = super()._configure_policies(audience=audience, **kwargs)
-        return [p for p in policies if not isinstance(p, UNUSED_POLICIES)]
+        return [self.failure_count, *(p for p in policies if not isinstance(p, UNUSED_POLICIES))]
+
+
+def failures(service: TableServiceClient) -> int:
+    """The client's count of failed calls; 0 for a client not made here."""
+    return service.failure_count.failures if isinstance(service, _TableServiceClient) else 0
 
 
 class _ShortKeepAliveTransport(AioHttpTransport):  # type: ignore[misc]

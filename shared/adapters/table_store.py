@@ -32,7 +32,7 @@ from azure.data.tables import TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
 from shared import jsonbounds
-from shared.adapters import table_rest
+from shared.adapters import table_client, table_rest
 from shared.adapters import table_rows as rows
 from shared.adapters.table_errors import (
     Refusal,
@@ -105,6 +105,11 @@ class TableStateStore:
     def table(self) -> TableClient:
         """The table client, shared with the bulk jobs' adapter (same table)."""
         return self._table
+
+    @property
+    def failures(self) -> int:
+        """Calls to the store that failed, by any table adapter on this client."""
+        return table_client.failures(self._service)
 
     async def close(self) -> None:
         await self._table.close()

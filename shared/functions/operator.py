@@ -32,7 +32,6 @@ from shared.usecases.deps import ProcessDeps
 from shared.usecases.operator import (
     OrderNotFound,
     cancel_order,
-    check_health,
     inspect_order,
     list_orders,
     resubmit_order,
@@ -187,7 +186,7 @@ async def _act(
 @bp.route(route=Route.HEALTH, methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
 async def health(req: func.HttpRequest) -> func.HttpResponse:
     c = await bootstrap.container()
-    checks = await check_health(c.process)
+    checks = await c.probes().report()
     healthy = all(v == "ok" for v in checks.values())
     return json_response(
         {"status": "ok" if healthy else "degraded", "checks": checks},

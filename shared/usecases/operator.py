@@ -3,11 +3,9 @@ resume, migrate to another workflow version, health."""
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from shared.catalogue import catalogue
 from shared.catalogue.running import workflow_of
@@ -213,39 +211,3 @@ async def _deliver(deps: ProcessDeps, changed: Changed, budget: Budget | None) -
             sends, budget, changed.process.order_id, tolerate_bus_failure=False
         )
     return changed.process
-
-
-HEALTH_TTL = timedelta(seconds=5)
-PROBE_TIMEOUT = 2.5
-"""Seconds each dependency has to answer, both at once: `/api/health` answers within 3 s,
-so a probe with a short timeout still learns which dependency is down."""
-_health_reports: weakref.WeakKeyDictionary[ProcessDeps, tuple[datetime, dict[str, str]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-async def check_health(deps: ProcessDeps, ttl: timedelta = HEALTH_TTL) -> dict[str, str]:
-    """Each dependency answers or names its failure; never raises.
-
-    The answer is reused for `ttl` per worker: the route is anonymous, so a flood of
-    probes must not turn into a flood of storage and Service Bus calls.
-    """
-    now = deps.clock.now()
-    cached = _health_reports.get(deps)
-    if cached is not None and timedelta(0) <= now - cached[0] < ttl:
-        return dict(cached[1])
-    probes = {"stateStore": deps.store.ping(), "serviceBus": deps.bus.ping()}
-    answers = await asyncio.gather(*(_probe(p) for p in probes.values()))
-    report = dict(zip(probes, answers, strict=True))
-    _health_reports[deps] = (now, report)
-    return dict(report)
-
-
-async def _probe(ping: Awaitable[None]) -> str:
-    try:
-        await asyncio.wait_for(ping, PROBE_TIMEOUT)
-    except TimeoutError:
-        return f"unavailable: no answer within {PROBE_TIMEOUT:g} s"
-    except Exception as exc:  # health reports every failure kind
-        return f"unavailable: {type(exc).__name__}"
-    return "ok"

@@ -15,13 +15,19 @@ from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.contract import Queue
 from shared.domain.model import OrderProcess, Outgoing, ProcessState
 from shared.ports import StoreUnavailable
-from shared.usecases import operator
+from shared.usecases import health_check
 from shared.usecases.budget import Budget
-from shared.usecases.operator import check_health
+from shared.usecases.health_check import HealthCheck, Probe
 from shared.usecases.submission import submit_order
 from tests.builders import World, an_order
 
 BUDGET = Budget(store=0.2, nudge=0.1)
+
+
+def probes(world: World) -> HealthCheck:
+    return HealthCheck(
+        {"stateStore": Probe(world.store.ping), "serviceBus": Probe(world.bus.ping)}, world.clock
+    )
 
 
 class SlowBus(InMemoryBus):
@@ -126,21 +132,21 @@ async def test_without_a_budget_the_submission_waits_for_the_nudge() -> None:
 async def test_health_names_the_bus_that_does_not_answer_within_the_probe_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(operator, "PROBE_TIMEOUT", 0.1)
+    monkeypatch.setattr(health_check, "PROBE_TIMEOUT", 0.1)
     world = World()
     world.bus = SlowBus()
     begun = time.monotonic()
-    report = await check_health(world.deps())
+    report = await probes(world).report()
     assert time.monotonic() - begun < 0.5
     assert report == {"stateStore": "ok", "serviceBus": "unavailable: no answer within 0.1 s"}
 
 
 async def test_health_probes_both_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(operator, "PROBE_TIMEOUT", 0.5)
+    monkeypatch.setattr(health_check, "PROBE_TIMEOUT", 0.5)
     world = World(store=SilentStore())
     world.bus = SlowBus()
     begun = time.monotonic()
-    report = await check_health(world.deps())
+    report = await probes(world).report()
     assert time.monotonic() - begun < 0.9  # one after the other would take 1 s
     assert report["stateStore"].startswith("unavailable")
     assert report["serviceBus"].startswith("unavailable")
