@@ -76,13 +76,23 @@ async def test_an_operator_opens_a_slow_order_and_sees_its_trace(page: Any, tmp_
                  .filter((e) => /create-shipment|shipping/.test(e.textContent)).length >= 2""",
             timeout=WAIT_MS,
         )
+        # The queue hops: a consumer under its producer, whatever the clocks say of the wait
+        # (a pickup may begin before the sender hears the broker's ack: a wait of 0).
+        await page.wait_for_function(
+            "() => document.querySelectorAll('#waterfall .wf-row[data-hop]').length >= 3",
+            timeout=WAIT_MS,
+        )
         async with session.get(f"{stack.trace_query_url}/{trace_id}") as answer:
             spans = await answer.json()
         rows = page.locator("#waterfall .wf-row[data-span-id]")
         shown = await rows.evaluate_all("rows => rows.map((r) => r.dataset.spanId)")
         assert set(shown) <= {s["spanId"] for s in spans}
         assert len(shown) >= 10
-        assert await page.locator("#waterfall .wf-wait").count() >= 3  # queue hops
+        hops = await page.locator("#waterfall .wf-row[data-hop]").evaluate_all(
+            "rows => rows.map((r) => Number(r.dataset.hop))"
+        )
+        assert len(hops) >= 3 and all(wait >= 0 for wait in hops), hops
+        assert await page.locator("#waterfall .wf-wait").count() == sum(w > 0 for w in hops)
         assert trace_id in await page.locator("#trace-note").inner_text()
         summary = await page.locator("#trace-summary").inner_text()
         assert "waiting in queues" in summary and "recovered" in summary
