@@ -12,7 +12,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 from chaos.model import Effect, InvariantResult, Observations, SentEvent
 from devhost.simulator.judge import InForce, OrderToJudge, Step, in_force, judge
+from shared.domain.failures import missed_complete_by
 from shared.domain.model import HistoryEntry, ProcessState
+from shared.domain.outages import spared
 from shared.domain.reconcile import FINISHED, MISMATCH_REASON
 from shared.domain.workflow import StepKind, Workflow
 
@@ -241,9 +243,10 @@ def every_error_has_an_alert(obs: Observations) -> InvariantResult:
 
 def no_error_from_an_outage(obs: Observations) -> InvariantResult:
     """No order ends in Error because the broker or Azurite was down: an Error order's
-    counted timeouts all fell outside the outages (and the grace after each), so what
-    exhausted it was a remote-service fault of the plan (a hang), never the system's own
-    outage."""
+    counted timeouts all missed a complete-by outside the outages (and the grace after
+    each), so what exhausted it was a remote-service fault of the plan (a hang), never
+    the system's own outage. The rule is the Supervisor's (shared/domain/outages.py),
+    on the outages as they really were; when the count happened does not matter."""
     errors = sorted(
         order_id
         for order_id, p in obs.processes.items()
@@ -251,15 +254,15 @@ def no_error_from_an_outage(obs: Observations) -> InvariantResult:
     )
     violations: list[str] = []
     for order_id in errors:
-        history = obs.processes[order_id].history
-        for h in (h for h in history if h.event == "timed-out"):
-            window = next(
-                ((s, e) for s, e in obs.outages if s <= h.at <= e + obs.outage_grace), None
-            )
-            if window is not None:
+        for h in (h for h in obs.processes[order_id].history if h.event == "timed-out"):
+            complete_by = missed_complete_by(h.detail)
+            if complete_by is None:
+                violations.append(f"{order_id}: a timeout that names no complete-by ({h.detail})")
+                break
+            if spared(complete_by, obs.outages, after=obs.outage_grace):
                 violations.append(
-                    f"{order_id}: Error, and a timeout counted at {h.at:%H:%M:%S} fell in the "
-                    f"outage {window[0]:%H:%M:%S}-{window[1]:%H:%M:%S} ({h.detail})"
+                    f"{order_id}: Error, and a timeout counted at {h.at:%H:%M:%S} missed its "
+                    f"complete-by {complete_by:%H:%M:%S} in an outage ({h.detail})"
                 )
                 break
     return _result("no order in Error because of an infrastructure outage", len(errors), violations)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
 
+from shared.domain.messages import iso
 from shared.domain.model import Phase, StateRecord
 from shared.domain.workflow import Workflow
 
@@ -21,7 +23,7 @@ TIMEOUT: Final = "timeout"
 WAIT_EXPIRED: Final = "wait-expired"
 """An event step's deadline passed with no event: its own code, not a timeout."""
 UNKNOWN: Final = "unknown"
-_TIMED_OUT = re.compile(r" not completed by \S+$")
+_TIMED_OUT = re.compile(r" not completed by (?P<complete_by>\S+)$")
 _ANSWERED = re.compile(r"^(?:compensation of )?[^:]+: (?P<code>[^:\s]+): ")
 
 
@@ -34,6 +36,22 @@ class Failure:
 def failure_of(state: StateRecord, workflow: Workflow | None) -> Failure:
     """`workflow`: the one the order runs on (None when the catalogue lost it)."""
     return Failure(_step(state, workflow), _code(state.last_error or ""))
+
+
+def timed_out(what: str, complete_by: datetime) -> str:
+    """The words of a counted timeout (its history entry and `LastError`)."""
+    return f"{what} not completed by {iso(complete_by)}"
+
+
+def missed_complete_by(text: str) -> datetime | None:
+    """The complete-by a counted timeout's words name; None for other words."""
+    found = _TIMED_OUT.search(text)
+    if found is None:
+        return None
+    try:
+        return datetime.fromisoformat(found["complete_by"])
+    except ValueError:
+        return None
 
 
 def _code(last_error: str) -> str:

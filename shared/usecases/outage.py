@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 from shared.domain.health import SeenOutages
 from shared.domain.model import Outgoing
+from shared.domain.outages import spared
 from shared.ports import (
     BusUnavailable,
     Clock,
@@ -61,8 +62,7 @@ class Outage:
     def covers(self, moment: datetime, before: timedelta, after: timedelta) -> bool:
         """Did `moment` fall in an outage, widened by `before` (an outage is seen a little
         after it begins) and `after` (the backlog it left takes a while to drain)?"""
-        windows = [*self.seen(moment), *self.others]
-        return any(start - before <= moment <= end + after for start, end in windows)
+        return spared(moment, [*self.seen(moment), *self.others], before=before, after=after)
 
     def seen(self, now: datetime) -> tuple[tuple[datetime, datetime], ...]:
         """This instance's own outages, the one going on (if any) up to `now`."""

@@ -22,6 +22,7 @@ from chaos.model import (
     SentEvent,
 )
 from shared.domain import process as machine
+from shared.domain.failures import timed_out
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import (
@@ -511,23 +512,41 @@ def test_outcomes_must_match_the_rejected_sku() -> None:
     )
 
 
-def test_an_error_order_whose_counted_timeout_fell_in_a_broker_outage_fails() -> None:
-    timeouts = [("timed-out", "reserve-inventory not completed by ...")] * 3
-    held = a_process("held", ProcessState.ERROR, timeouts, failure_count=3)
-    alert = Alert("held", "max-failure-count-reached", 3)
-    # history entries are at T0 + 0 s, 1 s and 2 s
-    inside = replace(
-        observe([held], alerts=[alert]),
-        outages=((T0 + timedelta(seconds=1), T0 + timedelta(seconds=1.5)),),
-    )
+def held_after_timeouts(*complete_by: datetime) -> Observations:
+    timeouts = [("timed-out", timed_out("reserve-inventory", at)) for at in complete_by]
+    held = a_process("held", ProcessState.ERROR, timeouts, failure_count=len(timeouts))
+    return observe([held], alerts=[Alert("held", "max-failure-count-reached", len(timeouts))])
+
+
+def test_an_error_order_whose_counted_timeout_missed_its_complete_by_in_an_outage_fails() -> None:
+    obs = held_after_timeouts(T0 - timedelta(seconds=20), T0 + timedelta(seconds=1.2))
+    inside = replace(obs, outages=((T0 + timedelta(seconds=1), T0 + timedelta(seconds=1.5)),))
     (violation,) = failing(invariants.check_all(inside))[
         "no order in Error because of an infrastructure outage"
     ]
-    assert violation.startswith("held: Error, and a timeout counted at")
-    after = replace(inside, outages=((T0 - timedelta(seconds=60), T0 - timedelta(seconds=30)),))
-    assert invariants.no_error_from_an_outage(after).passed
-    graced = replace(after, outage_grace=timedelta(seconds=30))
+    assert violation.startswith("held: Error, and a timeout counted at"), violation
+    assert "complete-by 00:00:01 in an outage" in violation
+
+
+def test_a_timeout_counted_in_an_outage_for_a_complete_by_before_it_is_the_steps_own() -> None:
+    """The count's moment does not matter (history entries are at T0 + 0 s, 1 s, 2 s): a
+    step that hung past its complete-by before the outage began failed on its own."""
+    obs = held_after_timeouts(*(T0 - timedelta(seconds=s) for s in (40, 30, 20)))
+    during_the_counts = replace(obs, outages=((T0, T0 + timedelta(seconds=5)),))
+    assert invariants.no_error_from_an_outage(during_the_counts).passed
+
+
+def test_the_grace_after_an_outage_covers_the_complete_bys_it_delayed() -> None:
+    obs = held_after_timeouts(T0 - timedelta(seconds=20))
+    before = replace(obs, outages=((T0 - timedelta(seconds=60), T0 - timedelta(seconds=30)),))
+    assert invariants.no_error_from_an_outage(before).passed
+    graced = replace(before, outage_grace=timedelta(seconds=30))
     assert not invariants.no_error_from_an_outage(graced).passed
+
+
+def test_a_timeout_whose_words_name_no_complete_by_is_a_violation() -> None:
+    held = a_process("held", ProcessState.ERROR, [("timed-out", "reserve-inventory late")])
+    assert not invariants.no_error_from_an_outage(observe([held])).passed
 
 
 def test_a_timeout_counted_while_suspended_fails() -> None:

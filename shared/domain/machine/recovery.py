@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from shared.domain.failures import WAIT_EXPIRED
+from shared.domain.failures import WAIT_EXPIRED, timed_out
 from shared.domain.fairness import in_line
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.machine.dispatch import (
@@ -95,7 +95,7 @@ def recover(
     b.set(
         failure_count=failures,
         locked_by=None,
-        last_error=f"{_step_label(process)} not completed by {iso(deadline)}",
+        last_error=timed_out(_step_label(process), deadline),
     )
     b.note("timed-out", b.state.last_error or "")
     if outcome is not None:
