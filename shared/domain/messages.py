@@ -189,8 +189,12 @@ class AgentRequest(_Message):
     undoes: Text | None = None
     """A compensation names the do key it undoes: a provider applies an undo only
     against that key applied (docs/contract.md, section 11)."""
+    operation: Text | None = None
+    """The remote operation, from the workflow version the order is pinned to: one step
+    name may have another undo in another version, which the agent must not guess.
+    None only in a request sent before requests named it."""
 
-    _optional = frozenset({"undoes"})
+    _optional = frozenset({"undoes", "operation"})
 
     def answer(
         self,

@@ -81,8 +81,11 @@ class AgentDeps:
 
 
 def operation_for(agent: AgentName, request: AgentRequest) -> str:
-    """The remote operation the request asks for, from any kept version of any workflow
-    (an order runs on the version it started with, so an older one may still ask)."""
+    """The remote operation the request asks for. The Scheduler names it, from the
+    version the order is pinned to; the catalogue (every kept version) only vouches that
+    this agent performs the step and that the operation is the step itself or an undo
+    some version declares for it. A request that names none (sent before requests did)
+    is answered from the catalogue only when every kept version agrees on the undo."""
     definitions = catalogue().steps_named(request.step)
     if not definitions:
         raise UnknownStep(f"unknown step {request.step!r}")
@@ -90,11 +93,18 @@ def operation_for(agent: AgentName, request: AgentRequest) -> str:
     if not mine:
         raise UnknownStep(f"step {request.step} is not performed by the {agent} agent")
     if request.action is not Action.COMPENSATE:
+        if request.operation not in (None, request.step):
+            raise UnknownStep(f"step {request.step} is not the operation {request.operation}")
         return request.step
-    undo = next((d.compensation for d in mine if d.compensation is not None), None)
-    if undo is None:
-        raise UnknownStep(f"step {request.step} has no compensation")
-    return undo
+    undos = list(dict.fromkeys(d.compensation for d in mine if d.compensation is not None))
+    if request.operation is not None:
+        if request.operation not in undos:
+            raise UnknownStep(f"{request.operation} is not an undo of step {request.step}")
+        return request.operation
+    if len(undos) != 1:
+        many = "no compensation" if not undos else f"several compensations ({', '.join(undos)})"
+        raise UnknownStep(f"step {request.step} has {many}, and the request names none")
+    return undos[0]
 
 
 async def perform_step(deps: AgentDeps, request: AgentRequest, *, high: bool = False) -> Performed:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import aiohttp
+import pytest
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.http_remote import HttpRemoteService
@@ -15,8 +16,9 @@ from shared.adapters.memory import InMemoryBus
 from shared.domain.messages import AgentRequest
 from shared.domain.model import Action
 from shared.resilience import CircuitBreaker
-from shared.usecases.agent import AgentDeps, Performed, perform_step
+from shared.usecases.agent import AgentDeps, Performed, UnknownStep, perform_step
 from tests.simulator.scripted_provider import Answer, ScriptedProvider
+from tests.workflows import ORDER_FULFILMENT, run_on
 
 CLOCK_START = FakeClock().now()
 CHARGE = AgentRequest(
@@ -96,3 +98,40 @@ async def test_every_reply_names_the_agent_that_sent_it(
 
     assert [m.body["outcome"] for m in succeeded.sent + failed.sent] == ["succeeded", "failed"]
     assert {m.body["agent"] for m in succeeded.sent + failed.sent} == {"payment-secondary"}
+
+
+def with_a_second_charge_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """order-fulfilment v2 undoes the charge by voiding it; v1 orders still refund."""
+    steps = tuple(
+        replace(s, compensation="void-payment") if s.name == "charge-payment" else s
+        for s in ORDER_FULFILMENT.steps
+    )
+    run_on(monkeypatch, replace(ORDER_FULFILMENT, version=2, steps=steps))
+
+
+async def test_a_compensation_calls_the_undo_its_request_names_not_another_versions(
+    provider: ScriptedProvider, session: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_a_second_charge_version(monkeypatch)
+    provider.on("POST", "/payment/void-payment", Answer(200, {"result": {"voidId": "v-1"}}))
+    provider.on("POST", "/payment/refund-payment", Answer(200, {"result": {"refundId": "r-1"}}))
+    void = replace(REFUND, idempotency_key="o-1:void-payment", operation="void-payment")
+
+    await perform(provider, session, void)
+    await perform(provider, session, replace(REFUND, operation="refund-payment"))
+
+    [voided] = provider.calls("POST", "/payment/void-payment")
+    assert voided.body["idempotencyKey"] == "o-1:void-payment"
+    [refunded] = provider.calls("POST", "/payment/refund-payment")
+    assert refunded.body["idempotencyKey"] == "o-1:refund-payment"
+
+
+async def test_a_request_that_names_no_undo_is_refused_when_versions_disagree(
+    provider: ScriptedProvider, session: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_a_second_charge_version(monkeypatch)
+    with pytest.raises(UnknownStep, match="several compensations"):
+        await perform(provider, session, REFUND)
+    with pytest.raises(UnknownStep, match="is not an undo of step charge-payment"):
+        await perform(provider, session, replace(REFUND, operation="cancel-shipment"))
+    assert provider.calls("POST", "/payment/refund-payment") == []

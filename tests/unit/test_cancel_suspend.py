@@ -149,6 +149,7 @@ async def test_cancel_mid_step_that_never_answers_undoes_it_once_no_request_can_
     (undo,) = agent_requests(world)
     assert undo.body["undoes"] == "o-1:charge-payment"
     assert undo.body["step"] == "charge-payment" and undo.body["action"] == "compensate"
+    assert undo.body["operation"] == "refund-payment"  # the pinned version's, never guessed
     assert undo.body["payload"] == {"result": {}}  # in doubt: no result to pass on
     await scheduler.on_reply(world.deps(), a_reply(undo))
     assert await undo_all(world) == [("reserve-inventory", "o-1:release-inventory")]

@@ -286,6 +286,7 @@ def _dispatch(
         idempotency_key=idempotency_key(b.order.order_id, operation),
         payload=payload,
         undoes=do_key if compensate else None,
+        operation=operation,
     )
     b.send(request.outgoing(agent, high=b.high))
 
@@ -314,6 +315,7 @@ def undo_at(
         idempotency_key=idempotency_key(process.order_id, definition.compensation),
         payload={"result": dict(result or {})},
         undoes=idempotency_key(process.order_id, definition.name),
+        operation=definition.compensation,
     )
     return request.outgoing(agent, high=process.order.priority is Priority.HIGH)
 
