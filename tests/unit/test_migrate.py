@@ -29,14 +29,14 @@ from shared.domain.model import (
     StepRecord,
     StepStatus,
 )
-from shared.domain.workflow import StepDefinition, StepKind
+from shared.domain.workflow import OnDeadline, StepDefinition, StepKind
 from shared.usecases import scheduler
 from shared.usecases.bulk import BulkDeps, job_status, preview, start_job, work_jobs
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.operator import migrate_order
 from shared.usecases.submission import submit_order
 from tests.builders import World, a_reply, an_order
-from tests.workflows import CATALOGUE, ORDER_FULFILMENT, run_on
+from tests.workflows import CATALOGUE, ORDER_FULFILMENT, REVIEWED_ORDER, run_on
 
 NOTIFY = StepDefinition(
     name="notify-customer",
@@ -177,6 +177,42 @@ def test_a_final_order_is_refused_and_so_is_a_target_shorter_than_what_was_done(
     assert "v4 has only 1" in (machine.incompatibility(held, ORDER_FULFILMENT, short) or "")
     with pytest.raises(machine.IncompatibleVersions):
         machine.migrate(held, ORDER_FULFILMENT, short, done.state.updated_at)
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"approval": False},
+        {"event": "second-look"},
+        {"on_deadline": OnDeadline.HOLD},
+        {"until": "notBefore"},
+        {"wait_seconds": 60.0},
+        {"final_deadline_seconds": 3600.0},
+        {"retry_elsewhere": True},
+    ],
+)
+def test_a_wait_whose_meaning_differs_in_the_target_refuses_the_migrate(
+    changed: dict[str, object],
+) -> None:
+    """A review that was an approval must not become a plain event (a rejection would
+    complete it and the charge would follow), nor wait for something else."""
+    review = REVIEWED_ORDER.steps[1]
+    steps = (
+        REVIEWED_ORDER.steps[0],
+        dataclasses.replace(review, **changed),
+        *REVIEWED_ORDER.steps[2:],
+    )
+    target = dataclasses.replace(REVIEWED_ORDER, version=2, steps=steps)
+    records = (
+        StepRecord(steps[0].name, StepStatus.COMPLETED, 1),
+        StepRecord(review.name, StepStatus.RUNNING, 1),
+        *(StepRecord(s.name) for s in steps[2:]),
+    )
+    waiting = in_state(dataclasses.replace(processed(), steps=records), ProcessState.PROCESSING, 1)
+    assert "manual-review" in (machine.incompatibility(waiting, REVIEWED_ORDER, target) or "")
+    slower = dataclasses.replace(review, timeout_seconds=172800.0)
+    same = dataclasses.replace(target, steps=(steps[0], slower, *steps[2:]))
+    assert machine.incompatibility(waiting, REVIEWED_ORDER, same) is None
 
 
 def test_steps_done_so_far_count_every_started_step_and_all_before_the_current() -> None:

@@ -1,8 +1,9 @@
 """An operator moves an in-flight order from the workflow version it runs on to another.
 
 Only when what the order has done so far means the same in both versions: every step
-it started (or passed) is, at the same index, the same step of the same agent, of the
-same kind, with the same undo and inputs. The rest of the order then runs on the target
+it started (or passed) is, at the same index, the same step in all but `MAY_DIFFER`
+(the same agent, kind, undo and inputs, and for a wait the same event, approval, timer
+and deadline policy). The rest of the order then runs on the target
 version as if it had started there; nothing is sent (the order continues on its next
 claim, or as it was: a running step's answer, a Pending order's nudge, the Supervisor's
 watch).
@@ -35,14 +36,15 @@ def done_so_far(process: OrderProcess) -> int:
     return done
 
 
+MAY_DIFFER = {"timeout_seconds": None, "alternatives": (), "results": ()}
+"""What two versions of a done step may say differently: how long a try may take, where
+else it may go, what it offers later steps. Everything else (agent, kind, undo, inputs,
+what a wait waits for and what its deadline does, `retryElsewhere`'s key space) is what
+the step meant when the order took it, and a field added later counts here too."""
+
+
 def _same(a: StepDefinition, b: StepDefinition) -> bool:
-    return (a.name, a.agent, a.kind, a.compensation, a.inputs) == (
-        b.name,
-        b.agent,
-        b.kind,
-        b.compensation,
-        b.inputs,
-    )
+    return replace(a, **MAY_DIFFER) == replace(b, **MAY_DIFFER)
 
 
 def incompatibility(process: OrderProcess, source: Workflow, target: Workflow) -> str | None:
