@@ -109,7 +109,7 @@ def question(
     do_key = idempotency_key(process.order_id, definition.name)
     active = state.process_state in (ProcessState.PROCESSING, ProcessState.COMPENSATING)
     if step.status is StepStatus.RUNNING and active and step.complete_by is not None:
-        # `exhausting`: this timeout is the last one and the policy compensates.
+        # `exhausting`: this timeout is the last one and the order will undo the step.
         leaving = state.cancel_requested or state.phase is Phase.COMPENSATE or exhausting
         # Only agents where the key was not abandoned can take the step: an abandoned
         # primary that routing prefers again must not make this agent's key abandoned too.

@@ -27,6 +27,7 @@ from shared.domain.machine.hold import hold_complete_by
 from shared.domain.machine.migrate import IncompatibleVersions, incompatibility, migrate
 from shared.domain.machine.operator import PastPivot, cancel, resubmit, resume, suspend
 from shared.domain.machine.recovery import (
+    exhaustion_undoes,
     next_check,
     next_deadline,
     recover,
@@ -49,6 +50,7 @@ __all__ = [
     "apply_reply",
     "cancel",
     "claim",
+    "exhaustion_undoes",
     "extend_complete_by",
     "hold_complete_by",
     "incompatibility",

@@ -13,7 +13,7 @@ from shared.domain import process as machine
 from shared.domain.fairness import Admission
 from shared.domain.health import SweepRecord
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
-from shared.domain.model import ExhaustedPolicy, OrderProcess, ProcessState
+from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.process import Transition
 from shared.ports import (
     BusUnavailable,
@@ -277,11 +277,7 @@ async def _check(
     doubt = None
     if queries is not None and counted and deadline is not None and deadline <= now:
         routing = await deps.current_routing()
-        policy = deps.policy
-        exhausting = (
-            policy.exhausted_policy is ExhaustedPolicy.COMPENSATE
-            and process.state.failure_count + 1 >= policy.max_failure_count
-        )
+        exhausting = machine.exhaustion_undoes(process, workflow, deps.policy)
         doubt = in_doubt.question(process, workflow, routing, exhausting=exhausting)
     if doubt is not None:
         if now < doubt.ask_at:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -192,7 +193,7 @@ def test_a_final_order_is_refused_and_so_is_a_target_shorter_than_what_was_done(
     ],
 )
 def test_a_wait_whose_meaning_differs_in_the_target_refuses_the_migrate(
-    changed: dict[str, object],
+    changed: dict[str, Any],
 ) -> None:
     """A review that was an approval must not become a plain event (a rejection would
     complete it and the charge would follow), nor wait for something else."""

@@ -12,11 +12,14 @@ from shared.contract import Queue, agent_queue
 from shared.domain.machine.forward import MAX_RESULT_BYTES
 from shared.domain.model import ErrorInfo, ExhaustedPolicy, Outcome, ProcessState, StepStatus
 from shared.domain.process import PastPivot
+from shared.resilience import CircuitBreaker
 from shared.usecases import scheduler
-from shared.usecases.operator import cancel_order
+from shared.usecases.operator import cancel_order, resubmit_order
+from shared.usecases.outcomes import Asked, OutcomeQueries
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
+from tests.unit.test_in_doubt import Remote
 from tests.workflows import CATALOGUE, EXPRESS_DELIVERY
 
 SHIPMENT: dict[str, object] = {"shipmentId": "shp-1", "trackingNumber": "TRK42"}
@@ -193,3 +196,32 @@ async def test_an_order_whose_version_the_catalogue_dropped_is_held_with_an_aler
     assert process.state.last_error == "workflow express-delivery v1 is not in the catalogue"
     (alert,) = world.bus.take(Queue.OPERATOR_ALERTS)
     assert alert.body["reason"] == "workflow-version-gone"
+
+
+async def test_exhausting_a_step_past_the_pivot_abandons_no_key_and_a_resubmit_retries_it() -> None:
+    """Issue #37 B: with ExhaustedPolicy=compensate an order past its pivot is held, not
+    compensated, so its last timeout must not abandon the step's only provider (else a
+    resubmit holds again with no provider left, a cancel is past-pivot: stuck forever)."""
+    world = World(policy=a_policy(max_failure_count=2, exhausted=ExhaustedPolicy.COMPENSATE))
+    deps = world.deps()
+    notifications = Remote()
+    queries = OutcomeQueries(
+        {"notifications": Asked(notifications, CircuitBreaker("notifications", world.clock))},
+        world.clock,
+    )
+    await reach_shipment(world)
+    await ship(world)
+    for _ in range(2):
+        assert len(world.bus.take(agent_queue("notifications"))) == 1
+        world.clock.advance(31)  # past complete-by and the settle margin
+        await sweep(deps, queries=queries)
+        for nudge in world.bus.take(Queue.SCHEDULER):
+            world.clock.advance(10)
+            await scheduler.on_nudge(deps, "o-1", nudge.message_id)
+    assert await state_of(world) is ProcessState.ERROR
+    assert notifications.abandoned == []
+    await resubmit_order(deps, "o-1", "op")
+    await scheduler.on_nudge(deps, "o-1")
+    (again,) = world.bus.take(agent_queue("notifications"))
+    await scheduler.on_reply(deps, a_reply(again))
+    assert await state_of(world) is ProcessState.PROCESSED

@@ -1,12 +1,12 @@
 """An operator moves an in-flight order from the workflow version it runs on to another.
 
 Only when what the order has done so far means the same in both versions: every step
-it started (or passed) is, at the same index, the same step in all but `MAY_DIFFER`
-(the same agent, kind, undo and inputs, and for a wait the same event, approval, timer
-and deadline policy). The rest of the order then runs on the target
-version as if it had started there; nothing is sent (the order continues on its next
-claim, or as it was: a running step's answer, a Pending order's nudge, the Supervisor's
-watch).
+it started (or passed) is, at the same index, the same step in all but its timeout,
+alternatives and results (the same agent, kind, undo and inputs, and for a wait the same
+event, approval, timer and deadline policy). The rest of the order then runs on the
+target version as if it had started there; nothing is sent (the order continues on its
+next claim, or as it was: a running step's answer, a Pending order's nudge, the
+Supervisor's watch).
 """
 
 from __future__ import annotations
@@ -36,15 +36,16 @@ def done_so_far(process: OrderProcess) -> int:
     return done
 
 
-MAY_DIFFER = {"timeout_seconds": None, "alternatives": (), "results": ()}
-"""What two versions of a done step may say differently: how long a try may take, where
-else it may go, what it offers later steps. Everything else (agent, kind, undo, inputs,
-what a wait waits for and what its deadline does, `retryElsewhere`'s key space) is what
-the step meant when the order took it, and a field added later counts here too."""
+def _meaning(step: StepDefinition) -> StepDefinition:
+    """All but what two versions of a done step may say differently: how long a try may
+    take, where else it may go, what it offers later steps. Everything else (agent, kind,
+    undo, inputs, what a wait waits for and what its deadline does, `retryElsewhere`'s key
+    space) is what the step meant when the order took it; a field added later counts too."""
+    return replace(step, timeout_seconds=None, alternatives=(), results=())
 
 
 def _same(a: StepDefinition, b: StepDefinition) -> bool:
-    return replace(a, **MAY_DIFFER) == replace(b, **MAY_DIFFER)
+    return _meaning(a) == _meaning(b)
 
 
 def incompatibility(process: OrderProcess, source: Workflow, target: Workflow) -> str | None:

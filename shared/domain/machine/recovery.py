@@ -3,6 +3,7 @@ sent, and when to look at an order next."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from shared.domain.failures import WAIT_EXPIRED, timed_out
@@ -104,11 +105,7 @@ def recover(
         wait_to_settle(b, index)
     elif failures < policy.max_failure_count:
         requeue(b, policy, failures, "requeued")
-    elif (
-        policy.exhausted_policy is ExhaustedPolicy.COMPENSATE
-        and state.phase is Phase.FORWARD
-        and not forward_only(b.steps, workflow, index)
-    ):
+    elif _exhaustion_compensates(state.phase, b.steps, workflow, index, policy):
         b.alert("max-failure-count-reached-compensating")
         b.notify(NotificationStatus.FAILED, b.state.last_error)
         # The step that timed out is undone too once its key settles as applied.
@@ -120,6 +117,31 @@ def recover(
     else:
         hold_for_operator(b, "max-failure-count-reached")
     return b.build()
+
+
+def exhaustion_undoes(process: OrderProcess, workflow: Workflow, policy: ProcessPolicy) -> bool:
+    """Would one more counted timeout make the order undo its current step? Only when it
+    exhausts the count, the policy compensates, and the order may still be undone: past
+    the pivot, or at a retriable step, it is held instead, and its provider keeps the key
+    (abandoning it there would leave a resubmit no provider)."""
+    state = process.state
+    return state.failure_count + 1 >= policy.max_failure_count and _exhaustion_compensates(
+        state.phase, process.steps, workflow, state.current_step, policy
+    )
+
+
+def _exhaustion_compensates(
+    phase: Phase,
+    steps: Sequence[StepRecord],
+    workflow: Workflow,
+    index: int,
+    policy: ProcessPolicy,
+) -> bool:
+    return (
+        policy.exhausted_policy is ExhaustedPolicy.COMPENSATE
+        and phase is Phase.FORWARD
+        and not forward_only(steps, workflow, index)
+    )
 
 
 def _leaving(b: Builder, index: int) -> bool:
