@@ -128,6 +128,11 @@ class SimClient:
         stats: dict[str, int] = reply.body[service]
         return stats
 
+    async def counted(self, service: str, stat: str, count: int = 1) -> bool:
+        """Whether the service's counter `stat` reached `count`: for waiting until calls
+        have arrived and begun to hang (``hangs``) or to be slow (``slowCalls``)."""
+        return (await self.stats(service))[stat] >= count
+
 
 def untimed(effect: dict[str, Any]) -> dict[str, Any]:
     assert isinstance(effect["firstCallAt"], str)

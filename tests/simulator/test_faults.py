@@ -11,6 +11,7 @@ from aiohttp import web
 
 from devhost.simulator import SimulatorServer, create_app
 from tests.simulator.conftest import SimClient
+from tests.waiting import eventually
 
 RETRYABLE = {429, 500, 503}
 
@@ -78,8 +79,12 @@ async def test_hung_call_abandoned_by_the_client_applies_nothing(sim: SimClient)
 
     with pytest.raises(TimeoutError):
         await sim.call("inventory", "reserve-inventory", "o-1", "k-hang", time_limit=0.2)
-    await asyncio.sleep(0.7)  # past hangSeconds: nothing may happen late either
+    # Nothing may happen late either: once the call is no longer in progress (had the
+    # hang ignored the client's leaving, that is after hangSeconds and the apply), the
+    # simulator has finished with it and nothing can apply any more.
+    settled = await sim.outcome_when("inventory", "k-hang", 200)
 
+    assert settled.body == {"applied": False}
     assert (await sim.effect("k-hang"))["calls"] == 1
     assert (await sim.effect("k-hang"))["applied"] == 0
     assert (await sim.stats("inventory"))["hangs"] == 1
@@ -102,7 +107,7 @@ async def test_hung_calls_do_not_block_others(sim: SimClient) -> None:
         asyncio.create_task(sim.call("inventory", "reserve-inventory", f"o-{i}", f"h-{i}"))
         for i in range(100)
     ]
-    await asyncio.sleep(0.2)
+    await eventually("100 calls hang", lambda: sim.counted("inventory", "hangs", 100), 30)
 
     started = time.monotonic()
     replies = await asyncio.gather(
@@ -130,8 +135,11 @@ async def test_hang_ends_on_disconnect_without_handler_cancellation() -> None:
             await sim.put_faults("payment", {"hangRate": 1.0, "hangSeconds": 0.6})
             with pytest.raises(TimeoutError):
                 await sim.call("payment", "charge-payment", "o", "k", time_limit=0.2)
-            await asyncio.sleep(0.7)
+            # Not in progress any more: the handler saw the client go (had it not, it
+            # would have hung on for hangSeconds and then applied the call).
+            settled = await sim.outcome_when("payment", "k", 200)
 
+            assert settled.body == {"applied": False}
             assert (await sim.effect("k"))["applied"] == 0
     finally:
         await runner.cleanup()
@@ -143,7 +151,7 @@ async def test_stop_does_not_wait_for_hung_calls() -> None:
         sim = SimClient(session, server.url)
         await sim.put_faults("shipping", {"hangRate": 1.0})  # default hangSeconds: 600
         hung = asyncio.create_task(sim.call("shipping", "create-shipment", "o", "k"))
-        await asyncio.sleep(0.2)
+        await eventually("the call hangs", lambda: sim.counted("shipping", "hangs"), 10)
 
         started = time.monotonic()
         await asyncio.to_thread(server.stop)
@@ -170,8 +178,9 @@ async def test_slow_call_still_applies_after_the_client_gives_up(sim: SimClient)
 
     with pytest.raises(TimeoutError):
         await sim.call("payment", "charge-payment", "o-1", "k-late", time_limit=0.1)
-    await asyncio.sleep(0.5)
+    settled = await sim.outcome_when("payment", "k-late", 200)
 
+    assert settled.body["applied"] is True
     assert (await sim.effect("k-late"))["applied"] == 1
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from devhost.simulator.services import SERVICE_NAMES, SERVICES
 from tests.simulator.conftest import SimClient
+from tests.waiting import eventually
 
 PROBLEM = "application/problem+json"
 RETRYABLE = {429, 500, 503}
@@ -75,7 +76,7 @@ async def test_a_hung_call_is_in_progress_until_its_client_leaves(sim: SimClient
     """While the caller still waits the call might apply; once it left, nothing will."""
     await sim.put_faults("payment", {"hangRate": 1.0, "hangSeconds": 30})
     hung = asyncio.create_task(sim.call("payment", "charge-payment", "o-1", "k-hang"))
-    await asyncio.sleep(0.3)
+    await eventually("the call hangs", lambda: sim.counted("payment", "hangs"), 10)
 
     during = await sim.outcome("payment", "k-hang")
     hung.cancel()

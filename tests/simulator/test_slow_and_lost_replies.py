@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.simulator.conftest import SimClient
+from tests.waiting import eventually
 
 
 async def test_a_slow_call_succeeds_after_slow_ms(sim: SimClient) -> None:
@@ -27,7 +28,7 @@ async def test_a_slow_call_succeeds_after_slow_ms(sim: SimClient) -> None:
 async def test_a_slow_call_is_in_progress_and_then_applied(sim: SimClient) -> None:
     await sim.put_faults("shipping", {"slowMs": 800})
     call = asyncio.create_task(sim.call("shipping", "create-shipment", "o-1", "k-1"))
-    await asyncio.sleep(0.2)
+    await eventually("the call is slow", lambda: sim.counted("shipping", "slowCalls"), 10)
 
     during = await sim.outcome("shipping", "k-1")
     reply = await call
