@@ -24,6 +24,7 @@ from devhost.host.servicebus import (
     connection_info,
 )
 from tests.devhost.conftest import QUEUE, HostFactory, Recorder, build_app
+from tests.waiting import eventually
 
 
 def _broker_class() -> Any:
@@ -168,18 +169,23 @@ async def test_broker_outage_is_survived(
     broker: Any, make_host: HostFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="devhost")
+    # Each failed attempt is logged at DEBUG: the test counts them.
+    caplog.set_level(logging.DEBUG, logger="devhost.servicebus")
     recorder = Recorder(expected=1)
     port = broker.port
     broker.stop()
     settings = {"TestBus": broker.connection_string}
     host = make_host(build_app(recorder, timer=False), settings)
     await host.start()
-    for _ in range(100):
-        if any("unavailable" in r.getMessage() for r in caplog.records):
-            break
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(1.5)  # at least one more failed attempt, which must stay quiet
-    outage = [r for r in caplog.records if "unavailable" in r.getMessage()]
+
+    def failed_attempts() -> int:
+        return sum(r.getMessage() == f"receive on {QUEUE} failed" for r in caplog.records)
+
+    # At least one more failed attempt after the first, which must stay quiet.
+    await eventually("a second failed attempt", lambda: failed_attempts() >= 2, 30)
+    outage = [
+        r for r in caplog.records if r.levelno >= logging.INFO and "unavailable" in r.getMessage()
+    ]
     assert len(outage) == 1, [r.getMessage() for r in outage]
     restarted = Broker(port=port, db_path=None, control_port=None, extra_queues=[QUEUE])
     restarted.start()
