@@ -26,6 +26,7 @@ from devhost.harness.ports import free_port, port_open
 from devhost.simulator import SimulatorServer
 from shared.contract import Setting
 from shared.settings import azurite_connection_string
+from tests.waiting import eventually
 from tests.workflows import AGENTS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -279,10 +280,16 @@ async def test_the_real_app_stops_cleanly_within_10_s(
             done = await app.wait_for("shutdown-1", timeout=60)
             assert done["processState"] == "Processed"
             if busy:
-                await SimulatorControl(session, simulator.url).set_faults("shipping", hangRate=1)
+                sim = SimulatorControl(session, simulator.url)
+                await sim.set_faults("shipping", hangRate=1)
                 await app.submit_order("shutdown-2")
                 await drained.wait_for("create-shipment to agent-shipping", "shutdown-2")
-                await asyncio.sleep(0.5)
+
+                async def shipment_hangs() -> bool:
+                    return bool((await sim.stats())["shipping"]["hangs"])
+
+                # The agent's call has reached the simulator: the agent waits on it.
+                await eventually("the shipment call hangs", shipment_hangs, 30)
         started = time.monotonic()
         process.send_signal(signum)
         returncode = await asyncio.to_thread(process.wait, 60)
