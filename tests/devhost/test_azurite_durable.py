@@ -27,6 +27,7 @@ from devhost.harness.services import (
 from devhost.services import plan
 from shared.contract import Setting
 from shared.settings import azurite_connection_string
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.azurite
 
@@ -63,6 +64,10 @@ class DurableAzurite:
         if self.child is not None:
             self.child.stop()
             self.child = None
+
+    def journal(self) -> set[Path]:
+        """The journal files on disk: writes answered since the last save."""
+        return set(self.location.glob("*.journal.*"))
 
     def client(self) -> TableServiceClient:
         return TableServiceClient.from_connection_string(azurite_connection_string(self.port))
@@ -119,7 +124,11 @@ async def test_writes_on_both_sides_of_an_autosave_and_a_refused_transaction(
         async with table:
             for i in range(20):
                 await table.create_entity({"PartitionKey": "before", "RowKey": f"{i}"})
-            await asyncio.sleep(AUTOSAVE + 1)
+            # The autosave: once a save covering them is on disk, the preload removes the
+            # journal files that hold these writes.
+            journal = azurite.journal()
+            assert journal, "the writes went to no journal"
+            await eventually("an autosave", lambda: not journal & azurite.journal(), 6 * AUTOSAVE)
             # Azurite (node) closes a connection idle for 5 s, and the SDK does not retry an
             # upsert (MERGE) sent on it as it closes ("Server disconnected"): a read, which
             # it retries, takes a fresh connection first.
@@ -135,7 +144,7 @@ async def test_writes_on_both_sides_of_an_autosave_and_a_refused_transaction(
                     ]
                 )
     azurite.kill9()
-    left = set(azurite.location.glob("*.journal.*"))
+    left = azurite.journal()
     assert left, "the kill left no journal to replay"
     azurite.start()
     async with azurite.client() as service, service.get_table_client(TABLE) as table:
@@ -143,4 +152,4 @@ async def test_writes_on_both_sides_of_an_autosave_and_a_refused_transaction(
     before = {e["RowKey"]: e.get("n") for e in rows if e["PartitionKey"] == "before"}
     assert before == {f"{i}": 2 for i in range(20)}
     assert sum(e["PartitionKey"] == "after" for e in rows) == 20
-    assert not left & set(azurite.location.glob("*.journal.*")), "replayed, saved, removed"
+    assert not left & azurite.journal(), "replayed, saved, removed"
