@@ -17,7 +17,7 @@ from devhost.harness.process import Child
 from devhost.harness.services import runtime_command
 from devhost.simulator import SimulatorServer
 from shared.contract import Setting
-from tests.e2e.conftest import TERMINAL, e2e_settings
+from tests.e2e.conftest import TERMINAL, e2e_settings, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
 
@@ -57,10 +57,16 @@ async def test_killed_runtime_restarted_finishes_every_order_once(
             async with aiohttp.ClientSession() as session:
                 app = AppClient(session, f"http://{LOOPBACK}:{port}/api")
                 await app.wait_healthy(30, runtime)
-                await SimulatorControl(session, simulator.url).set_faults("payment", latencyMs=1200)
+                sim = SimulatorControl(session, simulator.url)
+                await sim.set_faults("payment", latencyMs=1200)
                 for order_id in ids:
                     await app.submit_order(order_id, ("S",), customer_id="c", unit_price=1.0)
-                await asyncio.sleep(0.5)
+
+                async def charging() -> bool:
+                    return any(e["operation"] == "charge-payment" for e in await sim.effects())
+
+                # Mid-load: charges (1.2 s each) have reached the payment provider.
+                await until("a charge under way", charging, 60, runtime)
                 before = await states(app, ids)
                 runtime.kill()
                 assert any(s not in TERMINAL for s in before.values()), "killed too late"
