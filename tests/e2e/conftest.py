@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, TypeVar
 
 import aiohttp
@@ -29,7 +30,7 @@ from devhost.host.runtime import LocalHost
 from devhost.simulator import SimulatorServer
 from devhost.simulator.judge import LedgerEntry, OrderToJudge, Step, Verdict, judge
 from shared import bootstrap
-from shared.contract import Queue, Setting
+from shared.contract import Queue, Route, Setting
 from shared.settings import azurite_connection_string
 from tests.workflows import AGENTS, ORDER_FULFILMENT, WORKFLOWS
 
@@ -130,6 +131,19 @@ class System:
         verdict = await self.net_effect(order_id)
         assert verdict.judged == (order_id,), verdict
         assert verdict.passed, [str(v) for v in verdict.violations]
+
+    async def sweeps_after(self, moment: datetime, count: int, timeout: float = 60) -> None:
+        """Wait until the Supervisor has finished `count` sweeps that started after
+        `moment`: the signal that it has looked at what was there by then."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            async with self.session.get(self.app.url(Route.OPS_DATA)) as response:
+                data = await response.json()
+            started = [datetime.fromisoformat(s["startedAt"]) for s in data.get("sweeps", [])]
+            if sum(1 for at in started if at > moment) >= count:
+                return
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"fewer than {count} sweeps after {moment}")
 
     async def drain(self, queue: str, order_id: str) -> list[dict[str, Any]]:
         """Receive (and complete) what is on a queue for one order, with the real SDK."""

@@ -162,19 +162,6 @@ async def test_cancel_during_compensation_ends_cancelled(system: System) -> None
     assert step(view, "reserve-inventory")["status"] == "Compensated"
 
 
-async def sweeps_after(system: System, moment: datetime, count: int, timeout: float = 60) -> None:
-    """Wait until the Supervisor has finished `count` sweeps that started after `moment`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        async with system.session.get(system.app.url(Route.OPS_DATA)) as response:
-            data = await response.json()
-        started = [datetime.fromisoformat(s["startedAt"]) for s in data.get("sweeps", [])]
-        if sum(1 for at in started if at > moment) >= count:
-            return
-        await asyncio.sleep(0.2)
-    raise TimeoutError(f"fewer than {count} sweeps after {moment}")
-
-
 @pytest.fixture
 async def hanging_shipping(system: System) -> AsyncIterator[System]:
     await system.faults("shipping", hangRate=1.0, hangSeconds=30)
@@ -190,7 +177,7 @@ async def test_suspended_order_counts_no_failure_and_resumes_with_a_fresh_deadli
     status, answer = await act(system, "suspend-1", "suspend")
     assert status == 202 and answer["processState"] == "Suspended", answer
     complete_by = datetime.fromisoformat(step(running, "create-shipment")["completeBy"])
-    await sweeps_after(system, complete_by, 3)
+    await system.sweeps_after(complete_by, 3)
     held = await system.order("suspend-1")
     assert held["processState"] == "Suspended"
     assert held["failureCount"] == 0
