@@ -36,8 +36,10 @@ class SlowBus(InMemoryBus):
     def __init__(self) -> None:
         super().__init__()
         self.release = asyncio.Event()
+        self.sending = asyncio.Event()  # set once a send has begun (and waits for release)
 
     async def send(self, messages: Sequence[Outgoing]) -> None:
+        self.sending.set()
         await self.release.wait()
         await super().send(messages)
 
@@ -122,7 +124,8 @@ async def test_without_a_budget_the_submission_waits_for_the_nudge() -> None:
     world = World()
     bus = world.bus = SlowBus()
     submitting = asyncio.ensure_future(submit_order(world.deps(), an_order("o-1")))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(bus.sending.wait(), 5)  # the nudge is on its way, held
+    await asyncio.sleep(0)  # the submission's turn, were it not waiting for the nudge
     assert not submitting.done()
     bus.release.set()
     assert (await submitting).created
