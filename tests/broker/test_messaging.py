@@ -153,6 +153,9 @@ async def test_dead_letter_queue_gets_rejected_poison_and_expired_messages(
             await sender.send_messages(
                 ServiceBusMessage("stale", time_to_live=timedelta(milliseconds=100))
             )
+            # Lets its time to live pass, which is the scenario. There is no event to wait
+            # for: the broker expires a message when it would deliver it. The broker had
+            # it before the send returned, so this is past its expiry on any machine.
             await asyncio.sleep(0.2)
             await sender.send_messages(
                 [
@@ -218,6 +221,7 @@ async def test_duplicate_message_id_is_accepted_but_not_enqueued_within_the_wind
         assert [str(m) for m in messages] == ["one", "three"]
         for message in messages:
             await receiver.complete_message(message)
+        # Lets the window pass, which is the scenario: an id expires with the time alone.
         await asyncio.sleep(max(0.0, window_over - time.monotonic()) + 0.05)
         await sender.send_messages(ServiceBusMessage("four", message_id="same"))
         [late] = await receive_n(receiver, 1)
