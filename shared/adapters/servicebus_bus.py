@@ -219,6 +219,9 @@ class ServiceBusMessageBus:
         self._pools: dict[str, _SenderPool] = {}
         self._open_lock = asyncio.Lock()
         self._pinger: ServiceBusReceiver | None = None
+        self._ping_lock = asyncio.Lock()
+        """One ping at a time: the Supervisor's checks ping concurrently, and a receiver
+        used while another task still opens it failed inside the SDK."""
         self.sent = 0
         self.transfers = 0
         self.failures = 0
@@ -309,7 +312,7 @@ class ServiceBusMessageBus:
         itself must answer. An open link proved nothing (the SDK answers from its own
         state, so a frozen broker looked healthy); the dead-letter sub-queue, because a
         receiver's one link credit must never lock a message that is work."""
-        async with self._counted(), bounded(PING_TIMEOUT, "ping: "):
+        async with self._counted(), bounded(PING_TIMEOUT, "ping: "), self._ping_lock:
             try:
                 receiver = self._pinger or await self._open_pinger()
                 await receiver.peek_messages(max_message_count=1)
@@ -347,12 +350,15 @@ class ServiceBusMessageBus:
 
     async def close(self) -> None:
         """All links at once: each close waits out its link's 1 s keep-alive tick, so one
-        after another a worker with a dozen links took that many seconds to stop."""
+        after another a worker with a dozen links took that many seconds to stop. The
+        client closes once no link is opening (opens hold `_open_lock`): its close walks
+        the set of its links, which a link failing to open changes under it."""
         await asyncio.gather(*(pool.close() for pool in self._pools.values()))
         self._drop_pinger()
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(t for t in _closing if t.get_loop() is loop))
-        await self._client.close()
+        async with self._open_lock:
+            await self._client.close()
         if self._credential is not None:
             await self._credential.close()
 

@@ -232,12 +232,15 @@ async def test_a_timer_fires_after_a_kill_of_the_runtime_during_the_wait(
                 runtime.kill()
                 runtime.start()
                 await app.wait_healthy(30, runtime)
+                back = datetime.now(UTC)
                 done = await app.wait_for("w-timer", {"Processed"}, 60)
         finally:
             runtime.stop(timeout=30)
     fired = next(h for h in done["history"] if h["event"] == "timer-fired")
     at = datetime.fromisoformat(fired["at"].replace("Z", "+00:00"))
-    assert not_before <= at < not_before + timedelta(seconds=1 + 1 + 2)  # one Supervisor period
+    # Not before its time, and soon after both its time and the restart (on a loaded
+    # machine the runtime may come back after notBefore): one Supervisor period and room.
+    assert not_before <= at < max(not_before, back) + timedelta(seconds=1 + 1 + 2)
 
 
 async def test_status_notifications_carry_on_through_a_wait(waits: System) -> None:

@@ -231,3 +231,25 @@ async def test_park_cuts_a_body_too_large_to_travel_with_its_reason(
     props = {k.decode(): v for k, v in (copy.application_properties or {}).items()}  # type: ignore[union-attr]
     assert len(b"".join(copy.body)) == POISON_BODY_LIMIT
     assert props[PoisonProperty.TRUNCATED_FROM] == len(huge)
+
+
+async def test_concurrent_pings_each_get_the_brokers_answer(bus: ServiceBusMessageBus) -> None:
+    """The Supervisor's checks ping at once; the first opens the ping's receiver while the
+    others wait, and every one is a round trip, none a failure."""
+    await asyncio.gather(*(bus.ping() for _ in range(20)))
+    assert bus.failures == 0
+
+
+async def test_closing_while_links_open_raises_nothing(broker: Broker) -> None:
+    """A worker stops while handlers are opening links: the client closes once no link is
+    opening (its close walks the set of links a failing open changes)."""
+    for round_ in range(4):
+        bus = ServiceBusMessageBus.from_connection_string(broker.connection_string)
+        sends = [
+            asyncio.ensure_future(bus.send([message(q, f"c{round_}-{q}")]))
+            for q in (Queue.SCHEDULER, Queue.ORDERS, Queue.ORDER_STATUS, Queue.AGENT_REPLIES)
+        ]
+        await asyncio.sleep(0.02 * round_)  # the scenario: closes at several points of the opens
+        await bus.close()
+        answers = await asyncio.gather(*sends, return_exceptions=True)
+        assert all(a is None or isinstance(a, BusUnavailable) for a in answers), answers
