@@ -411,7 +411,8 @@ def _fleet_paths() -> dict[str, Any]:
                                     "data": {
                                         "type": "object",
                                         "description": 'an approval: {"approved": bool, '
-                                        '"by"?: string, "comment"?: string}',
+                                        '"by"?: string, "comment"?: string}; at most 8192 '
+                                        "bytes as compact JSON in UTF-8 (413 past it)",
                                     },
                                 },
                             }
