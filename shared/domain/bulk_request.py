@@ -132,7 +132,7 @@ def parse_request(data: Any) -> BulkRequest:
             "Invalid limit", f"limit must be a whole number from 1 to {MAX_LIMIT}"
         )
     flt = parse_filter(data.get("filter"))
-    to_version = data.get("toVersion")
+    to_version = whole_number(data.get("toVersion"))
     if action is not BulkAction.MIGRATE:
         if to_version is not None:
             raise BulkRequestError(
@@ -187,7 +187,9 @@ def _whole(value: Any) -> bool:
 
 def whole_number(value: Any) -> Any:
     """A JSON number that is whole (`303.0`) as the integer it is, as JSON Schema reads
-    it and as the order intake already does; anything else unchanged, to be refused."""
+    it and as the order intake already does; anything else unchanged, to be refused.
+    Every integer field of the request goes through it (limit, toVersion,
+    filter.workflowVersion), so `1.0` is never taken in one and refused in another."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
@@ -203,7 +205,9 @@ def parse_filter(data: Any) -> BulkFilter:
     unknown = sorted(set(data) - set(_FILTER_KEYS))
     if unknown:
         raise BulkRequestError("Invalid filter", f"unknown filter fields: {', '.join(unknown)}")
-    given = {k: v for k, v in data.items() if v is not None}
+    given = {
+        k: whole_number(v) if k in _INT_FILTER_KEYS else v for k, v in data.items() if v is not None
+    }
     if not given:
         raise BulkRequestError(
             "Empty filter", "the filter names nothing: bulk actions never match everything"
