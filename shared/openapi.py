@@ -42,6 +42,13 @@ _ORDER_ID = {
     "required": True,
     "schema": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
 }
+_CONTINUATION = {
+    "name": "continuation",
+    "in": "query",
+    "description": "the continuation of the previous page of the same listing, as it came; "
+    "anything else (junk, another listing's) is a 400",
+    "schema": {"type": "string"},
+}
 _STATES = [s.value for s in ProcessState]
 _STEP = {
     "type": "object",
@@ -661,11 +668,11 @@ def _archive_paths() -> dict[str, Any]:
                         "description": "archive pages (blobs) to read, each up to 100 orders",
                         "schema": {"type": "integer", "minimum": 1, "maximum": 100},
                     },
-                    {"name": "continuation", "in": "query", "schema": {"type": "string"}},
+                    _CONTINUATION,
                 ],
                 "responses": {
                     "200": _json("the day's orders, a few pages at a time", _ARCHIVE_DAY),
-                    "400": _problem("bad day or pages"),
+                    "400": _problem("bad day, pages or continuation"),
                     **_UNAUTHORIZED,
                     **_UNAVAILABLE,
                 },
@@ -806,7 +813,7 @@ def document() -> dict[str, Any]:
                             "in": "query",
                             "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
                         },
-                        {"name": "continuation", "in": "query", "schema": {"type": "string"}},
+                        _CONTINUATION,
                     ],
                     "responses": {
                         "200": _json(
@@ -819,7 +826,7 @@ def document() -> dict[str, Any]:
                                 },
                             },
                         ),
-                        "400": _problem("bad query"),
+                        "400": _problem("bad state, pageSize or continuation"),
                         **_UNAUTHORIZED,
                         **_UNAVAILABLE,
                     },

@@ -15,11 +15,12 @@ import azure.functions as func
 from shared import bootstrap
 from shared.contract import Route, Setting
 from shared.domain.archive import ArchivedOrder, ArchiveRun, parse_day
+from shared.domain.continuation import InvalidContinuation
 from shared.domain.messages import iso
 from shared.functions.http import bounded_int, json_response, order_view, problem
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving, timed
-from shared.usecases.archive import Archiver, DayListing, archived_on
+from shared.usecases.archive import Archiver, archived_on
 
 bp = func.Blueprint()
 _UNAVAILABLE: Final = ("Try again", "the state store or the archive is unavailable")
@@ -71,11 +72,9 @@ async def archive_day(req: func.HttpRequest) -> func.HttpResponse:
         return pages
     c = await bootstrap.container()
     try:
-        listing = (
-            DayListing((), None)  # no archive here: nothing was ever archived
-            if c.archive_blobs is None
-            else await archived_on(c.archive_blobs, day, pages, req.params.get("continuation"))
-        )
+        listing = await archived_on(c.archive_blobs, day, pages, req.params.get("continuation"))
+    except InvalidContinuation as exc:
+        return problem(400, "Invalid continuation", str(exc))
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
     return json_response(

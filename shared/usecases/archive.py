@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from typing import Final, TypeVar
 
+from shared.domain import continuation as tokens
 from shared.domain.archive import (
     ArchiveCursor,
     ArchivedEntry,
@@ -276,11 +277,17 @@ class DayListing:
 
 
 async def archived_on(
-    blobs: ArchiveBlobs, day: date, pages: int, continuation: str | None
+    blobs: ArchiveBlobs | None, day: date, pages: int, continuation: str | None
 ) -> DayListing:
     """The orders archived under one day, `pages` blobs at a time: a day of 100,000
-    orders is a thousand pages, read as the caller pages on."""
-    names, more = await blobs.pages(day, pages, continuation)
+    orders is a thousand pages, read as the caller pages on. The continuation is the
+    API's token for this day (InvalidContinuation for any other), checked even where
+    there is no archive (`blobs` None): nothing there ever handed one out."""
+    listing = f"archive:{day.isoformat()}"
+    marker = tokens.unwrap(continuation, listing)
+    if blobs is None:
+        return DayListing((), None)
+    names, more = await blobs.pages(day, pages, marker)
     entries = []
     for name in names:
         for order in await blobs.read(name):
@@ -290,4 +297,4 @@ async def archived_on(
                     order.order_id, state.process_state, state.updated_at, order.archived_at, name
                 )
             )
-    return DayListing(tuple(entries), more)
+    return DayListing(tuple(entries), tokens.wrap(listing, more))

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from shared.catalogue import catalogue
 from shared.catalogue.running import workflow_of
+from shared.domain import continuation as tokens
 from shared.domain import process as machine
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.process import Transition
@@ -39,7 +40,13 @@ async def inspect_order(deps: ProcessDeps, order_id: str) -> OrderProcess:
 async def list_orders(
     deps: ProcessDeps, state: ProcessState | None, page_size: int, continuation: str | None
 ) -> Page:
-    return await orders_in(deps.store, state, page_size, continuation)
+    """A page of `GET /api/orders`, its continuation the API's token for this listing
+    (every order, or one state's): a token from another listing, or junk, raises
+    InvalidContinuation instead of reading a page from wherever it points."""
+    listing = f"orders:{state.value}" if state else "orders"
+    cursor = tokens.unwrap(continuation, listing)
+    page = await orders_in(deps.store, state, page_size, cursor)
+    return replace(page, continuation=tokens.wrap(listing, page.continuation))
 
 
 async def resubmit_order(

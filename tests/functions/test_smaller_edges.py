@@ -5,10 +5,13 @@ but did no harm.
   6 KB of accented text was refused as "18024 bytes".
 - An integer field takes what JSON Schema calls an integer, `2.0` included, in every
   request model: `toVersion: 1.0` was refused while `limit: 1.0` was taken.
+- A continuation token that is junk, deeply nested, or another listing's is a 400: it
+  was read as a place to start, answering an empty page that reads as the end.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -121,3 +124,102 @@ async def test_a_whole_float_to_version_is_stored_as_the_integer(
     assert version == 2 and isinstance(version, int), "2, not 2.0"
     same = await bulk(harness, migrate(toVersion=1.0, workflowVersion=1))
     assert same.status_code == 400 and body(same)["title"] == "Invalid toVersion"
+
+
+def b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+JUNK_TOKENS = {
+    "a word": "junk",
+    "after everything": "zzzz",
+    "an order id": "tok-3",
+    "brackets": "[" * 40,
+    "deep JSON": "[" * 100 + "]" * 100,
+    "deep JSON in base64": b64("[" * 100 + "]" * 100),
+    "an empty object": b64("{}"),
+    "an empty array": b64("[]"),
+    "a number": b64("1"),
+    "a store's table token": b64('{"PartitionKey": "tok-3", "RowKey": "state"}'),
+    "an empty cursor": b64('{"v":1,"of":"orders","at":""}'),
+    "a boolean version": b64('{"v":true,"of":"orders","at":"tok-3"}'),
+    "not base64": "%%%",
+    "too long": "A" * 5000,
+    "bad padding": "A",
+}
+LISTINGS = {"every order": {}, "at rest": {"state": "Suspended"}, "in flight": {"state": "Pending"}}
+
+
+async def orders_for_listings(harness: Harness) -> None:
+    """Five orders: three Suspended (the rest index), two Pending (the watch list)."""
+    for i in range(5):
+        order = {"orderId": f"tok-{i}", "customerId": "c-1", "items": [ITEM]}
+        assert (await harness.http("submit_order_http", "POST", "orders", order)).status_code == 202
+    for i in range(3):
+        suspended = await harness.http(
+            "suspend_order_http", "POST", "x", route_params={"orderId": f"tok-{i}"}
+        )
+        assert suspended.status_code == 202
+
+
+async def listed(harness: Harness, **params: str) -> func.HttpResponse:
+    return await harness.http("list_orders_http", "GET", "orders", params=params)
+
+
+@pytest.mark.parametrize("listing", LISTINGS)
+async def test_every_listing_pages_to_its_end_by_its_tokens(harness: Harness, listing: str) -> None:
+    await orders_for_listings(harness)
+    expected = {"every order": 5, "at rest": 3, "in flight": 2}[listing]
+    seen: list[str] = []
+    token: str | None = None
+    for _ in range(10):
+        answer = await listed(
+            harness, **LISTINGS[listing], pageSize="2", **({"continuation": token} if token else {})
+        )
+        assert answer.status_code == 200, answer.get_body()
+        page = body(answer)
+        seen += [o["orderId"] for o in page["items"]]
+        token = page["continuation"]
+        if token is None:
+            break
+    assert sorted(seen) == sorted(set(seen)) and len(seen) == expected
+
+
+@pytest.mark.parametrize("listing", LISTINGS)
+@pytest.mark.parametrize("junk", JUNK_TOKENS)
+async def test_a_junk_continuation_is_a_400_on_every_listing(
+    harness: Harness, listing: str, junk: str
+) -> None:
+    await orders_for_listings(harness)
+    answer = await listed(harness, **LISTINGS[listing], continuation=JUNK_TOKENS[junk])
+    assert answer.status_code == 400, answer.get_body()
+    problem = body(answer)
+    assert problem["title"] == "Invalid continuation"
+    assert "continuation" in problem["detail"]
+
+
+async def test_a_token_of_another_listing_is_a_400(harness: Harness) -> None:
+    await orders_for_listings(harness)
+    first = body(await listed(harness, state="Suspended", pageSize="1"))
+    token = first["continuation"]
+    assert token is not None
+    for other in ({"state": "Pending"}, {"state": "Error"}, {}):
+        answer = await listed(harness, **other, continuation=token)
+        assert answer.status_code == 400, (other, answer.get_body())
+        assert "another listing" in body(answer)["detail"]
+    again = await listed(harness, state="Suspended", pageSize="1", continuation=token)
+    assert again.status_code == 200
+
+
+@pytest.mark.parametrize("junk", JUNK_TOKENS)
+async def test_a_junk_continuation_of_an_archive_day_is_a_400(harness: Harness, junk: str) -> None:
+    """Here no archive is configured: no token was ever handed out, so none is taken."""
+    answer = await harness.http(
+        "archive_day",
+        "GET",
+        "archive/2026-11-28",
+        params={"continuation": JUNK_TOKENS[junk]},
+        route_params={"day": "2026-11-28"},
+    )
+    assert answer.status_code == 400, answer.get_body()
+    assert body(answer)["title"] == "Invalid continuation"
