@@ -84,7 +84,7 @@ def _operator_action(
     responses: dict[str, Any] = {
         "202": _json("accepted; asked again, the same answer", _STATE),
         "404": _problem("unknown order"),
-        "409": _problem(conflict),
+        "409": _problem(f"{conflict}, or archived (code archived)"),
         **_UNAUTHORIZED,
         **_CROSS_ORIGIN,
         **_UNAVAILABLE,
@@ -443,7 +443,7 @@ def _fleet_paths() -> dict[str, Any]:
                     ),
                     "401": _problem("no valid key, or a bad signature"),
                     "404": _problem("unknown order"),
-                    "409": _problem("the order is final"),
+                    "409": _problem("the order is final (archived too: code archived)"),
                     "413": _problem("body or data too large"),
                     "415": _problem("a body that is not JSON"),
                     **_CROSS_ORIGIN,
@@ -885,7 +885,7 @@ def document() -> dict[str, Any]:
                     "responses": {
                         "202": _json("back to Pending at the failed step", _STATE),
                         "404": _problem("unknown order"),
-                        "409": _problem("the order is not in Error"),
+                        "409": _problem("the order is not in Error, or archived (code archived)"),
                         **_UNAUTHORIZED,
                         **_CROSS_ORIGIN,
                         **_UNAVAILABLE,

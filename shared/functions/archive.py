@@ -17,10 +17,16 @@ from shared.contract import Route, Setting
 from shared.domain.archive import ArchivedOrder, ArchiveRun, parse_day
 from shared.domain.continuation import InvalidContinuation
 from shared.domain.messages import iso
-from shared.functions.http import bounded_int, json_response, order_view, problem
+from shared.functions.http import (
+    bounded_int,
+    json_response,
+    order_not_found,
+    order_view,
+    problem,
+)
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving, timed
-from shared.usecases.archive import Archiver, archived_on
+from shared.usecases.archive import Archiver, archived_on, was_archived
 
 bp = func.Blueprint()
 _UNAVAILABLE: Final = ("Try again", "the state store or the archive is unavailable")
@@ -92,6 +98,25 @@ async def archive_day(req: func.HttpRequest) -> func.HttpResponse:
             ],
             "continuation": listing.continuation,
         }
+    )
+
+
+async def missing_order(c: bootstrap.Container, order_id: str) -> func.HttpResponse:
+    """The answer of an action on an order not in the table. An archived one finished
+    (only final orders are archived) and `GET` still shows it: it is a 409 like any
+    final order, not a 404 that says it never was."""
+    try:
+        archived = await was_archived(c.archive, order_id)
+    except StateStoreError:
+        return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
+    if not archived:
+        return order_not_found(order_id)
+    return problem(
+        409,
+        "Archived",
+        f"order {order_id!r} finished and was archived: nothing can change it now "
+        f"(GET /api/orders/{order_id} shows it as it finished)",
+        code="archived",
     )
 
 

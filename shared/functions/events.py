@@ -19,6 +19,7 @@ from shared import bootstrap
 from shared.catalogue.schema import NAME_MAX_LENGTH, NAME_PATTERN
 from shared.contract import Route
 from shared.domain.process import InvalidEventData, InvalidTransition, NotAwaited
+from shared.functions.archive import missing_order
 from shared.functions.http import ORDER_ID, order_not_found, problem, read_json
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving
@@ -67,7 +68,7 @@ async def _send(req: func.HttpRequest) -> func.HttpResponse:
     try:
         await send_event(c.process, order_id, name, event_id, data, budget=HTTP_BUDGET)
     except OrderNotFound:
-        return order_not_found(order_id)
+        return await missing_order(c, order_id)
     except (NotAwaited, InvalidEventData) as exc:
         return problem(400, "Invalid event", str(exc))
     except InvalidTransition as exc:

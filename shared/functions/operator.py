@@ -12,7 +12,7 @@ from shared import bootstrap
 from shared.contract import Route
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.process import InvalidTransition, PastPivot
-from shared.functions.archive import archived_view
+from shared.functions.archive import archived_view, missing_order
 from shared.functions.http import (
     ORDER_ID,
     bounded_int,
@@ -173,7 +173,7 @@ async def _act(
     try:
         process = await act(c.process, order_id, operator[:64])
     except OrderNotFound:
-        return order_not_found(order_id)
+        return await missing_order(c, order_id)
     except PastPivot as exc:
         return problem(409, "Past the pivot", str(exc), code=PastPivot.code)
     except InvalidTransition as exc:

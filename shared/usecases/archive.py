@@ -270,6 +270,12 @@ async def archived_order(
     return next((o for o in await blobs.read(name) if o.order_id == order_id), None)
 
 
+async def was_archived(archive: ArchiveStore | None, order_id: str) -> bool:
+    """Whether an order that is not in the table has an archive copy: one point read
+    of its pointer, never of the blob. None: no archive here, so nothing was archived."""
+    return archive is not None and await archive.pointer(order_id) is not None
+
+
 @dataclass(frozen=True)
 class DayListing:
     entries: tuple[ArchivedEntry, ...]

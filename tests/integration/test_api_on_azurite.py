@@ -1,7 +1,11 @@
 """The HTTP functions on real Azurite (table and blob), for what only the real stores
-show: their own continuations (a Table Storage token, a rest-index key, a watch-list
-order id, a blob marker) wrapped in the API's token, each listing paged to its end,
-junk refused with a 400 rather than read as a place to start (issue 41)."""
+show (issue 41):
+
+- their own continuations (a Table Storage token, a rest-index key, a watch-list order
+  id, a blob marker) wrapped in the API's token, each listing paged to its end, junk
+  refused with a 400 rather than read as a place to start;
+- an archived order, gone from the table, is final to every action route (409), as
+  `GET /api/orders/{id}` shows it, not unknown (404)."""
 
 from __future__ import annotations
 
@@ -164,3 +168,38 @@ async def test_an_archive_day_pages_by_its_tokens_and_refuses_junk(app: App) -> 
             "archive_day", params={"continuation": token}, route_params={"day": day}
         )
         assert answer.status_code == 400, (junk, answer.get_body())
+
+
+ACTIONS = (
+    "resubmit_order_http",
+    "cancel_order_http",
+    "suspend_order_http",
+    "resume_order_http",
+    "send_event_http",
+)
+
+
+async def act(app: App, name: str, order_id: str) -> func.HttpResponse:
+    if name == "send_event_http":
+        route = {"orderId": order_id, "eventName": "review"}
+        return await app.http(name, "POST", route_params=route, body={"eventId": "ev-1"})
+    return await app.http(name, "POST", route_params={"orderId": order_id})
+
+
+async def test_every_action_on_an_archived_order_is_a_409_as_for_any_final_order(
+    app: App,
+) -> None:
+    await put(app.store, "gone-1", ProcessState.PROCESSED, OLD)
+    await app.archive()
+    assert await app.store.load("gone-1") is None, "its rows left the table"
+    shown = await app.http("get_order", route_params={"orderId": "gone-1"})
+    assert shown.status_code == 200
+    assert body(shown)["processState"] == "Processed" and body(shown)["archived"] is True
+
+    for name in ACTIONS:
+        answer = await act(app, name, "gone-1")
+        assert answer.status_code == 409, (name, answer.get_body())
+        problem = body(answer)
+        assert (problem["title"], problem["code"]) == ("Archived", "archived"), name
+        assert "gone-1" in problem["detail"] and "archived" in problem["detail"], name
+        assert (await act(app, name, "never-was")).status_code == 404, name
