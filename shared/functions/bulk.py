@@ -15,6 +15,7 @@ from shared.domain.bulk import BulkJob
 from shared.domain.bulk_request import BulkAction, BulkRequestError, migration_target, parse_request
 from shared.functions.http import json_response, problem, read_json
 from shared.ports import StateStoreError
+from shared.telemetry.spans import acting_as
 from shared.usecases.bulk import (
     BulkDeps,
     BulkJobNotFound,
@@ -110,4 +111,5 @@ async def bulk_job(req: func.HttpRequest) -> func.HttpResponse:
 async def bulk_actions(timer: func.TimerRequest) -> None:
     deps = await _deps()
     if deps is not None:
-        await work_jobs(deps)
+        with acting_as("bulk_actions"):  # an order's timeline shows the job's work as such
+            await work_jobs(deps)

@@ -6,8 +6,8 @@ rejoins an order's trace looked like one.
 
 The order runs through the functions on in-memory adapters with the ports traced, as
 in Azure: it waits for its review, is approved (a request of its own trace), then
-misses charge-payment's complete-by (the Supervisor recovers it) and is suspended and
-resumed by an operator. Its spans go through the OTLP encoding into the local
+misses charge-payment's complete-by (the Supervisor recovers it), is suspended by an
+operator and resumed by a bulk job. Its spans go through the OTLP encoding into the local
 receiver's store, and the page, served by the real function, reads them back as it
 reads `TraceQueryUrl`; every request the page makes is answered by the functions.
 """
@@ -83,7 +83,7 @@ async def settle(harness: Harness) -> None:
 
 
 async def recovered_approved_and_resumed(harness: Harness) -> str:
-    """The order's trace id once it has been approved, recovered and resumed."""
+    """The order's trace id once it has been approved, recovered, suspended and resumed."""
     assert (await harness.http("submit_order_http", "POST", "orders", ORDER)).status_code == 202
     await settle(harness)
     route = {"orderId": "tl-1", "eventName": "review"}
@@ -93,13 +93,19 @@ async def recovered_approved_and_resumed(harness: Harness) -> str:
     harness.clock.advance(31)  # past charge-payment's complete-by (StepTimeoutSeconds 30)
     supervisor = harness.functions["supervisor"]
     await supervisor.func(TimerRequest(past_due=False), **context_for(supervisor))
-    for action in ("suspend_order_http", "resume_order_http"):
-        answer = await harness.http(action, "POST", "x", route_params={"orderId": "tl-1"})
-        assert answer.status_code == 202, (action, answer.get_body())
+    suspended = await harness.http(
+        "suspend_order_http", "POST", "x", route_params={"orderId": "tl-1"}
+    )
+    assert suspended.status_code == 202, suspended.get_body()
+    resume = {"action": "resume", "filter": {"state": "Suspended"}}
+    job = await harness.http("bulk_orders", "POST", "orders/bulk", resume)
+    assert job.status_code == 202, job.get_body()
+    await harness.functions["bulk_actions"].func(None)
     view = json.loads(
         (await harness.http("get_order", "GET", "x", route_params={"orderId": "tl-1"})).get_body()
     )
     assert view["failureCount"] == 1, "the Supervisor recovered it once"
+    assert view["processState"] == "Pending", "resumed by the bulk job"
     trace_id: str = view["traceId"]
     return trace_id
 
@@ -154,7 +160,7 @@ async def test_an_approval_is_not_shown_as_a_recovery(
         for s in traces.trace(trace_id)
         if "order.rejoined_by" in s["attributes"]
     }
-    operator = {"suspend_order_http", "resume_order_http"}
+    operator = {"suspend_order_http", "bulk_actions"}
     assert set(rejoins) == {"send_event_http", "supervisor", *operator}, rejoins
 
     async def handler(route: Any) -> None:
@@ -181,4 +187,5 @@ async def test_an_approval_is_not_shown_as_a_recovery(
     assert "supervisor" in recovered and "send_event_http" not in recovered
     assert not any(by in recovered for by in operator)
     assert any(line.startswith("from outside") and "send_event_http" in line for line in lines)
-    assert any(line.startswith("operator") and "resume_order_http" in line for line in lines)
+    (actions,) = [line for line in lines if line.startswith("operator actions")]
+    assert all(by in actions for by in operator)
