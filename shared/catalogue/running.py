@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from shared.catalogue import catalogue
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import StateRecord
 from shared.domain.workflow import Workflow
 
 
-class UnknownWorkflow(LookupError):
-    """The order pins a workflow version this catalogue no longer keeps."""
+class UnknownWorkflow(InvalidTransition, LookupError):
+    """The order pins a workflow version this catalogue no longer keeps: a refused move
+    (409, skipped by a bulk job), never a crash: nothing can run the order here."""
+
+    code = "version-gone"
 
 
 def workflow_of(state: StateRecord) -> Workflow | None:

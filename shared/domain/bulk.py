@@ -55,18 +55,19 @@ def refusal(
     action: BulkAction, process: OrderProcess, workflow: Workflow | None, target: Workflow | None
 ) -> str | None:
     """Why the single action would refuse an order the filter selects; None for actions
-    whose refusals the filter's states already rule out. Only a migrate has its own: the
-    order's steps done so far must be the same in the target version."""
-    if action is not BulkAction.MIGRATE:
-        return None
-    if target is None:
-        return "the target version is no longer in the catalogue"
+    whose refusals the filter's states already rule out. Every action refuses an order
+    whose version the catalogue no longer keeps (nothing can run it here). A migrate has
+    its own too: the order's steps done so far must be the same in the target version."""
     if workflow is None:
         state = process.state
         return (
             f"order {process.order_id} runs on {state.workflow} v{state.workflow_version}, "
             "which the catalogue no longer keeps"
         )
+    if action is not BulkAction.MIGRATE:
+        return None
+    if target is None:
+        return "the target version is no longer in the catalogue"
     return incompatibility(process, workflow, target)
 
 

@@ -72,7 +72,7 @@ async def _send(req: func.HttpRequest) -> func.HttpResponse:
     except (NotAwaited, InvalidEventData) as exc:
         return problem(400, "Invalid event", str(exc))
     except InvalidTransition as exc:
-        return problem(409, "Not waiting", str(exc))
+        return problem(409, "Not waiting", str(exc), code=exc.code)
     except StateStoreError:
         return problem(503, "Try again", "the state store is unavailable", {"Retry-After": "5"})
     return func.HttpResponse(

@@ -177,7 +177,7 @@ async def _act(
     except PastPivot as exc:
         return problem(409, "Past the pivot", str(exc), code=PastPivot.code)
     except InvalidTransition as exc:
-        return problem(409, refusal, str(exc))
+        return problem(409, refusal, str(exc), code=exc.code)
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
     return json_response(state_view(process.state), status=202)

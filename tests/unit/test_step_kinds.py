@@ -4,16 +4,21 @@ the pivot (create-shipment), then a retriable step that takes earlier results.""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
 import shared.catalogue
+from shared.adapters.memory import InMemoryBulkStore
 from shared.contract import Queue, agent_queue
+from shared.domain.bulk import JobState
+from shared.domain.bulk_request import BulkAction, BulkFilter, BulkRequest
 from shared.domain.machine.forward import MAX_RESULT_BYTES
 from shared.domain.model import ErrorInfo, ExhaustedPolicy, Outcome, ProcessState, StepStatus
-from shared.domain.process import PastPivot
+from shared.domain.process import InvalidTransition, PastPivot
 from shared.resilience import CircuitBreaker
 from shared.usecases import scheduler
+from shared.usecases.bulk import BulkDeps, job_status, preview, start_job, work_jobs
 from shared.usecases.operator import cancel_order, resubmit_order
 from shared.usecases.outcomes import Asked, OutcomeQueries
 from shared.usecases.submission import submit_order
@@ -225,3 +230,32 @@ async def test_exhausting_a_step_past_the_pivot_abandons_no_key_and_a_resubmit_r
     (again,) = world.bus.take(agent_queue("notifications"))
     await scheduler.on_reply(deps, a_reply(again))
     assert await state_of(world) is ProcessState.PROCESSED
+
+
+async def test_an_order_on_a_dropped_version_is_refused_not_crashed_singly_and_in_bulk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue #37 G: cancel raised a lookup error (a 500 on the route), and a bulk job
+    failed on such an order at every timer run, replaying its page for ever."""
+    world = World()
+    deps = world.deps()
+    await submit_order(deps, an_order("gone-1", clock=world.clock), workflow=EXPRESS_DELIVERY)
+    await scheduler.on_nudge(deps, "gone-1")
+    await submit_order(deps, an_order("kept-1", clock=world.clock))
+    bulk = BulkDeps(deps, InMemoryBulkStore(world.store), 50)
+    request = BulkRequest(BulkAction.CANCEL, BulkFilter(customer_id="cust-1"), dry_run=True)
+    job = await start_job(bulk, replace(request, dry_run=False), "ops")
+    assert job.matched == 2
+    kept = tuple(w for w in CATALOGUE.workflows if w.name != EXPRESS_DELIVERY.name)
+    monkeypatch.setattr(shared.catalogue, "_loaded", replace(CATALOGUE, workflows=kept))
+
+    with pytest.raises(InvalidTransition) as refused:
+        await cancel_order(deps, "gone-1", "op")
+    assert refused.value.code == "version-gone"
+    assert list((await preview(bulk, request)).sample_order_ids) == ["kept-1"]
+
+    await work_jobs(bulk, budget=timedelta(minutes=1))
+    finished = await job_status(bulk, job.bulk_id)
+    assert finished.state is JobState.DONE
+    assert (finished.done, finished.failed) == (1, 0)
+    assert await state_of(world, "gone-1") is ProcessState.PROCESSING

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import ClassVar
 
 from shared.domain.messages import OperatorAlert, StatusNotification
 from shared.domain.model import (
@@ -26,6 +27,9 @@ from shared.domain.workflow import StepDefinition, Workflow
 
 class InvalidTransition(Exception):
     """The operator asked for a move the order's state does not allow."""
+
+    code: ClassVar[str | None] = None
+    """A stable reason clients may branch on (`past-pivot`); None: the title says it."""
 
 
 @dataclass(frozen=True)
