@@ -264,6 +264,36 @@ def violations(checks: list[Check]) -> list[RenderableType]:
     return shown
 
 
+SHOWN_STORIES = 3
+"""Orders whose story (history, events kept) a failed run prints: the first few named."""
+
+
+def stories(checks: list[Check]) -> list[RenderableType]:
+    """The history and kept events of the first orders a violation names, so that a
+    failure found once (a flake) can be read without running it again."""
+    shown: list[RenderableType] = []
+    named: list[str] = []
+    for check in checks:
+        for r in check.results:
+            for line in () if r.passed else r.violations:
+                order_id = line.split(":", 1)[0]
+                if order_id in check.observations.processes and order_id not in named:
+                    named.append(order_id)
+        for order_id in named[:SHOWN_STORIES]:
+            process = check.observations.processes[order_id]
+            text = Text(f"story of {order_id} ({check.title}):\n", style="bold")
+            for h in process.history:
+                text.append(f"  {h.at:%H:%M:%S.%f} {h.event}: {h.detail}\n")
+            for e in process.state.events:
+                text.append(
+                    f"  kept {e.event_id} at {e.at:%H:%M:%S.%f} {e.data} "
+                    f"consumed by {e.consumed_by}\n"
+                )
+            shown.append(text)
+        named.clear()
+    return shown
+
+
 def render(result: RunResult) -> Group:
     parts: list[RenderableType] = [setup_table(result)]
     if result.checks:
@@ -273,6 +303,7 @@ def render(result: RunResult) -> Group:
             figures_table(result),
             invariants_table(result.checks),
             *violations(result.checks),
+            *stories(result.checks),
         ]
     verdict = "PASS" if result.passed else "FAIL"
     parts.append(Text(f"chaos run: {verdict}", style="bold green" if result.passed else "bold red"))

@@ -14,13 +14,17 @@ from chaos import invariants
 from chaos.model import (
     Accepted,
     Alert,
+    Check,
+    Convergence,
     Effect,
+    Figures,
     InvariantResult,
     Observations,
     PlannedOrder,
     Sample,
     SentEvent,
 )
+from chaos.report import stories
 from shared.domain import process as machine
 from shared.domain.failures import timed_out
 from shared.domain.in_doubt import RemoteOutcome
@@ -1162,3 +1166,20 @@ def test_a_wait_that_keeps_its_event_without_taking_it_fails() -> None:
         "r-stuck: still waits at manual-review though it keeps ['r-stuck.review-1']: the "
         "accepted event was never taken",
     )
+
+
+def test_a_failed_check_prints_the_story_of_the_orders_it_names() -> None:
+    """A flake found once must be readable without running it again."""
+    held = a_process("held", ProcessState.ERROR, [("timed-out", "charge-payment late")])
+    obs = observe([held, processed("ok-1")])
+    check = Check(
+        "after the load",
+        obs,
+        (invariants.no_error_from_an_outage(obs),),
+        Figures(),
+        Convergence(None, None, 0, 0.0),
+    )
+    printed = "".join(str(part) for part in stories([check]))
+    assert "story of held (after the load)" in printed
+    assert "timed-out: charge-payment late" in printed
+    assert "ok-1" not in printed
