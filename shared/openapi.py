@@ -8,6 +8,8 @@ from typing import Any
 from shared.catalogue.schema import NAME_PATTERN
 from shared.contract import Route
 from shared.domain.bulk_request import BulkAction
+from shared.domain.event_signature import FORMAT as SIGNATURE_FORMAT
+from shared.domain.event_signature import WINDOW_SECONDS
 from shared.domain.messages import NO_CONTROL_CHARACTERS, OrderSubmission
 from shared.domain.model import ProcessState
 from shared.jsonbounds import MAX_DEPTH
@@ -397,8 +399,9 @@ def _fleet_paths() -> dict[str, Any]:
                         "name": "x-signature",
                         "in": "header",
                         "required": False,
-                        "description": "sha256=<hex HMAC-SHA256 of the body>, required when "
-                        "EventSigningSecret is set",
+                        "description": "required when EventSigningSecret is set: "
+                        f"{SIGNATURE_FORMAT}, signed within {WINDOW_SECONDS} s "
+                        "(docs/events.md#signing)",
                         "schema": {"type": "string"},
                     },
                 ],
@@ -441,7 +444,10 @@ def _fleet_paths() -> dict[str, Any]:
                     "400": _problem(
                         "invalid body, or an event the order's workflow never waits for"
                     ),
-                    "401": _problem("no valid key, or a bad signature"),
+                    "401": _problem(
+                        "no valid key, or a signature missing, not for this order, event "
+                        "and body, or outside its window"
+                    ),
                     "404": _problem("unknown order"),
                     "409": _problem("the order is final (archived too: code archived)"),
                     "413": _problem("body or data too large"),

@@ -6,9 +6,8 @@ answers; the key travels in a session header and never appears in a message.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import aiohttp
 from shared.cli.config import API_KEY_ENV, ApiConfig
 from shared.cli.errors import CliError, Conflict, NotFound, Refused, Unreachable
 from shared.contract import Route
+from shared.domain import event_signature
 
 KEY_HEADER = "x-functions-key"
 OPERATOR_HEADER = "x-operator"
@@ -94,12 +94,14 @@ class OperatorApi:
     async def send_event(
         self, order_id: str, name: str, body: Mapping[str, Any], secret: str | None = None
     ) -> View:
-        """An event for the order's waiting step; signed with `secret` when given."""
+        """An event for the order's waiting step; signed with `secret` when given, for
+        this order and event, now (docs/events.md#signing)."""
         raw = json.dumps(dict(body), separators=(",", ":")).encode()
         headers = {OPERATOR_HEADER: self.config.operator}
         if secret:
-            digest = hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
-            headers["x-signature"] = f"sha256={digest}"
+            headers[event_signature.SIGNATURE_HEADER] = event_signature.header(
+                secret, int(time.time()), order_id, name, raw
+            )
         route = _order_route(Route.ORDER_EVENT, order_id).replace(
             "{eventName}", quote(name, safe="")
         )

@@ -83,7 +83,7 @@ async def run(
         if args.group in ("orders", "agents", "failures", "archive"):
             settings = None if (args.url or values.get(API_URL_ENV)) else _lenient()
             config = api_config(args.url, args.key, args.operator, args.timeout, values, settings)
-            secrets.append(config.key)
+            secrets += [config.key, config.signing_secret]
             command = _api_command(args)
         else:
             secrets += [args.connection]

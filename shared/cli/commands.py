@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -17,7 +16,7 @@ from shared.cli.api import OperatorApi, View
 from shared.cli.config import ApiConfig, BusConfig
 from shared.cli.deadletters import DeadLetterQueues, Settlement
 from shared.cli.errors import CliError, Exit, NotFound, Usage
-from shared.contract import ALL_QUEUES, Setting
+from shared.contract import ALL_QUEUES
 from shared.domain.model import ProcessState
 
 TERMINAL = frozenset(
@@ -105,7 +104,7 @@ async def orders_send_event(args: argparse.Namespace, config: ApiConfig, console
     else:
         data = None
     body = {"eventId": args.event_id, **({"data": data} if data is not None else {})}
-    secret = args.secret or os.environ.get(Setting.EVENT_SIGNING_SECRET)
+    secret = args.secret or config.signing_secret
     async with OperatorApi.open(config) as api:
         answer = await api.send_event(args.order_id, args.event, body, secret)
     if console.json:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -35,6 +35,9 @@ class ApiConfig:
     key: str | None
     operator: str
     timeout: float
+    signing_secret: str | None = field(default=None, repr=False)
+    """EventSigningSecret from the same environment as the rest (never printed): what
+    `orders send-event` signs with unless --secret is given."""
 
     @property
     def api(self) -> str:
@@ -140,6 +143,7 @@ def api_config(
         key=key or values.get(API_KEY_ENV) or None,
         operator=(operator or values.get(OPERATOR_ENV) or _login(values))[:64],
         timeout=timeout,
+        signing_secret=values.get(Setting.EVENT_SIGNING_SECRET) or None,
     )
 
 

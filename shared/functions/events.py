@@ -1,14 +1,14 @@
 """`POST /api/orders/{orderId}/events/{eventName}`: the world answers a waiting step.
 
-Function auth like the intake. With the setting EventSigningSecret, the body must also be
-signed (`x-signature: sha256=<hex HMAC-SHA256 of the body>`), checked in constant time:
-an outside system that holds the secret, and only it, can approve an order.
+Function auth like the intake. With the setting EventSigningSecret, the request must also
+be signed for this order, this event and this body, recently (`x-signature:
+t=<unix seconds>,v1=<hex HMAC-SHA256>`, shared/domain/event_signature.py and
+docs/events.md): an outside system that holds the secret, and only it, can approve an
+order, and a request it signed authorises that one event, nowhere else.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import re
 from typing import Any
@@ -18,6 +18,7 @@ import azure.functions as func
 from shared import bootstrap
 from shared.catalogue.schema import NAME_MAX_LENGTH, NAME_PATTERN
 from shared.contract import Route
+from shared.domain.event_signature import SIGNATURE_HEADER, refusal
 from shared.domain.process import InvalidEventData, InvalidTransition, NotAwaited
 from shared.functions.archive import missing_order
 from shared.functions.http import ORDER_ID, order_not_found, problem, read_json
@@ -34,7 +35,6 @@ _EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 MAX_DATA_BYTES = 8 * 1024
 """An event's data is kept with the order (its entity is capped): ids and a comment.
 Measured as it is stored (`table_rows`): compact JSON, UTF-8, non-ASCII unescaped."""
-SIGNATURE_HEADER = "x-signature"
 
 
 @bp.route(route=Route.ORDER_EVENT, methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
@@ -52,12 +52,17 @@ async def _send(req: func.HttpRequest) -> func.HttpResponse:
         return problem(400, "Invalid event name", "an event name is lower-case words and hyphens")
     c = await bootstrap.container()
     secret = c.settings.event_signing_secret
-    if secret is not None and not signed(
-        req.get_body() or b"", req.headers.get(SIGNATURE_HEADER), secret
-    ):
-        return problem(
-            401, "Bad signature", f"{SIGNATURE_HEADER} must be sha256=<HMAC-SHA256 of the body>"
+    if secret is not None:
+        why = refusal(
+            req.headers.get(SIGNATURE_HEADER),
+            secret,
+            order_id,
+            name,
+            req.get_body() or b"",
+            c.process.clock.now(),
         )
+        if why is not None:
+            return problem(401, "Bad signature", why)
     body, failure = read_json(req)
     if failure is not None:
         return failure
@@ -112,7 +117,3 @@ def data_bytes(data: dict[str, Any]) -> int:
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return len(text.encode("utf-8", "surrogatepass"))
 
-
-def signed(body: bytes, header: str | None, secret: str) -> bool:
-    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return header is not None and hmac.compare_digest(header.strip().encode(), expected.encode())

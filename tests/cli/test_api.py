@@ -9,12 +9,15 @@ import json
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from aiohttp import web
 
 from shared.cli.errors import Exit
+from shared.contract import Setting
+from shared.domain.event_signature import WINDOW_SECONDS, refusal
 from tests.cli.conftest import cli
 
 KEY = "admin-key-not-for-printing"
@@ -81,8 +84,15 @@ async def api() -> AsyncIterator[StandIn]:
             status=202,
         )
 
+    async def event(request: web.Request) -> web.Response:
+        stand_in.seen.append(request)
+        stand_in.bodies.append(await request.read())
+        order_id, name = request.match_info["orderId"], request.match_info["name"]
+        return web.json_response({"orderId": order_id, "event": name, "eventId": "e-1"}, status=202)
+
     app = web.Application()
     app.router.add_get("/api/orders", listing)
+    app.router.add_post("/api/orders/{orderId}/events/{name}", event)
     app.router.add_get("/api/orders/{orderId}", order)
     app.router.add_post("/api/orders/{orderId}/resubmit", resubmit)
     app.router.add_post("/api/orders/{orderId}/{action:cancel|suspend|resume}", act)
@@ -222,3 +232,33 @@ async def test_suspend_and_resume_json_and_exit_codes(
     refused = await cli("orders", action, "done", env=env(api))
     assert refused.code == Exit.FAILED
     assert "refused" in refused.out
+
+
+async def test_send_event_signs_for_its_order_and_event_at_the_time_of_sending(
+    api: StandIn,
+) -> None:
+    """What the CLI sends verifies as the server checks it, and only for that order and
+    event: a captured request replayed to another order does not (docs/events.md)."""
+    secret = "cli-signing-secret"
+    before = datetime.now(UTC)
+    result = await cli(
+        "orders",
+        "send-event",
+        "o-1",
+        "review",
+        "--event-id",
+        "e-1",
+        "--approve",
+        env={**env(api), Setting.EVENT_SIGNING_SECRET: secret},
+    )
+    assert result.code == Exit.OK, result.err
+    (request,) = api.seen
+    (raw,) = api.bodies
+    signature = request.headers["x-signature"]
+    t = int(signature.split(",")[0].removeprefix("t="))
+    assert int(before.timestamp()) <= t <= int(datetime.now(UTC).timestamp())
+    assert refusal(signature, secret, "o-1", "review", raw, datetime.now(UTC)) is None
+    assert refusal(signature, secret, "o-2", "review", raw, datetime.now(UTC)) is not None
+    assert refusal(signature, secret, "o-1", "other", raw, datetime.now(UTC)) is not None
+    later = before + timedelta(seconds=WINDOW_SECONDS + 5)
+    assert refusal(signature, secret, "o-1", "review", raw, later) is not None

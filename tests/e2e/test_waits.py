@@ -5,11 +5,12 @@ after a kill -9 of the runtime; and the events API's bad input."""
 from __future__ import annotations
 
 import copy
-import hashlib
 import hmac
 import json
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from devhost.harness.services import runtime_command
 from devhost.simulator import SimulatorServer
 from shared.catalogue import DEFAULT_FILE, FILE_SETTING
 from shared.contract import Queue, Setting
+from shared.domain.event_signature import header
 from tests.e2e.conftest import System, e2e_settings, running_system
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
@@ -173,29 +175,57 @@ async def test_bad_events_get_precise_answers(waits: System) -> None:
     assert (await waits.order("w-bad"))["events"] == []
 
 
-async def test_a_signed_event_is_taken_and_a_bad_signature_is_401(
+async def test_a_signed_event_is_taken_and_replayed_anywhere_else_is_401(
     azurite_table_port: int,
     broker: Broker,
     simulator: SimulatorServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A signed approval authorises its order's event and nothing else (issue 41): to
+    another order, as another event, changed, or outside its window it is a 401
+    problem+json, and the other order is left as it was."""
     settings = e2e_settings(azurite_table_port, broker, simulator.url)
     settings[Setting.EVENT_SIGNING_SECRET] = SECRET
     async with running_system(settings, broker, simulator, monkeypatch) as system:
         await submit(system, "w-sig", "reviewed-order")
+        await submit(system, "w-other", "reviewed-order")
+        await system.wait_for("w-other", {"Processing"}, currentStep=1)
         body = json.dumps({"eventId": "ev-1", "data": APPROVE}).encode()
-        good = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
-        bad = "sha256=" + hmac.new(b"guess", body, hashlib.sha256).hexdigest()
-        status, _ = await event(
-            system, "w-sig", "review", None, raw=body, headers={"x-signature": bad}
-        )
-        assert status == 401
-        assert (await event(system, "w-sig", "review", None, raw=body))[0] == 401
+        t = int(time.time())
+        good = header(SECRET, t, "w-sig", "review", body)
+        tampered = json.dumps({"eventId": "ev-1", "data": REJECT}).encode()
+        refused = [
+            ("w-sig", "review", body, header("guess", t, "w-sig", "review", body)),
+            ("w-sig", "review", body, None),
+            ("w-other", "review", body, good),
+            ("w-sig", "approval", body, good),
+            ("w-sig", "review", tampered, good),
+            ("w-sig", "review", body, header(SECRET, t - 301, "w-sig", "review", body)),
+            (
+                "w-other",
+                "review",
+                body,
+                "sha256=" + hmac.new(SECRET.encode(), body, sha256).hexdigest(),
+            ),
+        ]
+        for order_id, name, raw, signature in refused:
+            url = f"{system.api}/orders/{order_id}/events/{name}"
+            headers = {"content-type": "application/json"}
+            if signature is not None:
+                headers["x-signature"] = signature
+            async with system.session.post(url, data=raw, headers=headers) as response:
+                problem = await response.json(content_type=None)
+                assert response.status == 401, (order_id, name, problem)
+                assert response.content_type == "application/problem+json"
+                assert problem["title"] == "Bad signature" and problem["detail"]
         status, _ = await event(
             system, "w-sig", "review", None, raw=body, headers={"x-signature": good}
         )
         assert status == 202
         assert (await system.wait_for("w-sig"))["processState"] == "Processed"
+        other = await system.order("w-other")
+        assert other["events"] == [] and other["processState"] == "Processing"
+        assert other["waitingFor"]["event"] == "review"
 
 
 async def test_a_timer_fires_after_a_kill_of_the_runtime_during_the_wait(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,14 +129,22 @@ def context_for(spec: FunctionSpec, trace_parent: str = "") -> dict[str, Any]:
     return {"context": InvocationContext("test-invocation", spec.name, trace_context=trace)}
 
 
-@pytest.fixture
-async def harness() -> AsyncIterator[Harness]:
+@contextlib.asynccontextmanager
+async def harness_with(settings: Mapping[str, str]) -> AsyncIterator[Harness]:
+    """The harness with `settings` over SETTINGS (e.g. EventSigningSecret)."""
     store, bus, clock = InMemoryStateStore(), InMemoryBus(), FakeClock()
     remotes = {name: ScriptedRemote() for name in AGENTS}
     remote_ports: dict[AgentName, RemoteService] = dict(remotes)
-    container = bootstrap.compose(Settings.from_env(SETTINGS), store, bus, remote_ports, clock)
+    values = Settings.from_env({**SETTINGS, **settings})
+    container = bootstrap.compose(values, store, bus, remote_ports, clock)
     bootstrap.use(container)
     try:
         yield Harness(store, bus, clock, remotes, {f.name: f for f in registered_functions()})
     finally:
         bootstrap.reset()
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    async with harness_with({}) as started:
+        yield started
