@@ -209,6 +209,8 @@ class Route:
     RESUME: Final = "orders/{orderId}/resume"
     ORDER_EVENT: Final = "orders/{orderId}/events/{eventName}"
     """An event for an order's waiting step (an approval, a webhook)."""
+    ORDER_APPROVAL: Final = "orders/{orderId}/approval"
+    """An operator answers an order's approval (admin): the page's Approve and Reject."""
     HEALTH: Final = "health"
     OPENAPI: Final = "openapi.json"
     OPS_PAGE: Final = "ops"

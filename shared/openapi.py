@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from shared.catalogue.schema import NAME_PATTERN
+from shared.catalogue.schema import NAME_MAX_LENGTH, NAME_PATTERN
 from shared.contract import Route
 from shared.domain.bulk_request import BulkAction
 from shared.domain.event_signature import FORMAT as SIGNATURE_FORMAT
@@ -338,6 +338,24 @@ _WORKFLOW = {
 }
 
 
+_APPROVAL_BODY = {
+    "type": "object",
+    "required": ["eventId", "approved"],
+    "additionalProperties": False,
+    "properties": {
+        "eventId": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"},
+        "approved": {"type": "boolean"},
+        "comment": {"type": "string", "maxLength": 500},
+        "event": {
+            "type": "string",
+            "pattern": NAME_PATTERN,
+            "maxLength": NAME_MAX_LENGTH,
+            "description": "the approval to answer; default: the one the order is at",
+        },
+    },
+}
+
+
 def _fleet_paths() -> dict[str, Any]:
     """Operating the fleet: agents (drain) and the Error orders grouped by failure."""
     admin: list[dict[str, list[str]]] = [{"adminKey": []}]
@@ -452,6 +470,44 @@ def _fleet_paths() -> dict[str, Any]:
                     "409": _problem("the order is final (archived too: code archived)"),
                     "413": _problem("body or data too large"),
                     "415": _problem("a body that is not JSON"),
+                    **_CROSS_ORIGIN,
+                    **_UNAVAILABLE,
+                },
+            }
+        },
+        f"/{Route.ORDER_APPROVAL}": {
+            "post": {
+                "operationId": "answerApproval",
+                "summary": "An operator answers the order's approval, recorded by x-operator",
+                "security": admin,
+                "parameters": [_ORDER_ID],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _APPROVAL_BODY}},
+                },
+                "responses": {
+                    "202": _json(
+                        "kept as the approval event (or a repeat of this eventId: the first)",
+                        {
+                            "type": "object",
+                            "properties": {
+                                "orderId": {"type": "string"},
+                                "event": {"type": "string"},
+                                "eventId": {"type": "string"},
+                                "approved": {"type": "boolean"},
+                                "by": {"type": "string"},
+                            },
+                        },
+                    ),
+                    "400": _problem("invalid body, or an event no approval step waits for"),
+                    "404": _problem("unknown order"),
+                    "409": _problem(
+                        "the order is final, keeps 50 events, or (no event named) is not "
+                        "at an approval"
+                    ),
+                    "413": _problem("body too large"),
+                    "415": _problem("a body that is not JSON"),
+                    **_UNAUTHORIZED,
                     **_CROSS_ORIGIN,
                     **_UNAVAILABLE,
                 },

@@ -115,6 +115,31 @@ class OperatorApi:
         )
         return _object(answer, order_id)
 
+    async def answer_approval(
+        self,
+        order_id: str,
+        approved: bool,
+        event_id: str,
+        comment: str | None = None,
+        event: str | None = None,
+    ) -> View:
+        """Approve or reject as the operator (the operator route: the admin key, no
+        signing secret); `event`: the approval to answer, else the one the order is at."""
+        body: dict[str, Any] = {"eventId": event_id, "approved": approved}
+        if comment:
+            body["comment"] = comment
+        if event:
+            body["event"] = event
+        answer = await self._call(
+            "POST",
+            _order_route(Route.ORDER_APPROVAL, order_id),
+            headers={OPERATOR_HEADER: self.config.operator},
+            body=body,
+            order_id=order_id,
+            missing=f"order {order_id!r}",
+        )
+        return _object(answer, order_id)
+
     async def agents(self) -> list[View]:
         body = await self._call("GET", Route.AGENTS)
         agents = body.get("agents") if isinstance(body, dict) else None

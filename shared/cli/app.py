@@ -41,6 +41,8 @@ _ORDERS: dict[str, ApiCommand] = {
     "bulk": commands.orders_bulk,
     "watch": commands.orders_watch,
     "send-event": commands.orders_send_event,
+    "approve": commands.orders_approve,
+    "reject": commands.orders_reject,
 }
 _AGENTS: dict[str, ApiCommand] = {
     "list": commands.agents_list,

@@ -248,7 +248,7 @@ def build_parser() -> Parser:
     commands = orders.add_subparsers(
         dest="command",
         required=True,
-        metavar="{list,show,resubmit,cancel,suspend,resume,bulk,watch}",
+        metavar="{list,show,resubmit,cancel,suspend,resume,approve,reject,bulk,watch,send-event}",
     )
     listing = _leaf(commands, "list", "list orders, optionally in one state")
     listing.add_argument("--state", type=process_state, help="e.g. Error, Pending, Processing")
@@ -283,6 +283,20 @@ def build_parser() -> Parser:
     send.add_argument(
         "--secret", help=f"sign the event (prefer env {Setting.EVENT_SIGNING_SECRET})"
     )
+    for verb in ("approve", "reject"):
+        answer = _leaf(
+            commands,
+            verb,
+            f"{verb} an order's approval as the operator (no signing secret needed)",
+        )
+        answer.add_argument("order_id", metavar="ORDER_ID")
+        answer.add_argument(
+            "--event-id", required=True, help="the answer's id: a repeat changes nothing"
+        )
+        answer.add_argument("--comment", type=_reason, help="why, recorded with the answer")
+        answer.add_argument(
+            "--event", help="the approval's event, e.g. review (default: the one it waits for)"
+        )
     _bulk(commands)
     watch = _leaf(commands, "watch", "poll an order until it ends, printing each change")
     watch.add_argument("order_id", metavar="ORDER_ID")

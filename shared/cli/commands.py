@@ -114,6 +114,33 @@ async def orders_send_event(args: argparse.Namespace, config: ApiConfig, console
     return Exit.OK
 
 
+async def orders_approve(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    return await _answer_approval(args, config, console, approved=True)
+
+
+async def orders_reject(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
+    return await _answer_approval(args, config, console, approved=False)
+
+
+async def _answer_approval(
+    args: argparse.Namespace, config: ApiConfig, console: Console, *, approved: bool
+) -> int:
+    """The operator route: recorded `by` the operator, no signing secret needed."""
+    async with OperatorApi.open(config) as api:
+        answer = await api.answer_approval(
+            args.order_id, approved, args.event_id, args.comment, args.event
+        )
+    if console.json:
+        console.data(answer)
+    else:
+        verdict = "approved" if answer.get("approved") else "rejected"
+        console.show(
+            f"{args.order_id}: {answer.get('event')} ({answer.get('eventId')}) {verdict} "
+            f"by {answer.get('by')}"
+        )
+    return Exit.OK
+
+
 async def orders_suspend(args: argparse.Namespace, config: ApiConfig, console: Console) -> int:
     return await _act_on_each(
         args,

@@ -17,8 +17,11 @@ from __future__ import annotations
 from shared.domain.machine.dispatch import DRAIN_RECHECK
 from shared.domain.machine.events import (
     InvalidEventData,
+    NoApprovalWaiting,
+    NotAnApproval,
     NotAwaited,
     TooManyEvents,
+    answer_approval,
     receive_event,
 )
 from shared.domain.machine.forward import apply_reply, claim, start
@@ -42,11 +45,14 @@ __all__ = [
     "IncompatibleVersions",
     "InvalidEventData",
     "InvalidTransition",
+    "NoApprovalWaiting",
+    "NotAnApproval",
     "NotAwaited",
     "PastPivot",
     "ProcessPolicy",
     "TooManyEvents",
     "Transition",
+    "answer_approval",
     "apply_reply",
     "cancel",
     "claim",

@@ -7,7 +7,7 @@ step it completes moves on in the same write (machine/events.py).
 from __future__ import annotations
 
 from shared.domain import process as machine
-from shared.domain.model import JsonObject, OrderProcess
+from shared.domain.model import JsonObject, OrderProcess, ReceivedEvent
 from shared.usecases.budget import Budget
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.operator import operate
@@ -45,3 +45,42 @@ async def send_event(
         )
 
     return await operate(deps, order_id, cause, decide, budget)
+
+
+async def answer_approval(
+    deps: ProcessDeps,
+    order_id: str,
+    event_id: str,
+    approved: bool,
+    operator: str,
+    comment: str | None = None,
+    event: str | None = None,
+    *,
+    budget: Budget | None = None,
+) -> ReceivedEvent:
+    """An operator's answer to an approval, recorded as the event a signed client would
+    send, `by` the operator (the page cannot hold the signing secret; the operator's
+    key and name stand in for it). Returns the event as kept: a repeat of `event_id`
+    returns the first. Raises as `send_event`, and NoApprovalWaiting when `event` is
+    None and the order is not at an approval, NotAnApproval for an event no approval
+    step waits for."""
+    cause = event_cause(event_id)
+    routing = await deps.current_routing()
+
+    def decide(process: OrderProcess) -> machine.Transition | None:
+        return machine.answer_approval(
+            process,
+            deps.workflow(process),
+            deps.policy,
+            event_id,
+            event,
+            approved,
+            operator,
+            comment,
+            deps.clock.now(),
+            cause,
+            routing,
+        )
+
+    stored = await operate(deps, order_id, cause, decide, budget)
+    return next(e for e in stored.state.events if e.event_id == event_id)

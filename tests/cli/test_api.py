@@ -90,9 +90,26 @@ async def api() -> AsyncIterator[StandIn]:
         order_id, name = request.match_info["orderId"], request.match_info["name"]
         return web.json_response({"orderId": order_id, "event": name, "eventId": "e-1"}, status=202)
 
+    async def approval(request: web.Request) -> web.Response:
+        stand_in.seen.append(request)
+        sent = await request.json()
+        stand_in.bodies.append(sent)
+        order_id = request.match_info["orderId"]
+        if order_id == "done":
+            return problem(409, "order done is Processed: it waits for nothing")
+        answer = {
+            "orderId": order_id,
+            "event": sent.get("event", "review"),
+            "eventId": sent["eventId"],
+            "approved": sent["approved"],
+            "by": request.headers.get("x-operator"),
+        }
+        return web.json_response(answer, status=202)
+
     app = web.Application()
     app.router.add_get("/api/orders", listing)
     app.router.add_post("/api/orders/{orderId}/events/{name}", event)
+    app.router.add_post("/api/orders/{orderId}/approval", approval)
     app.router.add_get("/api/orders/{orderId}", order)
     app.router.add_post("/api/orders/{orderId}/resubmit", resubmit)
     app.router.add_post("/api/orders/{orderId}/{action:cancel|suspend|resume}", act)
@@ -262,3 +279,36 @@ async def test_send_event_signs_for_its_order_and_event_at_the_time_of_sending(
     assert refusal(signature, secret, "o-1", "other", raw, datetime.now(UTC)) is not None
     later = before + timedelta(seconds=WINDOW_SECONDS + 5)
     assert refusal(signature, secret, "o-1", "review", raw, later) is not None
+
+
+async def test_approve_and_reject_go_to_the_operator_route_as_the_operator(
+    api: StandIn,
+) -> None:
+    approved = await cli(
+        "orders", "approve", "o-1", "--event-id", "a-1", "--operator", "ann", env=env(api)
+    )
+    assert approved.code == Exit.OK, approved.err
+    assert approved.out == "o-1: review (a-1) approved by ann\n"
+    rejected = await cli(
+        "orders",
+        "reject",
+        "o-2",
+        "--event-id",
+        "r-1",
+        "--comment",
+        "wrong address",
+        "--event",
+        "review",
+        "--json",
+        env=env(api),
+    )
+    assert rejected.code == Exit.OK, rejected.err
+    assert json.loads(rejected.out)["approved"] is False
+    refused = await cli("orders", "approve", "done", "--event-id", "a-2", env=env(api))
+    assert refused.code == Exit.FAILED and "waits for nothing" in refused.err
+    assert api.bodies == [
+        {"eventId": "a-1", "approved": True},
+        {"eventId": "r-1", "approved": False, "comment": "wrong address", "event": "review"},
+        {"eventId": "a-2", "approved": True},
+    ]
+    assert "x-signature" not in api.seen[0].headers

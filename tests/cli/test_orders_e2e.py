@@ -1,16 +1,24 @@
-"""``orders list/show/resubmit/watch`` against the whole local stack, through HTTP."""
+"""``orders list/show/resubmit/watch/send-event/approve/reject`` against the whole local
+stack, through HTTP."""
 
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 
+from devhost.broker import Broker
+from devhost.simulator import SimulatorServer
 from shared.cli.errors import Exit
+from shared.contract import Setting
 from tests.cli.conftest import cli
-from tests.e2e.conftest import System
+from tests.e2e.conftest import System, e2e_settings, running_system
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
+
+SECRET = "cli-e2e-signing-secret"
 
 
 async def test_an_order_in_error_is_listed_shown_resubmitted_and_watched_to_the_end(
@@ -122,3 +130,61 @@ async def test_send_event_approves_a_waiting_order_as_the_operator(quick_system:
     review = next(s for s in view["steps"] if s["name"] == "manual-review")
     assert review["status"] == "Completed"
     assert [(e["eventId"], e["by"]) for e in view["events"]] == [("e1", "ana")]
+
+
+async def submit_reviewed(system: System, order_id: str) -> None:
+    status, answer = await system.app.submit(
+        {
+            "orderId": order_id,
+            "customerId": "c-1",
+            "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": 5}],
+            "workflow": "reviewed-order",
+        }
+    )
+    assert status == 202, answer
+
+
+@pytest.fixture
+async def signing_system(
+    azurite_table_port: int,
+    broker: Broker,
+    simulator: SimulatorServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[System]:
+    settings = {
+        **e2e_settings(azurite_table_port, broker, simulator.url),
+        Setting.EVENT_SIGNING_SECRET: SECRET,
+        Setting.STATE_TABLE: f"cli{uuid.uuid4().hex[:12]}",
+    }
+    async with running_system(settings, broker, simulator, monkeypatch) as started:
+        yield started
+
+
+async def test_with_signing_on_send_event_signs_and_approve_reject_need_no_secret(
+    signing_system: System,
+) -> None:
+    system = signing_system
+    env = {"ORDERS_API_URL": system.api, "ORDERS_OPERATOR": "ana"}
+    for order_id in ("cli-signed", "cli-approved", "cli-rejected"):
+        await submit_reviewed(system, order_id)
+        await system.wait_for(order_id, {"Processing"}, currentStep=1)
+    send = ("orders", "send-event", "cli-signed", "review", "--event-id", "s1", "--approve")
+    unsigned = await cli(*send, env=env)
+    assert unsigned.code == Exit.AUTH, unsigned.err
+    sent = await cli(*send, env={**env, Setting.EVENT_SIGNING_SECRET: SECRET})
+    assert sent.code == Exit.OK, sent.err
+    approved = await cli("orders", "approve", "cli-approved", "--event-id", "a1", env=env)
+    assert approved.code == Exit.OK, approved.err
+    assert approved.out == "cli-approved: review (a1) approved by ana\n"
+    rejected = await cli(
+        "orders", "reject", "cli-rejected", "--event-id", "r1", "--comment", "fraud", env=env
+    )
+    assert rejected.code == Exit.OK, rejected.err
+
+    assert (await system.wait_for("cli-signed"))["processState"] == "Processed"
+    assert (await system.wait_for("cli-approved"))["processState"] == "Processed"
+    view = await system.wait_for("cli-rejected")
+    assert view["processState"] == "Compensated"
+    assert view["lastError"] == "manual-review: rejected: rejected by ana: fraud"
+    again = await cli("orders", "approve", "cli-rejected", "--event-id", "a2", env=env)
+    assert again.code == Exit.FAILED and "Compensated" in again.err

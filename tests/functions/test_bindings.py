@@ -31,6 +31,7 @@ def test_http_routes_methods_and_auth_levels() -> None:
         (Route.ORDERS, ("POST",)): "FUNCTION",
         (Route.ORDER, ("GET",)): "FUNCTION",
         (Route.ORDER_EVENT, ("POST",)): "FUNCTION",
+        (Route.ORDER_APPROVAL, ("POST",)): "ADMIN",
         (Route.ORDERS, ("GET",)): "ADMIN",
         (Route.RESUBMIT, ("POST",)): "ADMIN",
         (Route.CANCEL, ("POST",)): "ADMIN",

@@ -1,10 +1,11 @@
-"""Signed events bound to what they authorise, over the HTTP functions with
-EventSigningSecret set (docs/events.md).
+"""Signed events bound to what they authorise, and the operators' approval route, over
+the HTTP functions with EventSigningSecret set (docs/events.md).
 
 A signed approval captured on its way to one order must not approve another (issue 41,
 finding 5): every way of presenting it elsewhere, later or changed is a 401
 problem+json that leaves the order as it was; unchanged within the window it is a
-repeat of its eventId.
+repeat of its eventId. Operators, who cannot sign from a page, answer through
+`POST /api/orders/{orderId}/approval` (finding 6).
 """
 
 from __future__ import annotations
@@ -181,3 +182,91 @@ async def test_no_signature_or_an_unreadable_one_is_401_saying_the_form(signed: 
     missing = assert_problem(await post_event(signed, "sig-none", "review", raw, None), 401)
     assert "t=<unix seconds>,v1=" in missing["detail"]
     assert_problem(await post_event(signed, "sig-none", "review", raw, "t=now,v1=x"), 401)
+
+
+async def answer(
+    harness: Harness,
+    order_id: str,
+    payload: Any,
+    operator: str | None = "ana",
+) -> func.HttpResponse:
+    return await harness.http(
+        "answer_approval_http",
+        "POST",
+        f"orders/{order_id}/approval",
+        payload,
+        headers={"x-operator": operator} if operator else {},
+        route_params={"orderId": order_id},
+    )
+
+
+async def test_an_operator_approves_without_the_secret_recorded_as_the_operator(
+    signed: Harness,
+) -> None:
+    await submit(signed, "op-ok")
+    early = body(await answer(signed, "op-ok", {"eventId": "x", "approved": True}))
+    assert early["status"] == 409 and "not waiting for an approval" in early["detail"]
+    await pump(signed)
+
+    first = await answer(signed, "op-ok", {"eventId": "ops-1", "approved": True, "comment": "ok"})
+    assert first.status_code == 202
+    assert body(first) == {
+        "orderId": "op-ok",
+        "event": "review",
+        "eventId": "ops-1",
+        "approved": True,
+        "by": "ana",
+    }
+    # A second click, or another operator's Reject with the same id: the first answer.
+    again = await answer(signed, "op-ok", {"eventId": "ops-1", "approved": False}, "bo")
+    assert again.status_code == 202 and body(again)["by"] == "ana"
+    await pump(signed)
+    process = await signed.store.load("op-ok")
+    assert process is not None and process.state.process_state is ProcessState.PROCESSED
+    (event,) = process.state.events
+    assert (event.name, event.consumed_by) == ("review", "manual-review")
+    assert event.data == {"approved": True, "by": "ana", "comment": "ok"}
+
+
+async def test_an_operator_rejects_a_named_approval_and_it_compensates(signed: Harness) -> None:
+    await submit(signed, "op-no")
+    early = await answer(
+        signed, "op-no", {"eventId": "ops-2", "approved": False, "event": "review"}, None
+    )
+    assert early.status_code == 202 and body(early)["by"] == "operator"
+    await pump(signed)
+    process = await signed.store.load("op-no")
+    assert process is not None and process.state.process_state is ProcessState.COMPENSATED
+    assert process.state.last_error == "manual-review: rejected: rejected by operator: no reason"
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "words"),
+    [
+        ({"eventId": "e", "approved": True, "event": "picked"}, 400, "has no approval 'picked'"),
+        ({"eventId": "e", "approved": "yes"}, 400, "approved is required"),
+        ({"approved": True}, 400, "eventId is required"),
+        ({"eventId": "e", "approved": True, "by": "someone"}, 400, "the body is"),
+        ({"eventId": "e", "approved": True, "comment": "x" * 501}, 400, "at most 500"),
+        ({"eventId": "e", "approved": True, "comment": 7}, 400, "comment is a string"),
+        ({"eventId": "e", "approved": True, "event": "Review"}, 400, "lower-case"),
+        ([], 400, "the body is"),
+    ],
+)
+async def test_a_bad_approval_is_a_precise_problem(
+    signed: Harness, payload: Any, status: int, words: str
+) -> None:
+    await submit(signed, "op-bad")
+    problem = assert_problem(await answer(signed, "op-bad", payload), status)
+    assert words in problem["detail"]
+    assert await events_of(signed, "op-bad") == []
+
+
+async def test_an_approval_for_an_unknown_or_finished_order(signed: Harness) -> None:
+    assert_problem(await answer(signed, "nobody", {"eventId": "e", "approved": True}), 404)
+    await submit(signed, "op-done")
+    await pump(signed)
+    assert (await answer(signed, "op-done", {"eventId": "e", "approved": True})).status_code == 202
+    await pump(signed)
+    late = {"eventId": "late", "approved": True, "event": "review"}
+    assert_problem(await answer(signed, "op-done", late), 409)

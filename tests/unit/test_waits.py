@@ -14,7 +14,7 @@ from shared.domain.failures import Failure, failure_of
 from shared.domain.model import Order, OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.domain.workflow import OnDeadline
 from shared.usecases import scheduler
-from shared.usecases.events import send_event
+from shared.usecases.events import answer_approval, send_event
 from shared.usecases.operator import cancel_order, resume_order, suspend_order
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
@@ -285,3 +285,27 @@ async def test_a_timer_whose_nudge_is_lost_is_fired_by_the_supervisor() -> None:
 def machine_failure(process: OrderProcess) -> Failure:
     state = process.state
     return failure_of(state, CATALOGUE.get(state.workflow, state.workflow_version))
+
+
+async def test_an_operator_answers_the_approval_a_suspended_order_is_at_and_it_waits() -> None:
+    """The operator route's rule (docs/events.md#operators-answer-approvals): with no
+    event named, the approval the order is at, even Suspended; kept until it resumes."""
+    world = World()
+    await reach_review(world)
+    deps = world.deps()
+    await suspend_order(deps, "o-1", "ops")
+    kept = await answer_approval(deps, "o-1", "ops-1", True, "ana", "fine")
+    assert (kept.name, kept.data, kept.consumed_by) == (
+        "review",
+        {"approved": True, "by": "ana", "comment": "fine"},
+        None,
+    )
+    assert (await loaded(world)).steps[1].status is StepStatus.RUNNING
+    await resume_order(deps, "o-1", "ops")
+    await nudges(world)
+    process = await loaded(world)
+    assert process.steps[1].status is StepStatus.COMPLETED
+    with pytest.raises(machine.NoApprovalWaiting):
+        await answer_approval(deps, "o-1", "ops-2", False, "bo")
+    with pytest.raises(machine.NotAnApproval):
+        await answer_approval(deps, "o-1", "ops-3", False, "bo", event="picked")

@@ -8,11 +8,11 @@ Suspended order keeps it until it resumes. Its id makes a repeat change nothing.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from shared.domain.machine.transition import Builder, InvalidTransition, ProcessPolicy, Transition
 from shared.domain.machine.waits import consume_event, waiting_step
-from shared.domain.model import JsonObject, OrderProcess, ReceivedEvent
+from shared.domain.model import JsonObject, OrderProcess, ProcessState, ReceivedEvent, StepStatus
 from shared.domain.routing import PRIMARY_ONLY, Routing
 from shared.domain.workflow import Workflow
 
@@ -32,6 +32,14 @@ class TooManyEvents(InvalidTransition):
     """The order already keeps MAX_EVENTS events."""
 
 
+class NotAnApproval(NotAwaited):
+    """The operator named an event no approval step of the order's workflow waits for."""
+
+
+class NoApprovalWaiting(InvalidTransition):
+    """The operator named no event, and the order is not at an approval step."""
+
+
 def receive_event(
     process: OrderProcess,
     workflow: Workflow,
@@ -47,10 +55,7 @@ def receive_event(
     state = process.state
     if any(e.event_id == event_id for e in state.events):
         return None
-    if state.process_state.is_final:
-        raise InvalidTransition(
-            f"order {process.order_id} is {state.process_state.value}: it waits for nothing"
-        )
+    _not_final(process)
     if name not in workflow.events:
         waited = ", ".join(sorted(workflow.events)) or "none"
         raise NotAwaited(
@@ -73,3 +78,65 @@ def receive_event(
     if index is not None and workflow.steps[index].event == name:
         consume_event(b, workflow, policy, index, event)
     return b.build()
+
+
+def answer_approval(
+    process: OrderProcess,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    event_id: str,
+    event: str | None,
+    approved: bool,
+    by: str,
+    comment: str | None,
+    now: datetime,
+    cause: str | None = None,
+    routing: Routing = PRIMARY_ONLY,
+) -> Transition | None:
+    """An operator answers an approval: the same event a signed client would send, its
+    data `{"approved", "by", "comment"?}` with `by` the operator, so it is kept, taken
+    and repeated exactly as one (`receive_event`). `event`: the approval to answer;
+    None: the one the order is at now. Only approvals: an operator's key does not stand
+    in for the outside system that sends the workflow's other events."""
+    if any(e.event_id == event_id for e in process.state.events):
+        return None
+    _not_final(process)
+    name = approval_event(process, workflow, event)
+    data: dict[str, Any] = {"approved": approved, "by": by}
+    if comment:
+        data["comment"] = comment
+    return receive_event(process, workflow, policy, event_id, name, data, now, cause, routing)
+
+
+def approval_event(process: OrderProcess, workflow: Workflow, event: str | None) -> str:
+    """The approval event an operator answers: `event` when an approval step waits for
+    it, else the event of the approval step the order is at (running, while Processing
+    or Suspended)."""
+    if event is not None:
+        if not any(s.approval and s.event == event for s in workflow.steps):
+            approvals = sorted({s.event for s in workflow.steps if s.approval and s.event})
+            raise NotAnApproval(
+                f"workflow {workflow.name} v{workflow.version} has no approval {event!r} "
+                f"(its approvals: {', '.join(approvals) or 'none'})"
+            )
+        return event
+    state = process.state
+    index = state.current_step
+    at_rest = state.process_state not in (ProcessState.PROCESSING, ProcessState.SUSPENDED)
+    if at_rest or index >= min(len(workflow.steps), len(process.steps)):
+        raise NoApprovalWaiting(f"order {process.order_id} is not waiting for an approval")
+    definition = workflow.steps[index]
+    running = process.steps[index].status is StepStatus.RUNNING
+    if not (definition.approval and definition.event and running):
+        raise NoApprovalWaiting(
+            f"order {process.order_id} is at {definition.name}, not waiting for an approval"
+        )
+    return definition.event
+
+
+def _not_final(process: OrderProcess) -> None:
+    state = process.state
+    if state.process_state.is_final:
+        raise InvalidTransition(
+            f"order {process.order_id} is {state.process_state.value}: it waits for nothing"
+        )
