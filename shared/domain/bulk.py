@@ -222,7 +222,8 @@ class BulkJob:
 
     @property
     def remaining(self) -> int:
-        """The job acts on at most as many orders as the preview counted."""
+        """The job acts on at most as many orders as the preview counted; once it is
+        Done, none remain (`finished`)."""
         return max(0, self.matched - self.acted)
 
     @property
@@ -238,6 +239,17 @@ class BulkJob:
             skipped=self.skipped + skipped,
             failed=self.failed + failed,
             updated_at=now,
+        )
+
+    def finished(self, now: datetime) -> BulkJob:
+        """Done, with every order it matched accounted for: the scan has passed them
+        all, so an order the preview counted that the scan did not find still matching
+        (it moved on before its turn: another operator or another job acted on it, it
+        failed, it finished) was skipped, as the contract says. Without this, a job
+        reported done + skipped + failed < matched, and a second identical job started
+        beside the first reported nothing at all for orders the first had taken."""
+        return replace(
+            self, state=JobState.DONE, skipped=self.skipped + self.remaining, updated_at=now
         )
 
 

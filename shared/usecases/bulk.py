@@ -221,13 +221,15 @@ async def _claim_next_page(deps: BulkDeps, job: BulkJob, size: int) -> BulkJob |
     states = states_to_scan(job.action, job.filter)
     cursor = job.cursor
     if job.remaining == 0 or cursor.state_index >= len(states):
-        await deps.jobs.save_job(replace(job, state=JobState.DONE, updated_at=now))
+        done = job.finished(now)
+        await deps.jobs.save_job(done)
         log.info(
-            "bulk %s done: %d done, %d skipped, %d failed",
-            job.bulk_id,
-            job.done,
-            job.skipped,
-            job.failed,
+            "bulk %s done: %d matched, %d done, %d skipped, %d failed",
+            done.bulk_id,
+            done.matched,
+            done.done,
+            done.skipped,
+            done.failed,
         )
         return None
     try:

@@ -1,10 +1,14 @@
-"""A bulk resubmit of Error orders on the local runtime: the preview, the durable job
-through a kill -9 of the runtime mid-job, every order finished, and each resubmitted by
-the job exactly once (its history says so)."""
+"""Bulk jobs on the local runtime: a bulk resubmit of Error orders (the preview, the
+durable job through a kill -9 of the runtime mid-job, every order finished, and each
+resubmitted by the job exactly once: its history says so), and two identical migrate
+jobs started at once over the same orders, whose counts each add up."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import copy
+import json
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +18,7 @@ import aiohttp
 import pytest
 from azure.data.tables.aio import TableServiceClient
 
+import shared.catalogue
 from devhost.broker import Broker
 from devhost.harness.clients import AppClient, SimulatorControl
 from devhost.harness.ports import LOOPBACK, free_port
@@ -22,8 +27,10 @@ from devhost.harness.services import runtime_command
 from devhost.simulator import SimulatorServer
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_store import TableStateStore
+from shared.catalogue import DEFAULT_FILE, FILE_SETTING
 from shared.contract import Setting
-from tests.e2e.conftest import e2e_settings, until
+from tests.e2e.conftest import e2e_settings, running_system, until
+from tests.e2e.test_workflow_versions import NOTIFY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
 
@@ -158,3 +165,93 @@ async def test_a_bulk_resubmit_survives_a_kill_and_acts_once_per_order(
         finally:
             runtime.stop(timeout=30)
         assert "devhost listening" in runtime.output()
+
+
+TWINS = 12
+TWIN_FILTER = {"workflow": "reviewed-order", "workflowVersion": 2, "customerId": "bulk-twins"}
+
+
+def catalogue_with_reviewed_v2(tmp_path: Path) -> Path:
+    """The shipped catalogue plus reviewed-order v2: a notification after the shipment.
+    New orders start on v2; one waiting for its review can move back to v1, as an
+    operator would move orders off a new version that misbehaves."""
+    doc = json.loads(DEFAULT_FILE.read_text(encoding="utf-8"))
+    v1 = next(w for w in doc["workflows"] if w["name"] == "reviewed-order")
+    v2 = copy.deepcopy(v1) | {"version": 2}
+    v2["steps"] = [*v2["steps"], NOTIFY]
+    doc["workflows"].append(v2)
+    path = tmp_path / "catalogue.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+async def test_two_identical_jobs_at_once_each_count_every_order_they_matched(
+    azurite_table_port: int,
+    broker: Broker,
+    simulator: SimulatorServer,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Issue 41, finding 7: two migrate jobs (v2 back to v1) started together over the
+    same orders. Both match them all; one moves each order, and the other finds each
+    moved on when its turn comes: skipped. For each job done + skipped + failed =
+    matched, and no order is moved twice."""
+    settings = e2e_settings(azurite_table_port, broker, simulator.url)
+    settings[FILE_SETTING] = str(catalogue_with_reviewed_v2(tmp_path))
+    monkeypatch.setattr(shared.catalogue, "_loaded", None)
+    ids = [f"twin-{i:02d}" for i in range(TWINS)]
+    async with running_system(settings, broker, simulator, monkeypatch) as system:
+        for order_id in ids:
+            status, answer = await system.app.submit(
+                {
+                    "orderId": order_id,
+                    "customerId": "bulk-twins",
+                    "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": 5}],
+                    "workflow": "reviewed-order",
+                }
+            )
+            assert status == 202, answer
+        for order_id in ids:
+            await system.wait_for(order_id, {"Processing"}, currentStep=1)
+
+        async def start() -> dict[str, Any]:
+            body = {"action": "migrate", "filter": TWIN_FILTER, "toVersion": 1}
+            async with system.session.post(f"{system.api}/orders/bulk", json=body) as response:
+                answer: dict[str, Any] = await response.json()
+                assert response.status == 202, answer
+                return answer
+
+        started = await asyncio.gather(start(), start())
+        assert [s["matched"] for s in started] == [TWINS, TWINS]
+
+        async def finished() -> list[dict[str, Any]] | None:
+            jobs = []
+            for s in started:
+                async with system.session.get(f"{system.api}/bulk/{s['bulkId']}") as response:
+                    jobs.append(await response.json())
+            return jobs if all(j["state"] == "Done" for j in jobs) else None
+
+        jobs = await until_done(finished, 60)
+        for job in jobs:
+            assert job["done"] + job["skipped"] + job["failed"] == job["matched"], job
+            assert job["failed"] == 0, job
+        assert sorted((j["done"], j["skipped"]) for j in jobs) == [(0, TWINS), (TWINS, 0)], jobs
+
+        for order_id in ids:
+            view = await system.order(order_id)
+            assert view["workflowVersion"] == 1, view
+            moved = [h for h in view["history"] if h["event"] == "migrated"]
+            assert len(moved) == 1 and " by bulk:" in moved[0]["detail"], view["history"]
+
+
+async def until_done(
+    check: Callable[[], Awaitable[list[dict[str, Any]] | None]], timeout: float
+) -> list[dict[str, Any]]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    last = None
+    while asyncio.get_running_loop().time() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"the jobs not Done within {timeout:.0f} s")

@@ -200,7 +200,64 @@ async def test_an_order_moved_on_before_its_turn_is_skipped_not_forced() -> None
     await resubmit_order(world.deps(), "e-1", "someone")
     await work_jobs(deps, budget=timedelta(hours=1))
     finished = await job_status(deps, job.bulk_id)
-    assert (finished.done, finished.skipped, finished.failed) == (2, 0, 0)
+    # The contract: an order that no longer matches when its turn comes is skipped,
+    # so a finished job accounts for every order it matched (issue 41, finding 7).
+    assert (finished.matched, finished.done, finished.skipped, finished.failed) == (3, 2, 1, 0)
+
+
+async def test_a_job_whose_orders_all_moved_on_counts_each_as_skipped() -> None:
+    world = World()
+    for i in range(20):
+        await time_out_at_payment(world, f"e-{i:02d}")
+    deps = bulk(world)
+    job = await start_job(deps, BulkRequest(BulkAction.RESUBMIT, ERROR_AT_PAYMENT), "ops")
+    from shared.usecases.operator import resubmit_order  # noqa: PLC0415
+
+    for i in range(0, 20, 2):
+        await resubmit_order(world.deps(), f"e-{i:02d}", "someone")
+    await work_jobs(deps, budget=timedelta(hours=1))
+    finished = await job_status(deps, job.bulk_id)
+    assert (finished.state, finished.matched) == (JobState.DONE, 20)
+    assert (finished.done, finished.skipped, finished.failed) == (10, 10, 0)
+
+
+@pytest.mark.parametrize(
+    ("action", "flt", "moved"),
+    [
+        (BulkAction.RESUBMIT, ERROR_AT_PAYMENT, ProcessState.PENDING),
+        (BulkAction.CANCEL, ERROR_AT_PAYMENT, ProcessState.ERROR),
+        (BulkAction.SUSPEND, BulkFilter(customer_id="cust-1"), ProcessState.SUSPENDED),
+    ],
+)
+async def test_two_identical_jobs_at_once_each_account_for_every_order_it_matched(
+    action: BulkAction, flt: BulkFilter, moved: ProcessState
+) -> None:
+    """Both count the same orders; the first acts on them, so the second finds each
+    moved on when its turn comes: skipped, and nothing is acted on twice."""
+    world = World()
+    for i in range(12):
+        if action is BulkAction.SUSPEND:
+            await submit_order(world.deps(), an_order(f"o-{i:02d}", clock=world.clock))
+        else:
+            await time_out_at_payment(world, f"o-{i:02d}")
+    deps = bulk(world)
+    first = await start_job(deps, BulkRequest(action, flt), "ops")
+    second = await start_job(deps, BulkRequest(action, flt), "ops")
+    assert first.matched == second.matched == 12
+
+    await work_jobs(deps, budget=timedelta(hours=1))
+
+    jobs = [await job_status(deps, j.bulk_id) for j in (first, second)]
+    assert {j.state for j in jobs} == {JobState.DONE}
+    # Which runs first is the timer's choice (they were created in the same instant).
+    assert sorted((j.done, j.skipped, j.failed) for j in jobs) == [(0, 12, 0), (12, 0, 0)]
+    for i in range(12):
+        history = await world.store.history(f"o-{i:02d}")
+        assert sum(1 for h in history if " by bulk:" in f" {h.detail}") == 1
+        process = await world.store.load(f"o-{i:02d}")
+        assert process is not None
+        if action is not BulkAction.CANCEL:
+            assert process.state.process_state is moved
 
 
 async def test_suspend_then_resume_in_bulk_and_a_job_that_matches_nothing_is_done() -> None:
