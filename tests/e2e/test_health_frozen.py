@@ -14,7 +14,6 @@ import asyncio
 import signal
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,26 +23,13 @@ import pytest
 from devhost.harness.stack import Stack
 from shared.contract import Route, Setting
 from shared.usecases.health_check import HEALTH_TTL
+from tests.e2e.test_infrastructure_outage import Answer, ask
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
 
 ANSWER_WITHIN = 3.5
 """The issue's bound for each answer of /api/health, whatever is frozen."""
 SETTINGS = {Setting.SUPERVISOR_SCHEDULE: "*/1 * * * * *"}
-
-
-@dataclass
-class Answer:
-    status: int
-    body: dict[str, Any]
-    seconds: float
-
-
-async def ask(session: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> Answer:
-    begun = time.monotonic()
-    async with session.request(method, url, **kw) as response:
-        body = await response.json(content_type=None)
-        return Answer(response.status, body, time.monotonic() - begun)
 
 
 async def health(stack: Stack, session: aiohttp.ClientSession) -> Answer:
