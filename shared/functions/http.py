@@ -53,7 +53,9 @@ def is_json_media_type(content_type: str | None) -> bool:
 
 
 def read_json(req: func.HttpRequest) -> tuple[Any, func.HttpResponse | None]:
-    """The parsed body, or the 4xx that explains why there is none.
+    """The parsed body, or the 4xx that explains why there is none. Every route's body
+    comes through here, so here is where a lone surrogate or a number that is not finite
+    is refused (shared/jsonbounds.py), before any handler could store it.
 
     A missing content type is refused too: a browser's cross-site form or `text/plain`
     POST must not pass as JSON (the request would be "simple", with no CORS preflight).
@@ -69,6 +71,8 @@ def read_json(req: func.HttpRequest) -> tuple[Any, func.HttpResponse | None]:
         )
     try:
         return jsonbounds.loads(raw), None
+    except jsonbounds.Unrepresentable as exc:
+        return None, problem(400, "Invalid JSON", f"the body holds what JSON cannot carry: {exc}")
     except ValueError as exc:
         return None, problem(400, "Invalid JSON", f"the body is not JSON: {exc}")
 
