@@ -143,6 +143,18 @@ def check(raw: bytes | str, max_depth: int = MAX_DEPTH) -> None:
         loads(raw, max_depth)
 
 
+def utf8(json_text: str) -> bytes:
+    """JSON text as UTF-8, whatever text it holds: a lone surrogate (in a row stored
+    before this rule, or from anything else that never came through it) is written as
+    its escape, which a parser reads back as the same code point. UTF-8 has no bytes
+    for one, and `str.encode` raises. Only the strings of JSON text can hold one, so
+    the escape lands inside a string."""
+    try:
+        return json_text.encode()
+    except UnicodeEncodeError:
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text).encode()
+
+
 def _bytes(raw: bytes | str) -> bytes:
     return raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
 
