@@ -152,7 +152,15 @@ def utf8(json_text: str) -> bytes:
     try:
         return json_text.encode()
     except UnicodeEncodeError:
-        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text).encode()
+        return escape_surrogates(json_text).encode()
+
+
+def escape_surrogates(text: str) -> str:
+    """Each lone surrogate as its escape (`\\ud800`): in JSON text the same code point,
+    in other text a readable one that any encoding can write."""
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _bytes(raw: bytes | str) -> bytes:
