@@ -75,10 +75,11 @@ def _may_not_be_finite(data: bytes) -> bool:
     adds at most 99). Searched as substrings, not with a regex: a queue message is read
     by this on every delivery, and `re` takes as long as the parse.
 
-    An exponent counts only in a number, which JSON puts after `[`, `,`, `:`,
-    whitespace or nothing: a hex id's `3e456` is not one (a quarter of uuid4 hex ids
-    hold such a run). Each look back stops at the first character that is not the
-    mantissa's, an `e` included, so together they cost one pass, whatever the input."""
+    An exponent counts only in a number, which JSON puts after `[`, `,`, `:`, its four
+    whitespace characters or nothing (pydantic's parser, which reads what passes here,
+    takes no byte-order mark): a hex id's `3e456` is not one (a quarter of uuid4 hex
+    ids hold such a run). Each look back stops at the first character that is not the
+    mantissa's, an `e` included, so the scan stays linear whatever the input."""
     if b"NaN" in data or b"Infinity" in data:
         return True
     shape = data.translate(_DIGITS_AND_SIGNS)
