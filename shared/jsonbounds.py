@@ -135,6 +135,34 @@ def loads(raw: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
     return value
 
 
+def loads_answer(raw: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads`` for an answer that cannot be refused, as a client's body is: a
+    provider's 2xx says its operation took effect, and the result in it is what a
+    compensation needs. Each number that is not finite is null and each lone surrogate
+    U+FFFD, so what is kept follows the rule; ValueError only for what is not JSON."""
+    check_depth(raw, max_depth)
+    try:
+        value = json.loads(raw, parse_constant=lambda _: None, parse_float=_finite_or_none)
+    except RecursionError:
+        raise TooDeep("JSON nested too deep to parse") from None
+    return _replace_surrogates(value) if _may_hold_surrogate(_bytes(raw)) else value
+
+
+def _finite_or_none(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _replace_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
+    return value
+
+
 def check(raw: bytes | str, max_depth: int = MAX_DEPTH) -> None:
     """For a document another parser reads (a queue message, by pydantic, which takes
     NaN too): the depth, then the rule, parsing here only what may break it."""
