@@ -145,7 +145,22 @@ def loads_answer(raw: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
         value = json.loads(raw, parse_constant=lambda _: None, parse_float=_finite_or_none)
     except RecursionError:
         raise TooDeep("JSON nested too deep to parse") from None
-    return _replace_surrogates(value) if _may_hold_surrogate(_bytes(raw)) else value
+    return _kept(value) if _may_hold_surrogate(_bytes(raw)) else value
+
+
+def dumps(value: Any, **options: Any) -> str:
+    """``json.dumps`` that writes only what the rule accepts, whatever `value` holds: a
+    row stored before the rule may hold NaN (which JSON has no token for: a client's
+    parser fails on the whole answer) or a lone surrogate (which our own triggers now
+    refuse, so a message carrying one from an old row is dead-lettered). Each is
+    written as null and U+FFFD. The usual value costs one dumps and a substring test."""
+    try:
+        text = json.dumps(value, allow_nan=False, **options)
+    except ValueError:  # NaN or an infinity
+        return json.dumps(_kept(value), allow_nan=False, **options)
+    if _may_hold_surrogate(_bytes(text)):
+        return json.dumps(_kept(value), allow_nan=False, **options)
+    return text
 
 
 def _finite_or_none(text: str) -> float | None:
@@ -153,13 +168,17 @@ def _finite_or_none(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _replace_surrogates(value: Any) -> Any:
+def _kept(value: Any) -> Any:
+    """`value` with each number that is not finite as None and each lone surrogate, in
+    a string or a name, as U+FFFD."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
     if isinstance(value, str):
         return _SURROGATE.sub("\ufffd", value)
     if isinstance(value, dict):
-        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_replace_surrogates(v) for v in value]
+        return {_kept(k): _kept(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_kept(v) for v in value]
     return value
 
 

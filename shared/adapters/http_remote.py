@@ -90,8 +90,14 @@ class HttpRemoteService:
         with translated_errors(call.operation):
             async with self._session.post(
                 url,
-                json=body,
-                headers={"Idempotency-Key": call.idempotency_key, **trace_headers()},
+                # As the rule for text and numbers has it: a result stored before the
+                # rule, carried by an undo's payload, may hold NaN (issue 41).
+                data=jsonbounds.dumps(body),
+                headers={
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": call.idempotency_key,
+                    **trace_headers(),
+                },
                 timeout=aiohttp.ClientTimeout(total=max(timeout, 0.001)),
             ) as response:
                 text = await response.text(errors="replace")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,8 +19,12 @@ from hypothesis import strategies as st
 
 from shared import jsonbounds
 from shared.contract import Queue
+from shared.domain import process as machine
 from shared.domain.messages import AgentReply, AgentRequest, InvalidMessage, Nudge
+from shared.domain.model import ReceivedEvent
+from tests.builders import an_order
 from tests.functions.conftest import Harness
+from tests.workflows import REVIEWED_ORDER
 
 ITEM = {"sku": "SKU-1", "quantity": 1, "unitPrice": 1.0}
 ORDER = {"customerId": "c-1", "items": [ITEM]}
@@ -237,3 +242,29 @@ async def test_a_lone_surrogate_or_a_non_finite_number_in_a_message_is_dead_lett
 def test_every_message_kind_parses_through_the_rule(kind: Any) -> None:
     with pytest.raises(InvalidMessage, match="not a finite number"):
         kind.parse(b'{"orderId": "o-1", "x": NaN}')
+
+
+async def test_an_order_stored_before_the_rule_is_answered_as_json_that_keeps_it(
+    harness: Harness,
+) -> None:
+    """An older version stored `"by": NaN` (finding 3) and a lone surrogate in a cancel
+    reason (finding 1): the order's GET was invalid JSON ("Unexpected token 'N'" on the
+    operator page). Each is answered as null and U+FFFD now."""
+    order = replace(an_order("o-old"), customer_id="c-1")
+    process = machine.start(order, REVIEWED_ORDER, harness.clock.now()).process
+    approval = ReceivedEvent(
+        "ev-1", "review", harness.clock.now(), {"approved": True, "by": math.nan}
+    )
+    state = replace(process.state, last_error="cancelled: \ud800", events=(approval,))
+    await harness.store.create(replace(process, state=state), [])
+    for name, path, params in (
+        ("get_order", "orders/o-old", {"orderId": "o-old"}),
+        ("list_orders_http", "orders", {}),
+    ):
+        response = await harness.http(name, "GET", path, route_params=params)
+        assert response.status_code == 200
+        answer = jsonbounds.loads(response.get_body())  # the rule's own parse: strict
+        shown = answer if name == "get_order" else answer["items"][0]
+        assert shown["lastError"] == "cancelled: \ufffd"
+        if name == "get_order":
+            assert answer["events"][0]["by"] is None

@@ -9,6 +9,7 @@ step left to time out; the bytes made the agent raise, and its request go round 
 from __future__ import annotations
 
 import json
+import math
 
 import aiohttp
 import pytest
@@ -68,3 +69,19 @@ async def test_an_outcome_answer_that_breaks_the_rule_is_kept_too(
     async with aiohttp.ClientSession() as session:
         outcome = await HttpRemoteService(provider.url, session).outcome(KEY, 5)
     assert (outcome.kind, outcome.result) == (RemoteOutcomeKind.APPLIED, {"fee": None})
+
+
+async def test_a_call_carrying_a_value_stored_before_the_rule_sends_json_a_provider_reads(
+    provider: ScriptedProvider,
+) -> None:
+    """A compensation's payload is the step's result, which an older version may have
+    stored with NaN (issue 41): sent as the token, a provider's JSON parser refuses the
+    whole request. It goes as null, and a lone surrogate as U+FFFD."""
+    provider.on("POST", "/refund-payment", Answer(200, {"result": {"refunded": True}}))
+    payload = {"result": {"fee": math.nan, "ref": "r-\ud800", "limits": [math.inf]}}
+    call = RemoteCall("o-1", "refund-payment", "o-1:refund-payment", payload, KEY)
+    async with aiohttp.ClientSession() as session:
+        await HttpRemoteService(provider.url, session).invoke(call, 5)
+    (seen,) = provider.calls("POST", "/refund-payment")
+    assert seen.body["payload"] == {"result": {"fee": None, "ref": "r-\ufffd", "limits": [None]}}
+    assert seen.headers["Content-Type"].startswith("application/json")
