@@ -11,6 +11,7 @@ able to drive it.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -182,7 +183,7 @@ class HttpFrontend:
         )
 
     async def _dispatch(self, request: web.Request) -> tuple[web.StreamResponse, str | None]:
-        refused = self._refusal(request)
+        refused = self._refusal(request) or _undecodable_header(request)
         if refused is not None:
             return refused, None
         relative = self._relative(request.rel_url.raw_path)
@@ -229,6 +230,23 @@ class HttpFrontend:
                 f"function {spec.name} raised; the traceback is in the devhost log",
                 invocationId=invocation_id,
             ), spec.name
+
+
+def _undecodable_header(request: web.Request) -> web.Response | None:
+    """aiohttp reads a header value as UTF-8 with surrogateescape, so bytes that are not
+    UTF-8 (`\\xff`, or a surrogate's CESU-8 bytes) come out as lone surrogates. The
+    Functions host never passes a function one (its headers travel as protobuf strings,
+    UTF-8 by definition), and a function that stored one (`x-operator` goes into the
+    order's history) would break the archive and every client after it (issue 41)."""
+    for name, value in request.headers.items():
+        if not value.isascii() and _SURROGATES.search(value):
+            return problem(
+                400, "Invalid header", f"the value of header {name[:64]!r} is not UTF-8 text"
+            )
+    return None
+
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def _first_values(pairs: Any) -> Mapping[str, str]:

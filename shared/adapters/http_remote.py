@@ -18,7 +18,6 @@ the agent (usecases.throttle) and counts against neither the breaker nor the ord
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from shared import jsonbounds
 from shared.domain.in_doubt import (
     ABANDONED,
     IN_PROGRESS,
@@ -90,11 +90,17 @@ class HttpRemoteService:
         with translated_errors(call.operation):
             async with self._session.post(
                 url,
-                json=body,
-                headers={"Idempotency-Key": call.idempotency_key, **trace_headers()},
+                # As the rule for text and numbers has it: a result stored before the
+                # rule, carried by an undo's payload, may hold NaN (issue 41).
+                data=jsonbounds.dumps(body),
+                headers={
+                    "Content-Type": "application/json",
+                    "Idempotency-Key": call.idempotency_key,
+                    **trace_headers(),
+                },
                 timeout=aiohttp.ClientTimeout(total=max(timeout, 0.001)),
             ) as response:
-                text = await response.text()
+                text = await response.text(errors="replace")
                 status = response.status
                 retry_after = _retry_after(response.headers)
         data = _json(text)
@@ -145,7 +151,7 @@ class HttpRemoteService:
                 headers=trace_headers(),
                 timeout=aiohttp.ClientTimeout(total=max(timeout, 0.001)),
             ) as response:
-                status, data = response.status, _json(await response.text())
+                status, data = response.status, _json(await response.text(errors="replace"))
                 retry_after = _retry_after(response.headers)
         if _transient(status):
             code = str(data.get("code") or f"http-{status}")
@@ -208,8 +214,12 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def _json(text: str) -> dict[str, Any]:
+    """A provider's answer, kept as the rule for text and numbers allows (issue 41): a
+    result with `NaN` or a lone surrogate, carried on in the agent's reply, would have
+    the Scheduler dead-letter that reply and leave the step to time out. Bytes that are
+    not UTF-8 are U+FFFD already (`text(errors="replace")`); they raised before."""
     try:
-        value = json.loads(text) if text else {}
+        value = jsonbounds.loads_answer(text) if text else {}
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}

@@ -39,6 +39,7 @@ from azure.data.tables import TableTransactionError, UpdateMode
 from azure.data.tables.aio import TableClient, TableServiceClient
 
 from shared.adapters.table_errors import refused_with, translated_errors
+from shared.adapters.table_rows import url_text
 from shared.domain.fairness import (
     Admission,
     CustomerLoad,
@@ -59,7 +60,9 @@ _FORBIDDEN_IN_KEYS: Final = str.maketrans({c: "_" for c in "/\\#?\t\n\r"})
 
 
 def partition(customer: str) -> str:
-    return PARTITION_PREFIX + customer.translate(_FORBIDDEN_IN_KEYS)
+    """A lone surrogate, in an order stored before the edge refused them (issue 41),
+    is spelled as its escape: a key goes into the request's URL."""
+    return PARTITION_PREFIX + url_text(customer).translate(_FORBIDDEN_IN_KEYS)
 
 
 def _member_key(order_id: str) -> str:

@@ -83,6 +83,19 @@ def history_key(version: int, index: int) -> str:
     return f"{HISTORY_PREFIX}{version:010d}-{index:02d}"
 
 
+def in_url(text: str) -> bool:
+    """Whether a request's URL can carry the text, as a key or in a filter: not with a
+    lone surrogate, which UTF-8 has no bytes for (the SDK's quoting raises). Text
+    stored before the edge refused them may hold one (issue 41)."""
+    return text.isascii() or text == url_text(text)
+
+
+def url_text(text: str) -> str:
+    """The text with each lone surrogate spelled as its escape (`\\ud800`), the rest as
+    it is: a key made of any other text stays the key it always was."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def watch_partition(order_id: str) -> str:
     return f"~watch-{zlib.crc32(order_id.encode()) % WATCH_SHARDS:02d}"
 

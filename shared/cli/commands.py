@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from shared import jsonbounds
 from shared.cli import output
 from shared.cli.api import OperatorApi, View
 from shared.cli.config import ApiConfig, BusConfig
@@ -31,7 +32,10 @@ class Console:
     json: bool
 
     def show(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        """An order stored before the edge refused lone surrogates (issue 41) may hold
+        one, which no terminal encoding can write: it is shown as its escape (the
+        same text, in JSON)."""
+        print(jsonbounds.escape_surrogates(text), file=self.out, flush=True)
 
     def data(self, value: Any) -> None:
         self.show(output.to_json(value))

@@ -115,12 +115,12 @@ def _decode(adapter: TypeAdapter[T], body: bytes | str) -> T:
     if len(body) > MAX_MESSAGE_BYTES:
         raise InvalidMessage(f"body of {len(body)} bytes exceeds {MAX_MESSAGE_BYTES}")
     try:
-        jsonbounds.check_depth(body)
+        jsonbounds.check(body)
         return adapter.validate_json(body)
-    except jsonbounds.TooDeep as exc:
-        raise InvalidMessage(str(exc)) from None
     except ValidationError as exc:
         raise InvalidMessage(describe(exc)) from None
+    except ValueError as exc:  # too deep, against the rule, or not JSON at all
+        raise InvalidMessage(str(exc)) from None
 
 
 def describe(exc: ValidationError) -> str:

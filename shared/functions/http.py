@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -32,15 +31,17 @@ def problem(
     if code is not None:
         body["code"] = code
     return func.HttpResponse(
-        json.dumps(body), status_code=status, mimetype=PROBLEM_JSON, headers=headers
+        jsonbounds.dumps(body), status_code=status, mimetype=PROBLEM_JSON, headers=headers
     )
 
 
 def json_response(
     body: Any, status: int = 200, headers: dict[str, str] | None = None
 ) -> func.HttpResponse:
+    """Written by the rule the bodies are read by: an order stored before it may hold NaN
+    or a lone surrogate (issue 41), answered as null and U+FFFD, never as invalid JSON."""
     return func.HttpResponse(
-        json.dumps(body), status_code=status, mimetype="application/json", headers=headers
+        jsonbounds.dumps(body), status_code=status, mimetype="application/json", headers=headers
     )
 
 
@@ -53,7 +54,9 @@ def is_json_media_type(content_type: str | None) -> bool:
 
 
 def read_json(req: func.HttpRequest) -> tuple[Any, func.HttpResponse | None]:
-    """The parsed body, or the 4xx that explains why there is none.
+    """The parsed body, or the 4xx that explains why there is none. Every route's body
+    comes through here, so here is where a lone surrogate or a number that is not finite
+    is refused (shared/jsonbounds.py), before any handler could store it.
 
     A missing content type is refused too: a browser's cross-site form or `text/plain`
     POST must not pass as JSON (the request would be "simple", with no CORS preflight).
@@ -69,6 +72,8 @@ def read_json(req: func.HttpRequest) -> tuple[Any, func.HttpResponse | None]:
         )
     try:
         return jsonbounds.loads(raw), None
+    except jsonbounds.Unrepresentable as exc:
+        return None, problem(400, "Invalid JSON", f"the body holds what JSON cannot carry: {exc}")
     except ValueError as exc:
         return None, problem(400, "Invalid JSON", f"the body is not JSON: {exc}")
 

@@ -28,7 +28,10 @@ import traceback
 from collections.abc import Callable, Generator
 from types import TracebackType
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+"""Controls and line separators, and lone surrogates: a handler that writes UTF-8 (the
+worker's, to the host) cannot encode one, and drops the record with a traceback of its
+own. An order stored before the edge refused them may hold one (issue 41)."""
 
 
 def escape_controls(text: str) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from shared.cli import output
+from shared.cli.commands import Console
 from shared.cli.deadletters import DeadLetter, Peeked, Settled, Settlement
 
 STATE: dict[str, Any] = {
@@ -171,3 +173,18 @@ def test_settlement_text_and_json() -> None:
     assert output.settlement_json(result)["done"] == [
         {"messageId": "m-1", "sequenceNumber": 3, "newMessageId": "m-1~requeue-3"}
     ]
+
+
+def test_a_lone_surrogate_is_shown_as_its_escape_on_a_utf8_terminal() -> None:
+    """An order stored before the edge refused them (issue 41): printing it raised
+    UnicodeEncodeError, and the CLI died showing it. As JSON the escape is the same
+    text; in a table, a readable one."""
+    written = io.BytesIO()
+    out = io.TextIOWrapper(written, encoding="utf-8", errors="strict")
+    console = Console(out, True)
+    console.data({**STATE, "lastError": "cancelled: \ud800x"})
+    console.show(output.orders_table([{**STATE, "lastError": "cancelled: \ud800x"}]))
+    out.flush()
+    document, table = written.getvalue().decode("utf-8").split("\n}\n")
+    assert json.loads(document + "}")["lastError"] == "cancelled: \ud800x"
+    assert "cancelled: \\ud800x" in table

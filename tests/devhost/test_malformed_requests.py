@@ -107,6 +107,26 @@ async def test_a_newline_in_the_path_reaches_the_runtime_404(
     assert " INFO " in line and "/api/items\\x0amore/x -> 404" in line
 
 
+@pytest.mark.parametrize(
+    "value", [b"a\xed\xa0\x80b", b"\xff", b"ops-\xc3"], ids=["CESU-8 surrogate", "xff", "cut"]
+)
+async def test_a_header_that_is_not_utf8_is_a_400_before_any_function(
+    started: LocalHost, value: bytes
+) -> None:
+    """aiohttp would hand the function lone surrogates (surrogateescape), which the
+    Functions host never does (issue 41)."""
+    raw = GET + HOST + b"X-Test: " + value + b"\r\nConnection: close\r\n\r\n"
+    document = assert_problem(await exchange(started.api_url, raw), 400)
+    assert document["detail"] == "the value of header 'X-Test' is not UTF-8 text"
+
+
+async def test_a_utf8_header_still_reaches_the_function(started: LocalHost) -> None:
+    raw = GET + HOST + "X-Test: Zoë 😀\r\nConnection: close\r\n\r\n".encode()
+    status, _, body = await exchange(started.api_url, raw)
+    assert status == 200
+    assert json.loads(body)["header"] == "Zoë 😀"
+
+
 async def test_a_body_that_is_not_what_its_encoding_says_is_a_client_error(
     started: LocalHost, console: io.StringIO
 ) -> None:

@@ -12,13 +12,14 @@ from typing import Any
 
 import aiohttp
 import pytest
+from yarl import URL
 
 import function_app
 from devhost.broker import Broker
 from devhost.host.loader import functions_of
 from devhost.host.runtime import LocalHost
 from devhost.simulator import SimulatorServer
-from shared import bootstrap
+from shared import bootstrap, jsonbounds
 from shared.cli.app import run as cli
 from shared.contract import DevhostSetting, Setting
 from shared.settings import azurite_connection_string
@@ -106,6 +107,105 @@ async def test_a_foreign_host_is_refused_and_never_echoed(system: Any) -> None:
         system.session, "POST", f"{system.api}/orders", json={**ORDER, "orderId": "host-1"}
     )
     assert status == 202 and headers["Location"].startswith("http://127.0.0.1:")
+
+
+ITEMS = '[{"sku": "SKU-1", "quantity": 1, "unitPrice": 5.0}]'
+EDGE_BODIES = {
+    "order, customerId escaped": (
+        "POST",
+        "orders",
+        '{"customerId": "c-\\ud800", "items": $}'.replace("$", ITEMS),
+    ),
+    "order, customerId raw": (
+        "POST",
+        "orders",
+        '{"customerId": "c-\ud800", "items": $}'.replace("$", ITEMS),
+    ),
+    "order, unitPrice 1e400": (
+        "POST",
+        "orders",
+        '{"customerId": "c-1", "items": [{"sku": "S", "quantity": 1, "unitPrice": 1e400}]}',
+    ),
+    "cancel reason": ("POST", "orders/o-edge/cancel", '{"reason": "\\ud800"}'),
+    "approval by NaN": (
+        "POST",
+        "orders/o-edge/events/review",
+        '{"eventId": "ev-1", "data": {"approved": true, "by": NaN}}',
+    ),
+    "approval by a lone surrogate": (
+        "POST",
+        "orders/o-edge/events/review",
+        '{"eventId": "ev-2", "data": {"approved": true, "by": "\\ud800x"}}',
+    ),
+    "approval by an object": (
+        "POST",
+        "orders/o-edge/events/review",
+        '{"eventId": "ev-3", "data": {"approved": true, "by": {"name": "ana"}}}',
+    ),
+    "drain reason": ("PUT", "agents/payment/drain", '{"drained": true, "reason": "\\udfff"}'),
+    **{
+        f"bulk {action}, filter.customerId {how}{', dry run' if dry else ''}": (
+            "POST",
+            "orders/bulk",
+            json.dumps({"action": action, "dryRun": dry, "filter": {"state": state}})[:-2]
+            + f', "customerId": "{lone}"}}}}',
+        )
+        for action, state in (("cancel", "Error"), ("resume", "Suspended"), ("resubmit", "Error"))
+        for how, lone in (("escaped", "\\ud800"), ("raw", "\ud800"))
+        for dry in (False, True)
+    },
+}
+"""Issue 41's findings 1-4 on the running system: each was a 202 (and stored), or a 500
+for the bulk filter, whose Table Storage query could not quote it."""
+
+
+async def test_a_lone_surrogate_or_a_non_finite_number_in_a_body_is_a_400_and_kept_nowhere(
+    system: Any,
+) -> None:
+    review = {**ORDER, "orderId": "o-edge", "workflow": "reviewed-order"}
+    status, text, _ = await ask(system.session, "POST", f"{system.api}/orders", json=review)
+    assert status == 202, text
+    json_type = {"Content-Type": "application/json"}
+    for case, (method, path, body) in EDGE_BODIES.items():
+        status, text, _ = await ask(
+            system.session,
+            method,
+            f"{system.api}/{path}",
+            data=body.encode("utf-8", "surrogatepass"),
+            headers=json_type,
+        )
+        assert is_problem(status, text, 400), (case, status, text)
+    status, text, _ = await ask(system.session, "GET", f"{system.api}/orders/o-edge")
+    assert status == 200
+    order = jsonbounds.loads(text)  # strict: what the rule refuses was never kept
+    assert order["events"] == [] and order["processState"] != "Cancelled"
+    status, text, _ = await ask(system.session, "GET", f"{system.api}/agents")
+    assert not any(a["drained"] for a in jsonbounds.loads(text)["agents"])
+    status, text, _ = await ask(system.session, "GET", f"{system.api}/orders?pageSize=1000")
+    assert [o["orderId"] for o in jsonbounds.loads(text)["items"]] == ["o-edge"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "orders/%ED%A0%80",
+        "orders/o-edge/events/%ED%A0%80",
+        "orders?continuation=%ED%A0%80",
+        "orders?state=Error&continuation=%ED%A0%80",
+        "orders?state=Processing&continuation=%ED%A0%80",
+        "archive/%ED%A0%80",
+        "orders?pageSize=NaN",
+        "archive/2026-01-01?pages=Infinity",
+    ],
+)
+async def test_a_surrogates_bytes_or_a_non_finite_number_in_a_url_is_no_5xx(
+    system: Any, path: str
+) -> None:
+    """A URL has no spelling for a lone surrogate: these are the bytes one would take,
+    which the runtime reads as U+FFFD; a 4xx, never a 5xx."""
+    url = URL(f"{system.api}/{path}", encoded=True)
+    async with system.session.get(url) as response:
+        assert response.status < 500, await response.text()
 
 
 @pytest.fixture

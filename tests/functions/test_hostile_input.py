@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from typing import Any
 
 import pytest
@@ -107,7 +108,7 @@ async def test_a_not_before_table_storage_cannot_keep_is_a_400(
     no_error_logged(caplog)
 
 
-BULK_FILTERS = {
+BULK_FILTERS: dict[str, dict[str, Any]] = {
     "createdTo at the calendar's start, +14:00": {"createdTo": "0001-01-01T00:00:00+14:00"},
     "createdTo at its end, -23:59": {"createdTo": "9999-12-31T23:59:59-23:59"},
     "createdFrom month 13": {"createdFrom": "2026-13-01T00:00:00Z"},
@@ -116,8 +117,23 @@ BULK_FILTERS = {
     "step with ESC": {"step": "\x1b[2Jcharge-payment"},
     "customerId of 10,000 characters": {"customerId": "x" * 10_000},
     "state unknown": {"state": "Nope"},
+    "customerId with a lone surrogate": {"customerId": "c-\ud800"},
+    "step with a lone surrogate": {"step": "\udfffcharge-payment"},
+    "workflowVersion NaN": {"workflow": "order-fulfilment", "workflowVersion": math.nan},
+    "workflowVersion Infinity": {"workflow": "order-fulfilment", "workflowVersion": math.inf},
 }
-LIMITS = {"zero": "0", "negative": "-1", "1e400": "1e400", "a string": '"abc"', "303.5": "303.5"}
+"""A lone surrogate in filter.customerId was a 500 on Table Storage, whose filter
+quoting cannot encode it (issue 41, finding 2)."""
+LIMITS = {
+    "zero": "0",
+    "negative": "-1",
+    "1e400": "1e400",
+    "a string": '"abc"',
+    "303.5": "303.5",
+    "NaN": "NaN",
+    "Infinity": "Infinity",
+    "-Infinity": "-Infinity",
+}
 
 
 @pytest.mark.parametrize("case", BULK_FILTERS)
@@ -142,3 +158,67 @@ async def test_a_hostile_bulk_limit_is_a_400(
     )
     assert "limit" in problem(response, 400)["detail"]
     no_error_logged(caplog)
+
+
+NOT_TEXT = {
+    "an object": {"name": "ana"},
+    "a list": ["ana"],
+    "a huge number": 1e308,
+    "true": True,
+    "NaN": math.nan,
+    "a lone surrogate": "\ud800x",
+}
+
+
+@pytest.mark.parametrize("field", ["by", "comment"])
+@pytest.mark.parametrize("value", NOT_TEXT)
+async def test_an_approval_whose_by_or_comment_is_not_text_is_a_400(
+    harness: Harness, caplog: pytest.LogCaptureFixture, field: str, value: str
+) -> None:
+    """Issue 41, findings 3 and 4: `"by": NaN` was answered 202, charged the order and
+    made its GET invalid JSON; an object or a huge number was kept and echoed back."""
+    order = {**ORDER, "orderId": "o-review", "workflow": "reviewed-order"}
+    assert (await harness.http("submit_order_http", "POST", "orders", order)).status_code == 202
+    data = {"approved": True, field: NOT_TEXT[value]}
+    response = await harness.http(
+        "send_event_http",
+        "POST",
+        "orders/o-review/events/review",
+        raw=json.dumps({"eventId": "ev-1", "data": data}).encode(),
+        route_params={"orderId": "o-review", "eventName": "review"},
+    )
+    problem(response, 400)
+    stored = await harness.store.load("o-review")
+    assert stored is not None and stored.state.events == ()
+    no_error_logged(caplog)
+
+
+@pytest.mark.parametrize(
+    ("route", "body"),
+    [
+        ("cancel_order_http", '{"reason": "\\ud800"}'),
+        ("cancel_order_http", '{"reason": NaN}'),
+        ("drain_agent_http", '{"drained": true, "reason": "\\udfff"}'),
+        ("drain_agent_http", '{"drained": Infinity}'),
+    ],
+)
+async def test_a_lone_surrogate_or_a_non_finite_number_in_an_operators_body_is_a_400(
+    harness: Harness, caplog: pytest.LogCaptureFixture, route: str, body: str
+) -> None:
+    """Issue 41, finding 1: a cancel reason of `"\\ud800"` was answered 202 and stored,
+    and the archive then failed on that order on every run."""
+    assert (await harness.http("submit_order_http", "POST", "orders", ORDER_O1)).status_code == 202
+    method, path, params = {
+        "cancel_order_http": ("POST", "orders/o-1/cancel", {"orderId": "o-1"}),
+        "drain_agent_http": ("PUT", "agents/payment/drain", {"agent": "payment"}),
+    }[route]
+    response = await harness.http(route, method, path, raw=body.encode(), route_params=params)
+    problem(response, 400)
+    stored = await harness.store.load("o-1")
+    assert stored is not None and stored.state.process_state.value == "Pending"
+    agents = json.loads((await harness.http("agents_http", "GET", "agents")).get_body())
+    assert not any(a["drained"] for a in agents["agents"])
+    no_error_logged(caplog)
+
+
+ORDER_O1 = {**ORDER, "orderId": "o-1"}

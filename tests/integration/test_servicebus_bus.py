@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,7 +21,8 @@ from shared.adapters.servicebus_bus import (
     ServiceBusMessageBus,
 )
 from shared.contract import PoisonProperty, Queue
-from shared.domain.model import Outgoing
+from shared.domain.messages import AgentRequest
+from shared.domain.model import Action, Outgoing
 from shared.ports import BusUnavailable, Poison
 from tests.broker.helpers import body_of, connect, receive_n
 
@@ -155,6 +157,33 @@ async def test_a_lone_message_and_a_large_one_arrive_whole(
     assert first.application_properties == {b"orderId": b"small-1", b"k": b"v"}
     assert second.application_properties == {b"orderId": b"big-1"}
     assert json.loads(body_of(second))["pad"] == "x" * 100_000
+
+
+async def test_a_value_stored_before_the_rule_goes_as_a_message_the_triggers_take(
+    broker: Broker, bus: ServiceBusMessageBus
+) -> None:
+    """A compensation's payload carries the step's result, and an older version stored
+    results with NaN (issue 41): sent as the token, the agent's trigger, which refuses
+    it now, would dead-letter the undo. It goes as null, a lone surrogate as U+FFFD."""
+    request = AgentRequest(
+        order_id="o-old",
+        step="charge-payment",
+        action=Action.COMPENSATE,
+        attempt=2,
+        complete_by=datetime(2030, 1, 1, tzinfo=UTC),
+        idempotency_key="o-old:refund-payment",
+        payload={"result": {"fee": math.nan, "ref": "r-\ud800", "limits": [math.inf, 1.5]}},
+        undoes="o-old:charge-payment",
+    )
+    await bus.send([request.outgoing("payment")])
+    async with (
+        connect(broker.connection_string) as client,
+        client.get_queue_receiver("agent-payment") as receiver,
+    ):
+        (got,) = await receive_n(receiver, 1, timeout=10)
+        await receiver.complete_message(got)
+    taken = AgentRequest.parse(body_of(got))
+    assert taken.payload == {"result": {"fee": None, "ref": "r-\ufffd", "limits": [None, 1.5]}}
 
 
 async def test_a_resent_batch_is_dropped_by_duplicate_detection(

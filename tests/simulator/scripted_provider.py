@@ -17,6 +17,8 @@ class Answer:
     status: int
     body: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None
+    """Sent as it is, as application/json: what no JSON writer of ours would write."""
 
 
 def in_progress(retry_after: str | None = None) -> Answer:
@@ -72,6 +74,12 @@ class ScriptedProvider:
         if not script:
             raise web.HTTPNotFound()
         answer = script.pop(0) if len(script) > 1 else script[0]
+        if answer.raw is not None:
+            return web.Response(
+                status=answer.status,
+                body=answer.raw,
+                headers={**answer.headers, "Content-Type": "application/json"},
+            )
         if answer.body is None:
             return web.Response(status=answer.status, headers=answer.headers)
         return web.json_response(answer.body, status=answer.status, headers=answer.headers)

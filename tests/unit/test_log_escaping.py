@@ -5,6 +5,7 @@ worker's and the OpenTelemetry distro's handlers, which never see our formatter.
 from __future__ import annotations
 
 import ast
+import io
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,6 +63,25 @@ def test_an_id_and_a_reason_in_arguments_stay_on_one_line(root_handler: Kept, na
         "order ord-1\\x0d\\x0a04:00:00 ERROR orders forged\\x1b[2J\\x1b[31m\\u2028"
         " cancelled: why\\x0anot (attempt 3)"
     )
+
+
+def test_a_lone_surrogate_is_escaped_so_a_utf8_handler_keeps_the_record(
+    root_handler: Kept,
+) -> None:
+    """Text stored before the edge refused lone surrogates (issue 41), logged: a handler
+    that encodes UTF-8, as the worker's does, reported a logging error and lost it."""
+    written = io.BytesIO()
+    stream = io.TextIOWrapper(written, encoding="utf-8", errors="strict")
+    strict = logging.StreamHandler(stream)
+    logging.getLogger().addHandler(strict)
+    try:
+        app_logger("orders.scheduler").warning("order %s: %s", "o-1", "cancelled: \ud800x")
+    finally:
+        logging.getLogger().removeHandler(strict)
+    (message,) = root_handler.messages
+    assert message == "order o-1: cancelled: \\ud800x"
+    stream.flush()
+    assert written.getvalue() == b"order o-1: cancelled: \\ud800x\n"
 
 
 def test_a_message_built_before_logging_is_escaped_too(root_handler: Kept) -> None:

@@ -174,6 +174,38 @@ async def test_an_approval_without_approved_is_refused() -> None:
         await send_event(world.deps(), "o-1", "review", "ev-1", {"ok": True})
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"approved": True, "by": {"name": "ana"}},
+        {"approved": True, "by": 1e308},
+        {"approved": True, "by": ["ana"]},
+        {"approved": False, "comment": 12},
+        {"approved": False, "by": "ana", "comment": {"why": "fraud"}},
+        {"approved": True, "by": True},
+    ],
+)
+async def test_an_approval_whose_by_or_comment_is_not_a_string_is_refused(
+    data: dict[str, object],
+) -> None:
+    """As the 400's message and the OpenAPI document say (issue 41, finding 4): an object
+    or a huge number was kept and echoed back as the approver."""
+    world = World()
+    await reach_review(world)
+    with pytest.raises(machine.InvalidEventData, match='"by"\\?: string'):
+        await send_event(world.deps(), "o-1", "review", "ev-1", data)
+    process = await loaded(world)
+    assert process.state.events == ()
+    assert process.steps[1].status is StepStatus.RUNNING
+
+
+async def test_an_approval_by_and_comment_may_be_left_out_or_null() -> None:
+    world = World()
+    await reach_review(world)
+    await send_event(world.deps(), "o-1", "review", "ev-1", {"approved": True, "by": None})
+    assert (await loaded(world)).steps[1].status is StepStatus.COMPLETED
+
+
 async def test_an_expired_review_compensates_by_its_policy_and_counts_nothing() -> None:
     world = World()
     await reach_review(world)

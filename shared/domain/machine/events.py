@@ -25,7 +25,7 @@ class NotAwaited(ValueError):
 
 
 class InvalidEventData(ValueError):
-    """An approval's data must say `approved: true|false`."""
+    """An approval's data must say `approved: true|false`, with `by` and `comment` text."""
 
 
 class TooManyEvents(InvalidTransition):
@@ -63,7 +63,7 @@ def receive_event(
             f"(its events: {waited})"
         )
     approval = any(s.approval for s in workflow.steps if s.event == name)
-    if approval and not isinstance((data or {}).get("approved"), bool):
+    if approval and not _is_approval(data or {}):
         raise InvalidEventData(
             f"event {name!r} is an approval: its data is "
             '{"approved": true|false, "by"?: string, "comment"?: string}'
@@ -140,3 +140,13 @@ def _not_final(process: OrderProcess) -> None:
         raise InvalidTransition(
             f"order {process.order_id} is {state.process_state.value}: it waits for nothing"
         )
+
+
+def _is_approval(data: JsonObject) -> bool:
+    """`by` and `comment` are text when given (null is not given): the approver is shown
+    on the order and the comment becomes a rejection's error, and an object or a number
+    kept there was echoed back to every reader as if it were a name."""
+    texts = (data.get("by"), data.get("comment"))
+    return isinstance(data.get("approved"), bool) and all(
+        t is None or isinstance(t, str) for t in texts
+    )
