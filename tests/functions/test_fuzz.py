@@ -150,6 +150,12 @@ BODIES: dict[str, tuple[str, str, dict[str, str], Any]] = {
         {"agent": "payment"},
         {"drained": True, "reason": "maintenance"},
     ),
+    "answer_approval_http": (
+        "POST",
+        "orders/{id}/approval",
+        {"orderId": "{id}"},
+        {"eventId": "ap-1", "approved": True, "comment": "ok", "event": "review"},
+    ),
 }
 PARAMETERS: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
     # function: method, path, its route parameters, its query parameters
