@@ -167,6 +167,12 @@ _closing: set[asyncio.Task[None]] = set()
 """Background closes of failed links, referenced until done."""
 
 
+def _close_in_background(link: ServiceBusSender | ServiceBusReceiver) -> None:
+    task = asyncio.create_task(_close_quietly(link))
+    _closing.add(task)
+    task.add_done_callback(_closing.discard)
+
+
 async def _close_quietly(link: ServiceBusSender | ServiceBusReceiver) -> None:
     with contextlib.suppress(ServiceBusError, OSError, TimeoutError):
         async with asyncio.timeout(CLOSE_TIMEOUT):
@@ -219,9 +225,10 @@ class ServiceBusMessageBus:
         self._pools: dict[str, _SenderPool] = {}
         self._open_lock = asyncio.Lock()
         self._pinger: ServiceBusReceiver | None = None
+        self._opening_pinger: asyncio.Task[ServiceBusReceiver] | None = None
         self._ping_lock = asyncio.Lock()
-        """One ping at a time: the Supervisor's checks ping concurrently, and a receiver
-        used while another task still opens it failed inside the SDK."""
+        """One peek at a time: the Supervisor's checks ping concurrently, and a receiver
+        used while another task still opened it failed inside the SDK."""
         self.sent = 0
         self.transfers = 0
         self.failures = 0
@@ -311,34 +318,48 @@ class ServiceBusMessageBus:
         """A peek at `PING_QUEUE`'s dead letters: a management request that the broker
         itself must answer. An open link proved nothing (the SDK answers from its own
         state, so a frozen broker looked healthy); the dead-letter sub-queue, because a
-        receiver's one link credit must never lock a message that is work."""
-        async with self._counted(), bounded(PING_TIMEOUT, "ping: "), self._ping_lock:
+        receiver's one link credit must never lock a message that is work. The receiver
+        opens in a task of its own, bounded like a sender's open: a probe that runs out
+        of time leaves it opening (on a loaded machine the first open alone took longer
+        than a probe may), so the next probe only pays for the peek."""
+        async with self._counted(), bounded(PING_TIMEOUT, "ping: "):
             try:
-                receiver = self._pinger or await self._open_pinger()
-                await receiver.peek_messages(max_message_count=1)
+                receiver = await asyncio.shield(self._pinger_opened())
+                async with self._ping_lock:
+                    await receiver.peek_messages(max_message_count=1)
             except _SEND_ERRORS as exc:
                 self._drop_pinger()
                 raise BusUnavailable(f"ping: {exc}") from None
             except asyncio.CancelledError:
-                self._drop_pinger()
+                if self._pinger is not None:
+                    self._drop_pinger()  # its peek was cut off: it may hang as the call did
                 raise
 
+    def _pinger_opened(self) -> asyncio.Task[ServiceBusReceiver]:
+        if self._opening_pinger is None:
+            self._opening_pinger = asyncio.create_task(self._open_pinger())
+        return self._opening_pinger
+
     async def _open_pinger(self) -> ServiceBusReceiver:
-        async with self._open_lock:
-            receiver = self._client.get_queue_receiver(
-                PING_QUEUE, sub_queue=ServiceBusSubQueue.DEAD_LETTER
-            )
-            self._pinger = receiver
-            await receiver.__aenter__()
-            return receiver
+        receiver = self._client.get_queue_receiver(
+            PING_QUEUE, sub_queue=ServiceBusSubQueue.DEAD_LETTER
+        )
+        try:
+            async with asyncio.timeout(self._send_timeout), self._open_lock:
+                await receiver.__aenter__()
+        except BaseException:
+            self._opening_pinger = None
+            _close_in_background(receiver)
+            raise
+        self._pinger = receiver
+        return receiver
 
     def _drop_pinger(self) -> None:
         """In the background, like a failed sender: its close may hang as its call did."""
         receiver, self._pinger = self._pinger, None
         if receiver is not None:
-            task = asyncio.create_task(_close_quietly(receiver))
-            _closing.add(task)
-            task.add_done_callback(_closing.discard)
+            self._opening_pinger = None
+            _close_in_background(receiver)
 
     @contextlib.asynccontextmanager
     async def _counted(self) -> AsyncIterator[None]:
@@ -354,6 +375,11 @@ class ServiceBusMessageBus:
         client closes once no link is opening (opens hold `_open_lock`): its close walks
         the set of its links, which a link failing to open changes under it."""
         await asyncio.gather(*(pool.close() for pool in self._pools.values()))
+        opening = self._opening_pinger
+        if opening is not None and not opening.done():
+            opening.cancel()
+            with contextlib.suppress(asyncio.CancelledError, *_SEND_ERRORS):
+                await opening
         self._drop_pinger()
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(t for t in _closing if t.get_loop() is loop))
