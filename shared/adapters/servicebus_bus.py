@@ -319,7 +319,8 @@ class ServiceBusMessageBus:
         itself must answer. An open link proved nothing (the SDK answers from its own
         state, so a frozen broker looked healthy); the dead-letter sub-queue, because a
         receiver's one link credit must never lock a message that is work. The receiver
-        opens in a task of its own, bounded like a sender's open: a probe that runs out
+        opens in a task of its own, bounded like a sender's open and never below two probes'
+        time (a silent broker meets the probe's own bound first): a probe that runs out
         of time leaves it opening (on a loaded machine the first open alone took longer
         than a probe may), so the next probe only pays for the peek."""
         async with self._counted(), bounded(PING_TIMEOUT, "ping: "):
@@ -345,7 +346,7 @@ class ServiceBusMessageBus:
             PING_QUEUE, sub_queue=ServiceBusSubQueue.DEAD_LETTER
         )
         try:
-            async with asyncio.timeout(self._send_timeout), self._open_lock:
+            async with asyncio.timeout(max(self._send_timeout, 2 * PING_TIMEOUT)), self._open_lock:
                 await receiver.__aenter__()
         except BaseException:
             self._opening_pinger = None
