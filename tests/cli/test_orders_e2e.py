@@ -15,6 +15,7 @@ from shared.cli.errors import Exit
 from shared.contract import Setting
 from tests.cli.conftest import cli
 from tests.e2e.conftest import System, e2e_settings, running_system
+from tests.e2e.test_ops_page_waits import submit_reviewed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
 
@@ -130,18 +131,6 @@ async def test_send_event_approves_a_waiting_order_as_the_operator(quick_system:
     review = next(s for s in view["steps"] if s["name"] == "manual-review")
     assert review["status"] == "Completed"
     assert [(e["eventId"], e["by"]) for e in view["events"]] == [("e1", "ana")]
-
-
-async def submit_reviewed(system: System, order_id: str) -> None:
-    status, answer = await system.app.submit(
-        {
-            "orderId": order_id,
-            "customerId": "c-1",
-            "items": [{"sku": "SKU-1", "quantity": 1, "unitPrice": 5}],
-            "workflow": "reviewed-order",
-        }
-    )
-    assert status == 202, answer
 
 
 @pytest.fixture
