@@ -68,7 +68,10 @@ ORDER = Order(
 SCHEDULER = "scheduler-1"
 HOLD_WAIT = 20
 """How long a limit holds a request in the model (seconds)."""
-__all__ = ["SKEW", "Domain", "Step", "at", "key", "tick"]
+__all__ = ["REACHED", "SKEW", "Domain", "Step", "at", "key", "tick"]
+REACHED: set[tuple[str, str]] = set()
+"""Every (rule, state before) that made a transition in this process: the handlers the
+exploration reached (tests/model/test_handlers.py)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,16 +134,23 @@ class Domain:
 
     # --- translation ------------------------------------------------------------------
 
-    def _routing(self, drained: frozenset[str]) -> Routing:
+    def routing(self, drained: frozenset[str]) -> Routing:
         """Every agent healthy (so a retry may move to the alternative), some drained."""
         views = {a: AgentView(a, Availability.HEALTHY, "healthy") for a in AGENTS}
         return Routing(views, drained)
 
     def _effects(
-        self, transition: machine.Transition | None, now: int, what: str
+        self,
+        transition: machine.Transition | None,
+        now: int,
+        what: str,
+        before: OrderProcess | None = None,
+        rule: str | None = None,
     ) -> Effects | None:
         if transition is None:
             return None
+        if before is not None:
+            REACHED.add((rule or what, before.state.process_state.value))
         requests: list[Request] = []
         nudges: list[int] = []
         alerts: list[str] = []
@@ -179,16 +189,17 @@ class Domain:
 
     def claim(self, process: OrderProcess, now: int, drained: frozenset[str]) -> Effects | None:
         """The Scheduler consumes a nudge: claim a Pending order, or wake a waiting step."""
-        routing = self._routing(drained)
-        transition = machine.claim(
+        routing = self.routing(drained)
+        claimed = machine.claim(
             process, self.workflow, self.policy, SCHEDULER, at(now), None, routing
-        ) or machine.wake(process, self.workflow, self.policy, at(now), None, routing)
-        return self._effects(transition, now, "claim")
+        )
+        if claimed is not None:
+            return self._effects(claimed, now, "claim", process)
+        woken = machine.wake(process, self.workflow, self.policy, at(now), None, routing)
+        return self._effects(woken, now, "claim", process, "wake")
 
-    def reply(
-        self, process: OrderProcess, answer: Reply, now: int, drained: frozenset[str]
-    ) -> Effects | None:
-        """The Scheduler takes an agent's reply."""
+    def message(self, answer: Reply) -> AgentReply:
+        """The agent's reply on the wire."""
         r = answer.request
         if answer.succeeded:
             error = None
@@ -196,7 +207,7 @@ class Domain:
             error = ErrorInfo(KEY_ABANDONED, "the key was abandoned here")
         else:
             error = ErrorInfo("declined", "rejected by the service")
-        message = AgentReply(
+        return AgentReply(
             order_id=ORDER.order_id,
             step=r.step,
             action=Action.COMPENSATE if r.undo else Action.DO,
@@ -206,10 +217,22 @@ class Domain:
             error=error,
             agent=r.agent,
         )
+
+    def reply(
+        self, process: OrderProcess, answer: Reply, now: int, drained: frozenset[str]
+    ) -> Effects | None:
+        """The Scheduler takes an agent's reply."""
         transition = machine.apply_reply(
-            process, self.workflow, self.policy, message, at(now), None, self._routing(drained)
+            process,
+            self.workflow,
+            self.policy,
+            self.message(answer),
+            at(now),
+            None,
+            self.routing(drained),
         )
-        return self._effects(transition, now, "reply")
+        rule = "reply undo" if answer.request.undo else "reply do"
+        return self._effects(transition, now, "reply", process, rule)
 
     def due(self, process: OrderProcess, now: int) -> bool:
         """Has the order's deadline passed, so a sweep would act on it?"""
@@ -220,7 +243,7 @@ class Domain:
         """What the Supervisor asks about a due order (supervisor._check)."""
         exhausting = machine.exhaustion_undoes(process, self.workflow, self.policy)
         asked = in_doubt.question(
-            process, self.workflow, self._routing(drained), exhausting=exhausting
+            process, self.workflow, self.routing(drained), exhausting=exhausting
         )
         if asked is None:
             return None
@@ -236,34 +259,37 @@ class Domain:
             result = {"ref": key} if answer is Answer.APPLIED else None
             outcome = RemoteOutcome(_OUTCOMES[answer], result)
         transition = machine.recover(process, self.workflow, self.policy, at(now), outcome=outcome)
-        return self._effects(transition, now, "sweep")
+        return self._effects(transition, now, "sweep", process, "recover")
 
     def undelivered(self, process: OrderProcess, now: int) -> Effects | None:
         """The Scheduler's send failed after the save: the use case notes it."""
-        return self._effects(machine.undelivered(process, self.policy, at(now)), now, "undelivered")
+        transition = machine.undelivered(process, self.policy, at(now))
+        return self._effects(transition, now, "undelivered", process)
 
     def cancel(self, process: OrderProcess, now: int) -> Effects | None:
         try:
             transition = machine.cancel(process, self.workflow, self.policy, at(now))
         except machine.InvalidTransition:
             return None
-        return self._effects(transition, now, "cancel")
+        return self._effects(transition, now, "cancel", process)
 
     def suspend(self, process: OrderProcess, now: int) -> Effects | None:
         try:
-            return self._effects(machine.suspend(process, at(now)), now, "suspend")
+            return self._effects(machine.suspend(process, at(now)), now, "suspend", process)
         except machine.InvalidTransition:
             return None
 
     def resume(self, process: OrderProcess, now: int) -> Effects | None:
         try:
-            return self._effects(machine.resume(process, self.policy, at(now)), now, "resume")
+            transition = machine.resume(process, self.policy, at(now))
+            return self._effects(transition, now, "resume", process)
         except machine.InvalidTransition:
             return None
 
     def resubmit(self, process: OrderProcess, now: int) -> Effects | None:
         try:
-            return self._effects(machine.resubmit(process, self.policy, at(now)), now, "resubmit")
+            transition = machine.resubmit(process, self.policy, at(now))
+            return self._effects(transition, now, "resubmit", process)
         except machine.InvalidTransition:
             return None
 
@@ -279,14 +305,14 @@ class Domain:
             )
         except (machine.InvalidTransition, ValueError):
             return None
-        return self._effects(transition, now, f"event {name}")
+        return self._effects(transition, now, f"event {name}", process, "event")
 
     def heartbeat(self, process: OrderProcess, request: Request, now: int) -> Effects | None:
         """A step heartbeat from the agent running `request`."""
         transition = machine.extend_complete_by(
             process, request.attempt, request.step, at(now), self.policy
         )
-        return self._effects(transition, now, "step heartbeat")
+        return self._effects(transition, now, "step heartbeat", process, "heartbeat")
 
     def hold(
         self, process: OrderProcess, request: Request, waited: int, now: int
@@ -295,7 +321,7 @@ class Domain:
         transition = machine.hold_complete_by(
             process, request.attempt, request.step, timedelta(seconds=waited), at(now), self.policy
         )
-        return self._effects(transition, now, "held by a limit")
+        return self._effects(transition, now, "held by a limit", process, "hold")
 
     def complete_by(self, process: OrderProcess, step: str) -> int | None:
         index = self.workflow.index_of(step)

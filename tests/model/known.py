@@ -39,7 +39,7 @@ KNOWN: tuple[Known, ...] = (
 def known(violation: Violation) -> Known | None:
     kinds = signature(violation.trace)
     for entry in KNOWN:
-        if violation.invariant in entry.invariants and isinstance(kinds, frozenset):
-            if entry.needs in kinds:
-                return entry
+        named = violation.invariant in entry.invariants
+        if named and isinstance(kinds, frozenset) and entry.needs in kinds:
+            return entry
     return None

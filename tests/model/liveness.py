@@ -143,7 +143,7 @@ class Liveness:
                     return after, spent
         if spent:
             return None
-        for label, after, used in self._moves(world, spent):
+        for _label, after, used in self._moves(world, spent):
             if used:
                 return after, used
         return None
@@ -171,7 +171,6 @@ class Liveness:
         while key is not None:
             self.good.add(key)
             key = parents[key]
-
 
 
 def invariant(setup: Setup) -> Invariant[World]:
