@@ -66,6 +66,8 @@ ORDER = Order(
     not_before=T0 + timedelta(seconds=NOT_BEFORE),
 )
 SCHEDULER = "scheduler-1"
+BEAT_LEAD = 5
+"""The model's agents beat this long before their call's complete-by."""
 HOLD_WAIT = 20
 """How long a limit holds a request in the model (seconds)."""
 __all__ = ["REACHED", "SKEW", "Domain", "Step", "at", "key", "tick"]

@@ -33,7 +33,7 @@ from tests.model.world import Bounds, OrderWorld, World
 
 OPERATOR = ("cancel", "resubmit", "undrain")
 GREEDY_STEPS = 80
-SEARCH_STATES = 5_000
+SEARCH_STATES = 1_000
 _PREFERENCE = ("serve", "apply", "arrive", "deliver", "claim", "nudge", "sweep", "time")
 
 
@@ -65,6 +65,7 @@ class Liveness:
 
     setup: Setup
     good: set[Hashable] = field(default_factory=set)
+    bad: dict[Hashable, str] = field(default_factory=dict)
     checked: int = 0
     stuck: list[tuple[World, str]] = field(default_factory=list)
 
@@ -102,17 +103,22 @@ class Liveness:
         """None when `start` can reach a right end; else why not."""
         self.checked += 1
         begin = replace(start, operator_moves=0, events_sent=self.model.bounds.events)
-        if self._key(begin, False) in self.good:
+        key = self._key(begin, False)
+        if key in self.good:
             return None
-        if self._greedy(begin) or self._search(begin):
+        if key in self.bad:
+            return self.bad[key]
+        if self._greedy(begin) or self._operated(begin) or self._search(begin):
             return None
         why = f"no right end from t={start.now}: {driver.describe(start.process)}"
+        self.bad[key] = why
         self.stuck.append((start, why))
         return why
 
-    def _greedy(self, world: World) -> bool:
+    def _greedy(self, world: World, spent: bool = False) -> bool:
+        """Follow the system's likeliest move; where it has none, try each operator
+        action in turn (so every one an order at rest allows is taken somewhere)."""
         path: list[Hashable] = []
-        spent = False
         for _ in range(GREEDY_STEPS):
             key = self._key(world, spent)
             if key in self.good or good_end(world):
@@ -121,14 +127,28 @@ class Liveness:
                 return True
             path.append(key)
             move = self._first(world, spent)
-            if move is None:
+            if move is not None:
+                world = move
+                continue
+            if spent:
                 return False
-            world, spent = move
+            moves = self._moves(world, spent)
+            tried = [self._greedy(after, True) for _, after, used in moves if used]
+            if any(tried):
+                self.good.update(path)
+                return True
+            return False
         return False
 
-    def _first(self, world: World, spent: bool) -> tuple[World, bool] | None:
+    def _operated(self, world: World) -> bool:
+        """The operator acts first (an order waiting for a drained agent waits forever
+        on its own, which the greedy walk cannot tell from progress), then the system."""
+        moves = self._moves(world, False)
+        return any([self._greedy(after, True) for _, after, used in moves if used])
+
+    def _first(self, world: World, spent: bool) -> World | None:
         """The system's likeliest move, in a fixed order (the first the world offers in
-        its likeliest category), else the operator's, else none."""
+        its likeliest category), or None when it has none."""
         model = self.model
         world = replace(world, just_sent=(), notes=(), operator_moves=int(spent))
         for moves in (
@@ -140,12 +160,7 @@ class Liveness:
         ):
             for label, after in moves:
                 if _system(label):
-                    return after, spent
-        if spent:
-            return None
-        for _label, after, used in self._moves(world, spent):
-            if used:
-                return after, used
+                    return after
         return None
 
     def _search(self, world: World) -> bool:

@@ -78,6 +78,11 @@ class Bounds:
     lost_replies: bool = True
     answers: bool = True
     """Does the Supervisor ask the service about a key in doubt?"""
+    arrivals: bool = True
+    """May a request reach its service and run there before it applies (False: it is
+    served at once, or never arrives)?"""
+    unanswered: bool = True
+    """May the Supervisor's question go unanswered?"""
     late_applies: int = 1
     """How many requests a service without abandon may apply after their live time."""
     events: int = 2
@@ -100,12 +105,26 @@ BOUNDS = {
         lost_replies=False,
         send_failures=False,
         late_applies=0,
+        events=1,
+    ),
+    "deep": Bounds(
+        rejectable=frozenset(),
+        drainable=(),
+        operator_actions=0,
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        late_applies=0,
         events=0,
+        arrivals=False,
+        unanswered=False,
     ),
 }
 """The named bounds the tests and `python -m tests.model` explore. `lean` leaves the
-environment only timeouts and the Supervisor's answers, so it reaches deep (the last
-step of a four-step workflow, exhausted) where liveness brings in the operator."""
+environment only timeouts, the Supervisor's answers and one event, so it reaches deep
+(the last step of a four-step workflow, exhausted) where liveness brings in the
+operator. `deep` leaves it less still (a request is served at once or lost, every
+question is answered), to reach the end of every workflow's retries."""
 
 
 @dataclass(frozen=True)
@@ -360,7 +379,8 @@ class OrderWorld:
                 answer = _ANSWER_OF[status]
                 how = "asked, then abandon"
         yield answer, asked, f"  {agent} ({how}) answers {answer.value} about {key}"
-        yield Answer.UNKNOWN, world, f"  {agent} gives no answer about {key}"
+        if self.bounds.unanswered:
+            yield Answer.UNKNOWN, world, f"  {agent} gives no answer about {key}"
 
     def _operator(self, world: World) -> Iterator[tuple[str, World]]:
         if world.operator_moves >= self.bounds.operator_actions:
@@ -462,7 +482,8 @@ class OrderWorld:
             if world.now >= request.live_until(skew):
                 continue
             arrived = self._arrive(world, request)
-            yield f"arrive {request.describe()}", arrived
+            if self.bounds.arrivals:
+                yield f"arrive {request.describe()}", arrived
             waiting = request in arrived.calls
             space = world.space(request.agent)
             if not waiting or not arrived.provider.can_apply(space, request.key, world.now):
@@ -554,6 +575,8 @@ class OrderWorld:
             instants |= {request.complete_by, request.live_until(skew)}
         instants |= {s.live_until for s in world.sent}
         instants |= {e.live_until for e in world.provider.entries}
+        if self.bounds.heartbeats:  # a beat moves a complete-by only once it is near
+            instants |= {c.complete_by - driver.BEAT_LEAD for c in world.calls}
         ahead = [t for t in instants if t > world.now]
         if not ahead:
             return
