@@ -54,6 +54,11 @@ DEEP = [
     pytest.param("failed-sends", FAILED_SENDS, DEFAULT, 8, id="failed-sends-depth-8"),
     pytest.param("everything", EVERYTHING, DEFAULT, 7, id="everything-depth-7"),
     *(pytest.param("core", CORE, s, 9, id=f"{n}-depth-9") for n, s in SETUPS.items()),
+    *(
+        pytest.param("deep", BOUNDS["deep"], s, 16, id=f"{n}-deep-16")
+        for n, s in SETUPS.items()
+        if n.count("/") == 1
+    ),
 ]
 
 
