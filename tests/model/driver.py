@@ -47,6 +47,7 @@ from shared.domain.model import (
     ProcessState,
 )
 from shared.domain.routing import AgentView, Availability, Routing
+from shared.domain.workflow import Workflow
 from tests.model.setups import DEFAULT, SKEW, Setup
 from tests.model.wire import Answer, Effects, Question, Reply, Request
 from tests.workflows import AGENTS
@@ -133,6 +134,12 @@ class Domain:
         self.pivot = self.workflow.pivot
         self.events = tuple(sorted(self.workflow.events))
         self.approvals = frozenset(s.event for s in self.workflow.steps if s.approval)
+        self.target = later_version(self.workflow)
+        self.versions = {w.version: w for w in (self.workflow, self.target)}
+
+    def of(self, process: OrderProcess) -> Workflow:
+        """The version the order pins (the use cases' `find_workflow`)."""
+        return self.versions[process.state.workflow_version]
 
     # --- translation ------------------------------------------------------------------
 
@@ -193,11 +200,11 @@ class Domain:
         """The Scheduler consumes a nudge: claim a Pending order, or wake a waiting step."""
         routing = self.routing(drained)
         claimed = machine.claim(
-            process, self.workflow, self.policy, SCHEDULER, at(now), None, routing
+            process, self.of(process), self.policy, SCHEDULER, at(now), None, routing
         )
         if claimed is not None:
             return self._effects(claimed, now, "claim", process)
-        woken = machine.wake(process, self.workflow, self.policy, at(now), None, routing)
+        woken = machine.wake(process, self.of(process), self.policy, at(now), None, routing)
         return self._effects(woken, now, "claim", process, "wake")
 
     def message(self, answer: Reply) -> AgentReply:
@@ -226,7 +233,7 @@ class Domain:
         """The Scheduler takes an agent's reply."""
         transition = machine.apply_reply(
             process,
-            self.workflow,
+            self.of(process),
             self.policy,
             self.message(answer),
             at(now),
@@ -243,9 +250,9 @@ class Domain:
 
     def question(self, process: OrderProcess, drained: frozenset[str]) -> Question | None:
         """What the Supervisor asks about a due order (supervisor._check)."""
-        exhausting = machine.exhaustion_undoes(process, self.workflow, self.policy)
+        exhausting = machine.exhaustion_undoes(process, self.of(process), self.policy)
         asked = in_doubt.question(
-            process, self.workflow, self.routing(drained), exhausting=exhausting
+            process, self.of(process), self.routing(drained), exhausting=exhausting
         )
         if asked is None:
             return None
@@ -260,7 +267,9 @@ class Domain:
         if answer is not None:
             result = {"ref": key} if answer is Answer.APPLIED else None
             outcome = RemoteOutcome(_OUTCOMES[answer], result)
-        transition = machine.recover(process, self.workflow, self.policy, at(now), outcome=outcome)
+        transition = machine.recover(
+            process, self.of(process), self.policy, at(now), outcome=outcome
+        )
         return self._effects(transition, now, "sweep", process, "recover")
 
     def undelivered(self, process: OrderProcess, now: int) -> Effects | None:
@@ -270,7 +279,7 @@ class Domain:
 
     def cancel(self, process: OrderProcess, now: int) -> Effects | None:
         try:
-            transition = machine.cancel(process, self.workflow, self.policy, at(now))
+            transition = machine.cancel(process, self.of(process), self.policy, at(now))
         except machine.InvalidTransition:
             return None
         return self._effects(transition, now, "cancel", process)
@@ -303,11 +312,21 @@ class Domain:
         data = None if approved is None else {"approved": approved, "by": "reviewer"}
         try:
             transition = machine.receive_event(
-                process, self.workflow, self.policy, event_id, name, data, at(now)
+                process, self.of(process), self.policy, event_id, name, data, at(now)
             )
         except (machine.InvalidTransition, ValueError):
             return None
         return self._effects(transition, now, f"event {name}", process, "event")
+
+    def migrate(self, process: OrderProcess, now: int) -> Effects | None:
+        """An operator moves the order to the other version; None when it refuses."""
+        source = self.of(process)
+        target = self.target if source is self.workflow else self.workflow
+        try:
+            transition = machine.migrate(process, source, target, at(now))
+        except machine.InvalidTransition:
+            return None
+        return self._effects(transition, now, f"migrate to v{target.version}", process, "migrate")
 
     def heartbeat(self, process: OrderProcess, request: Request, now: int) -> Effects | None:
         """A step heartbeat from the agent running `request`."""
@@ -326,7 +345,7 @@ class Domain:
         return self._effects(transition, now, "held by a limit", process, "hold")
 
     def complete_by(self, process: OrderProcess, step: str) -> int | None:
-        index = self.workflow.index_of(step)
+        index = self.of(process).index_of(step)
         if index is None or index >= len(process.steps):
             return None
         when = process.steps[index].complete_by
@@ -335,7 +354,7 @@ class Domain:
     # --- what the judge reads -----------------------------------------------------------
 
     def next_check(self, process: OrderProcess, now: int) -> int | None:
-        check = machine.next_check(process, self.workflow, self.policy, at(now))
+        check = machine.next_check(process, self.of(process), self.policy, at(now))
         return None if check is None else tick(check)
 
     def watched(self, process: OrderProcess, now: int) -> bool:
@@ -365,7 +384,24 @@ class Domain:
         return tuple(sorted(ticks))
 
     def past_pivot(self, process: OrderProcess) -> bool:
-        return past_pivot(process.steps, self.workflow)
+        return past_pivot(process.steps, self.of(process))
+
+
+def later_version(workflow: Workflow) -> Workflow:
+    """A version 2 that differs in a field of every step: a timeout (which a done step may
+    change), and for a wait what it means (an approval becomes a plain event, a timer
+    waits a fixed time): the migrate rule must refuse the second once the step is done."""
+    steps = tuple(
+        dataclasses.replace(
+            s,
+            timeout_seconds=(s.timeout_seconds or 30) * 2,
+            approval=False if s.approval else s.approval,
+            until=None if s.until else s.until,
+            wait_seconds=20 if s.until else s.wait_seconds,
+        )
+        for s in workflow.steps
+    )
+    return dataclasses.replace(workflow, steps=steps, version=workflow.version + 1)
 
 
 def finished(process: OrderProcess) -> str | None:

@@ -5,10 +5,10 @@ in some state is a part of the product the model does not hold, and fails here.
 A handler is a rule of shared/domain/process.py taken in one ProcessState (the state
 before) that made a transition. HANDLERS lists them; tests/model/driver.py records
 each one an exploration reaches (`REACHED`). The explorations are small: each shipped
-workflow under both policies, lean and deep (a four-step order exhausted at its last
-step) and with everything at a small depth, liveness included (its operator reaches
-the held orders). An event kept by an order held in Error is reached only deeper (a
-held reviewed-order is 10 events in): docs/explorer.md.
+workflow under both policies at a small depth, two lean and deeper ones with liveness
+(its operator reaches the held orders), and everything at a small depth. An event
+kept by an order held in Error is reached only deeper (a held reviewed-order is 10
+events in): docs/explorer.md.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from tests.model.world import BOUNDS, OrderWorld
 
 LEAN = 10
 CORE = 5
+HELD = ("order-fulfilment/hold", "scheduled-delivery/compensate")
+"""Lean and deep enough to hold an order in Error (liveness's operator then resubmits
+and cancels it) and to fire a timer."""
 P = ProcessState
 HANDLERS: frozenset[tuple[str, ProcessState]] = frozenset(
     {
@@ -51,6 +54,8 @@ HANDLERS: frozenset[tuple[str, ProcessState]] = frozenset(
         ("event", P.PROCESSING),
         ("event", P.COMPENSATING),
         ("event", P.SUSPENDED),
+        ("migrate", P.PENDING),
+        ("migrate", P.PROCESSING),
         ("heartbeat", P.PROCESSING),
         ("hold", P.PROCESSING),
     }
@@ -62,9 +67,11 @@ def reach() -> set[tuple[str, str]]:
     for name, setup in SETUPS.items():
         if name.count("/") != 1:
             continue
+        explore(OrderWorld(BOUNDS["core"], setup), INVARIANTS, CORE, signature)
+    for name in HELD:
+        setup = SETUPS[name]
         checks = (*INVARIANTS, liveness.invariant(setup))
         explore(OrderWorld(BOUNDS["lean"], setup), checks, LEAN, signature)
-        explore(OrderWorld(BOUNDS["core"], setup), INVARIANTS, CORE, signature)
     explore(OrderWorld(BOUNDS["everything"], DEFAULT), INVARIANTS, 5, signature)
     return set(driver.REACHED)
 

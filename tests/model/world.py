@@ -15,7 +15,8 @@ happen next, ours and the environment's alike:
   a shortcut for the common case that keeps the happy path shallow);
 - the Supervisor sweeps a due order, with every answer the service could truthfully
   give at that moment about the key in doubt, and "no answer";
-- an operator cancels, suspends, resumes, resubmits, drains or undrains an agent;
+- an operator cancels, suspends, resumes, resubmits, migrates the order to the other
+  version of its workflow (driver.later_version), drains or undrains an agent;
 - an outside system sends an event the workflow waits for (an approval approved or
   rejected), early, late or twice;
 - a service without abandon applies a request after its live time (the residual risk);
@@ -31,7 +32,7 @@ every shipped workflow, both ExhaustedPolicy values, services with and without a
 and two services sharing one key space (the ledger is kept per key space).
 
 Not modelled: sweeps during an outage of our own broker or store (recover's
-count=False), a crash between a save and its sends, migrate, dropped versions, archive,
+count=False), a crash between a save and its sends, dropped versions, archive,
 bulk actions, and a second order. Time is absolute (ticks from t0), so a story that
 starts late (a nudge held back until the Pending deadline) is explored again, shifted.
 """
@@ -93,8 +94,9 @@ class Bounds:
     """A limit holding a request before its call starts (machine/hold.py)."""
 
 
+MIGRATING = frozenset({"cancel", "suspend", "resume", "resubmit", "drain", "undrain", "migrate"})
 BOUNDS = {
-    "core": Bounds(duplicates=False, lost_replies=False, send_failures=False),
+    "core": Bounds(duplicates=False, lost_replies=False, send_failures=False, operator=MIGRATING),
     "failed-sends": Bounds(duplicates=False, lost_replies=False, rejectable=frozenset()),
     "everything": Bounds(heartbeats=True, holds=True),
     "lean": Bounds(
@@ -393,6 +395,7 @@ class OrderWorld:
             ("suspend", domain.suspend),
             ("resume", domain.resume),
             ("resubmit", domain.resubmit),
+            ("migrate", domain.migrate),
         )
         for name, move in moves:
             if name not in allowed:
