@@ -130,10 +130,12 @@ class Liveness:
             if move is not None:
                 world = move
                 continue
-            if spent:
-                return False
             moves = self._moves(world, spent)
-            tried = [self._greedy(after, True) for _, after, used in moves if used]
+            tried = [
+                self._greedy(after, used)
+                for label, after, used in moves
+                if used or label == "resume"
+            ]
             if any(tried):
                 self.good.update(path)
                 return True
@@ -144,7 +146,9 @@ class Liveness:
         """The operator acts first (an order waiting for a drained agent waits forever
         on its own, which the greedy walk cannot tell from progress), then the system."""
         moves = self._moves(world, False)
-        return any([self._greedy(after, True) for _, after, used in moves if used])
+        return any(
+            [self._greedy(after, used) for label, after, used in moves if used or label == "resume"]
+        )
 
     def _first(self, world: World, spent: bool) -> World | None:
         """The system's likeliest move, in a fixed order (the first the world offers in
