@@ -210,6 +210,20 @@ class InMemoryStateStore:
             del self._watch[entry.order_id]
             self._customers.pop(entry.order_id, None)
 
+    async def purge(self, order_id: str, etag: str) -> bool:
+        """The archive's purge (shared/adapters/memory_archive.py): every row of the
+        order and its watch entry, only at `etag`; one already gone is purged again."""
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        current = self._records.get(order_id)
+        if current is not None and current[1] != etag:
+            return False
+        self._records.pop(order_id, None)
+        self._history.pop(order_id, None)
+        self._watch.pop(order_id, None)
+        self._customers.pop(order_id, None)
+        return True
+
     async def ping(self) -> None:
         return None
 
