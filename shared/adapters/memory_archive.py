@@ -1,7 +1,7 @@
 """The archive's in-memory adapters, with the Table and Blob adapters' semantics: the
 cursor's ETag, the pointer per order, the purge of an order's rows at the ETag a page
-read, and the pages by day. The archiver and what meets it (intake, the operator's
-routes) are tested on them at full speed."""
+read (its mark left in their place), and the pages by day. The archiver and what meets
+it (intake, the operator's routes) are tested on them at full speed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from datetime import date, datetime
 
 from shared.adapters.memory import InMemoryStateStore
 from shared.adapters.readable import readable
-from shared.domain.archive import ArchiveCursor, ArchivedEntry, ArchivedOrder, day_prefix
+from shared.domain.archive import (
+    ArchiveCursor,
+    ArchivedEntry,
+    ArchivedMark,
+    ArchivedOrder,
+    day_prefix,
+)
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.rest_index import RestRange
 from shared.ports import ConcurrencyConflict
@@ -66,8 +72,8 @@ class InMemoryArchiveStore:
         await asyncio.sleep(0)
         self._pointers.pop(order_id, None)
 
-    async def purge(self, order_id: str, etag: str) -> bool:
-        return await self._store.purge(order_id, etag)
+    async def purge(self, mark: ArchivedMark, etag: str) -> bool:
+        return await self._store.purge(mark, etag)
 
 
 class InMemoryArchiveBlobs:
