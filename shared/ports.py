@@ -512,6 +512,18 @@ class ArchiveStore(Protocol):
 
     async def drop_pointer(self, order_id: str) -> None: ...
 
+    async def pointers(
+        self, limit: int, continuation: str | None
+    ) -> tuple[tuple[ArchivedEntry, ...], str | None]:
+        """A page of every archived order's pointer, and where the next goes on (the
+        one-off backfill of marks: shared/usecases/archive_marks.py)."""
+        ...
+
+    async def mark(self, mark: ArchivedMark) -> bool:
+        """Write the mark of an order archived before marks were kept, where no row holds
+        its key; False when one does (its mark, or an order started under the id since)."""
+        ...
+
     async def purge(self, mark: ArchivedMark, etag: str) -> bool:
         """Replace the order's state row by its `mark`, only at `etag`, then delete every
         other row of the order; False (nothing changed) when the state row changed since.

@@ -75,6 +75,18 @@ class InMemoryArchiveStore:
     async def purge(self, mark: ArchivedMark, etag: str) -> bool:
         return await self._store.purge(mark, etag)
 
+    async def pointers(
+        self, limit: int, continuation: str | None
+    ) -> tuple[tuple[ArchivedEntry, ...], str | None]:
+        await asyncio.sleep(0)
+        ids = sorted(i for i in self._pointers if continuation is None or i > continuation)
+        chosen = ids[:limit]
+        more = chosen[-1] if len(ids) > len(chosen) and chosen else None
+        return tuple(self._pointers[i] for i in chosen), more
+
+    async def mark(self, mark: ArchivedMark) -> bool:
+        return await self._store.put_mark(mark)
+
 
 class InMemoryArchiveBlobs:
     def __init__(self) -> None:

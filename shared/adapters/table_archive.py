@@ -30,6 +30,7 @@ cursor and the mark in place.
 
 from __future__ import annotations
 
+import base64
 import json
 import zlib
 from collections.abc import Mapping
@@ -61,7 +62,29 @@ _BATCH: Final = 100
 
 
 def pointer_partition(order_id: str) -> str:
-    return f"~archived-{zlib.crc32(order_id.encode()) % POINTER_SHARDS:02d}"
+    return pointer_partition_at(zlib.crc32(order_id.encode()) % POINTER_SHARDS)
+
+
+def pointer_partition_at(shard: int) -> str:
+    return f"~archived-{shard % POINTER_SHARDS:02d}"
+
+
+def _pointer(entity: Mapping[str, Any]) -> ArchivedEntry:
+    return ArchivedEntry(
+        str(entity["RowKey"]),
+        ProcessState(entity["ProcessState"]),
+        rows.utc(entity["FinishedAt"]),
+        rows.utc(entity["ArchivedAt"]),
+        str(entity["Blob"]),
+    )
+
+
+def _encode(token: Any) -> str | None:
+    return base64.urlsafe_b64encode(json.dumps(token).encode()).decode() if token else None
+
+
+def _decode(token: str | None) -> Any:
+    return json.loads(base64.urlsafe_b64decode(token.encode())) if token else None
 
 
 class TableArchiveStore:
@@ -153,6 +176,30 @@ class TableArchiveStore:
     async def drop_pointer(self, order_id: str) -> None:
         with translated_errors(when=refused_status(404)):
             await self._table.delete_entity(pointer_partition(order_id), order_id)
+
+    async def pointers(
+        self, limit: int, continuation: str | None
+    ) -> tuple[tuple[ArchivedEntry, ...], str | None]:
+        """Its 16 shards in one range of partitions, as the watch list's."""
+        await self._store.ensure_table()
+        found: list[ArchivedEntry] = []
+        with translated_errors():
+            pager: Any = self._table.query_entities(
+                "PartitionKey ge @first and PartitionKey le @last",
+                parameters={"first": pointer_partition_at(0), "last": pointer_partition_at(-1)},
+                results_per_page=limit,
+            ).by_page(continuation_token=_decode(continuation))
+            async for page in pager:
+                found += [_pointer(e) async for e in page]
+                break
+            token = pager.continuation_token
+        return tuple(found), _encode(token)
+
+    async def mark(self, mark: ArchivedMark) -> bool:
+        with translated_errors(when=refused_status(409)):
+            await self._table.create_entity(rows.mark_entity(mark))
+            return True
+        return False
 
     async def purge(self, mark: ArchivedMark, etag: str) -> bool:
         order_id = mark.order_id

@@ -37,6 +37,7 @@ from shared.domain.rest_index import REST_STATES, RestRange, rest_entry
 from shared.ports import AlreadyExists
 from shared.settings import azurite_connection_string
 from shared.usecases.archive import GRACE, Archiver, archived_order
+from shared.usecases.archive_marks import backfill_marks
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.submission import OrderConflict, submit_order
 from tests.builders import a_policy, an_order
@@ -377,3 +378,36 @@ async def test_a_purge_again_finds_its_mark_and_a_changed_order_is_left(parts: P
     assert not await parts.archive.purge(replace(mark, order_id="changed"), read.etag)
     assert await parts.store.archived("changed") is None
     assert await parts.store.load("changed") is not None
+
+
+async def test_the_backfill_marks_orders_archived_before_marks(parts: Parts) -> None:
+    """Pointers paged over their 16 shards; a mark written where the key is free, from
+    the blob's copy; an id a newer order took is named and left; safe to repeat."""
+    ids = [f"old-{i}" for i in range(5)]
+    for order_id in ids:
+        await put(parts.store, order_id, ProcessState.PROCESSED, OLD)
+    assert (await parts.archiver().run()).archived == 5
+    for order_id in ids:  # as a purge before marks left them
+        await parts.store.table.delete_entity(order_id, "state")
+    reborn = machine.start(an_order("old-4", fingerprint="other"), ORDER_FULFILMENT, NOW)
+    await parts.store.create(reborn.process, reborn.history)
+
+    pages, written, continuation = 0, 0, None
+    reused: list[str] = []
+    while True:
+        page = await backfill_marks(parts.store, parts.archive, parts.blobs, 2, continuation)
+        pages, written = pages + 1, written + page.written
+        reused += page.reused
+        continuation = page.continuation
+        if continuation is None:
+            break
+
+    assert (written, reused) == (4, ["old-4"]) and pages >= 3
+    for order_id in ids[:4]:
+        assert await parts.store.archived(order_id) == ArchivedMark(
+            order_id, "fp", ProcessState.PROCESSED, NOW
+        )
+    loaded = await parts.store.load("old-4")
+    assert loaded is not None and loaded.order.fingerprint == "other", "left as it is"
+    again = await backfill_marks(parts.store, parts.archive, parts.blobs, 100, None)
+    assert (again.scanned, again.written, again.reused) == (5, 0, ("old-4",))

@@ -19,6 +19,7 @@ from shared.domain.archive import RetentionPolicy
 from shared.domain.model import ProcessState, StepStatus
 from shared.domain.rest_index import rest_entry
 from shared.usecases.archive import Archiver, archived_on, archived_order
+from shared.usecases.archive_marks import backfill_marks
 from shared.usecases.operator import OrderNotFound, resubmit_order
 from shared.usecases.submission import OrderConflict, submit_order
 from tests.builders import World, an_order
@@ -104,3 +105,47 @@ async def test_an_order_never_archived_is_not_touched_by_another_ids_mark() -> N
     assert fresh.created and stored is not None
     assert stored.state.process_state is ProcessState.PENDING
     assert [m.body["orderId"] for m in world.bus.on(Queue.SCHEDULER)] == ["mo-A-2"]
+
+
+async def test_the_backfill_marks_orders_archived_before_marks_and_names_reused_ids() -> None:
+    """Orders archived before the purge left a mark have none: the one-off backfill
+    writes it from the archive's copy; an id a newer order took meanwhile is named."""
+    shelf = await archived_world("mo-B-1")
+    world = shelf.world
+    for order_id in ("mo-B-2", "mo-B-3"):
+        await archive_another(shelf, order_id)
+    for order_id in ("mo-B-1", "mo-B-2", "mo-B-3"):
+        world.store.forget_mark(order_id)
+    await submit_order(world.deps(), an_order("mo-B-3", fingerprint="body-b"))
+
+    pages, written, continuation = 0, 0, None
+    reused: list[str] = []
+    while True:
+        page = await backfill_marks(world.store, shelf.archive, shelf.blobs, 1, continuation)
+        pages, written = pages + 1, written + page.written
+        reused += page.reused
+        continuation = page.continuation
+        if continuation is None:
+            break
+
+    assert (pages, written, reused) == (3, 2, ["mo-B-3"])
+    mark = await world.store.archived("mo-B-1")
+    assert mark is not None and mark.fingerprint == "body-a"
+    with pytest.raises(OrderConflict):
+        await submit_order(world.deps(), an_order("mo-B-2", fingerprint="body-b"))
+    again = await backfill_marks(world.store, shelf.archive, shelf.blobs, 10, None)
+    assert (again.written, again.reused) == (0, ("mo-B-3",)), "safe to repeat"
+
+
+async def archive_another(shelf: Shelf, order_id: str) -> None:
+    world = shelf.world
+    started = machine.start(an_order(order_id, fingerprint="body-a"), ORDER_FULFILMENT, OLD)
+    done = replace(
+        started.process,
+        state=replace(started.process.state, process_state=ProcessState.PROCESSED, updated_at=OLD),
+    )
+    await world.store.create(done, started.history)
+    await world.store.put_rest(rest_entry(done, ORDER_FULFILMENT))
+    world.clock.advance(3600)
+    archiver = Archiver(world.store, shelf.archive, shelf.blobs, world.clock, "t")
+    assert (await archiver.run()).archived == 1
