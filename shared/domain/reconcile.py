@@ -47,7 +47,7 @@ from shared.domain.machine.dispatch import undo_at
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import OperatorAlert, idempotency_key
 from shared.domain.model import OrderProcess, Outgoing, ProcessState
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import StepDefinition, Workflow
 
 FINISHED = (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.CANCELLED)
 """The states whose claim about the world no later step changes."""
@@ -159,10 +159,22 @@ def checks(process: OrderProcess, workflow: Workflow) -> tuple[StepCheck, ...]:
                 do_key=idempotency_key(process.order_id, definition.name),
                 undo_key=None if undo is None else idempotency_key(process.order_id, undo),
                 expect=expect,
-                others=tuple(a for a in step.tried if a != step.agent),
+                others=_other_key_spaces(step.tried, step.agent, definition),
             )
         )
     return tuple(found)
+
+
+def _other_key_spaces(
+    tried: tuple[str, ...], holder: str, definition: StepDefinition
+) -> tuple[str, ...]:
+    """The agents a do of the step went to whose keys are not the holder's: none when the
+    candidates share one key space (`retry_elsewhere`, two regions of one provider),
+    where every region answers for the one key, and a second region saying "applied" is
+    the same effect, not a second one to undo."""
+    if definition.retry_elsewhere and holder in definition.candidates:
+        return tuple(a for a in tried if a != holder and a not in definition.candidates)
+    return tuple(a for a in tried if a != holder)
 
 
 def next_question(check: StepCheck, answers: Answers) -> tuple[str, str] | None:
