@@ -9,8 +9,10 @@ fact, when a lost reply, a request that applied after the order moved it elsewhe
 operator's hand edit or a bug could have made the two disagree.
 
 A step is asked about at every provider it may have reached: the one holding it, then
-each other agent a do of it was sent to (`StepRecord.tried`). The keys are the same at
-every provider (`idempotency_key`: order and operation, whatever the attempt or agent).
+each other agent a do of it was sent to (`StepRecord.tried`), but for agents that share
+the holder's key space (`retry_elsewhere`), which hold one effect between them. The keys
+are the same at every provider (`idempotency_key`: order and operation, whatever the
+attempt or agent).
 At most two questions per provider:
 
 - The holder, `Processed`: the do-key. Applied is a match; not applied or never seen

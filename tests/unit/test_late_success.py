@@ -102,9 +102,14 @@ async def test_a_late_charge_while_the_retry_waits_is_the_steps_answer() -> None
     assert setup.charge is not None
 
     await scheduler.on_reply(setup.deps, late(setup.charge, "payment"))
+    await next_claim(setup)
 
-    process = await loaded(setup)
-    step = process.steps[1]
+    assert setup.requests(agent_queue("payment-secondary")) == [], "charged twice"
+    assert setup.requests(agent_queue("payment")) == []
+    await answer(setup, agent_queue("shipping"))
+    final = await loaded(setup)
+    assert final.state.process_state is ProcessState.PROCESSED
+    step = final.steps[1]
     assert (step.status, step.key_state, step.agent) == (
         StepStatus.COMPLETED,
         KeyState.APPLIED,
@@ -112,13 +117,6 @@ async def test_a_late_charge_while_the_retry_waits_is_the_steps_answer() -> None
     )
     assert step.result == RESULT
     assert alerts(setup) == ["applied-after-settled"]
-    await next_claim(setup)
-    assert setup.requests(agent_queue("payment-secondary")) == [], "charged twice"
-    assert setup.requests(agent_queue("payment")) == []
-    await answer(setup, agent_queue("shipping"))
-    final = await loaded(setup)
-    assert final.state.process_state is ProcessState.PROCESSED
-    assert final.steps[1].agent == "payment"
 
 
 async def test_a_late_charge_at_the_provider_the_retry_left_is_undone_and_never_retried_there() -> (
@@ -166,18 +164,21 @@ async def test_a_held_order_whose_charge_applied_late_refunds_it_when_cancelled(
     await scheduler.on_reply(setup.deps, late(setup.charge, "payment"))
     process = await loaded(setup)
     assert process.state.process_state is ProcessState.ERROR, "still held for the operator"
-    assert alerts(setup) == ["applied-after-settled"]
 
     await cancel_order(setup.deps, "o-1", "op")
     await next_claim(setup)
 
-    refund = await answer(setup, agent_queue("payment"))
+    refunds = setup.requests(agent_queue("payment"))
+    assert refunds, "cancelled with the late charge in force: no refund sent"
+    (refund,) = refunds
     assert (refund.body["action"], refund.body["idempotencyKey"]) == ("compensate", REFUND_KEY)
     assert refund.body["payload"] == {"result": RESULT}
+    await scheduler.on_reply(setup.deps, a_reply(refund))
     await answer(setup, agent_queue("inventory"))
     final = await loaded(setup)
     assert final.state.process_state is ProcessState.CANCELLED
     assert final.steps[1].status is StepStatus.COMPENSATED
+    assert "applied-after-settled" in alerts(setup)
 
 
 async def test_a_held_order_whose_charge_applied_late_goes_on_without_charging_again() -> None:
@@ -192,6 +193,25 @@ async def test_a_held_order_whose_charge_applied_late_goes_on_without_charging_a
     assert setup.requests(agent_queue("payment")) == []
     await answer(setup, agent_queue("shipping"))
     assert (await loaded(setup)).state.process_state is ProcessState.PROCESSED
+
+
+async def test_a_charge_applied_after_its_order_was_cancelled_is_refunded_there() -> None:
+    """The cancel came first and skipped the charge as never applied; the late success
+    then proves it in force on a Cancelled order."""
+    setup = await held_with_the_charge_settled_not_applied()
+    await cancel_order(setup.deps, "o-1", "op")
+    await next_claim(setup)
+    await answer(setup, agent_queue("inventory"))
+    assert (await loaded(setup)).state.process_state is ProcessState.CANCELLED
+    assert setup.requests(agent_queue("payment")) == []
+    assert setup.charge is not None
+
+    await scheduler.on_reply(setup.deps, late(setup.charge, "payment"))
+
+    (refund,) = setup.requests(agent_queue("payment"))
+    assert (refund.body["action"], refund.body["idempotencyKey"]) == ("compensate", REFUND_KEY)
+    assert (refund.body["undoes"], refund.body["payload"]) == (CHARGE_KEY, {"result": RESULT})
+    assert alerts(setup) == ["applied-after-settled"]
 
 
 # A, `_late_failure`: the same late answer, a failure (nothing applied: nothing to undo).
@@ -331,11 +351,11 @@ def test_reconciliation_asks_one_key_space_once_and_never_refunds_its_only_charg
 
     answers = ask_all(check, said)
 
-    assert list(answers) == [("payment-secondary", CHARGE_KEY)]
-    assert rules.verdict(check, answers) is rules.Verdict.MATCH
-    assert rules.mismatches(check, answers) == ()
     now = process.state.updated_at
-    assert rules.heals(process, workflow, a_policy(), check, answers, now) == ()
+    assert rules.heals(process, workflow, a_policy(), check, answers, now) == (), "refunded"
+    assert rules.mismatches(check, answers) == ()
+    assert rules.verdict(check, answers) is rules.Verdict.MATCH
+    assert list(answers) == [("payment-secondary", CHARGE_KEY)]
 
 
 @pytest.mark.parametrize("state", [ProcessState.COMPENSATED, ProcessState.CANCELLED])
@@ -391,4 +411,3 @@ def test_a_late_region_failure_is_the_shared_keys_last_word() -> None:
     assert claimed is not None
     undone = [m.body["step"] for m in claimed.outgoing if m.body.get("action") == "compensate"]
     assert undone == ["reserve-inventory"]
-

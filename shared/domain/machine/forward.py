@@ -362,8 +362,8 @@ def _applied_after_settled(
         complete_by=None,
     )
     b.set(
-        last_error=f"{definition.name}: key settled not applied at {agent} applied there "
-        "after all: recorded Completed there"
+        last_error=f"{definition.name}: {APPLIED_AFTER_SETTLED}: {agent} applied the key "
+        "settled not applied there; recorded Completed there"
     )
     b.note(APPLIED_AFTER_SETTLED, f"{definition.name} at {agent}: recorded Completed")
     b.alert(APPLIED_AFTER_SETTLED)
