@@ -143,8 +143,8 @@ def test_a_renamed_function_a_missing_file_and_a_dead_link_are_each_found() -> N
         "`shared/usecases/scheduler.py:on_nudge_renamed`, "
         "`shared/usecases/unit_of_work.py:UnitOfWork.gone`, "
         "`shared/usecases/nowhere.py:claim` are not.\n"
-        "[ok](contract.md#34-what-failurecount-counts) [gone](nowhere.md) "
-        "[no heading](contract.md#no-such-heading) [web](https://example.org/x.md)\n"
+        "[ok](in-doubt.md#the-rule) [gone](nowhere.md) "
+        "[no heading](in-doubt.md#no-such-heading) [web](https://example.org/x.md)\n"
     )
     assert missing_references(page, ROOT) == [
         "line 1: shared/usecases/scheduler.py:on_nudge_renamed: "
@@ -155,7 +155,7 @@ def test_a_renamed_function_a_missing_file_and_a_dead_link_are_each_found() -> N
     ]
     assert broken_links(page, DOC) == [
         "line 2: nowhere.md: no such file",
-        "line 2: contract.md#no-such-heading: no heading #no-such-heading in contract.md",
+        "line 2: in-doubt.md#no-such-heading: no heading #no-such-heading in in-doubt.md",
     ]
 
 
