@@ -47,7 +47,8 @@ async def test_a_reader_is_refused_a_cancel_and_an_operators_cancel_carries_its_
         cancel = app.url(Route.CANCEL, "si-1")
 
         status, media, problem = await ask(session, "POST", cancel, {})
-        assert (status, media, problem["code"]) == (401, "application/problem+json", "not-signed-in")
+        assert (status, media) == (401, "application/problem+json")
+        assert problem["code"] == "not-signed-in"
 
         status, _, listing = await ask(session, "GET", app.url(Route.ORDERS), READER)
         assert status == 200 and "si-1" in {o["orderId"] for o in listing["items"]}
