@@ -207,7 +207,8 @@ def _token_policy(values: Mapping[str, str]) -> TokenPolicy | None:
         raise ConfigurationError(f"{Setting.OPERATOR_AUTH}=token needs {', '.join(missing)}")
     if not jwks.startswith(("https://", "http://127.0.0.1", "http://localhost")):
         raise ConfigurationError(f"{Setting.OPERATOR_AUTH_JWKS_URL} must be an https URL")
-    return TokenPolicy(issuer=issuer, audience=audience, jwks_url=jwks)
+    audiences = tuple(a.strip() for a in audience.split(",") if a.strip())
+    return TokenPolicy(issuer=issuer, audiences=audiences, jwks_url=jwks)
 
 
 def _count_or_none(values: Mapping[str, str], name: str) -> int | None:

@@ -51,7 +51,7 @@ class EntraTokens:
                 token,
                 key.key,
                 algorithms=ALGORITHMS,
-                audience=self.policy.audience,
+                audience=list(self.policy.audiences),
                 issuer=self.policy.issuer,
                 leeway=LEEWAY_SECONDS,
                 options={"require": ["exp", "iss", "aud"]},

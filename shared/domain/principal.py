@@ -66,11 +66,12 @@ class OperatorAuth(Enum):
 
 @dataclass(frozen=True)
 class TokenPolicy:
-    """What a bearer token must be in token mode: from this issuer, for this audience,
-    signed with a key of this JWKS."""
+    """What a bearer token must be in token mode: from this issuer, for one of these
+    audiences (the app registration as a v2 token names it, its client id, and as a v1
+    token does, its application id URI), signed with a key of this JWKS."""
 
     issuer: str
-    audience: str
+    audiences: tuple[str, ...]
     jwks_url: str
 
 
@@ -84,8 +85,9 @@ class Principal:
     roles: frozenset[str]
 
     def may(self, role: Role) -> bool:
-        """Orders.Operate implies reading: an operator needs to see what it acts on."""
-        return role.value in self.roles or (role is Role.READ and Role.OPERATE.value in self.roles)
+        """Each role stands alone, as the contract has it: an operator who also reads the
+        page is given both roles."""
+        return role.value in self.roles
 
 
 @dataclass(frozen=True)
