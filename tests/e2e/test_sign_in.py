@@ -1,7 +1,8 @@
 """Operators who sign in, on the real local stack with `OperatorAuth=dev-header`
 (docs/sign-in.md): the principal travels as App Service authentication would pass it,
 no key is sent, and the role decides. A reader who tries to cancel gets 403; an
-operator's cancel is recorded under the principal's name, the typed name only a note."""
+operator's cancel is recorded under the principal's name, the typed name only a note.
+The CLI acts as a principal the same way (`--principal`, `--role`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from devhost.harness.stack import Stack
 from shared.contract import Route, Setting
 from shared.domain.principal import PRINCIPAL_HEADER, Role, encode_client_principal
+from tests.cli.conftest import cli
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
@@ -67,3 +69,12 @@ async def test_a_reader_is_refused_a_cancel_and_an_operators_cancel_carries_its_
 
         entry = await eventually("the cancel in the order's history", cancel_entry, timeout=30)
         assert entry["detail"] == "by oscar@contoso.test (note: Oscar at the desk)"
+
+        url = ["--url", stack.api()]
+        reader = ["--principal", "rita@contoso.test", "--role", Role.READ.value]
+        listed = await cli("orders", "list", *url, *reader, "--json")
+        assert listed.code == 0 and "si-1" in listed.out, listed
+        refused = await cli("orders", "suspend", "si-1", *url, *reader)
+        assert refused.code != 0 and "needs the role Orders.Operate" in refused.err, refused
+        anonymous = await cli("orders", "list", *url)
+        assert anonymous.code != 0 and "--principal" in anonymous.err, anonymous
