@@ -226,6 +226,9 @@ class Route:
     OPS_PAGE: Final = "ops"
     """The operator's status page (HTML); it polls OPS_DATA."""
     OPS_DATA: Final = "ops/data"
+    OPS_ORDER: Final = "ops/orders/{orderId}"
+    """One order as GET ORDER answers it, for the operator page: an operator route (a
+    signed-in reader), where ORDER is the submitting application's (a function key)."""
     AGENTS: Final = "agents"
     AGENT_DRAIN: Final = "agents/{agent}/drain"
     """Drain or undrain one agent (a provider's maintenance window)."""

@@ -1016,6 +1016,20 @@ def _document() -> dict[str, Any]:
                     },
                 }
             },
+            f"/{Route.OPS_ORDER}": {
+                "get": {
+                    "operationId": "opsOrder",
+                    "summary": "One order as getOrder answers it, for the operator page",
+                    "security": [{"adminKey": []}],
+                    "parameters": [_ORDER_ID],
+                    "responses": {
+                        "200": _json("as getOrder", {"type": "object"}),
+                        "404": _problem("unknown order"),
+                        **_UNAUTHORIZED,
+                        **_UNAVAILABLE,
+                    },
+                }
+            },
             f"/{Route.OPS_DATA}": {
                 "get": {
                     "operationId": "opsData",

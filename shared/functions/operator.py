@@ -48,6 +48,19 @@ MAX_REASON = 500
 
 @bp.route(route=Route.ORDER, methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 async def get_order(req: func.HttpRequest) -> func.HttpResponse:
+    return await _order(req)
+
+
+@bp.route(route=Route.OPS_ORDER, methods=["GET"], auth_level=route_level())
+async def ops_order(req: func.HttpRequest) -> func.HttpResponse:
+    """The operator page's view of one order: the same answer, to a signed-in reader."""
+    actor = await admit(req, Role.READ)
+    if isinstance(actor, func.HttpResponse):
+        return actor
+    return await _order(req)
+
+
+async def _order(req: func.HttpRequest) -> func.HttpResponse:
     order_id = req.route_params.get("orderId", "")
     if not ORDER_ID.match(order_id):
         return order_not_found(order_id)

@@ -55,6 +55,9 @@ async def test_a_reader_is_refused_a_cancel_and_an_operators_cancel_carries_its_
         status, _, listing = await ask(session, "GET", app.url(Route.ORDERS), READER)
         assert status == 200 and "si-1" in {o["orderId"] for o in listing["items"]}
 
+        status, _, view = await ask(session, "GET", app.url(Route.OPS_ORDER, "si-1"), READER)
+        assert (status, view["orderId"]) == (200, "si-1")
+
         status, media, problem = await ask(session, "POST", cancel, READER)
         assert (status, media) == (403, "application/problem+json"), problem
         assert "rita@contoso.test" in problem["detail"] and Role.OPERATE.value in problem["detail"]
