@@ -2,16 +2,20 @@
 (docs/sign-in.md): the principal travels as App Service authentication would pass it,
 no key is sent, and the role decides. A reader who tries to cancel gets 403; an
 operator's cancel is recorded under the principal's name, the typed name only a note.
-The CLI acts as a principal the same way (`--principal`, `--role`)."""
+The CLI acts as a principal the same way (`--principal`, `--role`), and so does the demo
+(`OperatorAuth=dev-header bin/demo`: a reader's resubmit is refused first)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from rich.console import Console
 
+from devhost import demo
 from devhost.harness.stack import Stack
 from shared.contract import Route, Setting
 from shared.domain.principal import PRINCIPAL_HEADER, Role, encode_client_principal
@@ -81,3 +85,22 @@ async def test_a_reader_is_refused_a_cancel_and_an_operators_cancel_carries_its_
         assert refused.code != 0 and "needs the role Orders.Operate" in refused.err, refused
         anonymous = await cli("orders", "list", *url)
         assert anonymous.code != 0 and "--principal" in anonymous.err, anonymous
+
+        shown = io.StringIO()
+        run = demo.Demo(
+            Console(file=shown, width=200),
+            app,
+            stack.simulator(session),
+            stack.broker(session),
+            stack.api(),
+            "signin",
+            [],
+            set(),
+        )
+        headers = await demo._reader_then_operator(run, "si-1")
+        assert (
+            "reader@demo.local (Orders.Read) tries to resubmit si-1: HTTP 403" in shown.getvalue()
+        )
+        # Past the role check (a 403 otherwise): the cancelled order is not in Error.
+        status, answer = await app.resubmit("si-1", headers)
+        assert (status, answer["title"]) == (409, "Not in Error"), answer
