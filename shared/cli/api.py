@@ -81,7 +81,11 @@ class OperatorApi:
             seen.add(continuation)
 
     async def order(self, order_id: str) -> View:
-        body = await self._call("GET", _order_route(Route.ORDER, order_id), order_id=order_id)
+        # GET ORDER is the submitting application's (a function key); a signed-in
+        # operator reads the same answer from the operator route (docs/sign-in.md).
+        signed_in = self.config.token or self.config.principal
+        route = Route.OPS_ORDER if signed_in else Route.ORDER
+        body = await self._call("GET", _order_route(route, order_id), order_id=order_id)
         return _object(body, order_id)
 
     async def resubmit(self, order_id: str) -> View:

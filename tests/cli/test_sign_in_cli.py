@@ -17,6 +17,13 @@ from shared.domain.principal import PRINCIPAL_HEADER, Role
 from tests.cli.conftest import cli
 
 TOKEN = "eyJ.token-not-for-printing.sig"
+ORDER = {
+    "processState": "Processed",
+    "attempt": 1,
+    "failureCount": 0,
+    "steps": [],
+    "history": [],
+}
 
 
 @pytest.fixture
@@ -34,8 +41,13 @@ async def api() -> AsyncIterator[tuple[str, list[web.Request]]]:
             return web.json_response(body, status=401, content_type="application/problem+json")
         return web.json_response({"items": [], "continuation": None})
 
+    async def order(request: web.Request) -> web.Response:
+        seen.append(request)
+        return web.json_response({"orderId": request.match_info["orderId"]} | ORDER)
+
     app = web.Application()
     app.router.add_get("/api/orders", listing)
+    app.router.add_get("/api/ops/orders/{orderId}", order)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -96,3 +108,12 @@ async def test_a_token_and_a_principal_together_are_a_usage_error(
     result = await cli("orders", "list", "--url", url, "--token", TOKEN, "--principal", "rita")
     assert result.code == Exit.USAGE and "not both" in result.err and not seen
     assert TOKEN not in result.err
+
+
+async def test_a_signed_in_operator_reads_an_order_from_the_operator_route(
+    api: tuple[str, list[web.Request]],
+) -> None:
+    url, seen = api
+    result = await cli("orders", "show", "o-1", "--url", url, "--token", TOKEN, "--json")
+    assert result.code == 0, result
+    assert seen[-1].path == "/api/ops/orders/o-1"
