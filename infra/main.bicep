@@ -186,6 +186,17 @@ param highPriorityStepTimeoutSeconds int = 15
 @minValue(1)
 param bulkActionsPerSecond int = 50
 
+@description('OperatorAuth (docs/sign-in.md): empty, operators use the master key only, as before; token, an Entra bearer token validated in the app (for Flex Consumption, whose docs list built-in authentication as not supported); platform, App Service authentication (authsettingsV2) on a plan that supports it. token and platform need operatorAuthClientId.')
+@allowed([
+  ''
+  'token'
+  'platform'
+])
+param operatorAuth string = ''
+
+@description('Client id of the app registration operators sign in to, with the app roles Orders.Read and Orders.Operate (docs/sign-in.md); used with operatorAuth token or platform.')
+param operatorAuthClientId string = ''
+
 // ---------------------------------------------------------------------------
 // Names
 // ---------------------------------------------------------------------------
@@ -325,6 +336,8 @@ module api 'app/function.bicep' = {
     bulkActionsPerSecond: bulkActionsPerSecond
     tracesSampler: tracesSampler
     tracesSamplerArg: tracesSamplerArg
+    operatorAuth: operatorAuth
+    operatorAuthClientId: operatorAuthClientId
   }
 }
 
@@ -359,4 +372,5 @@ output SERVICE_BUS_FULLY_QUALIFIED_NAMESPACE string = serviceBus.outputs.fullyQu
 output AZURE_STORAGE_ACCOUNT_NAME string = storage.outputs.name
 output AZURE_STORAGE_TABLE_ENDPOINT string = storage.outputs.tableEndpoint
 output STATE_TABLE_NAME string = stateTableName
+output OPERATOR_AUTH string = operatorAuth
 output APPLICATIONINSIGHTS_NAME string = monitoring.outputs.applicationInsightsName

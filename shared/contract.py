@@ -143,6 +143,16 @@ class Setting:
     """When set, events must be signed with it (HMAC-SHA256); a Key Vault reference in Azure."""
     BULK_ACTIONS_PER_SECOND: Final = "BulkActionsPerSecond"
     """The pace of a bulk job's actions, per instance running the bulk timer."""
+    OPERATOR_AUTH: Final = "OperatorAuth"
+    """Where operator routes take a signed-in principal from: unset (keys only),
+    `platform`, `dev-header` or `token` (docs/sign-in.md)."""
+    OPERATOR_AUTH_ISSUER: Final = "OperatorAuthIssuer"
+    OPERATOR_AUTH_AUDIENCE: Final = "OperatorAuthAudience"
+    OPERATOR_AUTH_JWKS_URL: Final = "OperatorAuthJwksUrl"
+    """Token mode: the issuer and audience a bearer token must name, and the tenant's
+    published keys its signature is checked against."""
+    SITE_NAME: Final = "WEBSITE_SITE_NAME"
+    """Set by the platform in Azure: dev-header mode refuses to start where it is set."""
     TRACE_QUERY_URL: Final = "TraceQueryUrl"
     """Local only, never deployed: where the operator page reads an order's trace
     (`python -m devhost` points it at its OTLP receiver). Unset in Azure, where traces
@@ -216,6 +226,9 @@ class Route:
     OPS_PAGE: Final = "ops"
     """The operator's status page (HTML); it polls OPS_DATA."""
     OPS_DATA: Final = "ops/data"
+    OPS_ORDER: Final = "ops/orders/{orderId}"
+    """One order as GET ORDER answers it, for the operator page: an operator route (a
+    signed-in reader), where ORDER is the submitting application's (a function key)."""
     AGENTS: Final = "agents"
     AGENT_DRAIN: Final = "agents/{agent}/drain"
     """Drain or undrain one agent (a provider's maintenance window)."""

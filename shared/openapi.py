@@ -799,8 +799,31 @@ def _bulk_paths() -> dict[str, Any]:
     }
 
 
+_SIGNED_IN: list[dict[str, list[str]]] = [{"operatorPrincipal": []}, {"operatorBearer": []}]
+_NO_ROLE = "a signed-in principal without the route's app role (docs/contract.md#15-who-acts)"
+
+
+def _operators_sign_in(paths: dict[str, Any]) -> None:
+    """Every operator route (the master key's) also takes a signed-in principal, and
+    answers 403 to one without the role; declared here once rather than per route."""
+    for operations in paths.values():
+        for operation in operations.values():
+            if operation.get("security") != [{"adminKey": []}]:
+                continue
+            operation["security"] = [{"adminKey": []}, *_SIGNED_IN]
+            responses = operation["responses"]
+            known = responses.get("403", {}).get("description")
+            responses["403"] = _problem(f"{known}; or {_NO_ROLE}" if known else _NO_ROLE)
+
+
 @cache
 def document() -> dict[str, Any]:
+    built = _document()
+    _operators_sign_in(built["paths"])
+    return built
+
+
+def _document() -> dict[str, Any]:
     submission = OrderSubmission.model_json_schema(
         by_alias=True, ref_template="#/components/schemas/{model}"
     )
@@ -995,6 +1018,20 @@ def document() -> dict[str, Any]:
                     },
                 }
             },
+            f"/{Route.OPS_ORDER}": {
+                "get": {
+                    "operationId": "opsOrder",
+                    "summary": "One order as getOrder answers it, for the operator page",
+                    "security": [{"adminKey": []}],
+                    "parameters": [_ORDER_ID],
+                    "responses": {
+                        "200": _json("as getOrder", {"type": "object"}),
+                        "404": _problem("unknown order"),
+                        **_UNAUTHORIZED,
+                        **_UNAVAILABLE,
+                    },
+                }
+            },
             f"/{Route.OPS_DATA}": {
                 "get": {
                     "operationId": "opsData",
@@ -1043,6 +1080,21 @@ def document() -> dict[str, Any]:
             "securitySchemes": {
                 "functionKey": {"type": "apiKey", "in": "header", "name": "x-functions-key"},
                 "adminKey": {"type": "apiKey", "in": "header", "name": "x-functions-key"},
+                "operatorPrincipal": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "X-MS-CLIENT-PRINCIPAL",
+                    "description": "OperatorAuth platform or dev-header: the principal as "
+                    "App Service authentication passes it, with the app role Orders.Read "
+                    "(reads) or Orders.Operate (actions)",
+                },
+                "operatorBearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "OperatorAuth token: an Entra access token for the app "
+                    "registration, with the same roles claim",
+                },
             },
         },
     }

@@ -41,6 +41,7 @@ def test_http_routes_methods_and_auth_levels() -> None:
         (Route.OPENAPI, ("GET",)): "ANONYMOUS",
         (Route.OPS_PAGE, ("GET",)): "ADMIN",
         (Route.OPS_DATA, ("GET",)): "ADMIN",
+        (Route.OPS_ORDER, ("GET",)): "ADMIN",
         (Route.AGENTS, ("GET",)): "ADMIN",
         (Route.AGENT_DRAIN, ("PUT",)): "ADMIN",
         (Route.FAILURES, ("GET",)): "ADMIN",

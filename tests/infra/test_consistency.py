@@ -48,7 +48,7 @@ CODE_SETTINGS = frozenset(
     value for name, value in vars(Setting).items() if name.isupper() and isinstance(value, str)
 ) | frozenset(service_url_settings())
 # Set by the platform on every instance: a deployment must never pin it.
-PLATFORM_SETTINGS = frozenset({Setting.INSTANCE_ID})
+PLATFORM_SETTINGS = frozenset({Setting.INSTANCE_ID, Setting.SITE_NAME})
 # Connection-string forms: for the local emulators only, never deployed.
 CONNECTION_STRING_SETTINGS = frozenset({Setting.STORAGE, Setting.SERVICE_BUS})
 # Test-only (chaos runs): read by the code, never deployed.
@@ -257,7 +257,7 @@ def test_bicep_sets_no_connection_string_and_leaves_platform_settings_alone() ->
     assert not CONNECTION_STRING_SETTINGS & set(settings), (
         "a connection-string setting is deployed; use the identity-based forms"
     )
-    assert not PLATFORM_SETTINGS & set(settings), "WEBSITE_INSTANCE_ID belongs to the platform"
+    assert not PLATFORM_SETTINGS & set(settings), "WEBSITE_* settings belong to the platform"
 
 
 @pytest.mark.parametrize("connection", sorted(CONNECTION_STRING_SETTINGS))
