@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.deployment import ROOT
+from tests.infra.deployment import ROOT, function_app
 
 # The system tools the scripts call; python, node, npm, cc and apt-get are stand-ins.
 SYSTEM_TOOLS = (
@@ -160,6 +160,15 @@ def test_python312_is_preferred_where_both_supported_versions_are_installed(
     machine.python("python3", "3.11")
     machine.python("python3.11", "3.11")
     assert machine.run("bin/prerequisites").stdout.strip() == str(machine.bin / "python3.12")
+
+
+def test_azure_runs_the_python_setup_prefers() -> None:
+    """Deployed and tested on one version where the machine has it (docs/deploy.md)."""
+    runtime = function_app().properties["functionAppConfig"]
+    assert isinstance(runtime, dict)
+    script = (ROOT / "bin" / "prerequisites").read_text()
+    assert runtime["runtime"] == {"name": "python", "version": "3.12"}
+    assert "candidates=(python3.12 python3.11 python3)" in script
 
 
 def test_a_pyenv_shim_of_another_version_is_passed_over(machine: Machine) -> None:
