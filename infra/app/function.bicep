@@ -187,6 +187,9 @@ var coreAppSettings = [
   { name: 'ReconcileSchedule', value: reconcileSchedule }
   { name: 'ReconcileSampleSize', value: string(reconcileSampleSize) }
   { name: 'ArchiveSchedule', value: archiveSchedule }
+  // Every 5 s: what the two timers ran on when fixed in the code (docs/deploy.md counts them).
+  { name: 'AgentHeartbeatSchedule', value: '*/5 * * * * *' }
+  { name: 'BulkActionsSchedule', value: '*/5 * * * * *' }
   { name: 'RetentionProcessedDays', value: string(retentionProcessedDays) }
   { name: 'RetentionCancelledDays', value: string(retentionCancelledDays) }
   { name: 'RetentionCompensatedDays', value: string(retentionCompensatedDays) }
