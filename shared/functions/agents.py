@@ -24,6 +24,7 @@ from shared.usecases.agent_health import heartbeat
 
 bp = func.Blueprint()
 
+
 async def _perform(
     agent: AgentName, msg: func.ServiceBusMessage, context: func.Context, high: bool = False
 ) -> None:
