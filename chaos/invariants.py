@@ -27,6 +27,8 @@ HOLD_REASONS = frozenset(
         "compensation-failed",
         "no-provider-left",
         "wait-expired",
+        "applied-at-two-providers",
+        "applied-after-settled",
         RETRIABLE_FAILED,
         FAILED_PAST_PIVOT,
     }

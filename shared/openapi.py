@@ -847,7 +847,9 @@ def document() -> dict[str, Any]:
                             "accepted; the same body again gives the same answer", accepted
                         ),
                         "400": _problem("invalid order"),
-                        "409": _problem("the order id is taken by another body"),
+                        "409": _problem(
+                            "the order id is taken by another body (an archived order's too)"
+                        ),
                         "413": _problem("body too large"),
                         "415": _problem("not JSON"),
                         "429": {
