@@ -1,6 +1,6 @@
 // Scheduler-Agent-Supervisor order processing: everything `azd up` creates.
 //
-// One resource group holding a Flex Consumption Function App (Python 3.11) with a
+// One resource group holding a Flex Consumption Function App (Python 3.12) with a
 // user-assigned managed identity, its storage account (host, deployment package and the
 // state table), a Service Bus namespace with the contract queues, and Log Analytics +
 // Application Insights. No keys, connection strings or SAS anywhere: every connection is

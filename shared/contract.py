@@ -112,6 +112,11 @@ class Setting:
     """Finished orders one reconciliation run checks at most."""
     ARCHIVE_SCHEDULE: Final = "ArchiveSchedule"
     """NCRONTAB of the archive timer (finished orders past their retention to blobs)."""
+    AGENT_HEARTBEAT_SCHEDULE: Final = "AgentHeartbeatSchedule"
+    """NCRONTAB of the agents' heartbeat timer (each agent's health, probes of tripped
+    breakers); keep it well inside routing's 60 s staleness limit."""
+    BULK_ACTIONS_SCHEDULE: Final = "BulkActionsSchedule"
+    """NCRONTAB of the timer that works bulk jobs: how soon a job starts after its 202."""
     RETENTION_PROCESSED_DAYS: Final = "RetentionProcessedDays"
     """Days a Processed order stays in the state table before it is archived; 0: forever."""
     RETENTION_CANCELLED_DAYS: Final = "RetentionCancelledDays"

@@ -205,6 +205,9 @@ var coreAppSettings = [
   { name: 'ReconcileSchedule', value: reconcileSchedule }
   { name: 'ReconcileSampleSize', value: string(reconcileSampleSize) }
   { name: 'ArchiveSchedule', value: archiveSchedule }
+  // Every 5 s: what the two timers ran on when fixed in the code (docs/deploy.md counts them).
+  { name: 'AgentHeartbeatSchedule', value: '*/5 * * * * *' }
+  { name: 'BulkActionsSchedule', value: '*/5 * * * * *' }
   { name: 'RetentionProcessedDays', value: string(retentionProcessedDays) }
   { name: 'RetentionCancelledDays', value: string(retentionCancelledDays) }
   { name: 'RetentionCompensatedDays', value: string(retentionCompensatedDays) }
@@ -292,7 +295,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       }
       runtime: {
         name: 'python'
-        version: '3.11'
+        version: '3.12'
       }
     }
   }

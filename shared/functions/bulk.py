@@ -10,7 +10,7 @@ import azure.functions as func
 
 from shared import bootstrap
 from shared.catalogue import catalogue
-from shared.contract import Route
+from shared.contract import Route, Setting
 from shared.domain.bulk import BulkJob
 from shared.domain.bulk_request import BulkAction, BulkRequestError, migration_target, parse_request
 from shared.domain.principal import Role
@@ -30,9 +30,6 @@ from shared.usecases.bulk import (
 bp = func.Blueprint()
 _BULK_ID: Final = re.compile(r"^[0-9a-f]{32}$")
 _UNAVAILABLE: Final = ("Try again", "the state store is unavailable")
-BULK_SCHEDULE: Final = "*/5 * * * * *"
-"""Every five seconds: a job starts within seconds of its 202. Fixed, not a setting:
-the pace is BulkActionsPerSecond, and an idle run costs one query of `~bulk`."""
 
 
 def job_view(job: BulkJob) -> dict[str, Any]:
@@ -114,7 +111,9 @@ async def bulk_job(req: func.HttpRequest) -> func.HttpResponse:
     return json_response(job_view(job))
 
 
-@bp.timer_trigger(arg_name="timer", schedule=BULK_SCHEDULE, run_on_startup=False)
+@bp.timer_trigger(
+    arg_name="timer", schedule=f"%{Setting.BULK_ACTIONS_SCHEDULE}%", run_on_startup=False
+)
 async def bulk_actions(timer: func.TimerRequest) -> None:
     deps = await _deps()
     if deps is not None:

@@ -62,6 +62,8 @@ def e2e_settings(table_port: int, broker: Broker, simulator_url: str) -> dict[st
         Setting.SUPERVISOR_SCHEDULE: "*/1 * * * * *",
         Setting.RECONCILE_SCHEDULE: "0 0 * * * *",
         Setting.ARCHIVE_SCHEDULE: "0 0 0 1 1 *",
+        Setting.AGENT_HEARTBEAT_SCHEDULE: "*/5 * * * * *",
+        Setting.BULK_ACTIONS_SCHEDULE: "*/5 * * * * *",
         # Room for a step on a loaded 2-core machine, where broker, simulator and host
         # share one process; tests that need a timeout hang far longer than this.
         Setting.STEP_TIMEOUT_SECONDS: "6",

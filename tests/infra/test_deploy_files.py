@@ -240,10 +240,11 @@ def _at(value: Value, *keys: str) -> Value:
 
 
 def _python_version() -> str:
+    """The newest Python the project supports (`>=3.11,<3.13`: 3.12), which Azure runs."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    match = re.fullmatch(r">=\s*(\d+\.\d+)", project["project"]["requires-python"])
-    assert match is not None
-    return match[1]
+    match = re.fullmatch(r">=\s*3\.\d+\s*,\s*<\s*3\.(\d+)", project["project"]["requires-python"])
+    assert match is not None, "requires-python names its lowest and first unsupported version"
+    return f"3.{int(match[1]) - 1}"
 
 
 def test_function_app_runs_on_flex_consumption_as_its_identity() -> None:
