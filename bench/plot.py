@@ -6,7 +6,8 @@ skipped) and writes three SVG charts per file:
 
 * ``<name>-throughput.svg``: Processed orders per second, ours beside DBOS;
 * ``<name>-latency.svg``: intake to Processed at p50, p95 and p99;
-* ``<name>-cpu.svg``: CPU milliseconds per Processed order, by process.
+* ``<name>-cpu.svg``: CPU milliseconds per Processed order of the system under test, by
+  process (the driver, the simulator and the trace receiver left out, as compare does).
 
 Runs of one system, runtime count and fault rate (``compare --rounds 3`` makes three) are
 one bar at their median, as compare's own summary does.
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import RESULTS
+from bench.compare import OUTSIDE
 
 DEFAULT_OUT = RESULTS / "charts"
 PALETTE = ("#2f6fb0", "#e0823d", "#4a9a5b", "#b5485d", "#7b62a8", "#8c8c8c", "#c2a83e")
@@ -113,6 +115,7 @@ def bar_chart(
     series: Sequence[tuple[str, Sequence[float]]],
     *,
     stacked: bool = False,
+    subtitle: str = "",
 ) -> str:
     """Grouped (or stacked) vertical bars: one group per entry of ``groups``, one bar (or
     segment) per series; a legend when there is more than one series."""
@@ -133,10 +136,12 @@ def bar_chart(
         f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">',
         f"<title>{escape(title)}</title>",
         f'<rect width="{WIDTH}" height="{HEIGHT}" fill="#ffffff"/>',
-        f'<text x="{LEFT}" y="24" font-size="15" font-weight="bold">{escape(title)}</text>',
+        f'<text x="{LEFT}" y="22" font-size="15" font-weight="bold">{escape(title)}</text>',
+        f'<text x="{LEFT}" y="38" fill="#57606a">{escape(subtitle)}</text>',
     ]
-    for tick in range(5):
-        value = top * tick / 4
+    steps = _tick_steps(top)
+    for tick in range(steps + 1):
+        value = top * tick / steps
         parts.append(
             f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}" '
             f'stroke="#dddddd"/>'
@@ -204,6 +209,12 @@ def _nice_ceiling(value: float) -> float:
     return next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= value)
 
 
+def _tick_steps(top: float) -> int:
+    """Gridlines at round values: 5 steps for a ceiling of 1 or 5 x 10^n, else 4."""
+    mantissa = top / 10 ** math.floor(math.log10(top))
+    return 5 if round(mantissa, 6) in (1.0, 5.0) else 4
+
+
 def _fmt(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.1f}".rstrip("0").rstrip(".")
 
@@ -216,46 +227,68 @@ def _fmt(value: float) -> str:
 def charts(runs: Sequence[Run], source: str) -> dict[str, str]:
     """Chart name -> SVG text for one result file's runs."""
     labels = [r.label for r in runs]
-    processes = list(dict.fromkeys(name for r in runs for name in r.cpu_ms_per_order))
+    processes = [
+        name
+        for name in dict.fromkeys(name for r in runs for name in r.cpu_ms_per_order)
+        if not name.startswith(OUTSIDE)
+    ]
     systems = list(dict.fromkeys(r.system for r in runs))
     faults = list(dict.fromkeys(r.faults for r in runs))
     throughput = {(r.system, r.faults): r.throughput for r in runs}
     return {
         "throughput": bar_chart(
-            f"Throughput ({source})",
+            "Throughput",
             "Processed orders/s",
             faults,
             [
                 (system, [throughput.get((system, f), math.nan) for f in faults])
                 for system in systems
             ],
+            subtitle=source,
         ),
         "latency": bar_chart(
-            f"Latency, intake to Processed ({source})",
+            "Latency, intake to Processed",
             "ms",
             labels,
             [(p, [r.latency_ms[p] for r in runs]) for p in ("p50", "p95", "p99")],
+            subtitle=source,
         ),
         "cpu": bar_chart(
-            f"CPU per Processed order by process ({source})",
+            "CPU per Processed order, system under test, by process",
             "CPU ms/order",
             labels,
             [(name, [r.cpu_ms_per_order.get(name, 0.0) for r in runs]) for name in processes],
             stacked=True,
+            subtitle=source,
         ),
     }
+
+
+def describe(path: Path, document: dict[str, Any]) -> str:
+    """The charts' subtitle: which file, how many orders, and how busy the machine was
+    (a loaded machine slows both systems, not always alike)."""
+    parts = [path.stem]
+    orders = document.get("args", {}).get("orders")
+    if orders:
+        parts.append(f"{orders} orders per run")
+    machine = document.get("machine", {})
+    if machine.get("cores"):
+        load = machine.get("load_before") or [math.nan]
+        parts.append(f"{machine['cores']} cores, load {float(load[0]):.1f} before")
+    return ", ".join(parts)
 
 
 def plot(files: Sequence[Path], out: Path) -> list[Path]:
     """Write the charts of every throughput-shaped file; returns the files written."""
     written: list[Path] = []
     for path in files:
-        runs = runs_of(json.loads(path.read_text(encoding="utf-8")))
+        document = json.loads(path.read_text(encoding="utf-8"))
+        runs = runs_of(document)
         if not runs:
             print(f"skipped {path}: no throughput runs in it")
             continue
         out.mkdir(parents=True, exist_ok=True)
-        for name, svg in charts(runs, path.stem).items():
+        for name, svg in charts(runs, describe(path, document)).items():
             target = out / f"{path.stem}-{name}.svg"
             target.write_text(svg, encoding="utf-8")
             written.append(target)

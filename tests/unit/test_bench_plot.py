@@ -63,7 +63,13 @@ FIXTURE = {
     },
     "args": {"orders": 100, "rounds": 2},
     "runs": [
-        _run("ours", 0.0, 40.0, 2.0, cpu={"runtime": 2.0, "broker": 0.5, "azurite": 0.7}),
+        _run(
+            "ours",
+            0.0,
+            40.0,
+            2.0,
+            cpu={"runtime": 2.0, "broker": 0.5, "azurite": 0.7, "simulator": 0.1},
+        ),
         _run("DBOS", 0.0, 60.0, 3.0, cpu={"DBOS peer": 1.4}),
         _run("ours", 0.0, 44.0, 1.8, cpu={"runtime": 2.2, "broker": 0.5, "azurite": 0.7}),
         _run("DBOS", 0.0, 58.0, 3.2, cpu={"DBOS peer": 1.5}),
@@ -109,7 +115,10 @@ def test_the_module_writes_three_charts_per_result(result: Path, tmp_path: Path)
         f"{result.stem}-throughput.svg",
     ]
     for name in written:
-        assert ET.parse(out / name).getroot().tag == f"{SVG}svg", f"{name} is not SVG"
+        root = ET.parse(out / name).getroot()
+        assert root.tag == f"{SVG}svg", f"{name} is not SVG"
+        texts = [t.text for t in root.iter(f"{SVG}text")]
+        assert f"{result.stem}, 100 orders per run, 2 cores, load 0.5 before" in texts
 
 
 def test_throughput_sets_ours_beside_dbos_at_the_median_of_the_rounds(
@@ -130,6 +139,7 @@ def test_cpu_per_order_is_stacked_by_process(result: Path, tmp_path: Path) -> No
     broker = bars["ours, 0% faults: broker 5 CPU ms/order"]
     assert runtime / broker == pytest.approx(21 / 5, rel=0.01)
     assert "DBOS, 10% faults: DBOS peer 16 CPU ms/order" in bars
+    assert not any("simulator" in key for key in bars), "the load's own processes are left out"
 
 
 def test_latency_shows_three_percentiles_per_run(result: Path, tmp_path: Path) -> None:
