@@ -205,13 +205,13 @@ def _nice_ceiling(value: float) -> float:
     """The smallest of 1, 2, 2.5, 5 x 10^n at or above ``value`` (1 when it is 0)."""
     if value <= 0:
         return 1.0
-    magnitude = 10 ** math.floor(math.log10(value))
+    magnitude = 10.0 ** math.floor(math.log10(value))
     return next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= value)
 
 
 def _tick_steps(top: float) -> int:
     """Gridlines at round values: 5 steps for a ceiling of 1 or 5 x 10^n, else 4."""
-    mantissa = top / 10 ** math.floor(math.log10(top))
+    mantissa = top / 10.0 ** math.floor(math.log10(top))
     return 5 if round(mantissa, 6) in (1.0, 5.0) else 4
 
 
