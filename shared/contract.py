@@ -8,7 +8,7 @@ including the tests and the consistency checks against Bicep and emulator config
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from shared.catalogue import catalogue
@@ -92,6 +92,25 @@ class QueueProperties:
 
 
 QUEUE_PROPERTIES: Final = QueueProperties()
+
+NOTIFICATION_QUEUES: Final[tuple[str, ...]] = (Queue.ORDER_STATUS, Queue.OPERATOR_ALERTS)
+"""The queues the app only writes: their readers are outside it (the submitting
+application, operators; docs/operations.md#who-reads-the-notification-queues). A reader
+that is late or absent must not fill them, so in Azure their messages live for a set
+time (a deployment parameter) and then expire."""
+
+NOTIFICATION_QUEUE_PROPERTIES: Final = replace(
+    QUEUE_PROPERTIES, dead_lettering_on_message_expiration=False
+)
+"""A notification nobody read is dropped when it expires, not dead-lettered: its order's
+state is in the state table (and an alert has already fired), while a dead-letter
+queue would keep every unread one against the queue's size cap and raise a dead-letter
+alert for each."""
+
+
+def queue_properties(queue: str) -> QueueProperties:
+    """What the code assumes of ``queue``: the notification queues' own, else the common."""
+    return NOTIFICATION_QUEUE_PROPERTIES if queue in NOTIFICATION_QUEUES else QUEUE_PROPERTIES
 
 
 ARCHIVE_CONTAINER: Final = "order-archive"
