@@ -20,7 +20,7 @@ from devhost.harness.process import Child
 from devhost.harness.services import runtime_command
 from devhost.simulator import SimulatorServer
 from shared.contract import Setting
-from tests.e2e.conftest import TERMINAL, e2e_settings
+from tests.e2e.conftest import TERMINAL, e2e_settings, running_system
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
 
@@ -108,3 +108,34 @@ async def test_a_providers_429s_on_shipping_leave_every_order_processed_with_no_
     assert stats["rateLimited"] > 0, "the provider did refuse calls"
     assert [v["processState"] for v in views] == ["Processed"] * ORDERS
     assert [v["failureCount"] for v in views] == [0] * ORDERS
+
+
+async def test_orders_waiting_for_our_own_calls_per_second_count_no_failure(
+    azurite_table_port: int,
+    broker: Broker,
+    simulator: SimulatorServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More charges than one second's limit times the step timeout, all at once: most
+    of them wait for payment's `callsPerSecond`, past the complete-by they were sent
+    with, many of them in the broker behind the agent's busy handlers. A wait for our
+    own limit is no failure (docs/limits.md): every order ends Processed with nothing
+    counted, and payment still never sees more than its limit in a second."""
+    orders, limit = 40, 5
+    settings = e2e_settings(azurite_table_port, broker, simulator.url)
+    settings["AgentLimits__payment__callsPerSecond"] = str(limit)
+    settings[Setting.STEP_TIMEOUT_SECONDS] = "3"
+    ids = [f"wait-{i:02d}" for i in range(orders)]
+    async with running_system(settings, broker, simulator, monkeypatch) as system:
+        await asyncio.gather(
+            *(
+                system.app.submit_order(order_id, ("S",), customer_id=f"c-{i}", unit_price=1.0)
+                for i, order_id in enumerate(ids)
+            )
+        )
+        views = await asyncio.gather(*(system.wait_for(o, TERMINAL, 180) for o in ids))
+        stats = (await system.sim.stats())["payment"]
+
+    assert stats["maxCallsInOneSecond"] <= limit, stats
+    assert [v["processState"] for v in views] == ["Processed"] * orders
+    assert {v["orderId"]: v["failureCount"] for v in views if v["failureCount"]} == {}
