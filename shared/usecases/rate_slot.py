@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from shared.domain.limits import SlotLease, slot_still_usable
-from shared.domain.messages import AgentRequest, iso
+from shared.domain.messages import AgentRequest
 from shared.domain.workflow import AgentName
 from shared.ports import Clock, MessageBus
 from shared.resilience import Held
@@ -68,13 +68,8 @@ class HandBack:
         copy = replace(self.request, complete_by=moved, start_at=start)
         sent = copy.outgoing(self.agent, high=self.high)
         lead = min(LEAD, (start - now) / 2)
-        await self.bus.send(
-            [
-                replace(
-                    sent, message_id=f"{sent.message_id}:at:{iso(start)}", deliver_at=start - lead
-                )
-            ]
-        )
+        slot = f"{sent.message_id}:at:{int(start.timestamp() * 1000)}"
+        await self.bus.send([replace(sent, message_id=slot, deliver_at=start - lead)])
         return True
 
 

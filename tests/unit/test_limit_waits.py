@@ -72,11 +72,16 @@ class Provider:
         raise AssertionError("not abandoned")
 
 
-async def limited_agent(world: World, calls: list[str]) -> AgentDeps:
+async def limited_agent(
+    world: World, calls: list[str], limits: InMemoryLimitStore | None = None
+) -> AgentDeps:
     """The agent with a `callsPerSecond` limit whose shared schedule is booked
-    BOOKED_AHEAD seconds ahead, step holds on, as bootstrap builds it."""
-    limits = InMemoryLimitStore()
-    await limits.put_schedule(AGENT, world.clock.now() + timedelta(seconds=BOOKED_AHEAD), None)
+    BOOKED_AHEAD seconds ahead (unless `limits` is given), step holds on, as bootstrap
+    builds it."""
+    if limits is None:
+        limits = InMemoryLimitStore()
+        ahead = world.clock.now() + timedelta(seconds=BOOKED_AHEAD)
+        await limits.put_schedule(AGENT, ahead, None)
     return AgentDeps(
         agent=AGENT,
         bus=world.bus,
@@ -235,3 +240,26 @@ async def test_an_undo_held_by_the_rate_limit_is_sent_and_never_counted() -> Non
     assert process.steps[0].status is StepStatus.COMPENSATED
     undo = [m for m in world.bus.sent if m.body.get("action") == Action.COMPENSATE.value]
     assert undo == [], "nothing is left waiting to be sent"
+
+
+async def test_a_carried_slot_is_taken_while_usable_and_booked_again_once_past_its_margin() -> None:
+    """A handed-back request carries its slot: on time, its call books nothing; late by
+    more than the spacing margin, it books another (a late slot could crowd the next)."""
+    world = World(policy=policy())
+    for order_id in ("o-1", "o-2"):
+        await submit_order(world.deps(), an_order(order_id))
+        await scheduler.on_nudge(world.deps(), order_id)
+    on_time, late = (
+        AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
+    )
+    limits = InMemoryLimitStore()
+    calls: list[str] = []
+    agent = await limited_agent(world, calls, limits)
+    now = world.clock.now()
+
+    assert await perform_step(agent, replace(on_time, start_at=now)) is Performed.SUCCEEDED
+    assert limits.operations["write"] == 0
+    stale = replace(late, start_at=now - seconds(0.5))
+    assert await perform_step(agent, stale) is Performed.SUCCEEDED
+    assert limits.operations["write"] == 1
+    assert calls == ["o-1:reserve-inventory", "o-2:reserve-inventory"]
