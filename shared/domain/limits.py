@@ -50,6 +50,17 @@ class AgentLimits:
         return SECOND * ((1 + MARGIN) / self.calls_per_second)
 
 
+def slot_still_usable(slot: datetime, now: datetime, limits: AgentLimits) -> bool:
+    """Whether a slot taken earlier (a request handed back to the broker carries one,
+    usecases/rate_slot.py) may still start a call now: until the spacing margin past
+    it. Later, the call would crowd the slots after it, and a provider's window could
+    see one call more than the limit; the caller books another slot instead."""
+    gap, rate = limits.gap, limits.calls_per_second
+    if gap is None or rate is None:
+        return False
+    return now <= slot + (gap - SECOND / rate)
+
+
 @dataclass(frozen=True)
 class Schedule:
     """The shared rate row of one agent as read, with its ETag."""
