@@ -122,7 +122,8 @@ async def test_orders_waiting_for_our_own_calls_per_second_count_no_failure(
     timeout: most wait for their slot past the complete-by they were sent with, and with
     the agent's 16 handlers taken, the rest would wait in the broker. A wait for our own
     limit is no failure (docs/limits.md): every order ends Processed with nothing
-    counted, and payment never sees more than its limit in a second.
+    counted, and payment never sees more in a second than the contract allows: its
+    limit plus 10%, which at 10/s and below is one call (docs/limits.md, clock skew).
 
     The whole stack runs as processes (`Stack`): the simulator that counts the calls
     shares no interpreter with the broker, so its clock reads arrivals, not a GIL."""
@@ -159,4 +160,4 @@ async def test_orders_waiting_for_our_own_calls_per_second_count_no_failure(
     }
     assert counted == {}, "a wait for our own limit was counted"
     assert [v["processState"] for v in views] == ["Processed"] * orders
-    assert stats["maxCallsInOneSecond"] <= limit, stats
+    assert stats["maxCallsInOneSecond"] <= limit + 1, stats
