@@ -1,5 +1,5 @@
 """An agent's declared limits, and the two shared records that make them hold across
-every instance (DESIGN section 14; the argument and its numbers: docs/limits.md).
+every instance (the contract, the argument and its numbers: docs/limits.md).
 
 `callsPerSecond` is a schedule, not a counter: one shared row per agent holds the
 earliest time the next call may start, and whoever takes slots moves it on by one gap

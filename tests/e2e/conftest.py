@@ -116,7 +116,7 @@ class System:
         return await self.sim.effects(order_id)
 
     async def net_effect(self, order_id: str) -> Verdict:
-        """The net-effect judge's verdict (DESIGN section 11) on the order as it stands.
+        """The net-effect judge's verdict (docs/simulator.md) on the order as it stands.
 
         Meant for a terminal order whose requests can no longer apply: the tests' hangs
         never apply, and their latency or slowness is over before the order moves on.

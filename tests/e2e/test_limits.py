@@ -1,5 +1,5 @@
-"""Limits on local runtimes sharing one table, one broker and one simulator (DESIGN
-section 14): an agent's `callsPerSecond` holds across two, a provider's `429`s slow
+"""Limits on local runtimes sharing one table, one broker and one simulator
+(docs/limits.md): an agent's `callsPerSecond` holds across two, a provider's `429`s slow
 the agents without a failure counted against any order, and a burst waiting for our
 own limit is never counted either."""
 

@@ -5,6 +5,7 @@ setting the pages name is one the code reads, and every route they name is serve
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
@@ -247,3 +248,34 @@ def test_a_route_nothing_serves_is_caught() -> None:
     assert _is_served("POST", "/api/orders/o-1/cancel", served)
     assert not _is_served("POST", "/api/orders/o-1/refund", served)
     assert not _is_served("DELETE", "/api/orders/o-1", served)
+
+
+CITES_OUTSIDE = re.compile(r"DESIGN(\.md)?\s+section|\.\./shared/")
+"""A citation of the design document that lives outside the repository: a reader of the
+repository cannot follow it (its docs/ say the same things, and the code cites those)."""
+
+
+def _tracked_text_files() -> list[Path]:
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    suffixes = {".py", ".md", ".bicep", ".json", ".html", ".sh", ".toml", ".yml", ".yaml"}
+    return [ROOT / f for f in listed if Path(f).suffix in suffixes and (ROOT / f).is_file()]
+
+
+def test_nothing_cites_a_document_outside_the_repository() -> None:
+    me = Path(__file__).resolve()
+    cited = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in _tracked_text_files()
+        if path.resolve() != me
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if CITES_OUTSIDE.search(line)
+    ]
+    assert not cited, "\n".join(cited)
+
+
+def test_a_citation_outside_the_repository_is_caught() -> None:
+    assert CITES_OUTSIDE.search('"""Events (DESIGN section 13)."""')
+    assert CITES_OUTSIDE.search("see ../shared/DESIGN.md")
+    assert not CITES_OUTSIDE.search("see docs/catalogue.md and shared/domain/model.py")

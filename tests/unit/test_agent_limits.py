@@ -1,5 +1,5 @@
-"""An agent's `callsPerSecond` and `maxConcurrent` hold across instances (DESIGN section
-14): two limiters sharing one limit store are two instances sharing one table. Every
+"""An agent's `callsPerSecond` and `maxConcurrent` hold across instances
+(docs/limits.md): two limiters sharing one limit store are two instances sharing one table. Every
 clock is virtual: time moves only when every caller sleeps, so each start is exact."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Steps that wait for the world (DESIGN section 13), on the shipped `reviewed-order`
+"""Steps that wait for the world (docs/catalogue.md), on the shipped `reviewed-order`
 (an approval event) and `scheduled-delivery` (a timer on the order's notBefore)."""
 
 from __future__ import annotations

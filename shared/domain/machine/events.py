@@ -1,4 +1,4 @@
-"""Events sent to an order from outside (DESIGN section 13): kept, never dropped.
+"""Events sent to an order from outside (docs/catalogue.md): kept, never dropped.
 
 An event is stored with the order whatever step the order is at; a step waiting for it
 takes it at once, a step reached later takes it then (dispatch.py `start_wait`), and a
