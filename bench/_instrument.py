@@ -26,6 +26,7 @@ from typing import Any
 from bench._activity import GroupClock, scale_group
 from shared import bootstrap
 from shared.adapters import table_rows
+from shared.domain.archive import ArchivedMark
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState, StateRecord
 from shared.domain.rest_index import RestEntry, RestPage, RestRange
 from shared.ports import (
@@ -192,6 +193,10 @@ class CountingStore:
         if result is not None:
             self.stats.role().ops["load"].entities += 1
         return result
+
+    async def archived(self, order_id: str) -> ArchivedMark | None:
+        found: ArchivedMark | None = await self._timed("load", 0, self.inner.archived(order_id))
+        return found
 
     async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
         n = _entities(history)

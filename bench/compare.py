@@ -20,10 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from bench._common import console, fmt, print_machine, ratio, table
+from bench.order_counts import HEADERS, PINNED, OrderCounts, rows
 from bench.peer_dbos import measure_peer
 from bench.throughput import (
     RunSummary,
@@ -152,6 +153,16 @@ def caps(ours: list[RunSummary], peer: list[RunSummary], cores: int) -> object:
     return t
 
 
+def pinned_counts(pinned: Mapping[str, OrderCounts] = PINNED) -> object:
+    """What one fault-free order costs by workflow, as tests/integration/
+    test_order_counts.py pins it: the hops behind the CPU figures (docs/capacity.md)."""
+    t = table("per fault-free order, pinned (bench/order_counts.py)", HEADERS)
+    t.columns[0].no_wrap = True
+    for row in rows(pinned):
+        t.add_row(*row)
+    return t
+
+
 def pairs(
     ours: list[RunSummary], peer: list[RunSummary]
 ) -> Iterator[tuple[RunSummary, RunSummary]]:
@@ -250,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         args.fault_rates = args.fault_rates[-1:]
     machine = print_machine("ours vs DBOS Transact, same run")
     console.print(f"[dim]{describe_setup(args)}[/]")
+    console.print(pinned_counts())
     rounds: list[tuple[list[RunSummary], list[RunSummary]]] = []
     for number in range(1, args.rounds + 1):
         if args.rounds > 1:

@@ -27,6 +27,8 @@ HOLD_REASONS = frozenset(
         "compensation-failed",
         "no-provider-left",
         "wait-expired",
+        "applied-at-two-providers",
+        "applied-after-settled",
         RETRIABLE_FAILED,
         FAILED_PAST_PIVOT,
     }
@@ -90,7 +92,7 @@ def effects_applied_at_most_once(obs: Observations) -> InvariantResult:
 
 def net_effect_judged(obs: Observations) -> InvariantResult:
     """What the orders leave in force at the providers, by the net-effect judge
-    (devhost/simulator/judge.py, DESIGN section 11): a Processed order has each step in
+    (devhost/simulator/judge.py, docs/simulator.md): a Processed order has each step in
     force at exactly one service (a step done at two providers would charge twice), a
     Compensated or Cancelled order nothing anywhere. The ledger's order counts: an undo
     that found nothing to undo before its do applied leaves the do in force.

@@ -57,6 +57,8 @@ from devhost.harness.process import Child, StartError
 from devhost.harness.services import trace_query_url
 from devhost.services import OTLP_DEFAULT_PORT
 from shared.catalogue import FILE_SETTING, catalogue_file
+from shared.contract import Setting
+from shared.domain.principal import PRINCIPAL_HEADER, Role, encode_client_principal
 
 ROOT = Path(__file__).resolve().parent.parent
 DECLINED_SKU = "CARD-DECLINED"
@@ -228,6 +230,10 @@ async def _wait_until_up(app: AppClient, child: Child | None) -> None:
         raise SystemExit(
             f"the local runtime did not answer on /api/health within {STARTUP_SECONDS:.0f} s"
         ) from exc
+
+
+DEMO_READER = "reader@demo.local"
+DEMO_OPERATOR = "operator@demo.local"
 
 
 # -- plan and faults -------------------------------------------------------------------------
@@ -427,6 +433,24 @@ async def _run_load(demo: Demo, session: aiohttp.ClientSession, timeout: float) 
     demo.views = polling.views
 
 
+def _signed_in() -> bool:
+    """`OperatorAuth=dev-header bin/demo`: the runtime the demo starts checks roles, and
+    the demo shows it (docs/sign-in.md)."""
+    return os.environ.get(Setting.OPERATOR_AUTH, "").strip().lower() == "dev-header"
+
+
+async def _reader_then_operator(demo: Demo, order_id: str) -> Mapping[str, str]:
+    """A reader tries first and is refused; the headers of the operator who then acts."""
+    reader = {PRINCIPAL_HEADER: encode_client_principal(DEMO_READER, [Role.READ.value])}
+    status, answer = await demo.app.resubmit(order_id, reader)
+    demo.console.print(
+        f"  {DEMO_READER} ({Role.READ.value}) tries to resubmit {order_id}: HTTP {status}"
+        + (f", {answer.get('detail')}" if status >= 400 else "")
+    )
+    demo.console.print(f"  {DEMO_OPERATOR} ({Role.OPERATE.value}) resubmits them")
+    return {PRINCIPAL_HEADER: encode_client_principal(DEMO_OPERATOR, [Role.OPERATE.value])}
+
+
 async def _operator_resubmits(demo: Demo) -> None:
     """Orders in Error wait for an operator: the faults are cleared and they go again."""
     errors = [o for o in demo.orders if o.state == "Error"]
@@ -437,8 +461,11 @@ async def _operator_resubmits(demo: Demo) -> None:
         f"{len(errors)} order(s) in Error: an operator clears the faults and resubmits them"
     )
     await _quiet(demo.simulator.clear_faults(), None)
+    operator: Mapping[str, str] = {}
+    if _signed_in():
+        operator = await _reader_then_operator(demo, errors[0].order_id)
     for order in errors:
-        status, _ = await demo.app.resubmit(order.order_id)
+        status, _ = await demo.app.resubmit(order.order_id, operator)
         demo.resubmitted += status == 202
 
     async def refresh(order: Tracked) -> None:

@@ -1,6 +1,6 @@
 // Scheduler-Agent-Supervisor order processing: everything `azd up` creates.
 //
-// One resource group holding a Flex Consumption Function App (Python 3.11) with a
+// One resource group holding a Flex Consumption Function App (Python 3.12) with a
 // user-assigned managed identity, its storage account (host, deployment package and the
 // state table), a Service Bus namespace with the contract queues, and Log Analytics +
 // Application Insights. No keys, connection strings or SAS anywhere: every connection is
@@ -72,6 +72,29 @@ param tracesSampler string = 'parentbased_trace_id_ratio'
 param tracesSamplerArg string = '0.1'
 
 // ---------------------------------------------------------------------------
+// Alerts and diagnostics (app/alerts.bicep, app/diagnostics.bicep)
+// ---------------------------------------------------------------------------
+
+@description('Email address notified of every alert: an operator alert raised, dead letters on a queue, orders held in Error, the Supervisor not running (docs/operations.md#alerts).')
+@minLength(3)
+param alertEmail string
+
+@description('Resource ids of existing action groups (an on-call rotation, a chat channel) also notified of every alert, as a JSON list. Empty: the email alone.')
+param alertActionGroupIds array = []
+
+@description('How long without a Supervisor sweep before the "Supervisor not running" alert fires.')
+@allowed([
+  'PT10M'
+  'PT15M'
+  'PT30M'
+  'PT1H'
+])
+param supervisorSilence string = 'PT15M'
+
+@description('Also send every storage read to Log Analytics (diagnostic settings). Reads are most of the account\'s requests, so off by default; writes and deletes always go.')
+param storageReadLogs bool = false
+
+// ---------------------------------------------------------------------------
 // Service Bus
 // ---------------------------------------------------------------------------
 
@@ -91,6 +114,12 @@ param serviceBusSku string = 'Standard'
   16
 ])
 param serviceBusPremiumCapacity int = 1
+
+@description('Time-to-live of a status notification on order-status (ISO 8601 duration), after which an unread one is dropped. The submitting application reads them; GET /api/orders/{orderId} answers the same at any time.')
+param orderStatusTimeToLive string = 'P1D'
+
+@description('Time-to-live of an operator alert on operator-alerts (ISO 8601 duration), after which an unread one is dropped. Each alert has raised an Azure Monitor alert when it arrived, and its order stays in the state table (cli failures).')
+param operatorAlertsTimeToLive string = 'P7D'
 
 @description('Also grant the app identity Azure Service Bus Data Owner. Only the scale controller benefits: with the Manage right it reads exact queue lengths; with Sender + Receiver alone it falls back to a coarser signal and logs unauthorized warnings. The code itself never needs it.')
 param serviceBusOwnerForScaling bool = false
@@ -186,6 +215,17 @@ param highPriorityStepTimeoutSeconds int = 15
 @minValue(1)
 param bulkActionsPerSecond int = 50
 
+@description('OperatorAuth (docs/sign-in.md): empty, operators use the master key only, as before; token, an Entra bearer token validated in the app (for Flex Consumption, whose docs list built-in authentication as not supported); platform, App Service authentication (authsettingsV2) on a plan that supports it. token and platform need operatorAuthClientId.')
+@allowed([
+  ''
+  'token'
+  'platform'
+])
+param operatorAuth string = ''
+
+@description('Client id of the app registration operators sign in to, with the app roles Orders.Read and Orders.Operate (docs/sign-in.md); used with operatorAuth token or platform.')
+param operatorAuthClientId string = ''
+
 // ---------------------------------------------------------------------------
 // Names
 // ---------------------------------------------------------------------------
@@ -204,20 +244,24 @@ var deploymentContainerName = 'app-package-${take(functionAppName, 32)}-${take(r
 // queues and its service URL setting, so adding an agent is one edit there.
 var catalogue = loadJsonContent('../catalogue.json')
 
-// The contract queues (shared/contract.py ALL_QUEUES), in the same order: the core queues
-// (CORE_QUEUES), then each catalogue agent's queue and its high-priority lane.
+// The contract queues (shared/contract.py ALL_QUEUES): the core queues the app consumes
+// (CORE_QUEUES but the notification queues), then each catalogue agent's queue and its
+// high-priority lane.
 var coreQueueNames = [
   'orders'
   'scheduler'
   'agent-replies'
-  'order-status'
-  'operator-alerts'
   'scheduler-high'
   'agent-replies-high'
 ]
 // A for-expression rather than map(): checkov's Bicep parser reads no lambdas.
 var agentQueueNames = [for agent in catalogue.agents: ['agent-${agent.name}', 'agent-${agent.name}-high']]
 var queueNames = concat(coreQueueNames, flatten(agentQueueNames))
+// The queues the app only writes (NOTIFICATION_QUEUES), with their messages' time-to-live.
+var notificationQueues = [
+  { name: 'order-status', timeToLive: orderStatusTimeToLive }
+  { name: 'operator-alerts', timeToLive: operatorAlertsTimeToLive }
+]
 
 // One app setting per catalogue agent: its serviceUrlSetting = serviceUrls[that name].
 var serviceUrlSettings = [
@@ -282,6 +326,7 @@ module serviceBus 'app/servicebus.bicep' = {
     sku: serviceBusSku
     premiumCapacity: serviceBusPremiumCapacity
     queueNames: queueNames
+    notificationQueues: notificationQueues
   }
 }
 
@@ -325,6 +370,8 @@ module api 'app/function.bicep' = {
     bulkActionsPerSecond: bulkActionsPerSecond
     tracesSampler: tracesSampler
     tracesSamplerArg: tracesSamplerArg
+    operatorAuth: operatorAuth
+    operatorAuthClientId: operatorAuthClientId
   }
 }
 
@@ -340,6 +387,33 @@ module rbac 'app/rbac.bicep' = {
     serviceBusOwnerForScaling: serviceBusOwnerForScaling
     principalId: principalId
     principalType: principalType
+  }
+}
+
+module alerts 'app/alerts.bicep' = {
+  name: 'alerts'
+  scope: rg
+  params: {
+    actionGroupName: '${abbrs.insightsActionGroups}${resourceToken}'
+    location: location
+    tags: tags
+    alertEmail: alertEmail
+    extraActionGroupIds: alertActionGroupIds
+    serviceBusNamespaceName: serviceBus.outputs.name
+    logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsId
+    supervisorSilence: supervisorSilence
+  }
+}
+
+module diagnostics 'app/diagnostics.bicep' = {
+  name: 'diagnostics'
+  scope: rg
+  params: {
+    logAnalyticsWorkspaceId: monitoring.outputs.logAnalyticsId
+    functionAppName: api.outputs.name
+    serviceBusNamespaceName: serviceBus.outputs.name
+    storageAccountName: storage.outputs.name
+    storageReadLogs: storageReadLogs
   }
 }
 
@@ -359,4 +433,5 @@ output SERVICE_BUS_FULLY_QUALIFIED_NAMESPACE string = serviceBus.outputs.fullyQu
 output AZURE_STORAGE_ACCOUNT_NAME string = storage.outputs.name
 output AZURE_STORAGE_TABLE_ENDPOINT string = storage.outputs.tableEndpoint
 output STATE_TABLE_NAME string = stateTableName
+output OPERATOR_AUTH string = operatorAuth
 output APPLICATIONINSIGHTS_NAME string = monitoring.outputs.applicationInsightsName

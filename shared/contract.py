@@ -8,7 +8,7 @@ including the tests and the consistency checks against Bicep and emulator config
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from shared.catalogue import catalogue
@@ -93,6 +93,25 @@ class QueueProperties:
 
 QUEUE_PROPERTIES: Final = QueueProperties()
 
+NOTIFICATION_QUEUES: Final[tuple[str, ...]] = (Queue.ORDER_STATUS, Queue.OPERATOR_ALERTS)
+"""The queues the app only writes: their readers are outside it (the submitting
+application, operators; docs/operations.md#who-reads-the-notification-queues). A reader
+that is late or absent must not fill them, so in Azure their messages live for a set
+time (a deployment parameter) and then expire."""
+
+NOTIFICATION_QUEUE_PROPERTIES: Final = replace(
+    QUEUE_PROPERTIES, dead_lettering_on_message_expiration=False
+)
+"""A notification nobody read is dropped when it expires, not dead-lettered: its order's
+state is in the state table (and an alert has already fired), while a dead-letter
+queue would keep every unread one against the queue's size cap and raise a dead-letter
+alert for each."""
+
+
+def queue_properties(queue: str) -> QueueProperties:
+    """What the code assumes of ``queue``: the notification queues' own, else the common."""
+    return NOTIFICATION_QUEUE_PROPERTIES if queue in NOTIFICATION_QUEUES else QUEUE_PROPERTIES
+
 
 ARCHIVE_CONTAINER: Final = "order-archive"
 """The blob container of archived orders (docs/operations.md#retention-and-archive); the
@@ -112,6 +131,11 @@ class Setting:
     """Finished orders one reconciliation run checks at most."""
     ARCHIVE_SCHEDULE: Final = "ArchiveSchedule"
     """NCRONTAB of the archive timer (finished orders past their retention to blobs)."""
+    AGENT_HEARTBEAT_SCHEDULE: Final = "AgentHeartbeatSchedule"
+    """NCRONTAB of the agents' heartbeat timer (each agent's health, probes of tripped
+    breakers); keep it well inside routing's 60 s staleness limit."""
+    BULK_ACTIONS_SCHEDULE: Final = "BulkActionsSchedule"
+    """NCRONTAB of the timer that works bulk jobs: how soon a job starts after its 202."""
     RETENTION_PROCESSED_DAYS: Final = "RetentionProcessedDays"
     """Days a Processed order stays in the state table before it is archived; 0: forever."""
     RETENTION_CANCELLED_DAYS: Final = "RetentionCancelledDays"
@@ -143,6 +167,16 @@ class Setting:
     """When set, events must be signed with it (HMAC-SHA256); a Key Vault reference in Azure."""
     BULK_ACTIONS_PER_SECOND: Final = "BulkActionsPerSecond"
     """The pace of a bulk job's actions, per instance running the bulk timer."""
+    OPERATOR_AUTH: Final = "OperatorAuth"
+    """Where operator routes take a signed-in principal from: unset (keys only),
+    `platform`, `dev-header` or `token` (docs/sign-in.md)."""
+    OPERATOR_AUTH_ISSUER: Final = "OperatorAuthIssuer"
+    OPERATOR_AUTH_AUDIENCE: Final = "OperatorAuthAudience"
+    OPERATOR_AUTH_JWKS_URL: Final = "OperatorAuthJwksUrl"
+    """Token mode: the issuer and audience a bearer token must name, and the tenant's
+    published keys its signature is checked against."""
+    SITE_NAME: Final = "WEBSITE_SITE_NAME"
+    """Set by the platform in Azure: dev-header mode refuses to start where it is set."""
     TRACE_QUERY_URL: Final = "TraceQueryUrl"
     """Local only, never deployed: where the operator page reads an order's trace
     (`python -m devhost` points it at its OTLP receiver). Unset in Azure, where traces
@@ -216,6 +250,9 @@ class Route:
     OPS_PAGE: Final = "ops"
     """The operator's status page (HTML); it polls OPS_DATA."""
     OPS_DATA: Final = "ops/data"
+    OPS_ORDER: Final = "ops/orders/{orderId}"
+    """One order as GET ORDER answers it, for the operator page: an operator route (a
+    signed-in reader), where ORDER is the submitting application's (a function key)."""
     AGENTS: Final = "agents"
     AGENT_DRAIN: Final = "agents/{agent}/drain"
     """Drain or undrain one agent (a provider's maintenance window)."""

@@ -1,4 +1,9 @@
-"""The HTTP API described as OpenAPI 3.1, built from the same models that validate it."""
+"""The HTTP API described as OpenAPI 3.1. The order submission's schema is generated from
+the model that validates it (`OrderSubmission`); every other body and response schema is
+written here by hand, and kept true by the tests: the routes and auth levels against the
+registered functions (tests/functions), the status codes against docs/contract.md
+(tests/infra), and the running API against the document (schemathesis,
+tests/e2e/test_api_schema.py)."""
 
 from __future__ import annotations
 
@@ -799,8 +804,31 @@ def _bulk_paths() -> dict[str, Any]:
     }
 
 
+_SIGNED_IN: list[dict[str, list[str]]] = [{"operatorPrincipal": []}, {"operatorBearer": []}]
+_NO_ROLE = "a signed-in principal without the route's app role (docs/contract.md#15-who-acts)"
+
+
+def _operators_sign_in(paths: dict[str, Any]) -> None:
+    """Every operator route (the master key's) also takes a signed-in principal, and
+    answers 403 to one without the role; declared here once rather than per route."""
+    for operations in paths.values():
+        for operation in operations.values():
+            if operation.get("security") != [{"adminKey": []}]:
+                continue
+            operation["security"] = [{"adminKey": []}, *_SIGNED_IN]
+            responses = operation["responses"]
+            known = responses.get("403", {}).get("description")
+            responses["403"] = _problem(f"{known}; or {_NO_ROLE}" if known else _NO_ROLE)
+
+
 @cache
 def document() -> dict[str, Any]:
+    built = _document()
+    _operators_sign_in(built["paths"])
+    return built
+
+
+def _document() -> dict[str, Any]:
     submission = OrderSubmission.model_json_schema(
         by_alias=True, ref_template="#/components/schemas/{model}"
     )
@@ -842,7 +870,9 @@ def document() -> dict[str, Any]:
                             "accepted; the same body again gives the same answer", accepted
                         ),
                         "400": _problem("invalid order"),
-                        "409": _problem("the order id is taken by another body"),
+                        "409": _problem(
+                            "the order id is taken by another body (an archived order's too)"
+                        ),
                         "413": _problem("body too large"),
                         "415": _problem("not JSON"),
                         "429": {
@@ -993,6 +1023,20 @@ def document() -> dict[str, Any]:
                     },
                 }
             },
+            f"/{Route.OPS_ORDER}": {
+                "get": {
+                    "operationId": "opsOrder",
+                    "summary": "One order as getOrder answers it, for the operator page",
+                    "security": [{"adminKey": []}],
+                    "parameters": [_ORDER_ID],
+                    "responses": {
+                        "200": _json("as getOrder", {"type": "object"}),
+                        "404": _problem("unknown order"),
+                        **_UNAUTHORIZED,
+                        **_UNAVAILABLE,
+                    },
+                }
+            },
             f"/{Route.OPS_DATA}": {
                 "get": {
                     "operationId": "opsData",
@@ -1041,6 +1085,21 @@ def document() -> dict[str, Any]:
             "securitySchemes": {
                 "functionKey": {"type": "apiKey", "in": "header", "name": "x-functions-key"},
                 "adminKey": {"type": "apiKey", "in": "header", "name": "x-functions-key"},
+                "operatorPrincipal": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "X-MS-CLIENT-PRINCIPAL",
+                    "description": "OperatorAuth platform or dev-header: the principal as "
+                    "App Service authentication passes it, with the app role Orders.Read "
+                    "(reads) or Orders.Operate (actions)",
+                },
+                "operatorBearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "OperatorAuth token: an Entra access token for the app "
+                    "registration, with the same roles claim",
+                },
             },
         },
     }

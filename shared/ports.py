@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Protocol
 
-from shared.domain.archive import ArchiveCursor, ArchivedEntry, ArchivedOrder
+from shared.domain.archive import ArchiveCursor, ArchivedEntry, ArchivedMark, ArchivedOrder
 from shared.domain.bulk import BulkJob, JobState, Lease
 from shared.domain.bulk_request import BulkFilter
 from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy, Promoted
@@ -131,10 +131,18 @@ class Clock(Protocol):
 
 class StateStore(Protocol):
     async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
-        """Store a new order's rows in one transaction; raises AlreadyExists. Returns the ETag."""
+        """Store a new order's rows in one transaction; raises AlreadyExists, also for
+        the id of an archived order (its mark holds the key). Returns the ETag."""
         ...
 
-    async def load(self, order_id: str) -> OrderProcess | None: ...
+    async def load(self, order_id: str) -> OrderProcess | None:
+        """None for an order never stored and for an archived one (only its mark is left)."""
+        ...
+
+    async def archived(self, order_id: str) -> ArchivedMark | None:
+        """The mark an archived order left under its key (one point read); None when
+        the id is free or holds a live order."""
+        ...
 
     async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
         """Replace state and step rows and append history in one transaction, conditional on
@@ -504,10 +512,22 @@ class ArchiveStore(Protocol):
 
     async def drop_pointer(self, order_id: str) -> None: ...
 
-    async def purge(self, order_id: str, etag: str) -> bool:
-        """Delete every row of the order, its state row first and only at `etag`; False
-        (nothing deleted) when the state row changed since. Rows left by an earlier
-        purge whose state row is already gone are deleted too."""
+    async def pointers(
+        self, limit: int, continuation: str | None
+    ) -> tuple[tuple[ArchivedEntry, ...], str | None]:
+        """A page of every archived order's pointer, and where the next goes on (the
+        one-off backfill of marks: shared/usecases/archive_marks.py)."""
+        ...
+
+    async def mark(self, mark: ArchivedMark) -> bool:
+        """Write the mark of an order archived before marks were kept, where no row holds
+        its key; False when one does (its mark, or an order started under the id since)."""
+        ...
+
+    async def purge(self, mark: ArchivedMark, etag: str) -> bool:
+        """Replace the order's state row by its `mark`, only at `etag`, then delete every
+        other row of the order; False (nothing changed) when the state row changed since.
+        A purge that finds the mark already there (a killed run's) deletes what is left."""
         ...
 
 

@@ -16,6 +16,7 @@ from shared.domain.archive import DEFAULT_RETENTION, RetentionPolicy
 from shared.domain.fairness import CustomerPolicy
 from shared.domain.limits import AgentLimits
 from shared.domain.model import ExhaustedPolicy, ProcessState
+from shared.domain.principal import OperatorAuth, TokenPolicy
 from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import AgentName
 
@@ -96,6 +97,11 @@ class Settings:
     clock_skew: timedelta = timedelta(seconds=5)
     """ClockSkewSeconds: a request is live until its complete-by plus this (the policy's
     clock_skew); no undo or move of its step is sent before then unless its key settles."""
+    operator_auth: OperatorAuth = OperatorAuth.KEYS
+    """OperatorAuth: where operator routes take a signed-in principal from (unset: keys
+    only, the principal header ignored)."""
+    token_policy: TokenPolicy | None = None
+    """Token mode's issuer, audience and JWKS; None in every other mode."""
 
     @property
     def policy(self) -> ProcessPolicy:
@@ -168,11 +174,41 @@ class Settings:
                 ),
             ),
             archive_storage=_archive_storage(values),
+            operator_auth=_operator_auth(values),
+            token_policy=_token_policy(values),
         )
 
     @property
     def customer_policy(self) -> CustomerPolicy:
         return CustomerPolicy(max_pending=self.max_pending_per_customer, fair_share=self.fair_share)
+
+
+def _operator_auth(values: Mapping[str, str]) -> OperatorAuth:
+    try:
+        mode = OperatorAuth.parse(values.get(Setting.OPERATOR_AUTH, ""))
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    if mode is OperatorAuth.DEV_HEADER and values.get(Setting.SITE_NAME, "").strip():
+        raise ConfigurationError(
+            f"{Setting.OPERATOR_AUTH}=dev-header is for the local runtime only: in Azure "
+            "anyone could send the header; use platform or token"
+        )
+    return mode
+
+
+def _token_policy(values: Mapping[str, str]) -> TokenPolicy | None:
+    if _operator_auth(values) is not OperatorAuth.TOKEN:
+        return None
+    names = (Setting.OPERATOR_AUTH_ISSUER, Setting.OPERATOR_AUTH_AUDIENCE)
+    needed = (*names, Setting.OPERATOR_AUTH_JWKS_URL)
+    issuer, audience, jwks = (values.get(n, "").strip() for n in needed)
+    missing = [n for n, v in zip(needed, (issuer, audience, jwks), strict=True) if not v]
+    if missing:
+        raise ConfigurationError(f"{Setting.OPERATOR_AUTH}=token needs {', '.join(missing)}")
+    if not jwks.startswith(("https://", "http://127.0.0.1", "http://localhost")):
+        raise ConfigurationError(f"{Setting.OPERATOR_AUTH_JWKS_URL} must be an https URL")
+    audiences = tuple(a.strip() for a in audience.split(",") if a.strip())
+    return TokenPolicy(issuer=issuer, audiences=audiences, jwks_url=jwks)
 
 
 def _count_or_none(values: Mapping[str, str], name: str) -> int | None:

@@ -6,6 +6,7 @@ it is skipped then, and what it would have been given goes to the next one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from typing import TypeVar
 
@@ -20,6 +21,13 @@ def hand_to_first(waiting: deque[asyncio.Future[T]], value: T) -> bool:
             waiter.set_result(value)
             return True
     return False
+
+
+def leave(waiting: deque[asyncio.Future[T]], waiter: asyncio.Future[T]) -> None:
+    """A cancelled caller leaves the line, unless `hand_to_first` or `fail_all` already
+    took it out (they pop a cancelled waiter as they pass it)."""
+    with contextlib.suppress(ValueError):
+        waiting.remove(waiter)
 
 
 def fail_all(waiting: deque[asyncio.Future[T]], exc: BaseException) -> None:

@@ -118,8 +118,13 @@ class AppClient:
             await _call(self.session, "GET", url, params={k: v for k, v in params.items() if v})
         )
 
-    async def resubmit(self, order_id: str) -> tuple[int, dict[str, Any]]:
-        return await self._ask("POST", self.url(Route.RESUBMIT, order_id))
+    async def resubmit(
+        self, order_id: str, headers: Mapping[str, str] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """`headers`: who acts, e.g. a principal (docs/sign-in.md)."""
+        return await self._ask(
+            "POST", self.url(Route.RESUBMIT, order_id), headers=dict(headers or {})
+        )
 
     async def cancel(self, order_id: str, reason: str | None = None) -> tuple[int, dict[str, Any]]:
         body = {} if reason is None else {"reason": reason}

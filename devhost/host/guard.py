@@ -10,12 +10,14 @@ checks keys the way the Functions host does.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
 from devhost.settings import SettingsError
-from shared.contract import DevhostSetting
+from shared.contract import DevhostSetting, Setting
+from shared.domain.principal import PRINCIPAL_HEADER
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
 UNSAFE_METHODS = frozenset({"POST", "PUT", "DELETE", "PATCH"})
@@ -101,3 +103,26 @@ class Keys:
 
 def _same(presented: str, key: str) -> bool:
     return hmac.compare_digest(presented.encode(), key.encode())
+
+
+def passes_principal(settings: Mapping[str, str]) -> bool:
+    """Whether the runtime hands functions the principal header at all: only with
+    `OperatorAuth=dev-header`. Otherwise it is taken off every request, as the platform's
+    authentication takes a client's copy off in Azure (docs/sign-in.md)."""
+    return settings.get(Setting.OPERATOR_AUTH, "").strip().lower() == "dev-header"
+
+
+def keeps_principal(passes: bool, peer: str | None) -> bool:
+    """The header reaches the function only in dev-header mode and from a loopback
+    client: a runtime bound to another interface must not take anyone's word for who
+    they are."""
+    if not passes or not peer:
+        return False
+    try:
+        return ipaddress.ip_address(peer.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def without_principal(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() != PRINCIPAL_HEADER}

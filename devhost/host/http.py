@@ -29,10 +29,12 @@ from devhost.host.routing import Matched, MethodNotAllowed, Router
 from devhost.host.tracing import header_carrier, invocation_span
 from devhost.malformed import ProblemAppRunner, RateLimitedLog
 from devhost.problem import problem
+from shared.adapters import host_keys
 
 log = logging.getLogger("devhost.http")
 
 MAX_BODY_BYTES = 1024 * 1024
+HOST_STATUS_PATH = host_keys.STATUS_PATH
 # aiohttp computes these itself; copying the function's values would corrupt framing.
 _HOP_BY_HOP = frozenset({"content-length", "transfer-encoding", "connection"})
 
@@ -94,6 +96,7 @@ class HttpFrontend:
         max_body_bytes: int = MAX_BODY_BYTES,
         shutdown_timeout: float = 30.0,
         keys: guard.Keys | None = None,
+        pass_principal: bool = False,
     ) -> None:
         self._router = build_router(triggers)
         self._levels = {
@@ -102,6 +105,7 @@ class HttpFrontend:
             if trigger.get("type") == HTTP_TRIGGER
         }
         self._keys = keys
+        self._pass_principal = pass_principal
         self._also_hosts = loopback.bound_names(host)
         self._prefix = f"/{config.route_prefix}" if config.route_prefix else ""
         self._host = host
@@ -182,10 +186,21 @@ class HttpFrontend:
             f"{needed} is required, as {guard.KEY_HEADER} header or ?{guard.KEY_QUERY}=",
         )
 
+    def _host_status(self, request: web.Request) -> web.Response:
+        """The one admin API route an app asks: `200` for the master key only, as the
+        Functions host answers it, so the app can tell the master key (break-glass)
+        when its operator routes are anonymous (shared/adapters/host_keys.py)."""
+        presented = request.headers.get(guard.KEY_HEADER) or request.query.get(guard.KEY_QUERY)
+        if self._keys is not None and self._keys.admits(guard.AuthLevel.ADMIN, presented):
+            return web.json_response({"state": "Running"})
+        return problem(401, "Unauthorized", "the admin API needs the master key")
+
     async def _dispatch(self, request: web.Request) -> tuple[web.StreamResponse, str | None]:
         refused = self._refusal(request) or _undecodable_header(request)
         if refused is not None:
             return refused, None
+        if request.rel_url.path == HOST_STATUS_PATH:
+            return self._host_status(request), None
         relative = self._relative(request.rel_url.raw_path)
         found = self._router.match(request.method, relative) if relative is not None else None
         if isinstance(found, MethodNotAllowed):
@@ -207,10 +222,13 @@ class HttpFrontend:
             return problem(
                 413, "Payload Too Large", f"request bodies are limited to {self._max_body} bytes"
             ), spec.name
+        headers = _single_valued(request.headers.items())
+        if not guard.keeps_principal(self._pass_principal, request.remote):
+            headers = guard.without_principal(headers)
         http_request = func.HttpRequest(
             request.method,
             str(request.url),
-            headers=_single_valued(request.headers.items()),
+            headers=headers,
             params=_first_values(request.query.items()),
             route_params=found.params,
             body=body,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from devhost.host.guard import Keys
+from devhost.host.guard import Keys, passes_principal
 from devhost.host.http import HttpFrontend
 from devhost.host.loader import (
     HTTP_TRIGGER,
@@ -95,6 +95,7 @@ class LocalHost:
             port=port,
             shutdown_timeout=drain_timeout,
             keys=Keys.from_settings(self.settings),
+            pass_principal=passes_principal(self.settings),
         )
         self._pool = Receivers(self.settings, self.config)
         self.timers = [

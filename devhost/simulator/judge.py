@@ -1,4 +1,4 @@
-"""The net-effect judge (DESIGN section 11): what an order leaves in force at the providers.
+"""The net-effect judge (docs/simulator.md): what an order leaves in force at the providers.
 
 Counting ``applied`` cannot see order-of-effects bugs: a refund that came before its
 charge found nothing to undo, and the charge that applied after it stays. So the judge

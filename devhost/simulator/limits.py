@@ -3,7 +3,7 @@
 A real payment API refuses calls past its quota with ``429`` rather than queueing them,
 so a client that ignores backpressure shows up as refusals, not as slowness. The same
 meter feeds ``maxCallsInOneSecond`` and ``maxConcurrentSeen``, the figures a limit on
-the calling side is judged by (DESIGN section 14: never more than the limit plus 10% in
+the calling side is judged by (docs/limits.md: never more than the limit plus 10% in
 any one-second window).
 
 A window is any half-open second ``(t - 1 s, t]`` on the simulator's monotonic clock,

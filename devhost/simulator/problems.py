@@ -100,6 +100,6 @@ def in_progress_problem(service: str, key: str) -> web.Response:
 
 def limited_problem(fault: str, detail: str) -> web.Response:
     """429 past a quota (``fault`` is ``rate-limit`` or ``concurrency-limit``), with the
-    ``Retry-After: 1`` DESIGN section 14 fixes: nothing about the call was looked at."""
+    ``Retry-After: 1`` the contract fixes (docs/limits.md): nothing about the call was looked at."""
     headers = {FAULT_HEADER: fault, "Retry-After": RETRY_AFTER_SECONDS}
     return problem(429, "rate-limited", "Too many requests", detail, headers)

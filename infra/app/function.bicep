@@ -149,6 +149,24 @@ param tracesSampler string
 @description('OTEL_TRACES_SAMPLER_ARG.')
 param tracesSamplerArg string
 
+@description('OperatorAuth: empty (master key only), token or platform (docs/sign-in.md).')
+@allowed([
+  ''
+  'token'
+  'platform'
+])
+param operatorAuth string
+
+@description('Client id of the operators\' app registration (token and platform).')
+param operatorAuthClientId string
+
+// Token mode's checks (docs/sign-in.md): this tenant's issuer and published keys, in
+// whichever cloud this deploys to; the audience is the app registration, as a v2 token
+// names it (its client id) or a v1 token does (its application id URI).
+var entraIssuer = '${environment().authentication.loginEndpoint}${tenant().tenantId}/v2.0'
+var entraKeys = '${environment().authentication.loginEndpoint}${tenant().tenantId}/discovery/v2.0/keys'
+var operatorAudiences = '${operatorAuthClientId},api://${operatorAuthClientId}'
+
 // The app settings, as the name/value list of siteConfig.appSettings: these fixed ones,
 // then the agents' service URLs that main.bicep derives from catalogue.json
 // (serviceUrlSettings). A list, not the sites/config object, because a for-expression
@@ -187,6 +205,9 @@ var coreAppSettings = [
   { name: 'ReconcileSchedule', value: reconcileSchedule }
   { name: 'ReconcileSampleSize', value: string(reconcileSampleSize) }
   { name: 'ArchiveSchedule', value: archiveSchedule }
+  // Every 5 s: what the two timers ran on when fixed in the code (docs/deploy.md counts them).
+  { name: 'AgentHeartbeatSchedule', value: '*/5 * * * * *' }
+  { name: 'BulkActionsSchedule', value: '*/5 * * * * *' }
   { name: 'RetentionProcessedDays', value: string(retentionProcessedDays) }
   { name: 'RetentionCancelledDays', value: string(retentionCancelledDays) }
   { name: 'RetentionCompensatedDays', value: string(retentionCompensatedDays) }
@@ -202,6 +223,10 @@ var coreAppSettings = [
   { name: 'IntakeMaxPendingPerCustomer', value: string(intakeMaxPendingPerCustomer) }
   { name: 'FairShareRunningPerCustomer', value: string(fairShareRunningPerCustomer) }
   { name: 'BulkActionsPerSecond', value: string(bulkActionsPerSecond) }
+  { name: 'OperatorAuth', value: operatorAuth }
+  { name: 'OperatorAuthIssuer', value: entraIssuer }
+  { name: 'OperatorAuthAudience', value: operatorAudiences }
+  { name: 'OperatorAuthJwksUrl', value: entraKeys }
 ]
 
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
@@ -229,7 +254,7 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
 
 resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
   // checkov:skip=CKV_AZURE_222: the order API is public by design (clients submit orders with function keys); Flex Consumption without a VNet has no private front door here
-  // checkov:skip=CKV_AZURE_17: clients authenticate with function keys (and admins with the master key), not client certificates; requiring them would break every client
+  // checkov:skip=CKV_AZURE_17: clients authenticate with function keys, operators with Entra ID (operatorAuth) or the master key, not client certificates; requiring them would break every client
   // checkov:skip=CKV_AZURE_212: Flex Consumption scales from zero on demand; a minimum (always-ready) instance count is a standing cost, and the bus holds work while none runs
   // checkov:skip=CKV_AZURE_213: App Service health check probes instances of Dedicated and Premium plans; on Flex Consumption the platform manages instances, and GET /api/health (anonymous) is there for external probes
   name: name
@@ -270,7 +295,7 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
       }
       runtime: {
         name: 'python'
-        version: '3.11'
+        version: '3.12'
       }
     }
   }
@@ -290,6 +315,53 @@ resource scmPublishing 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2
   name: 'scm'
   properties: {
     allow: false
+  }
+}
+
+// The platform's authentication, where operatorAuthMode is platform: it validates the
+// operator's token or session and passes the principal as X-MS-CLIENT-PRINCIPAL, and
+// takes that header off what clients send. Unauthenticated requests go on to the app
+// (AllowAnonymous): the intake and events are called by machines with function keys, and
+// the app itself answers 401 or 403 on operator routes (docs/contract.md section 15).
+resource platformAuth 'Microsoft.Web/sites/config@2024-04-01' = if (operatorAuth == 'platform') {
+  // checkov reads a sites/config resource as a whole site and applies the site's checks to it; this one holds only the authentication settings, so the site's own checks (on functionApp above) are the ones that apply:
+  // checkov:skip=CKV_AZURE_13: this resource is App Service authentication itself (platform.enabled); checkov looks for the v1 siteAuthEnabled flag
+  // checkov:skip=CKV_AZURE_63: HTTP logging is site logging configuration, not part of the authentication settings
+  // checkov:skip=CKV_AZURE_65: detailed error messages are site logging configuration, not part of the authentication settings
+  // checkov:skip=CKV_AZURE_66: failed request tracing is site logging configuration, not part of the authentication settings
+  // checkov:skip=CKV_AZURE_222: public network access is the site's (skipped there with its reason), not the authentication settings'
+  // checkov:skip=CKV_AZURE_80: no .NET Framework: the app is Python on Linux
+  // checkov:skip=CKV_AZURE_88: Azure Files is a site storage mount; Flex Consumption deploys from a blob container
+  parent: functionApp
+  name: 'authsettingsV2'
+  properties: {
+    platform: {
+      enabled: true
+    }
+    globalValidation: {
+      requireAuthentication: false
+      unauthenticatedClientAction: 'AllowAnonymous'
+    }
+    identityProviders: {
+      azureActiveDirectory: {
+        enabled: true
+        registration: {
+          clientId: operatorAuthClientId
+          openIdIssuer: entraIssuer
+        }
+        validation: {
+          allowedAudiences: [
+            operatorAuthClientId
+            'api://${operatorAuthClientId}'
+          ]
+        }
+      }
+    }
+    login: {
+      tokenStore: {
+        enabled: false
+      }
+    }
   }
 }
 

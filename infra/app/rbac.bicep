@@ -12,7 +12,9 @@
 // - No Storage Queue role: nothing uses storage queues (no queue or blob trigger, no
 //   Durable Functions); add Storage Queue Data Contributor if that changes.
 // - Azure Service Bus Data Sender + Data Receiver on the namespace: the code sends to every
-//   queue, the triggers receive from six of them. Data Owner only with serviceBusOwnerForScaling.
+//   queue, the triggers receive from all but order-status and operator-alerts (orders, the
+//   Scheduler's and agent-replies' lanes, two per catalogue agent: 15 of 17 today).
+//   Data Owner only with serviceBusOwnerForScaling.
 // - Monitoring Metrics Publisher on Application Insights: Entra ID telemetry ingestion.
 //
 // Deploying principal (principalId, optional): the same storage and Service Bus roles, to

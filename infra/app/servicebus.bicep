@@ -33,9 +33,12 @@ param sku string = 'Standard'
 ])
 param premiumCapacity int = 1
 
-@description('The queues the app uses: shared/contract.py ALL_QUEUES.')
+@description('The queues the app consumes: shared/contract.py ALL_QUEUES but the notification queues.')
 @minLength(1)
 param queueNames array
+
+@description('The queues the app only writes (shared/contract.py NOTIFICATION_QUEUES), each as {name, timeToLive}: timeToLive is an ISO 8601 duration after which an unread message is dropped.')
+param notificationQueues array
 
 var premiumSku = { name: 'Premium', tier: 'Premium', capacity: premiumCapacity }
 var standardSku = { name: 'Standard', tier: 'Standard' }
@@ -58,7 +61,7 @@ resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
 // - maxDeliveryCount 10: then the message is dead-lettered, never dropped;
 // - duplicate detection over 10 minutes: every message id is derived from the order and its
 //   step, attempt or version, so a send retried after a lost acknowledgement lands once;
-// - expired messages are dead-lettered too.
+// - expired messages are dead-lettered too (none expire: a work message has no time-to-live).
 resource queues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = [
   for queueName in queueNames: {
     parent: namespace
@@ -69,6 +72,29 @@ resource queues 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = [
       requiresDuplicateDetection: true
       duplicateDetectionHistoryTimeWindow: 'PT10M'
       deadLetteringOnMessageExpiration: true
+      requiresSession: false
+      enablePartitioning: false
+    }
+  }
+]
+
+// The notification queues (status notifications, operator alerts): read by clients and
+// operators outside the app (docs/operations.md#who-reads-the-notification-queues), so a
+// reader that is late or gone must not fill them up to the namespace's size cap. Their
+// messages expire after a set time and are then dropped, not dead-lettered
+// (shared/contract.py NOTIFICATION_QUEUE_PROPERTIES): an order's state is in the table,
+// and an operator alert has raised its Azure Monitor alert (alerts.bicep) when it arrived.
+resource notificationQueueResources 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = [
+  for queue in notificationQueues: {
+    parent: namespace
+    name: queue.name
+    properties: {
+      lockDuration: 'PT1M'
+      maxDeliveryCount: 10
+      requiresDuplicateDetection: true
+      duplicateDetectionHistoryTimeWindow: 'PT10M'
+      defaultMessageTimeToLive: queue.timeToLive
+      deadLetteringOnMessageExpiration: false
       requiresSession: false
       enablePartitioning: false
     }

@@ -12,6 +12,7 @@ import random
 from collections.abc import Sequence
 from datetime import datetime
 
+from shared.domain.archive import ArchivedMark
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState, StateRecord
 from shared.domain.rest_index import RestEntry, RestPage, RestRange
 from shared.ports import MessageBus, Page, Poison, StateStore, WatchEntry, WatchPage
@@ -46,6 +47,9 @@ class ChaosStateStore:
     async def load(self, order_id: str) -> OrderProcess | None:
         self.dice.roll("before reading an order")
         return await self._inner.load(order_id)
+
+    async def archived(self, order_id: str) -> ArchivedMark | None:
+        return await self._inner.archived(order_id)
 
     async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
         etag = await self._inner.save(process, history)

@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from shared.adapters import bulk_scan
+from shared.domain.archive import ArchivedMark
 from shared.domain.bulk import BulkJob, JobState, Lease
 from shared.domain.bulk_request import BulkFilter
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SeenOutages, SweepRecord
@@ -42,6 +43,8 @@ class InMemoryStateStore:
         self._rest: dict[ProcessState, dict[str, RestEntry]] = {}
         self._rest_keys: dict[ProcessState, list[str]] = {}
         """Each rest's keys, sorted: a range read is a bisection."""
+        self._marks: dict[str, ArchivedMark] = {}
+        """Archived orders' marks: their ids stay taken (shared/domain/archive.py)."""
         self._etags = itertools.count(1)
         self.operations: Counter[str] = Counter()
 
@@ -51,7 +54,7 @@ class InMemoryStateStore:
     async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
         await asyncio.sleep(0)
         self.operations["write"] += 1
-        if process.order_id in self._records:
+        if process.order_id in self._records or process.order_id in self._marks:
             raise AlreadyExists(process.order_id)
         etag = self._etag()
         self._records[process.order_id] = (replace(process, etag=None, history=()), etag)
@@ -66,6 +69,11 @@ class InMemoryStateStore:
             return None
         process, etag = found
         return replace(process, etag=etag)
+
+    async def archived(self, order_id: str) -> ArchivedMark | None:
+        await asyncio.sleep(0)
+        self.operations["read"] += 1
+        return self._marks.get(order_id)
 
     async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
         await asyncio.sleep(0)
@@ -209,6 +217,35 @@ class InMemoryStateStore:
         if current is not None and current[1] == entry.etag:
             del self._watch[entry.order_id]
             self._customers.pop(entry.order_id, None)
+
+    async def purge(self, mark: ArchivedMark, etag: str) -> bool:
+        """The archive's purge (shared/adapters/memory_archive.py): the order's mark in
+        place of every row of it, and its watch entry dropped, only at `etag`; one
+        already marked is purged again."""
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        order_id = mark.order_id
+        current = self._records.get(order_id)
+        if current is not None and current[1] != etag:
+            return False
+        self._marks.setdefault(order_id, mark)
+        self._records.pop(order_id, None)
+        self._history.pop(order_id, None)
+        self._watch.pop(order_id, None)
+        self._customers.pop(order_id, None)
+        return True
+
+    async def put_mark(self, mark: ArchivedMark) -> bool:
+        """A mark where no order is (the backfill of marks, memory_archive.py)."""
+        await asyncio.sleep(0)
+        if mark.order_id in self._records or mark.order_id in self._marks:
+            return False
+        self._marks[mark.order_id] = mark
+        return True
+
+    def forget_mark(self, order_id: str) -> None:
+        """As a purge before marks were kept left the id: free (tests of the backfill)."""
+        self._marks.pop(order_id, None)
 
     async def ping(self) -> None:
         return None

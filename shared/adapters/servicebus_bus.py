@@ -36,7 +36,7 @@ from shared import jsonbounds
 from shared.contract import PoisonProperty, Queue
 from shared.domain.model import Outgoing
 from shared.ports import BusUnavailable, Poison
-from shared.waiters import hand_to_first
+from shared.waiters import hand_to_first, leave
 
 SENDERS_PER_QUEUE = 4
 """Links per queue: enough that concurrent handlers rarely wait, few enough to be cheap."""
@@ -113,7 +113,7 @@ class _SenderPool:
             if handed.done() and not handed.cancelled():
                 self._give_back(handed.result())  # handed over as the caller was cancelled
             else:
-                self._waiting.remove(handed)
+                leave(self._waiting, handed)
             raise
 
     def _give_back(self, slot: int) -> None:

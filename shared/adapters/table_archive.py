@@ -19,14 +19,18 @@ no state row makes one point read here and one blob read, instead of listing day
 price is a row of about 200 bytes per archived order left in the table, against the
 state entity and history rows (a few KB) it replaces.
 
-A purge deletes the state row first, If-Match the ETag the page was read at: a changed
-order is left whole. The order's other rows (history rows, rows of older layouts) and
-its watch entry follow; a purge killed after the state row is finished by the next run,
-which finds the page still in flight in the cursor.
+A purge replaces the state row by the order's mark first (shared/domain/archive.py
+`ArchivedMark`), If-Match the ETag the page was read at: a changed order is left whole.
+The mark keeps the id taken for good, so the intake's create collides with it as with a
+live order, atomically, at no cost to a new order (issue 37, H). The order's other rows
+(history rows, rows of older layouts) and its watch entry follow; a purge killed after
+the mark is finished by the next run, which finds the page still in flight in the
+cursor and the mark in place.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import zlib
 from collections.abc import Mapping
@@ -36,8 +40,6 @@ from typing import Any, Final
 
 from azure.core import MatchConditions
 from azure.core.exceptions import (
-    HttpResponseError,
-    ResourceModifiedError,
     ResourceNotFoundError,
 )
 from azure.data.tables import TableTransactionError, UpdateMode
@@ -45,9 +47,9 @@ from azure.data.tables import TableTransactionError, UpdateMode
 from shared.adapters import table_rows as rows
 from shared.adapters.readable import readable
 from shared.adapters.table_conditional import put_row
-from shared.adapters.table_errors import refused_status, refused_with, translated_errors
+from shared.adapters.table_errors import refused_status, translated_errors
 from shared.adapters.table_store import TableStateStore
-from shared.domain.archive import ArchiveCursor, ArchivedEntry, PageEntry
+from shared.domain.archive import ArchiveCursor, ArchivedEntry, ArchivedMark, PageEntry
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.rest_index import RestRange
 from shared.ports import ConcurrencyConflict
@@ -60,7 +62,29 @@ _BATCH: Final = 100
 
 
 def pointer_partition(order_id: str) -> str:
-    return f"~archived-{zlib.crc32(order_id.encode()) % POINTER_SHARDS:02d}"
+    return pointer_partition_at(zlib.crc32(order_id.encode()) % POINTER_SHARDS)
+
+
+def pointer_partition_at(shard: int) -> str:
+    return f"~archived-{shard % POINTER_SHARDS:02d}"
+
+
+def _pointer(entity: Mapping[str, Any]) -> ArchivedEntry:
+    return ArchivedEntry(
+        str(entity["RowKey"]),
+        ProcessState(entity["ProcessState"]),
+        rows.utc(entity["FinishedAt"]),
+        rows.utc(entity["ArchivedAt"]),
+        str(entity["Blob"]),
+    )
+
+
+def _encode(token: Any) -> str | None:
+    return base64.urlsafe_b64encode(json.dumps(token).encode()).decode() if token else None
+
+
+def _decode(token: str | None) -> Any:
+    return json.loads(base64.urlsafe_b64decode(token.encode())) if token else None
 
 
 class TableArchiveStore:
@@ -153,25 +177,40 @@ class TableArchiveStore:
         with translated_errors(when=refused_status(404)):
             await self._table.delete_entity(pointer_partition(order_id), order_id)
 
-    async def purge(self, order_id: str, etag: str) -> bool:
-        with translated_errors(when=refused_with(ResourceNotFoundError)):
-            try:
-                await self._table.delete_entity(
-                    order_id,
-                    rows.STATE_ROW,
-                    etag=etag,
-                    match_condition=MatchConditions.IfNotModified,
-                )
-            except HttpResponseError as exc:
-                if isinstance(exc, ResourceModifiedError) or exc.status_code == 412:
-                    return False
-                raise
+    async def pointers(
+        self, limit: int, continuation: str | None
+    ) -> tuple[tuple[ArchivedEntry, ...], str | None]:
+        """Its 16 shards in one range of partitions, as the watch list's."""
+        await self._store.ensure_table()
+        found: list[ArchivedEntry] = []
+        with translated_errors():
+            pager: Any = self._table.query_entities(
+                "PartitionKey ge @first and PartitionKey le @last",
+                parameters={"first": pointer_partition_at(0), "last": pointer_partition_at(-1)},
+                results_per_page=limit,
+            ).by_page(continuation_token=_decode(continuation))
+            async for page in pager:
+                found += [_pointer(e) async for e in page]
+                break
+            token = pager.continuation_token
+        return tuple(found), _encode(token)
+
+    async def mark(self, mark: ArchivedMark) -> bool:
+        with translated_errors(when=refused_status(409)):
+            await self._table.create_entity(rows.mark_entity(mark))
+            return True
+        return False
+
+    async def purge(self, mark: ArchivedMark, etag: str) -> bool:
+        order_id = mark.order_id
+        if not await self._mark(mark, etag) and await self._store.archived(order_id) is None:
+            return False  # the order changed since its page read it, or the id is live again
         with translated_errors():
             rest = [
                 e
                 async for e in self._table.query_entities(
-                    "PartitionKey eq @pk",
-                    parameters={"pk": order_id},
+                    "PartitionKey eq @pk and RowKey ne @state",
+                    parameters={"pk": order_id, "state": rows.STATE_ROW},
                     select=["PartitionKey", "RowKey"],
                 )
             ]
@@ -179,6 +218,25 @@ class TableArchiveStore:
             await self._delete_all(rest[start : start + _BATCH])
         await self._store.unwatch(order_id)
         return True
+
+    async def _mark(self, mark: ArchivedMark, etag: str) -> bool:
+        """The state row replaced by the mark, If-Match `etag`: True when this call
+        wrote it. A row already gone (purged whole before marks were kept, by a run
+        killed before its page was done) gets the mark as a new row."""
+        entity = rows.mark_entity(mark)
+        with translated_errors(when=refused_status(404, 409, 412)):
+            try:
+                await self._table.update_entity(
+                    entity,
+                    mode=UpdateMode.REPLACE,
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                )
+                return True
+            except ResourceNotFoundError:
+                await self._table.create_entity(entity)
+                return True
+        return False
 
     async def _delete_all(self, keys: list[Any]) -> None:
         """One transaction; refused (a row went meanwhile), one by one."""

@@ -29,6 +29,11 @@ code units, a raw one at most two), and any long text is split over `Name`, `Nam
 `Name_2`, ... The largest order the intake accepts (100 lines of 128-character SKUs) fits
 with room to spare; see the contract tests.
 
+An archived order's partition keeps one entity, its mark, under the `state` key: the
+`Fingerprint`, `ArchivedState` and `ArchivedAt` and nothing else (no `ProcessState`, so
+no query on the state finds it). It holds the id (a create meets it as a live order),
+and `load` reads it as no order (shared/domain/archive.py `ArchivedMark`).
+
 Older tables (an `order` row, a `state` row without `Steps`, `step-NN` rows) are still
 read; the first save rewrites the state entity in this layout and the old rows are left
 unread.
@@ -43,6 +48,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.adapters.dataclass_json import from_json, to_json
+from shared.domain.archive import ArchivedMark
 from shared.domain.model import (
     ErrorInfo,
     HistoryEntry,
@@ -102,6 +108,32 @@ def watch_partition(order_id: str) -> str:
 
 def watch_partitions() -> list[str]:
     return [f"~watch-{shard:02d}" for shard in range(WATCH_SHARDS)]
+
+
+ARCHIVED_STATE = "ArchivedState"
+
+
+def mark_entity(mark: ArchivedMark) -> Entity:
+    return {
+        "PartitionKey": mark.order_id,
+        "RowKey": STATE_ROW,
+        "Fingerprint": mark.fingerprint,
+        ARCHIVED_STATE: mark.process_state.value,
+        "ArchivedAt": mark.archived_at,
+    }
+
+
+def is_mark(entity: Mapping[str, Any]) -> bool:
+    return entity.get(ARCHIVED_STATE) is not None
+
+
+def to_mark(entity: Mapping[str, Any]) -> ArchivedMark:
+    return ArchivedMark(
+        str(entity["PartitionKey"]),
+        str(entity["Fingerprint"]),
+        ProcessState(entity[ARCHIVED_STATE]),
+        utc(entity["ArchivedAt"]),
+    )
 
 
 def is_current_layout(state: Mapping[str, Any]) -> bool:

@@ -40,6 +40,7 @@ from shared.adapters.table_errors import (
     refused_with,
     translated_errors,
 )
+from shared.domain.archive import ArchivedMark
 from shared.domain.model import HistoryEntry, OrderProcess, ProcessState, StateRecord
 from shared.domain.rest_index import RestEntry, RestPage, RestRange, row_key
 from shared.ports import (
@@ -149,7 +150,7 @@ class TableStateStore:
     async def load(self, order_id: str) -> OrderProcess | None:
         await self.ensure_table()
         state = await self._read_state(order_id)
-        if state is None:
+        if state is None or rows.is_mark(state):
             return None
         etag = str(state.metadata["etag"])
         if rows.is_current_layout(state):
@@ -162,6 +163,11 @@ class TableStateStore:
         if process is not None:
             self._kept(process, etag, rows.history_text(state))
         return process
+
+    async def archived(self, order_id: str) -> ArchivedMark | None:
+        await self.ensure_table()
+        state = await self._read_state(order_id)
+        return rows.to_mark(state) if state is not None and rows.is_mark(state) else None
 
     async def processes(self, states: Iterable[Any]) -> tuple[OrderProcess, ...]:
         """Orders from state entities a query found: one in the current layout is whole
@@ -297,15 +303,17 @@ class TableStateStore:
                     query,
                     parameters=parameters,
                     results_per_page=min(page_size - len(items), LIST_CHUNK),
-                    select=list(rows.STATE_COLUMNS),
+                    select=[*rows.STATE_COLUMNS, rows.ARCHIVED_STATE],
                 ).by_page(continuation_token=token)
                 async for page in pager:
                     async for entity in page:
+                        if rows.is_mark(entity):  # an archived order's
+                            continue
                         selected = rows.selected_state(entity)
                         if selected is None:
                             selected = await self._read_state(entity["OrderID"])
-                        if selected is not None:  # None: archived since it was listed
-                            items.append(rows.to_state(selected))
+                        if selected is not None and not rows.is_mark(selected):
+                            items.append(rows.to_state(selected))  # else archived meanwhile
                     break
                 token = pager.continuation_token
                 if not token or len(items) >= page_size:
@@ -400,14 +408,16 @@ class TableStateStore:
             with translated_errors():
                 try:
                     found = await self._table.get_entity(
-                        order_id, rows.STATE_ROW, select=list(rows.STATE_COLUMNS)
+                        order_id, rows.STATE_ROW, select=[*rows.STATE_COLUMNS, rows.ARCHIVED_STATE]
                     )
                 except ResourceNotFoundError:
                     return None
+            if rows.is_mark(found):
+                return None
             return rows.selected_state(found) or await self._read_state(order_id)
 
         found = await asyncio.gather(*(state(i) for i in order_ids))
-        return tuple(rows.to_state(f) for f in found if f is not None)
+        return tuple(rows.to_state(f) for f in found if f is not None and not rows.is_mark(f))
 
     async def put_rest(self, entry: RestEntry) -> None:
         await self.ensure_table()

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from shared.catalogue import ROOT, catalogue, load
 from shared.catalogue.derive import all_queues, local_service_urls
-from shared.contract import QUEUE_PROPERTIES, QueueProperties
+from shared.contract import QUEUE_PROPERTIES, QueueProperties, queue_properties
 from shared.domain.workflow import Catalogue
 
 EMULATOR_CONFIG = ROOT / "emulator" / "servicebus-config.json"
@@ -75,23 +75,24 @@ def emulator_queue_properties(properties: QueueProperties = QUEUE_PROPERTIES) ->
 
 
 def emulator_config(
-    cat: Catalogue, properties: QueueProperties = QUEUE_PROPERTIES
+    cat: Catalogue, of: Callable[[str], QueueProperties] = queue_properties
 ) -> dict[str, Any]:
-    """The emulator's Config.json: one namespace with every queue of the catalogue."""
+    """The emulator's Config.json: one namespace with every queue of the catalogue, each
+    with the properties ``of`` gives it."""
     queues = all_queues(cat)
     if len(queues) > EMULATOR_MAX_ENTITIES:
         raise ValueError(
             f"{len(queues)} queues: the Service Bus emulator holds at most "
             f"{EMULATOR_MAX_ENTITIES} entities ({len(cat.agents)} agents, two queues each)"
         )
-    queue_properties = emulator_queue_properties(properties)
     return {
         "UserConfig": {
             "Namespaces": [
                 {
                     "Name": EMULATOR_NAMESPACE,
                     "Queues": [
-                        {"Name": name, "Properties": dict(queue_properties)} for name in queues
+                        {"Name": name, "Properties": emulator_queue_properties(of(name))}
+                        for name in queues
                     ],
                     "Topics": [],
                 }

@@ -16,10 +16,11 @@ from urllib.parse import quote
 
 import aiohttp
 
-from shared.cli.config import API_KEY_ENV, ApiConfig
+from shared.cli.config import API_KEY_ENV, TOKEN_ENV, ApiConfig
 from shared.cli.errors import CliError, Conflict, NotFound, Refused, Unreachable
 from shared.contract import Route
 from shared.domain import event_signature
+from shared.domain.principal import PRINCIPAL_HEADER, encode_client_principal
 
 KEY_HEADER = "x-functions-key"
 OPERATOR_HEADER = "x-operator"
@@ -43,6 +44,10 @@ class OperatorApi:
     @asynccontextmanager
     async def open(cls, config: ApiConfig) -> AsyncIterator[OperatorApi]:
         headers = {KEY_HEADER: config.key} if config.key else {}
+        if config.token:
+            headers["Authorization"] = f"Bearer {config.token}"
+        if config.principal:
+            headers[PRINCIPAL_HEADER] = encode_client_principal(config.principal, config.roles)
         timeout = aiohttp.ClientTimeout(total=config.timeout)
         async with aiohttp.ClientSession(headers=headers, timeout=timeout) as session:
             yield cls(config, session)
@@ -76,7 +81,11 @@ class OperatorApi:
             seen.add(continuation)
 
     async def order(self, order_id: str) -> View:
-        body = await self._call("GET", _order_route(Route.ORDER, order_id), order_id=order_id)
+        # GET ORDER is the submitting application's (a function key); a signed-in
+        # operator reads the same answer from the operator route (docs/sign-in.md).
+        signed_in = self.config.token or self.config.principal
+        route = Route.OPS_ORDER if signed_in else Route.ORDER
+        body = await self._call("GET", _order_route(route, order_id), order_id=order_id)
         return _object(body, order_id)
 
     async def resubmit(self, order_id: str) -> View:
@@ -248,15 +257,23 @@ class OperatorApi:
             raise NotFound(f"{missing} not found" + (f" ({detail})" if detail else ""))
         raise self._error(status, body, order_id)
 
+    def _refusal(self, detail: str) -> str:
+        """A signed-in principal's 401 or 403 names what is missing: the server's words;
+        a key's or no credential's: what to pass."""
+        config = self.config
+        if config.token or config.principal:
+            return detail or "refused"
+        if config.key:
+            return "the key was refused (use the admin key)"
+        return (
+            f"a key is required: pass --key or set {API_KEY_ENV}; or sign in with --token "
+            f"(or {TOKEN_ENV}), or locally with --principal"
+        )
+
     def _error(self, status: int, body: Any, order_id: str | None) -> CliError:
         detail = _detail(body)
         if status in {401, 403}:
-            hint = (
-                "the key was refused"
-                if self.config.key
-                else f"a key is required: pass --key or set {API_KEY_ENV}"
-            )
-            return Refused(f"HTTP {status} from {self.config.url}: {hint} (use the admin key)")
+            return Refused(f"HTTP {status} from {self.config.url}: {self._refusal(detail)}")
         if status == 404 and order_id is not None:
             return NotFound(f"order {order_id!r} not found" + (f" ({detail})" if detail else ""))
         if status == 409:

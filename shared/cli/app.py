@@ -19,8 +19,10 @@ from shared.cli.commands import Console
 from shared.cli.config import (
     API_KEY_ENV,
     API_URL_ENV,
+    TOKEN_ENV,
     ApiConfig,
     BusConfig,
+    Identity,
     SettingsFile,
     api_config,
     bus_config,
@@ -72,7 +74,7 @@ async def run(
     out = out or sys.stdout
     err = err or sys.stderr
     values = os.environ if env is None else env
-    secrets: list[str | None] = _flag_values(argv, ("--key", "--connection", "--secret"))
+    secrets: list[str | None] = _flag_values(argv, ("--key", "--connection", "--secret", "--token"))
     try:
         try:
             args = parse(argv)
@@ -84,8 +86,11 @@ async def run(
             return await _workflows(args, values, console)
         if args.group in ("orders", "agents", "failures", "archive"):
             settings = None if (args.url or values.get(API_URL_ENV)) else _lenient()
-            config = api_config(args.url, args.key, args.operator, args.timeout, values, settings)
-            secrets += [config.key, config.signing_secret]
+            identity = Identity(args.token, args.principal, args.role or ())
+            config = api_config(
+                args.url, args.key, args.operator, args.timeout, values, settings, identity
+            )
+            secrets += [config.key, config.signing_secret, config.token]
             command = _api_command(args)
         else:
             secrets += [args.connection]
@@ -94,7 +99,7 @@ async def run(
             command = _DLQ[args.command]
         return await command(args, config, console)
     except CliError as exc:
-        secrets += [values.get(API_KEY_ENV), *_env_secrets(values)]
+        secrets += [values.get(API_KEY_ENV), values.get(TOKEN_ENV), *_env_secrets(values)]
         print(f"{PROG}: error: {redact(exc.message, secrets)}", file=err, flush=True)
         return int(exc.code)
 

@@ -12,10 +12,18 @@ import re
 from collections.abc import Sequence
 from typing import NoReturn
 
-from shared.cli.config import API_KEY_ENV, API_URL_ENV, OPERATOR_ENV
+from shared.cli.config import (
+    API_KEY_ENV,
+    API_URL_ENV,
+    OPERATOR_ENV,
+    PRINCIPAL_ENV,
+    ROLES_ENV,
+    TOKEN_ENV,
+)
 from shared.cli.errors import Usage
 from shared.contract import ALL_QUEUES, Setting
 from shared.domain.model import ProcessState
+from shared.domain.principal import Role
 from shared.domain.rfc3339 import parse_date_time
 
 PROG = "python -m shared.cli"
@@ -134,7 +142,24 @@ def _api(parser: argparse.ArgumentParser, suppress: bool) -> None:
     group.add_argument(
         "--operator",
         default=default,
-        help=f"name recorded with an order action (env {OPERATOR_ENV}; default your login)",
+        help=f"a name kept as a note beside who acted (env {OPERATOR_ENV}; default your login)",
+    )
+    group.add_argument(
+        "--token",
+        default=default,
+        help=f"an Entra access token for the app, sent as a bearer token (prefer env {TOKEN_ENV})",
+    )
+    group.add_argument(
+        "--principal",
+        default=default,
+        help=f"locally, with OperatorAuth=dev-header: act as this name (env {PRINCIPAL_ENV})",
+    )
+    group.add_argument(
+        "--role",
+        action="append",
+        default=default,
+        choices=[r.value for r in Role],
+        help=f"with --principal: an app role it holds, repeatable (env {ROLES_ENV}; default both)",
     )
 
 

@@ -17,10 +17,14 @@ from urllib.parse import urlsplit
 
 from shared.cli.errors import Usage
 from shared.contract import Setting
+from shared.domain.principal import Role
 
 API_URL_ENV = "ORDERS_API_URL"
 API_KEY_ENV = "ORDERS_API_KEY"
 OPERATOR_ENV = "ORDERS_OPERATOR"
+TOKEN_ENV = "ORDERS_API_TOKEN"
+PRINCIPAL_ENV = "ORDERS_PRINCIPAL"
+ROLES_ENV = "ORDERS_ROLES"
 DEFAULT_PORT = 7071
 SETTINGS_FILES = ("local.settings.json", "local.settings.sample.json")
 NAMESPACE_SUFFIX = ".servicebus.windows.net"
@@ -38,6 +42,12 @@ class ApiConfig:
     signing_secret: str | None = field(default=None, repr=False)
     """EventSigningSecret from the same environment as the rest (never printed): what
     `orders send-event` signs with unless --secret is given."""
+    token: str | None = field(default=None, repr=False)
+    """An Entra access token for the app (OperatorAuth=token), sent as a bearer token."""
+    principal: str | None = None
+    """OperatorAuth=dev-header (the local runtime): the name to act as, sent as the
+    X-MS-CLIENT-PRINCIPAL header with `roles`."""
+    roles: tuple[str, ...] = ()
 
     @property
     def api(self) -> str:
@@ -128,6 +138,16 @@ def _default_url(settings: SettingsFile | None) -> str:
     return f"http://127.0.0.1:{port if str(port).isdigit() else DEFAULT_PORT}"
 
 
+@dataclass(frozen=True)
+class Identity:
+    """Who the CLI acts as besides a key (docs/cli.md#signing-in): a bearer token, or
+    locally a principal with roles."""
+
+    token: str | None = None
+    principal: str | None = None
+    roles: Sequence[str] = ()
+
+
 def api_config(
     url: str | None,
     key: str | None,
@@ -135,15 +155,27 @@ def api_config(
     timeout: float,
     env: Mapping[str, str] | None = None,
     settings: SettingsFile | None = None,
+    identity: Identity | None = None,
 ) -> ApiConfig:
     values = os.environ if env is None else env
     chosen = url or values.get(API_URL_ENV) or _default_url(settings)
+    given = identity or Identity()
+    token = given.token or values.get(TOKEN_ENV) or None
+    principal = given.principal or values.get(PRINCIPAL_ENV) or None
+    if token and principal:
+        raise Usage("act with --token or as --principal, not both")
+    roles = tuple(given.roles) or tuple(
+        r.strip() for r in values.get(ROLES_ENV, "").split(",") if r.strip()
+    )
     return ApiConfig(
         url=normalise_url(chosen),
         key=key or values.get(API_KEY_ENV) or None,
         operator=(operator or values.get(OPERATOR_ENV) or _login(values))[:64],
         timeout=timeout,
         signing_secret=values.get(Setting.EVENT_SIGNING_SECRET) or None,
+        token=token,
+        principal=principal,
+        roles=(roles or tuple(r.value for r in Role)) if principal else (),
     )
 
 

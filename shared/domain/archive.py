@@ -137,6 +137,32 @@ class ArchivedOrder:
 
 
 @dataclass(frozen=True)
+class ArchivedMark:
+    """What an archived order leaves under its own key in the state table, in place of
+    its state row: its id stays taken. A new order under it would send the archived
+    order's idempotency keys (`{orderId}:{operation}`) again, and a provider answers a
+    key it has seen with that key's old result, so the new order would end Processed
+    without being charged (issue 37, H). The intake's create meets the mark as it meets
+    a live order; the fingerprint answers a resend (the same body: the duplicate's
+    answer; another: a conflict) without reading the archive."""
+
+    order_id: str
+    fingerprint: str
+    process_state: ProcessState
+    archived_at: datetime
+
+    @classmethod
+    def of(cls, order: ArchivedOrder) -> ArchivedMark:
+        process = order.process
+        return cls(
+            process.order_id,
+            process.order.fingerprint,
+            process.state.process_state,
+            order.archived_at,
+        )
+
+
+@dataclass(frozen=True)
 class ArchivedEntry:
     """One line of a day's listing: enough to pick an order to fetch."""
 

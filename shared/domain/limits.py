@@ -1,5 +1,5 @@
 """An agent's declared limits, and the two shared records that make them hold across
-every instance (DESIGN section 14; the argument and its numbers: docs/limits.md).
+every instance (the contract, the argument and its numbers: docs/limits.md).
 
 `callsPerSecond` is a schedule, not a counter: one shared row per agent holds the
 earliest time the next call may start, and whoever takes slots moves it on by one gap
@@ -48,6 +48,17 @@ class AgentLimits:
         if self.calls_per_second is None:
             return None
         return SECOND * ((1 + MARGIN) / self.calls_per_second)
+
+
+def slot_still_usable(slot: datetime, now: datetime, limits: AgentLimits) -> bool:
+    """Whether a slot taken earlier (a request handed back to the broker carries one,
+    usecases/rate_slot.py) may still start a call now: until the spacing margin past
+    it. Later, the call would crowd the slots after it, and a provider's window could
+    see one call more than the limit; the caller books another slot instead."""
+    gap, rate = limits.gap, limits.calls_per_second
+    if gap is None or rate is None:
+        return False
+    return now <= slot + (gap - SECOND / rate)
 
 
 @dataclass(frozen=True)

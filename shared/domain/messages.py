@@ -193,8 +193,11 @@ class AgentRequest(_Message):
     """The remote operation, from the workflow version the order is pinned to: one step
     name may have another undo in another version, which the agent must not guess.
     None only in a request sent before requests named it."""
+    start_at: Annotated[UtcTime | None, Field(alias="startAt")] = None
+    """The agent's own rate slot for this request's first call, taken when it handed the
+    request back to wait in the broker (usecases/rate_slot.py); None: book one."""
 
-    _optional = frozenset({"undoes", "operation"})
+    _optional = frozenset({"undoes", "operation", "start_at"})
 
     def answer(
         self,

@@ -192,7 +192,7 @@ class HistoryEntry:
 
 @dataclass(frozen=True)
 class ReceivedEvent:
-    """An event sent to the order (DESIGN section 13), kept until and after a step
+    """An event sent to the order (docs/catalogue.md), kept until and after a step
     consumes it: an early one waits for its step, a repeat of its id changes nothing."""
 
     event_id: str

@@ -9,8 +9,10 @@ fact, when a lost reply, a request that applied after the order moved it elsewhe
 operator's hand edit or a bug could have made the two disagree.
 
 A step is asked about at every provider it may have reached: the one holding it, then
-each other agent a do of it was sent to (`StepRecord.tried`). The keys are the same at
-every provider (`idempotency_key`: order and operation, whatever the attempt or agent).
+each other agent a do of it was sent to (`StepRecord.tried`), but for agents that share
+the holder's key space (`retry_elsewhere`), which hold one effect between them. The keys
+are the same at every provider (`idempotency_key`: order and operation, whatever the
+attempt or agent).
 At most two questions per provider:
 
 - The holder, `Processed`: the do-key. Applied is a match; not applied or never seen
@@ -47,7 +49,7 @@ from shared.domain.machine.dispatch import undo_at
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import OperatorAlert, idempotency_key
 from shared.domain.model import OrderProcess, Outgoing, ProcessState
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import StepDefinition, Workflow
 
 FINISHED = (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.CANCELLED)
 """The states whose claim about the world no later step changes."""
@@ -159,10 +161,22 @@ def checks(process: OrderProcess, workflow: Workflow) -> tuple[StepCheck, ...]:
                 do_key=idempotency_key(process.order_id, definition.name),
                 undo_key=None if undo is None else idempotency_key(process.order_id, undo),
                 expect=expect,
-                others=tuple(a for a in step.tried if a != step.agent),
+                others=_other_key_spaces(step.tried, step.agent, definition),
             )
         )
     return tuple(found)
+
+
+def _other_key_spaces(
+    tried: tuple[str, ...], holder: str, definition: StepDefinition
+) -> tuple[str, ...]:
+    """The agents a do of the step went to whose keys are not the holder's: none when the
+    candidates share one key space (`retry_elsewhere`, two regions of one provider),
+    where every region answers for the one key, and a second region saying "applied" is
+    the same effect, not a second one to undo."""
+    if definition.retry_elsewhere and holder in definition.candidates:
+        return tuple(a for a in tried if a != holder and a not in definition.candidates)
+    return tuple(a for a in tried if a != holder)
 
 
 def next_question(check: StepCheck, answers: Answers) -> tuple[str, str] | None:

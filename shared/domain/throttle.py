@@ -14,7 +14,7 @@ network jitter. `Retry-After` is a floor: no call starts before it, whatever the
 
 Pure: every method is given the time, so it is tested without a clock and the agent
 reads its own injected one. One instance per agent per process, like the breaker; it
-does not hold across instances (DESIGN section 14's shared limit is another part).
+does not hold across instances (the shared limit of docs/limits.md is another part).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ class StepKind(StrEnum):
 
 
 class OnDeadline(StrEnum):
-    """What a wait whose deadline passed does (DESIGN section 13)."""
+    """What a wait whose deadline passed does (docs/catalogue.md)."""
 
     COMPENSATE = "compensate"
     """As a permanent failure of the step: undo what came before (held past the pivot)."""

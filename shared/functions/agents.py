@@ -24,9 +24,6 @@ from shared.usecases.agent_health import heartbeat
 
 bp = func.Blueprint()
 
-HEARTBEAT_SCHEDULE = "*/5 * * * * *"
-"""Every 5 s: well inside routing's 60 s staleness limit, a write per agent per beat."""
-
 
 async def _perform(
     agent: AgentName, msg: func.ServiceBusMessage, context: func.Context, high: bool = False
@@ -79,7 +76,9 @@ for _agent in catalogue().agents:
         _register(_agent, _high)
 
 
-@bp.timer_trigger(arg_name="timer", schedule=HEARTBEAT_SCHEDULE, run_on_startup=False)
+@bp.timer_trigger(
+    arg_name="timer", schedule=f"%{Setting.AGENT_HEARTBEAT_SCHEDULE}%", run_on_startup=False
+)
 async def agent_heartbeat(timer: func.TimerRequest) -> None:
     c = await bootstrap.container()
     await heartbeat([(c.monitor(name), c.remotes[name]) for name in catalogue().agents], c.health)

@@ -17,6 +17,7 @@ from shared.contract import Route, Setting
 from shared.domain.archive import ArchivedOrder, ArchiveRun, parse_day
 from shared.domain.continuation import InvalidContinuation
 from shared.domain.messages import iso
+from shared.domain.principal import Role
 from shared.functions.http import (
     bounded_int,
     json_response,
@@ -24,6 +25,7 @@ from shared.functions.http import (
     order_view,
     problem,
 )
+from shared.functions.signin import admit, route_level
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving, timed
 from shared.usecases.archive import Archiver, archived_on, was_archived
@@ -54,8 +56,11 @@ async def archive(timer: func.TimerRequest, context: func.Context) -> None:
             await found.run()
 
 
-@bp.route(route=Route.ARCHIVE, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.ARCHIVE, methods=["POST"], auth_level=route_level())
 async def archive_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    actor = await admit(req, Role.OPERATE)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     with serving(req, context):
         found = archiver(await bootstrap.container())
         if found is None:  # not a dependency that is down: retrying will not help
@@ -67,8 +72,11 @@ async def archive_http(req: func.HttpRequest, context: func.Context) -> func.Htt
         return json_response(run_view(run))
 
 
-@bp.route(route=Route.ARCHIVE_DAY, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.ARCHIVE_DAY, methods=["GET"], auth_level=route_level())
 async def archive_day(req: func.HttpRequest) -> func.HttpResponse:
+    actor = await admit(req, Role.READ)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     try:
         day = parse_day(req.route_params.get("day", ""))
     except ValueError as exc:

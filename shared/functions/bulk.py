@@ -10,10 +10,12 @@ import azure.functions as func
 
 from shared import bootstrap
 from shared.catalogue import catalogue
-from shared.contract import Route
+from shared.contract import Route, Setting
 from shared.domain.bulk import BulkJob
 from shared.domain.bulk_request import BulkAction, BulkRequestError, migration_target, parse_request
+from shared.domain.principal import Role
 from shared.functions.http import json_response, problem, read_json
+from shared.functions.signin import admit, route_level
 from shared.ports import StateStoreError
 from shared.telemetry.spans import acting_as
 from shared.usecases.bulk import (
@@ -28,9 +30,6 @@ from shared.usecases.bulk import (
 bp = func.Blueprint()
 _BULK_ID: Final = re.compile(r"^[0-9a-f]{32}$")
 _UNAVAILABLE: Final = ("Try again", "the state store is unavailable")
-BULK_SCHEDULE: Final = "*/5 * * * * *"
-"""Every five seconds: a job starts within seconds of its 202. Fixed, not a setting:
-the pace is BulkActionsPerSecond, and an idle run costs one query of `~bulk`."""
 
 
 def job_view(job: BulkJob) -> dict[str, Any]:
@@ -55,8 +54,11 @@ async def _deps() -> BulkDeps | None:
     return BulkDeps(c.process, c.bulk, c.settings.bulk_actions_per_second)
 
 
-@bp.route(route=Route.BULK, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.BULK, methods=["POST"], auth_level=route_level())
 async def bulk_orders(req: func.HttpRequest) -> func.HttpResponse:
+    actor = await admit(req, Role.OPERATE)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     data, error = read_json(req)
     if error is not None:
         return error
@@ -68,7 +70,6 @@ async def bulk_orders(req: func.HttpRequest) -> func.HttpResponse:
     deps = await _deps()
     if deps is None:
         return problem(503, "Try again", "bulk jobs are not available on this store")
-    operator = (req.headers.get("x-operator") or "operator")[:64]
     try:
         if request.dry_run:
             found = await preview(deps, request)
@@ -80,7 +81,7 @@ async def bulk_orders(req: func.HttpRequest) -> func.HttpResponse:
             if request.action is BulkAction.MIGRATE:
                 answer |= {"refused": found.refused, "refusals": found.refusals}
             return json_response(answer)
-        job = await start_job(deps, request, operator)
+        job = await start_job(deps, request, actor.recorded)
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
     location = "/api/" + Route.BULK_JOB.replace("{bulkId}", job.bulk_id)
@@ -89,8 +90,11 @@ async def bulk_orders(req: func.HttpRequest) -> func.HttpResponse:
     )
 
 
-@bp.route(route=Route.BULK_JOB, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.BULK_JOB, methods=["GET"], auth_level=route_level())
 async def bulk_job(req: func.HttpRequest) -> func.HttpResponse:
+    actor = await admit(req, Role.READ)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     bulk_id = req.route_params.get("bulkId", "")
     not_found = problem(404, "Bulk job not found", f"no bulk job with id {bulk_id[:64]!r}")
     if not _BULK_ID.match(bulk_id):
@@ -107,7 +111,9 @@ async def bulk_job(req: func.HttpRequest) -> func.HttpResponse:
     return json_response(job_view(job))
 
 
-@bp.timer_trigger(arg_name="timer", schedule=BULK_SCHEDULE, run_on_startup=False)
+@bp.timer_trigger(
+    arg_name="timer", schedule=f"%{Setting.BULK_ACTIONS_SCHEDULE}%", run_on_startup=False
+)
 async def bulk_actions(timer: func.TimerRequest) -> None:
     deps = await _deps()
     if deps is not None:

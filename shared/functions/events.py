@@ -23,6 +23,7 @@ from shared import bootstrap
 from shared.catalogue.schema import NAME_MAX_LENGTH, NAME_PATTERN
 from shared.contract import Route
 from shared.domain.event_signature import SIGNATURE_HEADER, refusal
+from shared.domain.principal import Role
 from shared.domain.process import (
     InvalidEventData,
     InvalidTransition,
@@ -31,6 +32,7 @@ from shared.domain.process import (
 )
 from shared.functions.archive import missing_order
 from shared.functions.http import ORDER_ID, order_not_found, problem, read_json
+from shared.functions.signin import admit, route_level
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving
 from shared.usecases.budget import HTTP_BUDGET
@@ -46,7 +48,6 @@ MAX_DATA_BYTES = 8 * 1024
 Measured as it is stored (`table_rows`): compact JSON, UTF-8, non-ASCII unescaped."""
 MAX_COMMENT = 500
 """An approval's comment, as long as a cancel's reason."""
-MAX_OPERATOR = 64
 _APPROVAL_FIELDS = frozenset({"eventId", "approved", "comment", "event"})
 
 
@@ -131,13 +132,16 @@ def data_bytes(data: dict[str, Any]) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-@bp.route(route=Route.ORDER_APPROVAL, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.ORDER_APPROVAL, methods=["POST"], auth_level=route_level())
 async def answer_approval_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     with serving(req, context):
         return await _approve(req)
 
 
 async def _approve(req: func.HttpRequest) -> func.HttpResponse:
+    actor = await admit(req, Role.OPERATE)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     order_id = req.route_params.get("orderId", "")
     if not ORDER_ID.match(order_id):
         return order_not_found(order_id[:64])
@@ -148,11 +152,17 @@ async def _approve(req: func.HttpRequest) -> func.HttpResponse:
     if isinstance(parsed, func.HttpResponse):
         return parsed
     event_id, approved, comment, event = parsed
-    operator = (req.headers.get("x-operator") or "operator")[:MAX_OPERATOR]
     c = await bootstrap.container()
     try:
         kept = await answer_approval(
-            c.process, order_id, event_id, approved, operator, comment, event, budget=HTTP_BUDGET
+            c.process,
+            order_id,
+            event_id,
+            approved,
+            actor.recorded,
+            comment,
+            event,
+            budget=HTTP_BUDGET,
         )
     except OrderNotFound:
         return await missing_order(c, order_id)

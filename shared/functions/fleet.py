@@ -12,7 +12,9 @@ from shared import bootstrap
 from shared.catalogue import catalogue
 from shared.contract import Route, agent_queue
 from shared.domain.messages import iso
+from shared.domain.principal import Role
 from shared.functions.http import json_response, opt_iso, problem, read_json
+from shared.functions.signin import admit, route_level
 from shared.ports import StateStoreError
 from shared.usecases.budget import HTTP_BUDGET
 from shared.usecases.failures import SCAN_CAP, FailureReport, group_failures
@@ -24,8 +26,11 @@ _UNAVAILABLE = ("Try again", "the state store is unavailable")
 _RETRY = {"Retry-After": "5"}
 
 
-@bp.route(route=Route.AGENTS, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.AGENTS, methods=["GET"], auth_level=route_level())
 async def agents_http(req: func.HttpRequest) -> func.HttpResponse:
+    actor = await admit(req, Role.READ)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     c = await bootstrap.container()
     try:
         statuses = await list_agents(c.health, c.process.clock)
@@ -35,8 +40,11 @@ async def agents_http(req: func.HttpRequest) -> func.HttpResponse:
     return json_response({"agents": [agent_view(s, now) for s in statuses]})
 
 
-@bp.route(route=Route.AGENT_DRAIN, methods=["PUT"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.AGENT_DRAIN, methods=["PUT"], auth_level=route_level())
 async def drain_agent_http(req: func.HttpRequest) -> func.HttpResponse:
+    actor = await admit(req, Role.OPERATE)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     agent = req.route_params.get("agent", "")
     if agent not in catalogue().agents:
         known = ", ".join(catalogue().agents)
@@ -46,18 +54,20 @@ async def drain_agent_http(req: func.HttpRequest) -> func.HttpResponse:
         return body
     drained, reason = body
     c = await bootstrap.container()
-    operator = (req.headers.get("x-operator") or "operator")[:64]
     try:
         status = await set_drain(
-            c.health, c.process.clock, agent, drained, reason, operator, budget=HTTP_BUDGET
+            c.health, c.process.clock, agent, drained, reason, actor.recorded, budget=HTTP_BUDGET
         )
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, _RETRY)
     return json_response(agent_view(status, c.process.clock.now()))
 
 
-@bp.route(route=Route.FAILURES, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.FAILURES, methods=["GET"], auth_level=route_level())
 async def failures_http(req: func.HttpRequest) -> func.HttpResponse:
+    actor = await admit(req, Role.READ)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     c = await bootstrap.container()
     try:
         report = await group_failures(c.process.store)

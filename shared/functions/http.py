@@ -178,7 +178,7 @@ def order_view(process: OrderProcess) -> dict[str, Any]:
 
 
 def waiting_view(process: OrderProcess) -> dict[str, Any] | None:
-    """What a waiting order waits for (DESIGN section 13), else None."""
+    """What a waiting order waits for (docs/catalogue.md), else None."""
     state = process.state
     workflow = workflow_of(state)
     index = state.current_step

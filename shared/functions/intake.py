@@ -88,12 +88,12 @@ async def _submit_http(req: func.HttpRequest) -> func.HttpResponse:
     except StateStoreError as exc:
         log.warning("state store unavailable during intake: %s", type(exc).__name__)
         return problem(503, "Try again", STORE_SLOW, {"Retry-After": "5"})
-    order_id = result.process.order_id
+    order_id = result.order_id
     status_url = f"{base_url(req)}/api/orders/{order_id}"
     return json_response(
         {
             "orderId": order_id,
-            "processState": result.process.state.process_state.value,
+            "processState": result.process_state.value,
             "statusUrl": status_url,
         },
         status=202,

@@ -11,6 +11,7 @@ import azure.functions as func
 from shared import bootstrap
 from shared.contract import Route
 from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.principal import Role
 from shared.domain.process import InvalidTransition, PastPivot
 from shared.functions.archive import archived_view, missing_order
 from shared.functions.http import (
@@ -23,6 +24,7 @@ from shared.functions.http import (
     read_json,
     state_view,
 )
+from shared.functions.signin import admit, route_level
 from shared.openapi import document
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving
@@ -46,6 +48,19 @@ MAX_REASON = 500
 
 @bp.route(route=Route.ORDER, methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 async def get_order(req: func.HttpRequest) -> func.HttpResponse:
+    return await _order(req)
+
+
+@bp.route(route=Route.OPS_ORDER, methods=["GET"], auth_level=route_level())
+async def ops_order(req: func.HttpRequest) -> func.HttpResponse:
+    """The operator page's view of one order: the same answer, to a signed-in reader."""
+    actor = await admit(req, Role.READ)
+    if isinstance(actor, func.HttpResponse):
+        return actor
+    return await _order(req)
+
+
+async def _order(req: func.HttpRequest) -> func.HttpResponse:
     order_id = req.route_params.get("orderId", "")
     if not ORDER_ID.match(order_id):
         return order_not_found(order_id)
@@ -72,8 +87,11 @@ async def _from_archive(c: bootstrap.Container, order_id: str) -> func.HttpRespo
     return json_response(archived_view(found))
 
 
-@bp.route(route=Route.ORDERS, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.ORDERS, methods=["GET"], auth_level=route_level())
 async def list_orders_http(req: func.HttpRequest) -> func.HttpResponse:
+    actor = await admit(req, Role.READ)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     raw_state = req.params.get("state")
     state: ProcessState | None = None
     if raw_state:
@@ -97,14 +115,14 @@ async def list_orders_http(req: func.HttpRequest) -> func.HttpResponse:
     )
 
 
-@bp.route(route=Route.RESUBMIT, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.RESUBMIT, methods=["POST"], auth_level=route_level())
 async def resubmit_order_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await _operator_action(
         req, context, "Not in Error", lambda d, o, op: resubmit_order(d, o, op, budget=HTTP_BUDGET)
     )
 
 
-@bp.route(route=Route.CANCEL, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.CANCEL, methods=["POST"], auth_level=route_level())
 async def cancel_order_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     reason = _cancel_reason(req)
     if isinstance(reason, func.HttpResponse):
@@ -119,14 +137,14 @@ async def cancel_order_http(req: func.HttpRequest, context: func.Context) -> fun
     )
 
 
-@bp.route(route=Route.SUSPEND, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.SUSPEND, methods=["POST"], auth_level=route_level())
 async def suspend_order_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await _operator_action(
         req, context, "Cannot suspend", lambda d, o, op: suspend_order(d, o, op, budget=HTTP_BUDGET)
     )
 
 
-@bp.route(route=Route.RESUME, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.RESUME, methods=["POST"], auth_level=route_level())
 async def resume_order_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
     return await _operator_action(
         req, context, "Not Suspended", lambda d, o, op: resume_order(d, o, op, budget=HTTP_BUDGET)
@@ -165,13 +183,15 @@ async def _act(
     refusal: str,
     act: Callable[[ProcessDeps, str, str], Awaitable[OrderProcess]],
 ) -> func.HttpResponse:
+    actor = await admit(req, Role.OPERATE)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     order_id = req.route_params.get("orderId", "")
     if not ORDER_ID.match(order_id):
         return order_not_found(order_id)
     c = await bootstrap.container()
-    operator = req.headers.get("x-operator") or "operator"
     try:
-        process = await act(c.process, order_id, operator[:64])
+        process = await act(c.process, order_id, actor.recorded)
     except OrderNotFound:
         return await missing_order(c, order_id)
     except PastPivot as exc:

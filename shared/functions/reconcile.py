@@ -16,8 +16,10 @@ import azure.functions as func
 from shared import bootstrap
 from shared.contract import Route, Setting
 from shared.domain.messages import iso
+from shared.domain.principal import Role
 from shared.domain.reconcile import ReconcileRun
 from shared.functions.http import json_response, problem
+from shared.functions.signin import admit, route_level
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving, timed
 from shared.usecases.reconcile import Reconciler
@@ -49,8 +51,11 @@ async def reconcile(timer: func.TimerRequest, context: func.Context) -> None:
             await found.run()
 
 
-@bp.route(route=Route.RECONCILE, methods=["POST"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.RECONCILE, methods=["POST"], auth_level=route_level())
 async def reconcile_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
+    actor = await admit(req, Role.OPERATE)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     with serving(req, context):
         found = reconciler(await bootstrap.container())
         if found is None:

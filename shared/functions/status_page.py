@@ -23,9 +23,11 @@ import azure.functions as func
 from shared import bootstrap
 from shared.contract import Route
 from shared.domain.messages import iso
+from shared.domain.principal import Role
 from shared.domain.routing import STALE_AFTER
 from shared.functions.http import bounded_int, json_response, opt_iso
 from shared.functions.reconcile import run_view
+from shared.functions.signin import admit, route_level
 from shared.usecases.status_page import (
     DEFAULT_COUNT_CAP,
     MAX_COUNT_CAP,
@@ -81,8 +83,11 @@ def _inline_hashes(html: str, tag: str) -> str:
     )
 
 
-@bp.route(route=Route.OPS_PAGE, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.OPS_PAGE, methods=["GET"], auth_level=route_level())
 async def ops_page(req: func.HttpRequest) -> func.HttpResponse:
+    actor = await admit(req, Role.READ)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     c = await bootstrap.container()
     found = page(c.settings.trace_query_url)
     return func.HttpResponse(
@@ -90,8 +95,11 @@ async def ops_page(req: func.HttpRequest) -> func.HttpResponse:
     )
 
 
-@bp.route(route=Route.OPS_DATA, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.OPS_DATA, methods=["GET"], auth_level=route_level())
 async def ops_data(req: func.HttpRequest) -> func.HttpResponse:
+    actor = await admit(req, Role.READ)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     count_cap = bounded_int(req, "countCap", DEFAULT_COUNT_CAP, 1, MAX_COUNT_CAP)
     if isinstance(count_cap, func.HttpResponse):
         return count_cap

@@ -8,8 +8,10 @@ import azure.functions as func
 
 from shared.catalogue import catalogue
 from shared.contract import Route
+from shared.domain.principal import Role
 from shared.domain.workflow import Catalogue, StepDefinition, Workflow
 from shared.functions.http import json_response
+from shared.functions.signin import admit, route_level
 
 bp = func.Blueprint()
 
@@ -54,6 +56,9 @@ def workflows_view(known: Catalogue) -> dict[str, Any]:
     }
 
 
-@bp.route(route=Route.WORKFLOWS, methods=["GET"], auth_level=func.AuthLevel.ADMIN)
+@bp.route(route=Route.WORKFLOWS, methods=["GET"], auth_level=route_level())
 async def workflows_http(req: func.HttpRequest) -> func.HttpResponse:
+    actor = await admit(req, Role.READ)
+    if isinstance(actor, func.HttpResponse):
+        return actor
     return json_response(workflows_view(catalogue()))

@@ -15,6 +15,14 @@ from shared.domain.health import BreakerState
 
 _provider: MeterProvider | None = None
 
+ORDERS_COMPLETED = "orders.completed"
+"""Counts orders reaching an end state (Error included), by `OUTCOME`: the Azure Monitor
+alert on orders held in Error (infra/app/alerts.bicep) queries it."""
+OUTCOME = "order.outcome"
+"""The end state an `ORDERS_COMPLETED` order reached (a ProcessState value)."""
+SWEEP_DURATION = "orders.supervisor.sweep.duration"
+"""One record per Supervisor sweep: the alert on a Supervisor that stopped running counts them."""
+
 BREAKER_LEVEL = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 """The breaker gauge's values: 0 closed, 1 half-open (a trial call), 2 open."""
 
@@ -33,7 +41,7 @@ def _meter() -> Meter:
 class _Instruments:
     def __init__(self, meter: Meter) -> None:
         self.orders: Counter = meter.create_counter(
-            "orders.completed", unit="{order}", description="Orders reaching an end state"
+            ORDERS_COMPLETED, unit="{order}", description="Orders reaching an end state"
         )
         self.latency: Histogram = meter.create_histogram(
             "orders.duration", unit="s", description="Intake to end state, per order"
@@ -51,7 +59,7 @@ class _Instruments:
             "orders.supervisor.recoveries", unit="{order}", description="Orders recovered"
         )
         self.sweep: Histogram = meter.create_histogram(
-            "orders.supervisor.sweep.duration", unit="s", description="One Supervisor sweep"
+            SWEEP_DURATION, unit="s", description="One Supervisor sweep"
         )
         self.queue_lag: Histogram = meter.create_histogram(
             "orders.queue.lag", unit="s", description="Enqueued (or due) to trigger start"
@@ -64,8 +72,8 @@ def _instruments() -> _Instruments:
 
 
 def order_finished(outcome: str, seconds: float) -> None:
-    _instruments().orders.add(1, {"order.outcome": outcome})
-    _instruments().latency.record(seconds, {"order.outcome": outcome})
+    _instruments().orders.add(1, {OUTCOME: outcome})
+    _instruments().latency.record(seconds, {OUTCOME: outcome})
 
 
 def step_done(agent: str, step: str, outcome: str, seconds: float) -> None:

@@ -22,6 +22,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind
 
+from shared.domain.archive import ArchivedMark
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import (
     HistoryEntry,
@@ -153,6 +154,10 @@ class TracedStateStore:
         self._traces.remember(process)
         _finished(process, history)
         return etag
+
+    async def archived(self, order_id: str) -> ArchivedMark | None:
+        with _store_span("archived", order_id):
+            return await self._inner.archived(order_id)
 
     async def history(self, order_id: str) -> tuple[HistoryEntry, ...]:
         with _store_span("history", order_id):

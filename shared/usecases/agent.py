@@ -24,6 +24,7 @@ from shared.ports import (
 from shared.resilience import (
     CircuitBreaker,
     DeadlinePassed,
+    Gate,
     HeldByThrottle,
     RetryPolicy,
     call_until_deadline,
@@ -31,8 +32,9 @@ from shared.resilience import (
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.limiter import AgentLimiter
+from shared.usecases.rate_slot import HandBack, HandedBack, SlotGate
 from shared.usecases.step_heartbeat import KnownDeadline, StepHeartbeats
-from shared.usecases.step_hold import StepHolds
+from shared.usecases.step_hold import HeldCall, StepHolds
 
 log = app_logger("orders.agent")
 
@@ -51,6 +53,8 @@ class Performed(StrEnum):
     DEADLINE_PASSED = "deadline-passed"
     HELD_BY_THROTTLE = "held-by-throttle"
     """The service's `429`s held the next call back to the complete-by: no reply."""
+    HANDED_BACK = "handed-back"
+    """Its rate slot was far: the hold written, the request waits in the broker for it."""
 
 
 @dataclass(frozen=True)
@@ -76,8 +80,9 @@ class AgentDeps:
     """The agent's fleet-wide `callsPerSecond` and `maxConcurrent`; None: no limit
     declared, and no store call for it."""
     step_holds: StepHolds | None = None
-    """Restarts a do's complete-by when a limit holds its call back; None: a held call
-    keeps its deadline (and past it ends held-by-throttle, no reply)."""
+    """Moves a do's or an undo's complete-by when a limit holds its call back, and lets a
+    request whose rate slot is far wait for it in the broker; None: a held call keeps
+    its deadline (and past it ends held-by-throttle, no reply)."""
 
 
 def operation_for(agent: AgentName, request: AgentRequest) -> str:
@@ -166,9 +171,20 @@ async def _perform(deps: AgentDeps, request: AgentRequest, operation: str, high:
             observe=_observer(deps),
             call_limit=step_max.total_seconds() if step_max is not None else None,
             throttle=deps.throttle,
-            gate=deps.limiter,
+            gate=_gate(deps, request, held, high),
             held=held,
         )
+    except HandedBack as exc:
+        log.info(
+            "order %s %s waits in the broker for %s's rate slot at %s (attempt %d), its "
+            "hold written",
+            request.order_id,
+            operation,
+            deps.agent,
+            exc.start.isoformat(),
+            request.attempt,
+        )
+        return Performed.HANDED_BACK
     except HeldByThrottle as exc:
         log.info(
             "order %s %s held by %s's limits past its complete-by (attempt %d, next "
@@ -198,6 +214,16 @@ async def _perform(deps: AgentDeps, request: AgentRequest, operation: str, high:
     await deps.bus.send([succeeded.outgoing(high=high)])
     log.info("order %s %s succeeded (attempt %d)", request.order_id, operation, request.attempt)
     return Performed.SUCCEEDED
+
+
+def _gate(deps: AgentDeps, request: AgentRequest, held: HeldCall | None, high: bool) -> Gate | None:
+    """The agent's limits as this request meets them; None without a limit."""
+    if deps.limiter is None:
+        return None
+    hand_back = None
+    if held is not None:
+        hand_back = HandBack(deps.bus, deps.clock, deps.agent, request, held, high)
+    return SlotGate.for_request(deps.limiter, request, deps.clock.now(), hand_back)
 
 
 def undoes(request: AgentRequest) -> str | None:

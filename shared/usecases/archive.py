@@ -17,10 +17,11 @@ Finishing a page, per day it spans: when its blob is missing, each order is read
 and kept only if it is still at the ETag recorded and still due; the kept ones, with
 their whole history, are written as the blob. When the blob exists (a killed run wrote
 it), its content is what was archived and is never rewritten. Then, per order in the
-blob: the pointer row first, then the purge, state row If-Match that ETag, then its rest
-entry (a kill before that is finished by the next run, which purges again). A purge
-refused because the order changed drops the pointer and leaves the order whole; its line
-in that blob is stale and readers go by the pointer.
+blob: the pointer row first, then the purge (the state row replaced by the order's mark
+If-Match that ETag, so its id stays taken: shared/domain/archive.py `ArchivedMark`),
+then its rest entry (a kill before that is finished by the next run, which purges
+again). A purge refused because the order changed drops the pointer and leaves the
+order whole; its line in that blob is stale and readers go by the pointer.
 
 Where a kill lands: before the blob, the next run writes it under the same name; after
 the blob, the next run reads it and deletes what is left; nothing is in two blobs and
@@ -42,6 +43,7 @@ from shared.domain import continuation as tokens
 from shared.domain.archive import (
     ArchiveCursor,
     ArchivedEntry,
+    ArchivedMark,
     ArchivedOrder,
     ArchiveRun,
     PageEntry,
@@ -198,7 +200,7 @@ class Archiver:
             order.order_id, state.process_state, state.updated_at, order.archived_at, name
         )
         await self.archive.point(entry)
-        if await self.archive.purge(order.order_id, etags[order.order_id]):
+        if await self.archive.purge(ArchivedMark.of(order), etags[order.order_id]):
             # After the rows, so a kill between is finished by the next run's purge.
             await self.store.drop_rest(state.process_state, order.order_id, state.created_at)
             tally.archived += 1

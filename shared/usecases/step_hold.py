@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from shared.domain.messages import AgentRequest
-from shared.domain.model import Action, OrderProcess
+from shared.domain.model import OrderProcess
 from shared.domain.process import ProcessPolicy, Transition, hold_complete_by
 from shared.ports import Clock, ConcurrencyConflict, StateStoreError
 from shared.telemetry.logsafe import app_logger
@@ -30,10 +30,8 @@ class StepHolds:
     clock: Clock
     policy: ProcessPolicy
 
-    def for_request(self, request: AgentRequest, known: KnownDeadline) -> HeldCall | None:
-        """Only a do is held; an undo's timeout counts no failure against the order."""
-        if request.action is not Action.DO:
-            return None
+    def for_request(self, request: AgentRequest, known: KnownDeadline) -> HeldCall:
+        """A do and an undo alike: an undo's timeout is counted against the order too."""
         room = (request.complete_by - self.clock.now()) / 2
         return HeldCall(self, request, known, room)
 
@@ -44,7 +42,7 @@ class StepHolds:
         def decide(process: OrderProcess) -> Transition | None:
             now = self.clock.now()
             return hold_complete_by(
-                process, request.attempt, request.step, waited, now, self.policy
+                process, request.attempt, request.step, waited, now, self.policy, request.action
             )
 
         try:
@@ -72,9 +70,18 @@ class HeldCall:
 
     async def __call__(self, start: datetime) -> None:
         self.unpaid += max(start - self.holds.clock.now(), timedelta(0))
-        if self.known.at - start >= self.room:
-            return
-        moved = await self.holds.hold(self.request, self.unpaid)
+        if self.matters(start):
+            await self.pay()
+
+    def matters(self, start: datetime) -> bool:
+        """Would a call starting then have less than half the time this one arrived with?"""
+        return self.known.at - start < self.room
+
+    async def pay(self, coming: timedelta = timedelta(0)) -> datetime | None:
+        """Write the waits not yet written, and a `coming` one; the complete-by stored,
+        or None (not moved: the waits stay unpaid, and `coming` is not among them)."""
+        moved = await self.holds.hold(self.request, self.unpaid + coming)
         if moved is not None:
             self.unpaid = timedelta(0)
             self.known.at = max(self.known.at, moved)
+        return moved

@@ -7,8 +7,9 @@ from datetime import datetime
 
 from shared.catalogue import catalogue
 from shared.domain import process as machine
+from shared.domain.archive import ArchivedMark
 from shared.domain.fairness import Admission, CustomerLoad, in_line, wait_in_line
-from shared.domain.model import Order, OrderProcess
+from shared.domain.model import Order, OrderProcess, ProcessState
 from shared.domain.workflow import Workflow
 from shared.ports import AlreadyExists, Entered
 from shared.usecases.budget import Budget, send_within_budget, within_store_budget
@@ -35,8 +36,16 @@ class OverQuota(Exception):
 
 @dataclass(frozen=True)
 class Submitted:
-    process: OrderProcess
+    order_id: str
+    process_state: ProcessState
     created: bool
+    process: OrderProcess | None
+    """The stored order; None for a repeat of an archived one, of which only its mark is
+    left in the table (`GET /api/orders/{id}` answers it from the archive)."""
+
+    @classmethod
+    def of(cls, process: OrderProcess, *, created: bool) -> Submitted:
+        return cls(process.order_id, process.state.process_state, created, process)
 
 
 async def submit_order(
@@ -57,8 +66,8 @@ async def submit_order(
     if workflow is None:
         workflow = catalogue().default_workflow()
     stored = await within_store_budget(_store(deps, order, cause, workflow), budget)
-    if stored.nudge:
-        process = stored.submitted.process
+    process = stored.submitted.process
+    if stored.nudge and process is not None:
         await send_within_budget(
             deps.bus.send(process.state.outbox),
             budget,
@@ -79,7 +88,8 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     """The create is the existence check: a new order costs two writes and no read.
 
     A repeat of an order still running keeps the check time of the entry it finds; a
-    repeat of a finished one has just watched it again, and takes that entry back.
+    repeat of a finished one has just watched it again, and takes that entry back; so
+    does a repeat of an archived one, whose mark the create met (`_repeat_archived`).
 
     An entry this call did not write may be one a Supervisor has already read, due, with
     no order behind it (an earlier try's create failed), and is about to delete. So once
@@ -112,7 +122,7 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     except AlreadyExists:
         existing = await deps.store.load(order.order_id)
         if existing is None:
-            raise
+            return await _repeat_archived(deps, order, now, version)
         if existing.state.process_state.is_terminal:
             if deps.customers is not None:  # counted just now, or stale
                 await deps.customers.forget(order, deps.store, deps.bus, now)
@@ -134,7 +144,29 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     log_transition(transition)
     if deps.cache is not None:
         deps.cache.put(replace(transition.process, etag=etag))  # the claim skips a read
-    return _Stored(Submitted(transition.process, created=True), nudge=True)
+    return _Stored(Submitted.of(transition.process, created=True), nudge=True)
+
+
+async def _repeat_archived(deps: ProcessDeps, order: Order, now: datetime, version: int) -> _Stored:
+    """The id is taken and no order is there: archived, its mark in the order's place.
+    Its id is never free again, so a new order under it never sends the archived one's
+    idempotency keys; a repeat is answered as one of the finished order it was. No mark
+    either (the create met a row the load does not see): a store fault, to try again."""
+    mark = await deps.store.archived(order.order_id)
+    if mark is None:
+        raise AlreadyExists(order.order_id)
+    if deps.customers is not None:  # counted just now
+        await deps.customers.forget(order, deps.store, deps.bus, now)
+    await deps.store.unwatch(order.order_id, version)
+    return _repeat_mark(mark, order)
+
+
+def _repeat_mark(mark: ArchivedMark, order: Order) -> _Stored:
+    if mark.fingerprint != order.fingerprint:
+        raise OrderConflict(
+            f"order {order.order_id} exists with a different body (finished and archived)"
+        )
+    return _Stored(Submitted(mark.order_id, mark.process_state, False, None), nudge=False)
 
 
 async def _over_quota(
@@ -145,6 +177,8 @@ async def _over_quota(
     call wrote is gone already; one still in flight keeps its own. Only a refusal is
     given a time to come back (each one moves the next one's later)."""
     existing = await deps.store.load(order.order_id)
+    if existing is None and (mark := await deps.store.archived(order.order_id)) is not None:
+        return _repeat_mark(mark, order)
     if existing is None:
         customers = deps.customers
         assert customers is not None and customers.policy.max_pending is not None
@@ -175,4 +209,4 @@ def _repeat(existing: OrderProcess, order: Order, waiting: bool = False) -> _Sto
     # Never claimed yet: the first submission may have died before its nudge went out;
     # unless it waits in its customer's line, where a promotion nudges it.
     nudge = existing.state.version == 1 and not waiting
-    return _Stored(Submitted(existing, created=False), nudge=nudge)
+    return _Stored(Submitted.of(existing, created=False), nudge=nudge)

@@ -62,6 +62,8 @@ def e2e_settings(table_port: int, broker: Broker, simulator_url: str) -> dict[st
         Setting.SUPERVISOR_SCHEDULE: "*/1 * * * * *",
         Setting.RECONCILE_SCHEDULE: "0 0 * * * *",
         Setting.ARCHIVE_SCHEDULE: "0 0 0 1 1 *",
+        Setting.AGENT_HEARTBEAT_SCHEDULE: "*/5 * * * * *",
+        Setting.BULK_ACTIONS_SCHEDULE: "*/5 * * * * *",
         # Room for a step on a loaded 2-core machine, where broker, simulator and host
         # share one process; tests that need a timeout hang far longer than this.
         Setting.STEP_TIMEOUT_SECONDS: "6",
@@ -114,7 +116,7 @@ class System:
         return await self.sim.effects(order_id)
 
     async def net_effect(self, order_id: str) -> Verdict:
-        """The net-effect judge's verdict (DESIGN section 11) on the order as it stands.
+        """The net-effect judge's verdict (docs/simulator.md) on the order as it stands.
 
         Meant for a terminal order whose requests can no longer apply: the tests' hangs
         never apply, and their latency or slowness is over before the order moves on.

@@ -223,6 +223,8 @@ async def keyed_api(
         Setting.SUPERVISOR_SCHEDULE: "*/1 * * * * *",
         Setting.RECONCILE_SCHEDULE: "0 0 * * * *",
         Setting.ARCHIVE_SCHEDULE: "0 0 0 1 1 *",
+        Setting.AGENT_HEARTBEAT_SCHEDULE: "*/5 * * * * *",
+        Setting.BULK_ACTIONS_SCHEDULE: "*/5 * * * * *",
         Setting.STEP_TIMEOUT_SECONDS: "6",
         **{spec.service_url_setting: f"{simulator.url}/{name}" for name, spec in AGENTS.items()},
         DevhostSetting.ENFORCE_KEYS: "true",

@@ -1,6 +1,7 @@
-"""Limits on two local runtimes sharing one table, one broker and one simulator (DESIGN
-section 14): an agent's `callsPerSecond` holds across both, and a provider's `429`s
-slow the agents without a failure counted against any order."""
+"""Limits on local runtimes sharing one table, one broker and one simulator
+(docs/limits.md): an agent's `callsPerSecond` holds across two, a provider's `429`s slow
+the agents without a failure counted against any order, and a burst waiting for our
+own limit is never counted either."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from devhost.harness.clients import AppClient, SimulatorControl
 from devhost.harness.ports import LOOPBACK, free_port
 from devhost.harness.process import Child
 from devhost.harness.services import runtime_command
+from devhost.harness.stack import Stack
 from devhost.simulator import SimulatorServer
 from shared.contract import Setting
 from tests.e2e.conftest import TERMINAL, e2e_settings
@@ -28,13 +30,16 @@ ORDERS = 16
 
 
 @contextlib.asynccontextmanager
-async def two_runtimes(
-    settings: dict[str, str], tmp_path: Path, session: aiohttp.ClientSession
+async def runtimes(
+    settings: dict[str, str],
+    tmp_path: Path,
+    session: aiohttp.ClientSession,
+    names: tuple[str, ...] = ("a", "b"),
 ) -> AsyncIterator[list[AppClient]]:
     children: list[Child] = []
     apps = []
     try:
-        for name in ("a", "b"):
+        for name in names:
             port = free_port()
             env = {**settings, Setting.INSTANCE_ID: f"e2e-{name}"}
             command = runtime_command(port=port, state_dir=tmp_path / name)
@@ -82,7 +87,7 @@ async def test_a_calls_per_second_limit_on_payment_holds_across_two_runtimes(
     settings["AgentLimits__payment__callsPerSecond"] = "5"
     async with (
         aiohttp.ClientSession() as session,
-        two_runtimes(settings, tmp_path, session) as apps,
+        runtimes(settings, tmp_path, session) as apps,
     ):
         views = await run_orders(apps, "rate")
         stats = (await SimulatorControl(session, simulator.url).stats())["payment"]
@@ -98,7 +103,7 @@ async def test_a_providers_429s_on_shipping_leave_every_order_processed_with_no_
     settings = e2e_settings(azurite_table_port, broker, simulator.url)
     async with (
         aiohttp.ClientSession() as session,
-        two_runtimes(settings, tmp_path, session) as apps,
+        runtimes(settings, tmp_path, session) as apps,
     ):
         sim = SimulatorControl(session, simulator.url)
         await sim.set_faults("shipping", rateLimitPerSecond=3)
@@ -108,3 +113,51 @@ async def test_a_providers_429s_on_shipping_leave_every_order_processed_with_no_
     assert stats["rateLimited"] > 0, "the provider did refuse calls"
     assert [v["processState"] for v in views] == ["Processed"] * ORDERS
     assert [v["failureCount"] for v in views] == [0] * ORDERS
+
+
+async def test_orders_waiting_for_our_own_calls_per_second_count_no_failure(
+    tmp_path: Path,
+) -> None:
+    """More charges at once than payment's `callsPerSecond` lets through in a step
+    timeout: most wait for their slot past the complete-by they were sent with, and with
+    the agent's 16 handlers taken, the rest would wait in the broker. A wait for our own
+    limit is no failure (docs/limits.md): every order ends Processed with nothing
+    counted, and payment never sees more in a second than the contract allows: its
+    limit plus 10%, which at 10/s and below is one call (docs/limits.md, clock skew).
+
+    The whole stack runs as processes (`Stack`): the simulator that counts the calls
+    shares no interpreter with the broker, so its clock reads arrivals, not a GIL."""
+    orders, limit = 40, 5
+    settings = {
+        Setting.SUPERVISOR_SCHEDULE: "*/1 * * * * *",
+        Setting.STEP_TIMEOUT_SECONDS: "3",
+        "AgentLimits__payment__callsPerSecond": str(limit),
+    }
+    ids = [f"wait-{i:02d}" for i in range(orders)]
+    async with (
+        Stack("limitwait", tmp_path, settings=settings) as stack,
+        aiohttp.ClientSession() as session,
+    ):
+        app = stack.app(session)
+        # One order through first, so the burst meets open links, not a cold start.
+        await app.submit_order("warm-up", ("S",), customer_id="c", unit_price=1.0)
+        await app.wait_for("warm-up", {"Processed"}, 120)
+        await asyncio.gather(
+            *(
+                app.submit_order(order_id, ("S",), customer_id=f"c-{i}", unit_price=1.0)
+                for i, order_id in enumerate(ids)
+            )
+        )
+        # One order polled at a time: 40 pollers would load the runtime they watch, and
+        # its own steps have a 3 s timeout.
+        views = [await app.wait_for(o, TERMINAL, 300) for o in ids]
+        stats = (await stack.simulator(session).stats())["payment"]
+
+    counted = {
+        v["orderId"]: [h["detail"] for h in v["history"] if h["event"] == "timed-out"]
+        for v in views
+        if v["failureCount"]
+    }
+    assert counted == {}, "a wait for our own limit was counted"
+    assert [v["processState"] for v in views] == ["Processed"] * orders
+    assert stats["maxCallsInOneSecond"] <= limit + 1, stats

@@ -101,8 +101,37 @@ async def test_an_operator_watches_orders_and_resubmits_one_from_the_page(
     assert (await system.order("ops-retry"))["processState"] == "Processed"
     assert (await system.order("ops-held"))["processState"] == "Error"
 
+    await page.locator('#errors a[data-open-order="ops-held"]').click()
+    await page.locator('#order[data-process-state="Error"]').wait_for(timeout=WAIT_MS)
+    await assert_graph_shows(page, await system.order("ops-held"))
+    current = page.locator("#order-graph .node.current")
+    assert "create-shipment" in await current.inner_text(), "the step it is held at"
+
     calls = [u for u in requests if "/api/ops/data" in u or "/resubmit" in u]
     assert any("/resubmit" in u for u in calls)
     assert calls and all(f"code={KEY}" in u for u in calls)
     SCREENSHOT.parent.mkdir(exist_ok=True)
     await page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+
+async def assert_graph_shows(page: Any, order: dict[str, Any]) -> None:
+    """The order view's workflow graph: received, then every step of the order in its
+    order and with its status as the API gives it, the current one outlined, then the
+    order's state (its undone steps between, in reverse)."""
+    graph = page.locator("#order-graph li")
+    drawn = await graph.evaluate_all(
+        "items => items.map((i) => [i.dataset.kind, i.dataset.step || '', i.dataset.status,"
+        " i.querySelector('.node').classList.contains('current')])"
+    )
+    steps = order["steps"]
+    undone = [s for s in reversed(steps) if s["status"] == "Compensated"]
+    at_rest = order["processState"] in ("Processed", "Compensated", "Cancelled")
+    assert drawn == [
+        ["start", "", "Completed", False],
+        *(
+            ["step", s["name"], s["status"], i == order["currentStep"] and not at_rest]
+            for i, s in enumerate(steps)
+        ),
+        *(["undo", s["name"], "Compensated", False] for s in undone),
+        ["end", "", order["processState"], False],
+    ]

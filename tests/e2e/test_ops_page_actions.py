@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import System
-from tests.e2e.test_ops_page import KEY, WAIT_MS, in_state, page
+from tests.e2e.test_ops_page import KEY, WAIT_MS, assert_graph_shows, in_state, page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker, pytest.mark.browser]
 
@@ -48,4 +48,8 @@ async def test_an_operator_suspends_resumes_and_cancels_from_the_page(
     await stopping.get_by_role("button", name="Cancel").click()
     await page.locator("#actions li", has_text="cancel ops-stop: 202").wait_for()
     await page.wait_for_selector(in_state("Cancelled", "ops-stop"), timeout=WAIT_MS)
-    assert (await system.order("ops-stop"))["processState"] == "Cancelled"
+    stopped = await system.order("ops-stop")
+    assert stopped["processState"] == "Cancelled"
+    await page.locator('.count[data-state="Cancelled"] a[data-open-order="ops-stop"]').click()
+    await page.locator('#order[data-process-state="Cancelled"]').wait_for(timeout=WAIT_MS)
+    await assert_graph_shows(page, stopped)  # with its undone steps, if any had completed

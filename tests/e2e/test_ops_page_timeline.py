@@ -136,8 +136,8 @@ async def answer(harness: Harness, traces: SpanStore, route: Any) -> None:
     names |= {"failures": "failures_http"}
     if path in names:
         name, route_params = names[path], {}
-    elif path.startswith("orders/"):
-        name, route_params = "get_order", {"orderId": path.removeprefix("orders/")}
+    elif path.startswith("ops/orders/"):
+        name, route_params = "ops_order", {"orderId": path.removeprefix("ops/orders/")}
     else:
         await route.fulfill(status=404, content_type="application/json", body="{}")
         return

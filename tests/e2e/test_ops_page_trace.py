@@ -20,7 +20,7 @@ import pytest
 
 from devhost.harness.stack import Stack
 from shared.contract import Setting
-from tests.e2e.test_ops_page import WAIT_MS, page
+from tests.e2e.test_ops_page import WAIT_MS, assert_graph_shows, page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker, pytest.mark.browser]
 
@@ -67,6 +67,11 @@ async def test_an_operator_opens_a_slow_order_and_sees_its_trace(page: Any, tmp_
         shipping = steps.filter(has_text="create-shipment")
         assert "shipping" in await shipping.inner_text()
         assert await page.locator("#order-history tr").count() >= 5
+        await assert_graph_shows(page, await app.order("slow-1"))
+        statuses = await page.locator("#order-graph li[data-kind=step]").evaluate_all(
+            "items => items.map((i) => i.dataset.status)"
+        )
+        assert statuses == ["Completed"] * 3
 
         # Spans arrive in the exporter's batches: wait for the hops after the recovery.
         recovery = page.locator("#waterfall .wf-row.recovery")

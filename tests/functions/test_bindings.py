@@ -41,6 +41,7 @@ def test_http_routes_methods_and_auth_levels() -> None:
         (Route.OPENAPI, ("GET",)): "ANONYMOUS",
         (Route.OPS_PAGE, ("GET",)): "ADMIN",
         (Route.OPS_DATA, ("GET",)): "ADMIN",
+        (Route.OPS_ORDER, ("GET",)): "ADMIN",
         (Route.AGENTS, ("GET",)): "ADMIN",
         (Route.AGENT_DRAIN, ("PUT",)): "ADMIN",
         (Route.FAILURES, ("GET",)): "ADMIN",
@@ -89,7 +90,7 @@ def test_every_consumed_queue_has_one_trigger_on_the_service_bus_connection() ->
     assert consumed <= set(ALL_QUEUES)
 
 
-def test_timers_supervisor_from_the_app_setting_and_agent_heartbeat() -> None:
+def test_every_timer_runs_on_the_schedule_of_an_app_setting() -> None:
     timers = {n: t for n, t in triggers().items() if t["type"] == "timerTrigger"}
     assert timers == {
         "supervisor": {
@@ -117,14 +118,14 @@ def test_timers_supervisor_from_the_app_setting_and_agent_heartbeat() -> None:
             "type": "timerTrigger",
             "direction": "IN",
             "name": "timer",
-            "schedule": "*/5 * * * * *",
+            "schedule": f"%{Setting.AGENT_HEARTBEAT_SCHEDULE}%",
             "runOnStartup": False,
         },
         "bulk_actions": {
             "type": "timerTrigger",
             "direction": "IN",
             "name": "timer",
-            "schedule": "*/5 * * * * *",
+            "schedule": f"%{Setting.BULK_ACTIONS_SCHEDULE}%",
             "runOnStartup": False,
         },
     }

@@ -160,6 +160,7 @@ BODIES: dict[str, tuple[str, str, dict[str, str], Any]] = {
 PARAMETERS: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]] = {
     # function: method, path, its route parameters, its query parameters
     "get_order": ("GET", "orders/x", ("orderId",), ()),
+    "ops_order": ("GET", "ops/orders/x", ("orderId",), ()),
     "resubmit_order_http": ("POST", "orders/x/resubmit", ("orderId",), ()),
     "suspend_order_http": ("POST", "orders/x/suspend", ("orderId",), ()),
     "resume_order_http": ("POST", "orders/x/resume", ("orderId",), ()),

@@ -37,6 +37,7 @@ FIELDS = {
 ORDER_IDS = ["../x", "a/b", "..", "%2e%2e", "x\x00y", "\ud800", "x" * 10_000, "a%00", "bulk"]
 ROUTES = {
     "get_order": ("GET", "orders/{id}"),
+    "ops_order": ("GET", "ops/orders/{id}"),
     "cancel_order_http": ("POST", "orders/{id}/cancel"),
     "suspend_order_http": ("POST", "orders/{id}/suspend"),
     "resume_order_http": ("POST", "orders/{id}/resume"),

@@ -72,15 +72,16 @@ async def data(harness: Harness, **params: str) -> dict[str, Any]:
     return found
 
 
-def test_both_ops_routes_are_get_only_and_need_the_admin_key() -> None:
+def test_the_ops_routes_are_get_only_and_need_the_admin_key() -> None:
     triggers = {f.name: f.trigger for f in registered_functions()}
     assert {
         name: (t["route"], t["methods"], t["authLevel"])
         for name, t in triggers.items()
-        if name in {"ops_page", "ops_data"}
+        if name in {"ops_page", "ops_data", "ops_order"}
     } == {
         "ops_page": (Route.OPS_PAGE, ["GET"], "ADMIN"),
         "ops_data": (Route.OPS_DATA, ["GET"], "ADMIN"),
+        "ops_order": (Route.OPS_ORDER, ["GET"], "ADMIN"),
     }
 
 

@@ -246,17 +246,19 @@ def test_log_records_carry_the_trace_and_span_ids(
     assert outside.trace_id == outside.span_id == ""  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("end", [ProcessState.PROCESSED, ProcessState.ERROR])
 async def test_an_order_reaching_an_end_state_is_counted_once(
-    exporter: InMemorySpanExporter,
+    exporter: InMemorySpanExporter, end: ProcessState
 ) -> None:
+    """Error included: the Azure Monitor alert on orders held in Error counts these."""
     reader = InMemoryMetricReader()
     metrics.use_meter_provider(MeterProvider(metric_readers=[reader]))
     try:
         store = TracedStateStore(InMemoryStateStore(), OrderTraces())
         process = a_process()
         etag = await store.create(process, [])
-        state = replace(process.state, process_state=ProcessState.PROCESSED)
-        entry = HistoryEntry(state.updated_at, "processed", "", ProcessState.PROCESSED, 0, 1)
+        state = replace(process.state, process_state=end)
+        entry = HistoryEntry(state.updated_at, end.value.lower(), "", end, 0, 1)
         await store.save(replace(process, state=state, etag=etag), [entry])
         data = reader.get_metrics_data()
     finally:
@@ -268,7 +270,7 @@ async def test_an_order_reaching_an_end_state_is_counted_once(
         for sm in rm.scope_metrics
         for m in sm.metrics
     }
-    (counted,) = points["orders.completed"]
-    assert counted.attributes == {"order.outcome": "Processed"}
+    (counted,) = points[metrics.ORDERS_COMPLETED]
+    assert counted.attributes == {metrics.OUTCOME: end.value}
     assert getattr(counted, "value", None) == 1
     assert "orders.duration" in points

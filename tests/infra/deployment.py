@@ -371,17 +371,15 @@ def deployed_queues(catalogue: Any = None) -> dict[str, dict[str, Value]]:
     servicebus = bound("app/servicebus.bicep", catalogue)
     queues: dict[str, dict[str, Value]] = {}
     for resource in servicebus.file.resources_of_type("Microsoft.ServiceBus/namespaces/queues"):
-        properties = servicebus.evaluate(resource.properties)
-        assert isinstance(properties, dict)
-        names: list[Value]
+        locals_: list[Mapping[str, Value]] = [_NO_LOCALS]
         if resource.loop is not None:
             iterable = servicebus.evaluate(resource.loop.iterable)
             assert isinstance(iterable, list), f"queue loop over {iterable!r}: not a known list"
-            assert resource.name == Ref(resource.loop.variables[:1]), "queue named by loop item"
-            names = iterable
-        else:
-            names = [servicebus.evaluate(resource.name)]
-        for name in names:
+            locals_ = [{resource.loop.variables[0]: item} for item in iterable]
+        for local in locals_:
+            name = servicebus.evaluate(resource.name, local)
+            properties = servicebus.evaluate(resource.properties, local)
+            assert isinstance(properties, dict)
             assert isinstance(name, str), f"queue name {name!r} is not known at build time"
             assert name not in queues, f"queue {name} declared twice"
             queues[name] = properties

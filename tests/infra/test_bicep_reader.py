@@ -217,6 +217,8 @@ def _relative(path: Path) -> str:
 def test_the_repo_has_the_expected_bicep_files() -> None:
     assert {_relative(p) for p in bicep_paths()} == {
         "infra/main.bicep",
+        "infra/app/alerts.bicep",
+        "infra/app/diagnostics.bicep",
         "infra/app/function.bicep",
         "infra/app/monitoring.bicep",
         "infra/app/rbac.bicep",
@@ -255,6 +257,8 @@ def test_reads_the_main_template() -> None:
     assert file.target_scope == "subscription"
     assert [r.type for r in file.resources.values()] == ["Microsoft.Resources/resourceGroups"]
     assert {m.source for m in file.modules.values() if not m.is_registry} == {
+        "app/alerts.bicep",
+        "app/diagnostics.bicep",
         "app/function.bicep",
         "app/monitoring.bicep",
         "app/rbac.bicep",

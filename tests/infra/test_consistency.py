@@ -16,10 +16,12 @@ from shared.bootstrap import AGENT_CAPACITY
 from shared.catalogue import catalogue
 from shared.contract import (
     ALL_QUEUES,
+    NOTIFICATION_QUEUES,
     QUEUE_PROPERTIES,
     AgentLimitSetting,
     ChaosSetting,
     Setting,
+    queue_properties,
     service_url_settings,
 )
 from shared.domain.model import ExhaustedPolicy
@@ -28,8 +30,10 @@ from tests.app_functions import registered_functions
 from tests.infra.bicep import Call, Interpolation, Ref
 from tests.infra.deployment import (
     EMULATOR_AMQP_PORT,
+    INFRA,
     ROOT,
     as_environment,
+    bound,
     deployed_app_settings,
     deployed_queues,
     function_module,
@@ -48,7 +52,7 @@ CODE_SETTINGS = frozenset(
     value for name, value in vars(Setting).items() if name.isupper() and isinstance(value, str)
 ) | frozenset(service_url_settings())
 # Set by the platform on every instance: a deployment must never pin it.
-PLATFORM_SETTINGS = frozenset({Setting.INSTANCE_ID})
+PLATFORM_SETTINGS = frozenset({Setting.INSTANCE_ID, Setting.SITE_NAME})
 # Connection-string forms: for the local emulators only, never deployed.
 CONNECTION_STRING_SETTINGS = frozenset({Setting.STORAGE, Setting.SERVICE_BUS})
 # Test-only (chaos runs): read by the code, never deployed.
@@ -128,7 +132,7 @@ def test_bicep_creates_exactly_the_contract_queues() -> None:
 @pytest.mark.parametrize("queue", ALL_QUEUES)
 def test_bicep_queue_properties_match_the_contract(queue: str) -> None:
     properties = deployed_queues()[queue]
-    expected = QUEUE_PROPERTIES
+    expected = queue_properties(queue)
     assert iso_seconds(properties.get("lockDuration")) == expected.lock_duration_seconds
     assert properties.get("maxDeliveryCount") == expected.max_delivery_count
     assert properties.get("requiresDuplicateDetection") is expected.requires_duplicate_detection
@@ -143,12 +147,48 @@ def test_bicep_queue_properties_match_the_contract(queue: str) -> None:
     assert properties.get("requiresSession") in (None, False), "the code sends no session ids"
 
 
-def test_every_triggered_queue_is_deployed() -> None:
-    triggered = {
+def _triggered_queues() -> set[str]:
+    return {
         str(f.trigger["queueName"])
         for f in registered_functions()
         if f.trigger["type"] == "serviceBusTrigger"
     }
+
+
+def test_the_notification_queues_are_the_ones_no_trigger_reads() -> None:
+    """A queue the app only writes has its reader outside the app: it is a notification
+    queue, and gets the time-to-live that keeps an absent reader from filling it."""
+    assert set(ALL_QUEUES) - _triggered_queues() == set(NOTIFICATION_QUEUES)
+
+
+@pytest.mark.parametrize("queue", NOTIFICATION_QUEUES)
+def test_a_notification_queue_drops_what_nobody_read_within_its_time_to_live(queue: str) -> None:
+    properties = deployed_queues()[queue]
+    ttl = properties.get("defaultMessageTimeToLive")
+    assert isinstance(ttl, str), f"{queue}: no time-to-live set from a parameter default: {ttl!r}"
+    assert 3600 <= iso_seconds(ttl) <= 14 * 24 * 3600, f"{queue}: {ttl} is not a sane default"
+    assert properties.get("deadLetteringOnMessageExpiration") is False
+
+
+def test_notification_time_to_live_comes_from_a_main_parameter_per_queue() -> None:
+    passed = main().resolve(
+        bound("app/servicebus.bicep").call.params["notificationQueues"], defaults=False
+    )
+    assert isinstance(passed, list)
+    by_queue = {item["name"]: item["timeToLive"] for item in passed if isinstance(item, dict)}
+    assert set(by_queue) == set(NOTIFICATION_QUEUES)
+    for queue, ttl in by_queue.items():
+        assert isinstance(ttl, Ref) and ttl.name in main().params, f"{queue}: not a parameter"
+        assert ttl.name in load_json(INFRA / "main.parameters.json")["parameters"], queue
+
+
+@pytest.mark.parametrize("queue", sorted(set(ALL_QUEUES) - set(NOTIFICATION_QUEUES)))
+def test_a_work_queue_keeps_its_messages_until_they_are_processed(queue: str) -> None:
+    assert "defaultMessageTimeToLive" not in deployed_queues()[queue]
+
+
+def test_every_triggered_queue_is_deployed() -> None:
+    triggered = _triggered_queues()
     assert triggered, "no Service Bus trigger found: did the app stop indexing?"
     assert triggered <= set(deployed_queues()), "a trigger listens on a queue the Bicep lacks"
 
@@ -218,7 +258,7 @@ def test_emulator_queue_properties_match_the_contract_as_far_as_the_emulator_all
     Today that is one clamp: duplicate detection keeps 5 minutes locally instead of 10.
     """
     properties = _emulator_queues()[queue]
-    expected = QUEUE_PROPERTIES
+    expected = queue_properties(queue)
 
     def clamp(seconds: int, bounds: tuple[int, int]) -> int:
         return max(bounds[0], min(bounds[1], seconds))
@@ -257,7 +297,7 @@ def test_bicep_sets_no_connection_string_and_leaves_platform_settings_alone() ->
     assert not CONNECTION_STRING_SETTINGS & set(settings), (
         "a connection-string setting is deployed; use the identity-based forms"
     )
-    assert not PLATFORM_SETTINGS & set(settings), "WEBSITE_INSTANCE_ID belongs to the platform"
+    assert not PLATFORM_SETTINGS & set(settings), "WEBSITE_* settings belong to the platform"
 
 
 @pytest.mark.parametrize("connection", sorted(CONNECTION_STRING_SETTINGS))

@@ -294,6 +294,7 @@ def test_other_values_match_the_domain() -> None:
 def _message_fields() -> dict[str, set[str]]:
     request = AgentRequest("o", "s", Action.DO, 1, NOW, "o:op", {})
     undo = AgentRequest("o", "s", Action.COMPENSATE, 1, NOW, "o:u", {}, "o:op", "u")
+    handed_back = dataclasses.replace(request, start_at=NOW)
     succeeded = AgentReply("o", "s", Action.DO, 1, Outcome.SUCCEEDED)
     failed = AgentReply("o", "s", Action.DO, 1, Outcome.FAILED, error=ErrorInfo("c", "m"))
     status = StatusNotification("o", NotificationStatus.FAILED, NOW, detail="why")
@@ -301,7 +302,9 @@ def _message_fields() -> dict[str, set[str]]:
     poison_alert = dataclasses.replace(alert, failure_count=0, queue="q", body="{}")
     return {
         "5.2 Nudge": set(Nudge("o", "r").to_body()),
-        "5.3 Agent request": set(request.to_body()) | set(undo.to_body()),
+        "5.3 Agent request": set(request.to_body())
+        | set(undo.to_body())
+        | set(handed_back.to_body()),
         "5.4 Agent reply": set(succeeded.to_body()) | set(failed.to_body()),
         "5.5 Status notification": set(status.to_body()),
         "5.6 Operator alert": set(alert.to_body()) | set(poison_alert.to_body()),

@@ -20,15 +20,27 @@ from azure.storage.blob.aio import BlobServiceClient
 
 from shared.adapters.blob_archive import BlobArchive
 from shared.adapters.clock import FakeClock
+from shared.adapters.memory import InMemoryBus
 from shared.adapters.table_archive import TableArchiveStore
 from shared.adapters.table_store import TableStateStore
+from shared.contract import Queue
 from shared.domain import process as machine
-from shared.domain.archive import ArchivedEntry, ArchivedOrder, RetentionPolicy, day_prefix
+from shared.domain.archive import (
+    ArchivedEntry,
+    ArchivedMark,
+    ArchivedOrder,
+    RetentionPolicy,
+    day_prefix,
+)
 from shared.domain.model import HistoryEntry, ProcessState, StepStatus
 from shared.domain.rest_index import REST_STATES, RestRange, rest_entry
+from shared.ports import AlreadyExists
 from shared.settings import azurite_connection_string
-from shared.usecases.archive import GRACE, Archiver
-from tests.builders import an_order
+from shared.usecases.archive import GRACE, Archiver, archived_order
+from shared.usecases.archive_marks import backfill_marks
+from shared.usecases.deps import ProcessDeps
+from shared.usecases.submission import OrderConflict, submit_order
+from tests.builders import a_policy, an_order
 from tests.workflows import ORDER_FULFILMENT
 
 pytestmark = pytest.mark.azurite
@@ -126,7 +138,7 @@ async def test_finished_orders_past_retention_are_archived_then_deleted(parts: P
 
     assert (run.archived, run.kept, run.skipped) == (3, 0, False)
     for order_id in ("p-old", "p-older", "c-old"):
-        assert await parts.partition(order_id) == [], order_id
+        assert await parts.partition(order_id) == ["state"], "its mark alone is left"
         assert await parts.store.load(order_id) is None
     for order_id, process in before.items():
         assert await parts.store.load(order_id) == process, order_id
@@ -245,7 +257,8 @@ async def test_a_run_killed_mid_page_is_finished_by_the_next_nothing_lost_nothin
 
     assert run.resumed and not run.skipped
     for order_id in ids:
-        assert await parts.partition(order_id) == [], order_id
+        assert await parts.partition(order_id) == ["state"], order_id
+        assert await parts.store.archived(order_id) is not None, order_id
     assert Counter(await parts.all_lines()) == Counter(ids), "each order in exactly one blob"
     for order_id in ids:
         name = await parts.archive.pointer(order_id)
@@ -298,3 +311,103 @@ async def test_a_day_lists_its_pages(parts: Parts) -> None:
     one, more = await parts.blobs.pages((NOW - 100 * DAY).date(), 1, None)
     assert len(one) == 1 and more is not None
     assert await parts.blobs.pages(NOW.date(), 10, None) == ((), None)
+
+
+async def test_an_archived_orders_id_stays_taken_by_its_mark(parts: Parts) -> None:
+    """Issue 37, H: the purge leaves the order's mark under its key, so a create under
+    the id collides with it as with a live order; the views skip it, and the intake
+    answers a resend from it (another body: conflict; the same: nothing started)."""
+    await put(parts.store, "mo-A-1", ProcessState.PROCESSED, OLD, entries=45)
+    await put(parts.store, "mo-A-2", ProcessState.PROCESSED, NOW - DAY)
+
+    assert (await parts.archiver().run()).archived == 1
+
+    assert await parts.partition("mo-A-1") == ["state"]
+    mark = await parts.store.archived("mo-A-1")
+    assert mark == ArchivedMark("mo-A-1", "fp", ProcessState.PROCESSED, NOW)
+    assert await parts.store.archived("mo-A-2") is None, "a live order has no mark"
+    other = machine.start(an_order("mo-A-1", fingerprint="other"), ORDER_FULFILMENT, NOW)
+    with pytest.raises(AlreadyExists):
+        await parts.store.create(other.process, other.history)
+    assert await parts.store.load("mo-A-1") is None
+    assert [s.order_id for s in (await parts.store.list_by_state(None, 100, None)).items] == [
+        "mo-A-2"
+    ]
+    assert [s.order_id for s in await parts.store.states(["mo-A-1", "mo-A-2"])] == ["mo-A-2"]
+    assert await parts.store.history("mo-A-1") == ()
+
+    bus = InMemoryBus()
+    deps = ProcessDeps(parts.store, bus, parts.clock, a_policy())
+    with pytest.raises(OrderConflict):
+        await submit_order(deps, an_order("mo-A-1", fingerprint="other"))
+    same = await submit_order(deps, an_order("mo-A-1"))
+    assert not same.created and same.process_state is ProcessState.PROCESSED
+    assert bus.on(Queue.SCHEDULER) == [], "nothing started: no key of it is sent again"
+    assert [e.order_id for e in (await parts.store.watch_list(100, None)).items] == []
+    assert await parts.partition("mo-A-1") == ["state"]
+
+    copy = await archived_order(parts.archive, parts.blobs, "mo-A-1")
+    assert copy is not None and len(copy.process.history) == 45
+
+
+async def test_a_purge_again_finds_its_mark_and_a_changed_order_is_left(parts: Parts) -> None:
+    """A page resumed after a kill purges its orders again; an order purged whole by a
+    run before marks were kept gets its mark then; a changed one is left as it is."""
+    mark = ArchivedMark("twice", "fp", ProcessState.PROCESSED, NOW)
+    await put(parts.store, "twice", ProcessState.PROCESSED, OLD, entries=45)
+    read = await parts.store.load("twice")
+    assert read is not None and read.etag is not None
+    assert await parts.archive.purge(mark, read.etag)
+    assert await parts.archive.purge(mark, read.etag), "the killed run's page, done again"
+    assert await parts.partition("twice") == ["state"]
+    assert await parts.store.archived("twice") == mark
+
+    await put(parts.store, "before-marks", ProcessState.PROCESSED, OLD)
+    read = await parts.store.load("before-marks")
+    assert read is not None and read.etag is not None
+    await parts.store.table.delete_entity("before-marks", "state")
+    early = replace(mark, order_id="before-marks")
+    assert await parts.archive.purge(early, read.etag)
+    assert await parts.store.archived("before-marks") == early
+    assert await parts.partition("before-marks") == ["state"]
+
+    await put(parts.store, "changed", ProcessState.PROCESSED, OLD)
+    read = await parts.store.load("changed")
+    assert read is not None and read.etag is not None
+    await parts.store.save(read, ())
+    assert not await parts.archive.purge(replace(mark, order_id="changed"), read.etag)
+    assert await parts.store.archived("changed") is None
+    assert await parts.store.load("changed") is not None
+
+
+async def test_the_backfill_marks_orders_archived_before_marks(parts: Parts) -> None:
+    """Pointers paged over their 16 shards; a mark written where the key is free, from
+    the blob's copy; an id a newer order took is named and left; safe to repeat."""
+    ids = [f"old-{i}" for i in range(5)]
+    for order_id in ids:
+        await put(parts.store, order_id, ProcessState.PROCESSED, OLD)
+    assert (await parts.archiver().run()).archived == 5
+    for order_id in ids:  # as a purge before marks left them
+        await parts.store.table.delete_entity(order_id, "state")
+    reborn = machine.start(an_order("old-4", fingerprint="other"), ORDER_FULFILMENT, NOW)
+    await parts.store.create(reborn.process, reborn.history)
+
+    pages, written, continuation = 0, 0, None
+    reused: list[str] = []
+    while True:
+        page = await backfill_marks(parts.store, parts.archive, parts.blobs, 2, continuation)
+        pages, written = pages + 1, written + page.written
+        reused += page.reused
+        continuation = page.continuation
+        if continuation is None:
+            break
+
+    assert (written, reused) == (4, ["old-4"]) and pages >= 3
+    for order_id in ids[:4]:
+        assert await parts.store.archived(order_id) == ArchivedMark(
+            order_id, "fp", ProcessState.PROCESSED, NOW
+        )
+    loaded = await parts.store.load("old-4")
+    assert loaded is not None and loaded.order.fingerprint == "other", "left as it is"
+    again = await backfill_marks(parts.store, parts.archive, parts.blobs, 100, None)
+    assert (again.scanned, again.written, again.reused) == (5, 0, ("old-4",))

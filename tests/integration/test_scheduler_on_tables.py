@@ -187,14 +187,14 @@ async def test_a_repeat_submission_leaves_the_watch_list_as_the_order_needs_it(
     assert await scheduler.on_nudge(deps, "o-2") is Handled.APPLIED
     far = clock.now() + timedelta(days=1)
     again = await submit_order(deps, an_order("o-2"))
-    assert not again.created and again.process.state.process_state is ProcessState.PROCESSING
+    assert not again.created and again.process_state is ProcessState.PROCESSING
     assert [e.order_id for e in await store.due(far, 10)] == ["o-2"]
     for _ in range(3):
         (request,) = requests(bus)
         assert await scheduler.on_reply(deps, a_reply(request)) is Handled.APPLIED
     assert await store.due(far, 10) == ()
     late = await submit_order(deps, an_order("o-2"))
-    assert not late.created and late.process.state.process_state is ProcessState.PROCESSED
+    assert not late.created and late.process_state is ProcessState.PROCESSED
     assert await store.due(far, 10) == ()
     with pytest.raises(OrderConflict):
         await submit_order(deps, an_order("o-2", fingerprint="another body"))

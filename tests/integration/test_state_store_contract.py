@@ -22,9 +22,12 @@ import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.memory import InMemoryStateStore
+from shared.adapters.memory_archive import InMemoryArchiveStore
+from shared.adapters.table_archive import TableArchiveStore
 from shared.adapters.table_store import TableStateStore
 from shared.contract import Queue, agent_queue
 from shared.domain import process as machine
+from shared.domain.archive import ArchivedMark
 from shared.domain.messages import MAX_MESSAGE_BYTES, OrderSubmission
 from shared.domain.model import (
     ErrorInfo,
@@ -44,6 +47,8 @@ from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_reply, an_order
 from tests.workflows import ORDER_FULFILMENT
+
+NOW = datetime(2026, 12, 31, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(params=["memory", pytest.param("table", marks=pytest.mark.azurite)])
@@ -128,6 +133,32 @@ async def test_create_twice_is_refused_and_changes_nothing(store: StateStore) ->
         await store.create(transition.process, transition.history)
     again = await store.load("dup-1")
     assert again == stored
+
+
+async def test_an_archived_orders_mark_keeps_its_id_and_no_view_shows_it(
+    store: StateStore,
+) -> None:
+    """The archive's purge leaves the order's mark (issue 37, H): a create under the id
+    is refused as for a live order, and a load, a listing or a state read finds nothing."""
+    world = world_on(store)
+    stored = await started(world, "gone-1")
+    await started(world, "kept-1")
+    assert stored.etag is not None
+    mark = ArchivedMark("gone-1", stored.order.fingerprint, ProcessState.PROCESSED, NOW)
+    if isinstance(store, TableStateStore):
+        assert await TableArchiveStore(store).purge(mark, stored.etag)
+    else:
+        assert isinstance(store, InMemoryStateStore)
+        assert await InMemoryArchiveStore(store).purge(mark, stored.etag)
+
+    transition = machine.start(an_order("gone-1", fingerprint="other"), ORDER_FULFILMENT, NOW)
+    with pytest.raises(AlreadyExists):
+        await store.create(transition.process, transition.history)
+    assert await store.load("gone-1") is None
+    assert await store.archived("gone-1") == mark
+    assert await store.archived("kept-1") is None
+    assert [s.order_id for s in (await store.list_by_state(None, 10, None)).items] == ["kept-1"]
+    assert [s.order_id for s in await store.states(["gone-1", "kept-1"])] == ["kept-1"]
 
 
 async def test_save_with_stale_etag_changes_nothing(store: StateStore) -> None:

@@ -1,4 +1,4 @@
-"""The remote services as the judge sees them (DESIGN.md section 11), in ticks.
+"""The remote services as the judge sees them (docs/simulator.md), in ticks.
 
 One entry per (service, idempotency key). A request sent with complete-by C may reach
 its service and apply there at any moment up to C + skew: the caller giving up at C

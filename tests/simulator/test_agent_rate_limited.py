@@ -2,7 +2,7 @@
 
 Read as an ordinary transient error, a 429 trips the breaker (the Scheduler then routes
 away from a healthy provider) and, retried at full speed, uses up the step's complete-by
-until the Supervisor counts a failure against the order (DESIGN section 14). The agent
+until the Supervisor counts a failure against the order (docs/limits.md). The agent
 talks HTTP to a scripted provider, or to the simulator with a quota, on a free port;
 every clock is fake, so the waits cost no time and are seen exactly.
 """

@@ -1,5 +1,5 @@
 """Provider quotas (``rateLimitPerSecond``, ``maxConcurrent``) and what they measure
-(``maxCallsInOneSecond``, ``maxConcurrentSeen``), DESIGN section 14. The one-second
+(``maxCallsInOneSecond``, ``maxConcurrentSeen``), docs/limits.md. The one-second
 windows run on an injected monotonic clock, so no test waits for a second to pass."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Effects as a provider sees them (DESIGN section 11): an undo needs its do applied, a
+"""Effects as a provider sees them (docs/simulator.md): an undo needs its do applied, a
 running key answers 409, and an abandoned key never applies."""
 
 from __future__ import annotations

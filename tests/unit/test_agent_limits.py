@@ -1,5 +1,5 @@
-"""An agent's `callsPerSecond` and `maxConcurrent` hold across instances (DESIGN section
-14): two limiters sharing one limit store are two instances sharing one table. Every
+"""An agent's `callsPerSecond` and `maxConcurrent` hold across instances
+(docs/limits.md): two limiters sharing one limit store are two instances sharing one table. Every
 clock is virtual: time moves only when every caller sleeps, so each start is exact."""
 
 from __future__ import annotations
@@ -190,3 +190,26 @@ async def test_a_killed_instances_slots_come_back_once_their_leases_expire() -> 
     assert lease is not None and lease.holder == "survivor"
     waited = clock.now() - began
     assert timedelta(seconds=15) <= waited < timedelta(seconds=17), "expiry 10 s + skew 5 s"
+
+
+async def test_a_call_woken_late_does_not_crowd_the_calls_after_it_into_one_second() -> None:
+    """Six slots a gap apart; the first call starts 160 ms after its slot (its handler
+    woke late). Sent at their slots, the sixth would be the sixth call in one second;
+    entered right before they start, the calls keep the slots' distance as started."""
+    clock = IdleClock()
+    lim = limiter(InMemoryLimitStore(), clock, AgentLimits(calls_per_second=5), "a")
+    starts: list[datetime] = []
+
+    async def calls() -> list[datetime]:
+        slots = [await lim.start_at() for _ in range(6)]
+        for i, slot in enumerate(slots):
+            late = 0.16 if i == 0 else 0.0
+            await clock.sleep((slot - clock.now()).total_seconds() + late)
+            assert await lim.enter(timedelta(seconds=10), clock_wait(clock)) is None
+            starts.append(clock.now())
+        return slots
+
+    [slots] = await clock.run([calls()])
+
+    assert most_in_one_second(starts) == 5
+    assert starts[1:5] == slots[1:5], "calls on time never wait"

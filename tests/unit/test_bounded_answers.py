@@ -79,7 +79,7 @@ async def test_a_stored_order_is_accepted_while_its_nudge_is_late_and_the_nudge_
     submitted = await submit_order(world.deps(), an_order("o-1"), budget=BUDGET)
     assert time.monotonic() - begun < 0.5
     assert submitted.created
-    assert submitted.process.state.process_state is ProcessState.PENDING
+    assert submitted.process_state is ProcessState.PENDING
     assert await world.store.load("o-1") is not None
     assert "o-1" in world.store.watched()
     assert bus.on(Queue.SCHEDULER) == []
@@ -109,7 +109,7 @@ async def test_a_repeated_submission_within_budget_answers_with_the_stored_order
     first = await submit_order(world.deps(), an_order("o-1"), budget=BUDGET)
     again = await submit_order(world.deps(), an_order("o-1"), budget=BUDGET)
     assert first.created and not again.created
-    assert again.process.order_id == "o-1"
+    assert again.order_id == "o-1"
 
 
 async def test_a_silent_store_is_store_unavailable_within_the_budget() -> None:

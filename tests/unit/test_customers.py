@@ -295,7 +295,7 @@ async def test_a_repeat_of_a_finished_order_at_the_quota_answers_the_stored_orde
     await shop.submit("A", "a-1")  # at the quota now
     again = await submit_order(shop.deps(), order("A", "a-0"))
     assert not again.created
-    assert again.process.state.process_state is ProcessState.PROCESSED
+    assert again.process_state is ProcessState.PROCESSED
     assert "a-0" not in shop.store.watched()
     assert await shop.ledger.loads(10) == (("A", CustomerLoad(running=1)),)
     with pytest.raises(OrderConflict):  # a different body under that id is still a conflict

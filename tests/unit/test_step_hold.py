@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from shared.adapters.memory_limits import InMemoryLimitStore
@@ -111,38 +111,48 @@ class Instant(NeverAsked):
         return {"ref": call.idempotency_key}
 
 
-async def held_back(*, holds: bool) -> tuple[World, Performed, list[int]]:
+@dataclass
+class HeldBack:
     """Order o-1's inventory request, whose call other instances' calls hold back
     HELD_FOR seconds (the shared schedule is booked that far)."""
+
+    world: World
+    request: AgentRequest
+    limits: InMemoryLimitStore = field(default_factory=InMemoryLimitStore)
+    swept: list[int] = field(default_factory=list)
+
+    def agent(self, *, holds: bool) -> AgentDeps:
+        """The inventory agent at 5 calls a second, on this rate row."""
+        world = self.world
+        return AgentDeps(
+            agent="inventory",
+            bus=world.bus,
+            clock=world.clock,
+            remote=Instant(world, self.swept),
+            breaker=CircuitBreaker("inventory", world.clock),
+            limiter=AgentLimiter(
+                "inventory",
+                AgentLimits(calls_per_second=5),
+                self.limits,
+                world.clock,
+                "agent-1",
+                world.policy.clock_skew,
+            ),
+            step_holds=StepHolds(UnitOfWork(world.store, world.bus), world.clock, world.policy)
+            if holds
+            else None,
+        )
+
+
+async def held_back(*, holds: bool) -> tuple[HeldBack, Performed]:
     world = World(policy=policy())
     await submit_order(world.deps(), an_order("o-1"))
     world.bus.take(Queue.SCHEDULER)
     await scheduler.on_nudge(world.deps(), "o-1")
     [message] = world.bus.take(agent_queue("inventory"))
-    request = AgentRequest.parse(json.dumps(dict(message.body)))
-    limits = InMemoryLimitStore()
-    await limits.put_schedule("inventory", world.clock.now() + timedelta(seconds=HELD_FOR), None)
-    swept: list[int] = []
-    deps = AgentDeps(
-        agent="inventory",
-        bus=world.bus,
-        clock=world.clock,
-        remote=Instant(world, swept),
-        breaker=CircuitBreaker("inventory", world.clock),
-        limiter=AgentLimiter(
-            "inventory",
-            AgentLimits(calls_per_second=5),
-            limits,
-            world.clock,
-            "agent-1",
-            world.policy.clock_skew,
-        ),
-        step_holds=StepHolds(UnitOfWork(world.store, world.bus), world.clock, world.policy)
-        if holds
-        else None,
-    )
-    outcome = await perform_step(deps, request)
-    return world, outcome, swept
+    held = HeldBack(world, AgentRequest.parse(json.dumps(dict(message.body))))
+    await held.limits.put_schedule("inventory", START + timedelta(seconds=HELD_FOR), None)
+    return held, await perform_step(held.agent(holds=holds), held.request)
 
 
 async def stored(world: World) -> OrderProcess:
@@ -152,11 +162,25 @@ async def stored(world: World) -> OrderProcess:
 
 
 async def test_a_step_held_by_the_limiter_is_answered_and_never_counted_as_a_failure() -> None:
-    world, outcome, swept = await held_back(holds=True)
+    """Its slot is far, so the request is handed back to wait for it in the broker,
+    with its hold written (usecases/rate_slot.py); the copy takes that slot."""
+    held, outcome = await held_back(holds=True)
+    world = held.world
 
-    assert outcome is Performed.SUCCEEDED
+    assert outcome is Performed.HANDED_BACK
+    process = await stored(world)
+    assert process.steps[0].complete_by == START + timedelta(seconds=HELD_FOR + 6)
+    [copy] = world.bus.take(agent_queue("inventory"))
+    request = AgentRequest.parse(json.dumps(dict(copy.body)))
+    assert request.start_at == START + timedelta(seconds=HELD_FOR)
+    assert request.complete_by == process.steps[0].complete_by
+    assert copy.deliver_at is not None and START < copy.deliver_at < request.start_at
+    world.clock.advance((copy.deliver_at - world.clock.now()).total_seconds())
+    again = await perform_step(held.agent(holds=True), request)
+
+    assert again is Performed.SUCCEEDED
     assert world.clock.now() >= START + timedelta(seconds=HELD_FOR)
-    assert swept == [0], "the sweep at the call's start finds its deadline not yet passed"
+    assert held.swept == [0], "the sweep at the call's start finds its deadline not yet passed"
     process = await stored(world)
     assert process.state.failure_count == 0
     assert process.steps[0].complete_by == START + timedelta(seconds=HELD_FOR + 6)
@@ -169,10 +193,11 @@ async def test_a_step_held_by_the_limiter_is_answered_and_never_counted_as_a_fai
 async def test_without_holds_the_same_wait_ends_silent_and_the_supervisor_counts_it() -> None:
     """What the hold prevents: the wait runs past the complete-by, no reply goes, and
     the Supervisor's next sweep counts an expired attempt against the order."""
-    world, outcome, swept = await held_back(holds=False)
+    held, outcome = await held_back(holds=False)
+    world = held.world
 
     assert outcome is Performed.HELD_BY_THROTTLE
-    assert swept == []
+    assert held.swept == []
     world.clock.advance(10)
     await sweep(world.deps())
     assert (await stored(world)).state.failure_count == 1

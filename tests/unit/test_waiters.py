@@ -7,7 +7,7 @@ from collections import deque
 
 import pytest
 
-from shared.waiters import fail_all, hand_to_first
+from shared.waiters import fail_all, hand_to_first, leave
 
 
 async def test_values_go_to_the_waiters_in_the_order_they_came() -> None:
@@ -39,3 +39,20 @@ async def test_fail_all_fails_every_waiter_still_waiting() -> None:
     assert not line
     with pytest.raises(TimeoutError, match="limit store gone"):
         left.result()
+
+
+async def test_a_cancelled_waiter_leaves_the_line_once_even_when_a_hand_off_passed_it() -> None:
+    """A send cancelled while a slot was being handed on: the hand-off pops the cancelled
+    waiter as it passes, and the waiter's own cleanup then finds it gone (this raised
+    `ValueError: <Future cancelled> is not in deque` under load)."""
+    loop = asyncio.get_running_loop()
+    gone, waiting = loop.create_future(), loop.create_future()
+    line = deque([gone, waiting])
+    gone.cancel()
+    assert hand_to_first(line, 3)
+    leave(line, gone)
+    assert not line and waiting.result() == 3
+    still = loop.create_future()
+    line.append(still)
+    leave(line, still)
+    assert not line

@@ -1,4 +1,4 @@
-"""Steps that wait for the world (DESIGN section 13), on the shipped `reviewed-order`
+"""Steps that wait for the world (docs/catalogue.md), on the shipped `reviewed-order`
 (an approval event) and `scheduled-delivery` (a timer on the order's notBefore)."""
 
 from __future__ import annotations
@@ -96,6 +96,30 @@ async def test_an_event_sent_before_its_step_is_kept_and_consumed_when_reached()
     process = await loaded(world)
     assert process.steps[1].status is StepStatus.COMPLETED
     assert process.state.events[0].consumed_by == "manual-review"
+    assert len(world.bus.take(agent_queue("payment"))) == 1
+
+
+async def test_an_event_sent_while_an_early_one_waits_for_its_nudge_takes_the_first() -> None:
+    """Chaos (seed 1, 200 orders): an approval came while inventory was reserved, then a
+    rejection after the wait began and before the nudge that has it take the approval;
+    the rejection was taken, and the approved order was compensated."""
+    world = World()
+    deps = world.deps()
+    await submit_order(deps, an_order("o-1", clock=world.clock), workflow=REVIEWED_ORDER)
+    await send_event(deps, "o-1", "review", "first", APPROVED)
+    await scheduler.on_nudge(deps, "o-1")
+    (reserve,) = world.bus.take(agent_queue("inventory"))
+    await scheduler.on_reply(deps, a_reply(reserve))
+
+    await send_event(deps, "o-1", "review", "second", REJECTED)
+    await nudges(world)
+
+    process = await loaded(world)
+    assert [(e.event_id, e.consumed_by) for e in process.state.events] == [
+        ("first", "manual-review"),
+        ("second", None),
+    ]
+    assert process.steps[1].status is StepStatus.COMPLETED
     assert len(world.bus.take(agent_queue("payment"))) == 1
 
 

@@ -1,4 +1,4 @@
-"""Events sent to an order from outside (DESIGN section 13): kept, never dropped.
+"""Events sent to an order from outside (docs/catalogue.md): kept, never dropped.
 
 An event is stored with the order whatever step the order is at; a step waiting for it
 takes it at once, a step reached later takes it then (dispatch.py `start_wait`), and a
@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final
 
+from shared.domain.machine.dispatch import pending_event
 from shared.domain.machine.transition import Builder, InvalidTransition, ProcessPolicy, Transition
 from shared.domain.machine.waits import consume_event, waiting_step
 from shared.domain.model import JsonObject, OrderProcess, ProcessState, ReceivedEvent, StepStatus
@@ -76,7 +77,10 @@ def receive_event(
     b.note("event-received", f"{name} ({event_id})")
     index = waiting_step(process, workflow)
     if index is not None and workflow.steps[index].event == name:
-        consume_event(b, workflow, policy, index, event)
+        # The first kept event of this name, which may be one received earlier whose
+        # nudge is still on its way: each wait takes the first, never a later one.
+        first = pending_event(b.state.events, workflow.steps[index]) or event
+        consume_event(b, workflow, policy, index, first)
     return b.build()
 
 

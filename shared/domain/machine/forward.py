@@ -284,10 +284,20 @@ def _late_do(
 ) -> Transition | None:
     """An answer the order is no longer waiting for: a stale attempt, a duplicate, or a
     step no longer running. It changes nothing (the key it speaks of settles by time or
-    by asking), except when it proves an effect the order believes is not there: a
-    success at an agent the order moved away from, or at the agent whose key the order
-    settled as not applied and will not undo. Then an operator is alerted and the effect
-    is undone at that provider.
+    by asking), except when it proves an effect the order believes is not there:
+
+    - a success at an agent the order moved away from, in a key space of its own: an
+      operator is alerted and the effect is undone there (`_undo_extra`);
+    - a success for the key the order settled as not applied (a request that reached a
+      provider without `abandon` after its live time: the residual risk,
+      docs/in-doubt.md). While the order still goes forward it is the step's answer: the
+      step is recorded Completed there, so the retry never charges a second provider and
+      a cancel undoes it (`_applied_after_settled`). An order already undoing, or
+      finished, is past the step: the effect is undone there.
+
+    Agents that share one key space (`retry_elsewhere`, two regions of one provider) hold
+    one effect between them: a success from either is the same key's, never a second
+    effect to undo.
     """
     if reply.outcome is not Outcome.SUCCEEDED:
         return _late_failure(process, workflow, policy, reply, index, now, cause)
@@ -295,14 +305,81 @@ def _late_do(
     agent = reply.agent or step.agent
     if agent is None:
         return None
-    if agent != step.agent:
+    if not same_key_space(workflow.steps[index], agent, step.agent):
         if agent not in step.tried:
             return None
         return _undo_extra(process, workflow, policy, reply, index, agent, now, cause)
+    if step.status in (StepStatus.COMPLETED, StepStatus.COMPENSATED):
+        return None
+    if key_state(step) is not KeyState.NOT_APPLIED:
+        return None
     forward = process.state.phase is Phase.FORWARD and not process.state.process_state.is_final
-    if key_state(step) is KeyState.NOT_APPLIED and not forward:
-        return _undo_extra(process, workflow, policy, reply, index, agent, now, cause)
-    return None
+    if forward:
+        return _applied_after_settled(process, workflow, policy, reply, index, agent, now, cause)
+    return _undo_extra(process, workflow, policy, reply, index, agent, now, cause)
+
+
+def same_key_space(definition: StepDefinition, agent: str, holder: str | None) -> bool:
+    """Is a key at `agent` the same key as at the step's holder? Only at the holder
+    itself, or between candidates that share one idempotency-key space."""
+    if agent == holder:
+        return True
+    shared = definition.retry_elsewhere and holder in definition.candidates
+    return shared and agent in definition.candidates
+
+
+APPLIED_AFTER_SETTLED = "applied-after-settled"
+"""The alert for a key settled as not applied at its provider that applied there after
+all: a request reached it after its live time (docs/in-doubt.md, the residual risk)."""
+
+
+def _applied_after_settled(
+    process: OrderProcess,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    reply: AgentReply,
+    index: int,
+    agent: str,
+    now: datetime,
+    cause: str | None,
+) -> Transition:
+    """The key the order settled as not applied applied after all, and the order still
+    goes forward: the success is the step's answer, as a retry there would have heard.
+    Recorded Completed at that agent (so no retry charges another provider, and a cancel
+    or a compensation undoes it like any applied step), an operator alerted; a Pending
+    order goes on from the next step, a held or suspended one stays where it is."""
+    definition = workflow.steps[index]
+    state = process.state
+    b = Builder(process, now, cause)
+    result, oversize = bounded_result(reply.result or {}, definition)
+    b.set_step(
+        index,
+        status=StepStatus.COMPLETED,
+        key_state=KeyState.APPLIED,
+        result=result,
+        error=None,
+        suspect=None,
+        complete_by=None,
+    )
+    b.set(
+        last_error=f"{definition.name}: {APPLIED_AFTER_SETTLED}: {agent} applied the key "
+        "settled not applied there; recorded Completed there"
+    )
+    b.note(APPLIED_AFTER_SETTLED, f"{definition.name} at {agent}: recorded Completed")
+    b.alert(APPLIED_AFTER_SETTLED)
+    if state.process_state is not ProcessState.PENDING:
+        return b.build()
+    if oversize is not None:
+        b.set(
+            current_step=index,
+            last_error=f"{definition.name}: result-too-large: {oversize} bytes, at most "
+            f"{MAX_RESULT_BYTES} are kept",
+        )
+        hold_for_operator(b, "result-too-large")
+        return b.build()
+    b.set(locked_by=None)
+    requeue(b, policy, 0, "resolved")
+    return b.build()
 
 
 def _late_failure(
@@ -321,7 +398,10 @@ def _late_failure(
     once; otherwise the key is settled as not applied, so no undo is ever sent for it."""
     step = process.steps[index]
     state = process.state
-    if (reply.agent or step.agent) != step.agent or step.status is StepStatus.RUNNING:
+    agent = reply.agent or step.agent
+    if not same_key_space(workflow.steps[index], agent or "", step.agent):
+        return None
+    if step.status is StepStatus.RUNNING:
         return None
     doubted = key_state(step)
     if state.process_state.is_final or doubted not in (KeyState.UNSETTLED, KeyState.EXPIRED):
@@ -358,17 +438,32 @@ def _undo_extra(
     cause: str | None,
 ) -> Transition | None:
     """Alert, and send the undo to the provider that holds the extra effect. Its answer
-    is not awaited (the order has moved on); reconciliation checks that provider again."""
+    is not awaited (the order has moved on); reconciliation checks that provider again.
+
+    An order not yet finished never sends a do of the step there again (the key there is
+    spent: a do with it would be answered with the effect just undone, and the order
+    would record a charge that is no longer in force). With no undo in the catalogue
+    (a pivot, a retriable step) nothing can take the effect back: such an order is held
+    for an operator."""
     definition = workflow.steps[index]
     if agent not in definition.candidates:
         return None
+    step = process.steps[index]
     b = Builder(process, now, cause)
+    shared = same_key_space(definition, agent, step.agent)
+    reason = APPLIED_AFTER_SETTLED if shared else "applied-at-two-providers"
     b.set(last_error=f"{definition.name} applied at {agent} after the order moved on")
+    unfinished = not process.state.process_state.is_final
+    if unfinished and agent not in step.abandoned_at:
+        b.set_step(index, abandoned_at=(*step.abandoned_at, agent))
     if definition.compensation is None:
-        b.note("applied-at-two-providers", f"{definition.name} at {agent}: nothing undoes it")
-        b.alert("applied-at-two-providers")
+        b.note(reason, f"{definition.name} at {agent}: nothing undoes it")
+        if not process.state.process_state.is_terminal:
+            hold_for_operator(b, reason)
+        else:
+            b.alert(reason)
         return b.build()
-    b.note("applied-at-two-providers", f"{definition.name} at {agent}: undoing it there")
-    b.alert("applied-at-two-providers")
+    b.note(reason, f"{definition.name} at {agent}: undoing it there")
+    b.alert(reason)
     b.send(undo_at(process, definition, policy, agent, reply.attempt, reply.result, now))
     return b.build()

@@ -85,13 +85,19 @@ def move_complete_by(
     to: datetime,
     now: datetime,
     policy: ProcessPolicy,
+    *,
+    live: bool = True,
     **changes: object,
 ) -> OrderProcess:
     """The step's complete-by and the order's moved later to `to`; the request's live time
-    follows it and never shrinks. Sends nothing and keeps the outbox as it is."""
+    follows it and never shrinks. Sends nothing and keeps the outbox as it is. Without
+    `live` (an undo's call) the live time stays: it is the do key's, which the undo's
+    request does not carry."""
     record = process.steps[index]
     steps = list(process.steps)
-    live_until = max(record.live_until or to, to + policy.clock_skew)
+    live_until = record.live_until
+    if live:
+        live_until = max(record.live_until or to, to + policy.clock_skew)
     steps[index] = replace(record, complete_by=to, live_until=live_until, **changes)  # type: ignore[arg-type]
     state = process.state
     order_by = to if state.complete_by is None else max(state.complete_by, to)
