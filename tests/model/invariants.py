@@ -183,6 +183,8 @@ def signature(trace: tuple[str, ...]) -> Hashable:
             kinds.add("lost-reply")
         elif label.endswith(" late"):
             kinds.add("late-apply")
+        elif label.endswith(" late, reply comes"):
+            kinds.add("late-apply-replied")
         elif label.startswith("event"):
             kinds.add(label.split(" (", 1)[0])
         elif not label.startswith(_ROUTINE):

@@ -26,12 +26,13 @@ class Known:
 
 KNOWN: tuple[Known, ...] = (
     Known(
-        "A",
+        "A (residual)",
         frozenset({"second-provider", "net-effect", "healed", "liveness"}),
         "late-apply",
         "a request applied after its live time at a service without abandon, once the "
-        "order settled its key not-applied: the retry goes to the alternative, or a "
-        "cancel skips the step, and the effect is left in force with no alert",
+        "order settled its key not-applied, and its reply never comes: the retry goes to "
+        "the alternative, or a cancel skips the step. docs/in-doubt.md leaves this to "
+        "reconciliation, which the model does not hold: it stays listed until it does",
     ),
 )
 

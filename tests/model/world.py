@@ -518,6 +518,10 @@ class OrderWorld:
                     notes=(note,),
                 )
                 yield f"apply {name}@{entry.agent} late", after
+                # The agent's clock was behind: it still waited, and its reply comes.
+                request = Request(entry.agent, name, False, entry.key, 0, world.now)
+                replied = replace(after, replies=after.replies | {Reply(request, True)})
+                yield f"apply {name}@{entry.agent} late, reply comes", replied
 
     def _outcomes(self, request: Request) -> tuple[bool, ...]:
         return self._outcomes_of(request.key, request.undo)
