@@ -339,8 +339,10 @@ class Domain:
         self, process: OrderProcess, request: Request, waited: int, now: int
     ) -> Effects | None:
         """The agent's limit held `request` for `waited` seconds (machine/hold.py)."""
+        action = Action.COMPENSATE if request.undo else Action.DO
+        waiting = timedelta(seconds=waited)
         transition = machine.hold_complete_by(
-            process, request.attempt, request.step, timedelta(seconds=waited), at(now), self.policy
+            process, request.attempt, request.step, waiting, at(now), self.policy, action
         )
         return self._effects(transition, now, "held by a limit", process, "hold")
 
