@@ -15,6 +15,16 @@
    inside its window, which is what the order can know: a "not applied" inside the
    window may precede the request's arrival). It is recorded as "nothing-to-undo" and
    settles the undo's key, so it can never undo that do later.
+6. healed: a request that applied after its live time (a service without abandon) is
+   healed once the order is quiet: a finished order's net effect is right (4), and an
+   order held for an operator with an effect its record does not account for has
+   alerted the operator since the late apply.
+
+Liveness (every state can still reach a right end) is checked apart, on whole
+situations: tests/model/liveness.py.
+
+Key spaces: two agents sharing one (`retryElsewhere`) are one ledger, so "in force at
+exactly one service" counts key spaces.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ def undo_while_live(world: World) -> str | None:
             do = sent.request
             if do.undo or do.step != undo.step or not world.live(do.agent, do.key):
                 continue
-            status = world.provider.get(do.agent, do.key).status.value
+            status = world.provider.get(world.space(do.agent), do.key).status.value
             return (
                 f"undo {undo.describe()} sent at t={world.now} while the do "
                 f"{do.describe()} can still apply until t={sent.live_until} "
@@ -49,39 +59,60 @@ def second_provider(world: World) -> str | None:
             continue
         for sent in world.sent:
             other = sent.request
-            if other.undo or other.step != do.step or other.agent == do.agent:
+            if other.undo or other.step != do.step:
+                continue
+            if world.space(other.agent) == world.space(do.agent):
                 continue
             if world.live(other.agent, other.key):
                 return (
                     f"do {do.describe()} sent at t={world.now} while {other.describe()} "
                     f"can still apply until t={sent.live_until}"
                 )
-        for step in driver.STEPS:
-            if step.name != do.step:
+        for step in world.domain.steps:
+            if step.name != do.step or step.do_key is None:
                 continue
-            for agent in step.agents:
-                if agent != do.agent and world.provider.in_force(agent, step.do_key):
-                    return f"do {do.describe()} sent at t={world.now}: in force at {agent}"
+            for space in _spaces(world, step):
+                if space != world.space(do.agent) and world.provider.in_force(space, step.do_key):
+                    return f"do {do.describe()} sent at t={world.now}: in force at {space}"
     return None
 
 
+def _spaces(world: World, step: driver.Step) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(world.space(a) for a in step.agents))
+
+
+def in_force(world: World, step: driver.Step) -> list[str]:
+    """The key spaces where the step's do is in force."""
+    if step.do_key is None:
+        return []
+    return [s for s in _spaces(world, step) if world.provider.in_force(s, step.do_key)]
+
+
 def watched(world: World) -> str | None:
-    if driver.watched(world.process, world.now):
+    if world.domain.watched(world.process, world.now):
         return None
     return f"not watched at t={world.now}: {driver.describe(world.process)}"
 
 
-def net_effect(world: World) -> str | None:
+def wrong_effects(world: World) -> list[str]:
+    """What the services hold that a finished order says they do not."""
     outcome = driver.finished(world.process)
-    if outcome is None or world.sent or world.wire or world.provider.running():
-        return None
     wrong = []
-    for step in driver.STEPS:
-        where = [a for a in step.agents if world.provider.in_force(a, step.do_key)]
+    for step in world.domain.steps:
+        if step.do_key is None:
+            continue
+        where = in_force(world, step)
         if outcome == "processed" and len(where) != 1:
             wrong.append(f"{step.name} in force at {where or 'no service'}")
         if outcome == "undone" and where:
             wrong.append(f"{step.name} still in force at {where}")
+    return wrong
+
+
+def net_effect(world: World) -> str | None:
+    if driver.finished(world.process) is None or not world.quiet():
+        return None
+    wrong = wrong_effects(world)
     if not wrong:
         return None
     state = world.process.state.process_state.value
@@ -90,9 +121,36 @@ def net_effect(world: World) -> str | None:
 
 def pointless_undo(world: World) -> str | None:
     for undo in world.just_sent:
-        if undo.undo and (undo.agent, undo.undoes) in world.told_not_applied:
+        told = (world.space(undo.agent), undo.undoes)
+        if undo.undo and told in world.told_not_applied:
             return f"undo {undo.describe()} sent for a do {undo.agent} said it never applied"
     return None
+
+
+def unaccounted(world: World) -> list[str]:
+    """Effects in force that the order's record does not hold: a step in force where
+    the order does not hold it done, or at a key space other than the one it holds."""
+    found = []
+    for step, record in zip(world.domain.steps, world.process.steps, strict=False):
+        where = in_force(world, step)
+        done = record.status.value in ("Completed",) and record.agent is not None
+        holder = world.space(record.agent) if done and record.agent else None
+        extra = [s for s in where if s != holder]
+        if extra:
+            found.append(f"{step.name} in force at {extra}")
+    return found
+
+
+def healed(world: World) -> str | None:
+    if not world.late_applied or not world.quiet() or not driver.held(world.process):
+        return None
+    extra = unaccounted(world)
+    if not extra or world.alerted:
+        return None
+    return (
+        f"held after a late apply with {'; '.join(extra)} and no alert since "
+        f"({world.provider.describe()})"
+    )
 
 
 INVARIANTS: tuple[Invariant[World], ...] = (
@@ -101,6 +159,7 @@ INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("watched", watched),
     Invariant("net-effect", net_effect),
     Invariant("pointless-undo", pointless_undo),
+    Invariant("healed", healed),
 )
 
 _ROUTINE = ("claim", "deliver", "arrive", "serve", "apply", "time", "nudge")
@@ -122,6 +181,12 @@ def signature(trace: tuple[str, ...]) -> Hashable:
             kinds.add("rejected")
         elif label.startswith("lose"):
             kinds.add("lost-reply")
+        elif label.endswith(" late"):
+            kinds.add("late-apply")
+        elif label.endswith(" late, reply comes"):
+            kinds.add("late-apply-replied")
+        elif label.startswith("event"):
+            kinds.add(label.split(" (", 1)[0])
         elif not label.startswith(_ROUTINE):
             kinds.add(label.split(" ", 1)[0])
     return frozenset(kinds)

@@ -47,6 +47,9 @@ class Entry:
     """For an undo key: the do key it names."""
     undone: bool = False
     """For an applied undo: did it undo an applied do (False: "nothing-to-undo")?"""
+    late: bool = False
+    """Not applied by time, at a service without abandon: a request of it may still
+    apply after its live time (the residual risk of docs/in-doubt.md)."""
 
 
 @dataclass(frozen=True)
@@ -105,20 +108,34 @@ class Provider:
         entry = self.get(agent, key)
         if entry.status in (KeyStatus.APPLIED, KeyStatus.RUNNING, KeyStatus.ABANDONED):
             return self, entry.status
-        return self.put(replace(entry, status=KeyStatus.ABANDONED)), KeyStatus.ABANDONED
+        abandoned = replace(entry, status=KeyStatus.ABANDONED, late=False)
+        return self.put(abandoned), KeyStatus.ABANDONED
 
-    def expire(self, now: int) -> Provider:
-        """Running keys whose every request is past its window are, finally, not applied."""
+    def expire(self, now: int, late: frozenset[str] = frozenset()) -> Provider:
+        """Running keys whose every request is past its window are, finally, not applied;
+        a do key at a service in `late` (no abandon route) may still apply late."""
         if not any(e.status is KeyStatus.RUNNING and now >= e.live_until for e in self.entries):
             return self
         return Provider(
             tuple(
-                replace(e, status=KeyStatus.NOT_APPLIED)
+                replace(
+                    e,
+                    status=KeyStatus.NOT_APPLIED,
+                    late=e.agent in late and e.undoes is None,
+                )
                 if e.status is KeyStatus.RUNNING and now >= e.live_until
                 else e
                 for e in self.entries
             )
         )
+
+    def apply_late(self, agent: str, key: str) -> Provider:
+        """A request the service held past its live time applies after all."""
+        entry = self.get(agent, key)
+        return self.put(replace(entry, status=KeyStatus.APPLIED, late=False))
+
+    def stragglers(self) -> tuple[Entry, ...]:
+        return tuple(e for e in self.entries if e.late and e.status is KeyStatus.NOT_APPLIED)
 
     def in_force(self, agent: str, do_key: str) -> bool:
         """The judge: the do applied and no undo of it undid it."""

@@ -1,10 +1,13 @@
-"""Every interleaving of one order's life up to a depth, on the real domain code.
+"""Every interleaving of one order's life up to a depth, on the real domain code, in
+every setup generated from catalogue.json (tests/model/setups.py).
 
 The CI bounds run in seconds; the deep bounds are marked slow and print their figures
-(`.venv/bin/pytest tests/model -m slow -s`). `python -m tests.model core 10` prints
-one bound's figures and every trace without pytest.
-All of them assert that no invariant of tests/model/invariants.py is violated, and on
-failure print each violation's shortest trace (see tests/model/report.py).
+(`.venv/bin/pytest tests/model -m slow -s`). `python -m tests.model core 10 --setup
+NAME` prints one bound's figures and every trace without pytest. All of them assert
+that no invariant of tests/model/invariants.py, and no liveness check
+(tests/model/liveness.py), is violated, but for the known findings whose fixes are on
+their way (tests/model/known.py, reported, not failed), and on failure print each
+violation's shortest trace (see tests/model/report.py).
 """
 
 from __future__ import annotations
@@ -13,47 +16,99 @@ import time
 
 import pytest
 
-from tests.model import report
+from shared.domain.model import ExhaustedPolicy
+from shared.domain.workflow import StepKind
+from tests.model import liveness, report
 from tests.model.explorer import explore
 from tests.model.invariants import INVARIANTS, signature
+from tests.model.known import known
+from tests.model.setups import DEFAULT, SETUPS, Setup
 from tests.model.world import BOUNDS, Bounds, OrderWorld
+from tests.workflows import CATALOGUE
 
 CORE = BOUNDS["core"]
-"""Replies, rejections, sweeps with every truthful answer, two operator moves, a drain:
-depth 10 takes a whole order through to Processed and past its windows."""
+"""Replies, rejections, sweeps with every truthful answer, two operator moves, a drain,
+events, a late apply: depth 8 takes a whole order through to Processed."""
 FAILED_SENDS = BOUNDS["failed-sends"]
 """Sends failing after the request went out or before it, then `undelivered`."""
 EVERYTHING = BOUNDS["everything"]
-"""Duplicated and lost replies as well."""
+"""Duplicated and lost replies, step heartbeats and limit holds as well."""
+SMALL = {"": 5, "no-abandon": 4, "shared-keys": 4}
+"""Each setup's depth in CI: as shipped, and the variants."""
+
+
+def _small(name: str) -> int:
+    """reviewed-order's events branch widely: one level less keeps CI fast."""
+    depth = SMALL[name.rsplit("/", 1)[-1] if name.count("/") == 2 else ""]
+    return depth - 1 if name.startswith("reviewed-order/") and depth > 4 else depth
+
 
 CI = [
-    pytest.param("core", CORE, 10, id="core-depth-10"),
-    pytest.param("failed-sends", FAILED_SENDS, 6, id="failed-sends-depth-6"),
+    pytest.param("core", CORE, DEFAULT, 7, id="core-depth-7"),
+    pytest.param("failed-sends", FAILED_SENDS, DEFAULT, 4, id="failed-sends-depth-4"),
+    *(
+        pytest.param("core", CORE, s, _small(n), id=f"{n}-depth-{_small(n)}")
+        for n, s in SETUPS.items()
+    ),
 ]
 DEEP = [
-    pytest.param("core", CORE, 13, id="core-depth-13"),
-    pytest.param("failed-sends", FAILED_SENDS, 8, id="failed-sends-depth-8"),
-    pytest.param("everything", EVERYTHING, 8, id="everything-depth-8"),
+    pytest.param("core", CORE, DEFAULT, 12, id="core-depth-12"),
+    pytest.param("failed-sends", FAILED_SENDS, DEFAULT, 8, id="failed-sends-depth-8"),
+    pytest.param("everything", EVERYTHING, DEFAULT, 7, id="everything-depth-7"),
+    *(pytest.param("core", CORE, s, 9, id=f"{n}-depth-9") for n, s in SETUPS.items()),
+    *(
+        pytest.param("deep", BOUNDS["deep"], s, 16, id=f"{n}-deep-16")
+        for n, s in SETUPS.items()
+        if n.count("/") == 1
+    ),
 ]
 
 
-def check(name: str, bounds: Bounds, depth: int) -> None:
-    model = OrderWorld(bounds)
+def check(name: str, bounds: Bounds, setup: Setup, depth: int) -> None:
+    model = OrderWorld(bounds, setup)
+    invariants = (*INVARIANTS, liveness.invariant(setup))
     started = time.perf_counter()
-    found = explore(model, INVARIANTS, depth, signature)
+    found = explore(model, invariants, depth, signature)
     seconds = time.perf_counter() - started
-    print(report.figures(name, found, depth, seconds))
-    if found.violations:
-        figures = report.figures(name, found, depth, seconds)
+    figures = report.figures(f"{name} {setup.name}", found, depth, seconds)
+    print(figures)
+    expected = {k: v for k, v in found.violations.items() if known(v) is not None}
+    for violation in expected.values():
+        entry = known(violation)
+        assert entry is not None
+        print(f"  known finding {entry.finding}: {report.trace(model, violation)}")
+    new = {k: v for k, v in found.violations.items() if k not in expected}
+    if new:
+        found.violations = new
         pytest.fail(f"{figures}\n\n{report.traces(model, found)}", pytrace=False)
 
 
-@pytest.mark.parametrize(("name", "bounds", "depth"), CI)
-def test_no_interleaving_breaks_an_invariant(name: str, bounds: Bounds, depth: int) -> None:
-    check(name, bounds, depth)
+@pytest.mark.parametrize(("name", "bounds", "setup", "depth"), CI)
+def test_no_interleaving_breaks_an_invariant(
+    name: str, bounds: Bounds, setup: Setup, depth: int
+) -> None:
+    check(name, bounds, setup, depth)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "bounds", "depth"), DEEP)
-def test_no_interleaving_breaks_an_invariant_deep(name: str, bounds: Bounds, depth: int) -> None:
-    check(name, bounds, depth)
+@pytest.mark.parametrize(("name", "bounds", "setup", "depth"), DEEP)
+def test_no_interleaving_breaks_an_invariant_deep(
+    name: str, bounds: Bounds, setup: Setup, depth: int
+) -> None:
+    check(name, bounds, setup, depth)
+
+
+def test_the_setups_hold_every_shipped_workflow_step_kind_and_policy() -> None:
+    """A workflow, a step kind or a policy added to the product without the model
+    holding it fails here, so the model cannot silently fall behind again."""
+    workflows = {s.workflow.name for s in SETUPS.values()}
+    kinds = {k for s in SETUPS.values() for k in s.kinds}
+    policies = {s.policy.exhausted_policy for s in SETUPS.values()}
+    approvals = any(st.approval for s in SETUPS.values() for st in s.workflow.steps)
+
+    assert workflows == set(CATALOGUE.names)
+    assert kinds == set(StepKind)
+    assert policies == set(ExhaustedPolicy)
+    assert approvals
+    assert any(not s.abandons(a) for s in SETUPS.values() for a in s.agents)
+    assert any(s.spaces for s in SETUPS.values())

@@ -82,6 +82,8 @@ ONLY_CANCEL = Bounds(
     send_failures=False,
     duplicates=False,
     lost_replies=False,
+    events=0,
+    late_applies=0,
 )
 
 
@@ -89,18 +91,18 @@ ONLY_CANCEL = Bounds(
 def hasty_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cancel as the domain does, then also send the first step's undo straight away,
     as a naive implementation would."""
-    cancel = driver.cancel
+    cancel = driver.Domain.cancel
 
-    def hasty(process: OrderProcess, now: int) -> Effects | None:
-        effects = cancel(process, now)
+    def hasty(self: driver.Domain, process: OrderProcess, now: int) -> Effects | None:
+        effects = cancel(self, process, now)
         if effects is None:
             return None
-        step = driver.STEPS[0]
+        step = self.steps[0]
         assert step.undo_key is not None
         undo = Request(step.agents[0], step.name, True, step.undo_key, 99, now + 30, step.do_key)
         return replace(effects, requests=(*effects.requests, undo))
 
-    monkeypatch.setattr(driver, "cancel", hasty)
+    monkeypatch.setattr(driver.Domain, "cancel", hasty)
 
 
 @pytest.mark.usefixtures("hasty_cancel")

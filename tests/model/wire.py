@@ -45,10 +45,12 @@ class Reply:
     succeeded: bool
     duplicate: bool = False
     """A second copy the broker will deliver again (at-least-once)."""
+    abandoned: bool = False
+    """A failure because the key was abandoned at that service (`operation-abandoned`)."""
 
     def describe(self) -> str:
         r = self.request
-        how = "ok" if self.succeeded else "failed"
+        how = "ok" if self.succeeded else "abandoned" if self.abandoned else "failed"
         return f"{r.operation}@{r.agent} #{r.attempt} {how}"
 
 
@@ -73,6 +75,8 @@ class Question:
     key: str
     ask_at: int
     abandon: bool = False
+    movable: bool = False
+    """A "not applied" answer would move the step: it is made final by an abandon."""
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,26 @@ happen next, ours and the environment's alike:
   a shortcut for the common case that keeps the happy path shallow);
 - the Supervisor sweeps a due order, with every answer the service could truthfully
   give at that moment about the key in doubt, and "no answer";
-- an operator cancels, suspends, resumes, resubmits, drains or undrains an agent;
+- an operator cancels, suspends, resumes, resubmits, migrates the order to the other
+  version of its workflow (driver.later_version), drains or undrains an agent;
+- an outside system sends an event the workflow waits for (an approval approved or
+  rejected), early, late or twice;
+- a service without abandon applies a request after its live time (the residual risk);
+- an agent's call beats (a step heartbeat), or a limit holds a request before it starts;
 - time jumps to the next instant at which something changes (a deadline, an ask-at, a
   complete-by, a window's end, a delayed nudge), not tick by tick.
 
 A lost request is one that never arrives: arrival is optional at every step and a
 request drops off the wire when its window ends.
 
-Not modelled: step heartbeats (extend_complete_by), sweeps during an outage of our own
-broker or store (recover's count=False), a crash between a save and its sends, and a
-second order. Time is absolute (ticks from t0), so a story that starts late (a nudge
-held back until the Pending deadline) is explored again, shifted.
+The workflow, the policy and the services come from the setup (tests/model/setups.py):
+every shipped workflow, both ExhaustedPolicy values, services with and without abandon,
+and two services sharing one key space (the ledger is kept per key space).
+
+Not modelled: sweeps during an outage of our own broker or store (recover's
+count=False), a crash between a save and its sends, dropped versions, archive,
+bulk actions, and a second order. Time is absolute (ticks from t0), so a story that
+starts late (a nudge held back until the Pending deadline) is explored again, shifted.
 """
 
 from __future__ import annotations
@@ -35,8 +44,10 @@ from dataclasses import dataclass, field, replace
 
 from shared.domain.model import OrderProcess
 from tests.model import driver
+from tests.model.driver import Domain
 from tests.model.provider import KeyStatus, Provider
-from tests.model.wire import Answer, Effects, Reply, Request
+from tests.model.setups import DEFAULT, Setup
+from tests.model.wire import Answer, Effects, Question, Reply, Request
 
 _ANSWER_OF = {
     KeyStatus.NEVER_SEEN: Answer.NEVER_SEEN,
@@ -68,17 +79,54 @@ class Bounds:
     lost_replies: bool = True
     answers: bool = True
     """Does the Supervisor ask the service about a key in doubt?"""
-    abandon_supported: bool = True
-    """Does every service have the abandon route? Without it an abandon is answered
-    not-supported and settles nothing."""
+    arrivals: bool = True
+    """May a request reach its service and run there before it applies (False: it is
+    served at once, or never arrives)?"""
+    unanswered: bool = True
+    """May the Supervisor's question go unanswered?"""
+    late_applies: int = 1
+    """How many requests a service without abandon may apply after their live time."""
+    events: int = 2
+    """Events an outside system may send in one trace (a repeat counts)."""
+    heartbeats: bool = False
+    """Step heartbeats from an agent whose call runs (needs the policy's step_max)."""
+    holds: bool = False
+    """A limit holding a request before its call starts (machine/hold.py)."""
 
 
+MIGRATING = frozenset({"cancel", "suspend", "resume", "resubmit", "drain", "undrain", "migrate"})
 BOUNDS = {
-    "core": Bounds(duplicates=False, lost_replies=False, send_failures=False),
+    "core": Bounds(duplicates=False, lost_replies=False, send_failures=False, operator=MIGRATING),
     "failed-sends": Bounds(duplicates=False, lost_replies=False, rejectable=frozenset()),
-    "everything": Bounds(),
+    "everything": Bounds(heartbeats=True, holds=True),
+    "lean": Bounds(
+        rejectable=frozenset(),
+        drainable=(),
+        operator_actions=0,
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        late_applies=0,
+        events=1,
+    ),
+    "deep": Bounds(
+        rejectable=frozenset(),
+        drainable=(),
+        operator_actions=0,
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        late_applies=0,
+        events=0,
+        arrivals=False,
+        unanswered=False,
+    ),
 }
-"""The named bounds the tests and `python -m tests.model` explore."""
+"""The named bounds the tests and `python -m tests.model` explore. `lean` leaves the
+environment only timeouts, the Supervisor's answers and one event, so it reaches deep
+(the last step of a four-step workflow, exhausted) where liveness brings in the
+operator. `deep` leaves it less still (a request is served at once or lost, every
+question is answered), to reach the end of every workflow's retries."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +143,8 @@ class World:
     process: OrderProcess
     process_key: Hashable
     """driver.key(process), computed once per transition rather than once per state."""
+    domain: Domain
+    """The setup's rules (not part of the state: one per model)."""
     due_nudges: int = 0
     """Nudges the Scheduler may consume now (at most 2 kept: a third adds nothing)."""
     later_nudges: frozenset[int] = frozenset()
@@ -109,41 +159,66 @@ class World:
     drained: frozenset[str] = frozenset()
     operator_moves: int = 0
     told_not_applied: frozenset[tuple[str, str]] = frozenset()
-    """(agent, do key) the order was told, once final, that the service never applied:
-    a failure reply, or a sweep's answer with no request of the key still live."""
+    """(key space, do key) the order was told, once final, that the service never
+    applied: a failure reply, or a sweep's answer with no request of the key still live."""
+    late_applied: frozenset[tuple[str, str]] = frozenset()
+    """(key space, do key) applied after its live time."""
+    alerted: frozenset[str] = frozenset()
+    """Operator alerts raised since the first late apply (all of them before it)."""
+    events_sent: int = 0
     # What the last event did; read by the invariants, left out of the key.
     just_sent: tuple[Request, ...] = ()
     notes: tuple[str, ...] = ()
 
+    def space(self, agent: str) -> str:
+        return self.domain.setup.space(agent)
+
     def in_window(self, agent: str, key: str) -> bool:
-        """Might a do request of `key` still apply at `agent`, as far as the order can
-        know? Only time tells it: a service's "not applied" while a request of the key
-        is inside its window is no final word (the request may not have arrived yet)."""
+        """Might a do request of `key` still apply in `agent`'s key space, as far as the
+        order can know? Only time tells it: a service's "not applied" while a request of
+        the key is inside its window is no final word (it may not have arrived yet)."""
+        space = self.space(agent)
         return any(
-            s.request.agent == agent and s.request.key == key and self.now < s.live_until
+            self.space(s.request.agent) == space
+            and s.request.key == key
+            and self.now < s.live_until
             for s in self.sent
             if not s.request.undo
         )
 
     def live(self, agent: str, key: str) -> bool:
-        """Might a do request of `key` still apply at `agent`?"""
-        if self.provider.get(agent, key).status.settled:
+        """Might a do request of `key` still apply in `agent`'s key space?"""
+        space = self.space(agent)
+        if self.provider.get(space, key).status.settled:
             return False
         return any(
-            s.request.agent == agent and s.request.key == key and self.now < s.live_until
+            self.space(s.request.agent) == space
+            and s.request.key == key
+            and self.now < s.live_until
             for s in self.sent
         )
+
+    def in_force(self, agent: str, do_key: str) -> bool:
+        return self.provider.in_force(self.space(agent), do_key)
+
+    def quiet(self) -> bool:
+        """Nothing sent can apply any more: the services' ledger is the last word (but
+        for a late apply)."""
+        return not (self.sent or self.wire or self.provider.running())
 
 
 class OrderWorld:
     """The model: one order, its agents, their services, the clock and an operator."""
 
-    def __init__(self, bounds: Bounds | None = None) -> None:
+    def __init__(self, bounds: Bounds | None = None, setup: Setup = DEFAULT) -> None:
         self.bounds = bounds or Bounds()
+        self.setup = setup
+        self.domain = Domain(setup)
+        self._late = frozenset(setup.space(a) for a in setup.agents if not setup.abandons(a))
 
     def initial(self) -> World:
-        effects = driver.start()
-        world = World(0, effects.process, driver.key(effects.process))
+        effects = self.domain.start()
+        world = World(0, effects.process, driver.key(effects.process), self.domain)
         return self._take(world, effects, ())
 
     def key(self, world: World) -> Hashable:
@@ -160,6 +235,9 @@ class OrderWorld:
             world.drained,
             world.operator_moves,
             world.told_not_applied,
+            world.late_applied,
+            world.alerted,
+            world.events_sent,
         )
 
     def successors(self, world: World) -> Iterator[tuple[str, World]]:
@@ -169,6 +247,8 @@ class OrderWorld:
         yield from self._replies(world)
         yield from self._supervisor(world)
         yield from self._operator(world)
+        yield from self._outside(world)
+        yield from self._agents(world)
         yield from self._clock(world)
 
     # --- the order's own moves ----------------------------------------------------
@@ -187,7 +267,10 @@ class OrderWorld:
         requests = effects.requests if requests_out else ()
         due = world.due_nudges + sum(1 for t in effects.nudges if t <= world.now)
         later = world.later_nudges | {t for t in effects.nudges if t > world.now}
-        told = world.told_not_applied - {(r.agent, r.key) for r in requests if not r.undo}
+        told = world.told_not_applied - {
+            (world.space(r.agent), r.key) for r in requests if not r.undo
+        }
+        alerted = world.alerted | set(effects.alerts)
         lines = [*notes, effects.summary]
         lines += [f"  sent {r.describe()}" for r in requests]
         lines += [f"  alert {a}" for a in effects.alerts]
@@ -198,6 +281,7 @@ class OrderWorld:
             wire=world.wire | set(requests),
             sent=world.sent | {Sent(r, r.live_until(skew)) for r in requests},
             told_not_applied=told,
+            alerted=alerted,
             just_sent=world.just_sent + requests,
             notes=tuple(lines),
         )
@@ -210,7 +294,7 @@ class OrderWorld:
             return
         for out, how in ((True, "after the request went out"), (False, "before the request")):
             sent = self._send(self._moved(world, effects), effects, (), out)
-            noted = driver.undelivered(sent.process, world.now)
+            noted = self.domain.undelivered(sent.process, world.now)
             failed = f"  send failed {how}"
             if noted is None:
                 yield f"{label} [send failed {how}]", replace(sent, notes=(*sent.notes, failed))
@@ -222,7 +306,7 @@ class OrderWorld:
         if world.due_nudges == 0:
             return
         consumed = replace(world, due_nudges=world.due_nudges - 1)
-        effects = driver.claim(world.process, world.now, world.drained)
+        effects = self.domain.claim(world.process, world.now, world.drained)
         if effects is None:
             yield "nudge (stale)", replace(consumed, notes=("claim: nothing to do",))
         else:
@@ -238,9 +322,9 @@ class OrderWorld:
                 label = f"{verb} {reply.describe()}"
                 after = replace(world, replies=left)
                 if not reply.succeeded and not reply.request.undo:
-                    failed = (reply.request.agent, reply.request.key)
+                    failed = (world.space(reply.request.agent), reply.request.key)
                     after = replace(after, told_not_applied=after.told_not_applied | {failed})
-                effects = driver.reply(world.process, reply, world.now, world.drained)
+                effects = self.domain.reply(world.process, reply, world.now, world.drained)
                 if effects is None:
                     yield label, replace(after, notes=("reply: stale, ignored",))
                 else:
@@ -249,48 +333,69 @@ class OrderWorld:
                 yield f"lose {reply.describe()}", replace(world, replies=world.replies - {reply})
 
     def _supervisor(self, world: World) -> Iterator[tuple[str, World]]:
-        if not driver.due(world.process, world.now):
+        domain = self.domain
+        if not domain.due(world.process, world.now):
             return
-        question = driver.question(world.process) if self.bounds.answers else None
+        question = domain.question(world.process, world.drained) if self.bounds.answers else None
         if question is None:
-            effects = driver.sweep(world.process, world.now, None)
+            effects = domain.sweep(world.process, world.now, None)
             if effects is not None:
                 yield "sweep", self._take(world, effects, ())
             return
         if world.now < question.ask_at:
             return  # rescheduled to its ask-at: asked earlier, "never seen" is a guess
-        asked = world
-        if question.abandon and not self.bounds.abandon_supported:
-            answers = [Answer.NOT_SUPPORTED]
-        elif question.abandon:
-            provider, status = world.provider.abandon(question.agent, question.key)
-            asked = replace(world, provider=provider)
-            answers = [_ANSWER_OF[status]]
-        else:
-            answers = [_ANSWER_OF[world.provider.get(question.agent, question.key).status]]
-        answers.append(Answer.UNKNOWN)
-        for answer in answers:
-            effects = driver.sweep(asked.process, world.now, answer, question.key)
+        for answer, asked, said in self._settled(world, question):
+            effects = domain.sweep(asked.process, world.now, answer, question.key)
             if effects is None:
                 continue
             told = asked.told_not_applied
+            space = world.space(question.agent)
             final = not asked.in_window(question.agent, question.key)
-            if answer in (Answer.NEVER_SEEN, Answer.NOT_APPLIED, Answer.ABANDONED) and final:
-                told = told | {(question.agent, question.key)}
-            note = f"  {question.agent} answers {answer.value} about {question.key}"
+            if answer is Answer.ABANDONED or (
+                answer in (Answer.NEVER_SEEN, Answer.NOT_APPLIED) and final
+            ):
+                told = told | {(space, question.key)}
             after = replace(asked, told_not_applied=told)
-            yield f"sweep: {answer.value}", self._take(after, effects, (note,))
+            yield f"sweep: {answer.value}", self._take(after, effects, (said,))
+
+    def _settled(self, world: World, question: Question) -> Iterator[tuple[Answer, World, str]]:
+        """What the Supervisor's `_settle` concludes, for each way the service may
+        answer: the truth (abandon where the question says so and the service has the
+        route; a "not applied" that would move the step made final by an abandon), or
+        no answer (the call failed and changed nothing)."""
+        agent, key = question.agent, question.key
+        space = world.space(agent)
+        abandons = self.setup.abandons(agent)
+        asked = world
+        if question.abandon and abandons:
+            provider, status = world.provider.abandon(space, key)
+            asked = replace(world, provider=provider)
+            answer = _ANSWER_OF[status]
+            how = "abandon"
+        else:
+            answer = _ANSWER_OF[world.provider.get(space, key).status]
+            how = "asked"
+            if question.movable and answer in (Answer.NOT_APPLIED, Answer.NEVER_SEEN) and abandons:
+                provider, status = world.provider.abandon(space, key)
+                asked = replace(world, provider=provider)
+                answer = _ANSWER_OF[status]
+                how = "asked, then abandon"
+        yield answer, asked, f"  {agent} ({how}) answers {answer.value} about {key}"
+        if self.bounds.unanswered:
+            yield Answer.UNKNOWN, world, f"  {agent} gives no answer about {key}"
 
     def _operator(self, world: World) -> Iterator[tuple[str, World]]:
         if world.operator_moves >= self.bounds.operator_actions:
             return
         moved = replace(world, operator_moves=world.operator_moves + 1)
         allowed = self.bounds.operator
+        domain = self.domain
         moves = (
-            ("cancel", driver.cancel),
-            ("suspend", driver.suspend),
-            ("resume", driver.resume),
-            ("resubmit", driver.resubmit),
+            ("cancel", domain.cancel),
+            ("suspend", domain.suspend),
+            ("resume", domain.resume),
+            ("resubmit", domain.resubmit),
+            ("migrate", domain.migrate),
         )
         for name, move in moves:
             if name not in allowed:
@@ -308,6 +413,70 @@ class OrderWorld:
                 drained = replace(moved, drained=world.drained | {agent})
                 yield f"drain {agent}", replace(drained, notes=(f"{agent} drained",))
 
+    def _outside(self, world: World) -> Iterator[tuple[str, World]]:
+        """An outside system's events: each event the workflow waits for (an approval
+        approved or rejected), at any moment, early or late, and a repeat of the last
+        one sent (same id)."""
+        if world.events_sent >= self.bounds.events or driver.finished(world.process):
+            return
+        counted = replace(world, events_sent=world.events_sent + 1)
+        fresh = f"e-{world.events_sent + 1}"
+        for name in self.domain.events:
+            choices: tuple[bool | None, ...] = (
+                (True, False) if name in self.domain.approvals else (None,)
+            )
+            for approved in choices:
+                effects = self.domain.event(world.process, world.now, fresh, name, approved)
+                if effects is None:
+                    continue
+                how = "" if approved is None else " approved" if approved else " rejected"
+                yield f"event {name}{how} ({fresh})", self._take(counted, effects, ())
+        if world.events_sent:
+            last = f"e-{world.events_sent}"
+            for name in self.domain.events:
+                again = self.domain.event(world.process, world.now, last, name, True)
+                if again is not None:  # a repeat must change nothing
+                    yield f"event {name} again ({last})", self._take(counted, again, ())
+
+    def _agents(self, world: World) -> Iterator[tuple[str, World]]:
+        """An agent whose call runs beats (its step's complete-by moves with it); a limit
+        holds a request before its call starts (its complete-by moves by the wait)."""
+        if self.bounds.heartbeats:
+            for request in sorted(world.calls):
+                if request.undo:
+                    continue
+                effects = self.domain.heartbeat(world.process, request, world.now)
+                if effects is not None:
+                    moved = self._extend(world, request, effects, in_calls=True)
+                    yield f"heartbeat {request.describe()}", moved
+        if self.bounds.holds:
+            for request in sorted(world.wire):
+                effects = self.domain.hold(world.process, request, driver.HOLD_WAIT, world.now)
+                if effects is not None:
+                    moved = self._extend(world, request, effects, in_calls=False)
+                    yield f"hold {request.describe()}", moved
+
+    def _extend(self, world: World, request: Request, effects: Effects, *, in_calls: bool) -> World:
+        """The agent's request now runs to the step's new complete-by."""
+        until = self.domain.complete_by(effects.process, request.step)
+        assert until is not None
+        longer = replace(request, complete_by=until)
+        skew = driver.SKEW
+        moved = self._moved(world, effects)
+        space = world.space(request.agent)
+        provider = moved.provider
+        if in_calls:
+            until = longer.live_until(skew)
+            provider = provider.register(space, request.key, until, request.undoes)
+        return replace(
+            moved,
+            calls=(moved.calls - {request}) | {longer} if in_calls else moved.calls,
+            wire=(moved.wire - {request}) | {longer} if not in_calls else moved.wire,
+            sent=moved.sent | {Sent(longer, longer.live_until(skew))},
+            provider=provider,
+            notes=(effects.summary,),
+        )
+
     # --- the environment ------------------------------------------------------------
 
     def _services(self, world: World) -> Iterator[tuple[str, World]]:
@@ -316,12 +485,14 @@ class OrderWorld:
             if world.now >= request.live_until(skew):
                 continue
             arrived = self._arrive(world, request)
-            yield f"arrive {request.describe()}", arrived
+            if self.bounds.arrivals:
+                yield f"arrive {request.describe()}", arrived
             waiting = request in arrived.calls
-            if not waiting or not arrived.provider.can_apply(request.agent, request.key, world.now):
+            space = world.space(request.agent)
+            if not waiting or not arrived.provider.can_apply(space, request.key, world.now):
                 continue
             for rejected in self._outcomes(request):
-                served = self._settle(arrived, request.agent, request.key, rejected)
+                served = self._settle(arrived, space, request.key, rejected)
                 how = "rejected" if rejected else "applied"
                 yield f"serve {request.describe()}: {how}", served
         for entry in world.provider.entries:
@@ -332,6 +503,25 @@ class OrderWorld:
                 name = entry.key.split(":", 1)[-1]
                 settled = self._settle(world, entry.agent, entry.key, rejected)
                 yield f"{how} {name}@{entry.agent}", settled
+        if len(world.late_applied) < self.bounds.late_applies:
+            for entry in world.provider.stragglers():
+                late = (entry.agent, entry.key)
+                applied = world.provider.apply_late(*late)
+                name = entry.key.split(":", 1)[-1]
+                note = f"  ledger: {name}@{entry.agent} applied after its live time"
+                after = replace(
+                    world,
+                    provider=applied,
+                    late_applied=world.late_applied | {late},
+                    told_not_applied=world.told_not_applied - {late},
+                    alerted=frozenset(),
+                    notes=(note,),
+                )
+                yield f"apply {name}@{entry.agent} late", after
+                # The agent's clock was behind: it still waited, and its reply comes.
+                request = Request(entry.agent, name, False, entry.key, 0, world.now)
+                replied = replace(after, replies=after.replies | {Reply(request, True)})
+                yield f"apply {name}@{entry.agent} late, reply comes", replied
 
     def _outcomes(self, request: Request) -> tuple[bool, ...]:
         return self._outcomes_of(request.key, request.undo)
@@ -347,10 +537,11 @@ class OrderWorld:
         """The request reaches its service. A settled key answers at once (the agent
         replies if it is still within its complete-by); an unsettled one runs."""
         wire = world.wire - {request}
+        space = world.space(request.agent)
         provider = world.provider.register(
-            request.agent, request.key, request.live_until(driver.SKEW), request.undoes
+            space, request.key, request.live_until(driver.SKEW), request.undoes
         )
-        entry = provider.get(request.agent, request.key)
+        entry = provider.get(space, request.key)
         waiting = world.now < request.complete_by
         calls, replies = world.calls, world.replies
         if entry.status is KeyStatus.RUNNING:
@@ -358,24 +549,26 @@ class OrderWorld:
                 calls = calls | {request}
         elif waiting and entry.status in (KeyStatus.APPLIED, KeyStatus.REJECTED):
             replies = replies | {Reply(request, entry.status is KeyStatus.APPLIED)}
+        elif waiting and entry.status is KeyStatus.ABANDONED:
+            replies = replies | {Reply(request, False, abandoned=True)}
         note = f"  {request.describe()} at its service: {entry.status.value}"
         return replace(
             world, wire=wire, provider=provider, calls=calls, replies=replies, notes=(note,)
         )
 
-    def _settle(self, world: World, agent: str, key: str, rejected: bool) -> World:
+    def _settle(self, world: World, space: str, key: str, rejected: bool) -> World:
         """The service applies (or rejects) a running key; every agent still waiting on
         it replies."""
         provider = (
-            world.provider.reject(agent, key) if rejected else world.provider.apply(agent, key)
+            world.provider.reject(space, key) if rejected else world.provider.apply(space, key)
         )
-        answered = {c for c in world.calls if c.agent == agent and c.key == key}
+        answered = {c for c in world.calls if world.space(c.agent) == space and c.key == key}
         replies = world.replies | {Reply(c, not rejected) for c in answered}
-        entry = provider.get(agent, key)
+        entry = provider.get(space, key)
         what = entry.status.value
         if entry.undoes is not None:
             what += " (undone)" if entry.undone else " (nothing-to-undo)"
-        notes = (*world.notes, f"  ledger: {key.split(':', 1)[-1]}@{agent} {what}")
+        notes = (*world.notes, f"  ledger: {key.split(':', 1)[-1]}@{space} {what}")
         return replace(
             world, provider=provider, calls=world.calls - answered, replies=replies, notes=notes
         )
@@ -383,11 +576,14 @@ class OrderWorld:
     def _clock(self, world: World) -> Iterator[tuple[str, World]]:
         """Jump to the next instant at which anything can change."""
         skew = driver.SKEW
-        instants = set(driver.wake_ups(world.process)) | set(world.later_nudges)
+        instants = set(self.domain.wake_ups(world.process, world.drained))
+        instants |= set(world.later_nudges)
         for request in world.wire | world.calls:
             instants |= {request.complete_by, request.live_until(skew)}
         instants |= {s.live_until for s in world.sent}
         instants |= {e.live_until for e in world.provider.entries}
+        if self.bounds.heartbeats:  # a beat moves a complete-by only once it is near
+            instants |= {c.complete_by - driver.BEAT_LEAD for c in world.calls}
         ahead = [t for t in instants if t > world.now]
         if not ahead:
             return
@@ -401,7 +597,7 @@ class OrderWorld:
             wire=frozenset(r for r in world.wire if now < r.live_until(skew)),
             calls=frozenset(c for c in world.calls if now < c.complete_by),
             sent=frozenset(s for s in world.sent if now < s.live_until),
-            provider=world.provider.expire(now),
+            provider=world.provider.expire(now, self._late),
             notes=(),
         )
         yield f"time -> t={now}", after

@@ -1,0 +1,197 @@
+"""Liveness: from every reachable state the order can still reach a right end.
+
+Safety (tests/model/invariants.py) says nothing bad happens; it is content with an
+order that sits in Error forever with a charge in force, which is how finding B of
+issue #37 went unseen. Here, every state the explorer reaches is taken as a start, and
+the system is left to its own events (services apply, replies arrive, the Scheduler
+claims, the Supervisor sweeps and hears the truth, time passes) plus at most one
+operator action (resubmit, cancel, or undrain an agent; a suspended order's resume is
+free, its suspend was the operator's move). Some such continuation must
+reach a right end:
+
+- a finished order whose net effect is right (Processed: each step in force at exactly
+  one key space; Compensated, Cancelled: nothing in force), nothing left that can apply;
+- or, after a request applied past its live time (the residual risk), the order held
+  for an operator past its pivot, with the operator alerted.
+
+No such end means every action is refused or leads back to where it started while
+money is in force. A continuation is found greedily first (the system's likeliest
+moves, in a fixed order), then by a bounded breadth-first search; every state on a
+path found good is remembered, so most starts cost a lookup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field, replace
+
+from tests.model import driver
+from tests.model.explorer import Invariant
+from tests.model.invariants import wrong_effects
+from tests.model.setups import Setup
+from tests.model.world import Bounds, OrderWorld, World
+
+OPERATOR = ("cancel", "resubmit", "undrain")
+GREEDY_STEPS = 80
+SEARCH_STATES = 1_000
+_PREFERENCE = ("serve", "apply", "arrive", "deliver", "claim", "nudge", "sweep", "time")
+
+
+def _system(label: str) -> bool:
+    """Is this one of the system's own, well-behaved events?"""
+    if "[send failed" in label or label.endswith((": rejected", " late", ": no-answer")):
+        return False
+    if label.startswith(("deliver twice", "reject ", "lose ")):
+        return False
+    return label.startswith(_PREFERENCE)
+
+
+def good_end(world: World) -> bool:
+    if not world.quiet():
+        return False
+    if driver.finished(world.process) is not None:
+        return not wrong_effects(world)
+    return (
+        bool(world.late_applied)
+        and driver.held(world.process)
+        and world.domain.past_pivot(world.process)
+        and bool(world.alerted)
+    )
+
+
+@dataclass
+class Liveness:
+    """Checks starts one by one, remembering every state found to reach a right end."""
+
+    setup: Setup
+    good: set[Hashable] = field(default_factory=set)
+    bad: dict[Hashable, str] = field(default_factory=dict)
+    checked: int = 0
+    stuck: list[tuple[World, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        drainable = ("payment",)
+        self.model = OrderWorld(
+            Bounds(
+                rejectable=frozenset(),
+                drainable=drainable,
+                operator_actions=1,
+                operator=frozenset({*OPERATOR, "resume"}),
+                send_failures=False,
+                duplicates=False,
+                lost_replies=False,
+                late_applies=0,
+                events=0,
+            ),
+            self.setup,
+        )
+
+    def _key(self, world: World, spent: bool) -> Hashable:
+        return (self.model.key(world), spent)
+
+    def _moves(self, world: World, spent: bool) -> Iterator[tuple[str, World, bool]]:
+        for label, after in self.model.successors(replace(world, operator_moves=int(spent))):
+            if label == "resume":  # free: the suspend before it was the operator's move
+                yield label, after, spent
+            elif label.split(" ", 1)[0] in OPERATOR:
+                if not spent:
+                    yield label, after, True
+            elif _system(label):
+                yield label, after, spent
+
+    def check(self, start: World) -> str | None:
+        """None when `start` can reach a right end; else why not."""
+        self.checked += 1
+        begin = replace(start, operator_moves=0, events_sent=self.model.bounds.events)
+        key = self._key(begin, False)
+        if key in self.good:
+            return None
+        if key in self.bad:
+            return self.bad[key]
+        if self._greedy(begin) or self._operated(begin) or self._search(begin):
+            return None
+        why = f"no right end from t={start.now}: {driver.describe(start.process)}"
+        self.bad[key] = why
+        self.stuck.append((start, why))
+        return why
+
+    def _greedy(self, world: World, spent: bool = False) -> bool:
+        """Follow the system's likeliest move; where it has none, try each operator
+        action in turn (so every one an order at rest allows is taken somewhere)."""
+        path: list[Hashable] = []
+        for _ in range(GREEDY_STEPS):
+            key = self._key(world, spent)
+            if key in self.good or good_end(world):
+                self.good.update(path)
+                self.good.add(key)
+                return True
+            path.append(key)
+            move = self._first(world, spent)
+            if move is not None:
+                world = move
+                continue
+            moves = self._moves(world, spent)
+            tried = [
+                self._greedy(after, used)
+                for label, after, used in moves
+                if used or label == "resume"
+            ]
+            if any(tried):
+                self.good.update(path)
+                return True
+            return False
+        return False
+
+    def _operated(self, world: World) -> bool:
+        """The operator acts first (an order waiting for a drained agent waits forever
+        on its own, which the greedy walk cannot tell from progress), then the system."""
+        moves = self._moves(world, False)
+        return any(
+            [self._greedy(after, used) for label, after, used in moves if used or label == "resume"]
+        )
+
+    def _first(self, world: World, spent: bool) -> World | None:
+        """The system's likeliest move, in a fixed order (the first the world offers in
+        its likeliest category), or None when it has none."""
+        model = self.model
+        world = replace(world, just_sent=(), notes=(), operator_moves=int(spent))
+        for moves in (
+            model._services(world),
+            model._replies(world),
+            model._scheduler(world),
+            model._supervisor(world),
+            model._clock(world),
+        ):
+            for label, after in moves:
+                if _system(label):
+                    return after
+        return None
+
+    def _search(self, world: World) -> bool:
+        start = self._key(world, False)
+        parents: dict[Hashable, Hashable | None] = {start: None}
+        frontier = [(world, False)]
+        while frontier and len(parents) < SEARCH_STATES:
+            following = []
+            for state, spent in frontier:
+                for _, after, used in self._moves(state, spent):
+                    key = self._key(after, used)
+                    if key in parents:
+                        continue
+                    parents[key] = self._key(state, spent)
+                    if key in self.good or good_end(after):
+                        self._remember(parents, key)
+                        return True
+                    following.append((after, used))
+            frontier = following
+        return False
+
+    def _remember(self, parents: dict[Hashable, Hashable | None], key: Hashable | None) -> None:
+        while key is not None:
+            self.good.add(key)
+            key = parents[key]
+
+
+def invariant(setup: Setup) -> Invariant[World]:
+    """Liveness as an invariant on every state reached (its memory makes repeats free)."""
+    return Invariant("liveness", Liveness(setup).check)
