@@ -340,7 +340,7 @@ def _before_pytest(parent: int) -> None:
 
 
 def pytest_command(suite: str | None, pytest_args: Sequence[str], report: Path) -> list[str]:
-    workers = os.environ.get("PYTEST_WORKERS", "2")
+    workers = os.environ.get("PYTEST_WORKERS", "3")
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
     command += ["-n", workers, "--dist", "loadfile", f"--junitxml={report}"]
     command += ["-o", "junit_family=xunit1"]  # its testcases carry their file
