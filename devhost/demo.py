@@ -610,7 +610,8 @@ def _summary(demo: Demo, f: Figures) -> Table:
         (
             "in-doubt steps resolved",
             f"{f.in_doubt.total()} (applied {f.in_doubt['applied']}, "
-            f"not applied {f.in_doubt['not-applied']}, no answer {f.in_doubt['unanswered']})",
+            f"abandoned {f.in_doubt['abandoned']}, not applied {f.in_doubt['not-applied']}, "
+            f"no answer {f.in_doubt['unanswered']})",
         ),
         ("duplicate deliveries injected / dropped by the broker", f.duplicates),
         ("charged by the secondary payment provider", f.by_secondary),

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import date, datetime
 
 from shared.adapters.memory import InMemoryStateStore
-from shared.adapters.readable import readable
+from shared.adapters.readable import at_rest_before
 from shared.domain.archive import (
     ArchiveCursor,
     ArchivedEntry,
@@ -21,7 +21,6 @@ from shared.domain.archive import (
     day_prefix,
 )
 from shared.domain.model import OrderProcess, ProcessState
-from shared.domain.rest_index import RestRange
 from shared.ports import ConcurrencyConflict
 
 
@@ -35,17 +34,7 @@ class InMemoryArchiveStore:
     async def candidates(
         self, cutoffs: Mapping[ProcessState, datetime], limit: int
     ) -> tuple[OrderProcess, ...]:
-        """Through the rest index, as the Table adapter finds them."""
-        found: list[str] = []
-        for state, cutoff in cutoffs.items():
-            room = limit - len(found)
-            if room <= 0:
-                break
-            keys = RestRange(state, created_to=cutoff, changed_before=cutoff)
-            page = await self._store.rest_entries(keys, room, None)
-            found += [entry.order_id for entry in page.items]
-        loaded = await readable(self._store, found)
-        return tuple(p for p in loaded if p.state.process_state in cutoffs)
+        return await at_rest_before(self._store, cutoffs, limit)
 
     async def cursor(self) -> ArchiveCursor | None:
         await asyncio.sleep(0)

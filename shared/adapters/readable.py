@@ -6,9 +6,11 @@ with a 500); an outage still stops the caller."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 
-from shared.domain.model import OrderProcess
+from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.rest_index import RestRange
 from shared.ports import StateStore, UnreadableOrder
 from shared.telemetry.logsafe import app_logger
 
@@ -32,3 +34,21 @@ async def readable(store: StateStore, order_ids: Sequence[str]) -> list[OrderPro
     for at in range(0, len(order_ids), AT_ONCE):
         found += await asyncio.gather(*map(one, order_ids[at : at + AT_ONCE]))
     return [p for p in found if p is not None]
+
+
+async def at_rest_before(
+    store: StateStore, cutoffs: Mapping[ProcessState, datetime], limit: int
+) -> tuple[OrderProcess, ...]:
+    """The archive's candidates, through the rest index whatever the store: at most
+    `limit` orders at rest in each state since before its cutoff, re-read so that one
+    which moved on since its entry was written is left out."""
+    found: list[str] = []
+    for state, cutoff in cutoffs.items():
+        room = limit - len(found)
+        if room <= 0:
+            break
+        keys = RestRange(state, created_to=cutoff, changed_before=cutoff)
+        page = await store.rest_entries(keys, room, None)
+        found += [entry.order_id for entry in page.items]
+    loaded = await readable(store, found)
+    return tuple(p for p in loaded if p.state.process_state in cutoffs)

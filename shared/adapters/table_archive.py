@@ -45,13 +45,12 @@ from azure.core.exceptions import (
 from azure.data.tables import TableTransactionError, UpdateMode
 
 from shared.adapters import table_rows as rows
-from shared.adapters.readable import readable
+from shared.adapters.readable import at_rest_before
 from shared.adapters.table_conditional import put_row
 from shared.adapters.table_errors import refused_status, translated_errors
 from shared.adapters.table_store import TableStateStore
 from shared.domain.archive import ArchiveCursor, ArchivedEntry, ArchivedMark, PageEntry
 from shared.domain.model import OrderProcess, ProcessState
-from shared.domain.rest_index import RestRange
 from shared.ports import ConcurrencyConflict
 
 ARCHIVE_PARTITION: Final = "~archive"
@@ -100,16 +99,7 @@ class TableArchiveStore:
     async def candidates(
         self, cutoffs: Mapping[ProcessState, datetime], limit: int
     ) -> tuple[OrderProcess, ...]:
-        found: list[str] = []
-        for state, cutoff in cutoffs.items():
-            room = limit - len(found)
-            if room <= 0:
-                break
-            keys = RestRange(state, created_to=cutoff, changed_before=cutoff)
-            page = await self._store.rest_entries(keys, room, None)
-            found += [entry.order_id for entry in page.items]
-        loaded = await readable(self._store, found)
-        return tuple(p for p in loaded if p.state.process_state in cutoffs)
+        return await at_rest_before(self._store, cutoffs, limit)
 
     async def cursor(self) -> ArchiveCursor | None:
         await self._store.ensure_table()
