@@ -45,9 +45,9 @@ from shared.adapters.table_customers import TableCustomerLedger
 from shared.adapters.table_limits import TableLimitStore
 from shared.adapters.table_store import TableStateStore
 from shared.catalogue import catalogue
-from shared.domain import process as machine
 from shared.domain.fairness import CustomerPolicy
 from shared.domain.limits import AgentLimits
+from shared.domain.machine import forward
 from shared.domain.model import Order, OrderLine, OrderProcess, Outgoing, Priority
 from shared.ports import RemoteCall
 from shared.usecases.limiter import AgentLimiter
@@ -192,7 +192,7 @@ async def table_calls(stack: BenchStack, ops: int, concurrency: int) -> list[Cos
     run = uuid.uuid4().hex[:8]
     ids = [f"t-{run}-{i}" for i in range(ops)]
     now = datetime.now(UTC)
-    transitions = [machine.start(an_order(i), ORDER_FULFILMENT, now) for i in ids]
+    transitions = [forward.start(an_order(i), ORDER_FULFILMENT, now) for i in ids]
     kept: dict[int, OrderProcess] = {}
     costs: list[Cost] = []
     try:

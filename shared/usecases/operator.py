@@ -10,9 +10,11 @@ from datetime import datetime
 from shared.catalogue import catalogue
 from shared.catalogue.running import workflow_of
 from shared.domain import continuation as tokens
-from shared.domain import process as machine
+from shared.domain.machine.migrate import migrate
+from shared.domain.machine.operator import cancel, resubmit, resume, suspend
+from shared.domain.machine.recovery import next_check
+from shared.domain.machine.transition import InvalidTransition, Transition
 from shared.domain.model import OrderProcess, ProcessState
-from shared.domain.process import Transition
 from shared.ports import ConcurrencyConflict, Page
 from shared.usecases.budget import Budget, send_within_budget, within_store_budget
 from shared.usecases.deps import ProcessDeps
@@ -68,12 +70,12 @@ async def _resubmit(deps: ProcessDeps, order_id: str, operator: str) -> Changed:
         state = process.state
         if state.process_state is ProcessState.PENDING and state.outbox_cause == RESUBMIT_CAUSE:
             return None  # a retried resubmit: the first stored it, and may have lost its nudge
-        return machine.resubmit(process, deps.policy, now, operator, RESUBMIT_CAUSE)
+        return resubmit(process, deps.policy, now, operator, RESUBMIT_CAUSE)
 
     try:
         return await _change(deps, order_id, RESUBMIT_CAUSE, decide, races=1)
     except ConcurrencyConflict:
-        raise machine.InvalidTransition(
+        raise InvalidTransition(
             f"order {order_id} changed while it was being resubmitted"
         ) from None
 
@@ -96,9 +98,7 @@ async def cancel_order(
         deps,
         order_id,
         CANCEL_CAUSE,
-        lambda p: machine.cancel(
-            p, deps.workflow(p), deps.policy, now, operator, reason, CANCEL_CAUSE
-        ),
+        lambda p: cancel(p, deps.workflow(p), deps.policy, now, operator, reason, CANCEL_CAUSE),
         budget,
     )
 
@@ -113,7 +113,7 @@ async def suspend_order(
         deps,
         order_id,
         SUSPEND_CAUSE,
-        lambda p: machine.suspend(p, now, operator, SUSPEND_CAUSE),
+        lambda p: suspend(p, now, operator, SUSPEND_CAUSE),
         budget,
     )
 
@@ -129,7 +129,7 @@ async def resume_order(
         state = process.state
         if state.process_state is not ProcessState.SUSPENDED and state.outbox_cause == RESUME_CAUSE:
             return None
-        return machine.resume(process, deps.policy, now, operator, RESUME_CAUSE)
+        return resume(process, deps.policy, now, operator, RESUME_CAUSE)
 
     return await operate(deps, order_id, RESUME_CAUSE, decide, budget)
 
@@ -158,16 +158,14 @@ async def migrate_order(
             return None
         target = catalogue().get(state.workflow, to_version)
         if target is None:
-            raise machine.InvalidTransition(
-                f"{state.workflow} has no v{to_version} in the catalogue"
-            )
+            raise InvalidTransition(f"{state.workflow} has no v{to_version} in the catalogue")
         source = workflow_of(state)
         if source is None:
-            raise machine.InvalidTransition(
+            raise InvalidTransition(
                 f"order {order_id} runs on {state.workflow} v{state.workflow_version}, "
                 "which the catalogue no longer keeps"
             )
-        return machine.migrate(process, source, target, now, operator, MIGRATE_CAUSE)
+        return migrate(process, source, target, now, operator, MIGRATE_CAUSE)
 
     return await operate(deps, order_id, MIGRATE_CAUSE, decide, budget)
 
@@ -196,7 +194,7 @@ async def _change(
     now = deps.clock.now()
 
     def check_at(changed: OrderProcess) -> datetime | None:
-        return machine.next_check(changed, deps.workflow(changed), deps.policy, now)
+        return next_check(changed, deps.workflow(changed), deps.policy, now)
 
     changed = await deps.work.change(order_id, decide, cause=cause, check_at=check_at, races=races)
     if changed is None:

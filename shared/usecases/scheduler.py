@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
-from shared.domain import process as machine
+from shared.domain.machine.forward import apply_reply, claim
+from shared.domain.machine.recovery import undelivered
+from shared.domain.machine.transition import Transition
+from shared.domain.machine.waits import wake
 from shared.domain.messages import AgentReply
 from shared.domain.model import OrderProcess
-from shared.domain.process import Transition
 from shared.ports import BusUnavailable, StateStoreError
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.deps import ProcessDeps
@@ -34,9 +36,9 @@ async def on_nudge(deps: ProcessDeps, order_id: str, message_id: str | None = No
         if workflow is None:
             return None
         now = deps.clock.now()
-        return machine.claim(
+        return claim(
             process, workflow, deps.policy, deps.instance_id, now, message_id, routing
-        ) or machine.wake(process, workflow, deps.policy, now, message_id, routing)
+        ) or wake(process, workflow, deps.policy, now, message_id, routing)
 
     return await _apply(deps, order_id, message_id, decide)
 
@@ -54,7 +56,7 @@ async def on_reply(deps: ProcessDeps, reply: AgentReply, message_id: str | None 
         if workflow.index_of(reply.step) is None:
             unknown_step = True
             return None
-        return machine.apply_reply(
+        return apply_reply(
             process,
             workflow,
             deps.policy,
@@ -138,7 +140,7 @@ async def _undelivered(deps: ProcessDeps, sent: Transition, message_id: str | No
         process = await deps.store.load(sent.process.order_id)
         if process is None or process.state.version != sent.process.state.version:
             return  # not stored, or already moved on (an answer came, so it was sent)
-        transition = machine.undelivered(process, deps.policy, deps.clock.now(), message_id)
+        transition = undelivered(process, deps.policy, deps.clock.now(), message_id)
         if transition is None:
             return
         await deps.work.save(transition)  # no send: the bus is down; the outbox keeps the nudge

@@ -43,8 +43,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from shared.catalogue.running import workflow_of
+from shared.domain.machine.transition import Transition
 from shared.domain.model import OrderProcess
-from shared.domain.process import Transition
 from shared.domain.rest_index import rest_entry
 from shared.ports import ConcurrencyConflict, MessageBus, StateStore
 from shared.telemetry.logsafe import app_logger

@@ -24,8 +24,8 @@ from shared import bootstrap
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.contract import Queue, agent_queue
+from shared.domain.machine.forward import start
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
-from shared.domain.process import start
 from shared.ports import ConcurrencyConflict, RemoteService, TransientRemoteError
 from shared.settings import Settings
 from shared.telemetry import metrics, setup, spans

@@ -23,8 +23,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, StatusCode, Trace
 from devhost.host.invoke import InvocationContext
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.contract import Queue
+from shared.domain.machine.forward import start
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing
-from shared.domain.process import start
 from shared.ports import ConcurrencyConflict
 from shared.telemetry import setup, spans
 from shared.telemetry.ports import OrderTraces, TracedMessageBus, TracedStateStore

@@ -1,4 +1,5 @@
-"""The pure rules of shared/domain/fairness.py: who runs, who waits, who is refused."""
+"""The pure rules of shared/domain/fairness.py (who runs, who waits, who is refused) and
+the machine's side of a customer's line (shared/domain/machine/line.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from datetime import timedelta
 from shared.adapters.clock import FakeClock
 from shared.catalogue import catalogue
 from shared.contract import Queue
-from shared.domain import process as machine
 from shared.domain.fairness import (
     KEPT,
     RETRY_AFTER_SECONDS,
@@ -17,12 +17,12 @@ from shared.domain.fairness import (
     Promoted,
     RefusalMemo,
     admit,
-    in_line,
     promotes,
-    promotion,
     retry_after,
-    wait_in_line,
 )
+from shared.domain.machine.forward import start
+from shared.domain.machine.line import in_line, promotion, wait_in_line
+from shared.domain.machine.recovery import next_check
 from tests.builders import a_policy, an_order
 
 FAIR = CustomerPolicy(fair_share=2)
@@ -67,7 +67,7 @@ def test_an_order_in_line_has_no_nudge_and_is_checked_when_its_hold_passes() -> 
     clock = FakeClock()
     now = clock.now()
     workflow = catalogue().default_workflow()
-    started = machine.start(an_order("o-1", clock=clock), workflow, now)
+    started = start(an_order("o-1", clock=clock), workflow, now)
     assert not in_line(started.process)
     waiting = wait_in_line(started, now, hold=timedelta(minutes=10))
     assert in_line(waiting.process)
@@ -75,10 +75,10 @@ def test_an_order_in_line_has_no_nudge_and_is_checked_when_its_hold_passes() -> 
     assert waiting.process.state.outbox == waiting.outgoing
     assert waiting.history[-1].event == "waiting-for-fair-share"
     policy = a_policy()
-    check = machine.next_check(waiting.process, workflow, policy, now)
+    check = next_check(waiting.process, workflow, policy, now)
     assert check == now + timedelta(minutes=10)
     # an order not in line is checked within a step timeout, as before
-    assert machine.next_check(started.process, workflow, policy, now) == now + timedelta(seconds=30)
+    assert next_check(started.process, workflow, policy, now) == now + timedelta(seconds=30)
 
 
 def test_a_promotion_is_one_message_per_order_on_its_lane() -> None:

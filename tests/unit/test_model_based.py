@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from shared.contract import Queue, agent_queue
-from shared.domain import process as machine
+from shared.domain.machine.recovery import next_deadline
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
     Action,
@@ -31,7 +32,6 @@ from shared.domain.model import (
     ProcessState,
     StepStatus,
 )
-from shared.domain.process import InvalidTransition
 from shared.ports import BusUnavailable
 from shared.usecases import scheduler
 from shared.usecases.operator import cancel_order, resubmit_order, resume_order, suspend_order
@@ -252,7 +252,7 @@ class OrderProcessMachine(RuleBasedStateMachine):
                     for s in p.steps
                 ), p.steps
             if not state.process_state.is_terminal:
-                deadline = machine.next_deadline(p, self.world.policy)
+                deadline = next_deadline(p, self.world.policy)
                 assert p.order_id in watched, f"{p.order_id} is in flight but unwatched"
                 assert deadline is not None and watched[p.order_id] <= deadline
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shared.contract import Queue, agent_queue
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import (
     Action,
     ExhaustedPolicy,
@@ -15,7 +16,6 @@ from shared.domain.model import (
     ProcessState,
     StepStatus,
 )
-from shared.domain.process import InvalidTransition
 from shared.ports import BusUnavailable
 from shared.usecases import scheduler
 from shared.usecases.operator import OrderNotFound, resubmit_order

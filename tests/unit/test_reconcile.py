@@ -11,7 +11,6 @@ from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.adapters.memory_reconcile import InMemoryReconcileStore
 from shared.contract import Queue, agent_queue
-from shared.domain import process as machine
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import (
     ABANDONED,
@@ -20,6 +19,7 @@ from shared.domain.in_doubt import (
     NOT_APPLIED,
     RemoteOutcome,
 )
+from shared.domain.machine import forward
 from shared.domain.messages import AgentRequest
 from shared.domain.model import JsonObject, OrderProcess, ProcessState, StepStatus
 from shared.domain.reconcile import Expect, Verdict
@@ -40,7 +40,7 @@ def finished(
     state: ProcessState, order_id: str = "o-1", dispatched: int = 3, clock: FakeClock | None = None
 ) -> OrderProcess:
     clock = clock or FakeClock()
-    process = machine.start(an_order(order_id, clock=clock), ORDER_FULFILMENT, clock.now()).process
+    process = forward.start(an_order(order_id, clock=clock), ORDER_FULFILMENT, clock.now()).process
     steps = tuple(
         replace(s, agent=AGENTS[i], status=StepStatus.COMPLETED) if i < dispatched else s
         for i, s in enumerate(process.steps)
