@@ -3,7 +3,6 @@ resume, migrate to another workflow version, health."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
 
@@ -16,10 +15,10 @@ from shared.domain.machine.recovery import next_check
 from shared.domain.machine.transition import InvalidTransition, Transition
 from shared.domain.model import OrderProcess, ProcessState
 from shared.ports import ConcurrencyConflict, Page
-from shared.usecases.budget import Budget, send_within_budget, within_store_budget
+from shared.usecases.budget import Budget
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.order_views import orders_in
-from shared.usecases.unit_of_work import MAX_RACES, Changed
+from shared.usecases.unit_of_work import MAX_RACES, Decide
 
 RESUBMIT_CAUSE = "operator-resubmit"
 CANCEL_CAUSE = "operator-cancel"
@@ -59,11 +58,6 @@ async def resubmit_order(
     Idempotent: asked again before the Scheduler has claimed the order, it sends the
     nudge again and answers as before. Raises InvalidTransition in any other state.
     """
-    changed = await within_store_budget(_resubmit(deps, order_id, operator), budget)
-    return await _deliver(deps, changed, budget)
-
-
-async def _resubmit(deps: ProcessDeps, order_id: str, operator: str) -> Changed:
     now = deps.clock.now()
 
     def decide(process: OrderProcess) -> Transition | None:
@@ -73,7 +67,7 @@ async def _resubmit(deps: ProcessDeps, order_id: str, operator: str) -> Changed:
         return resubmit(process, deps.policy, now, operator, RESUBMIT_CAUSE)
 
     try:
-        return await _change(deps, order_id, RESUBMIT_CAUSE, decide, races=1)
+        return await operate(deps, order_id, RESUBMIT_CAUSE, decide, budget, races=1)
     except ConcurrencyConflict:
         raise InvalidTransition(
             f"order {order_id} changed while it was being resubmitted"
@@ -174,45 +168,23 @@ async def operate(
     deps: ProcessDeps,
     order_id: str,
     cause: str,
-    decide: Callable[[OrderProcess], Transition | None],
+    decide: Decide,
     budget: Budget | None,
-) -> OrderProcess:
-    changed = await within_store_budget(_change(deps, order_id, cause, decide), budget)
-    return await _deliver(deps, changed, budget)
-
-
-async def _change(
-    deps: ProcessDeps,
-    order_id: str,
-    cause: str,
-    decide: Callable[[OrderProcess], Transition | None],
+    *,
     races: int = MAX_RACES,
-) -> Changed:
-    """The unit of work's change, with the Supervisor's next check moved to what the
-    changed order needs (a resumed order is watched before it is saved). None from
-    `decide` means nothing to change."""
+) -> OrderProcess:
+    """The unit of work's change within `budget`, with the Supervisor's next check moved
+    to what the changed order needs (a resumed order is watched before it is saved).
+    None from `decide` means nothing to change. Without a budget a BusUnavailable is
+    raised once the change is stored (the Supervisor sends what it decided)."""
     now = deps.clock.now()
 
     def check_at(changed: OrderProcess) -> datetime | None:
         return next_check(changed, deps.workflow(changed), deps.policy, now)
 
-    changed = await deps.work.change(order_id, decide, cause=cause, check_at=check_at, races=races)
+    changed = await deps.work.change(
+        order_id, decide, cause=cause, check_at=check_at, races=races, budget=budget
+    )
     if changed is None:
         raise OrderNotFound(order_id)
-    return changed
-
-
-async def _deliver(deps: ProcessDeps, changed: Changed, budget: Budget | None) -> OrderProcess:
-    """The unit of work's delivery, bounded by `budget`: without one a BusUnavailable is
-    raised (the change is stored; the Supervisor sends what it decided)."""
-    if changed.transition is not None:
-        sends: Awaitable[None] | None = deps.work.deliver(changed.transition)
-    elif changed.resend:
-        sends = deps.work.resend(changed.process)
-    else:
-        sends = None
-    if sends is not None:
-        await send_within_budget(
-            sends, budget, changed.process.order_id, tolerate_bus_failure=False
-        )
     return changed.process

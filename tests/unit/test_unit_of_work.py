@@ -77,8 +77,12 @@ async def test_a_moving_order_that_loses_its_race_leaves_its_entry_alone() -> No
     late = suspend(process, world.clock.now(), "someone else")
     assert late is not None
     with pytest.raises(ConcurrencyConflict):
-        await UnitOfWork(world.store, world.bus).save(
-            late, check_at=world.clock.now() + timedelta(hours=1)
+        await UnitOfWork(world.store, world.bus).change(
+            "o-1",
+            lambda _: late,  # decided on the copy read before the winner's save
+            cached=process,
+            check_at=lambda _: world.clock.now() + timedelta(hours=1),
+            races=1,
         )
     assert world.store.watched()["o-1"] == before
 
