@@ -39,6 +39,7 @@ from bench._common import CpuMeter, console, fmt, print_machine, table
 from bench._stack import BenchStack, set_faults
 from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
+from shared.adapters.queues import destination_of
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_customers import TableCustomerLedger
@@ -141,10 +142,10 @@ async def messages(stack: BenchStack, ops: int, concurrency: int) -> Cost:
 
     async def send(i: int) -> None:
         body = {"orderId": f"u-{run}-{i}", "status": "Processed", "at": "2026-11-24T00:00:00Z"}
-        await bus.send([Outgoing(QUEUE, f"u-{run}-{i}", body)])
+        await bus.send([Outgoing(destination_of(QUEUE), f"u-{run}-{i}", body)])
 
     try:
-        await bus.send([Outgoing(QUEUE, f"warm-{run}", {"orderId": "warm"})])
+        await bus.send([Outgoing(destination_of(QUEUE), f"warm-{run}", {"orderId": "warm"})])
         async with bus._client.get_queue_receiver(  # the adapter's own client
             QUEUE, receive_mode=ServiceBusReceiveMode.PEEK_LOCK
         ) as receiver:

@@ -28,8 +28,8 @@ from collections.abc import Hashable, Mapping
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 
-from shared.contract import Queue, agent_queue
 from shared.domain import in_doubt
+from shared.domain.destination import To
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.machine import forward, operator, recovery
 from shared.domain.machine import migrate as migrate_rules
@@ -95,9 +95,6 @@ class Step:
     agents: tuple[str, ...]
     undoable: bool
     index: int
-
-
-_AGENT_OF_QUEUE = {agent_queue(name, high): name for name in AGENTS for high in (False, True)}
 
 
 def at(tick: int) -> datetime:
@@ -171,11 +168,12 @@ class Domain:
         nudges: list[int] = []
         alerts: list[str] = []
         for message in transition.outgoing:
-            if message.queue in _AGENT_OF_QUEUE:
+            to = message.destination.to
+            if to is To.AGENT:
                 requests.append(self._request(message))
-            elif message.queue in (Queue.SCHEDULER, Queue.SCHEDULER_HIGH):
+            elif to is To.SCHEDULER:
                 nudges.append(tick(message.deliver_at) if message.deliver_at else now)
-            elif message.queue == Queue.OPERATOR_ALERTS:
+            elif to is To.OPERATORS:
                 alerts.append(str(message.body.get("reason")))
         events = ", ".join(h.event for h in transition.history)
         summary = f"{what}: {events} -> {describe(transition.process)}"
@@ -187,7 +185,7 @@ class Domain:
         key = str(body["idempotencyKey"])
         undoes = body.get("undoes") or (self._undoes.get(key) if undo else None)
         return Request(
-            agent=_AGENT_OF_QUEUE[message.queue],
+            agent=str(message.destination.agent),
             step=str(body["step"]),
             undo=undo,
             key=key,

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from shared.adapters.clock import FakeClock
 from shared.catalogue import catalogue
-from shared.contract import Queue
+from shared.domain.destination import Destination, To
 from shared.domain.fairness import (
     KEPT,
     RETRY_AFTER_SECONDS,
@@ -71,7 +71,7 @@ def test_an_order_in_line_has_no_nudge_and_is_checked_when_its_hold_passes() -> 
     assert not in_line(started.process)
     waiting = wait_in_line(started, now, hold=timedelta(minutes=10))
     assert in_line(waiting.process)
-    assert all(m.queue != Queue.SCHEDULER for m in waiting.outgoing)
+    assert all(m.destination.to is not To.SCHEDULER for m in waiting.outgoing)
     assert waiting.process.state.outbox == waiting.outgoing
     assert waiting.history[-1].event == "waiting-for-fair-share"
     policy = a_policy()
@@ -84,9 +84,9 @@ def test_an_order_in_line_has_no_nudge_and_is_checked_when_its_hold_passes() -> 
 def test_a_promotion_is_one_message_per_order_on_its_lane() -> None:
     o1 = Promoted("o-1")
     assert promotion(o1).message_id == promotion(o1).message_id
-    assert promotion(o1).queue == Queue.SCHEDULER
+    assert promotion(o1).destination == Destination.to_scheduler()
     assert promotion(o1).body["orderId"] == "o-1"
-    assert promotion(Promoted("o-1", high=True)).queue == Queue.SCHEDULER_HIGH
+    assert promotion(Promoted("o-1", high=True)).destination == Destination.to_scheduler(high=True)
     assert promotion(Promoted("o-1", high=True)).message_id == promotion(o1).message_id
 
 

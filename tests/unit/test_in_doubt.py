@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from shared.adapters.memory import InMemoryHealthStore
+from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain.health import AgentDrain
 from shared.domain.in_doubt import (
@@ -412,7 +413,7 @@ async def test_a_cancelled_order_records_an_applied_charge_then_undoes_it() -> N
     assert resolved.process.steps[1].status is StepStatus.COMPLETED
     claimed = claim(resolved.process, ORDER_FULFILMENT, policy, "s-1", clock.now())
     assert claimed is not None
-    (refund,) = [m for m in claimed.outgoing if m.queue == agent_queue("payment")]
+    (refund,) = [m for m in claimed.outgoing if queue_of(m.destination) == agent_queue("payment")]
     assert (refund.body["action"], refund.body["idempotencyKey"]) == ("compensate", REFUND_KEY)
 
 

@@ -21,6 +21,7 @@ from datetime import timedelta
 
 import pytest
 
+from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import NEVER_SEEN, NOT_SUPPORTED, RemoteOutcome
@@ -271,11 +272,11 @@ def express_shipping_timed_out() -> tuple[OrderProcess, Outgoing]:
     assert claimed is not None
     process, sent = claimed.process, claimed.outgoing
     for queue in (agent_queue("inventory"), agent_queue("payment")):
-        (request,) = [m for m in sent if m.queue == queue]
+        (request,) = [m for m in sent if queue_of(m.destination) == queue]
         replied = apply_reply(process, EXPRESS_DELIVERY, policy, a_reply(request), now)
         assert replied is not None
         process, sent = replied.process, replied.outgoing
-    (ship,) = [m for m in sent if m.queue == agent_queue("shipping")]
+    (ship,) = [m for m in sent if queue_of(m.destination) == agent_queue("shipping")]
     now += timedelta(seconds=PAST_LIVE_TIME)
     recovered = recover(process, EXPRESS_DELIVERY, policy, now, outcome=NEVER_SEEN)
     assert recovered is not None
@@ -296,7 +297,9 @@ def test_a_pivot_applied_late_while_the_order_compensates_holds_it_with_an_alert
 
     assert moved is not None
     assert moved.process.state.process_state is ProcessState.ERROR
-    reasons = [m.body["reason"] for m in moved.outgoing if m.queue == Queue.OPERATOR_ALERTS]
+    reasons = [
+        m.body["reason"] for m in moved.outgoing if queue_of(m.destination) == Queue.OPERATOR_ALERTS
+    ]
     assert reasons == ["applied-after-settled"]
     assert [m for m in moved.outgoing if "action" in m.body] == [], "nothing undoes a shipment"
 
@@ -320,7 +323,7 @@ async def test_a_late_success_from_the_other_region_is_the_same_charge_not_a_sec
     (first,) = payment_requests(world)
     await retry_after_timeout(world, deps, store)
     (retry,) = payment_requests(world)
-    assert retry.queue == agent_queue("payment-secondary")
+    assert queue_of(retry.destination) == agent_queue("payment-secondary")
     await scheduler.on_reply(deps, replace(a_reply(retry), agent="payment-secondary"))
 
     await scheduler.on_reply(deps, replace(a_reply(first), agent="payment"))
@@ -387,10 +390,12 @@ def test_a_late_region_failure_is_the_shared_keys_last_word() -> None:
     process = start(order, workflow, now).process
     claimed = claim(process, workflow, policy, "s-1", now)
     assert claimed is not None
-    (reserve,) = [m for m in claimed.outgoing if m.queue == agent_queue("inventory")]
+    (reserve,) = [
+        m for m in claimed.outgoing if queue_of(m.destination) == agent_queue("inventory")
+    ]
     replied = apply_reply(claimed.process, workflow, policy, a_reply(reserve), now)
     assert replied is not None
-    (first,) = [m for m in replied.outgoing if m.queue == agent_queue("payment")]
+    (first,) = [m for m in replied.outgoing if queue_of(m.destination) == agent_queue("payment")]
     # The Supervisor heard nothing by the live time: the key expired, the order is held.
     now += timedelta(seconds=PAST_LIVE_TIME)
     unanswered = RemoteOutcome.unknown("unreachable")

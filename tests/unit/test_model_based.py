@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain.machine.recovery import next_deadline
 from shared.domain.machine.transition import InvalidTransition
@@ -73,11 +74,11 @@ class OrderProcessMachine(RuleBasedStateMachine):
         deps = self.world.deps(f"scheduler-{len(self.inflight) % 3}")
         self.history.append(message)
         body = message.body
-        if message.queue == Queue.SCHEDULER:
+        if queue_of(message.destination) == Queue.SCHEDULER:
             run(self._guarded(scheduler.on_nudge(deps, body["orderId"], message.message_id)))
-        elif message.queue in AGENT_QUEUES:
+        elif queue_of(message.destination) in AGENT_QUEUES:
             self._agent(message)
-        elif message.queue == Queue.AGENT_REPLIES:
+        elif queue_of(message.destination) == Queue.AGENT_REPLIES:
             reply = AgentReply.parse(json.dumps(body))
             before = run(self.world.store.load(reply.order_id))
             handled = run(self._guarded(scheduler.on_reply(deps, reply, message.message_id)))
