@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
-from shared.adapters.memory import InMemoryHealthStore
+from shared.adapters.memory import InMemoryHealthStore, Sent
 from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain.health import AgentDrain
@@ -111,7 +111,7 @@ class Setup:
     async def sweep(self) -> SweepReport:
         return await sweep(self.deps, queries=self.queries())
 
-    def requests(self, queue: str) -> list[Outgoing]:
+    def requests(self, queue: str) -> list[Sent]:
         return self.world.bus.take(queue)
 
     async def history(self) -> list[str]:

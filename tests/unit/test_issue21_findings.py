@@ -28,7 +28,7 @@ from datetime import datetime
 
 import pytest
 
-from shared.adapters.memory import InMemoryBus
+from shared.adapters.memory import InMemoryBus, Sent
 from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
@@ -197,7 +197,7 @@ class Services:
 
     # --- the agents' and providers' side ------------------------------------------------
 
-    def requests(self) -> list[Outgoing]:
+    def requests(self) -> list[Sent]:
         """Take what the agents were sent; an undo is judged the moment it is sent."""
         taken = [m for a in AGENTS for m in self.world.bus.take(agent_queue(a))]
         for request in taken:

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from shared.adapters.memory import Sent
 from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain.machine.recovery import next_deadline
@@ -114,15 +115,17 @@ class OrderProcessMachine(RuleBasedStateMachine):
                 self.undone[order_id].append(step)
         outcome = Outcome.FAILED if fails else Outcome.SUCCEEDED
         self.world.bus.sent.append(
-            AgentReply(
-                order_id=order_id,
-                step=step,
-                action=action,
-                attempt=body["attempt"],
-                outcome=outcome,
-                result={"key": key} if not fails else None,
-                error=ErrorInfo("declined", "no") if fails else None,
-            ).outgoing()
+            Sent.of(
+                AgentReply(
+                    order_id=order_id,
+                    step=step,
+                    action=action,
+                    attempt=body["attempt"],
+                    outcome=outcome,
+                    result={"key": key} if not fails else None,
+                    error=ErrorInfo("declined", "no") if fails else None,
+                ).outgoing()
+            )
         )
 
     # --- rules -------------------------------------------------------------------
