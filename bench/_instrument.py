@@ -26,6 +26,7 @@ from typing import Any
 from bench._activity import GroupClock, scale_group
 from shared import bootstrap
 from shared.adapters import table_rows
+from shared.adapters.queues import queue_of
 from shared.domain.archive import ArchivedMark
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState, StateRecord
 from shared.domain.rest_index import RestEntry, RestPage, RestRange
@@ -310,7 +311,7 @@ class CountingBus:
         role.send_seconds += time.perf_counter() - started
         role.send_calls += 1 if messages else 0
         for message in messages:
-            role.sent[message.queue] += 1
+            role.sent[queue_of(message.destination)] += 1
 
     async def park(self, poison: Poison) -> None:
         await self.inner.park(poison)

@@ -29,7 +29,7 @@ from shared.adapters.table_archive import TableArchiveStore
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_store import TableStateStore
 from shared.catalogue import catalogue
-from shared.domain import process as machine
+from shared.domain.machine.forward import start
 from shared.domain.model import HistoryEntry, Order, OrderLine, Priority, ProcessState, StepStatus
 from shared.domain.rest_index import rest_entry
 from shared.settings import azurite_connection_string
@@ -52,7 +52,7 @@ async def fill(store: TableStateStore, count: int) -> None:
             "fp",
             FINISHED,
         )
-        process = machine.start(order, workflow, FINISHED).process
+        process = start(order, workflow, FINISHED).process
         steps = tuple(replace(s, agent="a", status=StepStatus.COMPLETED) for s in process.steps)
         state = replace(process.state, process_state=ProcessState.PROCESSED, updated_at=FINISHED)
         history = [

@@ -25,6 +25,7 @@ from azure.servicebus import ServiceBusMessage
 
 from bench._common import LatencySummary, console, fmt, print_machine, table
 from bench._stack import BenchStack
+from shared.adapters.queues import destination_of
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
 from shared.domain.model import Outgoing
 
@@ -36,17 +37,27 @@ async def run(messages: int) -> list[tuple[str, float]]:
     async with BenchStack("bus-sends", runtimes=()) as stack:
         bus = ServiceBusMessageBus.from_connection_string(stack.service_bus_connection_string)
         try:
-            await bus.send([Outgoing("order-status", f"warm-{uuid.uuid4().hex}", {"x": 1})])
+            await bus.send(
+                [Outgoing(destination_of("order-status"), f"warm-{uuid.uuid4().hex}", {"x": 1})]
+            )
             started = time.perf_counter()
             for i in range(messages):
                 body = {"orderId": f"o-{i}", "status": "Processed"}
-                await bus.send([Outgoing("order-status", f"s-{uuid.uuid4().hex}", body)])
+                await bus.send(
+                    [Outgoing(destination_of("order-status"), f"s-{uuid.uuid4().hex}", body)]
+                )
             out.append(("bus.send, one message at a time", time.perf_counter() - started))
 
             started = time.perf_counter()
             await asyncio.gather(
                 *(
-                    bus.send([Outgoing("agent-replies", f"c-{uuid.uuid4().hex}", {"i": i})])
+                    bus.send(
+                        [
+                            Outgoing(
+                                destination_of("agent-replies"), f"c-{uuid.uuid4().hex}", {"i": i}
+                            )
+                        ]
+                    )
                     for i in range(messages)
                 )
             )
@@ -81,13 +92,17 @@ async def contention(senders: int, seconds: float) -> tuple[LatencySummary, int,
     async with BenchStack("bus-contention", runtimes=()) as stack:
         bus = ServiceBusMessageBus.from_connection_string(stack.service_bus_connection_string)
         try:
-            await bus.send([Outgoing("scheduler", f"warm-{uuid.uuid4().hex}", {"x": 1})])
+            await bus.send(
+                [Outgoing(destination_of("scheduler"), f"warm-{uuid.uuid4().hex}", {"x": 1})]
+            )
             stop = time.perf_counter() + seconds
 
             async def sender(n: int) -> None:
                 while time.perf_counter() < stop:
                     started = time.perf_counter()
-                    await bus.send([Outgoing("scheduler", f"n-{uuid.uuid4().hex}", {"n": n})])
+                    await bus.send(
+                        [Outgoing(destination_of("scheduler"), f"n-{uuid.uuid4().hex}", {"n": n})]
+                    )
                     times.append(time.perf_counter() - started)
                     counts[n] += 1
 

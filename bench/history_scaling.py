@@ -42,8 +42,8 @@ from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_store import TableStateStore
 from shared.domain.bulk_request import BulkAction, BulkFilter, BulkRequest
+from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.model import ProcessState
-from shared.domain.process import ProcessPolicy
 from shared.settings import azurite_connection_string
 from shared.usecases.bulk import BulkDeps, preview
 from shared.usecases.deps import ProcessDeps

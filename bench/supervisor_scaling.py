@@ -35,7 +35,8 @@ from shared.adapters.memory import InMemoryBus
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_store import TableStateStore
 from shared.catalogue import catalogue
-from shared.domain import process as machine
+from shared.domain.machine.forward import apply_reply, claim, start
+from shared.domain.machine.transition import ProcessPolicy, Transition
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
     Action,
@@ -46,7 +47,6 @@ from shared.domain.model import (
     Priority,
     ProcessState,
 )
-from shared.domain.process import ProcessPolicy
 from shared.ports import AlreadyExists, StoreUnavailable
 from shared.settings import azurite_connection_string
 from shared.usecases.deps import ProcessDeps
@@ -72,15 +72,15 @@ def _order(order_id: str, now: datetime) -> Order:
     )
 
 
-def in_flight(order_id: str, now: datetime) -> machine.Transition:
+def in_flight(order_id: str, now: datetime) -> Transition:
     """Claimed by the Scheduler, first step dispatched: what a sweep finds in flight."""
-    started = machine.start(_order(order_id, now), ORDER_FULFILMENT, now)
-    claimed = machine.claim(started.process, ORDER_FULFILMENT, POLICY, "bench", now)
+    started = start(_order(order_id, now), ORDER_FULFILMENT, now)
+    claimed = claim(started.process, ORDER_FULFILMENT, POLICY, "bench", now)
     assert claimed is not None
-    return machine.Transition(claimed.process, claimed.outgoing, started.history + claimed.history)
+    return Transition(claimed.process, claimed.outgoing, started.history + claimed.history)
 
 
-def finished(order_id: str, now: datetime) -> machine.Transition:
+def finished(order_id: str, now: datetime) -> Transition:
     """Walked through every step to Processed, with its full history."""
     t = in_flight(order_id, now)
     history = list(t.history)
@@ -89,17 +89,17 @@ def finished(order_id: str, now: datetime) -> machine.Transition:
         reply = AgentReply(
             order_id, step.name, Action.DO, process.state.attempt, Outcome.SUCCEEDED, {"id": "x"}
         )
-        nxt = machine.apply_reply(process, ORDER_FULFILMENT, POLICY, reply, now)
+        nxt = apply_reply(process, ORDER_FULFILMENT, POLICY, reply, now)
         assert nxt is not None
         process = nxt.process
         history += nxt.history
     assert process.state.process_state is ProcessState.PROCESSED
-    return machine.Transition(process, (), tuple(history))
+    return Transition(process, (), tuple(history))
 
 
-def renamed(t: machine.Transition, order_id: str) -> machine.Transition:
+def renamed(t: Transition, order_id: str) -> Transition:
     process = t.process
-    return machine.Transition(
+    return Transition(
         OrderProcess(
             order=replace(process.order, order_id=order_id),
             state=replace(process.state, order_id=order_id),

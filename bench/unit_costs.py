@@ -39,15 +39,16 @@ from bench._common import CpuMeter, console, fmt, print_machine, table
 from bench._stack import BenchStack, set_faults
 from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
+from shared.adapters.queues import destination_of
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_customers import TableCustomerLedger
 from shared.adapters.table_limits import TableLimitStore
 from shared.adapters.table_store import TableStateStore
 from shared.catalogue import catalogue
-from shared.domain import process as machine
 from shared.domain.fairness import CustomerPolicy
 from shared.domain.limits import AgentLimits
+from shared.domain.machine import forward
 from shared.domain.model import Order, OrderLine, OrderProcess, Outgoing, Priority
 from shared.ports import RemoteCall
 from shared.usecases.limiter import AgentLimiter
@@ -141,10 +142,10 @@ async def messages(stack: BenchStack, ops: int, concurrency: int) -> Cost:
 
     async def send(i: int) -> None:
         body = {"orderId": f"u-{run}-{i}", "status": "Processed", "at": "2026-11-24T00:00:00Z"}
-        await bus.send([Outgoing(QUEUE, f"u-{run}-{i}", body)])
+        await bus.send([Outgoing(destination_of(QUEUE), f"u-{run}-{i}", body)])
 
     try:
-        await bus.send([Outgoing(QUEUE, f"warm-{run}", {"orderId": "warm"})])
+        await bus.send([Outgoing(destination_of(QUEUE), f"warm-{run}", {"orderId": "warm"})])
         async with bus._client.get_queue_receiver(  # the adapter's own client
             QUEUE, receive_mode=ServiceBusReceiveMode.PEEK_LOCK
         ) as receiver:
@@ -192,7 +193,7 @@ async def table_calls(stack: BenchStack, ops: int, concurrency: int) -> list[Cos
     run = uuid.uuid4().hex[:8]
     ids = [f"t-{run}-{i}" for i in range(ops)]
     now = datetime.now(UTC)
-    transitions = [machine.start(an_order(i), ORDER_FULFILMENT, now) for i in ids]
+    transitions = [forward.start(an_order(i), ORDER_FULFILMENT, now) for i in ids]
     kept: dict[int, OrderProcess] = {}
     costs: list[Cost] = []
     try:

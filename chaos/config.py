@@ -14,7 +14,7 @@ from typing import Any
 from devhost.harness.stack import timing_settings
 from shared.catalogue import catalogue
 from shared.contract import AGENT_QUEUES, Queue
-from shared.domain.process import ProcessPolicy
+from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.workflow import Workflow
 
 CATALOGUE = catalogue()

@@ -730,7 +730,7 @@ def _details(history: Iterable[HistoryEntry], event: str) -> list[str]:
 _IN_DOUBT_APPLIED = re.compile(
     r"had applied key \S+: (?P<undo>compensation of )?(?P<step>\S+) recorded"
 )
-"""An in-doubt step its service said was applied (shared/domain/process.py): recorded
+"""An in-doubt step its service said was applied (shared/domain/machine/recovery.py): recorded
 Completed (or, for an undo, Compensated) without a reply."""
 
 

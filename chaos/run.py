@@ -46,8 +46,8 @@ from chaos.monitor import Monitor
 from chaos.system import RUNTIMES, ChaosStack, KillEvent, Outage, chaos_stack
 from shared.catalogue import catalogue
 from shared.contract import Route
+from shared.domain.machine.operator import PastPivot
 from shared.domain.model import ProcessState
-from shared.domain.process import PastPivot
 
 ORDER_FULFILMENT = catalogue().default_workflow()
 PAST_PIVOT = PastPivot.code

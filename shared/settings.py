@@ -15,9 +15,9 @@ from shared.contract import AgentLimitSetting, ChaosSetting, Setting
 from shared.domain.archive import DEFAULT_RETENTION, RetentionPolicy
 from shared.domain.fairness import CustomerPolicy
 from shared.domain.limits import AgentLimits
+from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.model import ExhaustedPolicy, ProcessState
 from shared.domain.principal import OperatorAuth, TokenPolicy
-from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import AgentName
 
 # Azurite's published development account: a well-known constant, not a secret.

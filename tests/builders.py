@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
     Action,
@@ -19,7 +20,6 @@ from shared.domain.model import (
     Outgoing,
     Priority,
 )
-from shared.domain.process import ProcessPolicy
 from shared.usecases.deps import ProcessDeps
 
 _ids: Iterator[int] = iter(range(1, 1_000_000))

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import itertools
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from shared.adapters import bulk_scan
+from shared.adapters.queues import queue_of
 from shared.domain.archive import ArchivedMark
 from shared.domain.bulk import BulkJob, JobState, Lease
 from shared.domain.bulk_request import BulkFilter
@@ -382,11 +384,23 @@ def _same_sweep(a: SweepRecord, b: SweepRecord) -> bool:
     return (a.instance, a.started_at) == (b.instance, b.started_at)
 
 
+@dataclass(frozen=True)
+class Sent(Outgoing):
+    """A message as the bus sent it: with the queue it named for its destination."""
+
+    queue: str = ""
+
+    @classmethod
+    def of(cls, message: Outgoing) -> Sent:
+        fields = {f.name: getattr(message, f.name) for f in dataclasses.fields(Outgoing)}
+        return cls(**fields, queue=queue_of(message.destination))
+
+
 class InMemoryBus:
     """Records what was sent per queue; drops a repeated message id like the broker does."""
 
     def __init__(self) -> None:
-        self.sent: list[Outgoing] = []
+        self.sent: list[Sent] = []
         self.parked: list[Poison] = []
         self.duplicates = 0
         self._ids: set[str] = set()
@@ -408,7 +422,7 @@ class InMemoryBus:
                 self.duplicates += 1
                 continue
             self._ids.add(message.message_id)
-            self.sent.append(message)
+            self.sent.append(Sent.of(message))
 
     async def park(self, poison: Poison) -> None:
         await asyncio.sleep(0)
@@ -420,10 +434,10 @@ class InMemoryBus:
         await asyncio.sleep(0)
         self._fail_if_asked("bus")
 
-    def on(self, queue: str) -> list[Outgoing]:
+    def on(self, queue: str) -> list[Sent]:
         return [m for m in self.sent if m.queue == queue]
 
-    def take(self, queue: str) -> list[Outgoing]:
+    def take(self, queue: str) -> list[Sent]:
         """Remove and return what was sent to a queue, as a consumer would."""
         taken = self.on(queue)
         self.sent = [m for m in self.sent if m.queue != queue]

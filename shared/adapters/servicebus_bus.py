@@ -33,6 +33,7 @@ from azure.servicebus.aio import ServiceBusClient, ServiceBusReceiver, ServiceBu
 from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
 
 from shared import jsonbounds
+from shared.adapters.queues import queue_of
 from shared.contract import PoisonProperty, Queue
 from shared.domain.model import Outgoing
 from shared.ports import BusUnavailable, Poison
@@ -267,7 +268,7 @@ class ServiceBusMessageBus:
     async def send(self, messages: Sequence[Outgoing]) -> None:
         by_queue: dict[str, list[Outgoing]] = {}
         for message in messages:
-            by_queue.setdefault(message.queue, []).append(message)
+            by_queue.setdefault(queue_of(message.destination), []).append(message)
         for queue, batch in by_queue.items():
             bodies = [_body(m) for m in batch]
             alone = len(batch) == 1 and len(bodies[0]) <= ALONE_MAX_BODY

@@ -48,7 +48,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.adapters.dataclass_json import from_json, to_json
+from shared.adapters.queues import destination_of, queue_of
 from shared.domain.archive import ArchivedMark
+from shared.domain.destination import Destination, To
 from shared.domain.model import (
     ErrorInfo,
     HistoryEntry,
@@ -299,8 +301,15 @@ def history_entities(order_id: str, history: list[Keyed]) -> list[Entity]:
 
 
 def _outgoing_json(message: Outgoing) -> dict[str, Any]:
+    """The destination, and its queue as well: an instance of the version before
+    destinations, still running during a deployment, reads `queue` only."""
+    destination = message.destination
     return {
-        "queue": message.queue,
+        "to": destination.to.value,
+        **({"agent": destination.agent} if destination.agent is not None else {}),
+        **({"high": True} if destination.high else {}),
+        **({"replyTo": destination.reply_to} if destination.reply_to is not None else {}),
+        "queue": queue_of(destination),
         "messageId": message.message_id,
         "body": dict(message.body),
         "deliverAt": message.deliver_at.isoformat() if message.deliver_at else None,
@@ -309,10 +318,23 @@ def _outgoing_json(message: Outgoing) -> dict[str, Any]:
 
 def _outgoing(data: Mapping[str, Any]) -> Outgoing:
     return Outgoing(
-        queue=data["queue"],
+        destination=_destination(data),
         message_id=data["messageId"],
         body=data["body"],
         deliver_at=utc_or_none(data.get("deliverAt")),
+    )
+
+
+def _destination(data: Mapping[str, Any]) -> Destination:
+    """An outbox stored before destinations has its queue only: read back to the
+    destination whose queue it is, so it still delivers there."""
+    if "to" not in data:
+        return destination_of(data["queue"])
+    return Destination(
+        To(data["to"]),
+        high=bool(data.get("high", False)),
+        agent=data.get("agent"),
+        reply_to=data.get("replyTo"),
     )
 
 

@@ -116,7 +116,7 @@ def effects_of(
     """The remote operations the action would cause for this order.
 
     A cancel undoes every step that completed, is running, or is in doubt (dispatched
-    with no answer): the Scheduler compensates those (shared/domain/process.py). A
+    with no answer): the Scheduler compensates those (shared/domain/machine/operator.py:cancel). A
     resubmit re-runs the step the order stopped at (its undo, when it stopped while
     compensating). Suspend, resume and migrate cause no remote call by themselves.
     """

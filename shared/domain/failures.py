@@ -1,7 +1,7 @@
 """Why an order is in Error, as a (step, error code) pair operators can group by.
 
 The state record keeps the last failure in words (`LastError`); its forms are fixed by the
-state machine (shared/domain/process.py): `{step}: {code}: {message}` for an agent's
+state machine (shared/domain/machine/): `{step}: {code}: {message}` for an agent's
 answer, `compensation of {step}: {code}: {message}` for a failed undo, and
 `{what} not completed by {time}` when the Supervisor gave up on a deadline, which is
 the code `timeout`. A compensation's failure is named after its operation

@@ -2,7 +2,8 @@
 
 Both rules read one small record per customer (how many of its orders run, how many wait
 in its line), so they are decided together here, purely, and kept by one ledger
-(shared/usecases/customers.py). The design and its cost: docs/fairness.md.
+(shared/usecases/customers.py). The design and its cost: docs/fairness.md. What the
+machine does with an order waiting in its line is in shared/domain/machine/line.py.
 """
 
 from __future__ import annotations
@@ -11,15 +12,6 @@ import math
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-
-from shared.domain.machine.transition import Transition
-from shared.domain.messages import Nudge
-from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
-
-HOLD = timedelta(minutes=10)
-"""How long an order waits in its customer's line before the Supervisor nudges it anyway:
-the safety net if the chain of promotions breaks (a crash between an order's end and the
-nudge of the next in line). Long, because each expiry is a claim that skips the line."""
 
 RETRY_AFTER_SECONDS = 5
 """Retry-After on a refused submission while none of the customer's open orders has
@@ -177,60 +169,3 @@ def promotes(load: CustomerLoad, policy: CustomerPolicy) -> bool:
     if load.waiting == 0:
         return False
     return policy.fair_share is None or load.running < policy.fair_share
-
-
-def wait_in_line(transition: Transition, now: datetime, hold: timedelta = HOLD) -> Transition:
-    """The submission's transition without its nudge: the order stays Pending until a
-    promotion nudges it, or its hold passes and the Supervisor does (next_deadline reads
-    a Pending order's complete_by)."""
-    process = transition.process
-    kept = tuple(m for m in transition.outgoing if not _is_nudge(m, process.order_id))
-    state = replace(process.state, outbox=kept, complete_by=now + hold)
-    note = HistoryEntry(
-        at=now,
-        event="waiting-for-fair-share",
-        detail="behind this customer's running orders",
-        process_state=state.process_state,
-        failure_count=state.failure_count,
-        attempt=state.attempt,
-    )
-    return replace(
-        transition,
-        process=replace(process, state=state),
-        outgoing=kept,
-        history=(*transition.history, note),
-    )
-
-
-def in_line(process: OrderProcess) -> bool:
-    """Waiting in its customer's line: Pending with no nudge of its own in its outbox
-    (every other Pending state keeps the nudge that will bring it to the Scheduler)."""
-    state = process.state
-    if state.process_state is not ProcessState.PENDING or state.complete_by is None:
-        return False
-    return not any(_is_nudge(m, process.order_id) for m in state.outbox)
-
-
-def promotion(promoted: Promoted) -> Outgoing:
-    """The nudge of the next order in line, on its own lane. One id per order: a
-    promotion repeated after a crash is dropped by the broker's duplicate detection."""
-    message = Nudge(promoted.order_id, "fair-share").outgoing(0, high=promoted.high)
-    return replace(message, message_id=f"nudge:{promoted.order_id}:fair-share")
-
-
-def released(process: OrderProcess, now: datetime) -> OrderProcess:
-    """An order in line whose promotion the ledger has made but whose nudge has not
-    brought it to the Scheduler: its hold is over, so the Supervisor's recovery nudges
-    it now (machine.recover renudges a Pending order past its deadline)."""
-    return replace(process, state=replace(process.state, complete_by=now))
-
-
-def held_until(process: OrderProcess, now: datetime, hold: timedelta = HOLD) -> datetime:
-    """When the Supervisor looks again at an order still in its customer's line: at its
-    hold, or, once that has passed, a new hold from now (nudging it would skip the line)."""
-    deadline = process.state.complete_by
-    return deadline if deadline is not None and deadline > now else now + hold
-
-
-def _is_nudge(message: Outgoing, order_id: str) -> bool:
-    return message.message_id.startswith(f"nudge:{order_id}:")

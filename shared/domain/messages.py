@@ -1,5 +1,5 @@
-"""The messages on the queues, each defined once: its wire form, its queue, its message-id
-rule, and the validation it gets when it arrives.
+"""The messages on the queues, each defined once: its wire form, its destination, its
+message-id rule, and the validation it gets when it arrives.
 
 The camelCase field names of the contract (docs/contract.md#5-messages) are the fields' aliases,
 so one declaration serves sending and receiving. Message ids are deterministic: a re-send
@@ -31,7 +31,7 @@ from pydantic import (
 )
 
 from shared import jsonbounds
-from shared.contract import Queue, agent_queue
+from shared.domain.destination import Destination
 from shared.domain.model import (
     Action,
     ErrorInfo,
@@ -167,7 +167,7 @@ class Nudge(_Message):
         self, version: int, *, high: bool = False, deliver_at: datetime | None = None
     ) -> Outgoing:
         return Outgoing(
-            queue=Queue.SCHEDULER_HIGH if high else Queue.SCHEDULER,
+            destination=Destination.to_scheduler(high=high),
             message_id=f"nudge:{self.order_id}:{version}",
             body=self.to_body(),
             deliver_at=deliver_at,
@@ -216,7 +216,7 @@ class AgentRequest(_Message):
 
     def outgoing(self, agent: AgentName, *, high: bool = False) -> Outgoing:
         return Outgoing(
-            queue=agent_queue(agent, high),
+            destination=Destination.to_agent(agent, high=high),
             message_id=f"req:{self.order_id}:{self.step}:{self.action.value}:{self.attempt}",
             body=self.to_body(),
         )
@@ -246,7 +246,7 @@ class AgentReply(_Message):
 
     def outgoing(self, *, high: bool = False) -> Outgoing:
         return Outgoing(
-            queue=Queue.AGENT_REPLIES_HIGH if high else Queue.AGENT_REPLIES,
+            destination=Destination.to_scheduler_replies(high=high),
             message_id=f"rep:{self.order_id}:{self.step}:{self.action.value}:{self.attempt}",
             body=self.to_body(),
         )
@@ -266,7 +266,7 @@ class StatusNotification(_Message):
 
     def outgoing(self, version: int, reply_to: str | None) -> Outgoing:
         return Outgoing(
-            queue=reply_to or Queue.ORDER_STATUS,
+            destination=Destination.to_client(reply_to),
             message_id=f"status:{self.order_id}:{self.status.value}:{version}",
             body=self.to_body(),
         )
@@ -292,7 +292,7 @@ class OperatorAlert(_Message):
         """`occasion` makes the id once per cause: the order's state version, or for a
         poison message its queue and message id."""
         return Outgoing(
-            queue=Queue.OPERATOR_ALERTS,
+            destination=Destination.to_operators(),
             message_id=f"alert:{self.order_id}:{occasion}",
             body=self.to_body(),
         )

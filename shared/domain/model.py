@@ -8,6 +8,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from shared.domain.destination import Destination
+
 JsonObject = Mapping[str, Any]
 
 
@@ -169,10 +171,11 @@ class Outgoing:
     """A message a transition must send once its state change is stored.
 
     The body is already in wire form; the message id is deterministic so a re-send
-    after a crash is dropped by the broker's duplicate detection.
+    after a crash is dropped by the broker's duplicate detection. The destination is in
+    the pattern's words; the bus adapter names its queue.
     """
 
-    queue: str
+    destination: Destination
     message_id: str
     body: JsonObject
     deliver_at: datetime | None = None

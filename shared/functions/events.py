@@ -23,13 +23,9 @@ from shared import bootstrap
 from shared.catalogue.schema import NAME_MAX_LENGTH, NAME_PATTERN
 from shared.contract import Route
 from shared.domain.event_signature import SIGNATURE_HEADER, refusal
+from shared.domain.machine.events import InvalidEventData, NoApprovalWaiting, NotAwaited
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.principal import Role
-from shared.domain.process import (
-    InvalidEventData,
-    InvalidTransition,
-    NoApprovalWaiting,
-    NotAwaited,
-)
 from shared.functions.archive import missing_order
 from shared.functions.http import ORDER_ID, order_not_found, problem, read_json
 from shared.functions.signin import admit, route_level

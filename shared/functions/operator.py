@@ -10,9 +10,10 @@ import azure.functions as func
 
 from shared import bootstrap
 from shared.contract import Route
+from shared.domain.machine.operator import PastPivot
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.principal import Role
-from shared.domain.process import InvalidTransition, PastPivot
 from shared.functions.archive import archived_view, missing_order
 from shared.functions.http import (
     ORDER_ID,

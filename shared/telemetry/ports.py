@@ -22,6 +22,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind
 
+from shared.adapters.queues import queue_of
 from shared.domain.archive import ArchivedMark
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import (
@@ -315,7 +316,7 @@ class TracedMessageBus:
             return None
         elif spans.dropped():
             return trace.get_current_span()
-        queues = list(dict.fromkeys(m.queue for m in messages))
+        queues = list(dict.fromkeys(queue_of(m.destination) for m in messages))
         attributes: dict[str, Any] = {
             "messaging.system": "servicebus",
             "messaging.operation.type": "send",

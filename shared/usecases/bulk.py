@@ -38,8 +38,8 @@ from shared.domain.bulk import (
     states_to_scan,
 )
 from shared.domain.bulk_request import BulkAction, BulkRequest
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import OrderProcess
-from shared.domain.process import InvalidTransition
 from shared.domain.workflow import Workflow
 from shared.ports import BulkStore, BusUnavailable, ConcurrencyConflict, StateStoreError
 from shared.telemetry.logsafe import app_logger

@@ -12,8 +12,8 @@ from shared.domain.fairness import (
     CustomerLoad,
     CustomerPolicy,
     RefusalMemo,
-    promotion,
 )
+from shared.domain.machine.line import promotion
 from shared.domain.model import Order, OrderProcess, Priority
 from shared.ports import CustomerLedger, Entered, MessageBus, StateStore
 from shared.telemetry.logsafe import app_logger

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared.catalogue.running import pinned_workflow, workflow_of
+from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.model import OrderProcess
-from shared.domain.process import ProcessPolicy
 from shared.domain.routing import PRIMARY_ONLY, Routing
 from shared.domain.workflow import Workflow
 from shared.ports import Clock, MessageBus, StateStore

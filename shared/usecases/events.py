@@ -6,7 +6,8 @@ step it completes moves on in the same write (machine/events.py).
 
 from __future__ import annotations
 
-from shared.domain import process as machine
+from shared.domain.machine import events
+from shared.domain.machine.transition import Transition
 from shared.domain.model import JsonObject, OrderProcess, ReceivedEvent
 from shared.usecases.budget import Budget
 from shared.usecases.deps import ProcessDeps
@@ -31,8 +32,8 @@ async def send_event(
     cause = event_cause(event_id)
     routing = await deps.current_routing()
 
-    def decide(process: OrderProcess) -> machine.Transition | None:
-        return machine.receive_event(
+    def decide(process: OrderProcess) -> Transition | None:
+        return events.receive_event(
             process,
             deps.workflow(process),
             deps.policy,
@@ -67,8 +68,8 @@ async def answer_approval(
     cause = event_cause(event_id)
     routing = await deps.current_routing()
 
-    def decide(process: OrderProcess) -> machine.Transition | None:
-        return machine.answer_approval(
+    def decide(process: OrderProcess) -> Transition | None:
+        return events.answer_approval(
             process,
             deps.workflow(process),
             deps.policy,

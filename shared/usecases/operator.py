@@ -3,21 +3,22 @@ resume, migrate to another workflow version, health."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
 
 from shared.catalogue import catalogue
 from shared.catalogue.running import workflow_of
 from shared.domain import continuation as tokens
-from shared.domain import process as machine
+from shared.domain.machine.migrate import migrate
+from shared.domain.machine.operator import cancel, resubmit, resume, suspend
+from shared.domain.machine.recovery import next_check
+from shared.domain.machine.transition import InvalidTransition, Transition
 from shared.domain.model import OrderProcess, ProcessState
-from shared.domain.process import Transition
 from shared.ports import ConcurrencyConflict, Page
-from shared.usecases.budget import Budget, send_within_budget, within_store_budget
+from shared.usecases.budget import Budget
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.order_views import orders_in
-from shared.usecases.unit_of_work import MAX_RACES, Changed
+from shared.usecases.unit_of_work import MAX_RACES, Decide
 
 RESUBMIT_CAUSE = "operator-resubmit"
 CANCEL_CAUSE = "operator-cancel"
@@ -57,23 +58,18 @@ async def resubmit_order(
     Idempotent: asked again before the Scheduler has claimed the order, it sends the
     nudge again and answers as before. Raises InvalidTransition in any other state.
     """
-    changed = await within_store_budget(_resubmit(deps, order_id, operator), budget)
-    return await _deliver(deps, changed, budget)
-
-
-async def _resubmit(deps: ProcessDeps, order_id: str, operator: str) -> Changed:
     now = deps.clock.now()
 
     def decide(process: OrderProcess) -> Transition | None:
         state = process.state
         if state.process_state is ProcessState.PENDING and state.outbox_cause == RESUBMIT_CAUSE:
             return None  # a retried resubmit: the first stored it, and may have lost its nudge
-        return machine.resubmit(process, deps.policy, now, operator, RESUBMIT_CAUSE)
+        return resubmit(process, deps.policy, now, operator, RESUBMIT_CAUSE)
 
     try:
-        return await _change(deps, order_id, RESUBMIT_CAUSE, decide, races=1)
+        return await operate(deps, order_id, RESUBMIT_CAUSE, decide, budget, races=1)
     except ConcurrencyConflict:
-        raise machine.InvalidTransition(
+        raise InvalidTransition(
             f"order {order_id} changed while it was being resubmitted"
         ) from None
 
@@ -96,9 +92,7 @@ async def cancel_order(
         deps,
         order_id,
         CANCEL_CAUSE,
-        lambda p: machine.cancel(
-            p, deps.workflow(p), deps.policy, now, operator, reason, CANCEL_CAUSE
-        ),
+        lambda p: cancel(p, deps.workflow(p), deps.policy, now, operator, reason, CANCEL_CAUSE),
         budget,
     )
 
@@ -113,7 +107,7 @@ async def suspend_order(
         deps,
         order_id,
         SUSPEND_CAUSE,
-        lambda p: machine.suspend(p, now, operator, SUSPEND_CAUSE),
+        lambda p: suspend(p, now, operator, SUSPEND_CAUSE),
         budget,
     )
 
@@ -129,7 +123,7 @@ async def resume_order(
         state = process.state
         if state.process_state is not ProcessState.SUSPENDED and state.outbox_cause == RESUME_CAUSE:
             return None
-        return machine.resume(process, deps.policy, now, operator, RESUME_CAUSE)
+        return resume(process, deps.policy, now, operator, RESUME_CAUSE)
 
     return await operate(deps, order_id, RESUME_CAUSE, decide, budget)
 
@@ -158,16 +152,14 @@ async def migrate_order(
             return None
         target = catalogue().get(state.workflow, to_version)
         if target is None:
-            raise machine.InvalidTransition(
-                f"{state.workflow} has no v{to_version} in the catalogue"
-            )
+            raise InvalidTransition(f"{state.workflow} has no v{to_version} in the catalogue")
         source = workflow_of(state)
         if source is None:
-            raise machine.InvalidTransition(
+            raise InvalidTransition(
                 f"order {order_id} runs on {state.workflow} v{state.workflow_version}, "
                 "which the catalogue no longer keeps"
             )
-        return machine.migrate(process, source, target, now, operator, MIGRATE_CAUSE)
+        return migrate(process, source, target, now, operator, MIGRATE_CAUSE)
 
     return await operate(deps, order_id, MIGRATE_CAUSE, decide, budget)
 
@@ -176,45 +168,23 @@ async def operate(
     deps: ProcessDeps,
     order_id: str,
     cause: str,
-    decide: Callable[[OrderProcess], Transition | None],
+    decide: Decide,
     budget: Budget | None,
-) -> OrderProcess:
-    changed = await within_store_budget(_change(deps, order_id, cause, decide), budget)
-    return await _deliver(deps, changed, budget)
-
-
-async def _change(
-    deps: ProcessDeps,
-    order_id: str,
-    cause: str,
-    decide: Callable[[OrderProcess], Transition | None],
+    *,
     races: int = MAX_RACES,
-) -> Changed:
-    """The unit of work's change, with the Supervisor's next check moved to what the
-    changed order needs (a resumed order is watched before it is saved). None from
-    `decide` means nothing to change."""
+) -> OrderProcess:
+    """The unit of work's change within `budget`, with the Supervisor's next check moved
+    to what the changed order needs (a resumed order is watched before it is saved).
+    None from `decide` means nothing to change. Without a budget a BusUnavailable is
+    raised once the change is stored (the Supervisor sends what it decided)."""
     now = deps.clock.now()
 
     def check_at(changed: OrderProcess) -> datetime | None:
-        return machine.next_check(changed, deps.workflow(changed), deps.policy, now)
+        return next_check(changed, deps.workflow(changed), deps.policy, now)
 
-    changed = await deps.work.change(order_id, decide, cause=cause, check_at=check_at, races=races)
+    changed = await deps.work.change(
+        order_id, decide, cause=cause, check_at=check_at, races=races, budget=budget
+    )
     if changed is None:
         raise OrderNotFound(order_id)
-    return changed
-
-
-async def _deliver(deps: ProcessDeps, changed: Changed, budget: Budget | None) -> OrderProcess:
-    """The unit of work's delivery, bounded by `budget`: without one a BusUnavailable is
-    raised (the change is stored; the Supervisor sends what it decided)."""
-    if changed.transition is not None:
-        sends: Awaitable[None] | None = deps.work.deliver(changed.transition)
-    elif changed.resend:
-        sends = deps.work.resend(changed.process)
-    else:
-        sends = None
-    if sends is not None:
-        await send_within_budget(
-            sends, budget, changed.process.order_id, tolerate_bus_failure=False
-        )
     return changed.process

@@ -29,8 +29,8 @@ from datetime import timedelta
 from shared.catalogue.running import workflow_of
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import RemoteOutcome
+from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.model import OrderProcess, Outgoing, StateRecord
-from shared.domain.process import ProcessPolicy
 from shared.domain.reconcile import Mismatch, ReconcileRun, Verdict
 from shared.domain.workflow import Workflow
 from shared.ports import Clock, MessageBus, ReconcileStore

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from enum import StrEnum
 
-from shared.domain import process as machine
+from shared.domain.machine.forward import apply_reply, claim
+from shared.domain.machine.recovery import undelivered
+from shared.domain.machine.transition import Transition
+from shared.domain.machine.waits import wake
 from shared.domain.messages import AgentReply
 from shared.domain.model import OrderProcess
-from shared.domain.process import Transition
-from shared.ports import BusUnavailable, StateStoreError
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.unit_of_work import Decide
 
 log = app_logger("orders.scheduler")
 
@@ -34,9 +35,9 @@ async def on_nudge(deps: ProcessDeps, order_id: str, message_id: str | None = No
         if workflow is None:
             return None
         now = deps.clock.now()
-        return machine.claim(
+        return claim(
             process, workflow, deps.policy, deps.instance_id, now, message_id, routing
-        ) or machine.wake(process, workflow, deps.policy, now, message_id, routing)
+        ) or wake(process, workflow, deps.policy, now, message_id, routing)
 
     return await _apply(deps, order_id, message_id, decide)
 
@@ -54,7 +55,7 @@ async def on_reply(deps: ProcessDeps, reply: AgentReply, message_id: str | None 
         if workflow.index_of(reply.step) is None:
             unknown_step = True
             return None
-        return machine.apply_reply(
+        return apply_reply(
             process,
             workflow,
             deps.policy,
@@ -82,36 +83,31 @@ async def _apply(
     deps: ProcessDeps,
     order_id: str,
     message_id: str | None,
-    decide: Callable[[OrderProcess], Transition | None],
+    decide: Decide,
 ) -> Handled:
     """Decide on the copy this instance last wrote when it has one, else on a read (the
-    unit of work checks a kept copy's verdicts against the store)."""
+    unit of work checks a kept copy's verdicts against the store), save, then send. A
+    dispatch the bus refused is noted (shared/domain/machine/recovery.py:undelivered),
+    so that its complete-by passing is not counted against the order."""
     cached = deps.cache.get(order_id) if deps.cache is not None else None
+
+    def unsent(process: OrderProcess) -> Transition | None:
+        return undelivered(process, deps.policy, deps.clock.now(), message_id)
+
     try:
-        changed = await deps.work.change(order_id, decide, cause=message_id, cached=cached)
+        changed = await deps.work.change(
+            order_id, decide, cause=message_id, cached=cached, unsent=unsent
+        )
     except BaseException:
         _forget(deps, order_id)
         raise
     if changed is None:
         _forget(deps, order_id)
         return Handled.UNKNOWN_ORDER
-    transition = changed.transition
-    if transition is None:
+    if changed.transition is None:
         _forget(deps, order_id)
-        if changed.resend:
-            # A redelivery of the message that made this state: its sends may be lost.
-            await deps.work.resend(changed.process)
         return Handled.STALE
-    try:
-        await deps.work.deliver(transition)
-    except BusUnavailable:
-        _forget(deps, order_id)
-        await _undelivered(deps, transition, message_id)
-        raise
-    except BaseException:
-        _forget(deps, order_id)
-        raise
-    _remember(deps, changed.process, transition)
+    _remember(deps, changed.process, changed.transition)
     return Handled.APPLIED
 
 
@@ -128,24 +124,3 @@ def _remember(deps: ProcessDeps, stored: OrderProcess, transition: Transition) -
 def _forget(deps: ProcessDeps, order_id: str) -> None:
     if deps.cache is not None:
         deps.cache.forget(order_id)
-
-
-async def _undelivered(deps: ProcessDeps, sent: Transition, message_id: str | None) -> None:
-    """The transition is stored but its dispatch may not have gone out: note it, so the
-    step's complete-by passing is not counted against the order. Best effort: if this
-    fails too, the Supervisor counts one timeout, as after a crash."""
-    try:
-        process = await deps.store.load(sent.process.order_id)
-        if process is None or process.state.version != sent.process.state.version:
-            return  # not stored, or already moved on (an answer came, so it was sent)
-        transition = machine.undelivered(process, deps.policy, deps.clock.now(), message_id)
-        if transition is None:
-            return
-        await deps.work.save(transition)  # no send: the bus is down; the outbox keeps the nudge
-    except StateStoreError as exc:
-        log.warning(
-            "order %s: undelivered dispatch not noted (%s: %s)",
-            sent.process.order_id,
-            type(exc).__name__,
-            exc,
-        )

@@ -1,7 +1,7 @@
 """Step heartbeats: an Agent whose remote call is still running keeps its step alive.
 
 A beat is a conditional write by the agent, not a message: read the order, extend the
-running step's complete-by and the order's (shared/domain/process.extend_complete_by),
+running step's complete-by and the order's (shared/domain/machine/heartbeat.py:extend_complete_by),
 write it back If-Match on the ETag read. Cost per beat: 1 point read + 1 conditional
 write, no broker hop and no change to the message contract. A beat on the replies lane
 would cost a send, a receive and a settle on the broker, plus the Scheduler's own read
@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
+from shared.domain.machine.heartbeat import extend_complete_by
+from shared.domain.machine.transition import ProcessPolicy, Transition
 from shared.domain.messages import AgentRequest
 from shared.domain.model import OrderProcess
-from shared.domain.process import ProcessPolicy, Transition, extend_complete_by
 from shared.ports import Clock, ConcurrencyConflict, StateStoreError
 from shared.resilience import DeadlinePassed
 from shared.telemetry.logsafe import app_logger

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from shared.domain.machine.hold import hold_complete_by
+from shared.domain.machine.transition import ProcessPolicy, Transition
 from shared.domain.messages import AgentRequest
 from shared.domain.model import OrderProcess
-from shared.domain.process import ProcessPolicy, Transition, hold_complete_by
 from shared.ports import Clock, ConcurrencyConflict, StateStoreError
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.step_heartbeat import KnownDeadline

@@ -6,9 +6,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from shared.catalogue import catalogue
-from shared.domain import process as machine
 from shared.domain.archive import ArchivedMark
-from shared.domain.fairness import Admission, CustomerLoad, in_line, wait_in_line
+from shared.domain.fairness import Admission, CustomerLoad
+from shared.domain.machine.forward import start
+from shared.domain.machine.line import in_line, wait_in_line
+from shared.domain.machine.recovery import next_check
 from shared.domain.model import Order, OrderProcess, ProcessState
 from shared.domain.workflow import Workflow
 from shared.ports import AlreadyExists, Entered
@@ -101,9 +103,9 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     create, so no Supervisor has read it: a new order keeps its two writes.
     """
     now = deps.clock.now()
-    transition = machine.start(order, workflow, now, cause)
+    transition = start(order, workflow, now, cause)
     version = transition.process.state.version
-    check_at = machine.next_check(transition.process, workflow, deps.policy, now)
+    check_at = next_check(transition.process, workflow, deps.policy, now)
     assert check_at is not None
     customer = order.customer_id if deps.customers is not None else ""
     if deps.customers is not None and (held := deps.customers.held(customer, now)) is not None:

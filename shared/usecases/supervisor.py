@@ -8,13 +8,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from shared.domain import fairness, in_doubt
-from shared.domain import process as machine
+from shared.domain import in_doubt
 from shared.domain.fairness import Admission
 from shared.domain.health import SweepRecord
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
+from shared.domain.machine.line import held_until, in_line, released
+from shared.domain.machine.recovery import (
+    exhaustion_undoes,
+    next_check,
+    next_deadline,
+    recover,
+    version_gone,
+)
+from shared.domain.machine.transition import Transition
 from shared.domain.model import OrderProcess, ProcessState
-from shared.domain.process import Transition
 from shared.ports import (
     BusUnavailable,
     ConcurrencyConflict,
@@ -262,22 +269,22 @@ async def _check(
     if workflow is None:
         await _hold_version_gone(deps, process, report, now)
         return
-    if deps.customers is not None and fairness.in_line(process):
+    if deps.customers is not None and in_line(process):
         standing = await deps.customers.standing(process)
         if standing is Admission.WAIT:
             # Its turn has not come: a nudge would run it ahead of its customer's line.
-            await deps.store.reschedule(entry, fairness.held_until(process, now))
+            await deps.store.reschedule(entry, held_until(process, now))
             report.rescheduled += 1
             return
         if standing is Admission.RUN:
-            process = fairness.released(process, now)  # promoted, its nudge never came
-    deadline = machine.next_deadline(process, deps.policy)
+            process = released(process, now)  # promoted, its nudge never came
+    deadline = next_deadline(process, deps.policy)
     counted = deadline is None or not in_outage(deadline)
     outcome = None
     doubt = None
     if queries is not None and counted and deadline is not None and deadline <= now:
         routing = await deps.current_routing()
-        exhausting = machine.exhaustion_undoes(process, workflow, deps.policy)
+        exhausting = exhaustion_undoes(process, workflow, deps.policy)
         doubt = in_doubt.question(process, workflow, routing, exhausting=exhausting)
     if doubt is not None:
         if now < doubt.ask_at:
@@ -287,11 +294,9 @@ async def _check(
             return
         assert queries is not None
         outcome = await _settle(queries, doubt)
-    transition = machine.recover(
-        process, workflow, deps.policy, now, count=counted, outcome=outcome
-    )
+    transition = recover(process, workflow, deps.policy, now, count=counted, outcome=outcome)
     if transition is None:
-        check_at = machine.next_check(process, workflow, deps.policy, now)
+        check_at = next_check(process, workflow, deps.policy, now)
         if check_at is not None:
             await deps.store.reschedule(entry, check_at)
             report.rescheduled += 1
@@ -311,7 +316,7 @@ async def _check(
         report.compensating += 1
     else:
         report.requeued += 1
-    check_at = machine.next_check(recovered, workflow, deps.policy, now)
+    check_at = next_check(recovered, workflow, deps.policy, now)
     if check_at is not None:
         await deps.store.reschedule(entry, check_at)
 
@@ -329,7 +334,7 @@ async def _hold_version_gone(
         process.state.workflow_version,
     )
     try:
-        await deps.work.commit(machine.version_gone(process, now))
+        await deps.work.commit(version_gone(process, now))
     except ConcurrencyConflict:
         report.lost_races += 1
         return

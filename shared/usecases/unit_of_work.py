@@ -1,6 +1,8 @@
 """The one unit of work every change to a stored order goes through: load, decide, save
-on the ETag, send, watch. The Scheduler, the Supervisor, operator actions, events, step
-heartbeats and the undelivered note all use it, so the ordering rule is written once:
+on the ETag, send, watch. The Scheduler, the Supervisor, operator actions, events and
+step heartbeats all use it, each with one call (`UnitOfWork.change`, or `commit` for a
+transition the Supervisor decided) that saves and then delivers, so the ordering rule
+is written once:
 
 1. Watch before the save when the order leaves a rest (Error, Suspended): at rest it may
    have no entry, and a crash after the save must not leave a moving order unwatched (a
@@ -16,7 +18,9 @@ heartbeats and the undelivered note all use it, so the ordering rule is written 
 2. Save on the ETag. A lost race has sent nothing; the change is read and decided again.
 3. Send. A failure leaves the messages in the record's outbox, with deterministic ids:
    the Supervisor (the order is still watched) or a redelivery sends them again, and the
-   broker drops what already went.
+   broker drops what already went. A caller may name a rule to store when its sends
+   failed (`unsent`): the Scheduler notes a dispatch the bus refused, so that its
+   complete-by passing is not counted against the order; that note sends nothing.
 4. An order come to rest gets its rest entry right after its save, before its sends
    (the views of orders at rest read it, docs/history.md), and is unwatched last, once
    its messages went out: a crash anywhere between leaves it watched, and the
@@ -43,11 +47,18 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from shared.catalogue.running import workflow_of
+from shared.domain.machine.transition import Transition
 from shared.domain.model import OrderProcess
-from shared.domain.process import Transition
 from shared.domain.rest_index import rest_entry
-from shared.ports import ConcurrencyConflict, MessageBus, StateStore
+from shared.ports import (
+    BusUnavailable,
+    ConcurrencyConflict,
+    MessageBus,
+    StateStore,
+    StateStoreError,
+)
 from shared.telemetry.logsafe import app_logger
+from shared.usecases.budget import Budget, send_within_budget, within_store_budget
 from shared.usecases.customers import Customers
 
 log = app_logger("orders")
@@ -55,20 +66,22 @@ log = app_logger("orders")
 MAX_RACES = 5
 """Lost ETag races in a row, each on a fresh read, before a change gives up."""
 
+Decide = Callable[[OrderProcess], Transition | None]
+"""A machine rule applied to the stored order: the transition, or None for nothing to do."""
 CheckAt = Callable[[OrderProcess], datetime | None]
 """When the Supervisor should next look at the changed order (None: leave the entry)."""
 
 
 @dataclass(frozen=True)
 class Changed:
-    """What one change came to: the order as stored, and the transition still to deliver."""
+    """What one change came to: the order as stored, and the transition saved and sent."""
 
     process: OrderProcess
     transition: Transition | None
     """None: `decide` found nothing to do on a fresh read."""
     resend: bool = False
     """Nothing changed, but the stored state was made by the same cause: an earlier try
-    may have stopped before sending, so its outbox goes out again."""
+    may have stopped before sending, so its outbox went out again."""
 
 
 @dataclass(frozen=True)
@@ -81,17 +94,62 @@ class UnitOfWork:
     async def change(
         self,
         order_id: str,
-        decide: Callable[[OrderProcess], Transition | None],
+        decide: Decide,
         *,
         cause: str | None = None,
         check_at: CheckAt | None = None,
         cached: OrderProcess | None = None,
         races: int = MAX_RACES,
+        budget: Budget | None = None,
+        unsent: Decide | None = None,
     ) -> Changed | None:
-        """Load, decide, save; a lost race reads again and decides again. None: no
-        such order. A `cached` copy is never taken at its word: its transition is saved
-        on its ETag, and nothing to do on it is checked against a fresh read. Delivery
-        is the caller's (`deliver`), so it can bound it or note a failed send."""
+        """Load, decide, save, then deliver: the one call of a change to a stored order.
+        None: no such order.
+
+        A lost race reads again and decides again. A `cached` copy is never taken at its
+        word: its transition is saved on its ETag, and nothing to do on it is checked
+        against a fresh read. Nothing to do on the state this `cause` made sends its
+        outbox again (an earlier try may have stopped before sending).
+
+        With a `budget` (a caller that must answer soon) the store's part fails with
+        StoreUnavailable past `budget.store`, and the sends are waited for `budget.nudge`
+        at most, then go on without the caller, a failure only logged. Without one a
+        failed send raises, the change stored: `unsent`, when given, is first decided on
+        the stored order and saved without a send."""
+        if budget is not None:
+            changed = await within_store_budget(
+                self._decide(order_id, decide, cause, check_at, cached, races), budget
+            )
+            if changed is not None and (changed.transition is not None or changed.resend):
+                await send_within_budget(self._send(changed), budget, order_id)
+            return changed
+        changed = await self._decide(order_id, decide, cause, check_at, cached, races)
+        if changed is None:
+            return None
+        try:
+            await self._send(changed)
+        except BusUnavailable:
+            if unsent is not None and changed.transition is not None:
+                await self._note_unsent(changed.process, unsent)
+            raise
+        return changed
+
+    async def commit(self, transition: Transition) -> OrderProcess:
+        """A transition decided elsewhere (the Supervisor's), saved then delivered."""
+        changed = Changed(await self._save(transition), transition)
+        await self._send(changed)
+        return changed.process
+
+    async def _decide(
+        self,
+        order_id: str,
+        decide: Decide,
+        cause: str | None,
+        check_at: CheckAt | None,
+        cached: OrderProcess | None,
+        races: int,
+    ) -> Changed | None:
+        """Rules 1 and 2, deciding again on a fresh read after a lost race."""
         process, fresh, lost = cached, cached is None, 0
         while lost < races:
             if process is None:
@@ -107,19 +165,13 @@ class UnitOfWork:
                 return Changed(process, None, resend=resend)
             when = check_at(transition.process) if check_at is not None else None
             try:
-                return Changed(await self.save(transition, check_at=when), transition)
+                return Changed(await self._save(transition, check_at=when), transition)
             except ConcurrencyConflict:
                 lost += int(fresh)
                 process = None
         raise ConcurrencyConflict(f"order {order_id}: lost {races} races in a row")
 
-    async def commit(self, transition: Transition) -> OrderProcess:
-        """A transition decided elsewhere (the Supervisor's), saved and delivered."""
-        stored = await self.save(transition)
-        await self.deliver(transition)
-        return stored
-
-    async def save(
+    async def _save(
         self, transition: Transition, *, check_at: datetime | None = None
     ) -> OrderProcess:
         """Rules 1 and 2: the watch entry and the conditional save. The transition's own
@@ -141,9 +193,14 @@ class UnitOfWork:
             await self.store.watch(state.order_id, when, replace=True, version=state.version)
         return replace(transition.process, etag=etag)
 
-    async def deliver(self, transition: Transition) -> None:
+    async def _send(self, changed: Changed) -> None:
         """Rules 3 and 4: an order come to rest gets its rest entry; send; then it
-        leaves the watch list."""
+        leaves the watch list. Nothing changed: the outbox again, when `resend`."""
+        transition = changed.transition
+        if transition is None:
+            if changed.resend:
+                await self._resend(changed.process)
+            return
         if transition.is_terminal:
             await self._file(transition.process)
         if transition.outgoing:
@@ -151,7 +208,25 @@ class UnitOfWork:
         if transition.is_terminal:
             await self._rest(transition.process)
 
-    async def resend(self, process: OrderProcess) -> None:
+    async def _note_unsent(self, sent: OrderProcess, unsent: Decide) -> None:
+        """Best effort: if this fails too, the Supervisor counts one timeout, as after a
+        crash. Nothing is sent (the bus just refused); the outbox keeps it."""
+        try:
+            process = await self.store.load(sent.order_id)
+            if process is None or process.state.version != sent.state.version:
+                return  # not stored, or already moved on (an answer came, so it was sent)
+            transition = unsent(process)
+            if transition is not None:
+                await self._save(transition)
+        except StateStoreError as exc:
+            log.warning(
+                "order %s: undelivered dispatch not noted (%s: %s)",
+                sent.order_id,
+                type(exc).__name__,
+                exc,
+            )
+
+    async def _resend(self, process: OrderProcess) -> None:
         """The stored outbox again (its ids are deterministic, so repeats are dropped)."""
         if process.state.outbox:
             await self.bus.send(process.state.outbox)
@@ -161,7 +236,7 @@ class UnitOfWork:
         short (the Supervisor finds it still watched): its rest entry and its outbox
         again, then the rest."""
         await self._file(process)
-        await self.resend(process)
+        await self._resend(process)
         await self._rest(process)
 
     async def _file(self, process: OrderProcess) -> None:

@@ -25,10 +25,14 @@ from chaos.model import (
     SentEvent,
 )
 from chaos.report import stories
-from shared.domain import process as machine
 from shared.domain.failures import timed_out
 from shared.domain.in_doubt import RemoteOutcome
-from shared.domain.machine.transition import InvalidTransition
+from shared.domain.machine.events import receive_event
+from shared.domain.machine.forward import apply_reply, claim, start
+from shared.domain.machine.operator import PastPivot, cancel
+from shared.domain.machine.recovery import recover
+from shared.domain.machine.transition import InvalidTransition, Transition
+from shared.domain.machine.waits import wake
 from shared.domain.model import (
     HistoryEntry,
     Order,
@@ -251,20 +255,20 @@ def test_histories_made_by_the_real_state_machine_pass() -> None:
     """The checks read history the way the state machine writes it (event names, details)."""
     policy = a_policy(step_timeout=4)
     order = an_order("real-1")
-    transition = machine.start(order, ORDER_FULFILMENT, T0)
+    transition = start(order, ORDER_FULFILMENT, T0)
     history = list(transition.history)
     process = transition.process
-    claimed = machine.claim(process, ORDER_FULFILMENT, policy, "i-1", T0)
+    claimed = claim(process, ORDER_FULFILMENT, policy, "i-1", T0)
     assert claimed is not None
     history += claimed.history
     process, request = claimed.process, claimed.outgoing[0]  # the agent request goes first
     for outcome in (Outcome.SUCCEEDED, Outcome.SUCCEEDED, Outcome.FAILED):
-        step = machine.apply_reply(process, ORDER_FULFILMENT, policy, a_reply(request, outcome), T0)
+        step = apply_reply(process, ORDER_FULFILMENT, policy, a_reply(request, outcome), T0)
         assert step is not None
         history += step.history
         process, request = step.process, step.outgoing[-1]
     for _ in range(2):
-        undo = machine.apply_reply(process, ORDER_FULFILMENT, policy, a_reply(request), T0)
+        undo = apply_reply(process, ORDER_FULFILMENT, policy, a_reply(request), T0)
         assert undo is not None
         history += undo.history
         process = undo.process
@@ -573,22 +577,22 @@ def test_a_step_its_service_said_was_applied_counts_as_completed() -> None:
     """Apply-then-hang: the charge's reply is lost, the Supervisor's outcome query finds
     it applied and records it Completed; the checks read that as the step's completion."""
     policy = a_policy(step_timeout=4)
-    transition = machine.start(an_order("hung-1"), ORDER_FULFILMENT, T0)
+    transition = start(an_order("hung-1"), ORDER_FULFILMENT, T0)
     history = list(transition.history)
-    claimed = machine.claim(transition.process, ORDER_FULFILMENT, policy, "i-1", T0)
+    claimed = claim(transition.process, ORDER_FULFILMENT, policy, "i-1", T0)
     assert claimed is not None
     history += claimed.history
     process, request = claimed.process, claimed.outgoing[0]
-    reply = machine.apply_reply(process, ORDER_FULFILMENT, policy, a_reply(request), T0)
+    reply = apply_reply(process, ORDER_FULFILMENT, policy, a_reply(request), T0)
     assert reply is not None
     history += reply.history
     process = reply.process
     later = T0 + timedelta(seconds=10)
-    claimed = machine.claim(process, ORDER_FULFILMENT, policy, "i-1", T0)
+    claimed = claim(process, ORDER_FULFILMENT, policy, "i-1", T0)
     if claimed is not None:  # the reply may have dispatched the charge itself
         history += claimed.history
         process = claimed.process
-    resolved = machine.recover(
+    resolved = recover(
         process,
         ORDER_FULFILMENT,
         policy,
@@ -600,12 +604,12 @@ def test_a_step_its_service_said_was_applied_counts_as_completed() -> None:
     history += resolved.history
     assert any(h.event == "in-doubt-applied" for h in resolved.history)
     process = resolved.process
-    claimed = machine.claim(process, ORDER_FULFILMENT, policy, "i-1", later)
+    claimed = claim(process, ORDER_FULFILMENT, policy, "i-1", later)
     assert claimed is not None
     history += claimed.history
     request = claimed.outgoing[0]
     assert request.body["step"] == "create-shipment"
-    done = machine.apply_reply(claimed.process, ORDER_FULFILMENT, policy, a_reply(request), later)
+    done = apply_reply(claimed.process, ORDER_FULFILMENT, policy, a_reply(request), later)
     assert done is not None
     history += done.history
     assert done.process.state.process_state is ProcessState.PROCESSED
@@ -836,7 +840,7 @@ def _drive(
     history = list(process.history)
     effects: list[Effect] = []
     alerts: list[Alert] = []
-    claimed = machine.claim(process, workflow, policy, "i-1", T0)
+    claimed = claim(process, workflow, policy, "i-1", T0)
     assert claimed is not None
     transitions = [claimed]
     while transitions:
@@ -854,7 +858,7 @@ def _drive(
             rejected = not undo and body["step"] == rejects
             effects.append(effect(process.order_id, operation, applied=0 if rejected else 1))
             outcome = Outcome.FAILED if rejected else Outcome.SUCCEEDED
-            reply = machine.apply_reply(process, workflow, policy, a_reply(out, outcome), T0)
+            reply = apply_reply(process, workflow, policy, a_reply(out, outcome), T0)
             if reply is not None:
                 transitions.append(reply)
     return replace(process, history=tuple(history)), effects, alerts
@@ -864,7 +868,7 @@ def test_the_real_state_machine_holds_a_bounced_notification_and_the_checks_agre
     """The express rules as the product writes them pass the checks: a notification
     rejected for good holds the order in Error with everything before it in force. Make
     a retriable failure compensate (say `forward_only` returning False) and this fails."""
-    started = machine.start(an_order("x-real"), EXPRESS_DELIVERY, T0)
+    started = start(an_order("x-real"), EXPRESS_DELIVERY, T0)
     final, effects, alerts = _drive(
         replace(started.process, history=started.history), "notify-customer"
     )
@@ -877,12 +881,12 @@ def test_the_real_state_machine_refuses_a_cancel_past_the_pivot_and_the_checks_a
     """A cancel once the shipment applied: the machine refuses it (409 past-pivot) and
     the order goes on to Processed; the checks take that as correct."""
     policy = a_policy(step_timeout=4)
-    started = machine.start(an_order("x-cx"), EXPRESS_DELIVERY, T0)
+    started = start(an_order("x-cx"), EXPRESS_DELIVERY, T0)
     final, effects, alerts = _drive(replace(started.process, history=started.history), None)
     assert final.state.process_state is ProcessState.PROCESSED
     # Rewind to just after the pivot completed (the notification still running) and cancel.
-    with pytest.raises(machine.PastPivot):
-        machine.cancel(
+    with pytest.raises(PastPivot):
+        cancel(
             replace(final, state=replace(final.state, process_state=ProcessState.PROCESSING)),
             EXPRESS_DELIVERY,
             policy,
@@ -938,7 +942,7 @@ def test_a_step_that_fails_again_after_an_operators_resubmit_is_no_stale_reply()
 def _settle(
     process: OrderProcess,
     workflow: Workflow,
-    transitions: list[machine.Transition],
+    transitions: list[Transition],
     history: list[HistoryEntry],
     effects: list[Effect],
 ) -> OrderProcess:
@@ -952,7 +956,7 @@ def _settle(
         for out in transition.outgoing:
             body = out.body
             if body.get("reason") == "event":  # a nudge: the wait takes its event
-                woken = machine.wake(process, workflow, policy, T0)
+                woken = wake(process, workflow, policy, T0)
                 if woken is not None:
                     transitions.append(woken)
                 continue
@@ -961,7 +965,7 @@ def _settle(
             undo = body["action"] != "do"
             operation = undo_of[body["step"]] if undo else body["step"]
             effects.append(effect(process.order_id, operation))
-            reply = machine.apply_reply(process, workflow, policy, a_reply(out), T0)
+            reply = apply_reply(process, workflow, policy, a_reply(out), T0)
             if reply is not None:
                 transitions.append(reply)
     return process
@@ -974,7 +978,7 @@ def reviewed(
     (before the claim) or once it waits, twice with one eventId, maybe then a second
     eventId with the opposite answer."""
     policy = a_policy(step_timeout=4)
-    started = machine.start(an_order(order_id), REVIEWED_ORDER, T0)
+    started = start(an_order(order_id), REVIEWED_ORDER, T0)
     history = list(started.history)
     effects: list[Effect] = []
     process = started.process
@@ -987,9 +991,7 @@ def reviewed(
         for event_id, ok in answers:
             data = {"approved": ok}
             try:
-                got = machine.receive_event(
-                    process, REVIEWED_ORDER, policy, event_id, "review", data, T0
-                )
+                got = receive_event(process, REVIEWED_ORDER, policy, event_id, "review", data, T0)
             except InvalidTransition:
                 continue  # 409: the order is final, nothing kept (nor recorded)
             if all(e.event_id != event_id for e in sent):
@@ -1000,7 +1002,7 @@ def reviewed(
 
     if early:
         process = answer(process)
-    claimed = machine.claim(process, REVIEWED_ORDER, policy, "i-1", T0)
+    claimed = claim(process, REVIEWED_ORDER, policy, "i-1", T0)
     assert claimed is not None
     process = _settle(process, REVIEWED_ORDER, [claimed], history, effects)
     if not early:

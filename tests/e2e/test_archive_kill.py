@@ -31,8 +31,8 @@ from shared.adapters.table_archive import TableArchiveStore
 from shared.adapters.table_store import TableStateStore
 from shared.catalogue import catalogue
 from shared.contract import Route, Setting
-from shared.domain import process as machine
 from shared.domain.archive import archive_day
+from shared.domain.machine.forward import start
 from shared.domain.model import (
     HistoryEntry,
     Order,
@@ -70,7 +70,7 @@ async def seed(store: TableStateStore, tag: str, at: datetime) -> dict[str, Proc
         order = Order(
             order_id, "kill-c", (OrderLine("SKU", 1, 5.0),), Priority.NORMAL, None, "fp", at
         )
-        process = machine.start(order, workflow, at).process
+        process = start(order, workflow, at).process
         if state.is_final:
             steps = tuple(replace(s, agent="a", status=StepStatus.COMPLETED) for s in process.steps)
             process = replace(process, steps=steps)

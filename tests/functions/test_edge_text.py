@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from shared import jsonbounds
 from shared.contract import Queue
-from shared.domain import process as machine
+from shared.domain.machine.forward import start
 from shared.domain.messages import AgentReply, AgentRequest, InvalidMessage, Nudge
 from shared.domain.model import ReceivedEvent
 from tests.builders import an_order
@@ -251,7 +251,7 @@ async def test_an_order_stored_before_the_rule_is_answered_as_json_that_keeps_it
     reason (finding 1): the order's GET was invalid JSON ("Unexpected token 'N'" on the
     operator page). Each is answered as null and U+FFFD now."""
     order = replace(an_order("o-old"), customer_id="c-1")
-    process = machine.start(order, REVIEWED_ORDER, harness.clock.now()).process
+    process = start(order, REVIEWED_ORDER, harness.clock.now()).process
     approval = ReceivedEvent(
         "ev-1", "review", harness.clock.now(), {"approved": True, "by": math.nan}
     )

@@ -23,9 +23,10 @@ from devhost.host.invoke import InvocationContext, TraceContext
 from shared import bootstrap
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.queues import destination_of
 from shared.contract import Queue, agent_queue
+from shared.domain.machine.forward import start
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
-from shared.domain.process import start
 from shared.ports import ConcurrencyConflict, RemoteService, TransientRemoteError
 from shared.settings import Settings
 from shared.telemetry import metrics, setup, spans
@@ -199,7 +200,7 @@ async def test_a_send_for_an_order_from_another_trace_rejoins_the_orders_trace(
     traces, bus = OrderTraces(), InMemoryBus()
     traces.remember(process)
     traced_bus = TracedMessageBus(bus, traces)
-    message = Outgoing(Queue.SCHEDULER, "m-1", {"orderId": process.order_id})
+    message = Outgoing(destination_of(Queue.SCHEDULER), "m-1", {"orderId": process.order_id})
     with spans.tracer().start_as_current_span("supervisor sweep") as sweep:
         await traced_bus.send([message])
     (sent,) = bus.on(Queue.SCHEDULER)

@@ -22,9 +22,10 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, StatusCode, Trace
 
 from devhost.host.invoke import InvocationContext
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.queues import destination_of
 from shared.contract import Queue
+from shared.domain.machine.forward import start
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing
-from shared.domain.process import start
 from shared.ports import ConcurrencyConflict
 from shared.telemetry import setup, spans
 from shared.telemetry.ports import OrderTraces, TracedMessageBus, TracedStateStore
@@ -111,7 +112,7 @@ async def calls_in(context: Context) -> InMemoryBus:
         etag = await store.create(process, [])
         await store.save(replace(process, etag=etag), [])
         await TracedMessageBus(bus, OrderTraces()).send(
-            [Outgoing(Queue.SCHEDULER, "m-1", {"orderId": process.order_id})]
+            [Outgoing(destination_of(Queue.SCHEDULER), "m-1", {"orderId": process.order_id})]
         )
     return bus
 
@@ -154,7 +155,7 @@ async def test_a_failure_in_a_dropped_trace_is_kept_and_a_lost_race_is_not(
             )
         with pytest.raises(ConnectionError):
             await TracedMessageBus(FailingBus(), OrderTraces()).send(
-                [Outgoing(Queue.SCHEDULER, "m-1", {"orderId": process.order_id})]
+                [Outgoing(destination_of(Queue.SCHEDULER), "m-1", {"orderId": process.order_id})]
             )
     kept = exporter.get_finished_spans()
     assert [s.name for s in kept] == ["state save failed", "send failed"]

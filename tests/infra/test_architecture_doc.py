@@ -19,7 +19,7 @@ from tests.infra.deployment import ROOT
 DOC = ROOT / "docs" / "architecture.md"
 
 REFERENCE = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.py):([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)")
-"""`shared/usecases/scheduler.py:on_nudge`, `shared/usecases/unit_of_work.py:UnitOfWork.save`."""
+"""`shared/usecases/scheduler.py:on_nudge`, `shared/usecases/unit_of_work.py:UnitOfWork.change`."""
 
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 EXTERNAL = ("http://", "https://", "mailto:")
@@ -139,7 +139,7 @@ def test_a_renamed_function_a_missing_file_and_a_dead_link_are_each_found() -> N
     """The checks above can fail: each kind of drift, on a page made for it."""
     page = (
         "`shared/usecases/scheduler.py:on_nudge` and "
-        "`shared/usecases/unit_of_work.py:UnitOfWork.save` are there; "
+        "`shared/usecases/unit_of_work.py:UnitOfWork.change` are there; "
         "`shared/usecases/scheduler.py:on_nudge_renamed`, "
         "`shared/usecases/unit_of_work.py:UnitOfWork.gone`, "
         "`shared/usecases/nowhere.py:claim` are not.\n"

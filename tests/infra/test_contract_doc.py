@@ -37,6 +37,7 @@ from shared.contract import (
     Setting,
     service_url_settings,
 )
+from shared.domain.machine.forward import start
 from shared.domain.messages import (
     AgentReply,
     AgentRequest,
@@ -57,7 +58,6 @@ from shared.domain.model import (
     StepRecord,
     StepStatus,
 )
-from shared.domain.process import start
 from shared.openapi import document
 from tests.app_functions import registered_functions
 from tests.builders import an_order

@@ -24,7 +24,6 @@ from shared.adapters.memory import InMemoryBus
 from shared.adapters.table_archive import TableArchiveStore
 from shared.adapters.table_store import TableStateStore
 from shared.contract import Queue
-from shared.domain import process as machine
 from shared.domain.archive import (
     ArchivedEntry,
     ArchivedMark,
@@ -32,6 +31,7 @@ from shared.domain.archive import (
     RetentionPolicy,
     day_prefix,
 )
+from shared.domain.machine.forward import start
 from shared.domain.model import HistoryEntry, ProcessState, StepStatus
 from shared.domain.rest_index import REST_STATES, RestRange, rest_entry
 from shared.ports import AlreadyExists
@@ -110,7 +110,7 @@ async def put(
     store: TableStateStore, order_id: str, state: ProcessState, at: datetime, entries: int = 3
 ) -> None:
     """An order as it stands after `entries` history entries; past 40 they are rows."""
-    process = machine.start(an_order(order_id), ORDER_FULFILMENT, at).process
+    process = start(an_order(order_id), ORDER_FULFILMENT, at).process
     steps = tuple(replace(s, agent="inventory", status=StepStatus.COMPLETED) for s in process.steps)
     record = replace(process.state, process_state=state, updated_at=at)
     stored = replace(process, steps=steps, state=record)
@@ -170,11 +170,11 @@ async def test_candidates_come_from_the_rest_index_and_cost_what_they_find(
     await put(parts.store, "p-due", ProcessState.PROCESSED, OLD)
     for i in range(30):
         await put(parts.store, f"p-recent-{i:02d}", ProcessState.PROCESSED, NOW - DAY)
-    late = machine.start(an_order("p-late"), ORDER_FULFILMENT, OLD).process
+    late = start(an_order("p-late"), ORDER_FULFILMENT, OLD).process
     done = replace(late.state, process_state=ProcessState.PROCESSED, updated_at=NOW - DAY)
     await parts.store.create(replace(late, state=done), [])
     await parts.store.put_rest(rest_entry(replace(late, state=done), ORDER_FULFILMENT))
-    unfiled = machine.start(an_order("p-unfiled"), ORDER_FULFILMENT, OLD).process
+    unfiled = start(an_order("p-unfiled"), ORDER_FULFILMENT, OLD).process
     await parts.store.create(
         replace(unfiled, state=replace(unfiled.state, process_state=ProcessState.PROCESSED)), []
     )
@@ -326,7 +326,7 @@ async def test_an_archived_orders_id_stays_taken_by_its_mark(parts: Parts) -> No
     mark = await parts.store.archived("mo-A-1")
     assert mark == ArchivedMark("mo-A-1", "fp", ProcessState.PROCESSED, NOW)
     assert await parts.store.archived("mo-A-2") is None, "a live order has no mark"
-    other = machine.start(an_order("mo-A-1", fingerprint="other"), ORDER_FULFILMENT, NOW)
+    other = start(an_order("mo-A-1", fingerprint="other"), ORDER_FULFILMENT, NOW)
     with pytest.raises(AlreadyExists):
         await parts.store.create(other.process, other.history)
     assert await parts.store.load("mo-A-1") is None
@@ -389,7 +389,7 @@ async def test_the_backfill_marks_orders_archived_before_marks(parts: Parts) -> 
     assert (await parts.archiver().run()).archived == 5
     for order_id in ids:  # as a purge before marks left them
         await parts.store.table.delete_entity(order_id, "state")
-    reborn = machine.start(an_order("old-4", fingerprint="other"), ORDER_FULFILMENT, NOW)
+    reborn = start(an_order("old-4", fingerprint="other"), ORDER_FULFILMENT, NOW)
     await parts.store.create(reborn.process, reborn.history)
 
     pages, written, continuation = 0, 0, None

@@ -15,6 +15,7 @@ from devhost.broker import Broker
 from devhost.harness.ports import LOOPBACK, free_port
 from devhost.harness.services import service_bus_connection_string
 from shared.adapters import table_client
+from shared.adapters.queues import destination_of
 from shared.adapters.servicebus_bus import PING_TIMEOUT, ServiceBusMessageBus
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_health import TableHealthStore
@@ -23,7 +24,7 @@ from shared.domain.model import Outgoing
 from shared.ports import BusUnavailable, StoreUnavailable
 from shared.settings import azurite_connection_string
 
-NUDGE = Outgoing("scheduler", "m-1", {"orderId": "o-1", "reason": "submitted"})
+NUDGE = Outgoing(destination_of("scheduler"), "m-1", {"orderId": "o-1", "reason": "submitted"})
 
 
 @pytest.fixture

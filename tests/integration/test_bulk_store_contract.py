@@ -15,9 +15,9 @@ from azure.data.tables.aio import TableServiceClient
 from shared.adapters.memory import InMemoryBulkStore, InMemoryStateStore
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_store import TableStateStore
-from shared.domain import process as machine
 from shared.domain.bulk import BulkJob, Cursor, JobState, Lease
 from shared.domain.bulk_request import BulkAction, BulkFilter
+from shared.domain.machine.forward import start
 from shared.domain.model import ProcessState
 from shared.domain.rest_index import rest_entry
 from shared.ports import AlreadyExists, BulkStore, ConcurrencyConflict, StateStore
@@ -108,7 +108,7 @@ async def test_the_scan_pages_one_state_in_key_order_with_whole_orders(
     store, jobs = stores
     for i in range(7):
         order = an_order(f"s-{i}")
-        started = machine.start(order, ORDER_FULFILMENT, T0)
+        started = start(order, ORDER_FULFILMENT, T0)
         await store.watch(order.order_id, T0, replace=True)  # as the intake does
         await store.create(started.process, started.history)
     seen: list[str] = []
@@ -136,7 +136,7 @@ async def test_a_rest_state_is_read_from_its_entries_narrowed_by_customer_and_da
     for i, (customer, days) in enumerate([("ann", 0), ("bob", 0), ("ann", 1), ("ann", 3)]):
         at = T0 + timedelta(days=days)
         order = replace(an_order(f"e-{i}"), customer_id=customer, created_at=at)
-        started = machine.start(order, ORDER_FULFILMENT, at)
+        started = start(order, ORDER_FULFILMENT, at)
         errored = replace(
             started.process,
             state=replace(started.process.state, process_state=ProcessState.ERROR),

@@ -26,11 +26,11 @@ from shared.adapters.table_archive import TableArchiveStore
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_customers import TableCustomerLedger
 from shared.adapters.table_store import TableStateStore
-from shared.domain import process as machine
 from shared.domain.archive import RetentionPolicy
 from shared.domain.bulk import BulkJob, JobState
 from shared.domain.bulk_request import BulkAction, BulkFilter
 from shared.domain.fairness import Admission, CustomerPolicy
+from shared.domain.machine.forward import start
 from shared.domain.model import HistoryEntry, OrderProcess, ProcessState, ReceivedEvent
 from shared.domain.rest_index import RestRange, rest_entry
 from shared.functions.archive import archived_view
@@ -78,7 +78,7 @@ async def plant(
     """A finished order as an older version stored it: lone surrogates in its customer,
     its last error (a cancel reason), an approval's `by` and a history detail."""
     order = replace(an_order(order_id), customer_id=customer)
-    process = machine.start(order, ORDER_FULFILMENT, OLD).process
+    process = start(order, ORDER_FULFILMENT, OLD).process
     approval = ReceivedEvent("ev-1", "review", OLD, {"approved": True, "by": "\ud800x"}, "review")
     record = replace(
         process.state,

@@ -17,7 +17,7 @@ from shared.adapters.memory import InMemoryStateStore
 from shared.adapters.memory_reconcile import InMemoryReconcileStore
 from shared.adapters.table_reconcile import TableReconcileStore
 from shared.adapters.table_store import TableStateStore
-from shared.domain import process as machine
+from shared.domain.machine.forward import start
 from shared.domain.model import ProcessState, StepStatus
 from shared.domain.reconcile import Mismatch, ReconcileRun
 from shared.domain.rest_index import rest_entry
@@ -47,7 +47,7 @@ async def stores(
 
 
 async def put(store: StateStore, order_id: str, state: ProcessState, at: datetime) -> None:
-    process = machine.start(an_order(order_id), ORDER_FULFILMENT, at).process
+    process = start(an_order(order_id), ORDER_FULFILMENT, at).process
     steps = tuple(replace(s, agent="inventory", status=StepStatus.COMPLETED) for s in process.steps)
     state_record = replace(process.state, process_state=state, updated_at=at)
     stored = replace(process, steps=steps, state=state_record)

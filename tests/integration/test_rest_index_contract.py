@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.adapters.memory import InMemoryHealthStore
+from shared.adapters.memory import InMemoryHealthStore, Sent
 from shared.contract import agent_queue
-from shared.domain.model import HistoryEntry, OrderProcess, Outcome, Outgoing, ProcessState
+from shared.domain.model import HistoryEntry, OrderProcess, Outcome, ProcessState
 from shared.domain.rest_index import RestEntry, RestRange, rest_entry
 from shared.ports import StateStore
 from shared.usecases import scheduler
@@ -79,7 +79,7 @@ def a_world(store: StateStore) -> World:
     return world
 
 
-def agent_requests(world: World, order_id: str) -> list[Outgoing]:
+def agent_requests(world: World, order_id: str) -> list[Sent]:
     mine = [m for q in AGENT_QUEUES for m in world.bus.on(q) if m.body["orderId"] == order_id]
     world.bus.sent = [m for m in world.bus.sent if m not in mine]
     return mine

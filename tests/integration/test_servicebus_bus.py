@@ -15,6 +15,7 @@ from azure.servicebus import ServiceBusReceivedMessage, ServiceBusSubQueue
 from azure.servicebus.aio import ServiceBusClient
 
 from devhost.broker import Broker
+from shared.adapters.queues import destination_of
 from shared.adapters.servicebus_bus import (
     POISON_BODY_LIMIT,
     SENDERS_PER_QUEUE,
@@ -44,7 +45,7 @@ async def bus(broker: Broker) -> AsyncIterator[ServiceBusMessageBus]:
 
 
 def message(queue: str, message_id: str, deliver_at: datetime | None = None) -> Outgoing:
-    return Outgoing(queue, message_id, {"orderId": message_id, "n": 1}, deliver_at)
+    return Outgoing(destination_of(queue), message_id, {"orderId": message_id, "n": 1}, deliver_at)
 
 
 async def received(broker: Broker, queue: str, count: int, timeout: float = 10) -> list[str]:
@@ -139,8 +140,12 @@ async def test_a_lone_message_and_a_large_one_arrive_whole(
 ) -> None:
     """One small message goes as itself, a large one through a batch; both keep their
     body, id, content type and properties, and a repeat of either is dropped."""
-    large = Outgoing(Queue.ORDER_STATUS, "big-1", {"orderId": "big-1", "pad": "x" * 100_000})
-    small = Outgoing(Queue.ORDER_STATUS, "small-1", {"orderId": "small-1"}, properties={"k": "v"})
+    large = Outgoing(
+        destination_of(Queue.ORDER_STATUS), "big-1", {"orderId": "big-1", "pad": "x" * 100_000}
+    )
+    small = Outgoing(
+        destination_of(Queue.ORDER_STATUS), "small-1", {"orderId": "small-1"}, properties={"k": "v"}
+    )
     for outgoing in (small, large, small, large):
         await bus.send([outgoing])
     async with (

@@ -26,8 +26,10 @@ from shared.adapters.memory_archive import InMemoryArchiveStore
 from shared.adapters.table_archive import TableArchiveStore
 from shared.adapters.table_store import TableStateStore
 from shared.contract import Queue, agent_queue
-from shared.domain import process as machine
 from shared.domain.archive import ArchivedMark
+from shared.domain.machine import forward
+from shared.domain.machine.forward import start
+from shared.domain.machine.recovery import recover
 from shared.domain.messages import MAX_MESSAGE_BYTES, OrderSubmission
 from shared.domain.model import (
     ErrorInfo,
@@ -126,9 +128,7 @@ async def test_order_and_state_round_trip(store: StateStore) -> None:
 async def test_create_twice_is_refused_and_changes_nothing(store: StateStore) -> None:
     world = world_on(store)
     stored = await started(world, "dup-1")
-    transition = machine.start(
-        an_order("dup-1", fingerprint="other"), ORDER_FULFILMENT, world.clock.now()
-    )
+    transition = start(an_order("dup-1", fingerprint="other"), ORDER_FULFILMENT, world.clock.now())
     with pytest.raises(AlreadyExists):
         await store.create(transition.process, transition.history)
     again = await store.load("dup-1")
@@ -151,7 +151,7 @@ async def test_an_archived_orders_mark_keeps_its_id_and_no_view_shows_it(
         assert isinstance(store, InMemoryStateStore)
         assert await InMemoryArchiveStore(store).purge(mark, stored.etag)
 
-    transition = machine.start(an_order("gone-1", fingerprint="other"), ORDER_FULFILMENT, NOW)
+    transition = start(an_order("gone-1", fingerprint="other"), ORDER_FULFILMENT, NOW)
     with pytest.raises(AlreadyExists):
         await store.create(transition.process, transition.history)
     assert await store.load("gone-1") is None
@@ -164,7 +164,7 @@ async def test_an_archived_orders_mark_keeps_its_id_and_no_view_shows_it(
 async def test_save_with_stale_etag_changes_nothing(store: StateStore) -> None:
     world = world_on(store)
     stored = await started(world, "stale-1")
-    claim = machine.claim(stored, ORDER_FULFILMENT, world.policy, "a", world.clock.now())
+    claim = forward.claim(stored, ORDER_FULFILMENT, world.policy, "a", world.clock.now())
     assert claim is not None
     new_etag = await store.save(claim.process, claim.history)
     assert new_etag != stored.etag
@@ -186,7 +186,7 @@ async def test_save_with_stale_etag_changes_nothing(store: StateStore) -> None:
 async def test_step_results_and_errors_round_trip(store: StateStore) -> None:
     world = world_on(store)
     stored = await started(world, "res-1")
-    claim = machine.claim(stored, ORDER_FULFILMENT, world.policy, "a", world.clock.now())
+    claim = forward.claim(stored, ORDER_FULFILMENT, world.policy, "a", world.clock.now())
     assert claim is not None
     steps = (
         replace(
@@ -302,7 +302,7 @@ async def test_a_resubmit_racing_the_schedulers_unwatch_stays_watched(store: Sta
         world.clock.advance(31)
         process = await store.load(order_id)
         assert process is not None
-        transition = machine.recover(process, ORDER_FULFILMENT, world.policy, world.clock.now())
+        transition = recover(process, ORDER_FULFILMENT, world.policy, world.clock.now())
         assert transition is not None and transition.is_terminal
         await store.save(transition.process, transition.history)
         scheduler_unwatch = store.unwatch(order_id, transition.process.state.version)
@@ -542,7 +542,7 @@ async def test_the_largest_accepted_order_round_trips(store: StateStore) -> None
     await submit_order(world.deps(), order)
     stored = await store.load("big-1")
     assert stored is not None and stored.order == order
-    claim = machine.claim(stored, ORDER_FULFILMENT, world.policy, "a", world.clock.now())
+    claim = forward.claim(stored, ORDER_FULFILMENT, world.policy, "a", world.clock.now())
     assert claim is not None
     request = next(m for m in claim.process.state.outbox if "payload" in m.body)
     assert len(request.body["payload"]["items"]) == 100

@@ -15,10 +15,11 @@ from azure.data.tables.aio import TableServiceClient
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus
 from shared.adapters.table_store import TableStateStore
-from shared.domain import process as machine
+from shared.domain.machine import forward
+from shared.domain.machine.forward import claim, start
+from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import AgentReply, AgentRequest
 from shared.domain.model import Action, Outcome, StepStatus
-from shared.domain.process import ProcessPolicy
 from shared.ports import ConcurrencyConflict
 from shared.settings import azurite_connection_string
 from shared.usecases.step_heartbeat import StepHeartbeats
@@ -50,11 +51,11 @@ async def store(azurite_table_port: int) -> AsyncIterator[TableStateStore]:
 
 async def dispatched(store: TableStateStore, order_id: str) -> AgentRequest:
     """A stored order whose first step went out at T0 (attempt 1); its agent request."""
-    started = machine.start(an_order(order_id), ORDER_FULFILMENT, T0)
+    started = start(an_order(order_id), ORDER_FULFILMENT, T0)
     await store.create(started.process, started.history)
     loaded = await store.load(order_id)
     assert loaded is not None
-    claimed = machine.claim(loaded, ORDER_FULFILMENT, POLICY, "scheduler-1", T0)
+    claimed = claim(loaded, ORDER_FULFILMENT, POLICY, "scheduler-1", T0)
     assert claimed is not None
     await store.save(claimed.process, claimed.history)
     [request] = [m for m in claimed.outgoing if m.body.get("action") == "do"]
@@ -119,7 +120,7 @@ async def test_a_beat_racing_the_reply_never_revives_the_finished_step(
             loaded = await store.load("hb-3")
             assert loaded is not None
             now = T0 + timedelta(seconds=5)
-            applied = machine.apply_reply(loaded, ORDER_FULFILMENT, POLICY, reply, now)
+            applied = forward.apply_reply(loaded, ORDER_FULFILMENT, POLICY, reply, now)
             if applied is None:
                 return
             try:

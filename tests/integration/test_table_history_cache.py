@@ -19,7 +19,8 @@ from azure.data.tables.aio import TableClient, TableServiceClient
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.table_store import TableStateStore
-from shared.domain import process as machine
+from shared.domain.machine import forward
+from shared.domain.machine.forward import start
 from shared.domain.model import ProcessState
 from shared.settings import azurite_connection_string
 from tests.builders import a_policy, an_order
@@ -89,9 +90,9 @@ async def test_two_orders_whose_state_etags_tie_each_save_their_own_history(
     tied_store: TableStateStore,
 ) -> None:
     store, clock = tied_store, FakeClock()
-    first = machine.start(an_order("tie-a", clock=clock), ORDER_FULFILMENT, clock.now())
+    first = start(an_order("tie-a", clock=clock), ORDER_FULFILMENT, clock.now())
     clock.advance(3600)
-    second = machine.start(an_order("tie-b", clock=clock), ORDER_FULFILMENT, clock.now())
+    second = start(an_order("tie-b", clock=clock), ORDER_FULFILMENT, clock.now())
     await store.create(first.process, first.history)
     await store.create(second.process, second.history)
     a = await store.load("tie-a")
@@ -100,7 +101,7 @@ async def test_two_orders_whose_state_etags_tie_each_save_their_own_history(
     assert a.etag == b.etag == TIED  # two entities written in one tick
 
     for loaded, started in ((a, first), (b, second)):
-        claim = machine.claim(loaded, ORDER_FULFILMENT, a_policy(), "s-1", clock.now())
+        claim = forward.claim(loaded, ORDER_FULFILMENT, a_policy(), "s-1", clock.now())
         assert claim is not None
         await store.save(claim.process, claim.history)
         saved = await store.history(loaded.order_id)
@@ -124,7 +125,7 @@ async def test_a_final_order_keeps_no_history_in_the_cache(store: TableStateStor
     """Nothing saves a Processed, Compensated or Cancelled order again: its history kept
     for that save only took memory, for every order finished or looked at (issue 27)."""
     clock = FakeClock()
-    started = machine.start(an_order("fin-1", clock=clock), ORDER_FULFILMENT, clock.now())
+    started = start(an_order("fin-1", clock=clock), ORDER_FULFILMENT, clock.now())
     await store.create(started.process, started.history)
     loaded = await store.load("fin-1")
     assert loaded is not None and len(store._inline) == 1  # the save to come needs it

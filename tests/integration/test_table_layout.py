@@ -15,7 +15,7 @@ from azure.data.tables.aio import TableClient, TableServiceClient
 from shared.adapters import table_store
 from shared.adapters.clock import FakeClock
 from shared.adapters.table_store import TableStateStore
-from shared.domain import process as machine
+from shared.domain.machine import forward
 from shared.domain.model import ErrorInfo, ProcessState, StepRecord, StepStatus
 from shared.ports import ConcurrencyConflict
 from shared.settings import azurite_connection_string
@@ -48,13 +48,13 @@ async def test_load_is_one_point_read_and_save_one_write(
 ) -> None:
     store, client = tables
     clock = FakeClock()
-    start = machine.start(an_order("cost-1", clock=clock), ORDER_FULFILMENT, clock.now())
+    start = forward.start(an_order("cost-1", clock=clock), ORDER_FULFILMENT, clock.now())
     await store.create(start.process, start.history)
     store.operations.clear()
     loaded = await store.load("cost-1")
     assert loaded is not None
     assert store.operations == {"read": 1}
-    claim = machine.claim(loaded, ORDER_FULFILMENT, a_policy(), "s-1", clock.now())
+    claim = forward.claim(loaded, ORDER_FULFILMENT, a_policy(), "s-1", clock.now())
     assert claim is not None
     etag = await store.save(claim.process, claim.history)
     await store.save(replace(claim.process, etag=etag), ())
@@ -78,7 +78,7 @@ async def test_an_order_in_the_row_per_step_layout_loads_and_moves_on(
     store, client = tables
     clock = FakeClock()
     order = an_order("old-1", skus=("a", "b"), reply_to="client", clock=clock)
-    process = machine.start(order, ORDER_FULFILMENT, clock.now()).process
+    process = forward.start(order, ORDER_FULFILMENT, clock.now()).process
     done = replace(
         process.steps[0],
         status=StepStatus.COMPLETED,
@@ -133,7 +133,7 @@ async def test_an_order_in_the_row_per_step_layout_loads_and_moves_on(
     assert loaded.state == replace(state, outbox=())
     assert loaded.steps == steps
 
-    claim = machine.claim(loaded, ORDER_FULFILMENT, a_policy(), "s-1", clock.now())
+    claim = forward.claim(loaded, ORDER_FULFILMENT, a_policy(), "s-1", clock.now())
     assert claim is not None
     await store.save(claim.process, claim.history)
     with pytest.raises(ConcurrencyConflict):
@@ -174,7 +174,7 @@ async def test_a_listing_reads_its_page_in_chunks_and_pages_on_after_them(
     monkeypatch.setattr(table_store, "LIST_CHUNK", 2)
     clock = FakeClock()
     for i in range(5):
-        start = machine.start(an_order(f"chunk-{i}", clock=clock), ORDER_FULFILMENT, clock.now())
+        start = forward.start(an_order(f"chunk-{i}", clock=clock), ORDER_FULFILMENT, clock.now())
         await store.create(start.process, start.history)
     store.operations.clear()
     first = await store.list_by_state(ProcessState.PENDING, 3, None)

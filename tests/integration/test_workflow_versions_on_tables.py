@@ -17,7 +17,7 @@ from shared.adapters.clock import FakeClock
 from shared.adapters.table_store import TableStateStore
 from shared.catalogue import DEFAULT_FILE
 from shared.cli.app import run
-from shared.domain import process as machine
+from shared.domain.machine import forward
 from shared.settings import azurite_connection_string
 from shared.usecases.workflow_versions import versions_in_flight
 from tests.builders import an_order
@@ -41,7 +41,7 @@ async def store(azurite_table_port: int) -> AsyncIterator[tuple[TableStateStore,
 async def start(table: TableStateStore, order_id: str, *, express: bool = False) -> None:
     workflow = EXPRESS_DELIVERY if express else ORDER_FULFILMENT
     now = FakeClock().now()
-    started = machine.start(an_order(order_id), workflow, now)
+    started = forward.start(an_order(order_id), workflow, now)
     await table.create(started.process, started.history)
 
 

@@ -1,4 +1,4 @@
-"""The one module that calls the domain (shared/domain/process.py and its types).
+"""The one module that calls the domain (shared/domain/machine/ and its types).
 
 The explorer's world speaks ticks, Requests, Replies and Answers (tests/model/wire.py);
 this module turns them into the domain's calls and the domain's transitions back into
@@ -28,12 +28,19 @@ from collections.abc import Hashable, Mapping
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 
-from shared.contract import Queue, agent_queue
 from shared.domain import in_doubt
-from shared.domain import process as machine
+from shared.domain.destination import To
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
-from shared.domain.machine.forward import KEY_ABANDONED
+from shared.domain.machine import forward, operator, recovery
+from shared.domain.machine import migrate as migrate_rules
+from shared.domain.machine.events import receive_event
+from shared.domain.machine.forward import KEY_ABANDONED, apply_reply
+from shared.domain.machine.heartbeat import extend_complete_by
+from shared.domain.machine.hold import hold_complete_by
+from shared.domain.machine.recovery import exhaustion_undoes, next_deadline, recover
 from shared.domain.machine.settle import past_pivot
+from shared.domain.machine.transition import InvalidTransition, Transition
+from shared.domain.machine.waits import wake
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
     Action,
@@ -88,9 +95,6 @@ class Step:
     agents: tuple[str, ...]
     undoable: bool
     index: int
-
-
-_AGENT_OF_QUEUE = {agent_queue(name, high): name for name in AGENTS for high in (False, True)}
 
 
 def at(tick: int) -> datetime:
@@ -150,7 +154,7 @@ class Domain:
 
     def _effects(
         self,
-        transition: machine.Transition | None,
+        transition: Transition | None,
         now: int,
         what: str,
         before: OrderProcess | None = None,
@@ -164,11 +168,12 @@ class Domain:
         nudges: list[int] = []
         alerts: list[str] = []
         for message in transition.outgoing:
-            if message.queue in _AGENT_OF_QUEUE:
+            to = message.destination.to
+            if to is To.AGENT:
                 requests.append(self._request(message))
-            elif message.queue in (Queue.SCHEDULER, Queue.SCHEDULER_HIGH):
+            elif to is To.SCHEDULER:
                 nudges.append(tick(message.deliver_at) if message.deliver_at else now)
-            elif message.queue == Queue.OPERATOR_ALERTS:
+            elif to is To.OPERATORS:
                 alerts.append(str(message.body.get("reason")))
         events = ", ".join(h.event for h in transition.history)
         summary = f"{what}: {events} -> {describe(transition.process)}"
@@ -180,7 +185,7 @@ class Domain:
         key = str(body["idempotencyKey"])
         undoes = body.get("undoes") or (self._undoes.get(key) if undo else None)
         return Request(
-            agent=_AGENT_OF_QUEUE[message.queue],
+            agent=str(message.destination.agent),
             step=str(body["step"]),
             undo=undo,
             key=key,
@@ -192,19 +197,19 @@ class Domain:
     # --- the order's moves --------------------------------------------------------------
 
     def start(self) -> Effects:
-        effects = self._effects(machine.start(ORDER, self.workflow, at(0)), 0, "submitted")
+        effects = self._effects(forward.start(ORDER, self.workflow, at(0)), 0, "submitted")
         assert effects is not None
         return effects
 
     def claim(self, process: OrderProcess, now: int, drained: frozenset[str]) -> Effects | None:
         """The Scheduler consumes a nudge: claim a Pending order, or wake a waiting step."""
         routing = self.routing(drained)
-        claimed = machine.claim(
+        claimed = forward.claim(
             process, self.of(process), self.policy, SCHEDULER, at(now), None, routing
         )
         if claimed is not None:
             return self._effects(claimed, now, "claim", process)
-        woken = machine.wake(process, self.of(process), self.policy, at(now), None, routing)
+        woken = wake(process, self.of(process), self.policy, at(now), None, routing)
         return self._effects(woken, now, "claim", process, "wake")
 
     def message(self, answer: Reply) -> AgentReply:
@@ -231,7 +236,7 @@ class Domain:
         self, process: OrderProcess, answer: Reply, now: int, drained: frozenset[str]
     ) -> Effects | None:
         """The Scheduler takes an agent's reply."""
-        transition = machine.apply_reply(
+        transition = apply_reply(
             process,
             self.of(process),
             self.policy,
@@ -245,12 +250,12 @@ class Domain:
 
     def due(self, process: OrderProcess, now: int) -> bool:
         """Has the order's deadline passed, so a sweep would act on it?"""
-        deadline = machine.next_deadline(process, self.policy)
+        deadline = next_deadline(process, self.policy)
         return deadline is not None and tick(deadline) <= now
 
     def question(self, process: OrderProcess, drained: frozenset[str]) -> Question | None:
         """What the Supervisor asks about a due order (supervisor._check)."""
-        exhausting = machine.exhaustion_undoes(process, self.of(process), self.policy)
+        exhausting = exhaustion_undoes(process, self.of(process), self.policy)
         asked = in_doubt.question(
             process, self.of(process), self.routing(drained), exhausting=exhausting
         )
@@ -267,41 +272,39 @@ class Domain:
         if answer is not None:
             result = {"ref": key} if answer is Answer.APPLIED else None
             outcome = RemoteOutcome(_OUTCOMES[answer], result)
-        transition = machine.recover(
-            process, self.of(process), self.policy, at(now), outcome=outcome
-        )
+        transition = recover(process, self.of(process), self.policy, at(now), outcome=outcome)
         return self._effects(transition, now, "sweep", process, "recover")
 
     def undelivered(self, process: OrderProcess, now: int) -> Effects | None:
         """The Scheduler's send failed after the save: the use case notes it."""
-        transition = machine.undelivered(process, self.policy, at(now))
+        transition = recovery.undelivered(process, self.policy, at(now))
         return self._effects(transition, now, "undelivered", process)
 
     def cancel(self, process: OrderProcess, now: int) -> Effects | None:
         try:
-            transition = machine.cancel(process, self.of(process), self.policy, at(now))
-        except machine.InvalidTransition:
+            transition = operator.cancel(process, self.of(process), self.policy, at(now))
+        except InvalidTransition:
             return None
         return self._effects(transition, now, "cancel", process)
 
     def suspend(self, process: OrderProcess, now: int) -> Effects | None:
         try:
-            return self._effects(machine.suspend(process, at(now)), now, "suspend", process)
-        except machine.InvalidTransition:
+            return self._effects(operator.suspend(process, at(now)), now, "suspend", process)
+        except InvalidTransition:
             return None
 
     def resume(self, process: OrderProcess, now: int) -> Effects | None:
         try:
-            transition = machine.resume(process, self.policy, at(now))
+            transition = operator.resume(process, self.policy, at(now))
             return self._effects(transition, now, "resume", process)
-        except machine.InvalidTransition:
+        except InvalidTransition:
             return None
 
     def resubmit(self, process: OrderProcess, now: int) -> Effects | None:
         try:
-            transition = machine.resubmit(process, self.policy, at(now))
+            transition = operator.resubmit(process, self.policy, at(now))
             return self._effects(transition, now, "resubmit", process)
-        except machine.InvalidTransition:
+        except InvalidTransition:
             return None
 
     def event(
@@ -311,10 +314,10 @@ class Domain:
         (the order is final) or a repeat of one kept."""
         data = None if approved is None else {"approved": approved, "by": "reviewer"}
         try:
-            transition = machine.receive_event(
+            transition = receive_event(
                 process, self.of(process), self.policy, event_id, name, data, at(now)
             )
-        except (machine.InvalidTransition, ValueError):
+        except (InvalidTransition, ValueError):
             return None
         return self._effects(transition, now, f"event {name}", process, "event")
 
@@ -323,14 +326,14 @@ class Domain:
         source = self.of(process)
         target = self.target if source is self.workflow else self.workflow
         try:
-            transition = machine.migrate(process, source, target, at(now))
-        except machine.InvalidTransition:
+            transition = migrate_rules.migrate(process, source, target, at(now))
+        except InvalidTransition:
             return None
         return self._effects(transition, now, f"migrate to v{target.version}", process, "migrate")
 
     def heartbeat(self, process: OrderProcess, request: Request, now: int) -> Effects | None:
         """A step heartbeat from the agent running `request`."""
-        transition = machine.extend_complete_by(
+        transition = extend_complete_by(
             process, request.attempt, request.step, at(now), self.policy
         )
         return self._effects(transition, now, "step heartbeat", process, "heartbeat")
@@ -341,7 +344,7 @@ class Domain:
         """The agent's limit held `request` for `waited` seconds (machine/hold.py)."""
         action = Action.COMPENSATE if request.undo else Action.DO
         waiting = timedelta(seconds=waited)
-        transition = machine.hold_complete_by(
+        transition = hold_complete_by(
             process, request.attempt, request.step, waiting, at(now), self.policy, action
         )
         return self._effects(transition, now, "held by a limit", process, "hold")
@@ -356,7 +359,7 @@ class Domain:
     # --- what the judge reads -----------------------------------------------------------
 
     def next_check(self, process: OrderProcess, now: int) -> int | None:
-        check = machine.next_check(process, self.of(process), self.policy, at(now))
+        check = recovery.next_check(process, self.of(process), self.policy, at(now))
         return None if check is None else tick(check)
 
     def watched(self, process: OrderProcess, now: int) -> bool:
@@ -372,7 +375,7 @@ class Domain:
         (a complete-by, a step's live-until): a new time field counts without a change
         here."""
         ticks: set[int] = set()
-        deadline = machine.next_deadline(process, self.policy)
+        deadline = next_deadline(process, self.policy)
         if deadline is not None:
             ticks.add(tick(deadline))
         asked = self.question(process, drained)

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.model import ExhaustedPolicy
-from shared.domain.process import ProcessPolicy
 from shared.domain.workflow import AgentSpec, StepKind, Workflow
 from tests.workflows import AGENTS, CATALOGUE
 

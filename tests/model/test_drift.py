@@ -28,8 +28,8 @@ import pytest
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
-from shared.domain import process as machine
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
+from shared.domain.machine.recovery import next_deadline
 from shared.domain.model import OrderProcess
 from shared.domain.routing import Routing
 from shared.usecases import scheduler, supervisor
@@ -140,7 +140,7 @@ async def _watched(world: World, store: InMemoryStateStore, process: OrderProces
     if process.state.process_state.is_terminal:
         return
     entry = store.watched().get(process.order_id)
-    deadline = machine.next_deadline(process, world.domain.policy)
+    deadline = next_deadline(process, world.domain.policy)
     asked = world.domain.question(process, world.drained)
     if deadline is not None and asked is not None:
         deadline = max(deadline, driver.at(asked.ask_at))  # asked earlier it would guess

@@ -2,7 +2,7 @@
 by the explorer: a rule (a message or an operator's move) that no exploration takes
 in some state is a part of the product the model does not hold, and fails here.
 
-A handler is a rule of shared/domain/process.py taken in one ProcessState (the state
+A handler is a rule of shared/domain/machine/ taken in one ProcessState (the state
 before) that made a transition. HANDLERS lists them; tests/model/driver.py records
 each one an exploration reaches (`REACHED`). The explorations are small: each shipped
 workflow under both policies at a small depth, two lean and deeper ones with liveness

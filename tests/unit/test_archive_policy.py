@@ -7,7 +7,6 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
-from shared.domain import process as machine
 from shared.domain.archive import (
     PageEntry,
     RetentionPolicy,
@@ -17,6 +16,7 @@ from shared.domain.archive import (
     page_id,
     parse_day,
 )
+from shared.domain.machine.forward import start
 from shared.domain.model import ProcessState, StateRecord
 from tests.builders import an_order
 from tests.workflows import ORDER_FULFILMENT
@@ -26,7 +26,7 @@ DAY = timedelta(days=1)
 
 
 def a_state(state: ProcessState, updated_at: datetime) -> StateRecord:
-    record = machine.start(an_order(), ORDER_FULFILMENT, updated_at).process.state
+    record = start(an_order(), ORDER_FULFILMENT, updated_at).process.state
     return replace(record, process_state=state, updated_at=updated_at)
 
 

@@ -14,8 +14,8 @@ import pytest
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory_archive import InMemoryArchiveBlobs, InMemoryArchiveStore
 from shared.contract import Queue
-from shared.domain import process as machine
 from shared.domain.archive import RetentionPolicy
+from shared.domain.machine.forward import start
 from shared.domain.model import ProcessState, StepStatus
 from shared.domain.rest_index import rest_entry
 from shared.usecases.archive import Archiver, archived_on, archived_order
@@ -39,7 +39,7 @@ class Shelf:
 async def archived_world(order_id: str = "mo-A-1", fingerprint: str = "body-a") -> Shelf:
     """A world where `order_id` finished Processed long ago and the archiver took it."""
     world = World(clock=FakeClock(NOW))
-    started = machine.start(an_order(order_id, fingerprint=fingerprint), ORDER_FULFILMENT, OLD)
+    started = start(an_order(order_id, fingerprint=fingerprint), ORDER_FULFILMENT, OLD)
     steps = tuple(replace(s, status=StepStatus.COMPLETED) for s in started.process.steps)
     done = replace(
         started.process,
@@ -139,7 +139,7 @@ async def test_the_backfill_marks_orders_archived_before_marks_and_names_reused_
 
 async def archive_another(shelf: Shelf, order_id: str) -> None:
     world = shelf.world
-    started = machine.start(an_order(order_id, fingerprint="body-a"), ORDER_FULFILMENT, OLD)
+    started = start(an_order(order_id, fingerprint="body-a"), ORDER_FULFILMENT, OLD)
     done = replace(
         started.process,
         state=replace(started.process.state, process_state=ProcessState.PROCESSED, updated_at=OLD),

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from shared.contract import Queue, agent_queue
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import OrderProcess, Outcome, Outgoing, ProcessState, StepStatus
-from shared.domain.process import InvalidTransition
 from shared.usecases import scheduler
 from shared.usecases.operator import (
     OrderNotFound,

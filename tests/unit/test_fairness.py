@@ -1,4 +1,5 @@
-"""The pure rules of shared/domain/fairness.py: who runs, who waits, who is refused."""
+"""The pure rules of shared/domain/fairness.py (who runs, who waits, who is refused) and
+the machine's side of a customer's line (shared/domain/machine/line.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ from datetime import timedelta
 
 from shared.adapters.clock import FakeClock
 from shared.catalogue import catalogue
-from shared.contract import Queue
-from shared.domain import process as machine
+from shared.domain.destination import Destination, To
 from shared.domain.fairness import (
     KEPT,
     RETRY_AFTER_SECONDS,
@@ -17,12 +17,12 @@ from shared.domain.fairness import (
     Promoted,
     RefusalMemo,
     admit,
-    in_line,
     promotes,
-    promotion,
     retry_after,
-    wait_in_line,
 )
+from shared.domain.machine.forward import start
+from shared.domain.machine.line import in_line, promotion, wait_in_line
+from shared.domain.machine.recovery import next_check
 from tests.builders import a_policy, an_order
 
 FAIR = CustomerPolicy(fair_share=2)
@@ -67,26 +67,26 @@ def test_an_order_in_line_has_no_nudge_and_is_checked_when_its_hold_passes() -> 
     clock = FakeClock()
     now = clock.now()
     workflow = catalogue().default_workflow()
-    started = machine.start(an_order("o-1", clock=clock), workflow, now)
+    started = start(an_order("o-1", clock=clock), workflow, now)
     assert not in_line(started.process)
     waiting = wait_in_line(started, now, hold=timedelta(minutes=10))
     assert in_line(waiting.process)
-    assert all(m.queue != Queue.SCHEDULER for m in waiting.outgoing)
+    assert all(m.destination.to is not To.SCHEDULER for m in waiting.outgoing)
     assert waiting.process.state.outbox == waiting.outgoing
     assert waiting.history[-1].event == "waiting-for-fair-share"
     policy = a_policy()
-    check = machine.next_check(waiting.process, workflow, policy, now)
+    check = next_check(waiting.process, workflow, policy, now)
     assert check == now + timedelta(minutes=10)
     # an order not in line is checked within a step timeout, as before
-    assert machine.next_check(started.process, workflow, policy, now) == now + timedelta(seconds=30)
+    assert next_check(started.process, workflow, policy, now) == now + timedelta(seconds=30)
 
 
 def test_a_promotion_is_one_message_per_order_on_its_lane() -> None:
     o1 = Promoted("o-1")
     assert promotion(o1).message_id == promotion(o1).message_id
-    assert promotion(o1).queue == Queue.SCHEDULER
+    assert promotion(o1).destination == Destination.to_scheduler()
     assert promotion(o1).body["orderId"] == "o-1"
-    assert promotion(Promoted("o-1", high=True)).queue == Queue.SCHEDULER_HIGH
+    assert promotion(Promoted("o-1", high=True)).destination == Destination.to_scheduler(high=True)
     assert promotion(Promoted("o-1", high=True)).message_id == promotion(o1).message_id
 
 

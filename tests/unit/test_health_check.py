@@ -7,6 +7,7 @@ import pytest
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus
+from shared.adapters.queues import destination_of
 from shared.contract import Queue
 from shared.domain.model import Outgoing
 from shared.ports import BusUnavailable
@@ -30,7 +31,7 @@ def check(bus: InMemoryBus, pings: CountedPings, clock: FakeClock) -> HealthChec
     return HealthCheck({"serviceBus": Probe(pings.ping, lambda: bus.failures)}, clock)
 
 
-NUDGE = Outgoing(Queue.SCHEDULER, "m-1", {"orderId": "o-1"})
+NUDGE = Outgoing(destination_of(Queue.SCHEDULER), "m-1", {"orderId": "o-1"})
 
 
 async def test_an_ok_is_reused_within_the_ttl_while_nothing_failed() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
-from shared.adapters.memory import InMemoryHealthStore
+from shared.adapters.memory import InMemoryHealthStore, Sent
+from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
-from shared.domain import process as machine
 from shared.domain.health import AgentDrain
 from shared.domain.in_doubt import (
     ABANDONED,
@@ -17,6 +17,9 @@ from shared.domain.in_doubt import (
     NOT_SUPPORTED,
     RemoteOutcome,
 )
+from shared.domain.machine.forward import claim
+from shared.domain.machine.operator import cancel
+from shared.domain.machine.recovery import recover
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
     ErrorInfo,
@@ -108,7 +111,7 @@ class Setup:
     async def sweep(self) -> SweepReport:
         return await sweep(self.deps, queries=self.queries())
 
-    def requests(self, queue: str) -> list[Outgoing]:
+    def requests(self, queue: str) -> list[Sent]:
         return self.world.bus.take(queue)
 
     async def history(self) -> list[str]:
@@ -378,12 +381,10 @@ async def test_recover_takes_an_applied_answer_only_once_the_deadline_passed() -
     process = await loaded(setup)
     applied = RemoteOutcome.applied(RESULT)
 
-    assert machine.recover(process, ORDER_FULFILMENT, policy, clock.now(), outcome=applied) is None
+    assert recover(process, ORDER_FULFILMENT, policy, clock.now(), outcome=applied) is None
     clock.advance(PAST_DEADLINE)
     # The system's own outage does not stop a known effect from being recorded.
-    moved = machine.recover(
-        process, ORDER_FULFILMENT, policy, clock.now(), count=False, outcome=applied
-    )
+    moved = recover(process, ORDER_FULFILMENT, policy, clock.now(), count=False, outcome=applied)
 
     assert moved is not None
     assert moved.process.steps[1].status is StepStatus.COMPLETED
@@ -393,12 +394,12 @@ async def test_recover_takes_an_applied_answer_only_once_the_deadline_passed() -
 async def test_a_cancelled_order_records_an_applied_charge_then_undoes_it() -> None:
     setup = await at_payment()
     policy, clock = setup.world.policy, setup.world.clock
-    cancelling = machine.cancel(await loaded(setup), ORDER_FULFILMENT, policy, clock.now())
+    cancelling = cancel(await loaded(setup), ORDER_FULFILMENT, policy, clock.now())
     assert cancelling is not None
     assert cancelling.process.state.process_state is ProcessState.COMPENSATING
     clock.advance(PAST_DEADLINE)
 
-    resolved = machine.recover(
+    resolved = recover(
         cancelling.process,
         ORDER_FULFILMENT,
         policy,
@@ -410,9 +411,9 @@ async def test_a_cancelled_order_records_an_applied_charge_then_undoes_it() -> N
     state = resolved.process.state
     assert (state.process_state, state.phase) == (ProcessState.PENDING, Phase.COMPENSATE)
     assert resolved.process.steps[1].status is StepStatus.COMPLETED
-    claimed = machine.claim(resolved.process, ORDER_FULFILMENT, policy, "s-1", clock.now())
+    claimed = claim(resolved.process, ORDER_FULFILMENT, policy, "s-1", clock.now())
     assert claimed is not None
-    (refund,) = [m for m in claimed.outgoing if m.queue == agent_queue("payment")]
+    (refund,) = [m for m in claimed.outgoing if queue_of(m.destination) == agent_queue("payment")]
     assert (refund.body["action"], refund.body["idempotencyKey"]) == ("compensate", REFUND_KEY)
 
 

@@ -28,7 +28,8 @@ from datetime import datetime
 
 import pytest
 
-from shared.adapters.memory import InMemoryBus
+from shared.adapters.memory import InMemoryBus, Sent
+from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.model import (
@@ -77,8 +78,8 @@ class PartialBus(InMemoryBus):
         if cut is None or not messages:
             await super().send(messages)
             return
-        first = messages[0].queue
-        delivered = [m for m in messages if m.queue == first]
+        first = queue_of(messages[0].destination)
+        delivered = [m for m in messages if queue_of(m.destination) == first]
         await super().send(delivered if cut == "after-first-queue" else messages)
         raise BusUnavailable(f"injected: the send failed {cut}")
 
@@ -196,7 +197,7 @@ class Services:
 
     # --- the agents' and providers' side ------------------------------------------------
 
-    def requests(self) -> list[Outgoing]:
+    def requests(self) -> list[Sent]:
         """Take what the agents were sent; an undo is judged the moment it is sent."""
         taken = [m for a in AGENTS for m in self.world.bus.take(agent_queue(a))]
         for request in taken:
@@ -299,7 +300,7 @@ class Services:
 
 
 def _agent(request: Outgoing) -> str:
-    return request.queue.removeprefix("agent-").removesuffix("-high")
+    return queue_of(request.destination).removeprefix("agent-").removesuffix("-high")
 
 
 def _do_key(undo: Outgoing) -> str:

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from shared.domain import process as machine
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
+from shared.domain.machine.forward import apply_reply, claim, start
+from shared.domain.machine.operator import cancel
+from shared.domain.machine.recovery import recover
 from shared.domain.model import (
     KeyState,
     OrderProcess,
@@ -35,11 +37,11 @@ def charging() -> tuple[OrderProcess, Outgoing]:
     """Inventory reserved, the charge sent (attempt 1) and not answered."""
     order = an_order("o-1")
     t0 = order.created_at
-    process = machine.start(order, ORDER_FULFILMENT, t0).process
-    claimed = machine.claim(process, ORDER_FULFILMENT, POLICY, "s-1", t0)
+    process = start(order, ORDER_FULFILMENT, t0).process
+    claimed = claim(process, ORDER_FULFILMENT, POLICY, "s-1", t0)
     assert claimed is not None
     (reserve,) = [m for m in claimed.outgoing if m.body.get("action") == "do"]
-    replied = machine.apply_reply(claimed.process, ORDER_FULFILMENT, POLICY, a_reply(reserve), t0)
+    replied = apply_reply(claimed.process, ORDER_FULFILMENT, POLICY, a_reply(reserve), t0)
     assert replied is not None
     (charge,) = [m for m in replied.outgoing if m.body.get("action") == "do"]
     assert charge.body["step"] == "charge-payment"
@@ -50,7 +52,7 @@ def past_live_time(process: OrderProcess) -> OrderProcess:
     """The Supervisor at the charge's live time, asking payment and getting no answer."""
     step = process.steps[1]
     assert step.live_until is not None
-    recovered = machine.recover(
+    recovered = recover(
         process, ORDER_FULFILMENT, POLICY, step.live_until + timedelta(seconds=1), outcome=NO_ANSWER
     )
     assert recovered is not None
@@ -64,7 +66,7 @@ def test_a_late_rejection_ends_the_retry_and_compensates_without_a_refund() -> N
         ProcessState.PENDING,
         Phase.FORWARD,
     )
-    late = machine.apply_reply(
+    late = apply_reply(
         waiting, ORDER_FULFILMENT, POLICY, a_reply(charge, Outcome.FAILED), waiting.state.updated_at
     )
     assert late is not None
@@ -77,11 +79,11 @@ def test_a_late_rejection_ends_the_retry_and_compensates_without_a_refund() -> N
 def test_a_late_rejection_during_a_cancel_means_no_refund() -> None:
     process, charge = charging()
     t0 = process.state.updated_at
-    cancelled = machine.cancel(process, ORDER_FULFILMENT, POLICY, t0 + timedelta(seconds=1))
+    cancelled = cancel(process, ORDER_FULFILMENT, POLICY, t0 + timedelta(seconds=1))
     assert cancelled is not None
     settling = past_live_time(cancelled.process)
     assert settling.state.phase is Phase.COMPENSATE
-    late = machine.apply_reply(
+    late = apply_reply(
         settling,
         ORDER_FULFILMENT,
         POLICY,
@@ -91,7 +93,7 @@ def test_a_late_rejection_during_a_cancel_means_no_refund() -> None:
     assert late is not None
     assert late.process.steps[1].key_state is KeyState.NOT_APPLIED
     now = late.process.state.updated_at
-    claimed = machine.claim(late.process, ORDER_FULFILMENT, POLICY, "s-1", now)
+    claimed = claim(late.process, ORDER_FULFILMENT, POLICY, "s-1", now)
     assert claimed is not None
     assert requests(claimed.outgoing) == [("reserve-inventory", "compensate")]
 
@@ -101,6 +103,5 @@ def test_a_late_rejection_from_a_provider_the_order_left_changes_nothing() -> No
     waiting = past_live_time(process)
     elsewhere = replace(a_reply(charge, Outcome.FAILED), agent="payment-secondary")
     assert (
-        machine.apply_reply(waiting, ORDER_FULFILMENT, POLICY, elsewhere, waiting.state.updated_at)
-        is None
+        apply_reply(waiting, ORDER_FULFILMENT, POLICY, elsewhere, waiting.state.updated_at) is None
     )

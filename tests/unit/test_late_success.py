@@ -21,10 +21,13 @@ from datetime import timedelta
 
 import pytest
 
+from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
-from shared.domain import process as machine
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import NEVER_SEEN, NOT_SUPPORTED, RemoteOutcome
+from shared.domain.machine.forward import apply_reply, claim, start
+from shared.domain.machine.operator import cancel
+from shared.domain.machine.recovery import recover
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
     ExhaustedPolicy,
@@ -264,22 +267,22 @@ def express_shipping_timed_out() -> tuple[OrderProcess, Outgoing]:
     policy = a_policy(max_failure_count=1, exhausted=ExhaustedPolicy.COMPENSATE)
     order = an_order("o-1")
     now = order.created_at
-    process = machine.start(order, EXPRESS_DELIVERY, now).process
-    claimed = machine.claim(process, EXPRESS_DELIVERY, policy, "s-1", now)
+    process = start(order, EXPRESS_DELIVERY, now).process
+    claimed = claim(process, EXPRESS_DELIVERY, policy, "s-1", now)
     assert claimed is not None
     process, sent = claimed.process, claimed.outgoing
     for queue in (agent_queue("inventory"), agent_queue("payment")):
-        (request,) = [m for m in sent if m.queue == queue]
-        replied = machine.apply_reply(process, EXPRESS_DELIVERY, policy, a_reply(request), now)
+        (request,) = [m for m in sent if queue_of(m.destination) == queue]
+        replied = apply_reply(process, EXPRESS_DELIVERY, policy, a_reply(request), now)
         assert replied is not None
         process, sent = replied.process, replied.outgoing
-    (ship,) = [m for m in sent if m.queue == agent_queue("shipping")]
+    (ship,) = [m for m in sent if queue_of(m.destination) == agent_queue("shipping")]
     now += timedelta(seconds=PAST_LIVE_TIME)
-    recovered = machine.recover(process, EXPRESS_DELIVERY, policy, now, outcome=NEVER_SEEN)
+    recovered = recover(process, EXPRESS_DELIVERY, policy, now, outcome=NEVER_SEEN)
     assert recovered is not None
     process = recovered.process
     assert process.steps[2].key_state is KeyState.NOT_APPLIED
-    claimed = machine.claim(process, EXPRESS_DELIVERY, policy, "s-1", now)
+    claimed = claim(process, EXPRESS_DELIVERY, policy, "s-1", now)
     assert claimed is not None
     assert claimed.process.state.process_state is ProcessState.COMPENSATING
     return claimed.process, ship
@@ -290,11 +293,13 @@ def test_a_pivot_applied_late_while_the_order_compensates_holds_it_with_an_alert
     policy = a_policy(max_failure_count=1, exhausted=ExhaustedPolicy.COMPENSATE)
     now = process.state.updated_at
 
-    moved = machine.apply_reply(process, EXPRESS_DELIVERY, policy, late(ship, "shipping"), now)
+    moved = apply_reply(process, EXPRESS_DELIVERY, policy, late(ship, "shipping"), now)
 
     assert moved is not None
     assert moved.process.state.process_state is ProcessState.ERROR
-    reasons = [m.body["reason"] for m in moved.outgoing if m.queue == Queue.OPERATOR_ALERTS]
+    reasons = [
+        m.body["reason"] for m in moved.outgoing if queue_of(m.destination) == Queue.OPERATOR_ALERTS
+    ]
     assert reasons == ["applied-after-settled"]
     assert [m for m in moved.outgoing if "action" in m.body] == [], "nothing undoes a shipment"
 
@@ -318,7 +323,7 @@ async def test_a_late_success_from_the_other_region_is_the_same_charge_not_a_sec
     (first,) = payment_requests(world)
     await retry_after_timeout(world, deps, store)
     (retry,) = payment_requests(world)
-    assert retry.queue == agent_queue("payment-secondary")
+    assert queue_of(retry.destination) == agent_queue("payment-secondary")
     await scheduler.on_reply(deps, replace(a_reply(retry), agent="payment-secondary"))
 
     await scheduler.on_reply(deps, replace(a_reply(first), agent="payment"))
@@ -382,32 +387,32 @@ def test_a_late_region_failure_is_the_shared_keys_last_word() -> None:
     policy = a_policy(max_failure_count=1)
     order = an_order("o-1")
     now = order.created_at
-    process = machine.start(order, workflow, now).process
-    claimed = machine.claim(process, workflow, policy, "s-1", now)
+    process = start(order, workflow, now).process
+    claimed = claim(process, workflow, policy, "s-1", now)
     assert claimed is not None
-    (reserve,) = [m for m in claimed.outgoing if m.queue == agent_queue("inventory")]
-    replied = machine.apply_reply(claimed.process, workflow, policy, a_reply(reserve), now)
+    (reserve,) = [
+        m for m in claimed.outgoing if queue_of(m.destination) == agent_queue("inventory")
+    ]
+    replied = apply_reply(claimed.process, workflow, policy, a_reply(reserve), now)
     assert replied is not None
-    (first,) = [m for m in replied.outgoing if m.queue == agent_queue("payment")]
+    (first,) = [m for m in replied.outgoing if queue_of(m.destination) == agent_queue("payment")]
     # The Supervisor heard nothing by the live time: the key expired, the order is held.
     now += timedelta(seconds=PAST_LIVE_TIME)
     unanswered = RemoteOutcome.unknown("unreachable")
-    held = machine.recover(replied.process, workflow, policy, now, outcome=unanswered)
+    held = recover(replied.process, workflow, policy, now, outcome=unanswered)
     assert held is not None
     step = held.process.steps[1]
     assert held.process.state.process_state is ProcessState.ERROR
     moved = replace(step, agent="payment-secondary", tried=("payment", "payment-secondary"))
     process = replace(held.process, steps=(held.process.steps[0], moved, *held.process.steps[2:]))
 
-    answered = machine.apply_reply(
-        process, workflow, policy, late(first, "payment", Outcome.FAILED), now
-    )
+    answered = apply_reply(process, workflow, policy, late(first, "payment", Outcome.FAILED), now)
 
     assert answered is not None
     assert answered.process.steps[1].key_state is KeyState.NOT_APPLIED
-    cancelled = machine.cancel(answered.process, workflow, policy, now)
+    cancelled = cancel(answered.process, workflow, policy, now)
     assert cancelled is not None
-    claimed = machine.claim(cancelled.process, workflow, policy, "s-1", now)
+    claimed = claim(cancelled.process, workflow, policy, "s-1", now)
     assert claimed is not None
     undone = [m.body["step"] for m in claimed.outgoing if m.body.get("action") == "compensate"]
     assert undone == ["reserve-inventory"]

@@ -16,9 +16,10 @@ from datetime import timedelta
 
 from shared.adapters.memory_limits import InMemoryLimitStore
 from shared.contract import Queue, agent_queue
-from shared.domain import process as machine
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.limits import AgentLimits
+from shared.domain.machine.hold import hold_complete_by
+from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import AgentReply, AgentRequest
 from shared.domain.model import (
     Action,
@@ -28,7 +29,6 @@ from shared.domain.model import (
     ProcessState,
     StepStatus,
 )
-from shared.domain.process import ProcessPolicy
 from shared.ports import RemoteCall
 from shared.resilience import CircuitBreaker
 from shared.usecases import scheduler
@@ -190,23 +190,21 @@ async def test_an_undos_hold_moves_its_complete_by_fenced_and_leaves_the_do_keys
     rules, now, attempt = world.policy, world.clock.now(), process.state.attempt
     step = process.steps[0]
     assert step.complete_by is not None
-    held = machine.hold_complete_by(
-        process, attempt, step.name, seconds(10), now, rules, Action.COMPENSATE
-    )
+    held = hold_complete_by(process, attempt, step.name, seconds(10), now, rules, Action.COMPENSATE)
     assert held is not None
     moved = held.process.steps[0]
     assert moved.complete_by == step.complete_by + seconds(10) == held.process.state.complete_by
     assert moved.live_until == step.live_until, "the live time is the do key's"
     assert [h.event for h in held.history] == ["step-held"]
     for fenced in (
-        machine.hold_complete_by(process, attempt, step.name, seconds(10), now, rules),
-        machine.hold_complete_by(
+        hold_complete_by(process, attempt, step.name, seconds(10), now, rules),
+        hold_complete_by(
             process, attempt + 1, step.name, seconds(10), now, rules, Action.COMPENSATE
         ),
-        machine.hold_complete_by(
+        hold_complete_by(
             process, attempt, "charge-payment", seconds(10), now, rules, Action.COMPENSATE
         ),
-        machine.hold_complete_by(
+        hold_complete_by(
             process, attempt, step.name, seconds(10), step.complete_by, rules, Action.COMPENSATE
         ),
     ):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared.contract import Queue
+from shared.domain.destination import Destination
 from shared.domain.messages import (
     MAX_MESSAGE_BYTES,
     AgentReply,
@@ -52,7 +52,10 @@ def test_what_is_sent_parses_back_to_the_same_message(message: Message) -> None:
 
 def test_an_agent_request_in_wire_form() -> None:
     sent = REQUEST.outgoing("payment", high=True)
-    assert (sent.queue, sent.message_id) == ("agent-payment-high", "req:o-1:charge-payment:do:2")
+    assert (sent.destination, sent.message_id) == (
+        Destination.to_agent("payment", high=True),
+        "req:o-1:charge-payment:do:2",
+    )
     assert sent.body == {
         "orderId": "o-1",
         "step": "charge-payment",
@@ -66,37 +69,39 @@ def test_an_agent_request_in_wire_form() -> None:
 
 def test_the_reply_to_a_request_answers_its_step_and_attempt() -> None:
     reply = REQUEST.answer(Outcome.FAILED).outgoing()
-    assert (reply.queue, reply.message_id) == (
-        Queue.AGENT_REPLIES,
+    assert (reply.destination, reply.message_id) == (
+        Destination.to_scheduler_replies(),
         "rep:o-1:charge-payment:do:2",
     )
     assert reply.body["error"] == {"code": "unknown", "message": "no detail"}
     assert "result" not in reply.body
     succeeded = REQUEST.answer(Outcome.SUCCEEDED).outgoing(high=True)
-    assert succeeded.queue == Queue.AGENT_REPLIES_HIGH
+    assert succeeded.destination == Destination.to_scheduler_replies(high=True)
     assert succeeded.body["result"] == {}
     assert "error" not in succeeded.body
 
 
-def test_queues_and_message_ids_of_the_process_messages() -> None:
+def test_destinations_and_message_ids_of_the_process_messages() -> None:
     nudge = Nudge("o-1", "submitted").outgoing(4, high=True, deliver_at=AT)
-    assert (nudge.queue, nudge.message_id, nudge.deliver_at) == (
-        Queue.SCHEDULER_HIGH,
+    assert (nudge.destination, nudge.message_id, nudge.deliver_at) == (
+        Destination.to_scheduler(high=True),
         "nudge:o-1:4",
         AT,
     )
     status = StatusNotification("o-1", NotificationStatus.PROCESSED, AT).outgoing(5, None)
-    assert (status.queue, status.message_id) == (Queue.ORDER_STATUS, "status:o-1:Processed:5")
+    assert (status.destination, status.message_id) == (
+        Destination.to_client(),
+        "status:o-1:Processed:5",
+    )
     assert status.body == {
         "orderId": "o-1",
         "status": "Processed",
         "at": "2030-01-02T03:04:05.678000Z",
     }
-    assert (
-        StatusNotification("o-1", NotificationStatus.FAILED, AT).outgoing(5, "mine").queue == "mine"
-    )
+    failed = StatusNotification("o-1", NotificationStatus.FAILED, AT).outgoing(5, "mine")
+    assert failed.destination == Destination.to_client("mine")
     alert = OperatorAlert("o-1", "compensation-failed", 2, None, AT).outgoing(6)
-    assert (alert.queue, alert.message_id) == (Queue.OPERATOR_ALERTS, "alert:o-1:6")
+    assert (alert.destination, alert.message_id) == (Destination.to_operators(), "alert:o-1:6")
     assert alert.body["lastError"] is None
     assert "queue" not in alert.body
 

@@ -11,7 +11,6 @@ import pytest
 
 from shared.adapters.memory import InMemoryBulkStore, InMemoryBus
 from shared.contract import Queue, agent_queue
-from shared.domain import process as machine
 from shared.domain.bulk import JobState, matches
 from shared.domain.bulk_request import (
     BulkAction,
@@ -21,7 +20,13 @@ from shared.domain.bulk_request import (
     migration_target,
     parse_request,
 )
-from shared.domain.machine.migrate import done_so_far
+from shared.domain.machine.migrate import (
+    IncompatibleVersions,
+    done_so_far,
+    incompatibility,
+    migrate,
+)
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import (
     OrderProcess,
     Phase,
@@ -132,7 +137,7 @@ async def test_an_order_whose_steps_so_far_differ_is_refused_and_unchanged(
     await submitted(world.deps(), "o-2")
     before = await load(world, "o-1")
 
-    with pytest.raises(machine.IncompatibleVersions, match="charge-payment"):
+    with pytest.raises(IncompatibleVersions, match="charge-payment"):
         await migrate_order(world.deps(), "o-1", "ops", 3)
 
     assert await load(world, "o-1") == before
@@ -169,15 +174,15 @@ def in_state(process: OrderProcess, state: ProcessState, current_step: int) -> O
 
 def test_a_final_order_is_refused_and_so_is_a_target_shorter_than_what_was_done() -> None:
     done = processed()
-    with pytest.raises(machine.InvalidTransition, match="Processed") as refused:
-        machine.migrate(done, ORDER_FULFILMENT, V2, done.state.updated_at)
-    assert not isinstance(refused.value, machine.IncompatibleVersions)
+    with pytest.raises(InvalidTransition, match="Processed") as refused:
+        migrate(done, ORDER_FULFILMENT, V2, done.state.updated_at)
+    assert not isinstance(refused.value, IncompatibleVersions)
 
     short = dataclasses.replace(ORDER_FULFILMENT, version=4, steps=(reserve,))
     held = in_state(done, ProcessState.ERROR, 2)
-    assert "v4 has only 1" in (machine.incompatibility(held, ORDER_FULFILMENT, short) or "")
-    with pytest.raises(machine.IncompatibleVersions):
-        machine.migrate(held, ORDER_FULFILMENT, short, done.state.updated_at)
+    assert "v4 has only 1" in (incompatibility(held, ORDER_FULFILMENT, short) or "")
+    with pytest.raises(IncompatibleVersions):
+        migrate(held, ORDER_FULFILMENT, short, done.state.updated_at)
 
 
 @pytest.mark.parametrize(
@@ -210,10 +215,10 @@ def test_a_wait_whose_meaning_differs_in_the_target_refuses_the_migrate(
         *(StepRecord(s.name) for s in steps[2:]),
     )
     waiting = in_state(dataclasses.replace(processed(), steps=records), ProcessState.PROCESSING, 1)
-    assert "manual-review" in (machine.incompatibility(waiting, REVIEWED_ORDER, target) or "")
+    assert "manual-review" in (incompatibility(waiting, REVIEWED_ORDER, target) or "")
     slower = dataclasses.replace(review, timeout_seconds=172800.0)
     same = dataclasses.replace(target, steps=(steps[0], slower, *steps[2:]))
-    assert machine.incompatibility(waiting, REVIEWED_ORDER, same) is None
+    assert incompatibility(waiting, REVIEWED_ORDER, same) is None
 
 
 def test_steps_done_so_far_count_every_started_step_and_all_before_the_current() -> None:

@@ -19,8 +19,11 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from shared.adapters.memory import Sent
+from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
-from shared.domain import process as machine
+from shared.domain.machine.recovery import next_deadline
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
     Action,
@@ -31,7 +34,6 @@ from shared.domain.model import (
     ProcessState,
     StepStatus,
 )
-from shared.domain.process import InvalidTransition
 from shared.ports import BusUnavailable
 from shared.usecases import scheduler
 from shared.usecases.operator import cancel_order, resubmit_order, resume_order, suspend_order
@@ -73,11 +75,11 @@ class OrderProcessMachine(RuleBasedStateMachine):
         deps = self.world.deps(f"scheduler-{len(self.inflight) % 3}")
         self.history.append(message)
         body = message.body
-        if message.queue == Queue.SCHEDULER:
+        if queue_of(message.destination) == Queue.SCHEDULER:
             run(self._guarded(scheduler.on_nudge(deps, body["orderId"], message.message_id)))
-        elif message.queue in AGENT_QUEUES:
+        elif queue_of(message.destination) in AGENT_QUEUES:
             self._agent(message)
-        elif message.queue == Queue.AGENT_REPLIES:
+        elif queue_of(message.destination) == Queue.AGENT_REPLIES:
             reply = AgentReply.parse(json.dumps(body))
             before = run(self.world.store.load(reply.order_id))
             handled = run(self._guarded(scheduler.on_reply(deps, reply, message.message_id)))
@@ -113,15 +115,17 @@ class OrderProcessMachine(RuleBasedStateMachine):
                 self.undone[order_id].append(step)
         outcome = Outcome.FAILED if fails else Outcome.SUCCEEDED
         self.world.bus.sent.append(
-            AgentReply(
-                order_id=order_id,
-                step=step,
-                action=action,
-                attempt=body["attempt"],
-                outcome=outcome,
-                result={"key": key} if not fails else None,
-                error=ErrorInfo("declined", "no") if fails else None,
-            ).outgoing()
+            Sent.of(
+                AgentReply(
+                    order_id=order_id,
+                    step=step,
+                    action=action,
+                    attempt=body["attempt"],
+                    outcome=outcome,
+                    result={"key": key} if not fails else None,
+                    error=ErrorInfo("declined", "no") if fails else None,
+                ).outgoing()
+            )
         )
 
     # --- rules -------------------------------------------------------------------
@@ -252,7 +256,7 @@ class OrderProcessMachine(RuleBasedStateMachine):
                     for s in p.steps
                 ), p.steps
             if not state.process_state.is_terminal:
-                deadline = machine.next_deadline(p, self.world.policy)
+                deadline = next_deadline(p, self.world.policy)
                 assert p.order_id in watched, f"{p.order_id} is in flight but unwatched"
                 assert deadline is not None and watched[p.order_id] <= deadline
 

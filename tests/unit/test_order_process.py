@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from shared.adapters.memory import Sent
 from shared.contract import Queue, agent_queue
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import (
     Action,
     ExhaustedPolicy,
     NotificationStatus,
     Outcome,
-    Outgoing,
     Phase,
     ProcessState,
     StepStatus,
 )
-from shared.domain.process import InvalidTransition
 from shared.ports import BusUnavailable
 from shared.usecases import scheduler
 from shared.usecases.operator import OrderNotFound, resubmit_order
@@ -27,7 +27,7 @@ from tests.builders import World, a_policy, a_reply, an_order
 AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))
 
 
-def agent_requests(world: World) -> list[Outgoing]:
+def agent_requests(world: World) -> list[Sent]:
     return [m for q in AGENT_QUEUES for m in world.bus.take(q)]
 
 

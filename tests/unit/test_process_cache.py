@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from shared.contract import agent_queue
-from shared.domain import process as machine
+from shared.domain.machine.forward import start
 from shared.domain.model import OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.usecases import scheduler
 from shared.usecases.deps import ProcessDeps
@@ -134,7 +134,7 @@ def test_the_cache_keeps_the_most_recently_used_orders() -> None:
 
 
 def _a_stored_process(world: World) -> OrderProcess:
-    return machine.start(an_order("t"), ORDER_FULFILMENT, world.clock.now()).process
+    return start(an_order("t"), ORDER_FULFILMENT, world.clock.now()).process
 
 
 def _as(process: OrderProcess, order_id: str) -> OrderProcess:

@@ -10,8 +10,8 @@ import pytest
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.adapters.memory_reconcile import InMemoryReconcileStore
+from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
-from shared.domain import process as machine
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import (
     ABANDONED,
@@ -20,6 +20,7 @@ from shared.domain.in_doubt import (
     NOT_APPLIED,
     RemoteOutcome,
 )
+from shared.domain.machine import forward
 from shared.domain.messages import AgentRequest
 from shared.domain.model import JsonObject, OrderProcess, ProcessState, StepStatus
 from shared.domain.reconcile import Expect, Verdict
@@ -40,7 +41,7 @@ def finished(
     state: ProcessState, order_id: str = "o-1", dispatched: int = 3, clock: FakeClock | None = None
 ) -> OrderProcess:
     clock = clock or FakeClock()
-    process = machine.start(an_order(order_id, clock=clock), ORDER_FULFILMENT, clock.now()).process
+    process = forward.start(an_order(order_id, clock=clock), ORDER_FULFILMENT, clock.now()).process
     steps = tuple(
         replace(s, agent=AGENTS[i], status=StepStatus.COMPLETED) if i < dispatched else s
         for i, s in enumerate(process.steps)
@@ -167,7 +168,7 @@ def test_the_alert_names_order_step_agent_and_key_once_per_key() -> None:
     _, _, mismatch = judge(check, {"o-1:charge-payment": APPLIED})
     assert mismatch is not None
     alert = mismatch.alert(2, FakeClock().now())
-    assert alert.queue == Queue.OPERATOR_ALERTS
+    assert queue_of(alert.destination) == Queue.OPERATOR_ALERTS
     assert alert.message_id == "alert:o-1:reconcile:payment-secondary:o-1:charge-payment"
     assert alert.body["reason"] == "reconciliation-mismatch"
     assert alert.body["failureCount"] == 2
@@ -249,11 +250,13 @@ async def test_a_run_alerts_on_each_mismatch_and_keeps_the_run() -> None:
         ("b-missing", "charge-payment"),
         ("b-missing", "create-shipment"),
     ]
-    alerts = [m for m in s.bus.sent if m.queue == Queue.OPERATOR_ALERTS]
+    alerts = [m for m in s.bus.sent if queue_of(m.destination) == Queue.OPERATOR_ALERTS]
     assert {a.body["orderId"] for a in alerts} == {"b-missing"}
     assert len(alerts) == 3
     assert (await s.reconciler().run()).mismatches == run.mismatches
-    assert len([m for m in s.bus.sent if m.queue == Queue.OPERATOR_ALERTS]) == 3, "once per key"
+    assert len([m for m in s.bus.sent if queue_of(m.destination) == Queue.OPERATOR_ALERTS]) == 3, (
+        "once per key"
+    )
 
 
 async def test_the_sample_is_bounded_and_starts_at_the_random_key() -> None:
@@ -347,12 +350,12 @@ async def test_an_effect_at_two_providers_is_alerted_and_undone_at_the_extra_one
         f"Processed order o-1: charge-payment at payment: key {CHARGE} applied, its undo "
         f"key {REFUND} never seen, undoing it there, expected applied at payment-secondary only"
     )
-    alerts = [m for m in s.bus.sent if m.queue == Queue.OPERATOR_ALERTS]
+    alerts = [m for m in s.bus.sent if queue_of(m.destination) == Queue.OPERATOR_ALERTS]
     assert [(a.message_id, a.body["reason"]) for a in alerts] == [
         (f"alert:o-1:reconcile:payment:{CHARGE}", "applied-at-two-providers")
     ]
-    undos = [m for m in s.bus.sent if m.queue != Queue.OPERATOR_ALERTS]
-    assert [m.queue for m in undos] == [agent_queue("payment")]
+    undos = [m for m in s.bus.sent if queue_of(m.destination) != Queue.OPERATOR_ALERTS]
+    assert [queue_of(m.destination) for m in undos] == [agent_queue("payment")]
     assert undos[0].body["action"] == "compensate"
     assert undos[0].body["step"] == "charge-payment"
     assert undos[0].body["idempotencyKey"] == REFUND
@@ -409,8 +412,10 @@ async def test_an_undone_order_with_the_effect_still_at_the_other_provider_is_a_
         ("payment", "reconciliation-mismatch", "not applied, or undone")
     ]
     assert s.own["payment"].asked == [CHARGE, REFUND]
-    undos = [m for m in s.bus.sent if m.queue != Queue.OPERATOR_ALERTS]
-    assert [(m.queue, m.body["undoes"]) for m in undos] == [(agent_queue("payment"), CHARGE)]
+    undos = [m for m in s.bus.sent if queue_of(m.destination) != Queue.OPERATOR_ALERTS]
+    assert [(queue_of(m.destination), m.body["undoes"]) for m in undos] == [
+        (agent_queue("payment"), CHARGE)
+    ]
 
 
 async def test_an_undone_order_with_the_effect_still_at_its_holder_is_undone_there() -> None:
@@ -420,7 +425,7 @@ async def test_an_undone_order_with_the_effect_still_at_its_holder_is_undone_the
     s.ledger.said[CHARGE] = APPLIED
     run = await s.reconciler().run()
     assert [(m.step, m.agent) for m in run.mismatches] == [("charge-payment", "payment-secondary")]
-    undos = [m for m in s.bus.sent if m.queue != Queue.OPERATOR_ALERTS]
-    assert [(m.queue, m.body["idempotencyKey"]) for m in undos] == [
+    undos = [m for m in s.bus.sent if queue_of(m.destination) != Queue.OPERATOR_ALERTS]
+    assert [(queue_of(m.destination), m.body["idempotencyKey"]) for m in undos] == [
         (agent_queue("payment-secondary"), REFUND)
     ]

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from shared.adapters.memory import InMemoryHealthStore
+from shared.adapters.memory import InMemoryHealthStore, Sent
 from shared.contract import Queue, agent_queue, high_priority
 from shared.domain.health import AgentHealth, AgentRecords, BreakerState
 from shared.domain.model import Outcome, Outgoing, Priority, ProcessState
@@ -143,7 +143,7 @@ def test_a_retry_avoids_the_agent_that_timed_out_only_for_a_known_healthy_one() 
 # --- through the use cases -------------------------------------------------------------
 
 
-def payment_requests(world: World) -> list[Outgoing]:
+def payment_requests(world: World) -> list[Sent]:
     return [m for q in PAYMENT_QUEUES for m in world.bus.take(q)]
 
 

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from shared.catalogue.schema import AgentModel
 from shared.contract import Queue, Setting
 from shared.domain.limits import AgentLimits
-from shared.domain.process import ProcessPolicy
+from shared.domain.machine.transition import ProcessPolicy
 from shared.settings import ConfigurationError, Settings
 from shared.usecases import scheduler
 from shared.usecases.submission import submit_order

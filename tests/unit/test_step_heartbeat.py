@@ -11,11 +11,13 @@ from datetime import datetime, timedelta
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryStateStore
 from shared.contract import Queue, agent_queue
-from shared.domain import process as machine
 from shared.domain.in_doubt import RemoteOutcome
+from shared.domain.machine.forward import apply_reply, claim, start
+from shared.domain.machine.heartbeat import extend_complete_by
+from shared.domain.machine.recovery import next_deadline, recover
+from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import AgentRequest
 from shared.domain.model import HistoryEntry, JsonObject, OrderProcess, ProcessState, StepStatus
-from shared.domain.process import ProcessPolicy
 from shared.ports import ConcurrencyConflict, RemoteCall, StoreUnavailable, TransientRemoteError
 from shared.resilience import CircuitBreaker
 from shared.usecases import scheduler
@@ -41,8 +43,8 @@ def beating_policy(heartbeat: float = 10, step_max: float | None = 300) -> Proce
 
 def dispatched(policy: ProcessPolicy) -> OrderProcess:
     """An order whose first step went out at START (attempt 1, complete-by START + 6 s)."""
-    started = machine.start(an_order("o-1"), WORKFLOW, START)
-    claimed = machine.claim(started.process, WORKFLOW, policy, "scheduler-1", START)
+    started = start(an_order("o-1"), WORKFLOW, START)
+    claimed = claim(started.process, WORKFLOW, policy, "scheduler-1", START)
     assert claimed is not None
     return replace(claimed.process, etag="etag-1")
 
@@ -66,7 +68,7 @@ def test_dispatch_records_when_the_step_went_out() -> None:
 def test_a_beat_moves_the_step_and_the_order_complete_by_and_keeps_the_outbox() -> None:
     policy = beating_policy()
     process = dispatched(policy)
-    beat = machine.extend_complete_by(process, 1, running_step(process), at(5), policy)
+    beat = extend_complete_by(process, 1, running_step(process), at(5), policy)
     assert beat is not None
     step = beat.process.steps[0]
     assert step.complete_by == at(15)
@@ -76,16 +78,16 @@ def test_a_beat_moves_the_step_and_the_order_complete_by_and_keeps_the_outbox() 
     assert beat.process.state.outbox == process.state.outbox
     assert beat.process.state.version == process.state.version + 1
     assert beat.process.etag == process.etag
-    assert machine.next_deadline(beat.process, policy) == at(15)
+    assert next_deadline(beat.process, policy) == at(15)
 
 
 def test_only_the_first_beat_of_an_attempt_is_noted_in_the_history() -> None:
     policy = beating_policy()
     process = dispatched(policy)
-    first = machine.extend_complete_by(process, 1, running_step(process), at(5), policy)
+    first = extend_complete_by(process, 1, running_step(process), at(5), policy)
     assert first is not None
     assert [h.event for h in first.history] == ["step-heartbeat"]
-    second = machine.extend_complete_by(first.process, 1, running_step(process), at(10), policy)
+    second = extend_complete_by(first.process, 1, running_step(process), at(10), policy)
     assert second is not None
     assert second.history == ()
     assert second.process.steps[0].step_heartbeats == 2
@@ -95,48 +97,48 @@ def test_only_the_first_beat_of_an_attempt_is_noted_in_the_history() -> None:
 def test_beats_never_extend_past_step_max_from_the_dispatch() -> None:
     policy = beating_policy(heartbeat=10, step_max=12)
     process = dispatched(policy)
-    beat = machine.extend_complete_by(process, 1, running_step(process), at(5), policy)
+    beat = extend_complete_by(process, 1, running_step(process), at(5), policy)
     assert beat is not None
     assert beat.process.steps[0].complete_by == at(12)
     assert beat.process.state.complete_by == at(12)
-    at_cap = machine.extend_complete_by(beat.process, 1, running_step(process), at(10), policy)
+    at_cap = extend_complete_by(beat.process, 1, running_step(process), at(10), policy)
     assert at_cap is None
 
 
 def test_without_step_max_beats_change_nothing() -> None:
     policy = beating_policy(step_max=None)
     process = dispatched(policy)
-    assert machine.extend_complete_by(process, 1, running_step(process), at(5), policy) is None
+    assert extend_complete_by(process, 1, running_step(process), at(5), policy) is None
 
 
 def test_a_stale_attempt_changes_nothing() -> None:
     policy = beating_policy()
     process = dispatched(policy)
     step = running_step(process)
-    assert machine.extend_complete_by(process, 0, step, at(5), policy) is None
-    assert machine.extend_complete_by(process, 2, step, at(5), policy) is None
-    assert machine.extend_complete_by(process, 1, "create-shipment", at(5), policy) is None
+    assert extend_complete_by(process, 0, step, at(5), policy) is None
+    assert extend_complete_by(process, 2, step, at(5), policy) is None
+    assert extend_complete_by(process, 1, "create-shipment", at(5), policy) is None
 
 
 def test_a_recovered_step_is_not_extended_by_its_old_attempt() -> None:
     policy = beating_policy()
     process = dispatched(policy)
-    recovered = machine.recover(process, ORDER_FULFILMENT, policy, at(7))
+    recovered = recover(process, ORDER_FULFILMENT, policy, at(7))
     assert recovered is not None
     assert recovered.process.state.process_state is ProcessState.PENDING
     step = running_step(process)
-    assert machine.extend_complete_by(recovered.process, 1, step, at(7.5), policy) is None
+    assert extend_complete_by(recovered.process, 1, step, at(7.5), policy) is None
 
 
 def test_a_finished_step_changes_nothing() -> None:
     policy = beating_policy()
     process = dispatched(policy)
     request = next(m for m in process.state.outbox if m.body.get("step") == running_step(process))
-    replied = machine.apply_reply(process, WORKFLOW, policy, a_reply(request), at(2))
+    replied = apply_reply(process, WORKFLOW, policy, a_reply(request), at(2))
     assert replied is not None
     done = replace(replied.process, state=replace(replied.process.state, current_step=0))
     assert done.steps[0].status is StepStatus.COMPLETED
-    assert machine.extend_complete_by(done, 1, running_step(process), at(3), policy) is None
+    assert extend_complete_by(done, 1, running_step(process), at(3), policy) is None
 
 
 def test_a_terminal_or_held_order_changes_nothing() -> None:
@@ -145,13 +147,13 @@ def test_a_terminal_or_held_order_changes_nothing() -> None:
     step = running_step(process)
     for held in (ProcessState.SUSPENDED, ProcessState.ERROR, ProcessState.CANCELLED):
         stopped = replace(process, state=replace(process.state, process_state=held))
-        assert machine.extend_complete_by(stopped, 1, step, at(5), policy) is None
+        assert extend_complete_by(stopped, 1, step, at(5), policy) is None
 
 
 def test_a_beat_after_the_complete_by_leaves_the_step_in_doubt() -> None:
     policy = beating_policy()
     process = dispatched(policy)
-    assert machine.extend_complete_by(process, 1, running_step(process), at(6), policy) is None
+    assert extend_complete_by(process, 1, running_step(process), at(6), policy) is None
 
 
 # The agent's side: beats while its call runs, through the store ------------------------

@@ -11,12 +11,13 @@ from datetime import timedelta
 
 from shared.adapters.memory_limits import InMemoryLimitStore
 from shared.contract import Queue, agent_queue
-from shared.domain import process as machine
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.limits import AgentLimits
+from shared.domain.machine.hold import hold_complete_by
+from shared.domain.machine.recovery import next_deadline
+from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import AgentRequest
 from shared.domain.model import JsonObject, OrderProcess, ProcessState
-from shared.domain.process import ProcessPolicy
 from shared.domain.throttle import AdaptiveRate
 from shared.ports import RateLimited, RemoteCall, TransientRemoteError
 from shared.resilience import CircuitBreaker
@@ -46,25 +47,25 @@ def test_a_hold_moves_the_complete_by_later_by_the_wait() -> None:
     rules = policy()
     process = dispatched(rules)
     before = process.steps[0].live_until
-    held = machine.hold_complete_by(process, 1, running_step(process), seconds(19), at(1), rules)
+    held = hold_complete_by(process, 1, running_step(process), seconds(19), at(1), rules)
     assert held is not None
     step = held.process.steps[0]
     assert step.complete_by == at(25) == held.process.state.complete_by
     assert before is not None and step.live_until == at(25) + rules.clock_skew > before
     assert held.outgoing == () and held.process.state.outbox == process.state.outbox
     assert [h.event for h in held.history] == ["step-held"]
-    assert machine.next_deadline(held.process, rules) == at(25)
+    assert next_deadline(held.process, rules) == at(25)
 
 
 def test_a_hold_never_goes_past_hold_max_from_the_dispatch_nor_moves_anything_back() -> None:
     rules = policy(hold_max=10)
     process = dispatched(rules)
     step = running_step(process)
-    held = machine.hold_complete_by(process, 1, step, seconds(19), at(1), rules)
+    held = hold_complete_by(process, 1, step, seconds(19), at(1), rules)
     assert held is not None and held.process.steps[0].complete_by == at(10)
-    again = machine.hold_complete_by(held.process, 1, step, seconds(10), at(2), rules)
+    again = hold_complete_by(held.process, 1, step, seconds(10), at(2), rules)
     assert again is None, "at the cap: the usual timeout applies"
-    nothing = machine.hold_complete_by(process, 1, step, timedelta(0), at(0), rules)
+    nothing = hold_complete_by(process, 1, step, timedelta(0), at(0), rules)
     assert nothing is None, "a complete-by, and its live time, never move back"
 
 
@@ -73,15 +74,15 @@ def test_a_hold_is_fenced_like_a_heartbeat() -> None:
     process = dispatched(rules)
     step = running_step(process)
     waited = seconds(19)
-    assert machine.hold_complete_by(process, 2, step, waited, at(1), rules) is None
-    assert machine.hold_complete_by(process, 1, "x", waited, at(1), rules) is None
-    late = machine.hold_complete_by(process, 1, step, waited, at(7), rules)
+    assert hold_complete_by(process, 2, step, waited, at(1), rules) is None
+    assert hold_complete_by(process, 1, "x", waited, at(1), rules) is None
+    late = hold_complete_by(process, 1, step, waited, at(7), rules)
     assert late is None, "past its complete-by the step is the Supervisor's"
     compensating = replace(
         process,
         state=replace(process.state, process_state=ProcessState.COMPENSATING),
     )
-    assert machine.hold_complete_by(compensating, 1, step, waited, at(1), rules) is None
+    assert hold_complete_by(compensating, 1, step, waited, at(1), rules) is None
 
 
 class NeverAsked:

@@ -14,8 +14,9 @@ from shared.contract import Queue, agent_queue
 from shared.domain.bulk import JobState
 from shared.domain.bulk_request import BulkAction, BulkFilter, BulkRequest
 from shared.domain.machine.forward import MAX_RESULT_BYTES
+from shared.domain.machine.operator import PastPivot
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import ErrorInfo, ExhaustedPolicy, Outcome, ProcessState, StepStatus
-from shared.domain.process import InvalidTransition, PastPivot
 from shared.resilience import CircuitBreaker
 from shared.usecases import scheduler
 from shared.usecases.bulk import BulkDeps, job_status, preview, start_job, work_jobs

@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 
 from shared.contract import Queue
-from shared.domain import process as machine
+from shared.domain.machine.operator import suspend
+from shared.domain.machine.transition import Transition
 from shared.domain.model import HistoryEntry, OrderProcess, ProcessState
 from shared.domain.rest_index import RestRange
 from shared.ports import BusUnavailable, ConcurrencyConflict, StoreUnavailable
@@ -70,14 +71,18 @@ async def test_a_moving_order_that_loses_its_race_leaves_its_entry_alone() -> No
     world = World()
     process = await in_flight(world)
     before = world.store.watched()["o-1"]
-    winner = machine.suspend(process, world.clock.now(), "ops")
+    winner = suspend(process, world.clock.now(), "ops")
     assert winner is not None
     await world.store.save(winner.process, winner.history)
-    late = machine.suspend(process, world.clock.now(), "someone else")
+    late = suspend(process, world.clock.now(), "someone else")
     assert late is not None
     with pytest.raises(ConcurrencyConflict):
-        await UnitOfWork(world.store, world.bus).save(
-            late, check_at=world.clock.now() + timedelta(hours=1)
+        await UnitOfWork(world.store, world.bus).change(
+            "o-1",
+            lambda _: late,  # decided on the copy read before the winner's save
+            cached=process,
+            check_at=lambda _: world.clock.now() + timedelta(hours=1),
+            races=1,
         )
     assert world.store.watched()["o-1"] == before
 
@@ -87,7 +92,7 @@ async def test_a_change_with_nothing_to_send_never_touches_the_bus() -> None:
     world = World()
     process = await in_flight(world)
     world.bus.fail_next = 1
-    await UnitOfWork(world.store, world.bus).commit(machine.Transition(process, (), ()))
+    await UnitOfWork(world.store, world.bus).commit(Transition(process, (), ()))
     assert world.bus.fail_next == 1
 
 

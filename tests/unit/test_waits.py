@@ -9,8 +9,14 @@ from datetime import timedelta
 import pytest
 
 from shared.contract import Queue, agent_queue
-from shared.domain import process as machine
 from shared.domain.failures import Failure, failure_of
+from shared.domain.machine.events import (
+    InvalidEventData,
+    NoApprovalWaiting,
+    NotAnApproval,
+    NotAwaited,
+)
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import Order, OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.domain.workflow import OnDeadline
 from shared.usecases import scheduler
@@ -180,21 +186,21 @@ async def test_cancel_while_waiting_ends_the_wait_and_undoes_what_was_done() -> 
     (release,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(world.deps(), a_reply(release))
     assert (await loaded(world)).state.process_state is ProcessState.CANCELLED
-    with pytest.raises(machine.InvalidTransition):
+    with pytest.raises(InvalidTransition):
         await send_event(world.deps(), "o-1", "review", "late", APPROVED)
 
 
 async def test_an_event_the_workflow_never_waits_for_is_refused() -> None:
     world = World()
     await reach_review(world)
-    with pytest.raises(machine.NotAwaited, match="never waits for event 'picked'"):
+    with pytest.raises(NotAwaited, match="never waits for event 'picked'"):
         await send_event(world.deps(), "o-1", "picked", "ev-1", {})
 
 
 async def test_an_approval_without_approved_is_refused() -> None:
     world = World()
     await reach_review(world)
-    with pytest.raises(machine.InvalidEventData):
+    with pytest.raises(InvalidEventData):
         await send_event(world.deps(), "o-1", "review", "ev-1", {"ok": True})
 
 
@@ -216,7 +222,7 @@ async def test_an_approval_whose_by_or_comment_is_not_a_string_is_refused(
     or a huge number was kept and echoed back as the approver."""
     world = World()
     await reach_review(world)
-    with pytest.raises(machine.InvalidEventData, match='"by"\\?: string'):
+    with pytest.raises(InvalidEventData, match='"by"\\?: string'):
         await send_event(world.deps(), "o-1", "review", "ev-1", data)
     process = await loaded(world)
     assert process.state.events == ()
@@ -361,7 +367,7 @@ async def test_an_operator_answers_the_approval_a_suspended_order_is_at_and_it_w
     await nudges(world)
     process = await loaded(world)
     assert process.steps[1].status is StepStatus.COMPLETED
-    with pytest.raises(machine.NoApprovalWaiting):
+    with pytest.raises(NoApprovalWaiting):
         await answer_approval(deps, "o-1", "ops-2", False, "bo")
-    with pytest.raises(machine.NotAnApproval):
+    with pytest.raises(NotAnApproval):
         await answer_approval(deps, "o-1", "ops-3", False, "bo", event="picked")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from shared.contract import agent_queue
 from shared.domain.machine.settle import Undo, open_candidates, pinned, undo_of
 from shared.domain.machine.transition import Builder, ProcessPolicy
 from shared.domain.messages import AgentRequest, Nudge, idempotency_key, iso
@@ -252,7 +251,6 @@ def _dispatch(
         if step.suspect:
             timed_out = f"{step.suspect}: its attempt timed out"
             why = why.replace(timed_out, f"{timed_out} and its key is settled not applied")
-    queue = agent_queue(agent, b.high)
     deadline = b.now + policy.timeout(definition, b.order.priority)
     do_key = idempotency_key(b.order.order_id, definition.name)
     changes: dict[str, object] = {
@@ -275,7 +273,7 @@ def _dispatch(
     b.set(current_step=index, complete_by=deadline)
     b.note(
         "compensation-dispatched" if compensate else "step-dispatched",
-        f"{operation} to {queue}" + (f" (instead of {why})" if why else ""),
+        f"{operation} to {_agent_label(agent, b.high)}" + (f" (instead of {why})" if why else ""),
     )
     request = AgentRequest(
         order_id=b.order.order_id,
@@ -343,3 +341,10 @@ def order_payload(order: Order) -> JsonObject:
             for line in order.items
         ],
     }
+
+
+def _agent_label(agent: str, high: bool) -> str:
+    """How the history names where a request went: `agent-{name}`, `-high` on the fast
+    lane, the words its queue is named by too (docs/routing.md), so an operator reading
+    the history finds the queue (tests/unit/test_queues.py keeps the two the same)."""
+    return f"agent-{agent}-high" if high else f"agent-{agent}"

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from shared.domain.failures import WAIT_EXPIRED, timed_out
-from shared.domain.fairness import in_line
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.machine.dispatch import (
     hold_for_operator,
@@ -16,6 +15,7 @@ from shared.domain.machine.dispatch import (
     wait_to_settle,
 )
 from shared.domain.machine.forward import take_answer
+from shared.domain.machine.line import in_line
 from shared.domain.machine.settle import forward_only, key_state, settled_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
 from shared.domain.machine.waits import consume_event, fire_timer, wait_answer, waiting_step
@@ -250,7 +250,7 @@ def next_check(
     running, so a Pending order is checked again within the shortest step timeout.
     Checking early only costs a read; checking late would delay recovery. An order in
     its customer's line is the exception: only a promotion, which moves its check up
-    again, or its hold passing lets it be claimed (shared/domain/fairness.py).
+    again, or its hold passing lets it be claimed (shared/domain/machine/line.py).
     """
     deadline = next_deadline(process, policy)
     if deadline is None or process.state.process_state is not ProcessState.PENDING:
