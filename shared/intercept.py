@@ -10,7 +10,6 @@ needs more than the default is named in their tables.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
@@ -105,11 +104,16 @@ class Intercepted(Generic[P]):
         return getattr(self.inner, name)
 
 
-@functools.cache
-def _methods(port: type[Any]) -> tuple[tuple[str, tuple[str, ...], bool], ...]:
+Method = tuple[str, tuple[str, ...], bool]
+_PORTS: dict[type[Any], tuple[Method, ...]] = {}
+
+
+def _methods(port: type[Any]) -> tuple[Method, ...]:
     """The port's methods, its own and those of the ports it composes: each with its
-    parameters' names (past `self`) and whether it is async."""
-    found: dict[str, tuple[str, tuple[str, ...], bool]] = {}
+    parameters' names (past `self`) and whether it is async. Read once per port."""
+    if port in _PORTS:
+        return _PORTS[port]
+    found: dict[str, Method] = {}
     for klass in reversed(port.__mro__):
         if klass is object or not getattr(klass, "_is_protocol", False):
             continue
@@ -118,4 +122,5 @@ def _methods(port: type[Any]) -> tuple[tuple[str, tuple[str, ...], bool], ...]:
                 continue
             parameters = tuple(inspect.signature(member).parameters)[1:]
             found[name] = (name, parameters, inspect.iscoroutinefunction(member))
-    return tuple(found.values())
+    _PORTS[port] = tuple(found.values())
+    return _PORTS[port]
