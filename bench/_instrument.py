@@ -17,7 +17,7 @@ import gc
 import json
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,18 +27,9 @@ from bench._activity import GroupClock, scale_group
 from shared import bootstrap
 from shared.adapters import table_rows
 from shared.adapters.queues import queue_of
-from shared.domain.archive import ArchivedMark
-from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState, StateRecord
-from shared.domain.rest_index import RestEntry, RestPage, RestRange
-from shared.ports import (
-    ConcurrencyConflict,
-    MessageBus,
-    Page,
-    Poison,
-    StateStore,
-    WatchEntry,
-    WatchPage,
-)
+from shared.domain.model import OrderProcess, Outgoing, ProcessState
+from shared.intercept import Call, Intercepted
+from shared.ports import ConcurrencyConflict, MessageBus, StateStore
 
 ROLE: contextvars.ContextVar[str] = contextvars.ContextVar("bench_role", default="(outside)")
 
@@ -152,17 +143,41 @@ class Stats:
 STATS = Stats()
 
 
-def _entities(history: Sequence[HistoryEntry]) -> int:
-    """The state entity: order, state, steps and the latest history in one (history
-    rows only when it outgrows it; the adapter's own counter sees those transactions)."""
-    return 1
+COUNTED_AS = {"archived": "load", "unwatch_entry": "unwatch"}
+"""Store methods counted under another's name (the same kind of Table operation)."""
+WRITES_ONE = frozenset(
+    {
+        "create",
+        "save",
+        "watch",
+        "rewatch",
+        "reschedule",
+        "unwatch",
+        "unwatch_entry",
+        "put_rest",
+        "drop_rest",
+    }
+)
+"""Store methods that write one entity: the state entity (order, state, steps and the
+latest history in one; history rows only when it outgrows it, and the adapter's own
+counter sees those transactions), a watch entry or a rest entry."""
+ASKED: dict[str, Callable[[Call], int]] = {"states": lambda call: len(call.argument("order_ids"))}
+"""Store methods that read entities by key: how many one call asks for."""
+FOUND: dict[str, Callable[[Any], int]] = {
+    "load": lambda found: int(found is not None),
+    "history": len,
+    "due": len,
+}
+"""Store methods whose entities are counted from the answer."""
 
 
-class CountingStore:
-    """A StateStore that records every call, then delegates to the real one."""
+class CountingStore(Intercepted[StateStore]):
+    """A StateStore that records every call, then delegates to the real one. A method
+    the tables above do not name is counted under its own name: one Table operation,
+    no entities."""
 
     def __init__(self, inner: StateStore, stats: Stats = STATS) -> None:
-        self.inner = inner
+        super().__init__(inner, StateStore)
         self.stats = stats
         stats.inner_store = inner
 
@@ -174,155 +189,48 @@ class CountingStore:
         s.entities += entities
         s.conflicts += int(conflict)
 
-    async def _timed(self, op: str, entities: int, call: Awaitable[Any]) -> Any:
+    async def around(self, call: Call) -> Any:
+        op = COUNTED_AS.get(call.name, call.name)
+        asked = ASKED.get(call.name)
+        entities = asked(call) if asked is not None else int(call.name in WRITES_ONE)
         started = time.perf_counter()
         try:
-            result = await call
+            result = await call.proceed()
         except ConcurrencyConflict:
             self._record(op, started, entities, conflict=True)
             raise
         self._record(op, started, entities)
+        found = FOUND.get(call.name)
+        if found is not None:
+            self.stats.role().ops[op].entities += found(result)
+        if call.name == "save":
+            self._processed(call.argument("process"))
         return result
 
-    async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
-        n = _entities(history)
-        result: str = await self._timed("create", n, self.inner.create(process, history))
-        return result
-
-    async def load(self, order_id: str) -> OrderProcess | None:
-        result: OrderProcess | None = await self._timed("load", 0, self.inner.load(order_id))
-        if result is not None:
-            self.stats.role().ops["load"].entities += 1
-        return result
-
-    async def archived(self, order_id: str) -> ArchivedMark | None:
-        found: ArchivedMark | None = await self._timed("load", 0, self.inner.archived(order_id))
-        return found
-
-    async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
-        n = _entities(history)
-        result: str = await self._timed("save", n, self.inner.save(process, history))
+    def _processed(self, process: OrderProcess) -> None:
         if process.state.process_state is ProcessState.PROCESSED:
             self.stats.processed_at.setdefault(process.order_id, time.time())
-        return result
-
-    async def history(self, order_id: str) -> tuple[HistoryEntry, ...]:
-        result: tuple[HistoryEntry, ...] = await self._timed(
-            "history", 0, self.inner.history(order_id)
-        )
-        self.stats.role().ops["history"].entities += len(result)
-        return result
-
-    async def list_by_state(
-        self, state: ProcessState | None, page_size: int, continuation: str | None
-    ) -> Page:
-        result: Page = await self._timed(
-            "list_by_state", 0, self.inner.list_by_state(state, page_size, continuation)
-        )
-        return result
-
-    async def watch(
-        self,
-        order_id: str,
-        check_at: datetime,
-        *,
-        replace: bool,
-        version: int = 0,
-        customer: str = "",
-    ) -> bool:
-        wrote: bool = await self._timed(
-            "watch",
-            1,
-            self.inner.watch(
-                order_id,
-                check_at,
-                replace=replace,
-                version=version,
-                customer=customer,
-            ),
-        )
-        return wrote
-
-    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
-        result: WatchPage = await self._timed(
-            "watch_list", 0, self.inner.watch_list(limit, continuation)
-        )
-        return result
-
-    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
-        result: tuple[StateRecord, ...] = await self._timed(
-            "states", len(order_ids), self.inner.states(order_ids)
-        )
-        return result
-
-    async def put_rest(self, entry: RestEntry) -> None:
-        await self._timed("put_rest", 1, self.inner.put_rest(entry))
-
-    async def drop_rest(
-        self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
-    ) -> None:
-        await self._timed(
-            "drop_rest", 1, self.inner.drop_rest(state, order_id, created_at, below=below)
-        )
-
-    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
-        result: RestPage = await self._timed(
-            "rest_entries", 0, self.inner.rest_entries(keys, limit, continuation)
-        )
-        return result
-
-    async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
-        await self._timed("rewatch", 1, self.inner.rewatch(order_id, check_at, version=version))
-
-    async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
-        result: tuple[WatchEntry, ...] = await self._timed("due", 0, self.inner.due(now, limit))
-        self.stats.role().ops["due"].entities += len(result)
-        return result
-
-    async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
-        await self._timed("reschedule", 1, self.inner.reschedule(entry, check_at))
-
-    async def unwatch(self, order_id: str, version: int | None = None) -> None:
-        await self._timed("unwatch", 1, self.inner.unwatch(order_id, version))
-
-    async def unwatch_entry(self, entry: WatchEntry) -> None:
-        await self._timed("unwatch", 1, self.inner.unwatch_entry(entry))
-
-    async def ping(self) -> None:
-        await self._timed("ping", 0, self.inner.ping())
-
-    async def close(self) -> None:
-        closer = getattr(self.inner, "close", None)
-        if closer is not None:
-            await closer()
 
 
-class CountingBus:
+class CountingBus(Intercepted[MessageBus]):
     """A MessageBus that records what is sent (per queue) and how long sending takes."""
 
     def __init__(self, inner: MessageBus, stats: Stats = STATS) -> None:
-        self.inner = inner
+        super().__init__(inner, MessageBus)
         self.stats = stats
 
-    async def send(self, messages: Sequence[Outgoing]) -> None:
+    async def around(self, call: Call) -> Any:
+        if call.name != "send":
+            return await call.proceed()
+        messages: Sequence[Outgoing] = call.argument("messages")
         started = time.perf_counter()
-        await self.inner.send(messages)
+        await call.proceed()
         role = self.stats.role()
         role.send_seconds += time.perf_counter() - started
         role.send_calls += 1 if messages else 0
         for message in messages:
             role.sent[queue_of(message.destination)] += 1
-
-    async def park(self, poison: Poison) -> None:
-        await self.inner.park(poison)
-
-    async def ping(self) -> None:
-        await self.inner.ping()
-
-    async def close(self) -> None:
-        closer = getattr(self.inner, "close", None)
-        if closer is not None:
-            await closer()
+        return None
 
 
 # -- attribution of work to functions ------------------------------------------------------

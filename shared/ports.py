@@ -111,7 +111,7 @@ class WatchEntry:
     check_at: datetime
     etag: str
     version: int = 0
-    """The state version the entry was written for (see `StateStore.unwatch`)."""
+    """The state version the entry was written for (see `WatchList.unwatch`)."""
     customer: str = ""
     """Whose order, as the intake wrote it with a customer ledger on: the Supervisor that
     finds the order missing gives that customer's count back (docs/fairness.md)."""
@@ -129,7 +129,11 @@ class Clock(Protocol):
     async def sleep(self, seconds: float) -> None: ...
 
 
-class StateStore(Protocol):
+class OrderRows(Protocol):
+    """An order's own rows: its state, steps and history, written whole under one ETag,
+    and the mark an archived order leaves under its key. The intake, the Scheduler and
+    every reader of one order need these."""
+
     async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
         """Store a new order's rows in one transaction; raises AlreadyExists, also for
         the id of an archived order (its mark holds the key). Returns the ETag."""
@@ -154,6 +158,16 @@ class StateStore(Protocol):
     async def list_by_state(
         self, state: ProcessState | None, page_size: int, continuation: str | None
     ) -> Page: ...
+
+    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
+        """The state records of these orders, in that order (point reads, all at once);
+        an order gone meanwhile is left out."""
+        ...
+
+
+class WatchList(Protocol):
+    """The Supervisor's watch list: an entry per in-flight order, due at its check time
+    (docs/architecture.md, "The Supervisor's paths")."""
 
     async def watch(
         self,
@@ -202,10 +216,11 @@ class StateStore(Protocol):
         (and, until healed, an order whose delivery stopped short of its rest)."""
         ...
 
-    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
-        """The state records of these orders, in that order (point reads, all at once);
-        an order gone meanwhile is left out."""
-        ...
+
+class RestIndex(Protocol):
+    """The orders come to rest, one entry each, by state, day and customer
+    (shared/domain/rest_index.py): what the views and the archive read instead of
+    every order."""
 
     async def put_rest(self, entry: RestEntry) -> None:
         """Write (or replace) the rest entry of an order come to rest."""
@@ -224,6 +239,22 @@ class StateStore(Protocol):
         customer filtered server-side); raises ValueError for a cursor it did not hand
         out."""
         ...
+
+
+class WatchedOrders(OrderRows, WatchList, Protocol):
+    """The order rows and the watch list: a reader of what is in flight, or a promotion
+    that watches the order it lets run."""
+
+
+class OrdersAtRest(OrderRows, RestIndex, Protocol):
+    """The order rows and the rest index: a reader of orders through their rest entries,
+    or a writer of the entries of the rows it reads."""
+
+
+class StateStore(OrderRows, WatchList, RestIndex, Protocol):
+    """The whole state table, as the composition root builds and decorates it and the
+    unit of work writes it (all three parts in one change). Any other caller names the
+    part it uses."""
 
     async def ping(self) -> None:
         """Raise StoreUnavailable unless the store answers."""

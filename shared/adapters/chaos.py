@@ -9,13 +9,25 @@ the host abandons the message, and the pattern has to heal around it.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from datetime import datetime
+from typing import Any
 
-from shared.domain.archive import ArchivedMark
-from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState, StateRecord
-from shared.domain.rest_index import RestEntry, RestPage, RestRange
-from shared.ports import MessageBus, Page, Poison, StateStore, WatchEntry, WatchPage
+from shared.intercept import Call, Intercepted
+from shared.ports import MessageBus, StateStore
+
+BEFORE = {
+    "load": "before reading an order",
+    "reschedule": "before rescheduling a watch entry",
+    "unwatch": "before unwatching a finished order",
+    "unwatch_entry": "before dropping a missing order's watch entry",
+    "put_rest": "before writing a rest entry, after the state",
+    "drop_rest": "before dropping the rest entry of an order leaving it",
+}
+"""The store calls a process may die just before, and what the crash says."""
+AFTER = {
+    "create": "after storing a new order",
+    "save": "after saving a transition, before its sends",
+}
+"""The store writes a process may die just after: stored, but the handler never knew."""
 
 
 class ChaosFault(RuntimeError):
@@ -34,118 +46,33 @@ class _Dice:
             raise ChaosFault(f"chaos: injected crash {where}")
 
 
-class ChaosStateStore:
+class ChaosStateStore(Intercepted[StateStore]):
+    """Rolls the dice at the calls named in BEFORE and AFTER; any other call, a method
+    added to the store included, goes straight through."""
+
     def __init__(self, inner: StateStore, rate: float, seed: int | None = None) -> None:
-        self._inner = inner
+        super().__init__(inner, StateStore)
         self.dice = _Dice(rate, seed)
 
-    async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
-        etag = await self._inner.create(process, history)
-        self.dice.roll("after storing a new order")
-        return etag
-
-    async def load(self, order_id: str) -> OrderProcess | None:
-        self.dice.roll("before reading an order")
-        return await self._inner.load(order_id)
-
-    async def archived(self, order_id: str) -> ArchivedMark | None:
-        return await self._inner.archived(order_id)
-
-    async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
-        etag = await self._inner.save(process, history)
-        self.dice.roll("after saving a transition, before its sends")
-        return etag
-
-    async def history(self, order_id: str) -> tuple[HistoryEntry, ...]:
-        return await self._inner.history(order_id)
-
-    async def list_by_state(
-        self, state: ProcessState | None, page_size: int, continuation: str | None
-    ) -> Page:
-        return await self._inner.list_by_state(state, page_size, continuation)
-
-    async def watch(
-        self,
-        order_id: str,
-        check_at: datetime,
-        *,
-        replace: bool,
-        version: int = 0,
-        customer: str = "",
-    ) -> bool:
-        return await self._inner.watch(
-            order_id,
-            check_at,
-            replace=replace,
-            version=version,
-            customer=customer,
-        )
-
-    async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
-        await self._inner.rewatch(order_id, check_at, version=version)
-
-    async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
-        return await self._inner.due(now, limit)
-
-    async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
-        self.dice.roll("before rescheduling a watch entry")
-        await self._inner.reschedule(entry, check_at)
-
-    async def unwatch(self, order_id: str, version: int | None = None) -> None:
-        self.dice.roll("before unwatching a finished order")
-        await self._inner.unwatch(order_id, version)
-
-    async def unwatch_entry(self, entry: WatchEntry) -> None:
-        self.dice.roll("before dropping a missing order's watch entry")
-        await self._inner.unwatch_entry(entry)
-
-    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
-        return await self._inner.watch_list(limit, continuation)
-
-    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
-        return await self._inner.states(order_ids)
-
-    async def put_rest(self, entry: RestEntry) -> None:
-        self.dice.roll("before writing a rest entry, after the state")
-        await self._inner.put_rest(entry)
-
-    async def drop_rest(
-        self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
-    ) -> None:
-        self.dice.roll("before dropping the rest entry of an order leaving it")
-        await self._inner.drop_rest(state, order_id, created_at, below=below)
-
-    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
-        return await self._inner.rest_entries(keys, limit, continuation)
-
-    async def ping(self) -> None:
-        await self._inner.ping()
-
-    async def close(self) -> None:
-        await _close(self._inner)
+    async def around(self, call: Call) -> Any:
+        before = BEFORE.get(call.name)
+        if before is not None:
+            self.dice.roll(before)
+        result = await call.proceed()
+        after = AFTER.get(call.name)
+        if after is not None:
+            self.dice.roll(after)
+        return result
 
 
-class ChaosMessageBus:
+class ChaosMessageBus(Intercepted[MessageBus]):
+    """Rolls the dice before a send that has anything to send."""
+
     def __init__(self, inner: MessageBus, rate: float, seed: int | None = None) -> None:
-        self._inner = inner
+        super().__init__(inner, MessageBus)
         self.dice = _Dice(rate, seed)
 
-    async def send(self, messages: Sequence[Outgoing]) -> None:
-        if messages:
+    async def around(self, call: Call) -> Any:
+        if call.name == "send" and call.argument("messages"):
             self.dice.roll("before sending")
-        await self._inner.send(messages)
-
-    async def park(self, poison: Poison) -> None:
-        await self._inner.park(poison)
-
-    async def ping(self) -> None:
-        await self._inner.ping()
-
-    async def close(self) -> None:
-        await _close(self._inner)
-
-
-async def _close(inner: object) -> None:
-    closer = getattr(inner, "close", None)
-    if closer is not None:
-        await closer()
+        return await call.proceed()

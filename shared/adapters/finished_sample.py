@@ -20,7 +20,7 @@ from shared.adapters.readable import readable
 from shared.domain.model import OrderProcess
 from shared.domain.reconcile import FINISHED
 from shared.domain.rest_index import SEP, RestEntry, RestRange, day_of
-from shared.ports import StateStore
+from shared.ports import OrdersAtRest
 
 LOOKBACK: Final = timedelta(days=1)
 AHEAD: Final = timedelta(days=2)
@@ -28,7 +28,7 @@ AHEAD: Final = timedelta(days=2)
 
 
 async def finished_sample(
-    store: StateStore, since: datetime, start: str, limit: int
+    store: OrdersAtRest, since: datetime, start: str, limit: int
 ) -> tuple[OrderProcess, ...]:
     if limit <= 0:
         return ()

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.rest_index import RestRange
-from shared.ports import StateStore, UnreadableOrder
+from shared.ports import OrderRows, OrdersAtRest, UnreadableOrder
 from shared.telemetry.logsafe import app_logger
 
 log = app_logger("orders.store")
@@ -19,7 +19,7 @@ log = app_logger("orders.store")
 AT_ONCE = 16
 
 
-async def readable(store: StateStore, order_ids: Sequence[str]) -> list[OrderProcess]:
+async def readable(store: OrderRows, order_ids: Sequence[str]) -> list[OrderProcess]:
     """The orders that exist and can be read, in the given order, `AT_ONCE` reads at a
     time."""
 
@@ -37,7 +37,7 @@ async def readable(store: StateStore, order_ids: Sequence[str]) -> list[OrderPro
 
 
 async def at_rest_before(
-    store: StateStore, cutoffs: Mapping[ProcessState, datetime], limit: int
+    store: OrdersAtRest, cutoffs: Mapping[ProcessState, datetime], limit: int
 ) -> tuple[OrderProcess, ...]:
     """The archive's candidates, through the rest index whatever the store: at most
     `limit` orders at rest in each state since before its cutoff, re-read so that one

@@ -15,7 +15,6 @@ import contextlib
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from opentelemetry import trace
@@ -23,29 +22,17 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind
 
 from shared.adapters.queues import queue_of
-from shared.domain.archive import ArchivedMark
 from shared.domain.in_doubt import RemoteOutcome
-from shared.domain.model import (
-    HistoryEntry,
-    JsonObject,
-    OrderProcess,
-    Outgoing,
-    ProcessState,
-    StateRecord,
-)
-from shared.domain.rest_index import RestEntry, RestPage, RestRange
+from shared.domain.model import HistoryEntry, JsonObject, OrderProcess, Outgoing
+from shared.intercept import Call, Intercepted
 from shared.ports import (
     AlreadyExists,
     ConcurrencyConflict,
     MessageBus,
-    Page,
-    Poison,
     RemoteCall,
     RemoteError,
     RemoteService,
     StateStore,
-    WatchEntry,
-    WatchPage,
 )
 from shared.resilience import CircuitBreaker
 from shared.telemetry import metrics, propagation, setup, spans
@@ -117,125 +104,61 @@ def _span(name: str, kind: SpanKind, attributes: dict[str, Any]) -> Iterator[Spa
             raise
 
 
-def _store_span(
-    operation: str, order_id: str | None = None
-) -> contextlib.AbstractContextManager[Any]:
+OPERATIONS = {"list_by_state": "list", "unwatch_entry": "unwatch"}
+"""Store methods whose span is not named after the method (`state put rest` is `put_rest`)."""
+UNTRACED = frozenset({"ping"})
+"""Store methods that make no span: the health probe's, outside any order."""
+
+
+def _store_span(call: Call) -> contextlib.AbstractContextManager[Any]:
     if not _in_trace():
         return contextlib.nullcontext()
+    operation = OPERATIONS.get(call.name, call.name.replace("_", " "))
     if spans.dropped():
         return _in_dropped_trace(f"state {operation}")
     attributes: dict[str, Any] = {**_DB, "db.operation.name": operation}
+    order_id = _order_id(call)
     if order_id is not None:
         attributes[spans.ORDER_ID] = order_id
     return _span(f"state {operation}", SpanKind.CLIENT, attributes)
 
 
-class TracedStateStore:
+def _order_id(call: Call) -> str | None:
+    """The one order a store call is about: its `order_id`, or that of the order or
+    entry it writes; None for a call over many."""
+    order_id = call.argument("order_id")
+    if order_id is not None:
+        return str(order_id)
+    for parameter in ("process", "entry"):
+        named = call.argument(parameter)
+        if named is not None:
+            return str(named.order_id)
+    return None
+
+
+class TracedStateStore(Intercepted[StateStore]):
+    """A span per store call (`state <operation>`, with the order's id where the call
+    names one order), and the traces of the orders it reads and writes remembered."""
+
     def __init__(self, inner: StateStore, traces: OrderTraces) -> None:
-        self._inner = inner
+        super().__init__(inner, StateStore)
         self._traces = traces
 
-    async def create(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
-        with _store_span("create", process.order_id) as span:
-            etag = await self._inner.create(process, history)
-            _won(span, process)
-        self._traces.remember(process)
-        return etag
-
-    async def load(self, order_id: str) -> OrderProcess | None:
-        with _store_span("load", order_id):
-            process = await self._inner.load(order_id)
-        self._traces.remember(process)
-        return process
-
-    async def save(self, process: OrderProcess, history: Sequence[HistoryEntry]) -> str:
-        with _store_span("save", process.order_id) as span:
-            etag = await self._inner.save(process, history)
-            _won(span, process)
-        self._traces.remember(process)
-        _finished(process, history)
-        return etag
-
-    async def archived(self, order_id: str) -> ArchivedMark | None:
-        with _store_span("archived", order_id):
-            return await self._inner.archived(order_id)
-
-    async def history(self, order_id: str) -> tuple[HistoryEntry, ...]:
-        with _store_span("history", order_id):
-            return await self._inner.history(order_id)
-
-    async def list_by_state(
-        self, state: ProcessState | None, page_size: int, continuation: str | None
-    ) -> Page:
-        with _store_span("list"):
-            return await self._inner.list_by_state(state, page_size, continuation)
-
-    async def watch(
-        self,
-        order_id: str,
-        check_at: datetime,
-        *,
-        replace: bool,
-        version: int = 0,
-        customer: str = "",
-    ) -> bool:
-        with _store_span("watch", order_id):
-            return await self._inner.watch(
-                order_id,
-                check_at,
-                replace=replace,
-                version=version,
-                customer=customer,
-            )
-
-    async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
-        with _store_span("rewatch", order_id):
-            await self._inner.rewatch(order_id, check_at, version=version)
-
-    async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
-        with _store_span("due"):
-            return await self._inner.due(now, limit)
-
-    async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
-        with _store_span("reschedule", entry.order_id):
-            await self._inner.reschedule(entry, check_at)
-
-    async def unwatch(self, order_id: str, version: int | None = None) -> None:
-        with _store_span("unwatch", order_id):
-            await self._inner.unwatch(order_id, version)
-
-    async def unwatch_entry(self, entry: WatchEntry) -> None:
-        with _store_span("unwatch", entry.order_id):
-            await self._inner.unwatch_entry(entry)
-
-    async def watch_list(self, limit: int, continuation: str | None) -> WatchPage:
-        with _store_span("watch list"):
-            return await self._inner.watch_list(limit, continuation)
-
-    async def states(self, order_ids: Sequence[str]) -> tuple[StateRecord, ...]:
-        with _store_span("states"):
-            return await self._inner.states(order_ids)
-
-    async def put_rest(self, entry: RestEntry) -> None:
-        with _store_span("put rest", entry.order_id):
-            await self._inner.put_rest(entry)
-
-    async def drop_rest(
-        self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
-    ) -> None:
-        with _store_span("drop rest", order_id):
-            await self._inner.drop_rest(state, order_id, created_at, below=below)
-
-    async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
-        with _store_span("rest entries"):
-            return await self._inner.rest_entries(keys, limit, continuation)
-
-    async def ping(self) -> None:
-        await self._inner.ping()
-
-    def __getattr__(self, name: str) -> Any:
-        """Anything else the adapter offers (close, tools' helpers) is not traced."""
-        return getattr(self._inner, name)
+    async def around(self, call: Call) -> Any:
+        if call.name in UNTRACED:
+            return await call.proceed()
+        process = call.argument("process")
+        with _store_span(call) as span:
+            result = await call.proceed()
+            if process is not None:
+                _won(span, process)
+        if process is not None:
+            self._traces.remember(process)
+        elif isinstance(result, OrderProcess):
+            self._traces.remember(result)
+        if call.name == "save":
+            _finished(process, call.argument("history"))
+        return result
 
 
 def _won(span: Any, process: OrderProcess) -> None:
@@ -258,14 +181,23 @@ def _finished(process: OrderProcess, history: Sequence[HistoryEntry]) -> None:
     metrics.order_finished(state.process_state.value, seconds)
 
 
-class TracedMessageBus:
+class TracedMessageBus(Intercepted[MessageBus]):
+    """A PRODUCER span per order's messages of a send, its context on each message;
+    the bus's other calls go straight through."""
+
     def __init__(self, inner: MessageBus, traces: OrderTraces) -> None:
-        self._inner = inner
+        super().__init__(inner, MessageBus)
         self._traces = traces
 
-    async def send(self, messages: Sequence[Outgoing]) -> None:
+    async def around(self, call: Call) -> Any:
+        if call.name != "send":
+            return await call.proceed()
+        await self._send(call.argument("messages"))
+        return None
+
+    async def _send(self, messages: Sequence[Outgoing]) -> None:
         if not messages:
-            await self._inner.send(messages)
+            await self.inner.send(messages)
             return
         by_order: dict[str, list[int]] = {}
         for i, message in enumerate(messages):
@@ -275,7 +207,7 @@ class TracedMessageBus:
             for order_id, ids in by_order.items()
         ]
         if not any(sending):
-            await self._inner.send(messages)
+            await self.inner.send(messages)
             return
         current = trace.get_current_span()
         started = [span for span in sending if span is not None and span is not current]
@@ -289,7 +221,7 @@ class TracedMessageBus:
         first = next(s for s in sending if s is not None)
         try:
             with trace.use_span(first, end_on_exit=False):
-                await self._inner.send(carried)
+                await self.inner.send(carried)
         except Exception as exc:
             for span in sending:
                 if span is not None:
@@ -334,15 +266,6 @@ class TracedMessageBus:
             kind=SpanKind.PRODUCER,
             attributes=attributes,
         )
-
-    async def park(self, poison: Poison) -> None:
-        await self._inner.park(poison)
-
-    async def ping(self) -> None:
-        await self._inner.ping()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 def _rejoin(order_id: str, order_trace: Context, sender: trace.SpanContext) -> Context:

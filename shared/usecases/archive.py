@@ -53,7 +53,7 @@ from shared.domain.archive import (
     by_day,
     page_id,
 )
-from shared.ports import ArchiveBlobs, ArchiveStore, Clock, ConcurrencyConflict, StateStore
+from shared.ports import ArchiveBlobs, ArchiveStore, Clock, ConcurrencyConflict, OrdersAtRest
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.bulk_pace import Pacer
 
@@ -80,7 +80,7 @@ class ArchiveInterrupted(Exception):
 
 @dataclass
 class Archiver:
-    store: StateStore
+    store: OrdersAtRest
     archive: ArchiveStore
     blobs: ArchiveBlobs
     clock: Clock

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shared.domain.archive import ArchivedEntry, ArchivedMark, ArchivedOrder
-from shared.ports import ArchiveBlobs, ArchiveStore, StateStore
+from shared.ports import ArchiveBlobs, ArchiveStore, OrderRows
 from shared.telemetry.logsafe import app_logger
 
 log = app_logger("orders.archive")
@@ -32,7 +32,7 @@ class MarksBackfilled:
 
 
 async def backfill_marks(
-    store: StateStore,
+    store: OrderRows,
     archive: ArchiveStore,
     blobs: ArchiveBlobs,
     page_size: int,
@@ -57,7 +57,7 @@ async def backfill_marks(
     return MarksBackfilled(len(entries), written, tuple(reused), more)
 
 
-async def _taken_by_another(store: StateStore, entry: ArchivedEntry, copy: ArchivedOrder) -> bool:
+async def _taken_by_another(store: OrderRows, entry: ArchivedEntry, copy: ArchivedOrder) -> bool:
     """The key holds a row that is not the mark: the archived order itself (mid-purge, or
     its purge refused), or an order started under its id since."""
     live = await store.load(entry.order_id)

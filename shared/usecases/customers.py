@@ -15,7 +15,7 @@ from shared.domain.fairness import (
 )
 from shared.domain.machine.line import promotion
 from shared.domain.model import Order, OrderProcess, Priority
-from shared.ports import CustomerLedger, Entered, MessageBus, StateStore
+from shared.ports import CustomerLedger, Entered, MessageBus, WatchedOrders, WatchList
 from shared.telemetry.logsafe import app_logger
 
 log = app_logger("orders.customers")
@@ -54,10 +54,10 @@ class Customers:
     async def rejoin(self, process: OrderProcess, at: datetime) -> None:
         await self.ledger.rejoin(process.order.customer_id, process.order_id, at)
 
-    async def rested(self, process: OrderProcess, store: StateStore, bus: MessageBus) -> None:
+    async def rested(self, process: OrderProcess, store: WatchList, bus: MessageBus) -> None:
         await self.forget(process.order, store, bus, process.state.updated_at)
 
-    async def forget(self, order: Order, store: StateStore, bus: MessageBus, at: datetime) -> None:
+    async def forget(self, order: Order, store: WatchList, bus: MessageBus, at: datetime) -> None:
         """Off the count, and the next order in the customer's line nudged, its check
         moved up first (a claimed order's step must not wait for its hold to be checked).
         A crash in between leaves that order Pending and watched: its hold passing, or
@@ -65,7 +65,7 @@ class Customers:
         await self.release(order.customer_id, order.order_id, store, bus, at)
 
     async def release(
-        self, customer: str, order_id: str, store: StateStore, bus: MessageBus, at: datetime
+        self, customer: str, order_id: str, store: WatchList, bus: MessageBus, at: datetime
     ) -> None:
         promoted = await self.ledger.leave(customer, order_id, self.policy, at)
         self.memo.forget(customer)
@@ -76,7 +76,7 @@ class Customers:
         await bus.send((promotion(promoted),))
 
     async def never_created(
-        self, customer: str, order_id: str, store: StateStore, bus: MessageBus, at: datetime
+        self, customer: str, order_id: str, store: WatchedOrders, bus: MessageBus, at: datetime
     ) -> None:
         """The Supervisor found no order behind a watch entry that names its customer: a
         crash between the count and the create left a count with nothing to end it, so

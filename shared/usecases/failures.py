@@ -16,7 +16,7 @@ from typing import Final
 from shared.domain.failures import UNKNOWN
 from shared.domain.model import ProcessState
 from shared.domain.rest_index import RestEntry, RestRange
-from shared.ports import StateStore
+from shared.ports import RestIndex
 
 SCAN_CAP: Final = 10_000
 PAGE_SIZE: Final = 1000
@@ -44,7 +44,7 @@ class FailureReport:
     """The scan stopped at its cap: there may be more Error orders than counted."""
 
 
-async def group_failures(store: StateStore, scan_cap: int = SCAN_CAP) -> FailureReport:
+async def group_failures(store: RestIndex, scan_cap: int = SCAN_CAP) -> FailureReport:
     rows: list[RestEntry] = []
     continuation: str | None = None
     errors = RestRange(ProcessState.ERROR)

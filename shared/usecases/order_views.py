@@ -21,7 +21,7 @@ from typing import Final
 
 from shared.domain.model import ProcessState, StateRecord
 from shared.domain.rest_index import RestRange
-from shared.ports import Page, StateStore
+from shared.ports import Page, StateStore, WatchedOrders
 
 IN_FLIGHT: Final = tuple(s for s in ProcessState if not s.is_terminal)
 
@@ -35,7 +35,7 @@ class InFlight:
     """More entries were on the watch list: a count of these is a lower bound."""
 
 
-async def in_flight(store: StateStore, limit: int) -> InFlight:
+async def in_flight(store: WatchedOrders, limit: int) -> InFlight:
     page = await store.watch_list(limit, None)
     states = await store.states([e.order_id for e in page.items])
     moving = tuple(s for s in states if not s.process_state.is_terminal)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from shared.catalogue.running import workflow_of
 from shared.domain.rest_index import rest_entry
-from shared.ports import StateStore
+from shared.ports import OrdersAtRest
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,9 @@ class Backfilled:
     """Where the next call goes on; None: done."""
 
 
-async def backfill_page(store: StateStore, page_size: int, continuation: str | None) -> Backfilled:
+async def backfill_page(
+    store: OrdersAtRest, page_size: int, continuation: str | None
+) -> Backfilled:
     page = await store.list_by_state(None, page_size, continuation)
     written = 0
     for state in page.items:
@@ -35,7 +37,7 @@ async def backfill_page(store: StateStore, page_size: int, continuation: str | N
     return Backfilled(len(page.items), written, page.continuation)
 
 
-async def backfill_order(store: StateStore, order_id: str, tries: int = 3) -> int:
+async def backfill_order(store: OrdersAtRest, order_id: str, tries: int = 3) -> int:
     """Write the order's entry, then check its row did not move meanwhile; a moved order
     is read again. Returns 1 when its entry was written and stands."""
     for _ in range(tries):

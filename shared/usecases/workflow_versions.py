@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from shared.domain.model import ProcessState
 from shared.domain.workflow import Catalogue
-from shared.ports import StateStore
+from shared.ports import OrderRows
 
 IN_FLIGHT = tuple(s for s in ProcessState if not s.is_final)
 """Error and Suspended orders too: an operator may move them on, on their version."""
@@ -27,7 +27,7 @@ class Stranded:
     sample_order_id: str
 
 
-async def versions_in_flight(store: StateStore) -> dict[tuple[str, int], list[str]]:
+async def versions_in_flight(store: OrderRows) -> dict[tuple[str, int], list[str]]:
     """Every non-terminal order's pinned (workflow, version), with its order ids. A scan
     of the state rows: an offline check before a deploy, never on a request's path."""
     found: dict[tuple[str, int], list[str]] = {}
