@@ -36,7 +36,7 @@ from tests.app_functions import registered_functions
 from tests.e2e.test_ops_page import WAIT_MS, page
 from tests.functions.conftest import SETTINGS, Harness, ScriptedRemote, context_for
 from tests.functions.test_tracing import deliver
-from tests.workflows import AGENTS, AgentName
+from tests.workflows import AGENTS, CATALOGUE, AgentName
 
 pytestmark = [pytest.mark.browser]
 
@@ -61,7 +61,7 @@ async def traced(exporter: InMemorySpanExporter) -> AsyncIterator[Harness]:
     store, bus, clock = InMemoryStateStore(), InMemoryBus(), FakeClock()
     remotes = {name: ScriptedRemote() for name in AGENTS}
     ports: dict[AgentName, RemoteService] = dict(remotes)
-    settings = Settings.from_env({**SETTINGS, Setting.TRACE_QUERY_URL: TRACES})
+    settings = Settings.from_env({**SETTINGS, Setting.TRACE_QUERY_URL: TRACES}, catalogue=CATALOGUE)
     container = bootstrap.compose(
         settings, store, bus, ports, clock, decorate=bootstrap.trace_ports
     )

@@ -20,6 +20,7 @@ from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from shared.usecases.unit_of_work import UnitOfWork
 from tests.builders import World, an_order
+from tests.workflows import CATALOGUE
 
 
 class CrashAfterSave(Exception):
@@ -76,7 +77,7 @@ async def test_a_moving_order_that_loses_its_race_leaves_its_entry_alone() -> No
     late = machine.suspend(process, world.clock.now(), "someone else")
     assert late is not None
     with pytest.raises(ConcurrencyConflict):
-        await UnitOfWork(world.store, world.bus).save(
+        await UnitOfWork(world.store, world.bus, catalogue=CATALOGUE).save(
             late, check_at=world.clock.now() + timedelta(hours=1)
         )
     assert world.store.watched()["o-1"] == before
@@ -87,7 +88,9 @@ async def test_a_change_with_nothing_to_send_never_touches_the_bus() -> None:
     world = World()
     process = await in_flight(world)
     world.bus.fail_next = 1
-    await UnitOfWork(world.store, world.bus).commit(machine.Transition(process, (), ()))
+    await UnitOfWork(world.store, world.bus, catalogue=CATALOGUE).commit(
+        machine.Transition(process, (), ())
+    )
     assert world.bus.fail_next == 1
 
 
