@@ -28,11 +28,10 @@ from shared.ports import (
     Clock,
     HealthStore,
     ReconcileStore,
-    RemoteService,
     StateStore,
 )
 from shared.usecases.agent import AgentDeps
-from shared.usecases.agent_health import HealthMonitor
+from shared.usecases.agent_health import HealthMonitor, HealthProbe
 from shared.usecases.archive import Archiver
 from shared.usecases.bulk import BulkDeps
 from shared.usecases.deps import ProcessDeps
@@ -93,7 +92,7 @@ class AgentWork:
     deps: Callable[[AgentName], AgentDeps]
     """One agent's ports, breaker, throttle and limits (kept per agent by the container)."""
     dead_letters: DeadLetters
-    watched: Callable[[], list[tuple[HealthMonitor, RemoteService]]]
+    watched: Callable[[], list[tuple[HealthMonitor, HealthProbe]]]
     """Every catalogue agent's monitor and service, for the heartbeat to probe."""
     health: HealthStore
 

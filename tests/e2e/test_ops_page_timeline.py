@@ -67,7 +67,8 @@ async def traced(exporter: InMemorySpanExporter) -> AsyncIterator[Harness]:
     )
     bootstrap.use(container)
     try:
-        yield Harness(store, bus, clock, remotes, {f.name: f for f in registered_functions()})
+        functions = {f.name: f for f in registered_functions()}
+        yield Harness(store, bus, clock, remotes, functions, container)
     finally:
         bootstrap.reset()
 

@@ -29,9 +29,11 @@ async def quota() -> AsyncIterator[Harness]:
     settings = Settings.from_env(
         {**SETTINGS, Setting.INTAKE_MAX_PENDING_PER_CUSTOMER: "2"}, catalogue=CATALOGUE
     )
-    bootstrap.use(bootstrap.compose(settings, store, bus, ports, clock))
+    container = bootstrap.compose(settings, store, bus, ports, clock)
+    bootstrap.use(container)
     try:
-        yield Harness(store, bus, clock, remotes, {f.name: f for f in registered_functions()})
+        functions = {f.name: f for f in registered_functions()}
+        yield Harness(store, bus, clock, remotes, functions, container)
     finally:
         bootstrap.reset()
 
