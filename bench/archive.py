@@ -28,7 +28,7 @@ from shared.adapters.clock import SystemClock
 from shared.adapters.table_archive import TableArchiveStore
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_store import TableStateStore
-from shared.catalogue import catalogue
+from shared.catalogue import catalogue_file, load
 from shared.domain.machine.forward import start
 from shared.domain.model import HistoryEntry, Order, OrderLine, Priority, ProcessState, StepStatus
 from shared.domain.rest_index import rest_entry
@@ -39,7 +39,7 @@ FINISHED = datetime.now(UTC) - timedelta(days=40)
 
 
 async def fill(store: TableStateStore, count: int) -> None:
-    workflow = catalogue().workflows[0]
+    workflow = load(catalogue_file()).workflows[0]
     gate = asyncio.Semaphore(32)
 
     async def one(i: int) -> None:

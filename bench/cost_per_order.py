@@ -30,9 +30,9 @@ from bench._common import RESULTS, console, fmt, print_machine, table
 from bench._instrument import TABLE_KIND
 from bench._stack import BenchStack, Timings, set_faults
 from devhost.harness.load import Load, StatusQueue, run_load
-from shared.catalogue import catalogue
+from shared.catalogue import catalogue_file, load
 
-ORDER_FULFILMENT = catalogue().default_workflow()
+ORDER_FULFILMENT = load(catalogue_file()).default_workflow()
 
 STEPS = [s.name for s in ORDER_FULFILMENT.steps]
 OPS = ("load", "create", "save", "watch", "reschedule", "unwatch")

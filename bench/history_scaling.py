@@ -41,6 +41,7 @@ from shared.adapters.memory import InMemoryBus, InMemoryHealthStore
 from shared.adapters.table_bulk import TableBulkStore
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_store import TableStateStore
+from shared.catalogue import catalogue_file, load
 from shared.domain.bulk_request import BulkAction, BulkFilter, BulkRequest
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.model import ProcessState
@@ -138,7 +139,9 @@ async def run(sizes: list[int], repeats: int) -> list[dict[str, float]]:
         service = table_service_client(connection_string=azurite_connection_string(port))
         store = TableStateStore(service, f"h{uuid.uuid4().hex[:20]}")
         now = datetime.now(UTC)
-        deps = ProcessDeps(store, InMemoryBus(), FakeClock(now), POLICY, "bench")
+        deps = ProcessDeps(
+            store, InMemoryBus(), FakeClock(now), POLICY, "bench", catalogue=load(catalogue_file())
+        )
         bulk = BulkDeps(deps, TableBulkStore(store))
         health = InMemoryHealthStore()
         request = BulkRequest(BulkAction.RESUBMIT, BulkFilter(state=ProcessState.ERROR), True)

@@ -51,7 +51,7 @@ from devhost.harness.load import (
     plan,
     run_load,
 )
-from shared.catalogue import catalogue
+from shared.catalogue import catalogue_file, load
 from shared.contract import Queue, Setting, agent_queue
 
 MODES = ("lanes", "no-lanes")
@@ -59,7 +59,7 @@ WARMUP_LATENCY_MS = 20
 WATCHED_QUEUES = (
     Queue.SCHEDULER,
     Queue.AGENT_REPLIES,
-    *(agent_queue(name, high) for name in catalogue().agents for high in (False, True)),
+    *(agent_queue(name, high) for name in load(catalogue_file()).agents for high in (False, True)),
 )
 
 
@@ -232,7 +232,7 @@ async def drive(
     after = await _queue_counters(broker)
     sent = {
         q: int(after.get(q, {}).get("sent", 0)) - int(before.get(q, {}).get("sent", 0))
-        for q in (agent_queue(name, high=True) for name in catalogue().agents)
+        for q in (agent_queue(name, high=True) for name in load(catalogue_file()).agents)
     }
     drain, window = _drain(classes)
     trickle_name = "high-priority trickle" if mode == "lanes" else "trickle, sent as normal"

@@ -34,7 +34,7 @@ from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus
 from shared.adapters.table_client import table_service_client
 from shared.adapters.table_store import TableStateStore
-from shared.catalogue import catalogue
+from shared.catalogue import catalogue_file, load
 from shared.domain.machine.forward import apply_reply, claim, start
 from shared.domain.machine.transition import ProcessPolicy, Transition
 from shared.domain.messages import AgentReply
@@ -52,7 +52,8 @@ from shared.settings import azurite_connection_string
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.supervisor import sweep
 
-ORDER_FULFILMENT = catalogue().default_workflow()
+CATALOGUE = load(catalogue_file())
+ORDER_FULFILMENT = CATALOGUE.default_workflow()
 
 POLICY = ProcessPolicy(
     step_timeout=timedelta(seconds=30), pending_timeout=timedelta(seconds=60), max_failure_count=3
@@ -206,6 +207,7 @@ async def measure_sweeps(
         FakeClock(created),
         POLICY,
         "bench-supervisor",
+        catalogue=CATALOGUE,
     )
     idle_times = []
     for _ in range(5):
@@ -223,6 +225,7 @@ async def measure_sweeps(
         FakeClock(created + timedelta(hours=1)),
         POLICY,
         "bench-supervisor",
+        catalogue=CATALOGUE,
     )
     sweeps = 0
     recovered = 0

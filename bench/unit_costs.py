@@ -45,7 +45,7 @@ from shared.adapters.table_client import table_service_client
 from shared.adapters.table_customers import TableCustomerLedger
 from shared.adapters.table_limits import TableLimitStore
 from shared.adapters.table_store import TableStateStore
-from shared.catalogue import catalogue
+from shared.catalogue import catalogue_file, load
 from shared.domain.fairness import CustomerPolicy
 from shared.domain.limits import AgentLimits
 from shared.domain.machine import forward
@@ -53,7 +53,7 @@ from shared.domain.model import Order, OrderLine, OrderProcess, Outgoing, Priori
 from shared.ports import RemoteCall
 from shared.usecases.limiter import AgentLimiter
 
-ORDER_FULFILMENT = catalogue().default_workflow()
+ORDER_FULFILMENT = load(catalogue_file()).default_workflow()
 
 QUEUE = "order-status"
 PAYLOAD = {"customerId": "customer-1", "items": [{"sku": "sku-1", "quantity": 2, "unitPrice": 9.5}]}

@@ -12,12 +12,12 @@ from datetime import timedelta
 from typing import Any
 
 from devhost.harness.stack import timing_settings
-from shared.catalogue import catalogue
-from shared.contract import AGENT_QUEUES, Queue
+from shared.catalogue import catalogue_file, load
+from shared.contract import Queue, agent_queue
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.workflow import Workflow
 
-CATALOGUE = catalogue()
+CATALOGUE = load(catalogue_file())
 ORDER_FULFILMENT = CATALOGUE.default_workflow()
 EXPRESS_DELIVERY = "express-delivery"
 REVIEWED_ORDER = "reviewed-order"
@@ -83,7 +83,11 @@ PRIMARY_OF: dict[str, str] = {
     for step in workflow.steps
     for alternative in step.alternatives
 }
-WORKFLOW_QUEUES: tuple[str, ...] = (Queue.SCHEDULER, Queue.AGENT_REPLIES, *AGENT_QUEUES)
+WORKFLOW_QUEUES: tuple[str, ...] = (
+    Queue.SCHEDULER,
+    Queue.AGENT_REPLIES,
+    *(agent_queue(name) for name in CATALOGUE.agents),
+)
 """Where the broker misbehaves: the queues whose losses the pattern is built to heal.
 
 `operator-alerts` and `order-status` are left alone: an acknowledged alert that the

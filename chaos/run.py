@@ -44,12 +44,12 @@ from chaos.model import (
 )
 from chaos.monitor import Monitor
 from chaos.system import RUNTIMES, ChaosStack, KillEvent, Outage, chaos_stack
-from shared.catalogue import catalogue
+from shared.catalogue import catalogue_file, load
 from shared.contract import Route
 from shared.domain.machine.operator import PastPivot
 from shared.domain.model import ProcessState
 
-ORDER_FULFILMENT = catalogue().default_workflow()
+ORDER_FULFILMENT = load(catalogue_file()).default_workflow()
 PAST_PIVOT = PastPivot.code
 
 Progress = Callable[[str], None]

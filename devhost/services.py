@@ -21,7 +21,8 @@ from urllib.parse import urlparse
 from devhost.harness import services as commands
 from devhost.harness.ports import LOOPBACK, port_open
 from devhost.harness.process import Child, StartError
-from shared.catalogue import catalogue
+from shared.catalogue import catalogue_file, load
+from shared.catalogue.derive import service_url_settings
 from shared.contract import Setting
 
 log = logging.getLogger("devhost.services")
@@ -31,7 +32,7 @@ BROKER_DEFAULT_PORT = 5672
 BROKER_CONTROL_PORT = 7073
 SIMULATOR_DEFAULT_PORT = 7072
 OTLP_DEFAULT_PORT = 4318
-SERVICE_URL_SETTINGS = tuple(spec.service_url_setting for spec in catalogue().agents.values())
+SERVICE_URL_SETTINGS = service_url_settings(load(catalogue_file()))
 _LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 LOG_LEVEL = "INFO"
 """The services log their lifecycle under .devhost/logs for the developer to read."""

@@ -1,7 +1,9 @@
 """Composition root for the real adapters: built lazily, once per worker and event loop.
 
 Nothing here runs at import time, so the Functions host can index the app even when a
-setting is missing; the first invocation that needs a client builds them all.
+setting is missing; the first invocation that needs a client builds them all. The
+catalogue is read here too, and handed to whatever needs it: nothing else in the app
+reads the file.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 
 import aiohttp
 from azure.identity.aio import DefaultAzureCredential
@@ -30,7 +34,8 @@ from shared.adapters.table_health import TableHealthStore
 from shared.adapters.table_limits import TableLimitStore
 from shared.adapters.table_reconcile import TableReconcileStore
 from shared.adapters.table_store import TableStateStore
-from shared.domain.workflow import AgentName
+from shared.catalogue import catalogue_file, load
+from shared.domain.workflow import AgentName, Catalogue
 from shared.gc_tuning import tune_for_long_lived_worker
 from shared.ports import (
     ArchiveBlobs,
@@ -90,6 +95,11 @@ class Container:
     """What this instance has seen of its bus and store being down; the Supervisor's."""
     health_check: HealthCheck | None = None
     """`/api/health`'s probes of the store and the bus; None: built from `process`."""
+
+    @property
+    def catalogue(self) -> Catalogue:
+        """The agents and workflows this instance runs (its settings were read against it)."""
+        return self.settings.catalogue
 
     def probes(self) -> HealthCheck:
         if self.health_check is None:
@@ -174,6 +184,7 @@ class Container:
             ),
             limiter=self.limiter(name),
             step_holds=StepHolds(self.process.work, self.process.clock, self.process.policy),
+            catalogue=self.catalogue,
         )
 
 
@@ -196,12 +207,24 @@ _current: tuple[asyncio.AbstractEventLoop, Container] | None = None
 _decorate: PortDecorator | None = None
 
 
+def catalogue() -> Catalogue:
+    """The catalogue the app runs: the file the setting `CatalogueFile` names (by default
+    catalogue.json beside function_app.py), read once per file. The agents' triggers are
+    registered from it when the app is indexed, so it is the one thing read at import."""
+    return _read(catalogue_file())
+
+
+@cache
+def _read(path: Path) -> Catalogue:
+    return load(path)
+
+
 async def container() -> Container:
     """Building has no awaits, so two invocations on one loop cannot both build."""
     global _current
     loop = asyncio.get_running_loop()
     if _current is None or _current[0] is not loop:
-        _current = (loop, build(Settings.from_env(), _decorate))
+        _current = (loop, build(Settings.from_env(catalogue=catalogue()), _decorate))
     return _current[1]
 
 
@@ -263,6 +286,7 @@ def compose(
         routing=RoutingSource(health, clock),
         cache=ProcessCache(),
         customers=_customers(settings, ledger),
+        catalogue=settings.catalogue,
     )
     return Container(
         settings=settings,

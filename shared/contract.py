@@ -11,8 +11,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Final
 
-from shared.catalogue import catalogue
-
 
 class Queue:
     """Service Bus queue names (docs/contract.md#1-queues)."""
@@ -51,21 +49,8 @@ CORE_QUEUES: Final[tuple[str, ...]] = (
     Queue.SCHEDULER_HIGH,
     Queue.AGENT_REPLIES_HIGH,
 )
-"""The queues every catalogue needs; each agent adds its two lanes."""
-
-
-def service_url_settings() -> tuple[str, ...]:
-    """The app settings holding each agent's service URL, in catalogue order (for another
-    catalogue: shared.catalogue.derive)."""
-    return tuple(spec.service_url_setting for spec in catalogue().agents.values())
-
-
-AGENT_QUEUES: Final[tuple[str, ...]] = tuple(agent_queue(name) for name in catalogue().agents)
-"""The normal lanes of the catalogue's agents."""
-ALL_QUEUES: Final[tuple[str, ...]] = (
-    *CORE_QUEUES,
-    *(agent_queue(name, high) for name in catalogue().agents for high in (False, True)),
-)
+"""The queues every catalogue needs; each agent adds its two lanes (the whole set, and
+each agent's service URL setting, are shared.catalogue.derive's, from a given catalogue)."""
 
 
 class PoisonProperty:

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from shared.catalogue import catalogue
 from shared.contract import AgentLimitSetting, ChaosSetting, Setting
 from shared.domain.archive import DEFAULT_RETENTION, RetentionPolicy
 from shared.domain.fairness import CustomerPolicy
@@ -18,7 +17,7 @@ from shared.domain.limits import AgentLimits
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.model import ExhaustedPolicy, ProcessState
 from shared.domain.principal import OperatorAuth, TokenPolicy
-from shared.domain.workflow import AgentName
+from shared.domain.workflow import AgentName, Catalogue
 
 # Azurite's published development account: a well-known constant, not a secret.
 _AZURITE_KEY = (
@@ -54,6 +53,9 @@ class Connection:
 
 @dataclass(frozen=True)
 class Settings:
+    catalogue: Catalogue = field(repr=False, kw_only=True)
+    """The agents and workflows this instance runs, which these settings were read
+    against (each agent's service URL and limits are named in it)."""
     storage: Connection
     service_bus: Connection
     state_table: str
@@ -117,10 +119,12 @@ class Settings:
         )
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+    def from_env(cls, env: Mapping[str, str] | None = None, *, catalogue: Catalogue) -> Settings:
+        """`catalogue` names each agent's settings (its service URL, its limits)."""
         values = os.environ if env is None else env
         step_timeout = _number(values, Setting.STEP_TIMEOUT_SECONDS, 30)
         return cls(
+            catalogue=catalogue,
             storage=_storage(values),
             service_bus=_service_bus(values),
             state_table=values.get(Setting.STATE_TABLE, "Orders"),
@@ -143,7 +147,7 @@ class Settings:
                     spec.service_url_setting,
                     spec.local_service_url or f"http://127.0.0.1:7072/{name}",
                 )
-                for name, spec in catalogue().agents.items()
+                for name, spec in catalogue.agents.items()
             },
             instance_id=values.get(Setting.INSTANCE_ID)
             or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
@@ -161,7 +165,7 @@ class Settings:
                 values, Setting.INTAKE_MAX_PENDING_PER_CUSTOMER
             ),
             fair_share=_count_or_none(values, Setting.FAIR_SHARE_RUNNING_PER_CUSTOMER),
-            agent_limits=_agent_limits(values),
+            agent_limits=_agent_limits(values, catalogue),
             retention=RetentionPolicy(
                 processed=_retention(
                     values, Setting.RETENTION_PROCESSED_DAYS, ProcessState.PROCESSED
@@ -234,10 +238,10 @@ def _number(values: Mapping[str, str], name: str, default: float, minimum: float
     return number
 
 
-def _agent_limits(values: Mapping[str, str]) -> dict[AgentName, AgentLimits]:
+def _agent_limits(values: Mapping[str, str], catalogue: Catalogue) -> dict[AgentName, AgentLimits]:
     """The catalogue's limits, each overridden by its app setting when set (0 lifts it)."""
     limits = {}
-    for name, spec in catalogue().agents.items():
+    for name, spec in catalogue.agents.items():
         declared = spec.limits
         concurrent = _override(
             values, AgentLimitSetting.MAX_CONCURRENT.format(agent=name), declared.max_concurrent

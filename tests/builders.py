@@ -20,7 +20,9 @@ from shared.domain.model import (
     Outgoing,
     Priority,
 )
+from shared.domain.workflow import Catalogue
 from shared.usecases.deps import ProcessDeps
+from tests.workflows import CATALOGUE
 
 _ids: Iterator[int] = iter(range(1, 1_000_000))
 
@@ -88,6 +90,10 @@ class World:
     store: InMemoryStateStore = field(default_factory=InMemoryStateStore)
     bus: InMemoryBus = field(default_factory=InMemoryBus)
     policy: ProcessPolicy = field(default_factory=a_policy)
+    catalogue: Catalogue = CATALOGUE
+    """The catalogue the world's deps run; a test changes it to switch catalogues."""
 
     def deps(self, instance_id: str = "scheduler-1") -> ProcessDeps:
-        return ProcessDeps(self.store, self.bus, self.clock, self.policy, instance_id)
+        return ProcessDeps(
+            self.store, self.bus, self.clock, self.policy, instance_id, catalogue=self.catalogue
+        )

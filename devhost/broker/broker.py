@@ -11,7 +11,9 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
-from shared.contract import ALL_QUEUES, QUEUE_PROPERTIES
+from shared.catalogue import catalogue_file, load
+from shared.catalogue.derive import all_queues
+from shared.contract import QUEUE_PROPERTIES
 
 from .control import ControlServer
 from .engine import Engine
@@ -72,7 +74,8 @@ class Broker:
         self.port = port
         self.control_port = control_port
         self.db_path = db_path
-        self.queues: tuple[str, ...] = tuple(dict.fromkeys([*ALL_QUEUES, *extra_queues]))
+        queues = all_queues(load(catalogue_file()))
+        self.queues: tuple[str, ...] = tuple(dict.fromkeys([*queues, *extra_queues]))
         self._limits = Limits(
             lock_ms=int(lock_seconds * 1000),
             max_delivery_count=max_delivery_count,

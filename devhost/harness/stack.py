@@ -29,7 +29,7 @@ from devhost.harness import services
 from devhost.harness.clients import AppClient, BrokerControl, SimulatorControl
 from devhost.harness.ports import LOOPBACK, free_port
 from devhost.harness.process import Child, StartError
-from shared.catalogue import catalogue
+from shared.catalogue import catalogue_file, load
 from shared.contract import Queue, Setting
 from shared.settings import azurite_connection_string
 
@@ -140,7 +140,7 @@ class Stack:
             Setting.REPLY_TO_ALLOW_LIST: Queue.ORDER_STATUS,
             **{
                 spec.service_url_setting: f"{self.simulator_url}/{name}"
-                for name, spec in catalogue().agents.items()
+                for name, spec in load(catalogue_file()).agents.items()
             },
             Setting.INSTANCE_ID: self.instance_id(runtime),
             **services.telemetry_env(self.otlp_port),

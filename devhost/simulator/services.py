@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.catalogue import catalogue
+from shared.catalogue import catalogue_file, load
 from shared.domain.workflow import Catalogue
 
 
@@ -265,6 +265,6 @@ def services_from(found: Catalogue) -> dict[str, Service]:
     return {agent: service_for(found, agent) for agent in found.agents}
 
 
-SERVICES: Final[Mapping[str, Service]] = services_from(catalogue())
+SERVICES: Final[Mapping[str, Service]] = services_from(load(catalogue_file()))
 """The services of the catalogue the app runs (``CatalogueFile`` may point elsewhere)."""
 SERVICE_NAMES: Final[tuple[str, ...]] = tuple(SERVICES)

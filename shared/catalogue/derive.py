@@ -1,7 +1,8 @@
 """What the catalogue implies for the deployment, computed from a given catalogue.
 
 Pure functions of a `Catalogue`, so that a test can ask what a changed catalogue would
-deploy without touching `catalogue.json`; `shared.contract` applies them to the app's own.
+deploy without touching `catalogue.json`; the CLI and the local broker apply them to the
+catalogue the app runs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ def agent_queues(catalogue: Catalogue) -> tuple[str, ...]:
 
 
 def all_queues(catalogue: Catalogue) -> tuple[str, ...]:
-    """Every queue the app uses: the core ones, then the agents' (`shared.contract.ALL_QUEUES`)."""
+    """Every queue the app uses: the core ones (`shared.contract.CORE_QUEUES`), then the
+    agents'."""
     return (*CORE_QUEUES, *agent_queues(catalogue))
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from shared.catalogue import ROOT, catalogue, load
+from shared.catalogue import ROOT, catalogue_file, load
 from shared.catalogue.derive import all_queues, local_service_urls
 from shared.contract import QUEUE_PROPERTIES, QueueProperties, queue_properties
 from shared.domain.workflow import Catalogue
@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("kind", choices=("emulator", "local-settings"))
     parser.add_argument("--catalogue", type=Path, help="another catalogue file")
     args = parser.parse_args(argv)
-    cat = load(args.catalogue) if args.catalogue else catalogue()
+    cat = load(args.catalogue or catalogue_file())
     sys.stdout.write(render(args.kind, cat))
     return 0
 

@@ -1,11 +1,14 @@
-"""The workflow an order runs on, as the catalogue this instance loaded has it."""
+"""The workflow an order runs on, as a given catalogue has it.
+
+The catalogue is handed in (the container's, or a test's own): nothing here reads a
+file or keeps one.
+"""
 
 from __future__ import annotations
 
-from shared.catalogue import catalogue
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import StateRecord
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import Catalogue, Workflow
 
 
 class UnknownWorkflow(InvalidTransition, LookupError):
@@ -15,12 +18,12 @@ class UnknownWorkflow(InvalidTransition, LookupError):
     code = "version-gone"
 
 
-def workflow_of(state: StateRecord) -> Workflow | None:
-    return catalogue().get(state.workflow, state.workflow_version)
+def workflow_of(catalogue: Catalogue, state: StateRecord) -> Workflow | None:
+    return catalogue.get(state.workflow, state.workflow_version)
 
 
-def pinned_workflow(state: StateRecord) -> Workflow:
-    found = workflow_of(state)
+def pinned_workflow(catalogue: Catalogue, state: StateRecord) -> Workflow:
+    found = workflow_of(catalogue, state)
     if found is None:
         raise UnknownWorkflow(
             f"order {state.order_id} runs on {state.workflow} v{state.workflow_version}, "

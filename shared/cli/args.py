@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from typing import NoReturn
 
+from shared.catalogue import catalogue_file, load
+from shared.catalogue.derive import all_queues
 from shared.cli.config import (
     API_KEY_ENV,
     API_URL_ENV,
@@ -21,12 +23,14 @@ from shared.cli.config import (
     TOKEN_ENV,
 )
 from shared.cli.errors import Usage
-from shared.contract import ALL_QUEUES, Setting
+from shared.contract import Setting
 from shared.domain.model import ProcessState
 from shared.domain.principal import Role
 from shared.domain.rfc3339 import parse_date_time
 
 PROG = "python -m shared.cli"
+ALL_QUEUES = all_queues(load(catalogue_file()))
+"""Every queue of the catalogue the app runs (`CatalogueFile`, else catalogue.json)."""
 MAX_PAGE_SIZE = 1000
 EPILOG = (
     "exit codes: 0 ok, 1 failed or refused (e.g. 409), 2 usage, 3 not found, "

@@ -14,10 +14,10 @@ from typing import Any, TextIO
 from shared import jsonbounds
 from shared.cli import output
 from shared.cli.api import OperatorApi, View
+from shared.cli.args import ALL_QUEUES
 from shared.cli.config import ApiConfig, BusConfig
 from shared.cli.deadletters import DeadLetterQueues, Settlement
 from shared.cli.errors import CliError, Exit, NotFound, Usage
-from shared.contract import ALL_QUEUES
 from shared.domain.model import ProcessState
 
 TERMINAL = frozenset(

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from shared.catalogue import catalogue_file, load
 from shared.cli.workflows import state_store
 from shared.usecases.rest_backfill import backfill_page
 
@@ -22,12 +23,13 @@ async def run(argv: Sequence[str]) -> int:
     parser.add_argument("--page-size", type=int, default=500)
     parser.add_argument("--continuation", help="where a stopped run got to")
     args = parser.parse_args(argv)
+    catalogue = load(catalogue_file())
     store = state_store(args.against, args.table, dict(os.environ))
     scanned = written = 0
     continuation = args.continuation
     try:
         while True:
-            page = await backfill_page(store, args.page_size, continuation)
+            page = await backfill_page(store, catalogue, args.page_size, continuation)
             scanned, written = scanned + page.scanned, written + page.written
             continuation = page.continuation
             print(f"scanned {scanned}, entries written {written}, continuation {continuation}")

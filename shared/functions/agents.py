@@ -11,12 +11,11 @@ import time
 
 import azure.functions as func
 
-from shared import bootstrap
-from shared.catalogue import catalogue
+from shared import composition
 from shared.contract import Setting, agent_queue
 from shared.domain.messages import AgentRequest, InvalidMessage
 from shared.domain.workflow import AgentName
-from shared.functions.poison import UNKNOWN_STEP, reject
+from shared.functions.poison import UNKNOWN_STEP
 from shared.telemetry.metrics import step_done
 from shared.telemetry.spans import annotate, consuming
 from shared.usecases.agent import UnknownStep, perform_step
@@ -38,17 +37,17 @@ async def _perform(
 async def _perform_step(
     agent: AgentName, msg: func.ServiceBusMessage, queue: str, high: bool
 ) -> None:
-    c = await bootstrap.container()
+    h = await composition.agent_work()
     try:
         request = AgentRequest.parse(msg.get_body())
         annotate(order_id=request.order_id, step=request.step, attempt=request.attempt)
         started = time.monotonic()
-        outcome = await perform_step(c.agent(agent), request, high=high)
+        outcome = await perform_step(h.deps(agent), request, high=high)
         step_done(agent, request.step, outcome.value, time.monotonic() - started)
     except InvalidMessage as exc:
-        await reject(c, queue, msg, str(exc))
+        await h.dead_letters.reject(queue, msg, str(exc))
     except UnknownStep as exc:
-        await reject(c, queue, msg, str(exc), UNKNOWN_STEP)
+        await h.dead_letters.reject(queue, msg, str(exc), UNKNOWN_STEP)
 
 
 def function_name(agent: AgentName, high: bool = False) -> str:
@@ -71,7 +70,7 @@ def _register(agent: AgentName, high: bool) -> None:
     )
 
 
-for _agent in catalogue().agents:
+for _agent in composition.agents():
     for _high in (False, True):
         _register(_agent, _high)
 
@@ -80,5 +79,5 @@ for _agent in catalogue().agents:
     arg_name="timer", schedule=f"%{Setting.AGENT_HEARTBEAT_SCHEDULE}%", run_on_startup=False
 )
 async def agent_heartbeat(timer: func.TimerRequest) -> None:
-    c = await bootstrap.container()
-    await heartbeat([(c.monitor(name), c.remotes[name]) for name in catalogue().agents], c.health)
+    h = await composition.agent_work()
+    await heartbeat(h.watched(), h.health)

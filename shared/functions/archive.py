@@ -12,12 +12,13 @@ from typing import Any, Final
 
 import azure.functions as func
 
-from shared import bootstrap
+from shared import composition
 from shared.contract import Route, Setting
 from shared.domain.archive import ArchivedOrder, ArchiveRun, parse_day
 from shared.domain.continuation import InvalidContinuation
 from shared.domain.messages import iso
 from shared.domain.principal import Role
+from shared.domain.workflow import Catalogue
 from shared.functions.http import (
     bounded_int,
     json_response,
@@ -25,44 +26,32 @@ from shared.functions.http import (
     order_view,
     problem,
 )
-from shared.functions.signin import admit, route_level
-from shared.ports import StateStoreError
+from shared.functions.signin import route_level
+from shared.ports import ArchiveStore, StateStoreError
 from shared.telemetry.spans import serving, timed
-from shared.usecases.archive import Archiver, archived_on, was_archived
+from shared.usecases.archive import archived_on, was_archived
 
 bp = func.Blueprint()
 _UNAVAILABLE: Final = ("Try again", "the state store or the archive is unavailable")
 _NO_ARCHIVE: Final = "the archive needs the table store and a blob service (docs/operations.md)"
 
 
-def archiver(c: bootstrap.Container) -> Archiver | None:
-    if c.archive is None or c.archive_blobs is None:
-        return None
-    return Archiver(
-        store=c.process.store,
-        archive=c.archive,
-        blobs=c.archive_blobs,
-        clock=c.process.clock,
-        instance=c.process.instance_id,
-        policy=c.settings.retention,
-    )
-
-
 @bp.timer_trigger(arg_name="timer", schedule=f"%{Setting.ARCHIVE_SCHEDULE}%", run_on_startup=False)
 async def archive(timer: func.TimerRequest, context: func.Context) -> None:
     with timed(context):
-        found = archiver(await bootstrap.container())
+        found = (await composition.archiving()).archiver
         if found is not None:
             await found.run()
 
 
 @bp.route(route=Route.ARCHIVE, methods=["POST"], auth_level=route_level())
 async def archive_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
-    actor = await admit(req, Role.OPERATE)
+    h = await composition.archiving()
+    actor = await h.gate.admit(req, Role.OPERATE)
     if isinstance(actor, func.HttpResponse):
         return actor
     with serving(req, context):
-        found = archiver(await bootstrap.container())
+        found = h.archiver
         if found is None:  # not a dependency that is down: retrying will not help
             return problem(409, "Not configured", _NO_ARCHIVE)
         try:
@@ -74,7 +63,8 @@ async def archive_http(req: func.HttpRequest, context: func.Context) -> func.Htt
 
 @bp.route(route=Route.ARCHIVE_DAY, methods=["GET"], auth_level=route_level())
 async def archive_day(req: func.HttpRequest) -> func.HttpResponse:
-    actor = await admit(req, Role.READ)
+    h = await composition.archiving()
+    actor = await h.gate.admit(req, Role.READ)
     if isinstance(actor, func.HttpResponse):
         return actor
     try:
@@ -84,9 +74,8 @@ async def archive_day(req: func.HttpRequest) -> func.HttpResponse:
     pages = bounded_int(req, "pages", 10, 1, 100)
     if isinstance(pages, func.HttpResponse):
         return pages
-    c = await bootstrap.container()
     try:
-        listing = await archived_on(c.archive_blobs, day, pages, req.params.get("continuation"))
+        listing = await archived_on(h.archive_blobs, day, pages, req.params.get("continuation"))
     except InvalidContinuation as exc:
         return problem(400, "Invalid continuation", str(exc))
     except StateStoreError:
@@ -109,12 +98,12 @@ async def archive_day(req: func.HttpRequest) -> func.HttpResponse:
     )
 
 
-async def missing_order(c: bootstrap.Container, order_id: str) -> func.HttpResponse:
+async def missing_order(archive: ArchiveStore | None, order_id: str) -> func.HttpResponse:
     """The answer of an action on an order not in the table. An archived one finished
     (only final orders are archived) and `GET` still shows it: it is a 409 like any
     final order, not a 404 that says it never was."""
     try:
-        archived = await was_archived(c.archive, order_id)
+        archived = await was_archived(archive, order_id)
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
     if not archived:
@@ -128,9 +117,10 @@ async def missing_order(c: bootstrap.Container, order_id: str) -> func.HttpRespo
     )
 
 
-def archived_view(order: ArchivedOrder) -> dict[str, Any]:
+def archived_view(order: ArchivedOrder, catalogue: Catalogue) -> dict[str, Any]:
     """The order view as it was when archived; nothing about it is live any more."""
-    return {**order_view(order.process), "archived": True, "archivedAt": iso(order.archived_at)}
+    view = order_view(order.process, catalogue)
+    return {**view, "archived": True, "archivedAt": iso(order.archived_at)}
 
 
 def run_view(run: ArchiveRun) -> dict[str, Any]:

@@ -8,18 +8,16 @@ from typing import Any, Final
 
 import azure.functions as func
 
-from shared import bootstrap
-from shared.catalogue import catalogue
+from shared import composition
 from shared.contract import Route, Setting
 from shared.domain.bulk import BulkJob
 from shared.domain.bulk_request import BulkAction, BulkRequestError, migration_target, parse_request
 from shared.domain.principal import Role
 from shared.functions.http import json_response, problem, read_json
-from shared.functions.signin import admit, route_level
+from shared.functions.signin import route_level
 from shared.ports import StateStoreError
 from shared.telemetry.spans import acting_as
 from shared.usecases.bulk import (
-    BulkDeps,
     BulkJobNotFound,
     job_status,
     preview,
@@ -47,16 +45,10 @@ def job_view(job: BulkJob) -> dict[str, Any]:
     return view
 
 
-async def _deps() -> BulkDeps | None:
-    c = await bootstrap.container()
-    if c.bulk is None:
-        return None
-    return BulkDeps(c.process, c.bulk, c.settings.bulk_actions_per_second)
-
-
 @bp.route(route=Route.BULK, methods=["POST"], auth_level=route_level())
 async def bulk_orders(req: func.HttpRequest) -> func.HttpResponse:
-    actor = await admit(req, Role.OPERATE)
+    h = await composition.bulk()
+    actor = await h.gate.admit(req, Role.OPERATE)
     if isinstance(actor, func.HttpResponse):
         return actor
     data, error = read_json(req)
@@ -64,10 +56,10 @@ async def bulk_orders(req: func.HttpRequest) -> func.HttpResponse:
         return error
     try:
         request = parse_request(data)
-        migration_target(request, catalogue())
+        migration_target(request, h.catalogue)
     except BulkRequestError as exc:
         return problem(400, exc.title, str(exc))
-    deps = await _deps()
+    deps = h.deps
     if deps is None:
         return problem(503, "Try again", "bulk jobs are not available on this store")
     try:
@@ -92,14 +84,15 @@ async def bulk_orders(req: func.HttpRequest) -> func.HttpResponse:
 
 @bp.route(route=Route.BULK_JOB, methods=["GET"], auth_level=route_level())
 async def bulk_job(req: func.HttpRequest) -> func.HttpResponse:
-    actor = await admit(req, Role.READ)
+    h = await composition.bulk()
+    actor = await h.gate.admit(req, Role.READ)
     if isinstance(actor, func.HttpResponse):
         return actor
     bulk_id = req.route_params.get("bulkId", "")
     not_found = problem(404, "Bulk job not found", f"no bulk job with id {bulk_id[:64]!r}")
     if not _BULK_ID.match(bulk_id):
         return not_found
-    deps = await _deps()
+    deps = h.deps
     if deps is None:
         return not_found
     try:
@@ -115,7 +108,7 @@ async def bulk_job(req: func.HttpRequest) -> func.HttpResponse:
     arg_name="timer", schedule=f"%{Setting.BULK_ACTIONS_SCHEDULE}%", run_on_startup=False
 )
 async def bulk_actions(timer: func.TimerRequest) -> None:
-    deps = await _deps()
+    deps = (await composition.bulk()).deps
     if deps is not None:
         with acting_as("bulk_actions"):  # an order's timeline shows the job's work as such
             await work_jobs(deps)

@@ -19,7 +19,7 @@ from typing import Any
 
 import azure.functions as func
 
-from shared import bootstrap
+from shared import composition
 from shared.catalogue.schema import NAME_MAX_LENGTH, NAME_PATTERN
 from shared.contract import Route
 from shared.domain.event_signature import SIGNATURE_HEADER, refusal
@@ -28,7 +28,7 @@ from shared.domain.machine.transition import InvalidTransition
 from shared.domain.principal import Role
 from shared.functions.archive import missing_order
 from shared.functions.http import ORDER_ID, order_not_found, problem, read_json
-from shared.functions.signin import admit, route_level
+from shared.functions.signin import route_level
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving
 from shared.usecases.budget import HTTP_BUDGET
@@ -60,8 +60,8 @@ async def _send(req: func.HttpRequest) -> func.HttpResponse:
         return order_not_found(order_id[:64])
     if not _EVENT_NAME.match(name) or len(name) > NAME_MAX_LENGTH:
         return problem(400, "Invalid event name", "an event name is lower-case words and hyphens")
-    c = await bootstrap.container()
-    secret = c.settings.event_signing_secret
+    h = await composition.events()
+    secret = h.signing_secret
     if secret is not None:
         why = refusal(
             req.headers.get(SIGNATURE_HEADER),
@@ -69,7 +69,7 @@ async def _send(req: func.HttpRequest) -> func.HttpResponse:
             order_id,
             name,
             req.get_body() or b"",
-            c.process.clock.now(),
+            h.process.clock.now(),
         )
         if why is not None:
             return problem(401, "Bad signature", why)
@@ -81,9 +81,9 @@ async def _send(req: func.HttpRequest) -> func.HttpResponse:
         return parsed
     event_id, data = parsed
     try:
-        await send_event(c.process, order_id, name, event_id, data, budget=HTTP_BUDGET)
+        await send_event(h.process, order_id, name, event_id, data, budget=HTTP_BUDGET)
     except OrderNotFound:
-        return await missing_order(c, order_id)
+        return await missing_order(h.archive, order_id)
     except (NotAwaited, InvalidEventData) as exc:
         return problem(400, "Invalid event", str(exc))
     except InvalidTransition as exc:
@@ -135,7 +135,8 @@ async def answer_approval_http(req: func.HttpRequest, context: func.Context) -> 
 
 
 async def _approve(req: func.HttpRequest) -> func.HttpResponse:
-    actor = await admit(req, Role.OPERATE)
+    h = await composition.events()
+    actor = await h.gate.admit(req, Role.OPERATE)
     if isinstance(actor, func.HttpResponse):
         return actor
     order_id = req.route_params.get("orderId", "")
@@ -148,10 +149,9 @@ async def _approve(req: func.HttpRequest) -> func.HttpResponse:
     if isinstance(parsed, func.HttpResponse):
         return parsed
     event_id, approved, comment, event = parsed
-    c = await bootstrap.container()
     try:
         kept = await answer_approval(
-            c.process,
+            h.process,
             order_id,
             event_id,
             approved,
@@ -161,7 +161,7 @@ async def _approve(req: func.HttpRequest) -> func.HttpResponse:
             budget=HTTP_BUDGET,
         )
     except OrderNotFound:
-        return await missing_order(c, order_id)
+        return await missing_order(h.archive, order_id)
     except (NotAwaited, InvalidEventData) as exc:
         return problem(400, "Invalid approval", str(exc))
     except NoApprovalWaiting as exc:

@@ -8,13 +8,12 @@ from typing import Any
 
 import azure.functions as func
 
-from shared import bootstrap
-from shared.catalogue import catalogue
+from shared import composition
 from shared.contract import Route, agent_queue
 from shared.domain.messages import iso
 from shared.domain.principal import Role
 from shared.functions.http import json_response, opt_iso, problem, read_json
-from shared.functions.signin import admit, route_level
+from shared.functions.signin import route_level
 from shared.ports import StateStoreError
 from shared.usecases.budget import HTTP_BUDGET
 from shared.usecases.failures import SCAN_CAP, FailureReport, group_failures
@@ -28,49 +27,56 @@ _RETRY = {"Retry-After": "5"}
 
 @bp.route(route=Route.AGENTS, methods=["GET"], auth_level=route_level())
 async def agents_http(req: func.HttpRequest) -> func.HttpResponse:
-    actor = await admit(req, Role.READ)
+    h = await composition.fleet()
+    actor = await h.gate.admit(req, Role.READ)
     if isinstance(actor, func.HttpResponse):
         return actor
-    c = await bootstrap.container()
     try:
-        statuses = await list_agents(c.health, c.process.clock)
+        statuses = await list_agents(h.health, h.clock, h.catalogue)
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, _RETRY)
-    now = c.process.clock.now()
+    now = h.clock.now()
     return json_response({"agents": [agent_view(s, now) for s in statuses]})
 
 
 @bp.route(route=Route.AGENT_DRAIN, methods=["PUT"], auth_level=route_level())
 async def drain_agent_http(req: func.HttpRequest) -> func.HttpResponse:
-    actor = await admit(req, Role.OPERATE)
+    h = await composition.fleet()
+    actor = await h.gate.admit(req, Role.OPERATE)
     if isinstance(actor, func.HttpResponse):
         return actor
     agent = req.route_params.get("agent", "")
-    if agent not in catalogue().agents:
-        known = ", ".join(catalogue().agents)
+    if agent not in h.catalogue.agents:
+        known = ", ".join(h.catalogue.agents)
         return problem(404, "Agent not found", f"no agent {agent[:64]!r}; agents: {known}")
     body = _drain_body(req)
     if isinstance(body, func.HttpResponse):
         return body
     drained, reason = body
-    c = await bootstrap.container()
     try:
         status = await set_drain(
-            c.health, c.process.clock, agent, drained, reason, actor.recorded, budget=HTTP_BUDGET
+            h.health,
+            h.clock,
+            h.catalogue,
+            agent,
+            drained,
+            reason,
+            actor.recorded,
+            budget=HTTP_BUDGET,
         )
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, _RETRY)
-    return json_response(agent_view(status, c.process.clock.now()))
+    return json_response(agent_view(status, h.clock.now()))
 
 
 @bp.route(route=Route.FAILURES, methods=["GET"], auth_level=route_level())
 async def failures_http(req: func.HttpRequest) -> func.HttpResponse:
-    actor = await admit(req, Role.READ)
+    h = await composition.fleet()
+    actor = await h.gate.admit(req, Role.READ)
     if isinstance(actor, func.HttpResponse):
         return actor
-    c = await bootstrap.container()
     try:
-        report = await group_failures(c.process.store)
+        report = await group_failures(h.store)
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, _RETRY)
     return json_response(failures_view(report))

@@ -11,6 +11,7 @@ from shared import jsonbounds
 from shared.catalogue.running import workflow_of
 from shared.domain.messages import iso
 from shared.domain.model import HistoryEntry, OrderProcess, ProcessState, StateRecord, StepStatus
+from shared.domain.workflow import Catalogue
 from shared.telemetry.propagation import trace_id_of
 
 PROBLEM_JSON = "application/problem+json"
@@ -137,7 +138,7 @@ def history_view(entry: HistoryEntry) -> dict[str, Any]:
     }
 
 
-def order_view(process: OrderProcess) -> dict[str, Any]:
+def order_view(process: OrderProcess, catalogue: Catalogue) -> dict[str, Any]:
     order = process.order
     return {
         **state_view(process.state),
@@ -163,7 +164,7 @@ def order_view(process: OrderProcess) -> dict[str, Any]:
         ],
         "history": [history_view(h) for h in process.history],
         "traceId": trace_id_of(order.trace_parent),
-        "waitingFor": waiting_view(process),
+        "waitingFor": waiting_view(process, catalogue),
         "events": [
             {
                 "eventId": e.event_id,
@@ -177,10 +178,10 @@ def order_view(process: OrderProcess) -> dict[str, Any]:
     }
 
 
-def waiting_view(process: OrderProcess) -> dict[str, Any] | None:
+def waiting_view(process: OrderProcess, catalogue: Catalogue) -> dict[str, Any] | None:
     """What a waiting order waits for (docs/catalogue.md), else None."""
     state = process.state
-    workflow = workflow_of(state)
+    workflow = workflow_of(catalogue, state)
     index = state.current_step
     if workflow is None or index >= len(workflow.steps) or index >= len(process.steps):
         return None

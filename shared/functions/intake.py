@@ -7,19 +7,19 @@ from dataclasses import replace
 import azure.functions as func
 from pydantic import ValidationError
 
-from shared import bootstrap
-from shared.catalogue import catalogue
+from shared import composition
 from shared.contract import Queue, Route, Setting
 from shared.domain.messages import InvalidMessage, OrderSubmission, describe
 from shared.domain.model import Order
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import Catalogue, Workflow
 from shared.functions.http import base_url, json_response, problem, read_json
-from shared.functions.poison import CONFLICT, OVER_QUOTA, reject
+from shared.functions.poison import CONFLICT, OVER_QUOTA
 from shared.ports import StateStoreError
 from shared.telemetry.logsafe import app_logger
 from shared.telemetry.propagation import current_traceparent
 from shared.telemetry.spans import annotate, consuming, serving
 from shared.usecases.budget import HTTP_BUDGET
+from shared.usecases.deps import ProcessDeps
 from shared.usecases.submission import OrderConflict, OverQuota, submit_order
 
 bp = func.Blueprint()
@@ -38,9 +38,8 @@ def _check_reply_to(order: OrderSubmission, allowed: frozenset[str]) -> str | No
     return None
 
 
-def _workflow(order: OrderSubmission) -> Workflow | str:
+def _workflow(known: Catalogue, order: OrderSubmission) -> Workflow | str:
     """The newest version of the named workflow, or why there is none."""
-    known = catalogue()
     name = order.workflow or known.default
     found = known.get(name)
     if found is None:
@@ -49,9 +48,9 @@ def _workflow(order: OrderSubmission) -> Workflow | str:
     return found
 
 
-def _traced(submission: OrderSubmission, c: bootstrap.Container) -> Order:
+def _traced(submission: OrderSubmission, process: ProcessDeps) -> Order:
     """The order with the trace it was accepted in, its root from now on."""
-    order = submission.to_order(c.process.clock.now())
+    order = submission.to_order(process.clock.now())
     annotate(order_id=order.order_id)
     return replace(order, trace_parent=current_traceparent())
 
@@ -71,15 +70,15 @@ async def _submit_http(req: func.HttpRequest) -> func.HttpResponse:
         submission = OrderSubmission.model_validate(body)
     except ValidationError as exc:
         return problem(400, "Invalid order", describe(exc))
-    c = await bootstrap.container()
-    if reason := _check_reply_to(submission, c.settings.reply_to_allow_list):
+    h = await composition.intake()
+    if reason := _check_reply_to(submission, h.reply_to_allow_list):
         return problem(400, "Invalid order", reason)
-    workflow = _workflow(submission)
+    workflow = _workflow(h.catalogue, submission)
     if isinstance(workflow, str):
         return problem(400, "Invalid order", workflow)
     try:
         result = await submit_order(
-            c.process, _traced(submission, c), workflow=workflow, budget=HTTP_BUDGET
+            h.process, _traced(submission, h.process), workflow=workflow, budget=HTTP_BUDGET
         )
     except OrderConflict as exc:
         return problem(409, "Order exists", str(exc))
@@ -110,31 +109,31 @@ async def submit_order_message(msg: func.ServiceBusMessage, context: func.Contex
 
 
 async def _submit_message(msg: func.ServiceBusMessage) -> None:
-    c = await bootstrap.container()
+    h = await composition.intake()
     try:
         submission = OrderSubmission.parse(msg.get_body())
-        if reason := _check_reply_to(submission, c.settings.reply_to_allow_list):
+        if reason := _check_reply_to(submission, h.reply_to_allow_list):
             raise InvalidMessage(reason)
-        workflow = _workflow(submission)
+        workflow = _workflow(h.catalogue, submission)
         if isinstance(workflow, str):
             raise InvalidMessage(workflow)
         if submission.order_id is None:
             # A queue message may be redelivered: without an id it could become two orders.
             raise InvalidMessage("orderId: required for orders sent as messages")
         await submit_order(
-            c.process,
-            _traced(submission, c),
+            h.process,
+            _traced(submission, h.process),
             cause=msg.message_id,
             workflow=workflow,
             tolerate_bus_failure=False,
         )
     except InvalidMessage as exc:
-        await reject(c, Queue.ORDERS, msg, str(exc))
+        await h.dead_letters.reject(Queue.ORDERS, msg, str(exc))
     except OrderConflict as exc:
-        await reject(c, Queue.ORDERS, msg, str(exc), CONFLICT)
+        await h.dead_letters.reject(Queue.ORDERS, msg, str(exc), CONFLICT)
     except OverQuota as exc:
         # Redelivery would meet the same count within seconds and dead-letter it anyway
         # after the queue's delivery count, with no reason given; deferring it would make
         # the queue an unbounded backlog the quota exists to refuse. So at once, saying
         # why: the sender resends it (from the dead letters) once the customer has room.
-        await reject(c, Queue.ORDERS, msg, str(exc), OVER_QUOTA)
+        await h.dead_letters.reject(Queue.ORDERS, msg, str(exc), OVER_QUOTA)

@@ -8,7 +8,8 @@ from typing import Any
 
 import azure.functions as func
 
-from shared import bootstrap
+from shared import composition
+from shared.composition import Orders
 from shared.contract import Route
 from shared.domain.machine.operator import PastPivot
 from shared.domain.machine.transition import InvalidTransition
@@ -25,7 +26,7 @@ from shared.functions.http import (
     read_json,
     state_view,
 )
-from shared.functions.signin import admit, route_level
+from shared.functions.signin import route_level
 from shared.openapi import document
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving
@@ -49,48 +50,49 @@ MAX_REASON = 500
 
 @bp.route(route=Route.ORDER, methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 async def get_order(req: func.HttpRequest) -> func.HttpResponse:
-    return await _order(req)
+    return await _order(await composition.orders(), req)
 
 
 @bp.route(route=Route.OPS_ORDER, methods=["GET"], auth_level=route_level())
 async def ops_order(req: func.HttpRequest) -> func.HttpResponse:
     """The operator page's view of one order: the same answer, to a signed-in reader."""
-    actor = await admit(req, Role.READ)
+    h = await composition.orders()
+    actor = await h.gate.admit(req, Role.READ)
     if isinstance(actor, func.HttpResponse):
         return actor
-    return await _order(req)
+    return await _order(h, req)
 
 
-async def _order(req: func.HttpRequest) -> func.HttpResponse:
+async def _order(h: Orders, req: func.HttpRequest) -> func.HttpResponse:
     order_id = req.route_params.get("orderId", "")
     if not ORDER_ID.match(order_id):
         return order_not_found(order_id)
-    c = await bootstrap.container()
     try:
-        process = await inspect_order(c.process, order_id)
+        process = await inspect_order(h.process, order_id)
     except OrderNotFound:
-        return await _from_archive(c, order_id)
+        return await _from_archive(h, order_id)
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
-    return json_response({**order_view(process), "archived": False})
+    return json_response({**order_view(process, h.catalogue), "archived": False})
 
 
-async def _from_archive(c: bootstrap.Container, order_id: str) -> func.HttpResponse:
+async def _from_archive(h: Orders, order_id: str) -> func.HttpResponse:
     """Not in the table: archived, or unknown."""
-    if c.archive is None or c.archive_blobs is None:
+    if h.archive is None or h.archive_blobs is None:
         return order_not_found(order_id)
     try:
-        found = await archived_order(c.archive, c.archive_blobs, order_id)
+        found = await archived_order(h.archive, h.archive_blobs, order_id)
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, {"Retry-After": "5"})
     if found is None:
         return order_not_found(order_id)
-    return json_response(archived_view(found))
+    return json_response(archived_view(found, h.catalogue))
 
 
 @bp.route(route=Route.ORDERS, methods=["GET"], auth_level=route_level())
 async def list_orders_http(req: func.HttpRequest) -> func.HttpResponse:
-    actor = await admit(req, Role.READ)
+    h = await composition.orders()
+    actor = await h.gate.admit(req, Role.READ)
     if isinstance(actor, func.HttpResponse):
         return actor
     raw_state = req.params.get("state")
@@ -104,9 +106,8 @@ async def list_orders_http(req: func.HttpRequest) -> func.HttpResponse:
     page_size = bounded_int(req, "pageSize", 100, 1, 1000)
     if isinstance(page_size, func.HttpResponse):
         return page_size
-    c = await bootstrap.container()
     try:
-        page = await list_orders(c.process, state, page_size, req.params.get("continuation"))
+        page = await list_orders(h.process, state, page_size, req.params.get("continuation"))
     except ValueError as exc:
         return problem(400, "Invalid continuation", str(exc))
     except StateStoreError:
@@ -184,17 +185,17 @@ async def _act(
     refusal: str,
     act: Callable[[ProcessDeps, str, str], Awaitable[OrderProcess]],
 ) -> func.HttpResponse:
-    actor = await admit(req, Role.OPERATE)
+    h = await composition.orders()
+    actor = await h.gate.admit(req, Role.OPERATE)
     if isinstance(actor, func.HttpResponse):
         return actor
     order_id = req.route_params.get("orderId", "")
     if not ORDER_ID.match(order_id):
         return order_not_found(order_id)
-    c = await bootstrap.container()
     try:
-        process = await act(c.process, order_id, actor.recorded)
+        process = await act(h.process, order_id, actor.recorded)
     except OrderNotFound:
-        return await missing_order(c, order_id)
+        return await missing_order(h.archive, order_id)
     except PastPivot as exc:
         return problem(409, "Past the pivot", str(exc), code=PastPivot.code)
     except InvalidTransition as exc:
@@ -206,8 +207,7 @@ async def _act(
 
 @bp.route(route=Route.HEALTH, methods=["GET"], auth_level=func.AuthLevel.ANONYMOUS)
 async def health(req: func.HttpRequest) -> func.HttpResponse:
-    c = await bootstrap.container()
-    checks = await c.probes().report()
+    checks = await (await composition.health()).report()
     healthy = all(v == "ok" for v in checks.values())
     return json_response(
         {"status": "ok" if healthy else "degraded", "checks": checks},

@@ -13,32 +13,17 @@ from typing import Any
 
 import azure.functions as func
 
-from shared import bootstrap
+from shared import composition
 from shared.contract import Route, Setting
 from shared.domain.messages import iso
 from shared.domain.principal import Role
 from shared.domain.reconcile import ReconcileRun
 from shared.functions.http import json_response, problem
-from shared.functions.signin import admit, route_level
+from shared.functions.signin import route_level
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving, timed
-from shared.usecases.reconcile import Reconciler
 
 bp = func.Blueprint()
-
-
-def reconciler(c: bootstrap.Container) -> Reconciler | None:
-    if c.reconcile is None:
-        return None
-    return Reconciler(
-        store=c.reconcile,
-        queries=c.outcome_queries(),
-        bus=c.process.bus,
-        clock=c.process.clock,
-        instance=c.process.instance_id,
-        policy=c.process.policy,
-        sample_size=c.settings.reconcile_sample_size,
-    )
 
 
 @bp.timer_trigger(
@@ -46,18 +31,19 @@ def reconciler(c: bootstrap.Container) -> Reconciler | None:
 )
 async def reconcile(timer: func.TimerRequest, context: func.Context) -> None:
     with timed(context):
-        found = reconciler(await bootstrap.container())
+        found = (await composition.reconciling()).reconciler
         if found is not None:
             await found.run()
 
 
 @bp.route(route=Route.RECONCILE, methods=["POST"], auth_level=route_level())
 async def reconcile_http(req: func.HttpRequest, context: func.Context) -> func.HttpResponse:
-    actor = await admit(req, Role.OPERATE)
+    h = await composition.reconciling()
+    actor = await h.gate.admit(req, Role.OPERATE)
     if isinstance(actor, func.HttpResponse):
         return actor
     with serving(req, context):
-        found = reconciler(await bootstrap.container())
+        found = h.reconciler
         if found is None:
             return problem(503, "Try again", "reconciliation needs the state store")
         try:

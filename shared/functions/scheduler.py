@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import azure.functions as func
 
-from shared import bootstrap
+from shared import composition
 from shared.contract import Queue, Setting
 from shared.domain.messages import AgentReply, InvalidMessage, Nudge
-from shared.functions.poison import UNKNOWN_ORDER, UNKNOWN_STEP, reject
+from shared.functions.poison import UNKNOWN_ORDER, UNKNOWN_STEP
 from shared.telemetry.spans import annotate, consuming
 from shared.usecases import scheduler
 
@@ -17,32 +17,32 @@ bp = func.Blueprint()
 
 
 async def _nudge(queue: str, msg: func.ServiceBusMessage) -> None:
-    c = await bootstrap.container()
+    h = await composition.scheduling()
     try:
         nudge = Nudge.parse(msg.get_body())
     except InvalidMessage as exc:
-        await reject(c, queue, msg, str(exc))
+        await h.dead_letters.reject(queue, msg, str(exc))
         return
     annotate(order_id=nudge.order_id)
-    handled = await scheduler.on_nudge(c.process, nudge.order_id, msg.message_id)
+    handled = await scheduler.on_nudge(h.process, nudge.order_id, msg.message_id)
     if handled is scheduler.Handled.UNKNOWN_ORDER:
-        await reject(c, queue, msg, f"no order {nudge.order_id!r}", UNKNOWN_ORDER)
+        await h.dead_letters.reject(queue, msg, f"no order {nudge.order_id!r}", UNKNOWN_ORDER)
 
 
 async def _reply(queue: str, msg: func.ServiceBusMessage) -> None:
-    c = await bootstrap.container()
+    h = await composition.scheduling()
     try:
         reply = AgentReply.parse(msg.get_body())
     except InvalidMessage as exc:
-        await reject(c, queue, msg, str(exc))
+        await h.dead_letters.reject(queue, msg, str(exc))
         return
     annotate(order_id=reply.order_id, step=reply.step, attempt=reply.attempt)
-    handled = await scheduler.on_reply(c.process, reply, msg.message_id)
+    handled = await scheduler.on_reply(h.process, reply, msg.message_id)
     if handled is scheduler.Handled.UNKNOWN_ORDER:
-        await reject(c, queue, msg, f"no order {reply.order_id!r}", UNKNOWN_ORDER)
+        await h.dead_letters.reject(queue, msg, f"no order {reply.order_id!r}", UNKNOWN_ORDER)
     elif handled is scheduler.Handled.UNKNOWN_STEP:
         detail = f"order {reply.order_id!r} has no step {reply.step!r}"
-        await reject(c, queue, msg, detail, UNKNOWN_STEP)
+        await h.dead_letters.reject(queue, msg, detail, UNKNOWN_STEP)
 
 
 @bp.service_bus_queue_trigger(

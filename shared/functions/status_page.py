@@ -20,14 +20,14 @@ from urllib.parse import urlsplit
 
 import azure.functions as func
 
-from shared import bootstrap
+from shared import composition
 from shared.contract import Route
 from shared.domain.messages import iso
 from shared.domain.principal import Role
 from shared.domain.routing import STALE_AFTER
 from shared.functions.http import bounded_int, json_response, opt_iso
 from shared.functions.reconcile import run_view
-from shared.functions.signin import admit, route_level
+from shared.functions.signin import route_level
 from shared.usecases.status_page import (
     DEFAULT_COUNT_CAP,
     MAX_COUNT_CAP,
@@ -85,11 +85,11 @@ def _inline_hashes(html: str, tag: str) -> str:
 
 @bp.route(route=Route.OPS_PAGE, methods=["GET"], auth_level=route_level())
 async def ops_page(req: func.HttpRequest) -> func.HttpResponse:
-    actor = await admit(req, Role.READ)
+    h = await composition.status_page()
+    actor = await h.gate.admit(req, Role.READ)
     if isinstance(actor, func.HttpResponse):
         return actor
-    c = await bootstrap.container()
-    found = page(c.settings.trace_query_url)
+    found = page(h.trace_query_url)
     return func.HttpResponse(
         found.html, mimetype="text/html", charset="utf-8", headers=dict(found.headers)
     )
@@ -97,15 +97,15 @@ async def ops_page(req: func.HttpRequest) -> func.HttpResponse:
 
 @bp.route(route=Route.OPS_DATA, methods=["GET"], auth_level=route_level())
 async def ops_data(req: func.HttpRequest) -> func.HttpResponse:
-    actor = await admit(req, Role.READ)
+    h = await composition.status_page()
+    actor = await h.gate.admit(req, Role.READ)
     if isinstance(actor, func.HttpResponse):
         return actor
     count_cap = bounded_int(req, "countCap", DEFAULT_COUNT_CAP, 1, MAX_COUNT_CAP)
     if isinstance(count_cap, func.HttpResponse):
         return count_cap
-    c = await bootstrap.container()
-    snapshot = await ops_snapshot(c.process, c.health, count_cap, reconcile=c.reconcile)
-    view = {**snapshot_view(snapshot), "traceQueryUrl": c.settings.trace_query_url}
+    snapshot = await ops_snapshot(h.process, h.health, count_cap, reconcile=h.reconcile)
+    view = {**snapshot_view(snapshot), "traceQueryUrl": h.trace_query_url}
     return json_response(view, headers=dict(_NO_STORE))
 
 

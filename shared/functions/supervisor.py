@@ -7,7 +7,7 @@ import time
 
 import azure.functions as func
 
-from shared import bootstrap
+from shared import composition
 from shared.contract import Setting
 from shared.telemetry.metrics import swept
 from shared.telemetry.spans import sweep, timed
@@ -22,12 +22,12 @@ bp = func.Blueprint()
 async def supervisor(timer: func.TimerRequest, context: func.Context) -> None:
     """A sweep is a trace of its own; each order it recovers rejoins the order's trace."""
     with timed(context):
-        c = await bootstrap.container()
+        h = await composition.supervising()
         budget = sweep_budget(os.environ.get(Setting.SUPERVISOR_SCHEDULE))
         started = time.monotonic()
         with sweep() as span:
             report = await supervise(
-                c.process, c.health, budget, outage=c.outage, queries=c.outcome_queries()
+                h.process, h.health, budget, outage=h.outage, queries=h.queries
             )
             span.set_attribute("supervisor.due", report.due)
             span.set_attribute("supervisor.recovered", report.recovered)

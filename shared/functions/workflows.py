@@ -6,12 +6,12 @@ from typing import Any
 
 import azure.functions as func
 
-from shared.catalogue import catalogue
+from shared import composition
 from shared.contract import Route
 from shared.domain.principal import Role
 from shared.domain.workflow import Catalogue, StepDefinition, Workflow
 from shared.functions.http import json_response
-from shared.functions.signin import admit, route_level
+from shared.functions.signin import route_level
 
 bp = func.Blueprint()
 
@@ -58,7 +58,8 @@ def workflows_view(known: Catalogue) -> dict[str, Any]:
 
 @bp.route(route=Route.WORKFLOWS, methods=["GET"], auth_level=route_level())
 async def workflows_http(req: func.HttpRequest) -> func.HttpResponse:
-    actor = await admit(req, Role.READ)
+    h = await composition.workflows()
+    actor = await h.gate.admit(req, Role.READ)
     if isinstance(actor, func.HttpResponse):
         return actor
-    return json_response(workflows_view(catalogue()))
+    return json_response(workflows_view(h.catalogue))

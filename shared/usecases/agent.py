@@ -8,11 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from shared.catalogue import catalogue
 from shared.domain.messages import AgentRequest, idempotency_key
 from shared.domain.model import Action, ErrorInfo, JsonObject, Outcome
 from shared.domain.throttle import AdaptiveRate
-from shared.domain.workflow import AgentName
+from shared.domain.workflow import AgentName, Catalogue
 from shared.ports import (
     Clock,
     HealthStore,
@@ -83,15 +82,17 @@ class AgentDeps:
     """Moves a do's or an undo's complete-by when a limit holds its call back, and lets a
     request whose rate slot is far wait for it in the broker; None: a held call keeps
     its deadline (and past it ends held-by-throttle, no reply)."""
+    catalogue: Catalogue = field(kw_only=True)
+    """Every kept version's steps, which vouch for what a request may ask this agent."""
 
 
-def operation_for(agent: AgentName, request: AgentRequest) -> str:
+def operation_for(catalogue: Catalogue, agent: AgentName, request: AgentRequest) -> str:
     """The remote operation the request asks for. The Scheduler names it, from the
     version the order is pinned to; the catalogue (every kept version) only vouches that
     this agent performs the step and that the operation is the step itself or an undo
     some version declares for it. A request that names none (sent before requests did)
     is answered from the catalogue only when every kept version agrees on the undo."""
-    definitions = catalogue().steps_named(request.step)
+    definitions = catalogue.steps_named(request.step)
     if not definitions:
         raise UnknownStep(f"unknown step {request.step!r}")
     mine = [d for d in definitions if agent in d.candidates]
@@ -119,7 +120,7 @@ async def perform_step(deps: AgentDeps, request: AgentRequest, *, high: bool = F
     late answer would race with the retry it starts. A request that came on a
     high-priority lane (`high`) is answered on the Scheduler's high lane too.
     """
-    operation = operation_for(deps.agent, request)
+    operation = operation_for(deps.catalogue, deps.agent, request)
     monitor = deps.monitor
     if monitor is None:
         return await _perform(deps, request, operation, high)

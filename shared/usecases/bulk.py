@@ -25,7 +25,6 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Final
 
-from shared.catalogue import catalogue
 from shared.catalogue.running import workflow_of
 from shared.domain.bulk import (
     BulkJob,
@@ -40,7 +39,7 @@ from shared.domain.bulk import (
 from shared.domain.bulk_request import BulkAction, BulkRequest
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import OrderProcess
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import Catalogue, Workflow
 from shared.ports import BulkStore, BusUnavailable, ConcurrencyConflict, StateStoreError
 from shared.telemetry.logsafe import app_logger
 from shared.usecases import bulk_lease
@@ -94,11 +93,13 @@ class BulkDeps:
     actions_per_second: float = 50.0
 
 
-def _target(action: BulkAction, workflow: str | None, to_version: int | None) -> Workflow | None:
+def _target(
+    catalogue: Catalogue, action: BulkAction, workflow: str | None, to_version: int | None
+) -> Workflow | None:
     """A migrate's target as this instance's catalogue has it (None: nothing matches)."""
     if action is not BulkAction.MIGRATE or workflow is None:
         return None
-    return catalogue().get(workflow, to_version)
+    return catalogue.get(workflow, to_version)
 
 
 async def preview(deps: BulkDeps, request: BulkRequest) -> Preview:
@@ -108,7 +109,8 @@ async def preview(deps: BulkDeps, request: BulkRequest) -> Preview:
     migrate's incompatible ones) are counted apart."""
     found = Preview()
     cap = request.limit
-    target = _target(request.action, request.filter.workflow, request.to_version)
+    catalogue = deps.process.catalogue
+    target = _target(catalogue, request.action, request.filter.workflow, request.to_version)
     whole = needs_steps(request.action)
     for state in states_to_scan(request.action, request.filter):
         continuation: str | None = None
@@ -117,7 +119,7 @@ async def preview(deps: BulkDeps, request: BulkRequest) -> Preview:
                 state, PAGE_SIZE, continuation, request.filter, whole=whole
             )
             for process in page.items:
-                workflow = workflow_of(process.state)
+                workflow = workflow_of(catalogue, process.state)
                 counted = found.consider(request.action, request.filter, process, workflow, target)
                 if counted and cap is not None and found.matched >= cap:
                     break
@@ -243,11 +245,12 @@ async def _claim_next_page(deps: BulkDeps, job: BulkJob, size: int) -> BulkJob |
         after = Cursor(cursor.state_index + 1, None)
     else:
         after = Cursor(cursor.state_index, page.continuation)
-    target = _job_target(job)
+    catalogue = deps.process.catalogue
+    target = _job_target(catalogue, job)
     chosen = tuple(
         p.order_id
         for p in (page.items if page else ())
-        if matches(job.action, job.filter, p, workflow_of(p.state), target)
+        if matches(job.action, job.filter, p, workflow_of(catalogue, p.state), target)
     )[: job.remaining]
     if not chosen:
         changed = replace(job, cursor=after, updated_at=now)
@@ -279,8 +282,8 @@ async def _act_on_page(deps: BulkDeps, job: BulkJob, pacer: Pacer, *, replay: bo
     return len(job.in_flight)
 
 
-def _job_target(job: BulkJob) -> Workflow | None:
-    return _target(job.action, job.filter.workflow, job.to_version)
+def _job_target(catalogue: Catalogue, job: BulkJob) -> Workflow | None:
+    return _target(catalogue, job.action, job.filter.workflow, job.to_version)
 
 
 async def _act(deps: ProcessDeps, job: BulkJob, order_id: str, *, replay: bool) -> Acted:
@@ -294,9 +297,9 @@ async def _act(deps: ProcessDeps, job: BulkJob, order_id: str, *, replay: bool) 
             history = await deps.store.history(order_id)
             if acted_by((h.detail for h in history), job.actor):
                 return Acted.DONE
-        if not matches(
-            job.action, job.filter, process, workflow_of(process.state), _job_target(job)
-        ):
+        catalogue = deps.catalogue
+        workflow = workflow_of(catalogue, process.state)
+        if not matches(job.action, job.filter, process, workflow, _job_target(catalogue, job)):
             return Acted.SKIPPED
         if job.action is BulkAction.MIGRATE:
             assert job.to_version is not None, "parse_request requires it"

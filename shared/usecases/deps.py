@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shared.catalogue.running import pinned_workflow, workflow_of
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.model import OrderProcess
 from shared.domain.routing import PRIMARY_ONLY, Routing
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import Catalogue, Workflow
 from shared.ports import Clock, MessageBus, StateStore
 from shared.usecases.customers import Customers
 from shared.usecases.process_cache import ProcessCache
@@ -29,10 +29,13 @@ class ProcessDeps:
     """The orders this instance last wrote, for the Scheduler to skip a read; None: read."""
     customers: Customers | None = None
     """The intake quota and fair share per customer; None: neither is set."""
+    catalogue: Catalogue = field(kw_only=True)
+    """The workflows this instance runs, handed in by the composition root (a test
+    passes its own)."""
 
     @property
     def work(self) -> UnitOfWork:
-        return UnitOfWork(self.store, self.bus, self.customers)
+        return UnitOfWork(self.store, self.bus, self.customers, catalogue=self.catalogue)
 
     async def current_routing(self) -> Routing:
         return await self.routing.current() if self.routing is not None else PRIMARY_ONLY
@@ -40,8 +43,8 @@ class ProcessDeps:
     def workflow(self, process: OrderProcess) -> Workflow:
         """Raises UnknownWorkflow when the catalogue lost the order's version; the
         message handlers use `find_workflow` and hold such an order instead."""
-        return pinned_workflow(process.state)
+        return pinned_workflow(self.catalogue, process.state)
 
     def find_workflow(self, process: OrderProcess) -> Workflow | None:
         """The order's pinned workflow, or None when the catalogue no longer keeps it."""
-        return workflow_of(process.state)
+        return workflow_of(self.catalogue, process.state)

@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.catalogue import catalogue
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, BreakerState
 from shared.domain.routing import STALE_AFTER, AgentView, merge
-from shared.domain.workflow import AgentName, AgentSpec
+from shared.domain.workflow import AgentName, AgentSpec, Catalogue
 from shared.ports import Clock, HealthStore
 from shared.usecases.budget import Budget, within_store_budget
 
@@ -83,14 +82,17 @@ class AgentStatus:
         return latest.breaker if latest else None
 
 
-async def list_agents(store: HealthStore, clock: Clock) -> tuple[AgentStatus, ...]:
+async def list_agents(
+    store: HealthStore, clock: Clock, catalogue: Catalogue
+) -> tuple[AgentStatus, ...]:
     """Every agent of the workflows, in a fixed order, heard from or not."""
-    return _statuses(await store.agent_records(), clock.now())
+    return _statuses(catalogue, await store.agent_records(), clock.now())
 
 
 async def set_drain(
     store: HealthStore,
     clock: Clock,
+    catalogue: Catalogue,
     agent: str,
     drained: bool,
     reason: str | None = None,
@@ -101,25 +103,31 @@ async def set_drain(
     """Raises UnknownAgent, and StoreUnavailable once `budget.store` has passed (the flag
     may be stored: setting it again is safe). Setting the same flag again only refreshes
     its reason and time."""
-    name = _agent_name(agent)
+    name = _agent_name(catalogue, agent)
+    drain = AgentDrain(name, drained, reason, clock.now(), operator)
     return await within_store_budget(
-        _set_drain(store, clock, AgentDrain(name, drained, reason, clock.now(), operator)),
+        _set_drain(store, clock, catalogue, drain),
         budget,
     )
 
 
-async def _set_drain(store: HealthStore, clock: Clock, drain: AgentDrain) -> AgentStatus:
+async def _set_drain(
+    store: HealthStore, clock: Clock, catalogue: Catalogue, drain: AgentDrain
+) -> AgentStatus:
     await store.set_drain(drain)
-    return next(s for s in await list_agents(store, clock) if s.spec.name == drain.agent)
+    statuses = await list_agents(store, clock, catalogue)
+    return next(s for s in statuses if s.spec.name == drain.agent)
 
 
-def _agent_name(agent: str) -> AgentName:
-    if agent not in catalogue().agents:
+def _agent_name(catalogue: Catalogue, agent: str) -> AgentName:
+    if agent not in catalogue.agents:
         raise UnknownAgent(agent)
     return agent
 
 
-def _statuses(records: AgentRecords, now: datetime) -> tuple[AgentStatus, ...]:
+def _statuses(
+    catalogue: Catalogue, records: AgentRecords, now: datetime
+) -> tuple[AgentStatus, ...]:
     views = merge(records.health, now)
     drains = {d.agent: d for d in records.drains}
     return tuple(
@@ -129,5 +137,5 @@ def _statuses(records: AgentRecords, now: datetime) -> tuple[AgentStatus, ...]:
             instances=tuple(h for h in records.health if h.agent == name),
             drain=drains.get(name),
         )
-        for name, spec in catalogue().agents.items()
+        for name, spec in catalogue.agents.items()
     )

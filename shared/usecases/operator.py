@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from shared.catalogue import catalogue
 from shared.catalogue.running import workflow_of
 from shared.domain import continuation as tokens
 from shared.domain.machine.migrate import migrate
@@ -150,10 +149,10 @@ async def migrate_order(
         state = process.state
         if state.workflow_version == to_version and not state.process_state.is_final:
             return None
-        target = catalogue().get(state.workflow, to_version)
+        target = deps.catalogue.get(state.workflow, to_version)
         if target is None:
             raise InvalidTransition(f"{state.workflow} has no v{to_version} in the catalogue")
-        source = workflow_of(state)
+        source = workflow_of(deps.catalogue, state)
         if source is None:
             raise InvalidTransition(
                 f"order {order_id} runs on {state.workflow} v{state.workflow_version}, "

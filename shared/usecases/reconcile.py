@@ -30,9 +30,9 @@ from shared.catalogue.running import workflow_of
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.machine.transition import ProcessPolicy
-from shared.domain.model import OrderProcess, Outgoing, StateRecord
+from shared.domain.model import OrderProcess, Outgoing
 from shared.domain.reconcile import Mismatch, ReconcileRun, Verdict
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import Catalogue
 from shared.ports import Clock, MessageBus, ReconcileStore
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.outcomes import OutcomeQueries
@@ -66,7 +66,9 @@ class Reconciler:
     sample_size: int = DEFAULT_SAMPLE_SIZE
     window: timedelta = DEFAULT_WINDOW
     concurrency: int = CONCURRENCY
-    workflow_of: Callable[[StateRecord], Workflow | None] = workflow_of
+    catalogue: Catalogue = field(kw_only=True)
+    """The workflows the sampled orders ran on (an order whose version it no longer
+    keeps is not checked)."""
     start: Callable[[], str] = random_start
 
     async def run(self) -> ReconcileRun:
@@ -116,7 +118,7 @@ class Reconciler:
         return run
 
     async def _check(self, process: OrderProcess, tally: _Tally) -> None:
-        workflow = self.workflow_of(process.state)
+        workflow = workflow_of(self.catalogue, process.state)
         if workflow is None:
             return
         for step in rules.checks(process, workflow):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from shared.catalogue.running import workflow_of
 from shared.domain.rest_index import rest_entry
+from shared.domain.workflow import Catalogue
 from shared.ports import OrdersAtRest
 
 
@@ -27,24 +28,26 @@ class Backfilled:
 
 
 async def backfill_page(
-    store: OrdersAtRest, page_size: int, continuation: str | None
+    store: OrdersAtRest, catalogue: Catalogue, page_size: int, continuation: str | None
 ) -> Backfilled:
     page = await store.list_by_state(None, page_size, continuation)
     written = 0
     for state in page.items:
         if state.process_state.is_terminal:  # in flight: entered when it comes to rest
-            written += await backfill_order(store, state.order_id)
+            written += await backfill_order(store, catalogue, state.order_id)
     return Backfilled(len(page.items), written, page.continuation)
 
 
-async def backfill_order(store: OrdersAtRest, order_id: str, tries: int = 3) -> int:
+async def backfill_order(
+    store: OrdersAtRest, catalogue: Catalogue, order_id: str, tries: int = 3
+) -> int:
     """Write the order's entry, then check its row did not move meanwhile; a moved order
     is read again. Returns 1 when its entry was written and stands."""
     for _ in range(tries):
         process = await store.load(order_id)
         if process is None or not process.state.process_state.is_terminal:
             return 0
-        entry = rest_entry(process, workflow_of(process.state))
+        entry = rest_entry(process, workflow_of(catalogue, process.state))
         await store.put_rest(entry)
         found = await store.states([order_id])
         if found and found[0].version == entry.version:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final, TypeVar, cast
 
-from shared.catalogue import catalogue
 from shared.catalogue.running import workflow_of
 from shared.domain.fairness import CustomerLoad
 from shared.domain.health import AgentHealth, SweepRecord
@@ -32,7 +31,7 @@ from shared.domain.model import ProcessState, StateRecord
 from shared.domain.reconcile import ReconcileRun
 from shared.domain.rest_index import REST_STATES, RestEntry, RestPage, RestRange
 from shared.domain.routing import STALE_AFTER
-from shared.domain.workflow import Workflow
+from shared.domain.workflow import Catalogue, Workflow
 from shared.ports import HealthStore, ReconcileStore, StateStore
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.deps import ProcessDeps
@@ -146,17 +145,20 @@ async def ops_snapshot(
     if orders is not None:
         moving, rests = orders
         counts.extend(_in_flight_counts(moving, count_cap))
-        waiting.extend(w for w in map(waiting_order, moving.states) if w is not None)
+        catalogue = deps.catalogue
+        found = (waiting_order(catalogue, s) for s in moving.states)
+        waiting.extend(w for w in found if w is not None)
         for state, page in zip(REST_STATES, rests, strict=True):
             newest = sorted(page.items, key=lambda e: e.updated_at, reverse=True)
             capped = len(page.items) > count_cap or page.continuation is not None
             recent = tuple(e.order_id for e in newest[:RECENT_PER_STATE])
             counts.append(StateCount(state, min(len(page.items), count_cap), capped, recent))
             if state is ProcessState.ERROR:
-                errors = tuple(ErrorOrder(e, step_name(e)) for e in newest)
+                errors = tuple(ErrorOrder(e, step_name(catalogue, e)) for e in newest)
                 errors = errors[:error_limit]
             if state is ProcessState.SUSPENDED:
-                waiting.extend(w for w in map(waiting_rest, page.items) if w is not None)
+                held = (waiting_rest(catalogue, e) for e in page.items)
+                waiting.extend(w for w in held if w is not None)
         order = {s: i for i, s in enumerate(ProcessState)}
         counts.sort(key=lambda c: order[c.state])
     agents = tuple(
@@ -216,12 +218,12 @@ def _in_flight_counts(moving: InFlight, cap: int) -> list[StateCount]:
     return counts
 
 
-def waiting_order(state: StateRecord) -> WaitingOrder | None:
+def waiting_order(catalogue: Catalogue, state: StateRecord) -> WaitingOrder | None:
     """An in-flight order read from its row: its deadline is its complete-by."""
     return _waiting(
         state.order_id,
         state.process_state,
-        workflow_of(state),
+        workflow_of(catalogue, state),
         state.workflow,
         state.workflow_version,
         state.current_step,
@@ -229,19 +231,19 @@ def waiting_order(state: StateRecord) -> WaitingOrder | None:
     )
 
 
-def step_name(entry: RestEntry) -> str:
-    workflow = catalogue().get(entry.workflow, entry.workflow_version)
+def step_name(catalogue: Catalogue, entry: RestEntry) -> str:
+    workflow = catalogue.get(entry.workflow, entry.workflow_version)
     if workflow is None or not 0 <= entry.current_step < len(workflow.steps):
         return str(entry.current_step)
     return workflow.steps[entry.current_step].name
 
 
-def waiting_rest(entry: RestEntry) -> WaitingOrder | None:
+def waiting_rest(catalogue: Catalogue, entry: RestEntry) -> WaitingOrder | None:
     """A Suspended order, from its rest entry: no deadline runs while it is held."""
     return _waiting(
         entry.order_id,
         entry.state,
-        catalogue().get(entry.workflow, entry.workflow_version),
+        catalogue.get(entry.workflow, entry.workflow_version),
         entry.workflow,
         entry.workflow_version,
         entry.current_step,

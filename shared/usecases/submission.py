@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from shared.catalogue import catalogue
 from shared.domain.archive import ArchivedMark
 from shared.domain.fairness import Admission, CustomerLoad
 from shared.domain.machine.forward import start
@@ -66,7 +65,7 @@ async def submit_order(
     been Pending too long. With a `budget`, a nudge that is late is never an error.
     """
     if workflow is None:
-        workflow = catalogue().default_workflow()
+        workflow = deps.catalogue.default_workflow()
     stored = await within_store_budget(_store(deps, order, cause, workflow), budget)
     process = stored.submitted.process
     if stored.nudge and process is not None:

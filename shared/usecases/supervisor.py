@@ -171,18 +171,18 @@ async def sweep(
     return report
 
 
-OUTAGE = Outage()
-"""This instance's outage state: sweeps run one per timer tick, in one process."""
-
-
 async def supervise(
     deps: ProcessDeps,
     health: HealthStore,
     budget: timedelta = DEFAULT_BUDGET,
-    outage: Outage = OUTAGE,
+    *,
+    outage: Outage,
     queries: OutcomeQueries | None = None,
 ) -> SweepReport:
     """One sweep, then a SweepRecord so operators can see the Supervisor is alive.
+
+    `outage` is this instance's (the container's, shared with the bus it watches):
+    sweeps run one per timer tick, in one process.
 
     While the bus or the store is down the sweeps back off (see Outage); nothing is
     counted against the orders meanwhile, and their checks stay due. The record is best

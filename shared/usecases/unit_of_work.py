@@ -43,13 +43,14 @@ entry goes first for the same reason as rule 1 (shared/usecases/submission.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from shared.catalogue.running import workflow_of
 from shared.domain.machine.transition import Transition
 from shared.domain.model import OrderProcess
 from shared.domain.rest_index import rest_entry
+from shared.domain.workflow import Catalogue
 from shared.ports import (
     BusUnavailable,
     ConcurrencyConflict,
@@ -90,6 +91,8 @@ class UnitOfWork:
     bus: MessageBus
     customers: Customers | None = None
     """None: no customer rule is set, and no customer record is kept."""
+    catalogue: Catalogue = field(kw_only=True)
+    """Which step an order at rest stopped on, for its rest entry."""
 
     async def change(
         self,
@@ -243,7 +246,7 @@ class UnitOfWork:
         """The order came to rest: its rest entry, right after its save, so the views
         of its state trail the row by this one write."""
         state = process.state
-        await self.store.put_rest(rest_entry(process, workflow_of(state)))
+        await self.store.put_rest(rest_entry(process, workflow_of(self.catalogue, state)))
         if not state.process_state.is_final:
             await self._moved_on(process)
 
@@ -269,7 +272,8 @@ class UnitOfWork:
         if found and found[0].process_state is state.process_state:
             fresh = await self.store.load(state.order_id)
             if fresh is not None and fresh.state.process_state is state.process_state:
-                await self.store.put_rest(rest_entry(fresh, workflow_of(fresh.state)))
+                workflow = workflow_of(self.catalogue, fresh.state)
+                await self.store.put_rest(rest_entry(fresh, workflow))
                 return
         below = found[0].version if found else None
         await self.store.drop_rest(

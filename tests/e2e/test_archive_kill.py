@@ -29,7 +29,6 @@ from devhost.harness.services import runtime_command
 from devhost.simulator import SimulatorServer
 from shared.adapters.table_archive import TableArchiveStore
 from shared.adapters.table_store import TableStateStore
-from shared.catalogue import catalogue
 from shared.contract import Route, Setting
 from shared.domain.archive import archive_day
 from shared.domain.machine.forward import start
@@ -44,6 +43,7 @@ from shared.domain.model import (
 from shared.domain.rest_index import rest_entry
 from shared.settings import azurite_connection_string
 from tests.e2e.conftest import e2e_settings, until
+from tests.workflows import CATALOGUE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker, pytest.mark.slow]
 
@@ -58,7 +58,7 @@ async def seed(store: TableStateStore, tag: str, at: datetime) -> dict[str, Proc
     """Orders finished (or stopped) at `at`, with a fault-free order's history and, at
     rest, their rest entries; no watch entries, so nothing but the archiver looks at
     them."""
-    workflow = catalogue().default_workflow()
+    workflow = CATALOGUE.default_workflow()
     states = [ProcessState.PROCESSED] * (FINISHED - 20)
     states += [ProcessState.CANCELLED] * 10 + [ProcessState.COMPENSATED] * 10
     for state, count in KEPT.items():

@@ -18,7 +18,6 @@ import aiohttp
 import pytest
 from azure.data.tables.aio import TableServiceClient
 
-import shared.catalogue
 from devhost.broker import Broker
 from devhost.harness.clients import AppClient, SimulatorControl
 from devhost.harness.ports import LOOPBACK, free_port
@@ -198,7 +197,6 @@ async def test_two_identical_jobs_at_once_each_count_every_order_they_matched(
     matched, and no order is moved twice."""
     settings = e2e_settings(azurite_table_port, broker, simulator.url)
     settings[FILE_SETTING] = str(catalogue_with_reviewed_v2(tmp_path))
-    monkeypatch.setattr(shared.catalogue, "_loaded", None)
     ids = [f"twin-{i:02d}" for i in range(TWINS)]
     async with running_system(settings, broker, simulator, monkeypatch) as system:
         for order_id in ids:

@@ -36,7 +36,7 @@ from tests.app_functions import registered_functions
 from tests.e2e.test_ops_page import WAIT_MS, page
 from tests.functions.conftest import SETTINGS, Harness, ScriptedRemote, context_for
 from tests.functions.test_tracing import deliver
-from tests.workflows import AGENTS, AgentName
+from tests.workflows import AGENTS, CATALOGUE, AgentName
 
 pytestmark = [pytest.mark.browser]
 
@@ -61,13 +61,14 @@ async def traced(exporter: InMemorySpanExporter) -> AsyncIterator[Harness]:
     store, bus, clock = InMemoryStateStore(), InMemoryBus(), FakeClock()
     remotes = {name: ScriptedRemote() for name in AGENTS}
     ports: dict[AgentName, RemoteService] = dict(remotes)
-    settings = Settings.from_env({**SETTINGS, Setting.TRACE_QUERY_URL: TRACES})
+    settings = Settings.from_env({**SETTINGS, Setting.TRACE_QUERY_URL: TRACES}, catalogue=CATALOGUE)
     container = bootstrap.compose(
         settings, store, bus, ports, clock, decorate=bootstrap.trace_ports
     )
     bootstrap.use(container)
     try:
-        yield Harness(store, bus, clock, remotes, {f.name: f for f in registered_functions()})
+        functions = {f.name: f for f in registered_functions()}
+        yield Harness(store, bus, clock, remotes, functions, container)
     finally:
         bootstrap.reset()
 

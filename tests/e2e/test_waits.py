@@ -17,7 +17,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-import shared.catalogue
 from devhost.broker import Broker
 from devhost.harness.clients import AppClient
 from devhost.harness.ports import LOOPBACK, free_port
@@ -58,7 +57,6 @@ async def waits(
 ) -> AsyncIterator[System]:
     settings = e2e_settings(azurite_table_port, broker, simulator.url)
     settings[FILE_SETTING] = str(catalogue_with_quick_review(tmp_path))
-    monkeypatch.setattr(shared.catalogue, "_loaded", None)
     async with running_system(settings, broker, simulator, monkeypatch) as started:
         yield started
 

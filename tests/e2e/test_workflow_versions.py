@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-import shared.catalogue
 from devhost.broker import Broker
 from devhost.simulator import SimulatorServer
 from shared.catalogue import DEFAULT_FILE, FILE_SETTING
@@ -56,8 +55,8 @@ async def cli(*argv: str) -> tuple[int, str]:
     return code, out.getvalue() + err.getvalue()
 
 
-def on(settings: dict[str, str], path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    monkeypatch.setattr(shared.catalogue, "_loaded", None)
+def on(settings: dict[str, str], path: Path) -> dict[str, str]:
+    """The settings of an app deployed with the catalogue at `path`."""
     return {**settings, FILE_SETTING: str(path)}
 
 
@@ -73,7 +72,7 @@ async def test_orders_finish_on_the_version_they_started_while_new_ones_run_the_
     table = settings[Setting.STATE_TABLE]
     ids = [f"v1-{i:02d}" for i in range(IN_FLIGHT)]
 
-    async with running_system(on(settings, v1, monkeypatch), broker, simulator, monkeypatch) as s:
+    async with running_system(on(settings, v1), broker, simulator, monkeypatch) as s:
         await s.faults("shipping", latencyMs=1500)
         await asyncio.gather(*(s.submit(i) for i in ids))
         views = [await s.order(i) for i in ids]
@@ -88,7 +87,7 @@ async def test_orders_finish_on_the_version_they_started_while_new_ones_run_the_
     assert code == 1, said
     assert "drops order-fulfilment v1" in said
 
-    async with running_system(on(settings, both, monkeypatch), broker, simulator, monkeypatch) as s:
+    async with running_system(on(settings, both), broker, simulator, monkeypatch) as s:
         await s.clear_faults()
         await s.submit("v2-00")
         finished: list[dict[str, Any]] = [await s.wait_for(i, timeout=120) for i in ids]

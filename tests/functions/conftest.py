@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 from collections.abc import AsyncIterator, Mapping
@@ -20,10 +21,11 @@ from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import JsonObject
+from shared.domain.workflow import Catalogue
 from shared.ports import RemoteCall, RemoteService
 from shared.settings import Settings
 from tests.app_functions import registered_functions
-from tests.workflows import AGENTS, AgentName
+from tests.workflows import AGENTS, CATALOGUE, AgentName
 
 SETTINGS = {
     "AzureWebJobsStorage": "UseDevelopmentStorage=true",
@@ -76,6 +78,14 @@ class Harness:
     clock: FakeClock
     remotes: dict[AgentName, ScriptedRemote]
     functions: dict[str, FunctionSpec]
+    container: bootstrap.Container
+
+    def run_on(self, catalogue: Catalogue) -> None:
+        """The app runs `catalogue` from the next call on, as an instance deployed with it
+        would (its settings and its use cases' catalogue alike)."""
+        c = self.container
+        c.settings = dataclasses.replace(c.settings, catalogue=catalogue)
+        c.process = dataclasses.replace(c.process, catalogue=catalogue)
 
     async def http(
         self,
@@ -135,11 +145,12 @@ async def harness_with(settings: Mapping[str, str]) -> AsyncIterator[Harness]:
     store, bus, clock = InMemoryStateStore(), InMemoryBus(), FakeClock()
     remotes = {name: ScriptedRemote() for name in AGENTS}
     remote_ports: dict[AgentName, RemoteService] = dict(remotes)
-    values = Settings.from_env({**SETTINGS, **settings})
+    values = Settings.from_env({**SETTINGS, **settings}, catalogue=CATALOGUE)
     container = bootstrap.compose(values, store, bus, remote_ports, clock)
     bootstrap.use(container)
     try:
-        yield Harness(store, bus, clock, remotes, {f.name: f for f in registered_functions()})
+        functions = {f.name: f for f in registered_functions()}
+        yield Harness(store, bus, clock, remotes, functions, container)
     finally:
         bootstrap.reset()
 

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.contract import (
-    AGENT_QUEUES,
-    ALL_QUEUES,
-    Queue,
-    Route,
-    Setting,
-    agent_queue,
-    high_priority,
-)
+from shared.contract import Queue, Route, Setting, agent_queue, high_priority
 from tests.app_functions import registered_functions
-from tests.workflows import AGENTS
+from tests.workflows import AGENT_QUEUES, AGENTS, ALL_QUEUES
 
 
 def triggers() -> dict[str, Mapping[str, object]]:

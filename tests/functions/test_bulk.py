@@ -12,7 +12,7 @@ from shared.domain.model import ProcessState
 from tests.functions.conftest import Harness
 from tests.functions.test_functions import ORDER, assert_problem, body
 from tests.unit.test_migrate import V2
-from tests.workflows import run_on
+from tests.workflows import running
 
 SUSPEND_PENDING = {"action": "suspend", "filter": {"state": "Pending"}}
 
@@ -149,10 +149,10 @@ async def test_a_migrate_to_a_version_not_kept_names_the_kept_ones(harness: Harn
 
 
 async def test_a_migrate_dry_run_reports_refused_orders(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: Harness,
 ) -> None:
     await submit(harness, "m-0")
-    run_on(monkeypatch, V2)
+    harness.run_on(running(V2))
     payload = {
         "action": "migrate",
         "filter": {"workflow": "order-fulfilment", "workflowVersion": 1},

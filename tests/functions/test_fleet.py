@@ -121,7 +121,9 @@ async def error_order(harness: Harness, order_id: str, last_error: str, step: in
     )
     errored = replace(process, state=state)
     await harness.store.save(errored, ())
-    await harness.store.put_rest(rest_entry(errored, workflow_of(state)))  # as its rest writes it
+    await harness.store.put_rest(
+        rest_entry(errored, workflow_of(CATALOGUE, state))
+    )  # as its rest writes it
 
 
 async def test_failures_groups_error_orders_largest_first(harness: Harness) -> None:

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from azure.functions.timer import TimerRequest
 
-from shared.contract import AGENT_QUEUES, PoisonProperty, Queue, agent_queue, high_priority
+from shared.contract import PoisonProperty, Queue, agent_queue, high_priority
 from shared.domain.model import ProcessState
 from shared.ports import BusUnavailable, PermanentRemoteError, TransientRemoteError
 from tests.functions.conftest import Harness, context_for
+from tests.workflows import AGENT_QUEUES
 
 ORDER = {
     "orderId": "fn-1",

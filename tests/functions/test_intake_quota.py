@@ -18,7 +18,7 @@ from shared.settings import Settings
 from shared.usecases.operator import suspend_order
 from tests.app_functions import registered_functions
 from tests.functions.conftest import SETTINGS, Harness, ScriptedRemote
-from tests.workflows import AGENTS, AgentName
+from tests.workflows import AGENTS, CATALOGUE, AgentName
 
 
 @pytest.fixture
@@ -26,10 +26,14 @@ async def quota() -> AsyncIterator[Harness]:
     store, bus, clock = InMemoryStateStore(), InMemoryBus(), FakeClock()
     remotes = {name: ScriptedRemote() for name in AGENTS}
     ports: dict[AgentName, RemoteService] = dict(remotes)
-    settings = Settings.from_env({**SETTINGS, Setting.INTAKE_MAX_PENDING_PER_CUSTOMER: "2"})
-    bootstrap.use(bootstrap.compose(settings, store, bus, ports, clock))
+    settings = Settings.from_env(
+        {**SETTINGS, Setting.INTAKE_MAX_PENDING_PER_CUSTOMER: "2"}, catalogue=CATALOGUE
+    )
+    container = bootstrap.compose(settings, store, bus, ports, clock)
+    bootstrap.use(container)
     try:
-        yield Harness(store, bus, clock, remotes, {f.name: f for f in registered_functions()})
+        functions = {f.name: f for f in registered_functions()}
+        yield Harness(store, bus, clock, remotes, functions, container)
     finally:
         bootstrap.reset()
 

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import azure.functions as func
 import pytest
 
-import shared.catalogue
 from shared.contract import Queue
 from shared.domain.model import ProcessState
 from tests.functions.conftest import Harness
 from tests.functions.test_functions import ORDER, assert_problem, body
-from tests.workflows import CATALOGUE
+from tests.workflows import without
 
 ROUTE = {"orderId": "fn-1"}
 
@@ -113,12 +110,11 @@ async def test_cancel_with_a_null_reason_is_a_cancel(harness: Harness) -> None:
 
 
 async def test_an_order_on_a_dropped_version_gets_409_version_gone_not_a_500(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: Harness,
 ) -> None:
     """Issue #37 G: the cancel and event routes answered 500 on such an order."""
     await harness.http("submit_order_http", "POST", "orders", ORDER)
-    kept = tuple(w for w in CATALOGUE.workflows if w.name != "order-fulfilment")
-    monkeypatch.setattr(shared.catalogue, "_loaded", replace(CATALOGUE, workflows=kept))
+    harness.run_on(without("order-fulfilment"))
     refused = await act(harness, "cancel")
     assert_problem(refused, 409)
     assert body(refused)["code"] == "version-gone"

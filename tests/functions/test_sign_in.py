@@ -29,6 +29,7 @@ from shared.domain.principal import PRINCIPAL_HEADER, Role, encode_client_princi
 from shared.settings import ConfigurationError, Settings
 from tests.functions.conftest import SETTINGS, Harness, harness_with
 from tests.functions.test_functions import ORDER, assert_problem, body
+from tests.workflows import CATALOGUE
 
 DEV_HEADER = {Setting.OPERATOR_AUTH: "dev-header"}
 ISSUER = "https://login.example.test/tenant-1/v2.0"
@@ -182,11 +183,13 @@ async def test_the_master_key_is_break_glass_recorded_as_master_key(
 
 def test_dev_header_refuses_to_run_in_azure_and_token_mode_needs_its_settings() -> None:
     with pytest.raises(ConfigurationError, match="local runtime only"):
-        Settings.from_env({**SETTINGS, **DEV_HEADER, Setting.SITE_NAME: "orders-app"})
+        Settings.from_env(
+            {**SETTINGS, **DEV_HEADER, Setting.SITE_NAME: "orders-app"}, catalogue=CATALOGUE
+        )
     with pytest.raises(ConfigurationError, match="OperatorAuthAudience"):
-        Settings.from_env({**SETTINGS, Setting.OPERATOR_AUTH: "token"})
+        Settings.from_env({**SETTINGS, Setting.OPERATOR_AUTH: "token"}, catalogue=CATALOGUE)
     with pytest.raises(ConfigurationError, match="OperatorAuth must be"):
-        Settings.from_env({**SETTINGS, Setting.OPERATOR_AUTH: "header"})
+        Settings.from_env({**SETTINGS, Setting.OPERATOR_AUTH: "header"}, catalogue=CATALOGUE)
 
 
 # -- token mode ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 from shared.functions.events import MAX_DATA_BYTES
 from tests.functions.conftest import Harness
 from tests.unit.test_migrate import V2
-from tests.workflows import run_on
+from tests.workflows import running
 
 ITEM = {"sku": "SKU-1", "quantity": 1, "unitPrice": 1.0}
 
@@ -97,11 +97,11 @@ async def bulk(harness: Harness, request: dict[str, Any]) -> func.HttpResponse:
 
 @pytest.mark.parametrize("field", ["toVersion", "workflowVersion", "limit"])
 async def test_an_integral_float_is_an_integer_in_every_bulk_field(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch, field: str
+    harness: Harness, field: str
 ) -> None:
     order = {"orderId": "int-1", "customerId": "c-1", "items": [ITEM]}
     assert (await harness.http("submit_order_http", "POST", "orders", order)).status_code == 202
-    run_on(monkeypatch, V2)  # after the submission: the order runs v1
+    harness.run_on(running(V2))  # after the submission: the order runs v1
     whole = {"toVersion": 2.0, "workflowVersion": 1.0, "limit": 10.0}[field]
     answer = await bulk(harness, migrate(**{field: whole}))
     assert answer.status_code == 200, answer.get_body()
@@ -113,9 +113,9 @@ async def test_an_integral_float_is_an_integer_in_every_bulk_field(
 
 
 async def test_a_whole_float_to_version_is_stored_as_the_integer(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
+    harness: Harness,
 ) -> None:
-    run_on(monkeypatch, V2)
+    harness.run_on(running(V2))
     started = await bulk(harness, migrate(toVersion=2.0, workflowVersion=1.0, dryRun=False))
     assert started.status_code == 202, started.get_body()
     job = body(started)["bulkId"]

@@ -36,7 +36,7 @@ from shared.telemetry.sampling import KEEP
 from tests.app_functions import registered_functions
 from tests.builders import an_order
 from tests.functions.conftest import SETTINGS, Harness, ScriptedRemote
-from tests.workflows import AGENTS, ORDER_FULFILMENT, AgentName
+from tests.workflows import AGENTS, CATALOGUE, ORDER_FULFILMENT, AgentName
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER = f"00-{CALLER_TRACE}-00f067aa0ba902b7-01"
@@ -54,11 +54,17 @@ async def traced(exporter: InMemorySpanExporter) -> AsyncIterator[Harness]:
     remotes = {name: ScriptedRemote() for name in AGENTS}
     ports: dict[AgentName, RemoteService] = dict(remotes)
     container = bootstrap.compose(
-        Settings.from_env(SETTINGS), store, bus, ports, clock, decorate=bootstrap.trace_ports
+        Settings.from_env(SETTINGS, catalogue=CATALOGUE),
+        store,
+        bus,
+        ports,
+        clock,
+        decorate=bootstrap.trace_ports,
     )
     bootstrap.use(container)
     try:
-        yield Harness(store, bus, clock, remotes, {f.name: f for f in registered_functions()})
+        functions = {f.name: f for f in registered_functions()}
+        yield Harness(store, bus, clock, remotes, functions, container)
     finally:
         bootstrap.reset()
 

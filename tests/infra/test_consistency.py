@@ -13,16 +13,13 @@ from collections.abc import Iterator, Mapping
 import pytest
 
 from shared.bootstrap import AGENT_CAPACITY
-from shared.catalogue import catalogue
 from shared.contract import (
-    ALL_QUEUES,
     NOTIFICATION_QUEUES,
     QUEUE_PROPERTIES,
     AgentLimitSetting,
     ChaosSetting,
     Setting,
     queue_properties,
-    service_url_settings,
 )
 from shared.domain.model import ExhaustedPolicy
 from shared.settings import Settings
@@ -46,11 +43,12 @@ from tests.infra.deployment import (
     service_bus_emulator_port,
     timespan_seconds,
 )
+from tests.workflows import ALL_QUEUES, CATALOGUE, SERVICE_URL_SETTINGS
 
 # The Setting constants, and each catalogue agent's service URL setting.
 CODE_SETTINGS = frozenset(
     value for name, value in vars(Setting).items() if name.isupper() and isinstance(value, str)
-) | frozenset(service_url_settings())
+) | frozenset(SERVICE_URL_SETTINGS)
 # Set by the platform on every instance: a deployment must never pin it.
 PLATFORM_SETTINGS = frozenset({Setting.INSTANCE_ID, Setting.SITE_NAME})
 # Connection-string forms: for the local emulators only, never deployed.
@@ -63,7 +61,7 @@ TEST_ONLY_SETTINGS = frozenset(
 LOCAL_ONLY_SETTINGS = frozenset({Setting.TRACE_QUERY_URL})
 # Optional, with a default that is right in Azure (the deployed catalogue.json).
 OPTIONAL_SETTINGS = frozenset({Setting.CATALOGUE_FILE, Setting.EVENT_SIGNING_SECRET}) | frozenset(
-    AgentLimitSetting.names(catalogue().agents)
+    AgentLimitSetting.names(CATALOGUE.agents)
 )
 PLAIN_SETTINGS = (
     CODE_SETTINGS
@@ -344,7 +342,7 @@ def test_timer_schedules_come_from_deployed_settings() -> None:
 def test_deployed_settings_parse_and_every_name_the_code_reads_is_deployed() -> None:
     """Run the real settings parser on the Bicep's app settings and watch what it reads."""
     env = RecordingEnv(as_environment(deployed_app_settings()))
-    settings = Settings.from_env(env)
+    settings = Settings.from_env(env, catalogue=CATALOGUE)
     not_deployed = (
         env.read
         - set(env)
@@ -363,7 +361,8 @@ def test_deployed_settings_parse_and_every_name_the_code_reads_is_deployed() -> 
 def test_bicep_defaults_equal_the_code_defaults() -> None:
     """A default changed in shared/settings.py alone (or in main.bicep alone) fails here."""
     code = Settings.from_env(
-        {Setting.STORAGE: "UseDevelopmentStorage=true", Setting.SERVICE_BUS: "Endpoint=sb://x/"}
+        {Setting.STORAGE: "UseDevelopmentStorage=true", Setting.SERVICE_BUS: "Endpoint=sb://x/"},
+        catalogue=CATALOGUE,
     )
     settings = deployed_app_settings()
     assert settings[Setting.STATE_TABLE] == code.state_table
@@ -522,7 +521,7 @@ def test_local_settings_point_at_the_emulators_and_parse() -> None:
     assert values[Setting.STORAGE] == "UseDevelopmentStorage=true"
     assert "UseDevelopmentEmulator=true" in values[Setting.SERVICE_BUS]
     assert service_bus_emulator_port() == EMULATOR_AMQP_PORT
-    settings = Settings.from_env(values)
+    settings = Settings.from_env(values, catalogue=CATALOGUE)
     assert settings.storage.connection_string and settings.service_bus.connection_string
 
 

@@ -27,7 +27,6 @@ from devhost.simulator.app import create_app
 from devhost.simulator.faults import FaultSettings
 from shared.adapters import table_rows
 from shared.contract import (
-    ALL_QUEUES,
     QUEUE_PROPERTIES,
     AgentLimitSetting,
     ChaosSetting,
@@ -35,7 +34,6 @@ from shared.contract import (
     PoisonProperty,
     Route,
     Setting,
-    service_url_settings,
 )
 from shared.domain.machine.forward import start
 from shared.domain.messages import (
@@ -62,7 +60,7 @@ from shared.openapi import document
 from tests.app_functions import registered_functions
 from tests.builders import an_order
 from tests.infra.deployment import ROOT
-from tests.workflows import ORDER_FULFILMENT
+from tests.workflows import ALL_QUEUES, ORDER_FULFILMENT, SERVICE_URL_SETTINGS
 
 DOC = ROOT / "docs" / "contract.md"
 API_PREFIX = "/api"
@@ -323,7 +321,7 @@ def test_message_fields_match_what_the_domain_sends(heading: str) -> None:
 
 def test_settings_are_exactly_the_settings_the_code_reads() -> None:
     code = {v for k, v in vars(Setting).items() if k.isupper() and isinstance(v, str)}
-    code |= set(service_url_settings())
+    code |= set(SERVICE_URL_SETTINGS)
     code.add(ChaosSetting.FAULT_RATE)
     code |= {AgentLimitSetting.MAX_CONCURRENT, AgentLimitSetting.CALLS_PER_SECOND}
     doc = documented("6. Settings")

@@ -14,17 +14,11 @@ import pytest
 
 from devhost.otlp.app import create_app as trace_receiver_app
 from devhost.otlp.store import SpanStore
-from shared.catalogue import catalogue
-from shared.contract import (
-    AgentLimitSetting,
-    ChaosSetting,
-    DevhostSetting,
-    Setting,
-    service_url_settings,
-)
+from shared.contract import AgentLimitSetting, ChaosSetting, DevhostSetting, Setting
 from tests.app_functions import registered_functions
 from tests.infra.deployment import INFRA, ROOT, load_json
 from tests.infra.test_contract_doc import TABLES, Table, parse_tables
+from tests.workflows import CATALOGUE, SERVICE_URL_SETTINGS
 
 README = ROOT / "README.md"
 PAGES = (README, *sorted((ROOT / "docs").glob("*.md")))
@@ -56,8 +50,8 @@ def _relative(page: Path) -> str:
 
 # Counts ---------------------------------------------------------------------------------
 
-AGENTS = tuple(catalogue().agents)
-WORKFLOWS = tuple(dict.fromkeys(w.name for w in catalogue().workflows))
+AGENTS = tuple(CATALOGUE.agents)
+WORKFLOWS = tuple(dict.fromkeys(w.name for w in CATALOGUE.workflows))
 _SHIPS = re.compile(
     r"(\w+) agents \(([^)]*)\) and (\w+) workflows ship: (.*?)`python -m", re.IGNORECASE
 )
@@ -76,7 +70,7 @@ def test_the_readme_names_the_agents_and_workflows_that_ship_and_counts_them() -
 COUNTED = {
     "agents": len(AGENTS),
     "remote services": len(AGENTS),
-    "service urls": len(service_url_settings()),
+    "service urls": len(SERVICE_URL_SETTINGS),
     "workflows": len(WORKFLOWS),
 }
 _COUNT = re.compile(
@@ -118,8 +112,8 @@ CODE_SETTINGS = (
     | {v for k, v in vars(ChaosSetting).items() if k.isupper() and isinstance(v, str)}
     | {v for k, v in vars(DevhostSetting).items() if k.isupper() and isinstance(v, str)}
     | {AgentLimitSetting.MAX_CONCURRENT, AgentLimitSetting.CALLS_PER_SECOND}
-    | set(AgentLimitSetting.names(catalogue().agents))
-    | set(service_url_settings())
+    | set(AgentLimitSetting.names(CATALOGUE.agents))
+    | set(SERVICE_URL_SETTINGS)
 )
 IDENTITY_CONNECTIONS = {Setting.STORAGE, Setting.SERVICE_BUS}
 """Read in their identity form too: `<name>__fullyQualifiedNamespace`, `__clientId`, ..."""

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.catalogue import ROOT, catalogue
-from shared.catalogue.derive import all_queues, local_service_urls, service_url_settings
+from shared.catalogue import ROOT
+from shared.catalogue.derive import all_queues, local_service_urls
 from shared.catalogue.emit import (
     EMULATOR_CONFIG,
     EMULATOR_MAX_ENTITIES,
@@ -24,31 +24,30 @@ from shared.catalogue.emit import (
     main,
     render,
 )
-from shared.contract import ALL_QUEUES, CORE_QUEUES, agent_queue
-from shared.contract import service_url_settings as contract_service_url_settings
+from shared.contract import CORE_QUEUES, agent_queue
 from tests.infra import catalogues
+from tests.workflows import CATALOGUE
 
 
 @pytest.mark.parametrize(
     ("kind", "path"), [("emulator", EMULATOR_CONFIG), ("local-settings", LOCAL_SETTINGS)]
 )
 def test_committed_file_is_what_the_catalogue_generates(kind: str, path: Path) -> None:
-    assert path.read_text(encoding="utf-8") == render(kind, catalogue()), (
+    assert path.read_text(encoding="utf-8") == render(kind, CATALOGUE), (
         f"{path.name} is stale: python -m shared.catalogue.emit {kind} > {path.relative_to(ROOT)}"
     )
 
 
-def test_contract_queues_and_settings_are_the_catalogue_derivations() -> None:
-    assert all_queues(catalogue()) == ALL_QUEUES
-    assert ALL_QUEUES[: len(CORE_QUEUES)] == CORE_QUEUES
-    assert service_url_settings(catalogue()) == contract_service_url_settings()
-    assert agent_queue("notifications") in ALL_QUEUES
+def test_the_queues_are_the_core_ones_then_each_agents_two() -> None:
+    queues = all_queues(CATALOGUE)
+    assert queues[: len(CORE_QUEUES)] == CORE_QUEUES
+    assert agent_queue("notifications") in queues
     assert agent_queue("notifications", high=True) == "agent-notifications-high"
-    assert len(set(ALL_QUEUES)) == len(ALL_QUEUES)
+    assert len(set(queues)) == len(queues)
 
 
 def test_the_emulator_config_fits_the_emulator_entity_limit() -> None:
-    namespace = emulator_config(catalogue())["UserConfig"]["Namespaces"][0]
+    namespace = emulator_config(CATALOGUE)["UserConfig"]["Namespaces"][0]
     assert len(namespace["Queues"]) + len(namespace["Topics"]) <= EMULATOR_MAX_ENTITIES
 
 
@@ -70,8 +69,8 @@ def test_local_settings_keep_other_settings_and_drop_stale_agent_urls() -> None:
             "B": "2",
         },
     }
-    values = local_settings(catalogue(), current)["Values"]
-    wanted = local_service_urls(catalogue())
+    values = local_settings(CATALOGUE, current)["Values"]
+    wanted = local_service_urls(CATALOGUE)
     assert list(values) == ["A", *wanted, "B"]
     assert values["InventoryServiceUrl"] == wanted["InventoryServiceUrl"]
     assert "RetiredServiceUrl" not in values
@@ -91,4 +90,4 @@ def test_iso_durations() -> None:
 
 def test_the_command_writes_the_generated_file(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["emulator"]) == 0
-    assert json.loads(capsys.readouterr().out) == emulator_config(catalogue())
+    assert json.loads(capsys.readouterr().out) == emulator_config(CATALOGUE)

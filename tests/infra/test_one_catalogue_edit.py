@@ -5,7 +5,7 @@ A copy of catalogue.json gains an agent `loyalty` and a retriable step `award-po
 copy in place of catalogue.json), the emulator config and the local settings all pick it
 up without another file changing, and so do the app's triggers (the app indexed with the
 copy as its catalogue), the simulator's services and GET /api/workflows. docs/contract.md
-is checked against ALL_QUEUES by test_contract_doc.py.
+is checked against the queues the catalogue derives by test_contract_doc.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from devhost.simulator.services import services_from
-from shared.catalogue import FILE_SETTING, ROOT, catalogue
+from shared.catalogue import FILE_SETTING, ROOT
 from shared.catalogue.derive import all_queues, local_service_urls, service_url_settings
 from shared.catalogue.emit import LOCAL_SETTINGS, emulator_config, local_settings
 from shared.contract import agent_queue
@@ -30,6 +30,7 @@ from tests.app_functions import registered_functions
 from tests.infra import catalogues
 from tests.infra.bicep import Index, Ref
 from tests.infra.deployment import deployed_app_settings, deployed_queues, load_json
+from tests.workflows import CATALOGUE
 
 AGENT, SETTING, STEP, WORKFLOW = "loyalty", "LoyaltyServiceUrl", "award-points", "express-delivery"
 NEW_QUEUES = (agent_queue(AGENT), agent_queue(AGENT, high=True))
@@ -54,7 +55,7 @@ def test_the_edited_catalogue_is_valid_and_has_the_step(cat: Catalogue) -> None:
 
 
 def test_the_queues_gain_the_agents_two_and_nothing_else(cat: Catalogue) -> None:
-    before = all_queues(catalogue())
+    before = all_queues(CATALOGUE)
     assert all_queues(cat) == (*before, *NEW_QUEUES)
 
 
@@ -62,7 +63,7 @@ def test_the_bicep_creates_the_new_queues(edited: dict[str, Any], cat: Catalogue
     deployed = deployed_queues(edited)
     assert set(deployed) == set(all_queues(cat))
     assert deployed[NEW_QUEUES[0]] == deployed[agent_queue("inventory")], "same properties"
-    assert set(deployed_queues()) == set(all_queues(catalogue())), "the real file is unchanged"
+    assert set(deployed_queues()) == set(all_queues(CATALOGUE)), "the real file is unchanged"
 
 
 def test_the_bicep_sets_the_new_agents_service_url(edited: dict[str, Any], cat: Catalogue) -> None:

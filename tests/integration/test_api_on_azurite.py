@@ -37,7 +37,7 @@ from tests.app_functions import registered_functions
 from tests.functions.conftest import SETTINGS, ScriptedRemote, context_for
 from tests.functions.test_smaller_edges import JUNK_TOKENS
 from tests.integration.test_archive_on_azurite import put
-from tests.workflows import AGENTS, AgentName
+from tests.workflows import AGENTS, CATALOGUE, AgentName
 
 pytestmark = pytest.mark.azurite
 
@@ -99,7 +99,7 @@ async def app(azurite_table_port: int, azurite_blob_port: int) -> AsyncIterator[
     )
     clock = FakeClock(NOW)
     remotes: dict[AgentName, RemoteService] = {name: ScriptedRemote() for name in AGENTS}
-    settings = Settings.from_env(SETTINGS)
+    settings = Settings.from_env(SETTINGS, catalogue=CATALOGUE)
     bootstrap.use(bootstrap.compose(settings, store, InMemoryBus(), remotes, clock, blobs=blobs))
     try:
         yield App(store, blobs, clock, {f.name: f for f in registered_functions()})

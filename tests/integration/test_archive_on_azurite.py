@@ -41,7 +41,7 @@ from shared.usecases.archive_marks import backfill_marks
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.submission import OrderConflict, submit_order
 from tests.builders import a_policy, an_order
-from tests.workflows import ORDER_FULFILMENT
+from tests.workflows import CATALOGUE, ORDER_FULFILMENT
 
 pytestmark = pytest.mark.azurite
 
@@ -337,7 +337,7 @@ async def test_an_archived_orders_id_stays_taken_by_its_mark(parts: Parts) -> No
     assert await parts.store.history("mo-A-1") == ()
 
     bus = InMemoryBus()
-    deps = ProcessDeps(parts.store, bus, parts.clock, a_policy())
+    deps = ProcessDeps(parts.store, bus, parts.clock, a_policy(), catalogue=CATALOGUE)
     with pytest.raises(OrderConflict):
         await submit_order(deps, an_order("mo-A-1", fingerprint="other"))
     same = await submit_order(deps, an_order("mo-A-1"))

@@ -25,7 +25,7 @@ from shared.usecases.bulk import BulkDeps, job_status, preview, start_job, work_
 from shared.usecases.deps import ProcessDeps
 from tests.builders import a_policy, a_reply
 from tests.unit.test_migrate import MIGRATE, V2, V3, charging, submitted
-from tests.workflows import run_on
+from tests.workflows import running
 
 pytestmark = pytest.mark.azurite
 
@@ -44,11 +44,12 @@ async def table(azurite_table_port: int) -> AsyncIterator[TableStateStore]:
 
 
 async def test_a_bulk_migrate_moves_only_compatible_orders_and_they_finish_on_the_target(
-    table: TableStateStore, monkeypatch: pytest.MonkeyPatch
+    table: TableStateStore,
 ) -> None:
-    run_on(monkeypatch, V2, V3)
     bus = InMemoryBus()
-    deps = ProcessDeps(table, bus, FakeClock(), a_policy(), "scheduler-1")
+    deps = ProcessDeps(
+        table, bus, FakeClock(), a_policy(), "scheduler-1", catalogue=running(V2, V3)
+    )
     for i in range(3):
         await charging(deps, bus, f"c-{i}")
     for i in range(2):

@@ -31,6 +31,7 @@ from shared.usecases.bulk import BulkDeps, job_status, start_job, work_jobs
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.submission import submit_order
 from tests.builders import a_policy, an_order
+from tests.workflows import CATALOGUE
 
 pytestmark = pytest.mark.azurite
 
@@ -110,7 +111,7 @@ async def runners(azurite_table_port: int) -> AsyncIterator[Runners]:
 
     def runner(n: int) -> BulkDeps:
         store = Acting(stores[n - 1], f"bulk-{n}", acts)
-        process = ProcessDeps(store, bus, clock, a_policy(), f"bulk-{n}")  # type: ignore[arg-type]
+        process = ProcessDeps(store, bus, clock, a_policy(), f"bulk-{n}", catalogue=CATALOGUE)  # type: ignore[arg-type]
         return BulkDeps(process, gate.wrap(TableBulkStore(stores[n - 1])), actions_per_second=0.5)
 
     try:
@@ -121,7 +122,9 @@ async def runners(azurite_table_port: int) -> AsyncIterator[Runners]:
 
 
 async def a_suspend_job(runners: Runners) -> BulkJob:
-    plain = ProcessDeps(runners.store, InMemoryBus(), runners.clock, a_policy(), "intake")
+    plain = ProcessDeps(
+        runners.store, InMemoryBus(), runners.clock, a_policy(), "intake", catalogue=CATALOGUE
+    )
     for i in range(ORDERS):
         await submit_order(plain, an_order(f"b-{i:02d}", clock=runners.clock))
     job = await start_job(runners.one, BulkRequest(BulkAction.SUSPEND, PENDING), "ops")

@@ -22,7 +22,7 @@ from shared.settings import azurite_connection_string
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.submission import submit_order
 from tests.builders import a_policy, an_order
-from tests.workflows import ORDER_FULFILMENT
+from tests.workflows import CATALOGUE, ORDER_FULFILMENT
 
 pytestmark = pytest.mark.azurite
 
@@ -45,7 +45,7 @@ async def test_an_outbox_stored_with_queue_names_is_sent_to_those_queues(
 ) -> None:
     clock = FakeClock()
     order = replace(an_order(f"old-{uuid.uuid4().hex[:8]}"), reply_to="shop-replies")
-    deps = ProcessDeps(store, InMemoryBus(), clock, a_policy())
+    deps = ProcessDeps(store, InMemoryBus(), clock, a_policy(), catalogue=CATALOGUE)
     await submit_order(deps, order, workflow=ORDER_FULFILMENT)
     row = await store.table.get_entity(order.order_id, STATE_ROW)
     written = json.loads(row["Outbox"])

@@ -38,7 +38,7 @@ from shared.settings import azurite_connection_string
 from shared.usecases.archive import Archiver, archived_order
 from shared.usecases.bulk import BulkDeps, job_status, work_jobs
 from tests.builders import World, an_order
-from tests.workflows import ORDER_FULFILMENT
+from tests.workflows import CATALOGUE, ORDER_FULFILMENT
 
 pytestmark = pytest.mark.azurite
 
@@ -115,7 +115,7 @@ async def test_an_order_stored_with_lone_surrogates_is_archived_and_readable(
     assert copy.process.state.last_error == "cancelled: \udfff"
     assert copy.process.state.events == planted.state.events
     assert [h.detail for h in copy.process.history] == ["reason \ud800"]
-    view = json.loads(json.dumps(archived_view(copy)))
+    view = json.loads(json.dumps(archived_view(copy, CATALOGUE)))
     assert view["customerId"] == LONE and view["events"][0]["by"] == "\ud800x"
     name = await archive.pointer("old-1")
     assert name is not None

@@ -37,14 +37,13 @@ from shared import bootstrap
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus
 from shared.adapters.table_store import TableStateStore
-from shared.catalogue import catalogue
 from shared.domain.model import Outgoing, ProcessState
 from shared.ports import RemoteService
 from shared.settings import Settings, azurite_connection_string
 from tests.app_functions import registered_functions
 from tests.functions.conftest import SETTINGS, ScriptedRemote, context_for
 from tests.waiting import eventually
-from tests.workflows import AGENTS, AgentName
+from tests.workflows import AGENTS, CATALOGUE, AgentName
 
 pytestmark = pytest.mark.azurite
 
@@ -169,7 +168,9 @@ async def run(azurite_table_port: int) -> AsyncIterator[Run]:
     bus, clock = InMemoryBus(), FakeClock()
     remotes = {name: ScriptedRemote() for name in AGENTS}
     remote_ports: dict[AgentName, RemoteService] = dict(remotes)
-    settings = Settings.from_env({**SETTINGS, "AzureWebJobsStorage": connection})
+    settings = Settings.from_env(
+        {**SETTINGS, "AzureWebJobsStorage": connection}, catalogue=CATALOGUE
+    )
     bootstrap.use(bootstrap.compose(settings, store, bus, remote_ports, clock))
     functions = {f.name: f for f in registered_functions()}
     try:
@@ -215,7 +216,7 @@ async def drive(run: Run, workflow: str) -> None:
     assert order_id not in {e.order_id for e in (await run.store.watch_list(10, None)).items}
 
 
-SHIPPED = sorted({w.name for w in catalogue().workflows})
+SHIPPED = sorted({w.name for w in CATALOGUE.workflows})
 
 
 def test_every_shipped_workflow_is_pinned() -> None:

@@ -27,6 +27,7 @@ from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.integration.test_state_store_contract import store as state_store_on_memory_and_tables
 from tests.unit.test_failures import time_out_at_payment
+from tests.workflows import CATALOGUE
 
 AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))
 
@@ -318,7 +319,7 @@ async def test_the_backfill_files_orders_stored_at_rest_before_the_index(
 
     written, continuation = 0, None
     while True:
-        page = await backfill_page(store, 2, continuation)
+        page = await backfill_page(store, CATALOGUE, 2, continuation)
         written += page.written
         continuation = page.continuation
         if continuation is None:
@@ -326,7 +327,9 @@ async def test_the_backfill_files_orders_stored_at_rest_before_the_index(
     assert written == 2
     assert await ids(store, ProcessState.ERROR) == ["a-1"]
     assert await ids(store, ProcessState.PROCESSED) == ["d-1"]
-    assert (await backfill_page(store, 10, None)).written == 2  # a repeat rewrites the same
+    assert (
+        await backfill_page(store, CATALOGUE, 10, None)
+    ).written == 2  # a repeat rewrites the same
     assert await filed(store, ProcessState.PROCESSED) == ["d-1"]
     assert await ids(store, ProcessState.PROCESSING) == ["b-1"]
 

@@ -27,6 +27,7 @@ from shared.usecases.process_cache import ProcessCache
 from shared.usecases.scheduler import Handled
 from shared.usecases.submission import OrderConflict, submit_order
 from tests.builders import a_policy, a_reply, an_order
+from tests.workflows import CATALOGUE
 
 pytestmark = pytest.mark.azurite
 
@@ -53,7 +54,9 @@ async def stores(azurite_table_port: int) -> AsyncIterator[Callable[[], TableSta
 
 
 def instance(store: TableStateStore, bus: InMemoryBus, clock: FakeClock, name: str) -> ProcessDeps:
-    return ProcessDeps(store, bus, clock, a_policy(), name, cache=ProcessCache())
+    return ProcessDeps(
+        store, bus, clock, a_policy(), name, cache=ProcessCache(), catalogue=CATALOGUE
+    )
 
 
 def requests(bus: InMemoryBus) -> list[Outgoing]:

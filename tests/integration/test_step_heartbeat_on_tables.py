@@ -25,7 +25,7 @@ from shared.settings import azurite_connection_string
 from shared.usecases.step_heartbeat import StepHeartbeats
 from shared.usecases.unit_of_work import UnitOfWork
 from tests.builders import a_policy, an_order
-from tests.workflows import ORDER_FULFILMENT
+from tests.workflows import CATALOGUE, ORDER_FULFILMENT
 
 pytestmark = [pytest.mark.azurite]
 
@@ -65,7 +65,7 @@ async def dispatched(store: TableStateStore, order_id: str) -> AgentRequest:
 def beats_at(seconds: float, store: TableStateStore) -> StepHeartbeats:
     clock = FakeClock(T0)
     clock.advance(seconds)
-    return StepHeartbeats(UnitOfWork(store, InMemoryBus()), clock, POLICY)
+    return StepHeartbeats(UnitOfWork(store, InMemoryBus(), catalogue=CATALOGUE), clock, POLICY)
 
 
 async def test_a_beat_is_a_conditional_write_that_round_trips(store: TableStateStore) -> None:

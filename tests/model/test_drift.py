@@ -41,6 +41,7 @@ from tests.model.provider import KeyStatus, Provider
 from tests.model.setups import SETUPS, Setup
 from tests.model.wire import Effects
 from tests.model.world import BOUNDS, OrderWorld, World
+from tests.workflows import CATALOGUE
 
 SHIPPED = [s for n, s in SETUPS.items() if n.count("/") == 1]
 """The setups whose workflow is the catalogue's own (the use cases read the catalogue):
@@ -117,7 +118,9 @@ async def _store(world: World) -> tuple[InMemoryStateStore, ProcessDeps, FakeClo
         when = driver.at(min(check, world.now))
         await store.watch(process.order_id, when, replace=True, version=process.state.version)
     routes = cast(RoutingSource, Routes(domain.routing(world.drained)))
-    deps = ProcessDeps(store, InMemoryBus(), clock, domain.policy, driver.SCHEDULER, routes)
+    deps = ProcessDeps(
+        store, InMemoryBus(), clock, domain.policy, driver.SCHEDULER, routes, catalogue=CATALOGUE
+    )
     return store, deps, clock
 
 

@@ -25,6 +25,7 @@ from shared.domain.model import Action
 from shared.resilience import CircuitBreaker
 from shared.usecases.agent import AgentDeps, Performed, perform_step
 from tests.simulator.scripted_provider import Answer, ScriptedProvider, in_progress
+from tests.workflows import CATALOGUE
 
 CHARGE = ("POST", "/payment/charge-payment")
 CHARGED = Answer(200, {"result": {"chargeId": "ch-1", "amount": 25.0}})
@@ -40,6 +41,7 @@ def deps(
         remote=HttpRemoteService(f"{provider.url}/payment", session),
         breaker=CircuitBreaker("payment", clock, failure_threshold=threshold),
         rng=random.Random(7),
+        catalogue=CATALOGUE,
     )
 
 

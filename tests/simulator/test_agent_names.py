@@ -15,10 +15,11 @@ from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.memory import InMemoryBus
 from shared.domain.messages import AgentRequest
 from shared.domain.model import Action
+from shared.domain.workflow import Catalogue
 from shared.resilience import CircuitBreaker
 from shared.usecases.agent import AgentDeps, Performed, UnknownStep, perform_step
 from tests.simulator.scripted_provider import Answer, ScriptedProvider
-from tests.workflows import ORDER_FULFILMENT, run_on
+from tests.workflows import CATALOGUE, ORDER_FULFILMENT, running
 
 CLOCK_START = FakeClock().now()
 CHARGE = AgentRequest(
@@ -39,7 +40,10 @@ REFUND = replace(
 
 
 async def perform(
-    provider: ScriptedProvider, session: aiohttp.ClientSession, request: AgentRequest
+    provider: ScriptedProvider,
+    session: aiohttp.ClientSession,
+    request: AgentRequest,
+    catalogue: Catalogue = CATALOGUE,
 ) -> tuple[Performed, InMemoryBus]:
     clock, bus = FakeClock(CLOCK_START), InMemoryBus()
     deps = AgentDeps(
@@ -48,6 +52,7 @@ async def perform(
         clock=clock,
         remote=HttpRemoteService(f"{provider.url}/payment", session),
         breaker=CircuitBreaker("payment-secondary", clock),
+        catalogue=catalogue,
     )
     return await perform_step(deps, request), bus
 
@@ -100,25 +105,25 @@ async def test_every_reply_names_the_agent_that_sent_it(
     assert {m.body["agent"] for m in succeeded.sent + failed.sent} == {"payment-secondary"}
 
 
-def with_a_second_charge_version(monkeypatch: pytest.MonkeyPatch) -> None:
+def with_a_second_charge_version() -> Catalogue:
     """order-fulfilment v2 undoes the charge by voiding it; v1 orders still refund."""
     steps = tuple(
         replace(s, compensation="void-payment") if s.name == "charge-payment" else s
         for s in ORDER_FULFILMENT.steps
     )
-    run_on(monkeypatch, replace(ORDER_FULFILMENT, version=2, steps=steps))
+    return running(replace(ORDER_FULFILMENT, version=2, steps=steps))
 
 
 async def test_a_compensation_calls_the_undo_its_request_names_not_another_versions(
-    provider: ScriptedProvider, session: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+    provider: ScriptedProvider, session: aiohttp.ClientSession
 ) -> None:
-    with_a_second_charge_version(monkeypatch)
+    both = with_a_second_charge_version()
     provider.on("POST", "/payment/void-payment", Answer(200, {"result": {"voidId": "v-1"}}))
     provider.on("POST", "/payment/refund-payment", Answer(200, {"result": {"refundId": "r-1"}}))
     void = replace(REFUND, idempotency_key="o-1:void-payment", operation="void-payment")
 
-    await perform(provider, session, void)
-    await perform(provider, session, replace(REFUND, operation="refund-payment"))
+    await perform(provider, session, void, both)
+    await perform(provider, session, replace(REFUND, operation="refund-payment"), both)
 
     [voided] = provider.calls("POST", "/payment/void-payment")
     assert voided.body["idempotencyKey"] == "o-1:void-payment"
@@ -127,11 +132,11 @@ async def test_a_compensation_calls_the_undo_its_request_names_not_another_versi
 
 
 async def test_a_request_that_names_no_undo_is_refused_when_versions_disagree(
-    provider: ScriptedProvider, session: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+    provider: ScriptedProvider, session: aiohttp.ClientSession
 ) -> None:
-    with_a_second_charge_version(monkeypatch)
+    both = with_a_second_charge_version()
     with pytest.raises(UnknownStep, match="several compensations"):
-        await perform(provider, session, REFUND)
+        await perform(provider, session, REFUND, both)
     with pytest.raises(UnknownStep, match="is not an undo of step charge-payment"):
-        await perform(provider, session, replace(REFUND, operation="cancel-shipment"))
+        await perform(provider, session, replace(REFUND, operation="cancel-shipment"), both)
     assert provider.calls("POST", "/payment/refund-payment") == []

@@ -31,6 +31,7 @@ from shared.usecases.agent import AgentDeps, Performed, perform_step
 from tests.simulator.conftest import ORDER, SimClient
 from tests.simulator.scripted_provider import Answer, ScriptedProvider
 from tests.simulator.virtual_clock import VirtualClock
+from tests.workflows import CATALOGUE
 
 CHARGE = ("POST", "/payment/charge-payment")
 CHARGED = Answer(200, {"result": {"chargeId": "ch-1", "amount": 25.0}})
@@ -57,6 +58,7 @@ def deps(
         breaker=CircuitBreaker(agent, clock, failure_threshold=2),
         rng=random.Random(7),
         throttle=throttle if throttle is not None else AdaptiveRate(),
+        catalogue=CATALOGUE,
     )
 
 

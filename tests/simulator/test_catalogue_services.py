@@ -20,9 +20,10 @@ from devhost.simulator.services import (
     ServicesError,
     services_from,
 )
-from shared.catalogue import DEFAULT_FILE, catalogue, parse
+from shared.catalogue import DEFAULT_FILE, parse
 from shared.domain.workflow import Catalogue
 from tests.simulator.conftest import ORDER, SimClient
+from tests.workflows import CATALOGUE
 
 PROBLEM = "application/problem+json"
 INPUTS = {"create-shipment.trackingNumber": "TRK000000000042", "charge-payment.amount": 25.0}
@@ -130,7 +131,7 @@ def wallet(session: aiohttp.ClientSession) -> Iterator[SimClient]:
 
 
 def test_the_services_are_exactly_the_catalogue_agents() -> None:
-    found = catalogue()
+    found = CATALOGUE
 
     assert list(SERVICES) == list(found.agents)
     assert {name: set(s.operations) for name, s in SERVICES.items()} == _operations(found)
@@ -147,8 +148,8 @@ async def test_the_control_api_knows_every_agent(sim: SimClient) -> None:
     faults = (await sim.request("GET", "/_sim/faults")).body
     stats = (await sim.request("GET", "/_sim/stats")).body
 
-    assert list(faults) == list(catalogue().agents)
-    assert list(stats) == list(catalogue().agents)
+    assert list(faults) == list(CATALOGUE.agents)
+    assert list(stats) == list(CATALOGUE.agents)
 
 
 def test_an_undo_knows_the_do_it_undoes() -> None:
@@ -289,7 +290,7 @@ async def test_a_catalogue_copy_with_a_new_agent_serves_it_end_to_end(loyal: Sim
     assert abandoned.body == {"applied": False, "abandoned": True}
     assert refused.body["code"] == "operation-abandoned"
     assert health.body == {"status": "ok", "service": "loyalty"}
-    assert list(faults) == [*catalogue().agents, "loyalty"]
+    assert list(faults) == [*CATALOGUE.agents, "loyalty"]
 
 
 async def test_an_undo_without_undoes_falls_back_to_its_own_do(wallet: SimClient) -> None:

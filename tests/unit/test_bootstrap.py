@@ -12,6 +12,7 @@ from shared.contract import ChaosSetting, Setting
 from shared.settings import Settings
 from shared.usecases.outage import WitnessedBus
 from shared.usecases.process_cache import ProcessCache
+from tests.workflows import CATALOGUE
 
 LOCAL = {
     Setting.STORAGE: "UseDevelopmentStorage=true",
@@ -34,15 +35,17 @@ class Seen:
 
 
 def test_the_chaos_fault_rate_is_a_setting_off_by_default() -> None:
-    assert Settings.from_env(LOCAL).chaos_fault_rate == 0
-    chaotic = Settings.from_env({**LOCAL, ChaosSetting.FAULT_RATE: "0.05"})
+    assert Settings.from_env(LOCAL, catalogue=CATALOGUE).chaos_fault_rate == 0
+    chaotic = Settings.from_env({**LOCAL, ChaosSetting.FAULT_RATE: "0.05"}, catalogue=CATALOGUE)
     assert chaotic.chaos_fault_rate == 0.05
 
 
 def test_compose_hands_the_ports_to_the_decorator_before_any_use_case() -> None:
     store, bus = InMemoryStateStore(), InMemoryBus()
     wrapped = Ports(ChaosStateStore(store, 0.0), ChaosMessageBus(bus, 0.0))
-    container = compose(Settings.from_env(LOCAL), store, bus, {}, decorate=lambda _: wrapped)
+    container = compose(
+        Settings.from_env(LOCAL, catalogue=CATALOGUE), store, bus, {}, decorate=lambda _: wrapped
+    )
     assert container.process.store is wrapped.store
     witness = container.process.bus
     assert isinstance(witness, WitnessedBus) and witness.bus is wrapped.bus
@@ -50,7 +53,7 @@ def test_compose_hands_the_ports_to_the_decorator_before_any_use_case() -> None:
 
 
 def test_each_container_keeps_its_own_orders_for_the_scheduler() -> None:
-    settings = Settings.from_env(LOCAL)
+    settings = Settings.from_env(LOCAL, catalogue=CATALOGUE)
     first = compose(settings, InMemoryStateStore(), InMemoryBus(), {})
     second = compose(settings, InMemoryStateStore(), InMemoryBus(), {})
     assert isinstance(first.process.cache, ProcessCache) and len(first.process.cache) == 0
@@ -59,7 +62,7 @@ def test_each_container_keeps_its_own_orders_for_the_scheduler() -> None:
 
 async def test_without_a_fault_rate_build_decorates_the_real_adapters() -> None:
     seen = Seen()
-    container = build(Settings.from_env(LOCAL), seen)
+    container = build(Settings.from_env(LOCAL, catalogue=CATALOGUE), seen)
     try:
         (ports,) = seen.given
         assert isinstance(ports.store, TableStateStore)
@@ -70,7 +73,9 @@ async def test_without_a_fault_rate_build_decorates_the_real_adapters() -> None:
 
 async def test_chaos_faults_sit_beneath_the_decorator() -> None:
     seen = Seen()
-    container = build(Settings.from_env({**LOCAL, ChaosSetting.FAULT_RATE: "0.5"}), seen)
+    container = build(
+        Settings.from_env({**LOCAL, ChaosSetting.FAULT_RATE: "0.5"}, catalogue=CATALOGUE), seen
+    )
     try:
         (ports,) = seen.given
         assert isinstance(ports.store, ChaosStateStore)

@@ -29,6 +29,7 @@ from shared.usecases.operator import (
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, an_order
+from tests.workflows import CATALOGUE
 
 BUDGET = Budget(store=0.2, nudge=0.1)
 
@@ -173,14 +174,22 @@ async def test_a_drain_on_a_silent_store_is_store_unavailable_within_the_budget(
     begun = time.monotonic()
     with pytest.raises(StoreUnavailable):
         await set_drain(
-            SilentHealthStore(), world.clock, "payment", True, "maintenance", budget=BUDGET
+            SilentHealthStore(),
+            world.clock,
+            CATALOGUE,
+            "payment",
+            True,
+            "maintenance",
+            budget=BUDGET,
         )
     assert time.monotonic() - begun < 0.5
 
 
 async def test_a_drain_within_the_budget_answers_with_the_flag() -> None:
     world = World()
-    status = await set_drain(InMemoryHealthStore(), world.clock, "payment", True, budget=BUDGET)
+    status = await set_drain(
+        InMemoryHealthStore(), world.clock, CATALOGUE, "payment", True, budget=BUDGET
+    )
     assert status.drained
     assert isinstance(status.drain.since if status.drain else None, datetime)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from shared.adapters.clock import FakeClock
-from shared.catalogue import catalogue
 from shared.domain.destination import Destination, To
 from shared.domain.fairness import (
     KEPT,
@@ -24,6 +23,7 @@ from shared.domain.machine.forward import start
 from shared.domain.machine.line import in_line, promotion, wait_in_line
 from shared.domain.machine.recovery import next_check
 from tests.builders import a_policy, an_order
+from tests.workflows import CATALOGUE
 
 FAIR = CustomerPolicy(fair_share=2)
 QUOTA = CustomerPolicy(max_pending=3)
@@ -66,7 +66,7 @@ def test_no_rule_set_keeps_no_record() -> None:
 def test_an_order_in_line_has_no_nudge_and_is_checked_when_its_hold_passes() -> None:
     clock = FakeClock()
     now = clock.now()
-    workflow = catalogue().default_workflow()
+    workflow = CATALOGUE.default_workflow()
     started = start(an_order("o-1", clock=clock), workflow, now)
     assert not in_line(started.process)
     waiting = wait_in_line(started, now, hold=timedelta(minutes=10))

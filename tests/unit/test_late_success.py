@@ -60,7 +60,7 @@ from tests.unit.test_routing import (
     retry_after_timeout,
     routed_world,
 )
-from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT, run_on
+from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT, running
 
 PAST_LIVE_TIME = 36  # step timeout 30 s plus the 5 s clock-skew margin, and a second
 
@@ -314,11 +314,8 @@ def regions() -> Workflow:
     return replace(ORDER_FULFILMENT, steps=tuple(steps))
 
 
-async def test_a_late_success_from_the_other_region_is_the_same_charge_not_a_second(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    run_on(monkeypatch, regions())
-    world, deps, store = routed_world(*BOTH_HEALTHY)
+async def test_a_late_success_from_the_other_region_is_the_same_charge_not_a_second() -> None:
+    world, deps, store = routed_world(*BOTH_HEALTHY, catalogue=running(regions()))
     await reach_payment(world, deps, "o-1", high=False)
     (first,) = payment_requests(world)
     await retry_after_timeout(world, deps, store)

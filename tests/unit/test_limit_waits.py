@@ -39,6 +39,7 @@ from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from shared.usecases.unit_of_work import UnitOfWork
 from tests.builders import World, a_policy, a_reply, an_order
+from tests.workflows import CATALOGUE
 
 AGENT = "inventory"
 BOOKED_AHEAD = 60.0
@@ -91,7 +92,10 @@ async def limited_agent(
         limiter=AgentLimiter(
             AGENT, AgentLimits(calls_per_second=5), limits, world.clock, "agent-1", seconds(1)
         ),
-        step_holds=StepHolds(UnitOfWork(world.store, world.bus), world.clock, world.policy),
+        step_holds=StepHolds(
+            UnitOfWork(world.store, world.bus, catalogue=CATALOGUE), world.clock, world.policy
+        ),
+        catalogue=CATALOGUE,
     )
 
 

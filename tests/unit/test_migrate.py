@@ -42,7 +42,7 @@ from shared.usecases.deps import ProcessDeps
 from shared.usecases.operator import migrate_order
 from shared.usecases.submission import submit_order
 from tests.builders import World, a_reply, an_order
-from tests.workflows import CATALOGUE, ORDER_FULFILMENT, REVIEWED_ORDER, run_on
+from tests.workflows import CATALOGUE, ORDER_FULFILMENT, REVIEWED_ORDER, running
 
 NOTIFY = StepDefinition(
     name="notify-customer",
@@ -85,11 +85,8 @@ async def load(world: World, order_id: str) -> OrderProcess:
     return process
 
 
-async def test_a_running_order_whose_steps_so_far_are_shared_moves_and_finishes_on_v2(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    run_on(monkeypatch, V2, V3)
-    world = World()
+async def test_a_running_order_whose_steps_so_far_are_shared_moves_and_finishes_on_v2() -> None:
+    world = World(catalogue=running(V2, V3))
     await charging(world.deps(), world.bus, "o-1")
     before = await load(world, "o-1")
     assert before.state.process_state is ProcessState.PROCESSING
@@ -128,11 +125,8 @@ async def test_a_running_order_whose_steps_so_far_are_shared_moves_and_finishes_
     assert [s.status for s in done.steps] == [StepStatus.COMPLETED] * 4
 
 
-async def test_an_order_whose_steps_so_far_differ_is_refused_and_unchanged(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    run_on(monkeypatch, V2, V3)
-    world = World()
+async def test_an_order_whose_steps_so_far_differ_is_refused_and_unchanged() -> None:
+    world = World(catalogue=running(V2, V3))
     await charging(world.deps(), world.bus, "o-1")
     await submitted(world.deps(), "o-2")
     before = await load(world, "o-1")
@@ -236,11 +230,8 @@ def test_steps_done_so_far_count_every_started_step_and_all_before_the_current()
     assert done_so_far(dataclasses.replace(base, steps=tuple(in_doubt))) == 2
 
 
-async def test_a_bulk_dry_run_counts_only_compatible_orders_and_the_job_migrates_them(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    run_on(monkeypatch, V2, V3)
-    world = World()
+async def test_a_bulk_dry_run_counts_only_compatible_orders_and_the_job_migrates_them() -> None:
+    world = World(catalogue=running(V2, V3))
     for i in range(3):
         await charging(world.deps(), world.bus, f"c-{i}")
     for i in range(2):

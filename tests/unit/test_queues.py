@@ -12,12 +12,12 @@ import pytest
 from shared.adapters.memory import InMemoryBus
 from shared.adapters.queues import destination_of, queue_of
 from shared.adapters.table_rows import get_text, put_text, state_entity, to_process
-from shared.contract import ALL_QUEUES, Queue
+from shared.contract import Queue
 from shared.domain.destination import Destination
 from shared.domain.machine.forward import claim, start
 from shared.domain.model import Outgoing, Priority
 from tests.builders import a_policy, an_order
-from tests.workflows import AGENTS, ORDER_FULFILMENT
+from tests.workflows import AGENTS, ALL_QUEUES, ORDER_FULFILMENT
 
 AT = an_order("o-1").created_at
 

@@ -30,7 +30,7 @@ from shared.resilience import CircuitBreaker
 from shared.usecases.outcomes import Asked, OutcomeQueries
 from shared.usecases.reconcile import Reconciler
 from tests.builders import a_policy, an_order
-from tests.workflows import ORDER_FULFILMENT
+from tests.workflows import CATALOGUE, ORDER_FULFILMENT
 
 APPLIED = RemoteOutcome.applied({"ref": "r"})
 UNKNOWN = RemoteOutcome.unknown("circuit open")
@@ -222,6 +222,7 @@ class Setup:
             a_policy(),
             sample_size=sample_size,
             start=lambda: start,
+            catalogue=CATALOGUE,
         )
 
     async def add(self, process: OrderProcess, applied: bool = True) -> None:

@@ -5,20 +5,19 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-import pytest
-
 from shared.adapters.memory import InMemoryHealthStore, Sent
 from shared.contract import Queue, agent_queue, high_priority
 from shared.domain.health import AgentHealth, AgentRecords, BreakerState
 from shared.domain.model import Outcome, Outgoing, Priority, ProcessState
 from shared.domain.routing import STALE_AFTER, Availability, Routing, merge
+from shared.domain.workflow import Catalogue
 from shared.usecases import scheduler
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.routing import RoutingSource
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_reply, an_order
-from tests.workflows import ORDER_FULFILMENT, run_on
+from tests.workflows import CATALOGUE, ORDER_FULFILMENT, running
 
 PAYMENT_QUEUES = (
     agent_queue("payment"),
@@ -173,8 +172,10 @@ def tripped(agent: str) -> AgentHealth:
 BOTH_HEALTHY = (health("payment", at=NOW), health("payment-secondary", at=NOW))
 
 
-def routed_world(*observations: AgentHealth) -> tuple[World, ProcessDeps, InMemoryHealthStore]:
-    world = World()
+def routed_world(
+    *observations: AgentHealth, catalogue: Catalogue = CATALOGUE
+) -> tuple[World, ProcessDeps, InMemoryHealthStore]:
+    world = World(catalogue=catalogue)
     store = InMemoryHealthStore()
     for h in observations:
         store._health[(h.agent, h.instance)] = h
@@ -229,9 +230,7 @@ async def test_a_timed_out_payment_is_retried_where_its_idempotency_key_lives() 
     assert retry.body["attempt"] == first.body["attempt"] + 1
 
 
-async def test_a_step_whose_agents_share_keys_is_retried_on_another_healthy_agent(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_step_whose_agents_share_keys_is_retried_on_another_healthy_agent() -> None:
     charge = ORDER_FULFILMENT.steps[1]
     regions = replace(
         ORDER_FULFILMENT,
@@ -241,8 +240,7 @@ async def test_a_step_whose_agents_share_keys_is_retried_on_another_healthy_agen
             ORDER_FULFILMENT.steps[2],
         ),
     )
-    run_on(monkeypatch, regions)
-    world, deps, store = routed_world(*BOTH_HEALTHY)
+    world, deps, store = routed_world(*BOTH_HEALTHY, catalogue=running(regions))
     await reach_payment(world, deps, "o-1", high=False)
     (first,) = payment_requests(world)
     assert first.queue == agent_queue("payment")

@@ -16,6 +16,7 @@ from shared.settings import ConfigurationError, Settings
 from shared.usecases import scheduler
 from shared.usecases.submission import submit_order
 from tests.builders import World, an_order
+from tests.workflows import CATALOGUE
 
 LOCAL = {
     Setting.STORAGE: "UseDevelopmentStorage=true",
@@ -30,18 +31,18 @@ def test_a_number_that_is_not_finite_names_the_setting(raw: str) -> None:
     with pytest.raises(
         ConfigurationError, match=f"setting StepTimeoutSeconds must be a finite number, got '{raw}'"
     ):
-        Settings.from_env({**LOCAL, Setting.STEP_TIMEOUT_SECONDS: raw})
+        Settings.from_env({**LOCAL, Setting.STEP_TIMEOUT_SECONDS: raw}, catalogue=CATALOGUE)
 
 
 def test_clock_skew_defaults_to_the_policys_margin() -> None:
-    policy = Settings.from_env(LOCAL).policy
+    policy = Settings.from_env(LOCAL, catalogue=CATALOGUE).policy
     default = ProcessPolicy(timedelta(seconds=30), timedelta(seconds=60), 3).clock_skew
     assert policy.clock_skew == default == timedelta(seconds=5)
 
 
 @pytest.mark.parametrize(("raw", "seconds"), [("12", 12), ("2.5", 2.5), ("0", 0), ("", 5)])
 def test_clock_skew_is_read_into_the_policy(raw: str, seconds: float) -> None:
-    settings = Settings.from_env({**LOCAL, Setting.CLOCK_SKEW_SECONDS: raw})
+    settings = Settings.from_env({**LOCAL, Setting.CLOCK_SKEW_SECONDS: raw}, catalogue=CATALOGUE)
     assert settings.policy.clock_skew == timedelta(seconds=seconds)
 
 
@@ -58,12 +59,14 @@ def test_a_clock_skew_that_is_not_a_non_negative_number_names_the_setting(
     raw: str, says: str
 ) -> None:
     with pytest.raises(ConfigurationError, match=f"setting ClockSkewSeconds {says}, got '{raw}'"):
-        Settings.from_env({**LOCAL, Setting.CLOCK_SKEW_SECONDS: raw})
+        Settings.from_env({**LOCAL, Setting.CLOCK_SKEW_SECONDS: raw}, catalogue=CATALOGUE)
 
 
 async def test_a_request_is_live_until_its_complete_by_plus_the_configured_skew() -> None:
     """The setting reaches the domain: a dispatched step's live time follows it."""
-    policy = Settings.from_env({**LOCAL, Setting.CLOCK_SKEW_SECONDS: "12"}).policy
+    policy = Settings.from_env(
+        {**LOCAL, Setting.CLOCK_SKEW_SECONDS: "12"}, catalogue=CATALOGUE
+    ).policy
     world = World(policy=policy)
     await submit_order(world.deps(), an_order("o-1", clock=world.clock))
     (nudge,) = world.bus.take(Queue.SCHEDULER)
@@ -77,7 +80,7 @@ async def test_a_request_is_live_until_its_complete_by_plus_the_configured_skew(
 
 def test_per_customer_counts_are_whole_numbers_and_zero_turns_them_off() -> None:
     base = {Setting.STORAGE: "UseDevelopmentStorage=true", Setting.SERVICE_BUS: "Endpoint=sb://x/"}
-    off = Settings.from_env(base)
+    off = Settings.from_env(base, catalogue=CATALOGUE)
     assert off.max_pending_per_customer is None and off.fair_share is None
     assert not off.customer_policy.active
     on = Settings.from_env(
@@ -85,18 +88,21 @@ def test_per_customer_counts_are_whole_numbers_and_zero_turns_them_off() -> None
             **base,
             Setting.INTAKE_MAX_PENDING_PER_CUSTOMER: "100",
             Setting.FAIR_SHARE_RUNNING_PER_CUSTOMER: "8",
-        }
+        },
+        catalogue=CATALOGUE,
     )
     assert (on.customer_policy.max_pending, on.customer_policy.fair_share) == (100, 8)
     for bad in ("2.5", "-1", "many"):
         with pytest.raises(ConfigurationError, match=Setting.INTAKE_MAX_PENDING_PER_CUSTOMER):
-            Settings.from_env({**base, Setting.INTAKE_MAX_PENDING_PER_CUSTOMER: bad})
+            Settings.from_env(
+                {**base, Setting.INTAKE_MAX_PENDING_PER_CUSTOMER: bad}, catalogue=CATALOGUE
+            )
 
 
 def test_agent_limits_come_from_the_catalogue_and_app_settings_override_them() -> None:
     """The test catalogue declares none; a setting adds one, 0 lifts it, a fraction of a
     call at once is refused by name."""
-    plain = Settings.from_env(LOCAL).agent_limits
+    plain = Settings.from_env(LOCAL, catalogue=CATALOGUE).agent_limits
     assert not any(limits.limited for limits in plain.values())
     settings = Settings.from_env(
         {
@@ -104,12 +110,15 @@ def test_agent_limits_come_from_the_catalogue_and_app_settings_override_them() -
             "AgentLimits__payment__callsPerSecond": "5",
             "AgentLimits__payment__maxConcurrent": "8",
             "AgentLimits__shipping__callsPerSecond": "0",
-        }
+        },
+        catalogue=CATALOGUE,
     )
     assert settings.agent_limits["payment"] == AgentLimits(8, 5.0)
     assert not settings.agent_limits["shipping"].limited
     with pytest.raises(ConfigurationError, match="AgentLimits__payment__maxConcurrent"):
-        Settings.from_env({**LOCAL, "AgentLimits__payment__maxConcurrent": "2.5"})
+        Settings.from_env(
+            {**LOCAL, "AgentLimits__payment__maxConcurrent": "2.5"}, catalogue=CATALOGUE
+        )
 
 
 def test_a_catalogue_limit_must_be_positive() -> None:
@@ -124,7 +133,7 @@ def test_a_catalogue_limit_must_be_positive() -> None:
 
 
 def test_retention_defaults_to_30_and_90_days() -> None:
-    retention = Settings.from_env(LOCAL).retention
+    retention = Settings.from_env(LOCAL, catalogue=CATALOGUE).retention
     assert (retention.processed, retention.cancelled, retention.compensated) == (
         timedelta(days=30),
         timedelta(days=90),
@@ -138,14 +147,16 @@ def test_retention_defaults_to_30_and_90_days() -> None:
 )
 def test_retention_days_are_read_and_0_keeps_forever(raw: str, kept: timedelta | None) -> None:
     assert (
-        Settings.from_env({**LOCAL, Setting.RETENTION_PROCESSED_DAYS: raw}).retention.processed
+        Settings.from_env(
+            {**LOCAL, Setting.RETENTION_PROCESSED_DAYS: raw}, catalogue=CATALOGUE
+        ).retention.processed
         == kept
     )
 
 
 def test_a_negative_retention_names_the_setting() -> None:
     with pytest.raises(ConfigurationError, match="RetentionCancelledDays must be at least 0"):
-        Settings.from_env({**LOCAL, Setting.RETENTION_CANCELLED_DAYS: "-1"})
+        Settings.from_env({**LOCAL, Setting.RETENTION_CANCELLED_DAYS: "-1"}, catalogue=CATALOGUE)
 
 
 @pytest.mark.parametrize(
@@ -165,7 +176,7 @@ def test_the_archive_uses_the_storage_connections_blob_service(
     env: dict[str, str], archive: str | None
 ) -> None:
     """A table-only emulator leaves the archive off rather than point it at Azure."""
-    found = Settings.from_env({**LOCAL, **env}).archive_storage
+    found = Settings.from_env({**LOCAL, **env}, catalogue=CATALOGUE).archive_storage
     if archive is None:
         assert found is None
     else:
@@ -178,7 +189,8 @@ def test_the_archive_in_azure_is_the_accounts_blob_endpoint_with_the_same_identi
             Setting.SERVICE_BUS: LOCAL[Setting.SERVICE_BUS],
             f"{Setting.STORAGE}__accountName": "acct",
             f"{Setting.STORAGE}__clientId": "cid",
-        }
+        },
+        catalogue=CATALOGUE,
     ).archive_storage
     assert found is not None
     assert (found.endpoint, found.client_id) == ("https://acct.blob.core.windows.net", "cid")

@@ -27,7 +27,7 @@ from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from shared.usecases.unit_of_work import UnitOfWork
 from tests.builders import World, a_policy, a_reply, an_order
-from tests.workflows import ORDER_FULFILMENT
+from tests.workflows import CATALOGUE, ORDER_FULFILMENT
 
 WORKFLOW = ORDER_FULFILMENT
 START = FakeClock().now()
@@ -221,8 +221,11 @@ class Running:
             remote=self.remote,
             breaker=CircuitBreaker("inventory", self.world.clock),
             step_heartbeats=StepHeartbeats(
-                UnitOfWork(self.store, self.world.bus), self.world.clock, policy
+                UnitOfWork(self.store, self.world.bus, catalogue=CATALOGUE),
+                self.world.clock,
+                policy,
             ),
+            catalogue=CATALOGUE,
         )
 
     async def stored(self) -> OrderProcess:

@@ -30,6 +30,7 @@ from shared.usecases.supervisor import sweep
 from shared.usecases.unit_of_work import UnitOfWork
 from tests.builders import World, a_policy, an_order
 from tests.unit.test_step_heartbeat import START, at, dispatched, running_step
+from tests.workflows import CATALOGUE
 
 HELD_FOR = 20.0
 """How long other instances' calls hold this one back: over three step timeouts."""
@@ -139,9 +140,12 @@ class HeldBack:
                 "agent-1",
                 world.policy.clock_skew,
             ),
-            step_holds=StepHolds(UnitOfWork(world.store, world.bus), world.clock, world.policy)
+            step_holds=StepHolds(
+                UnitOfWork(world.store, world.bus, catalogue=CATALOGUE), world.clock, world.policy
+            )
             if holds
             else None,
+            catalogue=CATALOGUE,
         )
 
 
@@ -236,7 +240,10 @@ async def test_a_failing_provider_that_also_answers_429_still_meets_its_timeout(
         breaker=CircuitBreaker("inventory", world.clock),
         rng=random.Random(1),
         throttle=AdaptiveRate(),
-        step_holds=StepHolds(UnitOfWork(world.store, world.bus), world.clock, world.policy),
+        step_holds=StepHolds(
+            UnitOfWork(world.store, world.bus, catalogue=CATALOGUE), world.clock, world.policy
+        ),
+        catalogue=CATALOGUE,
     )
     outcome = await perform_step(deps, request)
 

@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 
-import shared.catalogue
 from shared.adapters.memory import InMemoryBulkStore
 from shared.contract import Queue, agent_queue
 from shared.domain.bulk import JobState
@@ -26,7 +25,7 @@ from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.unit.test_in_doubt import Remote
-from tests.workflows import CATALOGUE, EXPRESS_DELIVERY
+from tests.workflows import EXPRESS_DELIVERY, without
 
 SHIPMENT: dict[str, object] = {"shipmentId": "shp-1", "trackingNumber": "TRK42"}
 CHARGE: dict[str, object] = {"paymentId": "pay-1", "amount": 19.0}
@@ -186,13 +185,10 @@ async def test_a_result_too_large_even_in_its_declared_fields_is_held_for_an_ope
     assert world.bus.take(agent_queue("notifications")) == []
 
 
-async def test_an_order_whose_version_the_catalogue_dropped_is_held_with_an_alert(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_an_order_whose_version_the_catalogue_dropped_is_held_with_an_alert() -> None:
     world = World()
     await reach_shipment(world)
-    kept = tuple(w for w in CATALOGUE.workflows if w.name != EXPRESS_DELIVERY.name)
-    monkeypatch.setattr(shared.catalogue, "_loaded", replace(CATALOGUE, workflows=kept))
+    world.catalogue = without(EXPRESS_DELIVERY.name)
     assert await scheduler.on_nudge(world.deps(), "o-1") is scheduler.Handled.STALE
     world.clock.advance(40)
     await sweep(world.deps())
@@ -233,9 +229,7 @@ async def test_exhausting_a_step_past_the_pivot_abandons_no_key_and_a_resubmit_r
     assert await state_of(world) is ProcessState.PROCESSED
 
 
-async def test_an_order_on_a_dropped_version_is_refused_not_crashed_singly_and_in_bulk(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_an_order_on_a_dropped_version_is_refused_not_crashed_singly_and_in_bulk() -> None:
     """Issue #37 G: cancel raised a lookup error (a 500 on the route), and a bulk job
     failed on such an order at every timer run, replaying its page for ever."""
     world = World()
@@ -247,8 +241,9 @@ async def test_an_order_on_a_dropped_version_is_refused_not_crashed_singly_and_i
     request = BulkRequest(BulkAction.CANCEL, BulkFilter(customer_id="cust-1"), dry_run=True)
     job = await start_job(bulk, replace(request, dry_run=False), "ops")
     assert job.matched == 2
-    kept = tuple(w for w in CATALOGUE.workflows if w.name != EXPRESS_DELIVERY.name)
-    monkeypatch.setattr(shared.catalogue, "_loaded", replace(CATALOGUE, workflows=kept))
+    world.catalogue = without(EXPRESS_DELIVERY.name)
+    deps = world.deps()
+    bulk = replace(bulk, process=deps)
 
     with pytest.raises(InvalidTransition) as refused:
         await cancel_order(deps, "gone-1", "op")

@@ -21,6 +21,7 @@ from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from shared.usecases.unit_of_work import UnitOfWork
 from tests.builders import World, an_order
+from tests.workflows import CATALOGUE
 
 
 class CrashAfterSave(Exception):
@@ -77,7 +78,7 @@ async def test_a_moving_order_that_loses_its_race_leaves_its_entry_alone() -> No
     late = suspend(process, world.clock.now(), "someone else")
     assert late is not None
     with pytest.raises(ConcurrencyConflict):
-        await UnitOfWork(world.store, world.bus).change(
+        await UnitOfWork(world.store, world.bus, catalogue=CATALOGUE).change(
             "o-1",
             lambda _: late,  # decided on the copy read before the winner's save
             cached=process,
@@ -92,7 +93,9 @@ async def test_a_change_with_nothing_to_send_never_touches_the_bus() -> None:
     world = World()
     process = await in_flight(world)
     world.bus.fail_next = 1
-    await UnitOfWork(world.store, world.bus).commit(Transition(process, (), ()))
+    await UnitOfWork(world.store, world.bus, catalogue=CATALOGUE).commit(
+        Transition(process, (), ())
+    )
     assert world.bus.fail_next == 1
 
 

@@ -25,7 +25,7 @@ from shared.usecases.operator import cancel_order, resume_order, suspend_order
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_reply, an_order
-from tests.workflows import CATALOGUE, REVIEWED_ORDER, SCHEDULED_DELIVERY, run_on
+from tests.workflows import CATALOGUE, REVIEWED_ORDER, SCHEDULED_DELIVERY, running
 
 APPROVED = {"approved": True, "by": "ana"}
 REJECTED = {"approved": False, "by": "ana", "comment": "looks like fraud"}
@@ -249,22 +249,19 @@ async def test_an_expired_review_compensates_by_its_policy_and_counts_nothing() 
     assert release.body["action"] == "compensate"
 
 
-async def past_review_deadline(monkeypatch: pytest.MonkeyPatch, **changes: object) -> World:
+async def past_review_deadline(**changes: object) -> World:
     """A reviewed order whose review step has `changes`, a second past its deadline."""
     review = dataclasses.replace(REVIEWED_ORDER.steps[1], **changes)  # type: ignore[arg-type]
     steps = (REVIEWED_ORDER.steps[0], review, *REVIEWED_ORDER.steps[2:])
-    run_on(monkeypatch, dataclasses.replace(REVIEWED_ORDER, steps=steps))
-    world = World()
+    world = World(catalogue=running(dataclasses.replace(REVIEWED_ORDER, steps=steps)))
     await reach_review(world)
     world.clock.advance(86401)
     await sweep(world.deps())
     return world
 
 
-async def test_an_expired_wait_held_by_policy_is_an_error_with_its_own_code(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    world = await past_review_deadline(monkeypatch, on_deadline=OnDeadline.HOLD)
+async def test_an_expired_wait_held_by_policy_is_an_error_with_its_own_code() -> None:
+    world = await past_review_deadline(on_deadline=OnDeadline.HOLD)
     process = await loaded(world)
     assert process.state.process_state is ProcessState.ERROR
     assert machine_failure(process).error_code == "wait-expired"
@@ -272,11 +269,9 @@ async def test_an_expired_wait_held_by_policy_is_an_error_with_its_own_code(
     assert alert.body["reason"] == "wait-expired"
 
 
-async def test_an_alerting_wait_alerts_then_waits_to_its_final_deadline(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_an_alerting_wait_alerts_then_waits_to_its_final_deadline() -> None:
     world = await past_review_deadline(
-        monkeypatch, on_deadline=OnDeadline.ALERT, final_deadline_seconds=3 * 86400
+        on_deadline=OnDeadline.ALERT, final_deadline_seconds=3 * 86400
     )
     process = await loaded(world)
     assert process.state.process_state is ProcessState.PROCESSING
@@ -286,11 +281,9 @@ async def test_an_alerting_wait_alerts_then_waits_to_its_final_deadline(
     assert len(world.bus.take(agent_queue("payment"))) == 1
 
 
-async def test_an_alerting_wait_is_held_at_its_final_deadline(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_an_alerting_wait_is_held_at_its_final_deadline() -> None:
     world = await past_review_deadline(
-        monkeypatch, on_deadline=OnDeadline.ALERT, final_deadline_seconds=3 * 86400
+        on_deadline=OnDeadline.ALERT, final_deadline_seconds=3 * 86400
     )
     world.bus.take(Queue.OPERATOR_ALERTS)
     world.clock.advance(2 * 86400)
