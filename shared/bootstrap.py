@@ -34,6 +34,7 @@ from shared.adapters.table_health import TableHealthStore
 from shared.adapters.table_limits import TableLimitStore
 from shared.adapters.table_reconcile import TableReconcileStore
 from shared.adapters.table_store import TableStateStore
+from shared.adapters.traced import traced, traced_remote
 from shared.catalogue import catalogue_file, load
 from shared.domain.workflow import AgentName, Catalogue
 from shared.gc_tuning import tune_for_long_lived_worker
@@ -54,7 +55,6 @@ from shared.resilience import CircuitBreaker
 from shared.settings import Settings
 from shared.telemetry import setup as telemetry
 from shared.telemetry.logsafe import guard_root_handlers
-from shared.telemetry.ports import traced, traced_remote
 from shared.usecases.agent import AgentDeps
 from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.customers import Customers

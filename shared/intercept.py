@@ -1,6 +1,6 @@
 """One way to decorate a port: every method the port declares goes through one hook.
 
-Chaos faults (shared/adapters/chaos.py), spans (shared/telemetry/ports.py) and the
+Chaos faults (shared/adapters/chaos.py), spans (shared/adapters/traced.py) and the
 bench's counters (bench/_instrument.py) each wrap the state store and the bus. Written
 method by method, each had to forward every method of the port, and learn every new
 one. Through `Intercepted` a method added to the port reaches all three with their

@@ -11,10 +11,10 @@ import time
 
 import azure.functions as func
 
-from shared import composition
 from shared.contract import Setting, agent_queue
 from shared.domain.messages import AgentRequest, InvalidMessage
 from shared.domain.workflow import AgentName
+from shared.functions import composition
 from shared.functions.poison import UNKNOWN_STEP
 from shared.telemetry.metrics import step_done
 from shared.telemetry.spans import annotate, consuming

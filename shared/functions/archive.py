@@ -12,13 +12,13 @@ from typing import Any, Final
 
 import azure.functions as func
 
-from shared import composition
 from shared.contract import Route, Setting
 from shared.domain.archive import ArchivedOrder, ArchiveRun, parse_day
 from shared.domain.continuation import InvalidContinuation
 from shared.domain.messages import iso
 from shared.domain.principal import Role
 from shared.domain.workflow import Catalogue
+from shared.functions import composition
 from shared.functions.http import (
     bounded_int,
     json_response,

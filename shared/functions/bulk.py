@@ -8,11 +8,11 @@ from typing import Any, Final
 
 import azure.functions as func
 
-from shared import composition
 from shared.contract import Route, Setting
 from shared.domain.bulk import BulkJob
 from shared.domain.bulk_request import BulkAction, BulkRequestError, migration_target, parse_request
 from shared.domain.principal import Role
+from shared.functions import composition
 from shared.functions.http import json_response, problem, read_json
 from shared.functions.signin import route_level
 from shared.ports import StateStoreError

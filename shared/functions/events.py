@@ -19,13 +19,13 @@ from typing import Any
 
 import azure.functions as func
 
-from shared import composition
 from shared.catalogue.schema import NAME_MAX_LENGTH, NAME_PATTERN
 from shared.contract import Route
 from shared.domain.event_signature import SIGNATURE_HEADER, refusal
 from shared.domain.machine.events import InvalidEventData, NoApprovalWaiting, NotAwaited
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.principal import Role
+from shared.functions import composition
 from shared.functions.archive import missing_order
 from shared.functions.http import ORDER_ID, order_not_found, problem, read_json
 from shared.functions.signin import route_level

@@ -8,10 +8,10 @@ from typing import Any
 
 import azure.functions as func
 
-from shared import composition
 from shared.contract import Route, agent_queue
 from shared.domain.messages import iso
 from shared.domain.principal import Role
+from shared.functions import composition
 from shared.functions.http import json_response, opt_iso, problem, read_json
 from shared.functions.signin import route_level
 from shared.ports import StateStoreError

@@ -7,11 +7,11 @@ from dataclasses import replace
 import azure.functions as func
 from pydantic import ValidationError
 
-from shared import composition
 from shared.contract import Queue, Route, Setting
 from shared.domain.messages import InvalidMessage, OrderSubmission, describe
 from shared.domain.model import Order
 from shared.domain.workflow import Catalogue, Workflow
+from shared.functions import composition
 from shared.functions.http import base_url, json_response, problem, read_json
 from shared.functions.poison import CONFLICT, OVER_QUOTA
 from shared.ports import StateStoreError

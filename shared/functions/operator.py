@@ -8,14 +8,14 @@ from typing import Any
 
 import azure.functions as func
 
-from shared import composition
-from shared.composition import Orders
 from shared.contract import Route
 from shared.domain.machine.operator import PastPivot
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.principal import Role
+from shared.functions import composition
 from shared.functions.archive import archived_view, missing_order
+from shared.functions.composition import Orders
 from shared.functions.http import (
     ORDER_ID,
     bounded_int,

@@ -13,11 +13,11 @@ from typing import Any
 
 import azure.functions as func
 
-from shared import composition
 from shared.contract import Route, Setting
 from shared.domain.messages import iso
 from shared.domain.principal import Role
 from shared.domain.reconcile import ReconcileRun
+from shared.functions import composition
 from shared.functions.http import json_response, problem
 from shared.functions.signin import route_level
 from shared.ports import StateStoreError

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import azure.functions as func
 
-from shared import composition
 from shared.contract import Queue, Setting
 from shared.domain.messages import AgentReply, InvalidMessage, Nudge
+from shared.functions import composition
 from shared.functions.poison import UNKNOWN_ORDER, UNKNOWN_STEP
 from shared.telemetry.spans import annotate, consuming
 from shared.usecases import scheduler

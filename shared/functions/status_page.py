@@ -20,11 +20,11 @@ from urllib.parse import urlsplit
 
 import azure.functions as func
 
-from shared import composition
 from shared.contract import Route
 from shared.domain.messages import iso
 from shared.domain.principal import Role
 from shared.domain.routing import STALE_AFTER
+from shared.functions import composition
 from shared.functions.http import bounded_int, json_response, opt_iso
 from shared.functions.reconcile import run_view
 from shared.functions.signin import route_level

@@ -7,8 +7,8 @@ import time
 
 import azure.functions as func
 
-from shared import composition
 from shared.contract import Setting
+from shared.functions import composition
 from shared.telemetry.metrics import swept
 from shared.telemetry.spans import sweep, timed
 from shared.usecases.supervisor import supervise, sweep_budget

@@ -6,10 +6,10 @@ from typing import Any
 
 import azure.functions as func
 
-from shared import composition
 from shared.contract import Route
 from shared.domain.principal import Role
 from shared.domain.workflow import Catalogue, StepDefinition, Workflow
+from shared.functions import composition
 from shared.functions.http import json_response
 from shared.functions.signin import route_level
 

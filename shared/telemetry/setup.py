@@ -74,6 +74,7 @@ def _client_id(values: Mapping[str, str]) -> str | None:
 _lock = threading.Lock()
 _configured: TelemetryConfig | None = None
 _tracing = False
+_test_provider: TracerProvider | None = None
 
 
 def tracing() -> bool:
@@ -108,22 +109,23 @@ def configure(config: TelemetryConfig | None = None) -> bool:
 def use_provider(provider: TracerProvider) -> None:
     """Tests: record into `provider` (an in-memory exporter) from now on, every wrapper
     on, as if configured. The global provider can be set once per process only."""
-    global _configured, _tracing
+    global _configured, _tracing, _test_provider
     provider.sampler = KeepMarked(provider.sampler)
-    from shared.telemetry import spans  # noqa: PLC0415 - tests only
-
-    spans.use_tracer_provider(provider)
+    _test_provider = provider
     logs.install()
     _configured, _tracing = TelemetryConfig(Export.OTLP), True
 
 
 def forget() -> None:
     """Tests: back to unconfigured (the providers set stay set)."""
-    global _configured, _tracing
-    from shared.telemetry import spans  # noqa: PLC0415 - tests only
-
-    spans.use_tracer_provider(None)
+    global _configured, _tracing, _test_provider
+    _test_provider = None
     _configured, _tracing = None, False
+
+
+def test_provider() -> TracerProvider | None:
+    """The provider `use_provider` set for tests; None: the global one."""
+    return _test_provider
 
 
 def _resource(config: TelemetryConfig) -> object:

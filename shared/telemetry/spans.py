@@ -29,8 +29,8 @@ STEP_NAME = "step.name"
 ATTEMPT = "attempt"
 FAILURE_COUNT = "failure_count"
 
-_provider: TracerProvider | None = None
-_tracer: trace.Tracer | None = None
+# The tracer, with the test provider it was taken from (setup owns that provider).
+_tracer: tuple[TracerProvider | None, trace.Tracer] | None = None
 invocation_name: contextvars.ContextVar[str] = contextvars.ContextVar("invocation_name", default="")
 """The running function's name, for the spans that rejoin an order's trace."""
 
@@ -66,17 +66,12 @@ def acting_as(name: str) -> Iterator[None]:
         invocation_name.reset(token)
 
 
-def use_tracer_provider(provider: TracerProvider | None) -> None:
-    """Tests: record into `provider`; None: the global one."""
-    global _provider, _tracer
-    _provider, _tracer = provider, None
-
-
 def tracer() -> trace.Tracer:
     global _tracer
-    if _tracer is None:
-        _tracer = (_provider or trace.get_tracer_provider()).get_tracer("orders")
-    return _tracer
+    provider = setup.test_provider()
+    if _tracer is None or _tracer[0] is not provider:
+        _tracer = (provider, (provider or trace.get_tracer_provider()).get_tracer("orders"))
+    return _tracer[1]
 
 
 def active() -> bool:

@@ -24,13 +24,13 @@ from shared import bootstrap
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.adapters.queues import destination_of
+from shared.adapters.traced import ETAG_OUTCOME, OrderTraces, TracedMessageBus, TracedStateStore
 from shared.contract import Queue, agent_queue
 from shared.domain.machine.forward import start
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState
 from shared.ports import ConcurrencyConflict, RemoteService, TransientRemoteError
 from shared.settings import Settings
 from shared.telemetry import metrics, setup, spans
-from shared.telemetry.ports import ETAG_OUTCOME, OrderTraces, TracedMessageBus, TracedStateStore
 from shared.telemetry.propagation import DIAGNOSTIC_ID, TRACEPARENT, trace_id_of
 from shared.telemetry.sampling import KEEP
 from tests.app_functions import registered_functions

@@ -23,12 +23,12 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, StatusCode, Trace
 from devhost.host.invoke import InvocationContext
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.adapters.queues import destination_of
+from shared.adapters.traced import OrderTraces, TracedMessageBus, TracedStateStore
 from shared.contract import Queue
 from shared.domain.machine.forward import start
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing
 from shared.ports import ConcurrencyConflict
 from shared.telemetry import setup, spans
-from shared.telemetry.ports import OrderTraces, TracedMessageBus, TracedStateStore
 from shared.telemetry.propagation import TRACEPARENT
 from shared.telemetry.sampling import KEEP
 from tests.builders import an_order

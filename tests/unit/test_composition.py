@@ -8,9 +8,10 @@ from typing import cast
 
 import pytest
 
-from shared import bootstrap, composition
+from shared import bootstrap
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.functions import composition
 from shared.ports import RemoteService
 from shared.settings import Settings
 from tests.unit.test_bootstrap import LOCAL

@@ -15,13 +15,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from bench._instrument import CountingStore, Stats
 from shared.adapters.chaos import ChaosFault, ChaosStateStore
 from shared.adapters.memory import InMemoryStateStore
+from shared.adapters.traced import OrderTraces, TracedStateStore
 from shared.domain.machine.forward import start
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.rest_index import RestEntry, RestRange
 from shared.intercept import Call, Intercepted
 from shared.ports import ConcurrencyConflict, StateStore, WatchEntry
 from shared.telemetry import spans
-from shared.telemetry.ports import OrderTraces, TracedStateStore
 from tests.builders import an_order
 from tests.workflows import ORDER_FULFILMENT
 
