@@ -263,6 +263,7 @@ def compose(
         routing=RoutingSource(health, clock),
         cache=ProcessCache(),
         customers=_customers(settings, ledger),
+        claim_at_intake=True,
     )
     return Container(
         settings=settings,

@@ -24,7 +24,7 @@ from shared.domain.machine.events import (
     answer_approval,
     receive_event,
 )
-from shared.domain.machine.forward import apply_reply, claim, start
+from shared.domain.machine.forward import apply_reply, claim, start, start_claimed
 from shared.domain.machine.heartbeat import extend_complete_by
 from shared.domain.machine.hold import hold_complete_by
 from shared.domain.machine.migrate import IncompatibleVersions, incompatibility, migrate
@@ -68,6 +68,7 @@ __all__ = [
     "resubmit",
     "resume",
     "start",
+    "start_claimed",
     "suspend",
     "undelivered",
     "version_gone",

@@ -29,6 +29,11 @@ class ProcessDeps:
     """The orders this instance last wrote, for the Scheduler to skip a read; None: read."""
     customers: Customers | None = None
     """The intake quota and fair share per customer; None: neither is set."""
+    claim_at_intake: bool = False
+    """Whether the intake stores a new order already claimed by this instance, its first
+    step dispatched in the same insert (shared/usecases/submission.py). The composed
+    app does (shared/bootstrap.py); False leaves the first claim to the Scheduler's
+    nudge, as the unit tests that walk the Scheduler's claim step by step have it."""
 
     @property
     def work(self) -> UnitOfWork:

@@ -262,6 +262,11 @@ async def _check(
     if workflow is None:
         await _hold_version_gone(deps, process, report, now)
         return
+    if _as_stored_by_intake(process):
+        # The intake may have died between its insert and its sends: they go again
+        # (the broker drops what already went), before anything is decided.
+        log.info("order %s still as the intake claimed it: its outbox sent again", entry.order_id)
+        await deps.work.resend(process)
     if deps.customers is not None and fairness.in_line(process):
         standing = await deps.customers.standing(process)
         if standing is Admission.WAIT:
@@ -314,6 +319,14 @@ async def _check(
     check_at = machine.next_check(recovered, workflow, deps.policy, now)
     if check_at is not None:
         await deps.store.reschedule(entry, check_at)
+
+
+def _as_stored_by_intake(process: OrderProcess) -> bool:
+    """Claimed at intake and not changed since (shared/usecases/submission.py `halfway`):
+    its outbox, the first step's request and the client's notifications, may never have
+    been sent. Any later change replaces the outbox, and sends its own."""
+    state = process.state
+    return state.version == 1 and state.attempt == 1
 
 
 async def _hold_version_gone(
