@@ -64,7 +64,7 @@ async def submit_order(
 
     The Supervisor's watch entry is written before the order so that an order can never
     exist unwatched: if what it sends is lost, the Supervisor sends the outbox again (a
-    claimed order halfway to its first step's complete-by, `halfway`) or nudges a Pending
+    claimed order soon after, `first_look`) or nudges a Pending
     one when it has been Pending too long. With a `budget`, a send that is late is never
     an error.
     """
@@ -112,7 +112,7 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     transition = claimed or pending
     version = transition.process.state.version
     check_at = (
-        halfway(claimed.process, deps.policy, now)
+        first_look(claimed.process, deps.policy, now)
         if claimed is not None
         else machine.next_check(pending.process, workflow, deps.policy, now)
     )
@@ -173,16 +173,17 @@ async def _claimed(
     )
 
 
-def halfway(process: OrderProcess, policy: ProcessPolicy, now: datetime) -> datetime:
+def first_look(process: OrderProcess, policy: ProcessPolicy, now: datetime) -> datetime:
     """When the Supervisor first looks at an order claimed at intake: halfway to its
-    first deadline. If the intake died between its insert and its sends, the order is
-    still as stored (version 1) and the Supervisor sends its outbox again
+    first deadline, and within the Pending timeout (a look at a Pending order would come
+    no later). If the intake died between its insert and its sends, the order is still
+    as stored (version 1) and the Supervisor sends its outbox again
     (shared/usecases/supervisor.py `_as_stored_by_intake`): the request reaches the agent
-    with half its time left, and nothing counts against the order. A fault-free order
-    has moved on long before, and is unwatched when it ends."""
+    with half its time left or more, and nothing counts against the order. A fault-free
+    order has moved on long before, and is unwatched when it ends."""
     deadline = machine.next_deadline(process, policy)
     assert deadline is not None
-    return now + (deadline - now) / 2
+    return now + min((deadline - now) / 2, policy.pending_timeout)
 
 
 async def _repeat_archived(deps: ProcessDeps, order: Order, now: datetime, version: int) -> _Stored:

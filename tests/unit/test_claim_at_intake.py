@@ -25,7 +25,7 @@ from shared.usecases.routing import RoutingSource
 from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
-from tests.builders import World, a_reply, an_order
+from tests.builders import World, a_policy, a_reply, an_order
 
 INVENTORY = agent_queue("inventory")
 AGENT_QUEUES = (INVENTORY, agent_queue("payment"), agent_queue("shipping"))
@@ -77,7 +77,7 @@ async def test_a_new_order_is_stored_claimed_with_its_first_request_in_the_outbo
     assert [h.event for h in history] == ["submitted", "claimed", "step-dispatched"]
     pending, processing = ProcessState.PENDING, ProcessState.PROCESSING
     assert [h.process_state for h in history] == [pending, processing, processing]
-    # watched halfway to the first complete-by, for a lost outbox (below)
+    # first looked at halfway to the first complete-by, for a lost outbox (below)
     assert world.store.watched()["o-1"] == world.clock.now() + world.policy.step_timeout / 2
 
 
@@ -123,6 +123,24 @@ async def test_the_supervisors_resend_is_dropped_when_the_sends_had_gone() -> No
     assert len(world.bus.sent) == sent and world.bus.duplicates == 3
     # rescheduled to the step's complete-by: the next look is the usual one
     assert world.store.watched()["o-1"] == (await stored(world)).steps[0].complete_by
+
+
+async def test_a_long_first_step_is_looked_at_within_the_pending_timeout() -> None:
+    world = World(policy=a_policy(step_timeout=3600))
+    await submit_order(claiming(world), an_order("o-1"))
+    assert world.store.watched()["o-1"] == world.clock.now() + world.policy.pending_timeout
+
+
+async def test_past_the_queues_duplicate_window_nothing_is_sent_again() -> None:
+    """A resend then would reach the client twice; a lost request is left to the step's
+    timeout, as after any crash."""
+    world = World(policy=a_policy(step_timeout=3600))
+    deps = claiming(world)
+    await submit_order(deps, an_order("o-1"))
+    sent = len(world.bus.sent)
+    world.clock.advance(601)
+    report = await sweep(world.deps())
+    assert report.due == 1 and len(world.bus.sent) == sent and world.bus.duplicates == 0
 
 
 async def test_a_redelivered_order_message_sends_the_claimed_outbox_again() -> None:
