@@ -12,7 +12,7 @@ from shared.domain import process as machine
 from shared.domain.archive import ArchivedMark
 from shared.domain.fairness import Admission, CustomerLoad, in_line, wait_in_line
 from shared.domain.model import Order, OrderProcess, ProcessState
-from shared.domain.process import ProcessPolicy
+from shared.domain.process import ProcessPolicy, Transition
 from shared.domain.workflow import Workflow
 from shared.ports import AlreadyExists, Entered
 from shared.usecases.budget import Budget, send_within_budget, within_store_budget
@@ -63,10 +63,9 @@ async def submit_order(
     """Idempotent on the order id: the same body again gives the stored order back.
 
     The Supervisor's watch entry is written before the order so that an order can never
-    exist unwatched: if what it sends is lost, the Supervisor sends the outbox again (a
-    claimed order soon after, `first_look`) or nudges a Pending
-    one when it has been Pending too long. With a `budget`, a send that is late is never
-    an error.
+    exist unwatched: if what it sends is lost, the Supervisor sends a claimed order's
+    outbox again at its first look (`first_look`), or nudges a Pending one when it has
+    been Pending too long. With a `budget`, a send that is late is never an error.
     """
     if workflow is None:
         workflow = catalogue().default_workflow()
@@ -163,7 +162,7 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
 
 async def _claimed(
     deps: ProcessDeps, order: Order, workflow: Workflow, now: datetime, cause: str | None
-) -> machine.Transition | None:
+) -> Transition | None:
     """The order claimed at intake, when the deps say so and it may start at once."""
     if not deps.claim_at_intake:
         return None
