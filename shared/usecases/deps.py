@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shared.catalogue.running import pinned_workflow, workflow_of
 from shared.domain.model import OrderProcess
@@ -11,6 +11,7 @@ from shared.domain.routing import PRIMARY_ONLY, Routing
 from shared.domain.workflow import Workflow
 from shared.ports import Clock, MessageBus, StateStore
 from shared.usecases.customers import Customers
+from shared.usecases.intake_load import IntakeLoad
 from shared.usecases.process_cache import ProcessCache
 from shared.usecases.routing import RoutingSource
 from shared.usecases.unit_of_work import UnitOfWork
@@ -29,6 +30,8 @@ class ProcessDeps:
     """The orders this instance last wrote, for the Scheduler to skip a read; None: read."""
     customers: Customers | None = None
     """The intake quota and fair share per customer; None: neither is set."""
+    intake_load: IntakeLoad = field(default_factory=IntakeLoad)
+    """Submissions this instance is storing at once: past a burst, none is claimed."""
     claim_at_intake: bool = False
     """Whether the intake stores a new order already claimed by this instance, its first
     step dispatched in the same insert (shared/usecases/submission.py). The composed

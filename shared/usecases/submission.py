@@ -105,9 +105,16 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     again. An entry this call wrote itself is not due before `check_at`, far past the
     create, so no Supervisor has read it: a new order keeps its two writes.
     """
+    with deps.intake_load.storing_one() as within_burst:
+        return await _store_counted(deps, order, cause, workflow, within_burst)
+
+
+async def _store_counted(
+    deps: ProcessDeps, order: Order, cause: str | None, workflow: Workflow, within_burst: bool
+) -> _Stored:
     now = deps.clock.now()
     pending = machine.start(order, workflow, now, cause)
-    claimed = await _claimed(deps, order, workflow, now, cause)
+    claimed = await _claimed(deps, order, workflow, now, cause) if within_burst else None
     transition = claimed or pending
     version = transition.process.state.version
     check_at = (

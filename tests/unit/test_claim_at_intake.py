@@ -5,6 +5,7 @@ sends loses nothing (in-memory adapters, fake clock)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import timedelta
 
@@ -21,6 +22,7 @@ from shared.ports import BusUnavailable
 from shared.usecases import scheduler
 from shared.usecases.customers import Customers
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.intake_load import IntakeLoad
 from shared.usecases.routing import RoutingSource
 from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
@@ -226,3 +228,17 @@ async def test_a_first_step_that_waits_is_begun_at_intake_with_its_wake_up() -> 
     assert process.steps[0].status is StepStatus.RUNNING
     (wake,) = world.bus.on(Queue.SCHEDULER)
     assert wake.deliver_at == world.clock.now() + timedelta(hours=1)
+
+
+async def test_past_a_burst_of_submissions_at_once_an_order_is_nudged_not_claimed() -> None:
+    """In a burst its first request would wait behind the others, its clock running;
+    nudged, its clock starts when the Scheduler claims it."""
+    world = World()
+    deps = replace(claiming(world), intake_load=IntakeLoad(burst=2))
+    await asyncio.gather(*(submit_order(deps, an_order(f"o-{i}")) for i in range(4)))
+    states = [(await stored(world, f"o-{i}")).state.process_state for i in range(4)]
+    assert sorted(states) == [ProcessState.PENDING] * 2 + [ProcessState.PROCESSING] * 2
+    assert len(world.bus.on(Queue.SCHEDULER)) == 2
+    assert deps.intake_load.storing == 0
+    await submit_order(deps, an_order("o-after"))  # the burst over: claimed again
+    assert (await stored(world, "o-after")).state.process_state is ProcessState.PROCESSING
