@@ -62,7 +62,9 @@ class OrderCounts:
 READS = frozenset({"point read", "query"})
 
 _INTAKE = {"submit_order_http": 1}
-_STATUS = {Queue.SCHEDULER: 1, Queue.ORDER_STATUS: 3}
+_STATUS = {Queue.ORDER_STATUS: 3}
+"""Received, Processing, and the final status: the intake claims the order (issue #39),
+so no nudge brings it to the Scheduler."""
 _THREE_STEPS = {
     agent_queue("inventory"): 1,
     agent_queue("payment"): 1,
@@ -74,8 +76,8 @@ _THREE_CALLS = {"inventory": 1, "payment": 1, "shipping": 1}
 PINNED: Mapping[str, OrderCounts] = {
     "order-fulfilment": OrderCounts(
         messages={**_STATUS, **_THREE_STEPS, Queue.AGENT_REPLIES: 3},
-        table={"insert": 2, "If-Match replace": 4, "upsert": 1, "delete": 1},
-        invocations={"scheduler_nudge": 1, **_THREE_AGENTS, "scheduler_reply": 3},
+        table={"insert": 2, "If-Match replace": 3, "upsert": 1, "delete": 1},
+        invocations={**_THREE_AGENTS, "scheduler_reply": 3},
         http=_INTAKE,
         remote_calls=_THREE_CALLS,
     ),
@@ -86,33 +88,40 @@ PINNED: Mapping[str, OrderCounts] = {
             agent_queue("notifications"): 1,
             Queue.AGENT_REPLIES: 4,
         },
-        table={"insert": 2, "If-Match replace": 5, "upsert": 1, "delete": 1},
-        invocations={
-            "scheduler_nudge": 1,
-            **_THREE_AGENTS,
-            "notifications_agent": 1,
-            "scheduler_reply": 4,
-        },
+        table={"insert": 2, "If-Match replace": 4, "upsert": 1, "delete": 1},
+        invocations={**_THREE_AGENTS, "notifications_agent": 1, "scheduler_reply": 4},
         http=_INTAKE,
         remote_calls={**_THREE_CALLS, "notifications": 1},
     ),
     "reviewed-order": OrderCounts(
         messages={**_STATUS, **_THREE_STEPS, Queue.AGENT_REPLIES: 3},
-        table={"insert": 2, "If-Match replace": 5, "upsert": 2, "delete": 1, "point read": 2},
-        invocations={"scheduler_nudge": 1, **_THREE_AGENTS, "scheduler_reply": 3},
+        table={"insert": 2, "If-Match replace": 4, "upsert": 2, "delete": 1, "point read": 2},
+        invocations={**_THREE_AGENTS, "scheduler_reply": 3},
         http={**_INTAKE, "answer_approval_http": 1},
         remote_calls=_THREE_CALLS,
     ),
     "scheduled-delivery": OrderCounts(
-        messages={**_STATUS, Queue.SCHEDULER: 2, **_THREE_STEPS, Queue.AGENT_REPLIES: 3},
-        table={"insert": 2, "If-Match replace": 5, "upsert": 1, "delete": 1},
-        invocations={"scheduler_nudge": 2, **_THREE_AGENTS, "scheduler_reply": 3},
+        messages={**_STATUS, Queue.SCHEDULER: 1, **_THREE_STEPS, Queue.AGENT_REPLIES: 3},
+        table={"insert": 2, "If-Match replace": 4, "upsert": 1, "delete": 1},
+        invocations={"scheduler_nudge": 1, **_THREE_AGENTS, "scheduler_reply": 3},
         http=_INTAKE,
         remote_calls=_THREE_CALLS,
     ),
 }
 """The default workflow first; the wait steps' extra hops are the test's approval and
 timer (module docstring)."""
+
+FINAL_ONLY: Mapping[str, OrderCounts] = {
+    "order-fulfilment": OrderCounts(
+        messages={Queue.ORDER_STATUS: 1, **_THREE_STEPS, Queue.AGENT_REPLIES: 3},
+        table=PINNED["order-fulfilment"].table,
+        invocations=PINNED["order-fulfilment"].invocations,
+        http=_INTAKE,
+        remote_calls=_THREE_CALLS,
+    ),
+}
+"""The same order from a client that asked for the final status only (`"notify":
+"final"`, as `bench.compare`'s client does): one notification, not three."""
 
 
 TABLE_KINDS = ("insert", "If-Match replace", "upsert", "delete", "point read", "query")

@@ -262,6 +262,7 @@ async def measure_run(
             seed=args.seed,
             on_progress=lambda done, total: progress.update(task, completed=done),
             before_start=begin,
+            notify=notify_of(args),
         )
     meter.stop()
     share.end()
@@ -480,6 +481,7 @@ def describe_setup(args: argparse.Namespace) -> str:
         f"faults {', '.join(f'{r:.0%}' for r in args.fault_rates)}, "
         f"step timeout {args.step_timeout:g} s, warm-up {args.warmup} orders, "
         f"tracing {getattr(args, 'tracing', 'sampled')}"
+        + (", our client hears the final status only (notify final)" if notify_of(args) else "")
         + "".join(f", {name}={value}" for name, value in getattr(args, "settings", []))
     )
 
@@ -499,6 +501,12 @@ def save(name: str, machine: Machine, args: argparse.Namespace, runs: list[RunSu
         )
     )
     console.print(f"[dim]saved {path}[/]")
+
+
+def notify_of(args: argparse.Namespace) -> str | None:
+    """What the load's orders ask to hear: None (the default, every status) or `final`."""
+    notify: str = getattr(args, "notify", "all")
+    return None if notify == "all" else notify
 
 
 def add_load_options(parser: argparse.ArgumentParser) -> None:
@@ -526,6 +534,13 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
         choices=("host", "sdk"),
         default="host",
         help="who receives for the triggers: the host's AMQP connection (default) or the SDK",
+    )
+    parser.add_argument(
+        "--notify",
+        choices=("all", "final"),
+        default="all",
+        help="what each order's client asks to hear on order-status: every status, or the "
+        "final one only (default: all here, final in bench.compare)",
     )
     parser.add_argument(
         "--tracing",

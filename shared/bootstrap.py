@@ -287,6 +287,7 @@ def compose(
         cache=ProcessCache(),
         customers=_customers(settings, ledger),
         catalogue=settings.catalogue,
+        claim_at_intake=True,
     )
     return Container(
         settings=settings,

@@ -356,8 +356,9 @@ class BulkStore(Protocol):
 
 class MessageBus(Protocol):
     async def send(self, messages: Sequence[Outgoing]) -> None:
-        """Send in order within each queue (queues in the order of their first message);
-        raises BusUnavailable. Duplicate message ids may be dropped."""
+        """Send in order within each queue (different queues may go concurrently);
+        raises BusUnavailable when any of them failed. Duplicate message ids may be
+        dropped."""
         ...
 
     async def ping(self) -> None: ...

@@ -8,8 +8,11 @@ transfer before it awaits, so concurrent sends on one link reach the wire out of
 and one link per queue made every handler of a busy queue wait for it. So a call's
 messages to one queue go out as one batch (one transfer and one round trip, each message
 keeping its id and scheduled enqueue time, in call order), and each queue has a few
-links, each used by one send at a time. Queues are sent one after the other, in the order
-of their first message in the call, so a transition's first message still leaves first.
+links, each used by one send at a time. A call's queues are sent concurrently, each on a
+link of its own: a transition that asks an agent and tells the client waits for the
+slower of the two round trips, not for their sum. The call fails if any queue's send
+fails, once every queue's send has ended (what did go out is dropped as a duplicate when
+the outbox is sent again).
 
 Why every call has a deadline: a broker that is down refuses the connection, and the
 SDK's default retries made a send take 11 s to fail; a broker that accepts the TCP
@@ -269,13 +272,25 @@ class ServiceBusMessageBus:
         by_queue: dict[str, list[Outgoing]] = {}
         for message in messages:
             by_queue.setdefault(queue_of(message.destination), []).append(message)
-        for queue, batch in by_queue.items():
-            bodies = [_body(m) for m in batch]
-            alone = len(batch) == 1 and len(bodies[0]) <= ALONE_MAX_BODY
-            await self._send_to(
-                queue, [_message(m, b) for m, b in zip(batch, bodies, strict=True)], alone
-            )
-            self.sent += len(batch)
+        if len(by_queue) == 1:
+            ((queue, batch),) = by_queue.items()
+            await self._send_queue(queue, batch)
+            return
+        ended = await asyncio.gather(
+            *(self._send_queue(q, batch) for q, batch in by_queue.items()),
+            return_exceptions=True,
+        )
+        failed = next((e for e in ended if isinstance(e, BaseException)), None)
+        if failed is not None:
+            raise failed
+
+    async def _send_queue(self, queue: str, batch: list[Outgoing]) -> None:
+        bodies = [_body(m) for m in batch]
+        alone = len(batch) == 1 and len(bodies[0]) <= ALONE_MAX_BODY
+        await self._send_to(
+            queue, [_message(m, b) for m, b in zip(batch, bodies, strict=True)], alone
+        )
+        self.sent += len(batch)
 
     async def park(self, poison: Poison) -> None:
         """Service Bus has no send-to-dead-letter, and a plain Python trigger cannot

@@ -54,6 +54,7 @@ from shared.domain.destination import Destination, To
 from shared.domain.model import (
     ErrorInfo,
     HistoryEntry,
+    Notify,
     Order,
     OrderLine,
     OrderProcess,
@@ -221,6 +222,7 @@ def state_entity(process: OrderProcess, history: str = "[]") -> Entity:
             "OrderCreatedAt": order.created_at,
             "TraceParent": order.trace_parent,
             "NotBefore": order.not_before,
+            "Notify": None if order.notify is Notify.ALL else order.notify.value,
         }
     )
     put_text(entity, "LastError", state.last_error)
@@ -352,6 +354,7 @@ def to_order(entity: Mapping[str, Any], created_at: str = "OrderCreatedAt") -> O
         created_at=utc(entity[created_at]),
         trace_parent=entity.get("TraceParent"),
         not_before=utc_or_none(entity.get("NotBefore")),
+        notify=Notify(entity.get("Notify") or Notify.ALL),
     )
 
 

@@ -37,6 +37,7 @@ from shared.domain.model import (
     ErrorInfo,
     JsonObject,
     NotificationStatus,
+    Notify,
     Order,
     OrderLine,
     Outcome,
@@ -348,6 +349,15 @@ class OrderSubmission(_Wire):
         default=None, alias="notBefore"
     )
     """For a timer step waiting on it: the order goes on no earlier than this."""
+    notify: Literal["all", "final"] | None = Field(
+        default=None,
+        description=(
+            "Which status notifications the client hears on its response queue: `all` "
+            "(the default), or `final`, only the one that ends the order (Processed, "
+            "Compensated, Cancelled)."
+        ),
+    )
+    """None: every status, as `all` (left out of the fingerprint either way)."""
 
     @field_validator("not_before")
     @classmethod
@@ -378,6 +388,8 @@ class OrderSubmission(_Wire):
         unset = {"order_id"} | {
             name for name in ("workflow", "not_before") if getattr(self, name) is None
         }
+        if self.notify in (None, Notify.ALL.value):
+            unset.add("notify")  # the default however said: bodies from before it keep theirs
         canonical = self.model_dump(mode="json", by_alias=True, exclude=unset)
         encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(encoded.encode()).hexdigest()
@@ -392,4 +404,5 @@ class OrderSubmission(_Wire):
             fingerprint=self.fingerprint(),
             created_at=now,
             not_before=self.not_before,
+            notify=Notify(self.notify or Notify.ALL),
         )

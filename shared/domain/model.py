@@ -99,6 +99,26 @@ class NotificationStatus(StrEnum):
     CANCELLED = "Cancelled"
 
 
+FINAL_NOTIFICATIONS = frozenset(
+    {NotificationStatus.PROCESSED, NotificationStatus.COMPENSATED, NotificationStatus.CANCELLED}
+)
+"""The statuses that end an order (a final process state): what a client that asked for
+the final one only hears."""
+
+
+class Notify(StrEnum):
+    """What a client hears on its response queue, as it asked when it submitted."""
+
+    ALL = "all"
+    """Every status notification (the contract's default)."""
+    FINAL = "final"
+    """Only the one that ends the order (`FINAL_NOTIFICATIONS`): a client that polls or
+    only waits for the outcome is spared the messages in between."""
+
+    def hears(self, status: NotificationStatus) -> bool:
+        return self is Notify.ALL or status in FINAL_NOTIFICATIONS
+
+
 class ExhaustedPolicy(StrEnum):
     HOLD = "hold"
     COMPENSATE = "compensate"
@@ -126,6 +146,8 @@ class Order:
     continues from when the Supervisor or an operator acts on it."""
     not_before: datetime | None = None
     """The earliest time a timer step waiting for `notBefore` lets the order go on."""
+    notify: Notify = Notify.ALL
+    """Which status notifications the client asked for."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from shared.domain.routing import PRIMARY_ONLY, Routing
 from shared.domain.workflow import Catalogue, Workflow
 from shared.ports import Clock, MessageBus, StateStore
 from shared.usecases.customers import Customers
+from shared.usecases.intake_load import IntakeLoad
 from shared.usecases.process_cache import ProcessCache
 from shared.usecases.routing import RoutingSource
 from shared.usecases.unit_of_work import UnitOfWork
@@ -32,6 +33,13 @@ class ProcessDeps:
     catalogue: Catalogue = field(kw_only=True)
     """The workflows this instance runs, handed in by the composition root (a test
     passes its own)."""
+    intake_load: IntakeLoad = field(default_factory=IntakeLoad)
+    """Submissions this instance is storing at once: past a burst, none is claimed."""
+    claim_at_intake: bool = False
+    """Whether the intake stores a new order already claimed by this instance, its first
+    step dispatched in the same insert (shared/usecases/submission.py). The composed
+    app does (shared/bootstrap.py); False leaves the first claim to the Scheduler's
+    nudge, as the unit tests that walk the Scheduler's claim step by step have it."""
 
     @property
     def work(self) -> UnitOfWork:

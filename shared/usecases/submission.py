@@ -1,4 +1,6 @@
-"""The submission process: store the order and its state atomically, then nudge the Scheduler."""
+"""The submission process: store the order and its state atomically, already claimed
+when it may start at once (its first step's request in the outbox), else Pending with
+a nudge to the Scheduler; then send the outbox."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ from datetime import datetime
 
 from shared.domain.archive import ArchivedMark
 from shared.domain.fairness import Admission, CustomerLoad
-from shared.domain.machine.forward import start
+from shared.domain.machine.forward import start, start_claimed
 from shared.domain.machine.line import in_line, wait_in_line
-from shared.domain.machine.recovery import next_check
+from shared.domain.machine.recovery import next_check, next_deadline
+from shared.domain.machine.transition import ProcessPolicy, Transition
 from shared.domain.model import Order, OrderProcess, ProcessState
 from shared.domain.workflow import Workflow
 from shared.ports import AlreadyExists, Entered
@@ -61,14 +64,15 @@ async def submit_order(
     """Idempotent on the order id: the same body again gives the stored order back.
 
     The Supervisor's watch entry is written before the order so that an order can never
-    exist unwatched: if the nudge is lost, the Supervisor nudges it again when it has
-    been Pending too long. With a `budget`, a nudge that is late is never an error.
+    exist unwatched: if what it sends is lost, the Supervisor sends a claimed order's
+    outbox again at its first look (`first_look`), or nudges a Pending one when it has
+    been Pending too long. With a `budget`, a send that is late is never an error.
     """
     if workflow is None:
         workflow = deps.catalogue.default_workflow()
     stored = await within_store_budget(_store(deps, order, cause, workflow), budget)
     process = stored.submitted.process
-    if stored.nudge and process is not None:
+    if stored.send and process is not None:
         await send_within_budget(
             deps.bus.send(process.state.outbox),
             budget,
@@ -81,8 +85,9 @@ async def submit_order(
 @dataclass(frozen=True)
 class _Stored:
     submitted: Submitted
-    nudge: bool
-    """Whether the Scheduler still needs a nudge for it (a new order, or one never claimed)."""
+    send: bool
+    """Whether its outbox is still to send: a new order, or a repeat of one still as the
+    intake stored it (version 1), whose first try may have died before its sends."""
 
 
 async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: Workflow) -> _Stored:
@@ -101,10 +106,23 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     again. An entry this call wrote itself is not due before `check_at`, far past the
     create, so no Supervisor has read it: a new order keeps its two writes.
     """
+    with deps.intake_load.storing_one() as within_burst:
+        return await _store_counted(deps, order, cause, workflow, within_burst)
+
+
+async def _store_counted(
+    deps: ProcessDeps, order: Order, cause: str | None, workflow: Workflow, within_burst: bool
+) -> _Stored:
     now = deps.clock.now()
-    transition = start(order, workflow, now, cause)
+    pending = start(order, workflow, now, cause)
+    claimed = await _claimed(deps, order, workflow, now, cause) if within_burst else None
+    transition = claimed or pending
     version = transition.process.state.version
-    check_at = next_check(transition.process, workflow, deps.policy, now)
+    check_at = (
+        first_look(claimed.process, deps.policy, now)
+        if claimed is not None
+        else next_check(pending.process, workflow, deps.policy, now)
+    )
     assert check_at is not None
     customer = order.customer_id if deps.customers is not None else ""
     if deps.customers is not None and (held := deps.customers.held(customer, now)) is not None:
@@ -116,6 +134,8 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     if entered is not None and entered.admission is Admission.REFUSE:
         return await _over_quota(deps, order, check_at, entered.load)
     waiting = entered is not None and entered.admission is Admission.WAIT
+    if waiting:
+        transition = pending  # its turn has not come: a promotion nudges it
     if entered is not None and waiting and not entered.known:
         transition = wait_in_line(transition, now)
     try:
@@ -144,8 +164,31 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
         await deps.store.rewatch(order.order_id, check_at, version=version)
     log_transition(transition)
     if deps.cache is not None:
-        deps.cache.put(replace(transition.process, etag=etag))  # the claim skips a read
-    return _Stored(Submitted.of(transition.process, created=True), nudge=True)
+        deps.cache.put(replace(transition.process, etag=etag))  # the next change skips a read
+    return _Stored(Submitted.of(transition.process, created=True), send=True)
+
+
+async def _claimed(
+    deps: ProcessDeps, order: Order, workflow: Workflow, now: datetime, cause: str | None
+) -> Transition | None:
+    """The order claimed at intake, when the deps say so and it may start at once."""
+    if not deps.claim_at_intake:
+        return None
+    routing = await deps.current_routing()
+    return start_claimed(order, workflow, deps.policy, deps.instance_id, now, cause, routing)
+
+
+def first_look(process: OrderProcess, policy: ProcessPolicy, now: datetime) -> datetime:
+    """When the Supervisor first looks at an order claimed at intake: halfway to its
+    first deadline, and within the Pending timeout (a look at a Pending order would come
+    no later). If the intake died between its insert and its sends, the order is still
+    as stored (version 1) and the Supervisor sends its outbox again
+    (shared/usecases/supervisor.py `_as_stored_by_intake`): the request reaches the agent
+    with half its time left or more, and nothing counts against the order. A fault-free
+    order has moved on long before, and is unwatched when it ends."""
+    deadline = next_deadline(process, policy)
+    assert deadline is not None
+    return now + min((deadline - now) / 2, policy.pending_timeout)
 
 
 async def _repeat_archived(deps: ProcessDeps, order: Order, now: datetime, version: int) -> _Stored:
@@ -167,7 +210,7 @@ def _repeat_mark(mark: ArchivedMark, order: Order) -> _Stored:
         raise OrderConflict(
             f"order {order.order_id} exists with a different body (finished and archived)"
         )
-    return _Stored(Submitted(mark.order_id, mark.process_state, False, None), nudge=False)
+    return _Stored(Submitted(mark.order_id, mark.process_state, False, None), send=False)
 
 
 async def _over_quota(
@@ -207,7 +250,8 @@ async def _enter(
 def _repeat(existing: OrderProcess, order: Order, waiting: bool = False) -> _Stored:
     if existing.order.fingerprint != order.fingerprint:
         raise OrderConflict(f"order {order.order_id} exists with a different body")
-    # Never claimed yet: the first submission may have died before its nudge went out;
-    # unless it waits in its customer's line, where a promotion nudges it.
-    nudge = existing.state.version == 1 and not waiting
-    return _Stored(Submitted.of(existing, created=False), nudge=nudge)
+    # As the intake stored it: the first submission may have died before its sends (a
+    # nudge, or a claim's request); unless it waits in its customer's line, where a
+    # promotion nudges it.
+    send = existing.state.version == 1 and not waiting
+    return _Stored(Submitted.of(existing, created=False), send=send)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from shared.contract import QUEUE_PROPERTIES
 from shared.domain import in_doubt
 from shared.domain.fairness import Admission
 from shared.domain.health import SweepRecord
@@ -269,6 +270,11 @@ async def _check(
     if workflow is None:
         await _hold_version_gone(deps, process, report, now)
         return
+    if _as_stored_by_intake(process, now):
+        # The intake may have died between its insert and its sends: they go again
+        # (the broker drops what already went), before anything is decided.
+        log.info("order %s still as the intake claimed it: its outbox sent again", entry.order_id)
+        await deps.work.resend_outbox(process)
     if deps.customers is not None and in_line(process):
         standing = await deps.customers.standing(process)
         if standing is Admission.WAIT:
@@ -319,6 +325,18 @@ async def _check(
     check_at = next_check(recovered, workflow, deps.policy, now)
     if check_at is not None:
         await deps.store.reschedule(entry, check_at)
+
+
+def _as_stored_by_intake(process: OrderProcess, now: datetime) -> bool:
+    """Claimed at intake and not changed since (shared/usecases/submission.py
+    `first_look`): its outbox, the first step's request and the client's notifications,
+    may never have been sent. Any later change replaces the outbox, and sends its own.
+    Only while the queues still drop a repeated message id: later, a resend of what did
+    go out would reach the client twice, and a lost request is left to the step's
+    timeout, as after any crash."""
+    state = process.state
+    window = timedelta(seconds=QUEUE_PROPERTIES.duplicate_detection_window_seconds)
+    return state.version == 1 and state.attempt == 1 and now < state.updated_at + window
 
 
 async def _hold_version_gone(

@@ -234,6 +234,11 @@ class UnitOfWork:
         if process.state.outbox:
             await self.bus.send(process.state.outbox)
 
+    async def resend_outbox(self, process: OrderProcess) -> None:
+        """The Supervisor's resend of an order still as the intake stored it: the intake
+        may have died between its insert and its sends."""
+        await self._resend(process)
+
     async def finish_rest(self, process: OrderProcess) -> None:
         """Rules 3 and 4 for an order stored at rest whose delivery may have stopped
         short (the Supervisor finds it still watched): its rest entry and its outbox

@@ -119,6 +119,25 @@ async def test_closed_loop_keeps_at_most_concurrency_orders_unfinished(
     assert all(o.client_latency is not None for o in result.orders)
 
 
+async def test_orders_asking_for_the_final_status_only_still_get_a_server_latency(
+    served: tuple[FakeApp, str, aiohttp.ClientSession],
+) -> None:
+    """No `Received` carries the intake's time: the time each POST left stands in."""
+    fake, api, session = served
+    orders = plan(["o-1", "o-2"], notify="final")
+    assert all(o.body["notify"] == "final" for o in orders)
+    assert "notify" not in plan(["o-1"])[0].body
+    before = datetime.now(UTC)
+    run = LoadRun(orders, Load(concurrency=2), [("a", api)], timeout=10, retry=FAST)
+
+    result = await run.run(session, FakeStatusQueue(fake))
+
+    assert result.processed == 2
+    for order in result.orders:
+        assert order.created_at is not None and order.created_at >= before
+        assert order.server_latency is not None and order.server_latency >= 0.05
+
+
 async def test_a_failed_post_goes_to_the_next_runtime(
     served: tuple[FakeApp, str, aiohttp.ClientSession],
 ) -> None:

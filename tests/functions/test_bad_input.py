@@ -111,3 +111,35 @@ async def test_deep_messages_are_dead_lettered_with_a_reason(
     assert all("nested deeper than 32" in p.detail for p in harness.bus.parked)
     # Too deep to read its orderId safely: no operator alert names an order.
     assert harness.bus.on(Queue.OPERATOR_ALERTS) == []
+
+
+@pytest.mark.parametrize("notify", ["loud", "FINAL", 1, ["final"]])
+async def test_a_notify_value_other_than_all_or_final_is_a_400_naming_both(
+    harness: Harness, notify: object
+) -> None:
+    body = {**ORDER, "orderId": "o-1", "notify": notify}
+    response = await harness.http("submit_order_http", "POST", "orders", body)
+    assert response.status_code == 400
+    assert problem_of(response)["detail"] == "notify: Input should be 'all' or 'final'"
+    assert harness.bus.sent == [] and await harness.store.load("o-1") is None
+
+
+async def test_a_notify_value_other_than_all_or_final_is_dead_lettered_from_the_queue(
+    harness: Harness,
+) -> None:
+    message = {**ORDER, "orderId": "o-1", "notify": "loud"}
+    await harness.message("submit_order_message", message, message_id="loud-1")
+    (parked,) = harness.bus.parked
+    assert (parked.queue, parked.reason) == (Queue.ORDERS, "invalid-message")
+    assert "notify: Input should be 'all' or 'final'" in parked.detail
+
+
+async def test_final_is_stored_with_the_order_and_the_client_hears_only_the_end(
+    harness: Harness,
+) -> None:
+    body = {**ORDER, "orderId": "o-1", "notify": "final"}
+    response = await harness.http("submit_order_http", "POST", "orders", body)
+    assert response.status_code == 202
+    stored = await harness.store.load("o-1")
+    assert stored is not None and stored.order.notify.value == "final"
+    assert harness.bus.on(Queue.ORDER_STATUS) == []

@@ -14,7 +14,8 @@ from tests.functions.test_functions import ORDER, assert_problem, body
 from tests.unit.test_migrate import V2
 from tests.workflows import running
 
-SUSPEND_PENDING = {"action": "suspend", "filter": {"state": "Pending"}}
+SUSPEND_PROCESSING = {"action": "suspend", "filter": {"state": "Processing"}}
+"""Every order just submitted: the intake claims it."""
 
 
 async def post(
@@ -83,7 +84,7 @@ async def test_not_json_too_large_and_wrong_type_are_4xx(harness: Harness) -> No
 async def test_a_dry_run_previews_and_changes_nothing(harness: Harness) -> None:
     for i in range(3):
         await submit(harness, f"b-{i}")
-    response = await post(harness, {**SUSPEND_PENDING, "dryRun": True})
+    response = await post(harness, {**SUSPEND_PROCESSING, "dryRun": True})
     assert response.status_code == 200
     assert body(response) == {
         "matched": 3,
@@ -91,7 +92,7 @@ async def test_a_dry_run_previews_and_changes_nothing(harness: Harness) -> None:
         "effects": [],
     }
     process = await harness.store.load("b-0")
-    assert process is not None and process.state.process_state is ProcessState.PENDING
+    assert process is not None and process.state.process_state is ProcessState.PROCESSING
 
 
 async def test_a_real_run_is_a_job_the_timer_works_and_the_progress_route_shows(
@@ -99,7 +100,7 @@ async def test_a_real_run_is_a_job_the_timer_works_and_the_progress_route_shows(
 ) -> None:
     for i in range(3):
         await submit(harness, f"b-{i}")
-    response = await post(harness, {**SUSPEND_PENDING, "limit": 2})
+    response = await post(harness, {**SUSPEND_PROCESSING, "limit": 2})
     assert response.status_code == 202
     started = body(response)
     assert started["matched"] == 2
@@ -130,7 +131,7 @@ async def test_a_real_run_is_a_job_the_timer_works_and_the_progress_route_shows(
     assert [p.state.process_state for p in states if p] == [
         ProcessState.SUSPENDED,
         ProcessState.SUSPENDED,
-        ProcessState.PENDING,
+        ProcessState.PROCESSING,
     ]
 
 

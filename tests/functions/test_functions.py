@@ -39,18 +39,20 @@ async def test_post_order_answers_202_with_location_and_stores_it(harness: Harne
     answer = body(response)
     assert answer == {
         "orderId": "fn-1",
-        "processState": "Pending",
+        "processState": "Processing",
         "statusUrl": "http://localhost:7071/api/orders/fn-1",
     }
     assert response.headers["Location"] == answer["statusUrl"]
-    assert [m.body["orderId"] for m in harness.bus.on(Queue.SCHEDULER)] == ["fn-1"]
+    # claimed at intake: its first request went out, no nudge
+    assert [m.body["orderId"] for m in harness.bus.on(agent_queue("inventory"))] == ["fn-1"]
+    assert harness.bus.on(Queue.SCHEDULER) == []
 
 
 async def test_post_same_order_twice_same_answer_and_different_body_409(harness: Harness) -> None:
     first = await harness.http("submit_order_http", "POST", "orders", ORDER)
     again = await harness.http("submit_order_http", "POST", "orders", ORDER)
     assert (again.status_code, body(again)) == (first.status_code, body(first))
-    assert len(harness.bus.on(Queue.SCHEDULER)) == 1
+    assert len(harness.bus.on(agent_queue("inventory"))) == 1
     changed = {**ORDER, "items": [{"sku": "B", "quantity": 1, "unitPrice": 1}]}
     assert_problem(await harness.http("submit_order_http", "POST", "orders", changed), 409)
 
@@ -97,7 +99,7 @@ async def test_allow_listed_reply_to_is_accepted(harness: Harness) -> None:
         "submit_order_http", "POST", "orders", {**ORDER, "replyTo": "client-a"}
     )
     assert response.status_code == 202
-    assert [m.body["status"] for m in harness.bus.on("client-a")] == ["Received"]
+    assert [m.body["status"] for m in harness.bus.on("client-a")] == ["Received", "Processing"]
 
 
 async def test_get_order_shows_state_steps_and_history(harness: Harness) -> None:
@@ -107,22 +109,24 @@ async def test_get_order_shows_state_steps_and_history(harness: Harness) -> None
     )
     assert response.status_code == 200
     view = body(response)
-    assert view["orderId"] == "fn-1" and view["processState"] == "Pending"
-    assert view["lockedBy"] is None and view["completeBy"] is None and view["failureCount"] == 0
+    assert view["orderId"] == "fn-1" and view["processState"] == "Processing"
+    assert view["lockedBy"] and view["completeBy"] and view["failureCount"] == 0
     assert [s["name"] for s in view["steps"]] == [
         "reserve-inventory",
         "charge-payment",
         "create-shipment",
     ]
     assert {"status", "attempts", "completeBy"} <= set(view["steps"][0])
-    assert [h["event"] for h in view["history"]] == ["submitted"]
+    assert [h["event"] for h in view["history"]] == ["submitted", "claimed", "step-dispatched"]
     missing = await harness.http("get_order", "GET", "orders/x", route_params={"orderId": "nope"})
     assert_problem(missing, 404)
 
 
 async def test_list_orders_by_state_and_bad_state(harness: Harness) -> None:
     await harness.http("submit_order_http", "POST", "orders", ORDER)
-    response = await harness.http("list_orders_http", "GET", "orders", params={"state": "Pending"})
+    response = await harness.http(
+        "list_orders_http", "GET", "orders", params={"state": "Processing"}
+    )
     assert [o["orderId"] for o in body(response)["items"]] == ["fn-1"]
     empty = await harness.http("list_orders_http", "GET", "orders", params={"state": "Error"})
     assert body(empty)["items"] == []
@@ -195,8 +199,7 @@ async def test_whole_order_through_every_queue_function(harness: Harness) -> Non
 
 async def test_a_high_priority_order_travels_only_the_high_lanes(harness: Harness) -> None:
     await harness.message("submit_order_message", {**ORDER, "priority": "high"}, "sub-1")
-    lanes = [
-        (Queue.SCHEDULER_HIGH, "scheduler_nudge_high"),
+    lanes = [  # no nudge: the intake claims the order
         (high_priority(agent_queue("inventory")), "inventory_agent_high"),
         (high_priority(agent_queue("payment")), "payment_agent_high"),
         (high_priority(agent_queue("shipping")), "shipping_agent_high"),
@@ -217,8 +220,6 @@ async def test_a_high_priority_order_travels_only_the_high_lanes(harness: Harnes
 
 async def test_agent_retries_transient_faults_and_reports_permanent_ones(harness: Harness) -> None:
     await harness.http("submit_order_http", "POST", "orders", ORDER)
-    harness.bus.take(Queue.SCHEDULER)
-    await harness.message("scheduler_nudge", {"orderId": "fn-1"})
     (request,) = harness.bus.take(agent_queue("inventory"))
     inventory = harness.remotes["inventory"]
     inventory.answers = [
@@ -236,7 +237,6 @@ async def test_agent_retries_transient_faults_and_reports_permanent_ones(harness
 
 async def test_agent_past_deadline_sends_nothing(harness: Harness) -> None:
     await harness.http("submit_order_http", "POST", "orders", ORDER)
-    await harness.message("scheduler_nudge", {"orderId": "fn-1"})
     (request,) = harness.bus.take(agent_queue("inventory"))
     harness.clock.advance(31)
     await harness.message("inventory_agent", dict(request.body), request.message_id)
@@ -246,7 +246,6 @@ async def test_agent_past_deadline_sends_nothing(harness: Harness) -> None:
 
 async def test_agent_gives_up_silently_when_retries_reach_the_deadline(harness: Harness) -> None:
     await harness.http("submit_order_http", "POST", "orders", ORDER)
-    await harness.message("scheduler_nudge", {"orderId": "fn-1"})
     (request,) = harness.bus.take(agent_queue("inventory"))
     inventory = harness.remotes["inventory"]
     inventory.answers = [TransientRemoteError("http-503", "busy")] * 1000
@@ -300,7 +299,6 @@ async def test_poison_messages_are_dead_lettered_with_a_reason_on_first_delivery
 
 async def test_a_reply_for_a_step_the_workflow_lacks_is_dead_lettered(harness: Harness) -> None:
     await harness.http("submit_order_http", "POST", "orders", ORDER)
-    await harness.message("scheduler_nudge", {"orderId": "fn-1"})
     before = await harness.store.load("fn-1")
     reply = {"orderId": "fn-1", "step": "teleport", "action": "do", "attempt": 1}
     await harness.message(
@@ -331,7 +329,6 @@ async def test_a_poison_message_that_cannot_be_parked_is_retried(harness: Harnes
 
 async def test_supervisor_timer_recovers_an_expired_step(harness: Harness) -> None:
     await harness.http("submit_order_http", "POST", "orders", ORDER)
-    await harness.message("scheduler_nudge", {"orderId": "fn-1"})
     harness.clock.advance(31)
     await harness.functions["supervisor"].func(
         TimerRequest(past_due=False), **context_for(harness.functions["supervisor"])
@@ -355,7 +352,6 @@ async def test_openapi_document_is_served_and_valid(harness: Harness) -> None:
 
 async def test_a_huge_error_text_in_a_reply_is_kept_but_cut(harness: Harness) -> None:
     await harness.http("submit_order_http", "POST", "orders", ORDER)
-    await harness.message("scheduler_nudge", {"orderId": "fn-1"})
     (request,) = harness.bus.take(agent_queue("inventory"))
     reply = {
         "orderId": "fn-1",

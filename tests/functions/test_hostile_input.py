@@ -216,7 +216,7 @@ async def test_a_lone_surrogate_or_a_non_finite_number_in_an_operators_body_is_a
     response = await harness.http(route, method, path, raw=body.encode(), route_params=params)
     problem(response, 400)
     stored = await harness.store.load("o-1")
-    assert stored is not None and stored.state.process_state.value == "Pending"
+    assert stored is not None and stored.state.process_state.value == "Processing"  # unmoved
     agents = json.loads((await harness.http("agents_http", "GET", "agents")).get_body())
     assert not any(a["drained"] for a in agents["agents"])
     no_error_logged(caplog)

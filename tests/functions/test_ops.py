@@ -158,9 +158,9 @@ async def test_counts_stop_at_the_cap_and_say_so(harness: Harness) -> None:
     for n in range(3):
         await submit(harness, f"ops-{n}")
     capped = {c["state"]: c for c in (await data(harness, countCap="2"))["orders"]["counts"]}
-    assert (capped["Pending"]["count"], capped["Pending"]["capped"]) == (2, True)
+    assert (capped["Processing"]["count"], capped["Processing"]["capped"]) == (2, True)
     exact = {c["state"]: c for c in (await data(harness, countCap="3"))["orders"]["counts"]}
-    assert (exact["Pending"]["count"], exact["Pending"]["capped"]) == (3, False)
+    assert (exact["Processing"]["count"], exact["Processing"]["capped"]) == (3, False)
 
 
 @pytest.mark.parametrize("cap", ["0", "1001", "-1", "abc", "2.5", "", "²", "1e3", " 5"])
@@ -190,7 +190,7 @@ async def test_an_unreadable_section_is_named_and_the_rest_still_shows(
     snapshot = await data(harness)
     assert snapshot["unavailable"] == ["agents", "sweeps"]
     assert snapshot["agents"] == [] and snapshot["sweeps"] == []
-    assert {c["state"]: c["count"] for c in snapshot["orders"]["counts"]}["Pending"] == 1
+    assert {c["state"]: c["count"] for c in snapshot["orders"]["counts"]}["Processing"] == 1
     monkeypatch.setattr(harness.store, "rest_entries", Broken().rest_entries)
     assert (await data(harness))["unavailable"] == ["orders", "agents", "sweeps"]
 
@@ -199,7 +199,6 @@ async def test_a_sweep_that_cannot_be_recorded_still_recovers_orders(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await submit(harness, "ops-1")
-    await harness.message("scheduler_nudge", {"orderId": "ops-1"})
     c = await bootstrap.container()
     monkeypatch.setattr(c, "health", Broken())
     harness.clock.advance(31)

@@ -147,11 +147,16 @@ JUNK_TOKENS = {
     "too long": "A" * 5000,
     "bad padding": "A",
 }
-LISTINGS = {"every order": {}, "at rest": {"state": "Suspended"}, "in flight": {"state": "Pending"}}
+LISTINGS = {
+    "every order": {},
+    "at rest": {"state": "Suspended"},
+    "in flight": {"state": "Processing"},
+}
 
 
 async def orders_for_listings(harness: Harness) -> None:
-    """Five orders: three Suspended (the rest index), two Pending (the watch list)."""
+    """Five orders: three Suspended (the rest index), two Processing, as the intake
+    claimed them (the watch list)."""
     for i in range(5):
         order = {"orderId": f"tok-{i}", "customerId": "c-1", "items": [ITEM]}
         assert (await harness.http("submit_order_http", "POST", "orders", order)).status_code == 202

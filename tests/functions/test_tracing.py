@@ -117,14 +117,16 @@ async def test_intake_continues_the_callers_trace_stores_it_and_sends_it_on(
     shown = await traced.http("get_order", "GET", "orders/tr-1", route_params={"orderId": "tr-1"})
     assert json.loads(shown.get_body())["traceId"] == CALLER_TRACE
 
-    (nudge,) = traced.bus.on(Queue.SCHEDULER)
+    # claimed at intake: the first request goes out with the intake's send
+    (request,) = traced.bus.on(agent_queue("inventory"))
     (send,) = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.PRODUCER]
     assert send.parent is not None and send.parent.span_id == intake.context.span_id
     assert send.attributes is not None
-    assert Queue.SCHEDULER in str(send.attributes["messaging.destination.name"]).split(",")
-    assert trace_id_of(nudge.properties[TRACEPARENT]) == CALLER_TRACE
-    assert parent_of(nudge.properties[TRACEPARENT]) == send.context.span_id
-    assert nudge.properties[DIAGNOSTIC_ID] == nudge.properties[TRACEPARENT]
+    destinations = str(send.attributes["messaging.destination.name"]).split(",")
+    assert agent_queue("inventory") in destinations and Queue.ORDER_STATUS in destinations
+    assert trace_id_of(request.properties[TRACEPARENT]) == CALLER_TRACE
+    assert parent_of(request.properties[TRACEPARENT]) == send.context.span_id
+    assert request.properties[DIAGNOSTIC_ID] == request.properties[TRACEPARENT]
     (create,) = named(exporter, "state create")
     assert create.attributes is not None and create.attributes[ETAG_OUTCOME] == "won"
 
@@ -135,19 +137,14 @@ async def test_each_trigger_continues_its_messages_trace_to_the_remote_call(
     await traced.http("submit_order_http", "POST", "orders", ORDER)
     (intake,) = named(exporter, "submit_order_http")
     order_trace = hex_trace(intake)
-    (nudge,) = traced.bus.take(Queue.SCHEDULER)
-    await deliver(traced, "scheduler_nudge", nudge)
-    (scheduler,) = named(exporter, "scheduler_nudge")
-    assert scheduler.kind is SpanKind.CONSUMER and hex_trace(scheduler) == order_trace
-    assert scheduler.parent is not None
-    assert scheduler.parent.span_id == parent_of(nudge.properties[TRACEPARENT])
-
     (request,) = traced.bus.take(agent_queue("inventory"))
     inventory = traced.remotes["inventory"]
     inventory.answers = [TransientRemoteError("http-503", "busy")]
     await deliver(traced, "inventory_agent", request)
     (agent,) = named(exporter, "inventory_agent")
-    assert hex_trace(agent) == order_trace
+    assert agent.kind is SpanKind.CONSUMER and hex_trace(agent) == order_trace
+    assert agent.parent is not None
+    assert agent.parent.span_id == parent_of(request.properties[TRACEPARENT])
     assert agent.attributes is not None
     assert agent.attributes["step.name"] == "reserve-inventory"
     assert agent.attributes["attempt"] == 1
@@ -159,25 +156,30 @@ async def test_each_trigger_continues_its_messages_trace_to_the_remote_call(
     assert calls[1].attributes["http.request.resend_count"] == 1
     assert calls[1].attributes["breaker.state"] == "closed"
     assert [e.name for e in agent.events] == ["retry"]
-    (reply,) = traced.bus.on(Queue.AGENT_REPLIES)
+    (reply,) = traced.bus.take(Queue.AGENT_REPLIES)
     assert trace_id_of(reply.properties[TRACEPARENT]) == order_trace
+    await deliver(traced, "scheduler_reply", reply)
+    (scheduler,) = named(exporter, "scheduler_reply")
+    assert scheduler.kind is SpanKind.CONSUMER and hex_trace(scheduler) == order_trace
+    assert scheduler.parent is not None
+    assert scheduler.parent.span_id == parent_of(reply.properties[TRACEPARENT])
 
 
 async def test_the_hosts_context_is_the_parent_when_it_is_in_the_messages_trace(
     traced: Harness, exporter: InMemorySpanExporter
 ) -> None:
     await traced.http("submit_order_http", "POST", "orders", ORDER)
-    (nudge,) = traced.bus.take(Queue.SCHEDULER)
-    order_trace = trace_id_of(nudge.properties[TRACEPARENT])
+    (request,) = traced.bus.take(agent_queue("inventory"))
+    order_trace = trace_id_of(request.properties[TRACEPARENT])
     host = f"00-{order_trace}-1111111111111111-01"
-    await deliver(traced, "scheduler_nudge", nudge, host=host)
-    (scheduler,) = named(exporter, "scheduler_nudge")
-    assert scheduler.parent is not None and scheduler.parent.span_id == 0x1111111111111111
+    await deliver(traced, "inventory_agent", request, host=host)
+    (agent,) = named(exporter, "inventory_agent")
+    assert agent.parent is not None and agent.parent.span_id == 0x1111111111111111
 
     exporter.clear()
     elsewhere = f"00-{'9' * 32}-2222222222222222-01"
-    await deliver(traced, "scheduler_nudge", nudge, host=elsewhere)
-    (again,) = named(exporter, "scheduler_nudge")
+    await deliver(traced, "inventory_agent", request, host=elsewhere)
+    (again,) = named(exporter, "inventory_agent")
     assert hex_trace(again) == order_trace
     assert [link.context.span_id for link in again.links] == [0x2222222222222222]
 

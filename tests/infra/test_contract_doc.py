@@ -49,6 +49,7 @@ from shared.domain.model import (
     ErrorInfo,
     ExhaustedPolicy,
     NotificationStatus,
+    Notify,
     Outcome,
     Priority,
     ProcessState,
@@ -241,7 +242,12 @@ def test_state_record_properties_are_what_the_table_adapter_writes() -> None:
     # Every optional property set, so none is left out as a null.
     full = replace(
         process,
-        order=replace(process.order, trace_parent=f"00-{'1' * 32}-{'2' * 16}-01", not_before=NOW),
+        order=replace(
+            process.order,
+            trace_parent=f"00-{'1' * 32}-{'2' * 16}-01",
+            not_before=NOW,
+            notify=Notify.FINAL,
+        ),
         state=replace(
             process.state,
             locked_by="i-1",

@@ -5,12 +5,14 @@ from __future__ import annotations
 from rich.console import Console
 
 from bench.compare import pinned_counts
-from bench.order_counts import HEADERS, PINNED, OrderCounts
+from bench.order_counts import FINAL_ONLY, HEADERS, PINNED, OrderCounts
 
 
-def printed(pinned: dict[str, OrderCounts]) -> str:
+def printed(
+    pinned: dict[str, OrderCounts], final_only: dict[str, OrderCounts] | None = None
+) -> str:
     console = Console(record=True, width=250)
-    console.print(pinned_counts(pinned))
+    console.print(pinned_counts(pinned, final_only or {}))
     return console.export_text()
 
 
@@ -37,5 +39,9 @@ def test_each_workflow_is_one_row_with_its_totals() -> None:
 
 
 def test_the_default_printout_is_the_pinned_table() -> None:
-    text = printed(dict(PINNED))
+    text = printed(dict(PINNED), dict(FINAL_ONLY))
     assert all(name in text for name in PINNED)
+    (line,) = [line for line in text.splitlines() if "order-fulfilment, notify final" in line]
+    cells = [cell.strip() for cell in line.strip().strip("│┃").split("│")]
+    expected = FINAL_ONLY["order-fulfilment"].total_messages
+    assert dict(zip(HEADERS, cells, strict=True))["messages"] == str(expected)

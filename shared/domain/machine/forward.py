@@ -40,6 +40,46 @@ from shared.domain.workflow import StepDefinition, StepKind, Workflow
 
 def start(order: Order, workflow: Workflow, now: datetime, cause: str | None = None) -> Transition:
     """The submission: order stored Pending, every step NotStarted, the Scheduler nudged."""
+    b = _submitted(order, workflow, now, cause)
+    b.send(Nudge(order.order_id, "submitted").outgoing(b.state.version, high=b.high))
+    return b.build()
+
+
+def start_claimed(
+    order: Order,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    instance_id: str,
+    now: datetime,
+    cause: str | None = None,
+    routing: Routing = PRIMARY_ONLY,
+) -> Transition | None:
+    """The submission already claimed, in its one insert (issue #39): version 1 is what
+    `start` and then the Scheduler's first `claim` would have stored as versions 1 and 2
+    (attempt 1, `locked_by` the intake's instance, the first step dispatched or its wait
+    begun), without the nudge, the read and the write between them. Its outbox holds
+    `Received`, the first step's request (or a timer's wake-up) and `Processing`.
+
+    None when the order must go through the Scheduler: the claim would not leave it
+    Processing (its first step's agents are drained, so it would wait for them).
+    """
+    b = _submitted(order, workflow, now, cause, routing)
+    b.set(locked_by=instance_id, attempt=1, process_state=ProcessState.PROCESSING)
+    b.note("claimed", f"by {instance_id}, attempt 1, at intake")
+    dispatch_forward(b, workflow, policy, 0)
+    if b.state.process_state is not ProcessState.PROCESSING:
+        return None
+    b.notify(NotificationStatus.PROCESSING)
+    return b.build()
+
+
+def _submitted(
+    order: Order,
+    workflow: Workflow,
+    now: datetime,
+    cause: str | None,
+    routing: Routing = PRIMARY_ONLY,
+) -> Builder:
     state = StateRecord(
         order_id=order.order_id,
         process_state=ProcessState.PENDING,
@@ -57,11 +97,10 @@ def start(order: Order, workflow: Workflow, now: datetime, cause: str | None = N
         workflow_version=workflow.version,
     )
     steps = tuple(StepRecord(name=s.name) for s in workflow.steps)
-    b = Builder(OrderProcess(order, state, steps), now, cause)
+    b = Builder(OrderProcess(order, state, steps), now, cause, routing)
     b.note("submitted", f"{len(order.items)} item(s), priority {order.priority.value}")
-    b.send(Nudge(order.order_id, "submitted").outgoing(b.state.version, high=b.high))
     b.notify(NotificationStatus.RECEIVED)
-    return b.build()
+    return b
 
 
 def claim(

@@ -159,6 +159,9 @@ class Builder:
         self.outgoing.append(message)
 
     def notify(self, status: NotificationStatus, detail: str | None = None) -> None:
+        """Sent only if the client asked to hear it (`Order.notify`)."""
+        if not self.order.notify.hears(status):
+            return
         notification = StatusNotification(self.order.order_id, status, self.now, detail or None)
         self.send(notification.outgoing(self.state.version, self.order.reply_to))
 
