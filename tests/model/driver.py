@@ -38,6 +38,7 @@ import dataclasses
 from collections.abc import Callable, Hashable, Mapping
 from datetime import UTC, datetime, timedelta
 from enum import Enum
+from functools import partial
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
@@ -445,17 +446,16 @@ class Domain:
         an event past the order's limit of kept events."""
         workflow = self.of(process)
         policy, when = self.policy, at(now)
+        receive = partial(machine.receive_event, now=when)
         tries: list[Callable[[], object]] = [
             lambda: machine.receive_event(process, workflow, policy, "x-1", "never", None, when),
             lambda: machine.answer_approval(
                 process, workflow, policy, "x-2", "never", True, "op", None, when
             ),
         ]
-        for name in sorted(self.approvals):
+        for name in sorted(a for a in self.approvals if a is not None):
             tries.append(
-                lambda n=name: machine.receive_event(
-                    process, workflow, policy, "x-3", n, {"approved": "yes"}, when
-                )
+                partial(receive, process, workflow, policy, "x-3", name, {"approved": "y"})
             )
         full = (
             ReceivedEvent(f"k-{i}", "kept", when, None) for i in range(machine_events.MAX_EVENTS)
@@ -465,9 +465,7 @@ class Domain:
         )
         for name in self.events:
             tries.append(
-                lambda n=name: machine.receive_event(
-                    crowded, workflow, policy, "x-4", n, {"approved": True}, when
-                )
+                partial(receive, crowded, workflow, policy, "x-4", name, {"approved": True})
             )
         for attempt in tries:
             try:
@@ -534,9 +532,16 @@ class Domain:
         another caller took the rate schedule's slots up to HOLD_WAIT from now, or holds
         the only concurrency lease until then."""
         start = at(now)
+        unlimited = limits.AgentLimits()
+        assert not unlimited.limited and unlimited.gap is None  # never held
+        assert not limits.slot_still_usable(start, start, unlimited)
         if concurrent:
             lease = limits.SlotLease(0, "another-call", at(now + HOLD_WAIT - SKEW), "e")
             skew = self.policy.clock_skew
+            assert limits.AgentLimits(max_concurrent=2).limited
+            assert len(limits.free_slots((lease,), 2, start, skew)) == 1  # not held: a slot
+            expired = dataclasses.replace(lease, expires=start - skew)
+            assert limits.free_slots((expired,), 1, start, skew)  # not held: it expired
             assert not limits.free_slots((lease,), 1, start, skew)
             return tick(limits.next_expiry((lease,), 1, start, skew)) - now
         rate = limits.AgentLimits(calls_per_second=1.0)
@@ -649,7 +654,7 @@ def outcome(answer: Answer, key: str, undone: bool | None = None) -> RemoteOutco
     """The outcome query's answer as the adapter reads it: applied carries the service's
     result, which for an undo is its undo answer (`{"undone": false, "reason":
     "nothing-to-undo"}` when it found nothing to undo, docs/simulator.md)."""
-    result = None
+    result: dict[str, object] | None = None
     if answer is Answer.APPLIED:
         result = {"ref": key} if undone is None else {"undone": undone}
         if undone is False:
