@@ -12,7 +12,17 @@ ignorant of both:
   `_settle` does: abandon where the question says so (a service without the route is
   asked instead), and a "not applied" that would move the step is made final by an
   abandon (shared/usecases/supervisor.py `_check`, `_settle`);
-- events and approvals are kept as the events route keeps them (`receive_event`).
+- events and approvals are kept as the events route keeps them (`receive_event`);
+- a workflow version the catalogue dropped (a deploy): the Scheduler's handlers skip
+  the order, every operator and event route refuses it (`UnknownWorkflow`, 409), the
+  Supervisor holds it (`_hold_version_gone`); a bulk job skips it (`bulk.matches`);
+- a bulk action is `bulk._act`: the job's filter and `matches`, then the single action;
+- reconciliation is `Reconciler._check` over the services' answers, its alerts and
+  undos sent as `Reconciler.run` sends them;
+- an archived order's id sent again goes through the real intake (`submit_order`) over
+  the in-memory store holding the archive's mark (shared/usecases/submission.py);
+- a limit's hold waits what the limiter's booking says (shared/domain/limits.py):
+  another caller's slot taken, or its concurrency lease held.
 
 tests/model/test_drift.py holds this copy to the use cases: it runs them over the
 in-memory store on the same situations and compares.
@@ -23,17 +33,25 @@ services come from there, never from constants here.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from datetime import UTC, datetime, timedelta
 from enum import Enum
+from functools import partial
 
-from shared.domain import in_doubt
+from shared.adapters.clock import FakeClock
+from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.domain import bulk, fairness, in_doubt, limits
+from shared.domain import reconcile as reconciliation
+from shared.domain.archive import ArchivedMark, ArchivedOrder
+from shared.domain.bulk_request import BulkAction, BulkFilter
 from shared.domain.destination import To
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
-from shared.domain.machine import forward, operator, recovery
+from shared.domain.machine import events as machine_events
+from shared.domain.machine import forward, line, operator, recovery
 from shared.domain.machine import migrate as migrate_rules
-from shared.domain.machine.events import receive_event
+from shared.domain.machine.events import answer_approval, receive_event
 from shared.domain.machine.forward import KEY_ABANDONED, apply_reply
 from shared.domain.machine.heartbeat import extend_complete_by
 from shared.domain.machine.hold import hold_complete_by
@@ -52,12 +70,15 @@ from shared.domain.model import (
     Outgoing,
     Priority,
     ProcessState,
+    ReceivedEvent,
 )
 from shared.domain.routing import AgentView, Availability, Routing
 from shared.domain.workflow import Workflow
+from shared.usecases.deps import ProcessDeps
+from shared.usecases.submission import OrderConflict, submit_order
 from tests.model.setups import DEFAULT, SKEW, Setup
 from tests.model.wire import Answer, Effects, Question, Reply, Request
-from tests.workflows import AGENTS
+from tests.workflows import AGENTS, CATALOGUE
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 """Tick 0. Ticks are whole seconds from here, so equal situations hash equal."""
@@ -77,7 +98,13 @@ SCHEDULER = "scheduler-1"
 BEAT_LEAD = 5
 """The model's agents beat this long before their call's complete-by."""
 HOLD_WAIT = 20
-"""How long a limit holds a request in the model (seconds)."""
+"""How long another caller keeps the limit's next slot in the model (seconds)."""
+NEIGHBOUR = "o-2"
+"""A second order of another customer, finished at the same services: its keys must
+never be touched by this order's requests (tests/model/invariants.py `neighbour`)."""
+BULK_FILTER = BulkFilter(customer_id=ORDER.customer_id)
+FAIR_SHARE = fairness.CustomerPolicy(max_pending=2, fair_share=1)
+"""FairShareRunningPerCustomer=1: an order waits while another of its customer's runs."""
 __all__ = ["REACHED", "SKEW", "Domain", "Step", "at", "key", "tick"]
 REACHED: set[tuple[str, str]] = set()
 """Every (rule, state before) that made a transition in this process: the handlers the
@@ -138,6 +165,12 @@ class Domain:
         self.pivot = self.workflow.pivot
         self.events = tuple(sorted(self.workflow.events))
         self.approvals = frozenset(s.event for s in self.workflow.steps if s.approval)
+        self.neighbour: tuple[tuple[str, str], ...] = tuple(
+            (setup.space(s.agent), f"{NEIGHBOUR}:{s.name}")
+            for s in self.workflow.steps
+            if not s.waits
+        )
+        """The neighbour's effects: each do step of the same workflow, at its primary."""
         self.target = later_version(self.workflow)
         self.versions = {w.version: w for w in (self.workflow, self.target)}
 
@@ -196,13 +229,36 @@ class Domain:
 
     # --- the order's moves --------------------------------------------------------------
 
-    def start(self) -> Effects:
-        effects = self._effects(forward.start(ORDER, self.workflow, at(0)), 0, "submitted")
+    def start(self, in_line: bool = False) -> Effects:
+        """The intake's transition; `in_line`: the customer already runs its fair share
+        (another of its orders), so the ledger admits this one to wait in its line
+        (`submission._store`: `admit`, then `wait_in_line`, no nudge)."""
+        transition = forward.start(ORDER, self.workflow, at(0))
+        if in_line:
+            admission = fairness.admit(fairness.CustomerLoad(running=1), FAIR_SHARE)
+            assert admission is fairness.Admission.WAIT
+            transition = line.wait_in_line(transition, at(0))
+        effects = self._effects(transition, 0, "submitted")
         assert effects is not None
         return effects
 
-    def claim(self, process: OrderProcess, now: int, drained: frozenset[str]) -> Effects | None:
-        """The Scheduler consumes a nudge: claim a Pending order, or wake a waiting step."""
+    def promoted(self, process: OrderProcess, now: int) -> Effects:
+        """The customer's other order came to rest: the ledger's leave promotes this one
+        (`promotes`) and `Customers.release` nudges it (`promotion`)."""
+        left = fairness.CustomerLoad(running=0, waiting=1).ended(at(now))
+        assert fairness.promotes(left, FAIR_SHARE)
+        nudge = line.promotion(fairness.Promoted(process.order_id))
+        effects = self._effects(Transition(process, (nudge,), ()), now, "promoted")
+        assert effects is not None
+        return effects
+
+    def claim(
+        self, process: OrderProcess, now: int, drained: frozenset[str], gone: bool = False
+    ) -> Effects | None:
+        """The Scheduler consumes a nudge: claim a Pending order, or wake a waiting step;
+        nothing when its version is gone (`find_workflow` is None)."""
+        if gone:
+            return None
         routing = self.routing(drained)
         claimed = forward.claim(
             process, self.of(process), self.policy, SCHEDULER, at(now), None, routing
@@ -233,9 +289,16 @@ class Domain:
         )
 
     def reply(
-        self, process: OrderProcess, answer: Reply, now: int, drained: frozenset[str]
+        self,
+        process: OrderProcess,
+        answer: Reply,
+        now: int,
+        drained: frozenset[str],
+        gone: bool = False,
     ) -> Effects | None:
-        """The Scheduler takes an agent's reply."""
+        """The Scheduler takes an agent's reply (stale when the version is gone)."""
+        if gone:
+            return None
         transition = apply_reply(
             process,
             self.of(process),
@@ -264,15 +327,37 @@ class Domain:
         return Question(asked.agent, asked.key, tick(asked.ask_at), asked.abandon, asked.movable)
 
     def sweep(
-        self, process: OrderProcess, now: int, answer: Answer | None, key: str | None = None
+        self,
+        process: OrderProcess,
+        now: int,
+        answer: Answer | None,
+        key: str | None = None,
+        gone: bool = False,
+        in_line: bool | None = None,
+        counted: bool = True,
     ) -> Effects | None:
         """The Supervisor's recover, with what `_settle` concluded about `key` (None: not
-        asked)."""
+        asked); an order whose version is gone is held (`_hold_version_gone`). With a
+        customer ledger (`in_line` not None: does the ledger still hold the order in its
+        customer's line?), an order in line waits for its turn (its check moves to
+        `held_until`) or, promoted with its nudge lost, is released and nudged. Not
+        `counted`: the deadline passed in an outage of our own broker or store (nothing
+        is asked, nothing counted)."""
+        if gone:
+            held = recovery.version_gone(process, at(now))
+            return self._effects(held, now, "sweep", process, "version gone")
+        if in_line is not None and line.in_line(process):
+            if in_line:
+                assert line.held_until(process, at(now)) > at(now)
+                return None
+            process = line.released(process, at(now))
         outcome = None
         if answer is not None:
             result = {"ref": key} if answer is Answer.APPLIED else None
             outcome = RemoteOutcome(_OUTCOMES[answer], result)
-        transition = recover(process, self.of(process), self.policy, at(now), outcome=outcome)
+        transition = recover(
+            process, self.of(process), self.policy, at(now), count=counted, outcome=outcome
+        )
         return self._effects(transition, now, "sweep", process, "recover")
 
     def undelivered(self, process: OrderProcess, now: int) -> Effects | None:
@@ -280,27 +365,35 @@ class Domain:
         transition = recovery.undelivered(process, self.policy, at(now))
         return self._effects(transition, now, "undelivered", process)
 
-    def cancel(self, process: OrderProcess, now: int) -> Effects | None:
+    def cancel(self, process: OrderProcess, now: int, gone: bool = False) -> Effects | None:
+        if gone:
+            return None  # UnknownWorkflow: 409 version-gone
         try:
             transition = operator.cancel(process, self.of(process), self.policy, at(now))
         except InvalidTransition:
             return None
         return self._effects(transition, now, "cancel", process)
 
-    def suspend(self, process: OrderProcess, now: int) -> Effects | None:
+    def suspend(self, process: OrderProcess, now: int, gone: bool = False) -> Effects | None:
+        if gone:
+            return None  # the unit of work's check_at reads the workflow: 409
         try:
             return self._effects(operator.suspend(process, at(now)), now, "suspend", process)
         except InvalidTransition:
             return None
 
-    def resume(self, process: OrderProcess, now: int) -> Effects | None:
+    def resume(self, process: OrderProcess, now: int, gone: bool = False) -> Effects | None:
+        if gone:
+            return None
         try:
             transition = operator.resume(process, self.policy, at(now))
             return self._effects(transition, now, "resume", process)
         except InvalidTransition:
             return None
 
-    def resubmit(self, process: OrderProcess, now: int) -> Effects | None:
+    def resubmit(self, process: OrderProcess, now: int, gone: bool = False) -> Effects | None:
+        if gone:
+            return None
         try:
             transition = operator.resubmit(process, self.policy, at(now))
             return self._effects(transition, now, "resubmit", process)
@@ -308,10 +401,18 @@ class Domain:
             return None
 
     def event(
-        self, process: OrderProcess, now: int, event_id: str, name: str, approved: bool | None
+        self,
+        process: OrderProcess,
+        now: int,
+        event_id: str,
+        name: str,
+        approved: bool | None,
+        gone: bool = False,
     ) -> Effects | None:
         """An event from outside, as the events route keeps it; None when it is refused
-        (the order is final) or a repeat of one kept."""
+        (the order is final, its version gone) or a repeat of one kept."""
+        if gone:
+            return None
         data = None if approved is None else {"approved": approved, "by": "reviewer"}
         try:
             transition = receive_event(
@@ -321,8 +422,68 @@ class Domain:
             return None
         return self._effects(transition, now, f"event {name}", process, "event")
 
-    def migrate(self, process: OrderProcess, now: int) -> Effects | None:
+    def approve(
+        self, process: OrderProcess, now: int, event_id: str, approved: bool, gone: bool = False
+    ) -> Effects | None:
+        """An operator answers the approval the order is at (the approval route, no event
+        named); None when it is refused (none waits, the order is final) or a repeat."""
+        if gone:
+            return None
+        try:
+            transition = answer_approval(
+                process,
+                self.of(process),
+                self.policy,
+                event_id,
+                None,
+                approved,
+                "op",
+                None,
+                at(now),
+            )
+        except (InvalidTransition, ValueError):
+            return None
+        return self._effects(transition, now, "approval", process, "event")
+
+    def refuses_malformed(self, process: OrderProcess, now: int) -> bool:
+        """The events route refuses, changing nothing, an event the workflow never waits
+        for, an approval whose data is not one, an approval named that no step has, and
+        an event past the order's limit of kept events."""
+        workflow = self.of(process)
+        policy, when = self.policy, at(now)
+        receive = partial(receive_event, now=when)
+        tries: list[Callable[[], object]] = [
+            lambda: receive_event(process, workflow, policy, "x-1", "never", None, when),
+            lambda: answer_approval(
+                process, workflow, policy, "x-2", "never", True, "op", None, when
+            ),
+        ]
+        for name in sorted(a for a in self.approvals if a is not None):
+            tries.append(
+                partial(receive, process, workflow, policy, "x-3", name, {"approved": "y"})
+            )
+        full = (
+            ReceivedEvent(f"k-{i}", "kept", when, None) for i in range(machine_events.MAX_EVENTS)
+        )
+        crowded = dataclasses.replace(
+            process, state=dataclasses.replace(process.state, events=tuple(full))
+        )
+        for name in self.events:
+            tries.append(
+                partial(receive, crowded, workflow, policy, "x-4", name, {"approved": True})
+            )
+        for attempt in tries:
+            try:
+                attempt()
+            except (InvalidTransition, ValueError):
+                continue
+            return False
+        return True
+
+    def migrate(self, process: OrderProcess, now: int, gone: bool = False) -> Effects | None:
         """An operator moves the order to the other version; None when it refuses."""
+        if gone:
+            return None
         source = self.of(process)
         target = self.target if source is self.workflow else self.workflow
         try:
@@ -348,6 +509,111 @@ class Domain:
             process, request.attempt, request.step, waiting, at(now), self.policy, action
         )
         return self._effects(transition, now, "held by a limit", process, "hold")
+
+    def bulk(
+        self, process: OrderProcess, action: str, now: int, gone: bool = False
+    ) -> Effects | None:
+        """A bulk job's action on this order (`bulk._act`): skipped (None) unless the
+        job's filter and `matches` select it, then the single action. A migrate's
+        target is the other version."""
+        kind = BulkAction(action)
+        source = None if gone else self.of(process)
+        target = None
+        if kind is BulkAction.MIGRATE and source is not None:
+            target = self.target if source is self.workflow else self.workflow
+        if not bulk.matches(kind, BULK_FILTER, process, source, target):
+            return None
+        single = {
+            BulkAction.CANCEL: self.cancel,
+            BulkAction.SUSPEND: self.suspend,
+            BulkAction.RESUME: self.resume,
+            BulkAction.RESUBMIT: self.resubmit,
+            BulkAction.MIGRATE: self.migrate,
+        }[kind]
+        return single(process, now, gone)
+
+    def limit_wait(self, request: Request, now: int, concurrent: bool) -> int:
+        """How long the agent's limiter holds `request` (shared/usecases/limiter.py):
+        another caller took the rate schedule's slots up to HOLD_WAIT from now, or holds
+        the only concurrency lease until then."""
+        start = at(now)
+        unlimited = limits.AgentLimits()
+        assert not unlimited.limited and unlimited.gap is None  # never held
+        assert not limits.slot_still_usable(start, start, unlimited)
+        if concurrent:
+            lease = limits.SlotLease(0, "another-call", at(now + HOLD_WAIT - SKEW), "e")
+            skew = self.policy.clock_skew
+            assert limits.AgentLimits(max_concurrent=2).limited
+            assert len(limits.free_slots((lease,), 2, start, skew)) == 1  # not held: a slot
+            expired = dataclasses.replace(lease, expires=start - skew)
+            assert limits.free_slots((expired,), 1, start, skew)  # not held: it expired
+            assert not limits.free_slots((lease,), 1, start, skew)
+            return tick(limits.next_expiry((lease,), 1, start, skew)) - now
+        rate = limits.AgentLimits(calls_per_second=1.0)
+        gap = rate.gap
+        assert gap is not None
+        booked = limits.book(at(now + HOLD_WAIT), start, 1, gap)
+        (slot,) = booked.starts
+        assert limits.slot_still_usable(slot, slot, rate)
+        return tick(slot) - now
+
+    def reconcile(
+        self, process: OrderProcess, now: int, ask: Callable[[str, str], RemoteOutcome]
+    ) -> Effects | None:
+        """A reconciliation run over this finished order; None when it finds nothing to
+        say."""
+        outgoing = self.reconciled(process, now, ask)
+        if not outgoing:
+            return None
+        transition = Transition(process, outgoing, ())
+        return self._effects(transition, now, "reconcile")
+
+    def reconciled(
+        self, process: OrderProcess, now: int, ask: Callable[[str, str], RemoteOutcome]
+    ) -> tuple[Outgoing, ...]:
+        """What a run sends for this order: `Reconciler._check` walks each step's
+        questions, and `Reconciler.run` sends an alert per mismatch and the undos."""
+        workflow = self.of(process)
+        outgoing: list[Outgoing] = []
+        for check in reconciliation.checks(process, workflow):
+            answers: dict[tuple[str, str], RemoteOutcome] = {}
+            while (asked := reconciliation.next_question(check, answers)) is not None:
+                answers[asked] = ask(*asked)
+            reconciliation.verdict(check, answers)
+            found = reconciliation.mismatches(check, answers)
+            outgoing += [m.alert(process.state.failure_count, at(now)) for m in found]
+            undos = reconciliation.heals(process, workflow, self.policy, check, answers, at(now))
+            outgoing += undos
+        return tuple(outgoing)
+
+    def submit_again(self, process: OrderProcess, now: int, same_body: bool) -> str:
+        """The intake given the archived order's id again (`submit_order` over the store
+        that holds the archive's mark): 'repeat' (202, its final state), 'conflict'
+        (409), or 'created' (a new order under the id: finding H)."""
+        order = ORDER if same_body else dataclasses.replace(ORDER, fingerprint="another-body")
+
+        async def submit() -> str:
+            store = InMemoryStateStore()
+            await store.create(process, ())
+            loaded = await store.load(process.order_id)
+            assert loaded is not None and loaded.etag is not None
+            mark = ArchivedMark.of(ArchivedOrder(process, at(now)))
+            assert await store.purge(mark, loaded.etag)
+            deps = ProcessDeps(
+                store,
+                InMemoryBus(),
+                FakeClock(at(now)),
+                self.policy,
+                SCHEDULER,
+                catalogue=CATALOGUE,
+            )
+            try:
+                submitted = await submit_order(deps, order, workflow=self.workflow)
+            except OrderConflict:
+                return "conflict"
+            return "created" if submitted.created else "repeat"
+
+        return _LOOP.run_until_complete(submit())
 
     def complete_by(self, process: OrderProcess, step: str) -> int | None:
         index = self.of(process).index_of(step)
@@ -392,6 +658,22 @@ class Domain:
         return past_pivot(process.steps, self.of(process))
 
 
+_LOOP = asyncio.new_event_loop()
+"""The intake is a use case over the in-memory store: one loop for every call."""
+
+
+def outcome(answer: Answer, key: str, undone: bool | None = None) -> RemoteOutcome:
+    """The outcome query's answer as the adapter reads it: applied carries the service's
+    result, which for an undo is its undo answer (`{"undone": false, "reason":
+    "nothing-to-undo"}` when it found nothing to undo, docs/simulator.md)."""
+    result: dict[str, object] | None = None
+    if answer is Answer.APPLIED:
+        result = {"ref": key} if undone is None else {"undone": undone}
+        if undone is False:
+            result["reason"] = "nothing-to-undo"
+    return RemoteOutcome(_OUTCOMES[answer], result)
+
+
 def later_version(workflow: Workflow) -> Workflow:
     """A version 2 that differs in a field of every step: a timeout (which a done step may
     change), and for a wait what it means (an approval becomes a plain event, a timer
@@ -417,6 +699,11 @@ def finished(process: OrderProcess) -> str | None:
     if state in (ProcessState.COMPENSATED, ProcessState.CANCELLED):
         return "undone"
     return None
+
+
+def in_line(process: OrderProcess) -> bool:
+    """Pending in its customer's line, no nudge of its own (`machine/line.py` `in_line`)."""
+    return line.in_line(process)
 
 
 def held(process: OrderProcess) -> bool:

@@ -16,9 +16,14 @@
    window may precede the request's arrival). It is recorded as "nothing-to-undo" and
    settles the undo's key, so it can never undo that do later.
 6. healed: a request that applied after its live time (a service without abandon) is
-   healed once the order is quiet: a finished order's net effect is right (4), and an
-   order held for an operator with an effect its record does not account for has
-   alerted the operator since the late apply.
+   healed once the order is quiet: an order held for an operator with an effect its
+   record does not account for has alerted the operator since the late apply. A late
+   apply is outside what the order can know, so 2 and 4 leave its effect to this, and
+   to liveness, which must reach a right end (reconciliation undoes it).
+7. neighbour: nothing this order sends names another order's key, and the neighbour's
+   effects at the shared services stay in force: keys never collide.
+8. archived-id: once the order is archived its id stays taken (the intake never
+   creates a new order under it) and none of its keys is sent again.
 
 Liveness (every state can still reach a right end) is checked apart, on whole
 situations: tests/model/liveness.py.
@@ -33,6 +38,7 @@ from collections.abc import Hashable
 
 from tests.model import driver
 from tests.model.explorer import Invariant
+from tests.model.provider import KeyStatus
 from tests.model.world import World
 
 
@@ -72,7 +78,10 @@ def second_provider(world: World) -> str | None:
             if step.name != do.step or step.do_key is None:
                 continue
             for space in _spaces(world, step):
-                if space != world.space(do.agent) and world.provider.in_force(space, step.do_key):
+                late = (space, step.do_key) in world.late_applied
+                if late or space == world.space(do.agent):
+                    continue
+                if world.provider.in_force(space, step.do_key):
                     return f"do {do.describe()} sent at t={world.now}: in force at {space}"
     return None
 
@@ -110,7 +119,7 @@ def wrong_effects(world: World) -> list[str]:
 
 
 def net_effect(world: World) -> str | None:
-    if driver.finished(world.process) is None or not world.quiet():
+    if driver.finished(world.process) is None or not world.quiet() or world.late_applied:
         return None
     wrong = wrong_effects(world)
     if not wrong:
@@ -129,12 +138,14 @@ def pointless_undo(world: World) -> str | None:
 
 def unaccounted(world: World) -> list[str]:
     """Effects in force that the order's record does not hold: a step in force where
-    the order does not hold it done, or at a key space other than the one it holds."""
+    the order does not hold it done or in doubt (running at that agent, its key not
+    known not applied: a resubmit asks there), or at another key space."""
     found = []
     for step, record in zip(world.domain.steps, world.process.steps, strict=False):
         where = in_force(world, step)
-        done = record.status.value in ("Completed",) and record.agent is not None
-        holder = world.space(record.agent) if done and record.agent else None
+        held = record.status.value in ("Completed", "Running") and record.agent is not None
+        held = held and record.key_state.value != "not-applied"
+        holder = world.space(record.agent) if held and record.agent else None
         extra = [s for s in where if s != holder]
         if extra:
             found.append(f"{step.name} in force at {extra}")
@@ -153,6 +164,28 @@ def healed(world: World) -> str | None:
     )
 
 
+def neighbour(world: World) -> str | None:
+    own = f"{driver.ORDER.order_id}:"
+    for request in world.just_sent:
+        if not all(k.startswith(own) for k in (request.key, request.undoes or own)):
+            return f"{request.describe()} names another order's key"
+    if not world.domain.neighbour or driver.finished(world.process) is None:
+        return None
+    for space, key in world.domain.neighbour:
+        entry = world.provider.get(space, key)
+        if entry.status is not KeyStatus.NEVER_SEEN and not world.provider.in_force(space, key):
+            return f"the neighbour's {key} at {space} is no longer in force"
+    return None
+
+
+def archived_id(world: World) -> str | None:
+    if world.reused:
+        return "the intake created a new order under the archived order's id"
+    if world.archived and world.just_sent:
+        return f"{world.just_sent[0].describe()} sent after the order was archived"
+    return None
+
+
 INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("undo-while-live", undo_while_live),
     Invariant("second-provider", second_provider),
@@ -160,6 +193,8 @@ INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("net-effect", net_effect),
     Invariant("pointless-undo", pointless_undo),
     Invariant("healed", healed),
+    Invariant("neighbour", neighbour),
+    Invariant("archived-id", archived_id),
 )
 
 _ROUTINE = ("claim", "deliver", "arrive", "serve", "apply", "time", "nudge")

@@ -24,17 +24,10 @@ class Known:
     what: str
 
 
-KNOWN: tuple[Known, ...] = (
-    Known(
-        "A (residual)",
-        frozenset({"second-provider", "net-effect", "healed", "liveness"}),
-        "late-apply",
-        "a request applied after its live time at a service without abandon, once the "
-        "order settled its key not-applied, and its reply never comes: the retry goes to "
-        "the alternative, or a cancel skips the step. docs/in-doubt.md leaves this to "
-        "reconciliation, which the model does not hold: it stays listed until it does",
-    ),
-)
+KNOWN: tuple[Known, ...] = ()
+"""Empty: "A (residual)" (a late apply at a service without abandon, its reply never
+coming) is healed in the model by reconciliation, which liveness now runs; core depth 9
+on order-fulfilment/hold/no-abandon, where its 9-event trace was found, finds nothing."""
 
 
 def known(violation: Violation) -> Known | None:

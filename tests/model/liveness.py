@@ -6,8 +6,11 @@ issue #37 went unseen. Here, every state the explorer reaches is taken as a star
 the system is left to its own events (services apply, replies arrive, the Scheduler
 claims, the Supervisor sweeps and hears the truth, time passes) plus at most one
 operator action (resubmit, cancel, or undrain an agent; a suspended order's resume is
-free, its suspend was the operator's move). Some such continuation must
-reach a right end:
+free, its suspend was the operator's move, and so is putting a dropped workflow version
+back in the catalogue, a deploy rather than a move on the order). Reconciliation is one
+of the system's own events (it runs over a finished order once nothing sent can apply),
+and so is the end of the customer's other order that an order waits behind in line.
+Some such continuation must reach a right end:
 
 - a finished order whose net effect is right (Processed: each step in force at exactly
   one key space; Compensated, Cancelled: nothing in force), nothing left that can apply;
@@ -34,12 +37,28 @@ from tests.model.world import Bounds, OrderWorld, World
 OPERATOR = ("cancel", "resubmit", "undrain")
 GREEDY_STEPS = 80
 SEARCH_STATES = 1_000
-_PREFERENCE = ("serve", "apply", "arrive", "deliver", "claim", "nudge", "sweep", "time")
+_PREFERENCE = (
+    "serve",
+    "apply",
+    "arrive",
+    "deliver",
+    "claim",
+    "nudge",
+    "sweep",
+    "reconcile",
+    "neighbour ends: promoted",
+    "time",
+)
+FREE = ("resume", "restore the version")
+"""Moves that are not the operator's one action: a resume (its suspend was), and a
+deploy that puts the order's workflow version back."""
 
 
 def _system(label: str) -> bool:
     """Is this one of the system's own, well-behaved events?"""
     if "[send failed" in label or label.endswith((": rejected", " late", ": no-answer")):
+        return False
+    if label.endswith("nudge lost"):
         return False
     if label.startswith(("deliver twice", "reject ", "lose ")):
         return False
@@ -76,12 +95,13 @@ class Liveness:
                 rejectable=frozenset(),
                 drainable=drainable,
                 operator_actions=1,
-                operator=frozenset({*OPERATOR, "resume"}),
+                operator=frozenset({*OPERATOR, "resume", "restore"}),
                 send_failures=False,
                 duplicates=False,
                 lost_replies=False,
                 late_applies=0,
                 events=0,
+                reconcile=True,
             ),
             self.setup,
         )
@@ -91,7 +111,7 @@ class Liveness:
 
     def _moves(self, world: World, spent: bool) -> Iterator[tuple[str, World, bool]]:
         for label, after in self.model.successors(replace(world, operator_moves=int(spent))):
-            if label == "resume":  # free: the suspend before it was the operator's move
+            if label in FREE:
                 yield label, after, spent
             elif label.split(" ", 1)[0] in OPERATOR:
                 if not spent:
@@ -132,9 +152,7 @@ class Liveness:
                 continue
             moves = self._moves(world, spent)
             tried = [
-                self._greedy(after, used)
-                for label, after, used in moves
-                if used or label == "resume"
+                self._greedy(after, used) for label, after, used in moves if used or label in FREE
             ]
             if any(tried):
                 self.good.update(path)
@@ -147,7 +165,7 @@ class Liveness:
         on its own, which the greedy walk cannot tell from progress), then the system."""
         moves = self._moves(world, False)
         return any(
-            [self._greedy(after, used) for label, after, used in moves if used or label == "resume"]
+            [self._greedy(after, used) for label, after, used in moves if used or label in FREE]
         )
 
     def _first(self, world: World, spent: bool) -> World | None:
@@ -160,6 +178,8 @@ class Liveness:
             model._replies(world),
             model._scheduler(world),
             model._supervisor(world),
+            model._reconciler(world),
+            model._customers(world),
             model._clock(world),
         ):
             for label, after in moves:

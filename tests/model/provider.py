@@ -156,7 +156,8 @@ class Provider:
                 what += f" until t={e.live_until}"
             if e.undoes is not None and e.status is KeyStatus.APPLIED:
                 what += " (undone)" if e.undone else " (nothing-to-undo)"
-            parts.append(f"{_operation(e.key)}@{e.agent}: {what}")
+            name = _operation(e.key) if e.key.startswith("o-1:") else e.key
+            parts.append(f"{name}@{e.agent}: {what}")
         return "; ".join(parts)
 
 

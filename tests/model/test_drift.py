@@ -13,6 +13,13 @@ the services' true answers (supervisor._check with outcome queries read from the
 ledger). "Watched" is checked on the store: an order that is neither at rest nor
 finished has a watch entry no later than its next deadline (or, when its step is in
 doubt, the moment the Supervisor may ask about it).
+
+The same holds for what operators and deploys do around an order: every single operator
+action and every bulk action (`bulk._act`) over the store against the driver's; an order
+whose version the catalogue dropped, refused by every action and held by the Supervisor;
+reconciliation (`Reconciler._check`) over the model's ledger, and over that ledger with a
+step's effect added or taken away at each provider; and the customer ledger's line (the
+intake's admission, and the Supervisor's check of an order in line).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -28,20 +35,36 @@ import pytest
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory_customers import InMemoryCustomerLedger
+from shared.adapters.memory_reconcile import InMemoryReconcileStore
+from shared.domain.bulk import BulkJob
+from shared.domain.bulk_request import BulkAction
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
+from shared.domain.machine import line
 from shared.domain.machine.recovery import next_deadline
+from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import OrderProcess
 from shared.domain.routing import Routing
+from shared.domain.workflow import Catalogue
+from shared.usecases import bulk as bulk_usecase
 from shared.usecases import scheduler, supervisor
+from shared.usecases.customers import Customers
 from shared.usecases.deps import ProcessDeps
+from shared.usecases.events import send_event
+from shared.usecases.operator import cancel_order, resubmit_order, resume_order, suspend_order
 from shared.usecases.outcomes import OutcomeQueries
+from shared.usecases.reconcile import Reconciler, _Tally
 from shared.usecases.routing import RoutingSource
+from shared.usecases.submission import submit_order
 from tests.model import driver
 from tests.model.provider import KeyStatus, Provider
 from tests.model.setups import SETUPS, Setup
 from tests.model.wire import Effects
-from tests.model.world import BOUNDS, OrderWorld, World
-from tests.workflows import CATALOGUE
+from tests.model.world import BOUNDS, OrderWorld, World, _truth
+from tests.workflows import CATALOGUE, running, without
+
+T0 = driver.T0
+
 
 SHIPPED = [s for n, s in SETUPS.items() if n.count("/") == 1]
 """The setups whose workflow is the catalogue's own (the use cases read the catalogue):
@@ -81,6 +104,17 @@ class Ledger:
 
 
 @dataclass
+class Truth:
+    """Outcome queries as reconciliation hears them: an undo's result says whether it
+    undid anything."""
+
+    world: World
+
+    async def ask(self, agent: str, key: str) -> RemoteOutcome:
+        return _truth(self.world, agent, key)
+
+
+@dataclass
 class Routes:
     routing: Routing
 
@@ -107,7 +141,9 @@ def situations(setup: Setup) -> Iterator[World]:
             _, world = rng.choice(moves)
 
 
-async def _store(world: World) -> tuple[InMemoryStateStore, ProcessDeps, FakeClock]:
+async def _store(
+    world: World, catalogue: Catalogue = CATALOGUE
+) -> tuple[InMemoryStateStore, ProcessDeps, FakeClock]:
     store = InMemoryStateStore()
     clock = FakeClock(driver.at(world.now))
     domain = world.domain
@@ -119,7 +155,7 @@ async def _store(world: World) -> tuple[InMemoryStateStore, ProcessDeps, FakeClo
         await store.watch(process.order_id, when, replace=True, version=process.state.version)
     routes = cast(RoutingSource, Routes(domain.routing(world.drained)))
     deps = ProcessDeps(
-        store, InMemoryBus(), clock, domain.policy, driver.SCHEDULER, routes, catalogue=CATALOGUE
+        store, InMemoryBus(), clock, domain.policy, driver.SCHEDULER, routes, catalogue=catalogue
     )
     return store, deps, clock
 
@@ -211,3 +247,216 @@ def test_the_use_cases_do_what_the_driver_does(setup: Setup) -> None:
 
     compared = asyncio.run(run())
     assert compared > 20
+
+
+EVERY = 4
+"""The operator and version checks take every fourth situation: each runs several use
+cases, and the walks' neighbouring situations differ little."""
+
+
+def _sampled(setup: Setup) -> Iterator[World]:
+    for i, world in enumerate(situations(setup)):
+        if i % EVERY == 0:
+            yield world
+
+
+_SINGLE: dict[str, Callable[[ProcessDeps, str, str], Awaitable[OrderProcess]]] = {
+    "cancel": cancel_order,
+    "suspend": suspend_order,
+    "resume": resume_order,
+    "resubmit": resubmit_order,
+}
+
+
+async def _operated(
+    world: World, action: str, bulk: bool, catalogue: Catalogue = CATALOGUE
+) -> tuple[OrderProcess, bool]:
+    """The order after the real use case, running on `catalogue`: a single action
+    (refused: unchanged), or a bulk job's `_act` (skipped: unchanged). The flag: did it
+    act?"""
+    store, deps, _ = await _store(world, catalogue)
+    order_id = driver.ORDER.order_id
+    if bulk:
+        job = BulkJob("b-1", BulkAction(action), driver.BULK_FILTER, 1, T0, T0)
+        acted = await bulk_usecase._act(deps, job, order_id, replay=False)
+        return await _stored(store), acted is bulk_usecase.Acted.DONE
+    try:
+        await _SINGLE[action](deps, order_id, "op")
+    except InvalidTransition:
+        return await _stored(store), False
+    return await _stored(store), True
+
+
+def _expected(world: World, action: str, bulk: bool, gone: bool = False) -> Effects | None:
+    domain = world.domain
+    if bulk:
+        return domain.bulk(world.process, action, world.now, gone)
+    move = {
+        "cancel": domain.cancel,
+        "suspend": domain.suspend,
+        "resume": domain.resume,
+        "resubmit": domain.resubmit,
+    }[action]
+    return move(world.process, world.now, gone)
+
+
+@pytest.mark.parametrize("setup", SHIPPED, ids=[s.name for s in SHIPPED])
+def test_the_operator_and_bulk_use_cases_do_what_the_driver_does(setup: Setup) -> None:
+    async def run() -> int:
+        compared = 0
+        for world in _sampled(setup):
+            for action in _SINGLE:
+                for bulk in (False, True):
+                    real, acted = await _operated(world, action, bulk)
+                    expected = _expected(world, action, bulk)
+                    what = f"{'bulk ' if bulk else ''}{action}"
+                    _same(world, what, real, expected)
+                    assert acted == (expected is not None) or not bulk, what
+                    compared += 1
+        return compared
+
+    assert asyncio.run(run()) > 50
+
+
+@pytest.mark.parametrize("setup", SHIPPED, ids=[s.name for s in SHIPPED])
+def test_an_order_on_a_dropped_version_is_refused_and_held_as_the_driver_says(
+    setup: Setup,
+) -> None:
+    dropped = without(setup.workflow.name)  # the shipped catalogue has one version of each
+
+    async def run() -> int:
+        compared = 0
+        for world in _sampled(setup):
+            if driver.finished(world.process) is not None:
+                continue
+            gone = dataclasses.replace(world, gone=True)
+            for action in _SINGLE:
+                for bulk in (False, True):
+                    real, acted = await _operated(gone, action, bulk, dropped)
+                    # A single suspend of a Suspended order changes nothing, refused or not.
+                    what = f"{'bulk ' if bulk else ''}{action}: {driver.describe(world.process)}"
+                    assert not (acted and bulk), what
+                    assert _expected(gone, action, bulk, gone=True) is None
+                    _same(gone, action, real, None)
+            store, deps, _ = await _store(gone, dropped)
+            await scheduler.on_nudge(deps, driver.ORDER.order_id)
+            _same(gone, "nudge", await _stored(store), None)
+            for name in gone.domain.events:
+                with pytest.raises(InvalidTransition):
+                    await send_event(deps, driver.ORDER.order_id, name, "e-9", None)
+            if world.domain.due(world.process, world.now):
+                entries = await store.due(driver.at(world.now), 10)
+                report = supervisor.SweepReport()
+                await supervisor._check(deps, entries[0], report, lambda _: False)
+                expected = world.domain.sweep(world.process, world.now, None, gone=True)
+                _same(gone, "sweep", await _stored(store), expected)
+            compared += 1
+        return compared
+
+    assert asyncio.run(run()) > 10
+
+
+def _ledgers(world: World) -> Iterator[Provider]:
+    """The model's ledger, and each variant with one step's effect added (applied) or
+    taken away (never applied) at one of its providers: the disagreements
+    reconciliation is for."""
+    yield world.provider
+    for step in world.domain.steps:
+        if step.do_key is None:
+            continue
+        for space in dict.fromkeys(world.space(a) for a in step.agents):
+            entry = world.provider.get(space, step.do_key)
+            if entry.status is KeyStatus.APPLIED:
+                yield world.provider.put(dataclasses.replace(entry, status=KeyStatus.NOT_APPLIED))
+            else:
+                yield world.provider.put(dataclasses.replace(entry, status=KeyStatus.APPLIED))
+
+
+async def _reconciled(world: World) -> None:
+    """The real Reconciler's check of the finished order sends what the driver's does."""
+    store, _, clock = await _store(world)
+    process = world.process
+    reconciler = Reconciler(
+        InMemoryReconcileStore(store),
+        cast(OutcomeQueries, Truth(world)),
+        InMemoryBus(),
+        clock,
+        "explorer",
+        world.domain.policy,
+        catalogue=running(world.domain.of(process)),
+    )
+    tally = _Tally()
+    await reconciler._check(process, tally)
+    real = {m.message_id for m in tally.undos}
+    real |= {m.alert(c, clock.now()).message_id for m, c in tally.mismatches}
+
+    expected = world.domain.reconciled(process, world.now, lambda a, k: _truth(world, a, k))
+    assert real == {m.message_id for m in expected}, (
+        f"{driver.describe(process)} with {world.provider.describe()}"
+    )
+
+
+@pytest.mark.parametrize("setup", SHIPPED, ids=[s.name for s in SHIPPED])
+def test_reconciliation_sends_what_the_driver_says(setup: Setup) -> None:
+    async def run() -> int:
+        compared = 0
+        seen: set[Hashable] = set()
+        for world in situations(setup):
+            if driver.finished(world.process) is None or world.process_key in seen:
+                continue
+            seen.add(world.process_key)
+            for ledger in _ledgers(world):
+                await _reconciled(dataclasses.replace(world, provider=ledger))
+                compared += 1
+        return compared
+
+    assert asyncio.run(run()) > 5
+
+
+@pytest.mark.parametrize("setup", SHIPPED, ids=[s.name for s in SHIPPED])
+def test_the_customer_line_is_what_the_driver_says(setup: Setup) -> None:
+    """The intake admits an order behind its customer's running one to wait in line, as
+    the driver's start does; the Supervisor leaves an order in line that the ledger still
+    holds there, and releases and nudges one the ledger promoted."""
+    model = OrderWorld(BOUNDS["fair"], setup)
+
+    async def run() -> None:
+        first = model.initial()
+        store = InMemoryStateStore()
+        clock = FakeClock(driver.at(0))
+        ledger = InMemoryCustomerLedger()
+        customers = Customers(ledger, driver.FAIR_SHARE)
+        deps = ProcessDeps(
+            store,
+            InMemoryBus(),
+            clock,
+            setup.policy,
+            driver.SCHEDULER,
+            customers=customers,
+            catalogue=CATALOGUE,
+        )
+        other = dataclasses.replace(driver.ORDER, order_id="o-0", fingerprint="other")
+        await submit_order(deps, other, workflow=setup.workflow)
+        submitted = await submit_order(deps, driver.ORDER, workflow=setup.workflow)
+        assert submitted.process is not None
+        assert driver.key(submitted.process) == first.process_key
+        due = setup.policy.pending_timeout.total_seconds() + line.HOLD.total_seconds()
+        clock.advance(due)
+        now = driver.tick(clock.now())
+        waiting = dataclasses.replace(first, now=now)
+        for promoted in (False, True):
+            if promoted:
+                await ledger.leave(driver.ORDER.customer_id, "o-0", driver.FAIR_SHARE, clock.now())
+            process = await _stored(store)
+            await store.watch(process.order_id, clock.now(), replace=True)
+            (entry,) = [e for e in await store.due(clock.now(), 10) if e.order_id == "o-1"]
+            await supervisor._check(deps, entry, supervisor.SweepReport(), lambda _: False)
+            expected = waiting.domain.sweep(process, now, None, in_line=not promoted)
+            _same(
+                dataclasses.replace(waiting, process=process),
+                "sweep",
+                await _stored(store),
+                expected,
+            )
+
+    asyncio.run(run())

@@ -33,6 +33,14 @@ FAILED_SENDS = BOUNDS["failed-sends"]
 """Sends failing after the request went out or before it, then `undelivered`."""
 EVERYTHING = BOUNDS["everything"]
 """Duplicated and lost replies, step heartbeats and limit holds as well."""
+OPS = BOUNDS["ops"]
+"""A dropped version, bulk actions, reconciliation, archive and the id sent again, an
+operator's approval, a sweep in our own outage, and a neighbour order's keys."""
+FAIR = BOUNDS["fair"]
+"""The order waits in its customer's line behind another of its orders."""
+OPS_DEPTH = 4
+OPS_SETUPS = ("order-fulfilment/compensate/no-abandon", "reviewed-order/hold")
+"""One with a service without abandon, one with an approval (the operator's route)."""
 SMALL = {"": 5, "no-abandon": 4, "shared-keys": 4}
 """Each setup's depth in CI: as shipped, and the variants."""
 
@@ -50,6 +58,11 @@ CI = [
         pytest.param("core", CORE, s, _small(n), id=f"{n}-depth-{_small(n)}")
         for n, s in SETUPS.items()
     ),
+    *(
+        pytest.param("ops", OPS, SETUPS[n], OPS_DEPTH, id=f"ops-{n}-depth-{OPS_DEPTH}")
+        for n in OPS_SETUPS
+    ),
+    pytest.param("fair", FAIR, DEFAULT, 6, id="fair-depth-6"),
 ]
 DEEP = [
     pytest.param("core", CORE, DEFAULT, 12, id="core-depth-12"),
@@ -61,6 +74,8 @@ DEEP = [
         for n, s in SETUPS.items()
         if n.count("/") == 1
     ),
+    *(pytest.param("ops", OPS, s, 8, id=f"ops-{n}-depth-8") for n, s in SETUPS.items()),
+    pytest.param("fair", FAIR, DEFAULT, 10, id="fair-depth-10"),
 ]
 
 

@@ -93,8 +93,10 @@ def hasty_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
     as a naive implementation would."""
     cancel = driver.Domain.cancel
 
-    def hasty(self: driver.Domain, process: OrderProcess, now: int) -> Effects | None:
-        effects = cancel(self, process, now)
+    def hasty(
+        self: driver.Domain, process: OrderProcess, now: int, gone: bool = False
+    ) -> Effects | None:
+        effects = cancel(self, process, now, gone)
         if effects is None:
             return None
         step = self.steps[0]

@@ -6,9 +6,10 @@ A handler is a rule of shared/domain/machine/ taken in one ProcessState (the sta
 before) that made a transition. HANDLERS lists them; tests/model/driver.py records
 each one an exploration reaches (`REACHED`). The explorations are small: each shipped
 workflow under both policies at a small depth, two lean and deeper ones with liveness
-(its operator reaches the held orders), and everything at a small depth. An event
-kept by an order held in Error is reached only deeper (a held reviewed-order is 10
-events in): docs/explorer.md.
+(its operator reaches the held orders), everything at a small depth, and the ops and
+fair bounds (a dropped version held by the Supervisor, bulk actions, reconciliation,
+archive, the customer's line). An event kept by an order held in Error is reached only
+deeper (a held reviewed-order is 10 events in): docs/explorer.md.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from tests.model.world import BOUNDS, OrderWorld
 
 LEAN = 10
 CORE = 5
+OPS = 4
+FAIR = 6
 HELD = ("order-fulfilment/hold", "scheduled-delivery/compensate")
 """Lean and deep enough to hold an order in Error (liveness's operator then resubmits
 and cancels it) and to fire a timer."""
@@ -58,6 +61,8 @@ HANDLERS: frozenset[tuple[str, ProcessState]] = frozenset(
         ("migrate", P.PROCESSING),
         ("heartbeat", P.PROCESSING),
         ("hold", P.PROCESSING),
+        ("version gone", P.PENDING),
+        ("version gone", P.PROCESSING),
     }
 )
 
@@ -73,6 +78,8 @@ def reach() -> set[tuple[str, str]]:
         checks = (*INVARIANTS, liveness.invariant(setup))
         explore(OrderWorld(BOUNDS["lean"], setup), checks, LEAN, signature)
     explore(OrderWorld(BOUNDS["everything"], DEFAULT), INVARIANTS, 5, signature)
+    explore(OrderWorld(BOUNDS["ops"], DEFAULT), INVARIANTS, OPS, signature)
+    explore(OrderWorld(BOUNDS["fair"], DEFAULT), INVARIANTS, FAIR, signature)
     return set(driver.REACHED)
 
 

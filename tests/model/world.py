@@ -21,8 +21,19 @@ happen next, ours and the environment's alike:
   rejected), early, late or twice;
 - a service without abandon applies a request after its live time (the residual risk);
 - an agent's call beats (a step heartbeat), or a limit holds a request before it starts;
+- a sweep finds a deadline that passed in an outage of our own broker or store;
 - time jumps to the next instant at which something changes (a deadline, an ask-at, a
-  complete-by, a window's end, a delayed nudge), not tick by tick.
+  complete-by, a window's end, a delayed nudge), not tick by tick;
+- a deploy drops the order's workflow version from the catalogue (and an operator puts
+  it back); a bulk job acts on the order (cancel, suspend, resume, resubmit, migrate);
+- reconciliation runs over the finished order once nothing sent can apply any more (its
+  runs are hourly, a complete-by is seconds), asking the services, alerting and undoing;
+- the finished order is archived (its retention long past: no request can apply any
+  more, even late), and its id is sent to the intake again, with its body or another.
+
+A second order of another customer (`driver.NEIGHBOUR`), finished at the same services,
+is in the ledger from the start where the bound says so: nothing this order does may
+touch its keys.
 
 A lost request is one that never arrives: arrival is optional at every step and a
 request drops off the wire when its window ends.
@@ -31,10 +42,10 @@ The workflow, the policy and the services come from the setup (tests/model/setup
 every shipped workflow, both ExhaustedPolicy values, services with and without abandon,
 and two services sharing one key space (the ledger is kept per key space).
 
-Not modelled: sweeps during an outage of our own broker or store (recover's
-count=False), a crash between a save and its sends, dropped versions, archive,
-bulk actions, and a second order. Time is absolute (ticks from t0), so a story that
-starts late (a nudge held back until the Pending deadline) is explored again, shifted.
+Not modelled: a crash between a save and its sends, and a second order whose steps run
+at the same time as this one's (the neighbour is finished; the customer's other order
+is seen only as it ends). Time is absolute (ticks from t0), so a story that starts late
+(a nudge held back until the Pending deadline) is explored again, shifted.
 """
 
 from __future__ import annotations
@@ -42,10 +53,11 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field, replace
 
+from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import OrderProcess
 from tests.model import driver
 from tests.model.driver import Domain
-from tests.model.provider import KeyStatus, Provider
+from tests.model.provider import Entry, KeyStatus, Provider
 from tests.model.setups import DEFAULT, Setup
 from tests.model.wire import Answer, Effects, Question, Reply, Request
 
@@ -58,6 +70,13 @@ _ANSWER_OF = {
     KeyStatus.ABANDONED: Answer.ABANDONED,
 }
 """What a service answers `GET /operations/{key}` with, for each state of the key."""
+
+
+def _truth(world: World, agent: str, key: str) -> RemoteOutcome:
+    """What `agent`'s service truthfully answers about `key` now."""
+    entry = world.provider.get(world.space(agent), key)
+    undone = entry.undone if entry.undoes is not None else None
+    return driver.outcome(_ANSWER_OF[entry.status], key, undone)
 
 
 @dataclass(frozen=True)
@@ -92,13 +111,58 @@ class Bounds:
     """Step heartbeats from an agent whose call runs (needs the policy's step_max)."""
     holds: bool = False
     """A limit holding a request before its call starts (machine/hold.py)."""
+    drops: bool = False
+    """May a deploy drop the order's workflow version from the catalogue (once)?"""
+    bulk: frozenset[str] = frozenset()
+    """Bulk actions a job may take on the order (each counts as an operator move)."""
+    reconcile: bool = False
+    """Does reconciliation run over the finished order?"""
+    archive: bool = False
+    """Is the finished order archived, and its id sent to the intake again?"""
+    neighbour: bool = False
+    """Is a second, finished order's effect in the ledger at the same services?"""
+    outages: bool = False
+    """May a sweep find a deadline that passed in an outage of our own broker or store
+    (recover's count=False: nothing asked, nothing counted)?"""
+    fair_share: bool = False
+    """Does the order start in its customer's line, behind another of its orders that
+    runs (FairShareRunningPerCustomer=1), promoted when that one ends?"""
+    operator_approvals: bool = False
+    """May an operator answer an approval (the approval route), and are malformed
+    events tried (each must be refused, changing nothing)?"""
 
 
 MIGRATING = frozenset({"cancel", "suspend", "resume", "resubmit", "drain", "undrain", "migrate"})
+BULK = frozenset({"cancel", "suspend", "resume", "resubmit", "migrate"})
 BOUNDS = {
     "core": Bounds(duplicates=False, lost_replies=False, send_failures=False, operator=MIGRATING),
     "failed-sends": Bounds(duplicates=False, lost_replies=False, rejectable=frozenset()),
     "everything": Bounds(heartbeats=True, holds=True),
+    "ops": Bounds(
+        rejectable=frozenset(),
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        operator=MIGRATING | {"restore"},
+        events=1,
+        drops=True,
+        bulk=BULK,
+        reconcile=True,
+        archive=True,
+        neighbour=True,
+        operator_approvals=True,
+        outages=True,
+    ),
+    "fair": Bounds(
+        rejectable=frozenset(),
+        drainable=(),
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        operator_actions=1,
+        events=1,
+        fair_share=True,
+    ),
     "lean": Bounds(
         rejectable=frozenset(),
         drainable=(),
@@ -122,7 +186,10 @@ BOUNDS = {
         unanswered=False,
     ),
 }
-"""The named bounds the tests and `python -m tests.model` explore. `lean` leaves the
+"""The named bounds the tests and `python -m tests.model` explore. `ops` adds what
+operators and deploys do around an order (a dropped version, bulk actions,
+reconciliation, archive and the id sent again, a neighbour order); `fair` starts the
+order in its customer's line. `lean` leaves the
 environment only timeouts, the Supervisor's answers and one event, so it reaches deep
 (the last step of a four-step workflow, exhausted) where liveness brings in the
 operator. `deep` leaves it less still (a request is served at once or lost, every
@@ -166,6 +233,17 @@ class World:
     alerted: frozenset[str] = frozenset()
     """Operator alerts raised since the first late apply (all of them before it)."""
     events_sent: int = 0
+    gone: bool = False
+    """The catalogue no longer keeps the order's workflow version."""
+    dropped: bool = False
+    """A deploy dropped it in this trace (at most once)."""
+    archived: bool = False
+    resent: int = 0
+    """Times the archived order's id was sent to the intake again."""
+    reused: bool = False
+    """The intake created a new order under the archived id (finding H)."""
+    in_line: bool = False
+    """The customer ledger holds the order in its customer's line (not yet promoted)."""
     # What the last event did; read by the invariants, left out of the key.
     just_sent: tuple[Request, ...] = ()
     notes: tuple[str, ...] = ()
@@ -215,10 +293,16 @@ class OrderWorld:
         self.setup = setup
         self.domain = Domain(setup)
         self._late = frozenset(setup.space(a) for a in setup.agents if not setup.abandons(a))
+        self._malformed: set[Hashable] = set()
+        """Shapes of the order (state, step, events kept) malformed events were tried on."""
 
     def initial(self) -> World:
-        effects = self.domain.start()
-        world = World(0, effects.process, driver.key(effects.process), self.domain)
+        fair = self.bounds.fair_share
+        effects = self.domain.start(in_line=fair)
+        world = World(0, effects.process, driver.key(effects.process), self.domain, in_line=fair)
+        if self.bounds.neighbour:
+            done = [Entry(space, key, KeyStatus.APPLIED) for space, key in self.domain.neighbour]
+            world = replace(world, provider=Provider(tuple(sorted(done))))
         return self._take(world, effects, ())
 
     def key(self, world: World) -> Hashable:
@@ -238,6 +322,12 @@ class OrderWorld:
             world.late_applied,
             world.alerted,
             world.events_sent,
+            world.gone,
+            world.dropped,
+            world.archived,
+            world.resent,
+            world.reused,
+            world.in_line,
         )
 
     def successors(self, world: World) -> Iterator[tuple[str, World]]:
@@ -249,6 +339,10 @@ class OrderWorld:
         yield from self._operator(world)
         yield from self._outside(world)
         yield from self._agents(world)
+        yield from self._deploys(world)
+        yield from self._customers(world)
+        yield from self._reconciler(world)
+        yield from self._archiver(world)
         yield from self._clock(world)
 
     # --- the order's own moves ----------------------------------------------------
@@ -306,7 +400,7 @@ class OrderWorld:
         if world.due_nudges == 0:
             return
         consumed = replace(world, due_nudges=world.due_nudges - 1)
-        effects = self.domain.claim(world.process, world.now, world.drained)
+        effects = self.domain.claim(world.process, world.now, world.drained, world.gone)
         if effects is None:
             yield "nudge (stale)", replace(consumed, notes=("claim: nothing to do",))
         else:
@@ -324,7 +418,11 @@ class OrderWorld:
                 if not reply.succeeded and not reply.request.undo:
                     failed = (world.space(reply.request.agent), reply.request.key)
                     after = replace(after, told_not_applied=after.told_not_applied | {failed})
-                effects = self.domain.reply(world.process, reply, world.now, world.drained)
+                effects = self.domain.reply(
+                    world.process, reply, world.now, world.drained, world.gone
+                )
+                if world.archived:
+                    effects = None  # unknown order: dead-lettered
                 if effects is None:
                     yield label, replace(after, notes=("reply: stale, ignored",))
                 else:
@@ -334,8 +432,25 @@ class OrderWorld:
 
     def _supervisor(self, world: World) -> Iterator[tuple[str, World]]:
         domain = self.domain
-        if not domain.due(world.process, world.now):
+        if world.archived or not domain.due(world.process, world.now):
             return
+        if self.bounds.fair_share and not world.in_line and driver.in_line(world.process):
+            # Promoted, its nudge lost: released and nudged (nothing asked).
+            effects = domain.sweep(world.process, world.now, None, in_line=False)
+            if effects is not None:
+                yield "sweep: promoted", self._take(world, effects, ())
+            return
+        if world.in_line:
+            return  # its turn has not come: the check moves to its hold, nothing changes
+        if world.gone:
+            held = domain.sweep(world.process, world.now, None, gone=True)
+            assert held is not None
+            yield "sweep: version gone", self._take(world, held, ())
+            return
+        if self.bounds.outages:
+            outage = domain.sweep(world.process, world.now, None, counted=False)
+            if outage is not None:
+                yield "sweep in our outage", self._take(world, outage, ())
         question = domain.question(world.process, world.drained) if self.bounds.answers else None
         if question is None:
             effects = domain.sweep(world.process, world.now, None)
@@ -385,10 +500,14 @@ class OrderWorld:
             yield Answer.UNKNOWN, world, f"  {agent} gives no answer about {key}"
 
     def _operator(self, world: World) -> Iterator[tuple[str, World]]:
-        if world.operator_moves >= self.bounds.operator_actions:
+        allowed = self.bounds.operator
+        if world.gone and "restore" in allowed:
+            # A deploy, not a move on the order: free, like a resume.
+            back = ("the version is back in the catalogue",)
+            yield "restore the version", replace(world, gone=False, notes=back)
+        if world.operator_moves >= self.bounds.operator_actions or world.archived:
             return
         moved = replace(world, operator_moves=world.operator_moves + 1)
-        allowed = self.bounds.operator
         domain = self.domain
         moves = (
             ("cancel", domain.cancel),
@@ -400,9 +519,13 @@ class OrderWorld:
         for name, move in moves:
             if name not in allowed:
                 continue
-            effects = move(world.process, world.now)
+            effects = move(world.process, world.now, world.gone)
             if effects is not None:
                 yield name, self._take(world if name == "resume" else moved, effects, ())
+        for action in sorted(self.bounds.bulk):
+            effects = domain.bulk(world.process, action, world.now, world.gone)
+            if effects is not None:
+                yield f"bulk {action}", self._take(moved, effects, ())
         if driver.finished(world.process) is not None:
             return
         for agent in self.bounds.drainable:
@@ -419,6 +542,7 @@ class OrderWorld:
         one sent (same id)."""
         if world.events_sent >= self.bounds.events or driver.finished(world.process):
             return
+        gone = world.gone
         counted = replace(world, events_sent=world.events_sent + 1)
         fresh = f"e-{world.events_sent + 1}"
         for name in self.domain.events:
@@ -426,22 +550,33 @@ class OrderWorld:
                 (True, False) if name in self.domain.approvals else (None,)
             )
             for approved in choices:
-                effects = self.domain.event(world.process, world.now, fresh, name, approved)
+                effects = self.domain.event(world.process, world.now, fresh, name, approved, gone)
                 if effects is None:
                     continue
                 how = "" if approved is None else " approved" if approved else " rejected"
                 yield f"event {name}{how} ({fresh})", self._take(counted, effects, ())
+        if self.bounds.operator_approvals and self.domain.approvals:
+            state = world.process.state
+            shape = (state.process_state, state.current_step, len(state.events))
+            if not gone and shape not in self._malformed:
+                self._malformed.add(shape)
+                assert self.domain.refuses_malformed(world.process, world.now), shape
+            for approved in (True, False):
+                effects = self.domain.approve(world.process, world.now, fresh, approved, gone)
+                if effects is not None:
+                    how = "approves" if approved else "rejects"
+                    yield f"operator {how} ({fresh})", self._take(counted, effects, ())
         if world.events_sent:
             last = f"e-{world.events_sent}"
             for name in self.domain.events:
-                again = self.domain.event(world.process, world.now, last, name, True)
+                again = self.domain.event(world.process, world.now, last, name, True, gone)
                 if again is not None:  # a repeat must change nothing
                     yield f"event {name} again ({last})", self._take(counted, again, ())
 
     def _agents(self, world: World) -> Iterator[tuple[str, World]]:
         """An agent whose call runs beats (its step's complete-by moves with it); a limit
         holds a request before its call starts (its complete-by moves by the wait)."""
-        if self.bounds.heartbeats:
+        if self.bounds.heartbeats and not world.archived:
             for request in sorted(world.calls):
                 if request.undo:
                     continue
@@ -449,9 +584,10 @@ class OrderWorld:
                 if effects is not None:
                     moved = self._extend(world, request, effects, in_calls=True)
                     yield f"heartbeat {request.describe()}", moved
-        if self.bounds.holds:
+        if self.bounds.holds and not world.archived:
             for request in sorted(world.wire):
-                effects = self.domain.hold(world.process, request, driver.HOLD_WAIT, world.now)
+                waited = self.domain.limit_wait(request, world.now, concurrent=request.undo)
+                effects = self.domain.hold(world.process, request, waited, world.now)
                 if effects is not None:
                     moved = self._extend(world, request, effects, in_calls=False)
                     yield f"hold {request.describe()}", moved
@@ -476,6 +612,82 @@ class OrderWorld:
             provider=provider,
             notes=(effects.summary,),
         )
+
+    def _deploys(self, world: World) -> Iterator[tuple[str, World]]:
+        """A deploy whose catalogue no longer keeps the order's version (once a trace)."""
+        if not self.bounds.drops or world.dropped or world.archived:
+            return
+        if driver.finished(world.process) is not None:
+            return
+        version = world.process.state.workflow_version
+        dropped = replace(world, gone=True, dropped=True, notes=(f"v{version} dropped",))
+        yield f"deploy without v{version}", dropped
+
+    def _customers(self, world: World) -> Iterator[tuple[str, World]]:
+        """The customer's other order comes to rest: this one is promoted, and its nudge
+        sent, or lost (a crash between the ledger's leave and the send)."""
+        if not world.in_line:
+            return
+        promoted = self.domain.promoted(world.process, world.now)
+        yield "neighbour ends: promoted", self._take(replace(world, in_line=False), promoted, ())
+        lost = replace(world, in_line=False, notes=("promoted, its nudge lost",))
+        yield "neighbour ends: promoted, nudge lost", lost
+
+    def _reconciler(self, world: World) -> Iterator[tuple[str, World]]:
+        """Reconciliation over the finished order, once nothing sent can apply (an
+        hourly run, against complete-bys of seconds): the services' true answers."""
+        if not self.bounds.reconcile or world.archived or not world.quiet():
+            return
+        if driver.finished(world.process) is None:
+            return
+
+        effects = self.domain.reconcile(
+            world.process, world.now, lambda agent, key: _truth(world, agent, key)
+        )
+        if effects is not None:
+            yield "reconcile", self._take(world, effects, ())
+
+    def _archiver(self, world: World) -> Iterator[tuple[str, World]]:
+        """The archiver takes the finished order (its retention long past, so no request
+        of it can apply any more, even late); then its id is sent to the intake again.
+        Where reconciliation runs, the order is archived only once it finds nothing to
+        say: the model assumes a run checked the order within its retention, which the
+        real runs do only for a sample (docs/explorer.md)."""
+        if not self.bounds.archive:
+            return
+        if not world.archived:
+            if driver.finished(world.process) is None or not world.quiet():
+                return
+            if self.bounds.reconcile and self.domain.reconcile(
+                world.process, world.now, lambda agent, key: _truth(world, agent, key)
+            ):
+                return  # reconciliation checks it before its retention passes (see below)
+            settled = Provider(tuple(replace(e, late=False) for e in world.provider.entries))
+            yield (
+                "archive",
+                replace(
+                    world,
+                    archived=True,
+                    provider=settled,
+                    due_nudges=0,
+                    later_nudges=frozenset(),
+                    replies=frozenset(),
+                    notes=("archived: its mark holds the id",),
+                ),
+            )
+            return
+        if world.resent >= 1:
+            return
+        for same in (True, False):
+            said = self.domain.submit_again(world.process, world.now, same)
+            body = "its body" if same else "another body"
+            after = replace(
+                world, resent=world.resent + 1, reused=world.reused or said == "created"
+            )
+            yield (
+                f"submit {driver.ORDER.order_id} again with {body}: {said}",
+                replace(after, notes=(f"intake: {said}",)),
+            )
 
     # --- the environment ------------------------------------------------------------
 
