@@ -181,7 +181,7 @@ class RemoteFaults:
     to payment-secondary (or a compensation skips it); then the held request applies.
     The system must heal it: alerted and undone (reconciliation, or the late reply's
     path), or, for a step nothing can undo, alerted and held."""
-    late_rate: float = 0.05
+    late_rate: float = 0.15
     late_seconds: float = 8.0
     """Longer than the step timeout plus `Timings.clock_skew_seconds` and a sweep."""
 
@@ -459,7 +459,7 @@ def quick(seed: int = 7, orders: int = 60) -> ChaosConfig:
             hang_rate=0.02,
             hang_seconds=6.0,
             apply_then_hang_rate=0.05,
-            late_rate=0.1,
+            late_rate=0.15,
         ),
         broker=BrokerFaults(duplicate_rate=0.05, drop_rate=0.01, delay_rate=0.05, delay_ms=1500),
         infra=InfraFaults(broker_outages=(6.0,), azurite_outages=(4.0,)),

@@ -758,20 +758,18 @@ def late_applies_healed(obs: Observations) -> InvariantResult:
         if holder == service and do.operation in _completed(process.history):
             continue  # the order's own effect: it holds the step there
         if state is ProcessState.ERROR:
-            continue  # held, with its alert; judged again once an operator finishes it
+            continue  # held, with its alert: judged again once an operator finishes it
         if workflow.steps[index].compensation is not None:
             violations.append(
                 f"{do.order_id}: {do.operation} arrived late at {service} and applied "
                 f"({state.value}, step held at {holder}); still in force, never undone "
                 f"(alerts: {sorted(alerted.get(do.order_id, ()))})"
             )
-        elif not alerted.get(do.order_id) or (
-            not state.is_final and state is not ProcessState.ERROR
-        ):
+        elif not alerted.get(do.order_id):
             violations.append(
                 f"{do.order_id}: {do.operation} (no undo) arrived late at {service} and "
-                f"applied; {state.value}, alerts {sorted(alerted.get(do.order_id, ()))}: "
-                "expected alerted, and held in Error unless finished"
+                f"applied; {state.value}, never alerted: nothing can undo it, so an "
+                "operator must be told"
             )
     return _result(
         "late applies healed: alerted and undone, or alerted and held; nothing else",

@@ -42,7 +42,7 @@ from shared.domain.model import (
     StateRecord,
     StepRecord,
 )
-from shared.domain.reconcile import FINISHED
+from shared.domain.reconcile import FINISHED, MISMATCH_REASON
 from shared.domain.workflow import Workflow
 from tests.builders import a_policy, a_reply
 from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT, REVIEWED_ORDER, SCHEDULED_DELIVERY
@@ -1280,7 +1280,7 @@ def test_a_cancelled_order_whose_skipped_charge_applied_late_is_healed_by_reconc
         _late(effect("c-1", "charge-payment")),
         effect("c-1", "refund-payment"),
     ]
-    mismatch = Alert("c-1", invariants.MISMATCH_REASON, 0, "charge still applied")
+    mismatch = Alert("c-1", MISMATCH_REASON, 0, "charge still applied")
     obs = observe([process], found, alerts=[mismatch])
     obs = replace(obs, reconcile_mismatches=(1, 0))
 
@@ -1311,3 +1311,36 @@ def test_a_limited_service_may_see_its_limit_plus_ten_percent_and_no_more() -> N
     assert invariants.own_limits_hold(over).violations == (
         "notifications: 5 calls in one second, limit 3/s (at most 4)",
     )
+
+
+def test_a_late_step_nothing_undoes_must_at_least_be_alerted() -> None:
+    """A pivot whose request arrived late after its order compensated: nothing can take
+    it back (the net-effect and step-kind checks fail the order anyway), and the late
+    check wants an operator told."""
+    events = [
+        ("step-completed", "reserve-inventory"),
+        ("step-completed", "charge-payment"),
+        ("step-failed", "create-shipment: not applied"),
+        ("step-compensated", "charge-payment"),
+        ("step-compensated", "reserve-inventory"),
+        ("compensated", ""),
+    ]
+    process = replace(
+        a_process("x-1", ProcessState.COMPENSATED, events, workflow=EXPRESS),
+        steps=tuple(StepRecord(s, agent=SERVICE[s]) for s in EXPRESS_STEPS),
+    )
+    found = [
+        effect("x-1", "reserve-inventory"),
+        effect("x-1", "charge-payment"),
+        effect("x-1", "refund-payment"),
+        effect("x-1", "release-inventory"),
+        _late(effect("x-1", "create-shipment")),
+    ]
+    silent = observe([process], found)
+    told = replace(silent, alerts=(Alert("x-1", "applied-after-settled", 0, "shipment late"),))
+
+    assert invariants.late_applies_healed(silent).violations == (
+        "x-1: create-shipment (no undo) arrived late at shipping and applied; Compensated, "
+        "never alerted: nothing can undo it, so an operator must be told",
+    )
+    assert invariants.late_applies_healed(told).passed
