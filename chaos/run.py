@@ -784,8 +784,8 @@ async def _observe(
 
 
 HELD_PATIENCE_SECONDS = 60.0
-RECONCILE_RUNS = 5
-RECONCILE_PAUSE_SECONDS = 3.0
+RECONCILE_RUNS = 6
+RECONCILE_PAUSE_SECONDS = 6.0
 """Between two reconciliation runs: its undos are messages to the agents, not awaited."""
 
 
