@@ -13,7 +13,7 @@ from typing import Any
 
 from devhost.harness.stack import timing_settings
 from shared.catalogue import catalogue_file, load
-from shared.contract import Queue, agent_queue
+from shared.contract import AgentLimitSetting, Queue, Setting, agent_queue
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.workflow import Workflow
 
@@ -111,6 +111,12 @@ class Timings:
     supervisor_period_seconds: int = 1
     max_failure_count: int = 3
     broker_lock_seconds: float = 5.0
+    clock_skew_seconds: int = 1
+    """`ClockSkewSeconds`: a request is live until its complete-by plus this. Both
+    runtimes share one clock, so a small margin is safe here, and it opens the residual
+    window of docs/in-doubt.md a second after the complete-by: a request held on the
+    network longer (`RemoteFaults.late_rate`) reaches a provider without `abandon` after
+    the Supervisor settled its key as not applied."""
 
     @property
     def policy(self) -> ProcessPolicy:
@@ -154,7 +160,7 @@ class Timings:
             pending_timeout=self.pending_timeout_seconds,
             supervisor_period=self.supervisor_period_seconds,
             max_failure_count=self.max_failure_count,
-        )
+        ) | {Setting.CLOCK_SKEW_SECONDS: str(self.clock_skew_seconds)}
 
 
 @dataclass(frozen=True)
@@ -169,9 +175,19 @@ class RemoteFaults:
     apply_then_hang_rate: float = 0.02
     """Operations that apply and then hang for `hang_seconds`: the reply is lost though
     the effect happened, so the Supervisor's outcome query must find it applied."""
-    without_abandon: tuple[str, ...] = ("inventory",)
+    without_abandon: tuple[str, ...] = ("payment",)
     """Providers without `POST .../operations/{key}/abandon` (`abandonSupported: false`):
     for their steps "not applied" is final only once no request can still apply."""
+    late: tuple[str, ...] = ("payment",)
+    """Providers some of whose requests are held on the network past their live time
+    (`lateRate`): the residual risk of docs/in-doubt.md, which only a provider without
+    `abandon` has. The Supervisor settles such a key as not applied and moves the charge
+    to payment-secondary (or a compensation skips it); then the held request applies.
+    The system must heal it: alerted and undone (reconciliation, or the late reply's
+    path), or, for a step nothing can undo, alerted and held."""
+    late_rate: float = 0.15
+    late_seconds: float = 8.0
+    """Longer than the step timeout plus `Timings.clock_skew_seconds` and a sweep."""
 
     steady_slow: tuple[tuple[str, int], ...] = (("notifications", 1000),)
     """Providers slower by this many ms per call all through the load, well below the
@@ -188,6 +204,8 @@ class RemoteFaults:
             "latencyJitterMs": self.latency_jitter_ms,
             "applyThenHangRate": self.apply_then_hang_rate,
             "slowMs": slow_ms,
+            "lateRate": self.late_rate if service in self.late else 0.0,
+            "lateSeconds": self.late_seconds,
         } | self.cleared(service)
 
     def cleared(self, service: str) -> dict[str, Any]:
@@ -295,6 +313,9 @@ class Reviews:
     """Sent right after the submission's 202, before the order reaches its review."""
     reject_share: float = 0.25
     """Rejected (`approved: false`): the order compensates what came before."""
+    late_share: float = 0.3
+    """Answered once more, with a third eventId, after the order is final: too late, it
+    must be refused (409) and never kept."""
     second_id_share: float = 0.4
     """Followed by a second eventId with the opposite answer: the first one decides."""
     within_seconds: float = 3.0
@@ -305,6 +326,31 @@ class Reviews:
     outage_patience_seconds: float = 15.0
     """...for this long at most (the load may have no outage left)."""
     poll_seconds: float = 0.5
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Our own limits, on as a deployment sets them (docs/limits.md, docs/fairness.md):
+    agents' `callsPerSecond` tight enough that bursts wait for slots (a far slot hands
+    the request back to the broker with a hold, shared/usecases/rate_slot.py), and each
+    customer's fair share and intake quota (the load's 50 customers overlap)."""
+
+    calls_per_second: tuple[tuple[str, int], ...] = (("shipping", 10), ("notifications", 3))
+    fair_share_running: int = 3
+    """`FairShareRunningPerCustomer`: the rest of a customer's orders wait in its line."""
+    intake_max_pending: int = 10
+    """`IntakeMaxPendingPerCustomer`: past it the intake answers 429, sent again later."""
+
+    def settings(self) -> dict[str, str]:
+        found = {
+            AgentLimitSetting.CALLS_PER_SECOND.format(agent=agent): str(rate)
+            for agent, rate in self.calls_per_second
+        }
+        if self.fair_share_running:
+            found[Setting.FAIR_SHARE_RUNNING_PER_CUSTOMER] = str(self.fair_share_running)
+        if self.intake_max_pending:
+            found[Setting.INTAKE_MAX_PENDING_PER_CUSTOMER] = str(self.intake_max_pending)
+        return found
 
 
 @dataclass(frozen=True)
@@ -344,6 +390,7 @@ class ChaosConfig:
     suspends: Suspends = field(default_factory=Suspends)
     reviews: Reviews = field(default_factory=Reviews)
     schedules: Schedules = field(default_factory=Schedules)
+    limits: Limits = field(default_factory=Limits)
     resubmit_errors: bool = True
     """After checking, an operator resubmits the Error orders; checked again after."""
     monitor_seconds: float = 2.0
@@ -416,6 +463,7 @@ def quick(seed: int = 7, orders: int = 60) -> ChaosConfig:
             hang_rate=0.02,
             hang_seconds=6.0,
             apply_then_hang_rate=0.05,
+            late_rate=0.15,
         ),
         broker=BrokerFaults(duplicate_rate=0.05, drop_rate=0.01, delay_rate=0.05, delay_ms=1500),
         infra=InfraFaults(broker_outages=(6.0,), azurite_outages=(4.0,)),

@@ -31,6 +31,8 @@ SIMULATOR_KEYS = (
     "permanentFailures",
     "idempotentRepeats",
     "keyReuseRejections",
+    "lateArrivals",
+    "lateApplied",
 )
 BROKER_KEYS = (
     "sent",
@@ -96,7 +98,28 @@ def figures(
         broker=_sum(broker_stats, BROKER_KEYS),
         log_counts=dict(log_counts),
         events=event_figures(obs, event_answers or {}),
+        limits=limit_figures(obs),
     )
+
+
+def limit_figures(obs: Observations) -> dict[str, int]:
+    """What our own limits did: steps held for them (a hold's history entry), and the
+    most calls each limited service saw in one second against its limit."""
+    counts = {
+        "steps held (step-held)": sum(
+            1 for p in obs.processes.values() for h in p.history if h.event == "step-held"
+        ),
+        "orders waiting in their customer's line": sum(
+            1
+            for p in obs.processes.values()
+            for h in p.history
+            if h.event == "waiting-for-fair-share"
+        ),
+    }
+    for agent, rate in sorted(obs.limits.items()):
+        seen = obs.max_calls_in_one_second.get(agent, 0)
+        counts[f"{agent}: most calls in one second (limit {rate}/s)"] = seen
+    return counts
 
 
 def event_figures(obs: Observations, answers: Mapping[str, int]) -> dict[str, int]:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from chaos.model import Effect, InvariantResult, Observations, SentEvent
 from devhost.simulator.judge import InForce, OrderToJudge, Step, in_force, judge
 from shared.domain.failures import missed_complete_by
+from shared.domain.machine.forward import APPLIED_AFTER_SETTLED
 from shared.domain.model import HistoryEntry, ProcessState
 from shared.domain.outages import spared
 from shared.domain.reconcile import FINISHED, MISMATCH_REASON
@@ -33,6 +34,10 @@ HOLD_REASONS = frozenset(
         FAILED_PAST_PIVOT,
     }
 )
+HEAL_REASONS = frozenset({APPLIED_AFTER_SETTLED, "applied-at-two-providers", MISMATCH_REASON})
+"""The alerts that say an effect was found in force where the order says none should
+be (a late success reply, or reconciliation), and that it was undone there or, with no
+undo in the catalogue, left for an operator."""
 PAST_PIVOT_ANSWER = "409 past-pivot"
 """An operator cancel refused because the order's pivot may have applied."""
 
@@ -97,9 +102,10 @@ def net_effect_judged(obs: Observations) -> InvariantResult:
     Compensated or Cancelled order nothing anywhere. The ledger's order counts: an undo
     that found nothing to undo before its do applied leaves the do in force.
 
-    Every terminal order is judged: the checks run after convergence and the settle
-    wait, when no request sent for an order can still apply (the longest, a slow call,
-    lasts seconds; a hang before applying never applies)."""
+    Every terminal order is judged: the checks run after convergence, the settle wait
+    and every request held on the network has arrived, when no request sent for an
+    order can still apply (the longest, a slow call, lasts seconds; a hang before
+    applying never applies), and after reconciliation healed what it found."""
     by_workflow: dict[str, list[OrderToJudge]] = defaultdict(list)
     for order_id, p in sorted(obs.processes.items()):
         if p.state.process_state.is_terminal:
@@ -153,6 +159,7 @@ def compensations_exactly_for_completed_steps(obs: Observations) -> InvariantRes
     (`net_effect_judged`). An undo that found nothing to undo did not undo.
     """
     effects = _effects_by_order(obs.effects)
+    healed = _healed_late(obs)
     violations: list[str] = []
     for order_id, process in sorted(obs.processes.items()):
         workflow = obs.workflow_of(order_id)
@@ -169,7 +176,11 @@ def compensations_exactly_for_completed_steps(obs: Observations) -> InvariantRes
         completed = [s for s in _completed(process.history) if s in acting]
         compensated = _compensated(process.history)
         expected = completed[::-1]
-        calls = [e for e in effects.get(order_id, ()) if e.operation in undo_step]
+        calls = [
+            e
+            for e in effects.get(order_id, ())
+            if e.operation in undo_step and (e.service, e.idempotency_key) not in healed
+        ]
         undone = [undo_step[e.operation] for e in calls if e.applied == 1 and e.undone is not False]
         if compensated != expected[: len(compensated)]:
             violations.append(
@@ -204,11 +215,21 @@ def effects_match_history(obs: Observations) -> InvariantResult:
     """What the services did agrees with what the order records: nothing done unrecorded
     in a finished order, nothing recorded that was not done."""
     effects = _effects_by_order(obs.effects)
+    late = _late_dos(obs)
+    heals = _healed_late(obs)
+    healed = {(e.service, e.undoes) for e in obs.effects if (e.service, e.idempotency_key) in heals}
     violations: list[str] = []
     for order_id, process in sorted(obs.processes.items()):
         steps = _acting(obs.workflow_of(order_id))
         state = process.state.process_state
-        applied = {e.operation for e in effects.get(order_id, ()) if e.applied == 1}
+        applied = {
+            e.operation
+            for e in effects.get(order_id, ())
+            if e.applied == 1
+            and not (
+                (e.service, e.idempotency_key) in late and (e.service, e.idempotency_key) in healed
+            )
+        }
         done = [s for s in steps if s in applied]
         completed = [s for s in _completed(process.history) if s in steps]
         if missing := [s for s in completed if s not in applied]:
@@ -655,20 +676,137 @@ def shipments_wait_for_not_before(obs: Observations) -> InvariantResult:
 
 def finished_orders_reconcile(obs: Observations) -> InvariantResult:
     """Reconciliation after the load (every finished order against the services' keys,
-    through the app's own outcome queries) raises no mismatch alert."""
+    through the app's own outcome queries) raises a mismatch alert only for an order one
+    of whose requests arrived late (the residual risk it exists to heal), and once its
+    undos applied, a later run finds nothing: what it found was healed."""
+    late = {e.order_id for e in _late_dos(obs).values()}
     violations = [
-        f"{a.order_id}: reconciliation mismatch ({a.last_error})"
+        f"{a.order_id}: reconciliation mismatch ({a.last_error}), and no request of the "
+        "order arrived late"
         for a in obs.alerts
-        if a.reason == MISMATCH_REASON
+        if a.reason == MISMATCH_REASON and a.order_id not in late
     ]
     if obs.reconciled is None:
         violations.append("reconciliation could not be run after the load")
     finished = sum(1 for p in obs.processes.values() if p.state.process_state in FINISHED)
     if obs.reconciled is not None and obs.reconciled < min(finished, 1000):
         violations.append(f"reconciliation checked {obs.reconciled} of {finished} finished orders")
+    if obs.reconcile_mismatches and obs.reconcile_mismatches[-1]:
+        violations.append(
+            f"reconciliation still finds {obs.reconcile_mismatches[-1]} mismatch(es) after "
+            f"{len(obs.reconcile_mismatches)} runs (each run's: {list(obs.reconcile_mismatches)})"
+            ": what it found was not healed"
+        )
     return _result(
-        "finished orders agree with the services (reconciliation)", obs.reconciled or 0, violations
+        "finished orders agree with the services (reconciliation), once healed",
+        obs.reconciled or 0,
+        violations,
     )
+
+
+def late_applies_healed(obs: Observations) -> InvariantResult:
+    """The residual risk of docs/in-doubt.md, healed and nothing else: a request held on
+    the network past its live time at a provider without `abandon` (the simulator marks
+    the effect `arrivedLate`) may apply after the order settled its key as not applied.
+
+    Accepted, exactly: such an effect is the order's own (it holds the step there and
+    recorded it done), or it was undone there with an alert naming the order
+    (applied-after-settled, applied-at-two-providers, reconciliation-mismatch), or, for
+    a step nothing undoes, it is alerted and the order, if not finished, held in Error;
+    or the order is held in Error (alerted, `every_error_has_an_alert`): reconciliation
+    checks finished orders only, so its late effect is healed once an operator's resubmit
+    or cancel finishes it, and the check after the resubmits judges it again.
+    Refused: any of those alerts, or any undo the order's own compensation does not
+    account for, on an order none of whose requests arrived late (the system moved or
+    skipped a step whose request could still apply: that is no residual risk, it is a
+    bug); and a late effect left in force and unalerted."""
+    late = _late_dos(obs)
+    late_orders = {e.order_id for e in late.values()}
+    alerted: dict[str, set[str]] = defaultdict(set)
+    for alert in obs.alerts:
+        if alert.reason in HEAL_REASONS:
+            alerted[alert.order_id].add(alert.reason)
+    violations = [
+        f"{order_id}: alerted {sorted(reasons)}, yet no request of the order arrived late"
+        for order_id, reasons in sorted(alerted.items())
+        if order_id not in late_orders
+    ]
+    for undo in _heal_undos(obs):
+        do = late.get((undo.service, undo.undoes or ""))
+        if do is None:
+            violations.append(
+                f"{undo.order_id}: {undo.operation} at {undo.service} undid {undo.undoes}, "
+                "which the order does not account for and which came on time"
+            )
+        elif not alerted.get(undo.order_id):
+            violations.append(
+                f"{undo.order_id}: the late {do.operation} at {do.service} was undone "
+                "without an operator alert"
+            )
+    undone = {(e.service, e.undoes) for e in obs.effects if e.undoes and e.undone}
+    for (service, key), do in sorted(late.items()):
+        process = obs.processes.get(do.order_id)
+        if process is None or (service, key) in undone:
+            continue
+        workflow = obs.workflow_of(do.order_id)
+        index = workflow.index_of(do.operation)
+        if index is None or index >= len(process.steps):
+            violations.append(f"{do.order_id}: a late {do.operation}, not a step of the order")
+            continue
+        holder = process.steps[index].agent
+        state = process.state.process_state
+        if holder == service and do.operation in _completed(process.history):
+            continue  # the order's own effect: it holds the step there
+        if state is ProcessState.ERROR:
+            continue  # held, with its alert: judged again once an operator finishes it
+        if workflow.steps[index].compensation is not None:
+            violations.append(
+                f"{do.order_id}: {do.operation} arrived late at {service} and applied "
+                f"({state.value}, step held at {holder}); still in force, never undone "
+                f"(alerts: {sorted(alerted.get(do.order_id, ()))})"
+            )
+        elif not alerted.get(do.order_id):
+            violations.append(
+                f"{do.order_id}: {do.operation} (no undo) arrived late at {service} and "
+                f"applied; {state.value}, never alerted: nothing can undo it, so an "
+                "operator must be told"
+            )
+    return _result(
+        "late applies healed: alerted and undone, or alerted and held; nothing else",
+        len(late),
+        violations,
+    )
+
+
+def late_events_refused(obs: Observations) -> InvariantResult:
+    """An event sent after its order was final is refused (409) and never kept."""
+    violations: list[str] = []
+    for e in obs.late_events:
+        if e.answer != "409":
+            violations.append(
+                f"{e.order_id}: event {e.event_id} sent once final, answered {e.answer}"
+            )
+        process = obs.processes.get(e.order_id)
+        if process is not None and any(k.event_id == e.event_id for k in process.state.events):
+            violations.append(f"{e.order_id}: event {e.event_id} sent once final, yet kept")
+    return _result(
+        "events sent after the order was final refused", len(obs.late_events), violations
+    )
+
+
+def own_limits_hold(obs: Observations) -> InvariantResult:
+    """Each limited agent's service never saw more than its `callsPerSecond` in one
+    second, plus 10% (at least one call), as contract section 14 allows."""
+    violations = [
+        f"{agent}: {seen} calls in one second, limit {rate}/s (at most {_allowed(rate)})"
+        for agent, rate in sorted(obs.limits.items())
+        if (seen := obs.max_calls_in_one_second.get(agent, 0)) > _allowed(rate)
+    ]
+    return _result("our own callsPerSecond limits hold", len(obs.limits), violations)
+
+
+def _allowed(rate: int) -> int:
+    return rate + max(1, rate // 10)
 
 
 def rest_index_agrees_with_state_rows(obs: Observations) -> InvariantResult:
@@ -709,6 +847,9 @@ CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     accepted_events_kept,
     shipments_wait_for_not_before,
     finished_orders_reconcile,
+    late_applies_healed,
+    late_events_refused,
+    own_limits_hold,
     rest_index_agrees_with_state_rows,
 )
 
@@ -805,6 +946,55 @@ def _planned_failure(
 
 def _undo_steps(workflow: Workflow) -> dict[str, str]:
     return {s.compensation: s.name for s in workflow.steps if s.compensation}
+
+
+def _late_dos(obs: Observations) -> dict[tuple[str, str], Effect]:
+    """Do effects applied by a request that arrived late, by (service, key)."""
+    return {
+        (e.service, e.idempotency_key): e
+        for e in obs.effects
+        if e.arrived_late and e.applied and e.undoes is None
+    }
+
+
+def _heal_undos(obs: Observations) -> list[Effect]:
+    """Undos that undid something and that the order's own compensation does not account
+    for: at a provider other than the one holding the step, on a Processed order, or on
+    a Compensated or Cancelled order whose history never compensated that step. (An
+    undo on an order in Error at its holder is its own compensation's.)"""
+    found: list[Effect] = []
+    for e in obs.effects:
+        if not (e.undoes and e.applied and e.undone):
+            continue
+        process = obs.processes.get(e.order_id)
+        if process is None:
+            continue
+        workflow = obs.workflow_of(e.order_id)
+        step = _undo_steps(workflow).get(e.operation)
+        index = workflow.index_of(step) if step is not None else None
+        if step is None or index is None or index >= len(process.steps):
+            continue
+        state = process.state.process_state
+        holder = process.steps[index].agent
+        own = step in _compensated(process.history)
+        if (
+            holder != e.service
+            or state is ProcessState.PROCESSED
+            or (state in (ProcessState.COMPENSATED, ProcessState.CANCELLED) and not own)
+        ):
+            found.append(e)
+    return found
+
+
+def _healed_late(obs: Observations) -> set[tuple[str, str]]:
+    """(service, key) of the heal undos of late dos: left out of the checks that compare
+    an order's compensations with its history (the late check judges them)."""
+    late = _late_dos(obs)
+    return {
+        (e.service, e.idempotency_key)
+        for e in _heal_undos(obs)
+        if (e.service, e.undoes or "") in late
+    }
 
 
 def _effects_by_order(effects: Iterable[Effect]) -> dict[str, list[Effect]]:

@@ -49,6 +49,16 @@ class SentEvent:
 
 
 @dataclass(frozen=True)
+class LateEvent:
+    """An event the chaos reviewer sent after its order was final: it must be refused."""
+
+    order_id: str
+    event_id: str
+    answer: str
+    """How the route answered ("409", "202", ...)."""
+
+
+@dataclass(frozen=True)
 class Effect:
     """A row of the simulator's ledger: one (service, idempotency key)."""
 
@@ -65,6 +75,9 @@ class Effect:
     """A compensation's do key; None for a do."""
     undone: bool | None = None
     """A compensation's: True when it undid its do, False when it found nothing to undo."""
+    arrived_late: bool = False
+    """The call that settled the key had been held on the network past its caller's
+    deadline (the simulator's `lateRate`): the residual risk of docs/in-doubt.md."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Effect:
@@ -81,6 +94,7 @@ class Effect:
             abandoned=entry.abandoned,
             undoes=entry.undoes,
             undone=entry.undone,
+            arrived_late=bool(data.get("arrivedLate", False)),
         )
 
     @property
@@ -167,6 +181,16 @@ class Observations:
     rest_index: Mapping[str, tuple[ProcessState, ...]] | None = None
     """The rest index at the end: per order, the rest states it has an entry in (None:
     not read)."""
+    reconcile_mismatches: tuple[int, ...] = ()
+    """Mismatches found by each reconciliation run after the load, in order: the run is
+    repeated while it finds some (its undos are not awaited), so the last one says
+    whether what it found was healed."""
+    late_events: tuple[LateEvent, ...] = ()
+    """Events sent after their order was final."""
+    limits: Mapping[str, int] = field(default_factory=dict)
+    """The agents' `callsPerSecond` the runtimes were given, by agent."""
+    max_calls_in_one_second: Mapping[str, int] = field(default_factory=dict)
+    """The most calls each service saw in one second (the simulator's count)."""
 
     def decision(self, order_id: str) -> bool | None:
         """The approval the order's first accepted event carries (the one its review
@@ -215,6 +239,8 @@ class Figures:
     events: dict[str, int] = field(default_factory=dict)
     """Events sent by the chaos reviewer (answers, retries) and what the orders did
     with them (consumed, kept unconsumed)."""
+    limits: dict[str, int] = field(default_factory=dict)
+    """What our own limits did (holds, customers' lines, calls in a second)."""
 
 
 @dataclass(frozen=True)

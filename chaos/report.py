@@ -196,6 +196,8 @@ def figures_table(result: RunResult) -> Table:
     row("    of which after the effect was applied", "sim:transientErrorsAfterApply")
     row("  hangs injected", "sim:hangs")
     row("  apply-then-hang injected (effect applied, reply lost)", "sim:applyThenHangs")
+    row("  held on the network past their live time (late arrivals)", "sim:lateArrivals")
+    row("    of which applied when they arrived", "sim:lateApplied")
     row("outcome queries (in-doubt steps, then reconciliation)", "sim:queries")
     row("  idempotent replays", "sim:idempotentRepeats")
     row("  permanent rejections", "sim:permanentFailures")
@@ -213,6 +215,9 @@ def figures_table(result: RunResult) -> Table:
     names = list(dict.fromkeys(k for c in checks for k in c.figures.events))
     for name in names:
         table.add_row(f"events: {name}", *(str(c.figures.events.get(name, 0)) for c in checks))
+    limits = list(dict.fromkeys(k for c in checks for k in c.figures.limits))
+    for name in limits:
+        table.add_row(f"limits: {name}", *(str(c.figures.limits.get(name, 0)) for c in checks))
     reasons = sorted({r for c in checks for r in c.figures.alerts_by_reason})
     for reason in reasons:
         table.add_row(

@@ -38,6 +38,7 @@ from chaos.model import (
     Check,
     Convergence,
     Figures,
+    LateEvent,
     Observations,
     PlannedOrder,
     SentEvent,
@@ -85,6 +86,8 @@ class RunResult:
     """Operator suspends and resumes by answer ("suspend 202", "resume 409", ...)."""
     events: list[SentEvent] = field(default_factory=list)
     """Events the chaos reviewer got a 202 for (each eventId once)."""
+    late_events: list[LateEvent] = field(default_factory=list)
+    """Events sent after their order was final (each must be refused)."""
     event_answers: Counter[str] = field(default_factory=Counter)
     """The reviewer's sends by how they ended ("202", "409", "failed"...) and its
     retries ("retried 503", "retried no answer")."""
@@ -484,6 +487,8 @@ class ReviewPlan:
     most); None: not held back."""
     delay: float
     """How long after the order was seen waiting (not early)."""
+    late: bool = False
+    """Then, once the order is final, a third eventId: too late, it must be refused."""
 
 
 def plan_reviews(config: ChaosConfig, planned: Sequence[PlannedOrder]) -> dict[str, ReviewPlan]:
@@ -491,6 +496,7 @@ def plan_reviews(config: ChaosConfig, planned: Sequence[PlannedOrder]) -> dict[s
     approval step (seeded)."""
     reviews = config.reviews
     rng = random.Random(config.seed * 7919 + 4)
+    late_rng = random.Random(config.seed * 7919 + 5)  # its own: the other draws stay
     approvals = {w.name: s.event for w in config.mix for s in w.steps if s.approval and s.event}
     plan: dict[str, ReviewPlan] = {}
     for p in planned:
@@ -503,6 +509,7 @@ def plan_reviews(config: ChaosConfig, planned: Sequence[PlannedOrder]) -> dict[s
                 second=rng.random() < reviews.second_id_share,
                 in_outage=rng.choice(OUTAGES) if rng.random() < reviews.in_outage_share else None,
                 delay=rng.uniform(0, reviews.within_seconds),
+                late=late_rng.random() < reviews.late_share,
             )
     return plan
 
@@ -524,6 +531,50 @@ async def _review(run: _Run, order_id: str, plan: ReviewPlan) -> None:
     if plan.second:
         second = f"{order_id}.review-2"
         await _send_event(run, order_id, plan, second, not plan.approved, early, 0)
+    if plan.late:
+        await _answer_late(run, order_id, plan)
+
+
+async def _answer_late(run: _Run, order_id: str, plan: ReviewPlan) -> None:
+    """Once the order is final (Processed, Compensated, Cancelled), answer its approval
+    again with a new eventId: the contract refuses it (409), and the order never keeps it.
+    An order held in Error is left alone (it is not final: an operator may resubmit it)."""
+    state = await _until_final(run, order_id)
+    if state is None or state == ProcessState.ERROR.value:
+        return
+    event_id = f"{order_id}.review-late"
+    data = {"approved": not plan.approved, "by": "chaos", "comment": "too late"}
+    names = list(RUNTIMES)
+    begun = time.monotonic()
+    attempt = 0
+    while time.monotonic() - begun < OPERATOR_PATIENCE_SECONDS:
+        app = run.system.app(run.session, names[attempt % len(names)])
+        attempt += 1
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            status, _ = await app.send_event(order_id, plan.event, event_id, data, timeout=15)
+            if status < 500:
+                run.result.late_events.append(LateEvent(order_id, event_id, str(status)))
+                run.result.event_answers[f"late {status}"] += 1
+                return
+        await asyncio.sleep(min(0.2 * attempt, 2.0))
+    run.result.event_answers["late failed"] += 1
+
+
+async def _until_final(run: _Run, order_id: str) -> str | None:
+    """Poll the order's view until it is final or in Error; its state, or None."""
+    begun = time.monotonic()
+    names = list(RUNTIMES)
+    attempt = 0
+    while time.monotonic() - begun < bound_seconds(run.config) + TERMINAL_GRACE_SECONDS:
+        app = run.system.app(run.session, names[attempt % len(names)])
+        attempt += 1
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            status, view = await app.view(order_id, timeout=10)
+            state = str(view.get("processState", "")) if status == 200 else ""
+            if state in FINAL_STATES:
+                return state
+        await asyncio.sleep(run.config.reviews.poll_seconds * 2)
+    return None
 
 
 async def _until_down(run: _Run, what: str, patience: float) -> None:
@@ -688,13 +739,14 @@ async def _observe(
     run: _Run, since: float, terminal_at: float | None
 ) -> tuple[Observations, Figures]:
     system = run.system
+    simulator = system.simulator(run.session)
+    await _until_none_held(run)
+    reconciled, mismatches = await _reconcile_until_healed(run)
     states = await run.reader.states()
     ids = {s.order_id for s in states} | set(run.accepted)
     processes = await run.reader.processes(ids)
     rest_index = await run.reader.rest_index()
-    simulator = system.simulator(run.session)
     effects = await collect.effects(simulator)
-    reconciled = await _reconcile(run)
     run.alerts.extend(await collect.drain_alerts(system.service_bus_connection_string))
     simulator_stats = await simulator.stats()
     broker_stats = await system.broker(run.session).stats()
@@ -717,15 +769,65 @@ async def _observe(
         cancel_answers={k: tuple(v) for k, v in run.result.cancel_answers.items()},
         events=tuple(run.result.events),
         rest_index=rest_index,
+        reconcile_mismatches=mismatches,
+        late_events=tuple(run.result.late_events),
+        limits=dict(run.config.limits.calls_per_second),
+        max_calls_in_one_second={
+            name: int(per.get("maxCallsInOneSecond", 0))
+            for name, per in simulator_stats.items()
+            if isinstance(per, dict)
+        },
     )
     logs = count_log_lines(system.runtime_logs())
     answers = run.result.event_answers
     return observations, figures(observations, simulator_stats, broker_stats, logs, answers)
 
 
-async def _reconcile(run: _Run) -> int | None:
+HELD_PATIENCE_SECONDS = 60.0
+RECONCILE_RUNS = 6
+RECONCILE_PAUSE_SECONDS = 6.0
+"""Between two reconciliation runs: its undos are messages to the agents, not awaited."""
+
+
+async def _until_none_held(run: _Run) -> None:
+    """Until no request is held on the network any more (`lateRate`): the judge must
+    see every late arrival applied, and reconciliation must find it."""
+    simulator = run.system.simulator(run.session)
+    begun = time.monotonic()
+    while time.monotonic() - begun < HELD_PATIENCE_SECONDS:
+        stats = await simulator.stats()
+        held = sum(int(p.get("heldNow", 0)) for p in stats.values() if isinstance(p, dict))
+        if held == 0:
+            return
+        await asyncio.sleep(1.0)
+    run.result.problems.append("requests still held on the network a minute after the load")
+
+
+async def _reconcile_until_healed(run: _Run) -> tuple[int | None, tuple[int, ...]]:
     """Reconciliation over the finished orders (the runtimes sample up to 1000), as an
-    operator would run it: its mismatches land on operator-alerts with the others."""
+    operator would run it: its mismatches land on operator-alerts with the others, and
+    it undoes what is in force where it should not be. Run again while a run finds a
+    mismatch (its undos are not awaited), a few times at most: the last run says
+    whether what it found was healed. The orders the first run checked, and each run's
+    mismatch count."""
+    found: list[int] = []
+    checked: int | None = None
+    for k in range(RECONCILE_RUNS):
+        answer = await _reconcile(run)
+        if answer is None:
+            break
+        orders, mismatches = answer
+        checked = orders if checked is None else checked
+        found.append(mismatches)
+        if not mismatches:
+            break
+        run.progress(f"reconciliation run {k + 1}: {mismatches} mismatch(es); again shortly")
+        await asyncio.sleep(RECONCILE_PAUSE_SECONDS)
+    return checked, tuple(found)
+
+
+async def _reconcile(run: _Run) -> tuple[int, int] | None:
+    """One run through `POST /api/reconcile`: orders checked and mismatches found."""
     name, _ = run.targets()[0]
     url = run.system.app(run.session, name).url(Route.RECONCILE)
     try:
@@ -737,7 +839,7 @@ async def _reconcile(run: _Run) -> int | None:
     except (aiohttp.ClientError, TimeoutError) as exc:
         run.progress(f"reconciliation failed: {type(exc).__name__}: {exc}")
         return None
-    return int(answer["orders"])
+    return int(answer["orders"]), len(answer.get("mismatches") or ())
 
 
 async def _resubmit_errors(run: _Run) -> None:

@@ -88,6 +88,7 @@ def chaos_stack(config: ChaosConfig, workdir: Path) -> ChaosStack:
             # The check after the load reconciles every order of a run (at most 1000).
             Setting.RECONCILE_SAMPLE_SIZE: "1000",
             **config.timings.settings(),
+            **config.limits.settings(),
         },
         runtimes=RUNTIMES,
         runtime_extra=("--drain-timeout", str(DRAIN_SECONDS)),

@@ -21,13 +21,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 from pydantic import ValidationError
 
 from devhost.simulator.effects import KeyConflict, Outcome, OutcomeKind
-from devhost.simulator.faults import FaultDecision, FaultSettings, TransientPhase, decide
+from devhost.simulator.faults import (
+    FaultDecision,
+    FaultSettings,
+    TransientPhase,
+    decide,
+    held_on_the_network,
+)
 from devhost.simulator.limits import Refusal
 from devhost.simulator.problems import (
     in_progress_problem,
@@ -68,6 +74,8 @@ class Call:
     payload: DoPayload | CompensationPayload
     undoes: str | None = None
     """For a compensation, the do key it undoes (named by the client, else inferred)."""
+    late: bool = False
+    """Held on the network before the service saw it (`lateRate`)."""
 
 
 async def _parse_call(request: web.Request, service: Service) -> Call | web.Response:
@@ -204,8 +212,11 @@ async def _finish(
         assert call.undoes is not None
         return in_progress_problem(name, call.undoes)
     outcome, fresh = state.ledger.settle(
-        name, call.key, call.operation.name, call.order_id, decided
+        name, call.key, call.operation.name, call.order_id, decided, late=call.late
     )
+    if fresh and call.late and outcome.kind is OutcomeKind.APPLIED:
+        stats.late_applied += 1
+        _log_fault(call, "applied after arriving late")
     if not fresh:
         stats.idempotent_repeats += 1
     elif outcome.undone is False:
@@ -229,6 +240,45 @@ async def handle_call(request: web.Request) -> web.Response:
     if isinstance(parsed, web.Response):
         return parsed
     call = parsed
+    name = call.service.name
+    late = held_on_the_network(
+        state.faults.get(name), state.seed, name, call.key, state.sent_numbers.next(name, call.key)
+    )
+    if late is not None:
+        return await _held(request, state, call, late)
+    return await _arrived(request, state, call)
+
+
+async def _held(
+    request: web.Request, state: SimulatorState, call: Call, seconds: float
+) -> web.Response:
+    """A call held on the network: the service sees it only `seconds` later, and it goes
+    on then whether its caller is still there or not (the caller's timeout does not
+    reach a request already on its way). Until it arrives its key is never seen."""
+    stats = state.stats[call.service.name]
+    stats.late_arrivals += 1
+    stats.held_now += 1
+    _log_fault(call, f"held on the network {seconds:g}s")
+
+    async def arrive() -> web.Response:
+        try:
+            await asyncio.wait_for(state.closing.wait(), seconds)
+        except TimeoutError:
+            pass
+        else:
+            return problem(503, "stopping", "Service stopping", "the simulator stopped")
+        finally:
+            stats.held_now -= 1
+        return await _arrived(request, state, replace(call, late=True))
+
+    task = asyncio.create_task(arrive())
+    state.finishing.add(task)
+    task.add_done_callback(state.finishing.discard)
+    return await asyncio.shield(task)
+
+
+async def _arrived(request: web.Request, state: SimulatorState, call: Call) -> web.Response:
+    """The call as the service sees it: quotas, then its key."""
     name = call.service.name
     stats = state.stats[name]
     stats.calls += 1

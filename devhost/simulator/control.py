@@ -79,6 +79,7 @@ async def delete_effects(request: web.Request) -> web.Response:
     state = request.app[STATE]
     state.ledger.clear()
     state.query_numbers.clear()
+    state.sent_numbers.clear()
     log.info("effects cleared")
     return web.Response(status=204)
 

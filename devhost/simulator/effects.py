@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS effects (
     abandoned INTEGER NOT NULL DEFAULT 0,
     undoes TEXT,
     undone INTEGER,
+    arrived_late INTEGER NOT NULL DEFAULT 0,
     UNIQUE (service, idempotency_key)
 );
 CREATE INDEX IF NOT EXISTS effects_order ON effects (order_id);
@@ -50,12 +51,13 @@ _ADDED_COLUMNS = (
     ("abandoned", "INTEGER NOT NULL DEFAULT 0"),
     ("undoes", "TEXT"),
     ("undone", "INTEGER"),
+    ("arrived_late", "INTEGER NOT NULL DEFAULT 0"),
 )
 """Columns a ledger file from an older simulator may lack, added when it is opened."""
 
 _COLUMNS = (
     "service, idempotency_key, operation, order_id, calls, applied, outcome, response,"
-    " traceparents, first_call_at, applied_at, abandoned, undoes, undone"
+    " traceparents, first_call_at, applied_at, abandoned, undoes, undone, arrived_late"
 )
 
 MAX_TRACEPARENTS = 10
@@ -95,6 +97,8 @@ class Effect:
     abandoned: bool = False
     undoes: str | None = None
     """For a compensation: the do key it undoes at this service (None for a do)."""
+    arrived_late: bool = False
+    """The call that settled the key had been held on the network (`lateRate`)."""
 
     @property
     def undone(self) -> bool | None:
@@ -115,6 +119,8 @@ class Effect:
         }
         if self.undoes is not None:
             body |= {"undoes": self.undoes, "undone": self.undone}
+        if self.arrived_late:
+            body["arrivedLate"] = True
         return body
 
 
@@ -158,6 +164,7 @@ def _effect(row: sqlite3.Row) -> Effect:
         applied_at=_moment(row["applied_at"]),
         abandoned=bool(row["abandoned"]),
         undoes=row["undoes"],
+        arrived_late=bool(row["arrived_late"]),
     )
 
 
@@ -280,12 +287,20 @@ class EffectLedger:
         return effect
 
     def settle(
-        self, service: str, key: str, operation: str, order_id: str, outcome: Outcome
+        self,
+        service: str,
+        key: str,
+        operation: str,
+        order_id: str,
+        outcome: Outcome,
+        *,
+        late: bool = False,
     ) -> tuple[Outcome, bool]:
         """Record the outcome unless the key already has one.
 
         Returns the stored outcome and whether this call settled it; a concurrent call
         that lost the race gets the winner's outcome, which is what makes it a repeat.
+        `late`: the settling call had been held on the network (kept as `arrivedLate`).
         """
         with self._transaction():
             # The row may have been cleared by DELETE /_sim/effects mid-call.
@@ -299,7 +314,7 @@ class EffectLedger:
             undone = None if outcome.undone is None else int(outcome.undone)
             cursor = self._db.execute(
                 "UPDATE effects SET outcome = ?, response = ?, applied = applied + ?,"
-                " applied_at = ?, undone = ?"
+                " applied_at = ?, undone = ?, arrived_late = ?"
                 " WHERE service = ? AND idempotency_key = ? AND outcome IS NULL"
                 " AND abandoned = 0",
                 (
@@ -308,6 +323,7 @@ class EffectLedger:
                     1 if applied else 0,
                     stamp if applied else None,
                     undone,
+                    int(late),
                     service,
                     key,
                 ),

@@ -56,6 +56,13 @@ class FaultSettings(BaseModel):
     ``Retry-After: 1`` before anything is looked at. None: no quota (see limits.py)."""
     max_concurrent: int | None = Field(default=None, alias="maxConcurrent", ge=1)
     """Operation calls running at once; past it ``429`` with ``Retry-After: 1``."""
+    late_rate: float = Field(default=0.0, alias="lateRate", ge=0.0, le=1.0, allow_inf_nan=False)
+    """Share of operation calls held on the network for ``lateSeconds`` before the service
+    sees them: until then the key is never seen (an outcome query answers ``404``), and
+    the call goes on when it arrives even if its caller left, so it may apply after the
+    caller's deadline and after the caller settled the key as not applied: the residual
+    risk of a provider without ``abandon`` (docs/in-doubt.md)."""
+    late_seconds: float = Field(default=0.0, alias="lateSeconds", ge=0.0, allow_inf_nan=False)
     abandon_supported: bool = Field(default=True, alias="abandonSupported")
     """False: ``POST /{service}/operations/{key}/abandon`` answers a plain 404, as a
     provider without the route does; callers can then only wait until a request can no
@@ -159,6 +166,21 @@ def decide(
         slow_seconds=settings.slow_ms / 1000.0,
         apply_then_hang_seconds=apply_then_hang_seconds,
     )
+
+
+def held_on_the_network(
+    settings: FaultSettings, seed: int, service: str, key: str, sent_number: int
+) -> float | None:
+    """How long this call is held on the network before the service sees it, or None.
+
+    A stream of its own per (seed, service, key, number of the call as sent), so runs
+    seeded before the fault existed replay the same while its rate is 0. The number is
+    counted as calls are sent, not as they arrive: a held call has not been registered.
+    """
+    if settings.late_rate <= 0 or settings.late_seconds <= 0:
+        return None
+    rng = random.Random(f"{seed}:{service}:{key}:late:{sent_number}")
+    return settings.late_seconds if rng.random() < settings.late_rate else None
 
 
 def decide_query(

@@ -71,6 +71,8 @@ class SimulatorState:
     """Calls still finishing after their client left; cancelled at cleanup."""
     in_progress: CallsInProgress = field(default_factory=CallsInProgress)
     query_numbers: QueryNumbers = field(default_factory=QueryNumbers)
+    sent_numbers: QueryNumbers = field(default_factory=QueryNumbers)
+    """How often each key was sent (held calls included), for the late-arrival draw."""
 
     def __post_init__(self) -> None:
         names = tuple(self.services)

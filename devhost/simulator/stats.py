@@ -39,6 +39,12 @@ class ServiceStats:
     """Calls refused ``429`` past ``rateLimitPerSecond``."""
     concurrency_limited: int = 0
     """Calls refused ``429`` past ``maxConcurrent``."""
+    late_arrivals: int = 0
+    """Calls held on the network for ``lateSeconds`` before the service saw them."""
+    late_applied: int = 0
+    """Keys applied by a call that arrived late."""
+    held_now: int = 0
+    """Calls held on the network right now, not yet seen by the service (a gauge)."""
     max_calls_in_one_second: int = 0
     """The most operation calls that arrived in any one-second window, refused or not."""
     max_concurrent_seen: int = 0

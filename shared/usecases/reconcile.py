@@ -23,16 +23,16 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from shared.catalogue.running import workflow_of
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.machine.transition import ProcessPolicy
-from shared.domain.model import OrderProcess, Outgoing
-from shared.domain.reconcile import Mismatch, ReconcileRun, Verdict
-from shared.domain.workflow import Catalogue
+from shared.domain.model import OrderProcess
+from shared.domain.reconcile import Answers, Mismatch, ReconcileRun, StepCheck, Verdict
+from shared.domain.workflow import Catalogue, Workflow
 from shared.ports import Clock, MessageBus, ReconcileStore
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.outcomes import OutcomeQueries
@@ -87,6 +87,16 @@ class Reconciler:
 
         await asyncio.gather(*(check(p) for p in sample[: self.sample_size]))
         finished = self.clock.now()
+        undos = [
+            # Built now, not when its order was checked: its complete-by counts from the
+            # send (a run of many orders outlasts a step's timeout, and an agent drops a
+            # request past its complete-by). Its id names the run, so a later run's undo
+            # of an effect still found is sent again (the broker would drop it as the
+            # earlier one's duplicate); the undo key answers a repeat, never undoing twice.
+            replace(undo, message_id=f"{undo.message_id}:{started:%Y%m%dT%H%M%S%f}")
+            for heal in tally.heals
+            for undo in rules.heals(*heal, finished)
+        ]
         run = ReconcileRun(
             instance=self.instance,
             started_at=started,
@@ -101,12 +111,12 @@ class Reconciler:
                 "reconciliation: %d mismatches in %d orders, %d undone: %s",
                 len(tally.mismatches),
                 run.orders,
-                len(tally.undos),
+                len(undos),
                 "; ".join(m.message for m, _ in tally.mismatches),
             )
             alerts = [m.alert(count, finished) for m, count in tally.mismatches]
             try:
-                await self.bus.send([*alerts, *tally.undos])
+                await self.bus.send([*alerts, *undos])
             except Exception as exc:  # the run is still recorded; the next finds it again
                 log.warning(
                     "reconciliation alerts and undos not sent (%s: %s)", type(exc).__name__, exc
@@ -130,8 +140,7 @@ class Reconciler:
                 tally.unknown += 1
             for mismatch in rules.mismatches(step, answers):
                 tally.mismatches.append((mismatch, process.state.failure_count))
-            now = self.clock.now()
-            tally.undos.extend(rules.heals(process, workflow, self.policy, step, answers, now))
+            tally.heals.append((process, workflow, self.policy, step, answers))
 
 
 @dataclass
@@ -139,4 +148,7 @@ class _Tally:
     queries: int = 0
     unknown: int = 0
     mismatches: list[tuple[Mismatch, int]] = field(default_factory=list)
-    undos: list[Outgoing] = field(default_factory=list)
+    heals: list[tuple[OrderProcess, Workflow, ProcessPolicy, StepCheck, Answers]] = field(
+        default_factory=list
+    )
+    """What each undo is built from, once the run ends (`rules.heals`)."""

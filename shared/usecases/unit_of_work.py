@@ -167,18 +167,30 @@ class UnitOfWork:
                 resend = cause is not None and process.state.outbox_cause == cause
                 return Changed(process, None, resend=resend)
             when = check_at(transition.process) if check_at is not None else None
+            watched = process.state.complete_by
             try:
-                return Changed(await self._save(transition, check_at=when), transition)
+                saved = await self._save(transition, check_at=when, watched_at=watched)
+                return Changed(saved, transition)
             except ConcurrencyConflict:
                 lost += int(fresh)
                 process = None
         raise ConcurrencyConflict(f"order {order_id}: lost {races} races in a row")
 
     async def _save(
-        self, transition: Transition, *, check_at: datetime | None = None
+        self,
+        transition: Transition,
+        *,
+        check_at: datetime | None = None,
+        watched_at: datetime | None = None,
     ) -> OrderProcess:
         """Rules 1 and 2: the watch entry and the conditional save. The transition's own
-        check time (a compensation waiting for a live request) wins over `check_at`."""
+        check time (a compensation waiting for a live request) wins over `check_at`.
+        `watched_at`: the deadline the order was watched at before this change (its
+        complete-by as read). A check that moves earlier than that (a wait's far deadline
+        replaced by a dispatched step's complete-by) is written before the save too, as
+        when leaving a rest: a crash after the save would otherwise leave the order
+        watched at the far deadline, its step in doubt and nothing looking at it; a
+        spare earlier entry only costs the Supervisor a read."""
         state = transition.process.state
         when = transition.check_at or check_at
         left = transition.rested_in if transition.moves_rest else None
@@ -186,6 +198,8 @@ class UnitOfWork:
             at = when or state.updated_at
             await self.store.watch(state.order_id, at, replace=True, version=state.version)
             await self.store.drop_rest(left, state.order_id, state.created_at, below=state.version)
+        elif when is not None and watched_at is not None and when < watched_at:
+            await self.store.watch(state.order_id, when, replace=True, version=state.version)
         if transition.leaves_rest and self.customers is not None:
             await self.customers.rejoin(transition.process, state.updated_at)
         etag = await self.store.save(transition.process, transition.history)

@@ -19,6 +19,7 @@ from chaos.model import (
     Effect,
     Figures,
     InvariantResult,
+    LateEvent,
     Observations,
     PlannedOrder,
     Sample,
@@ -43,8 +44,9 @@ from shared.domain.model import (
     Priority,
     ProcessState,
     StateRecord,
+    StepRecord,
 )
-from shared.domain.reconcile import FINISHED
+from shared.domain.reconcile import FINISHED, MISMATCH_REASON
 from shared.domain.workflow import Workflow
 from tests.builders import a_policy, a_reply
 from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT, REVIEWED_ORDER, SCHEDULED_DELIVERY
@@ -629,7 +631,10 @@ def test_a_reconciliation_mismatch_or_a_reconciliation_that_did_not_run_fails() 
     obs = healthy()
     mismatch = Alert("ok-1", "reconciliation-mismatch", 0, "Processed order ok-1: ...")
     found = invariants.finished_orders_reconcile(replace(obs, alerts=(mismatch,)))
-    assert found.violations == ("ok-1: reconciliation mismatch (Processed order ok-1: ...)",)
+    assert found.violations == (
+        "ok-1: reconciliation mismatch (Processed order ok-1: ...), and no request of the "
+        "order arrived late",
+    )
     not_run = invariants.finished_orders_reconcile(replace(obs, reconciled=None))
     assert not_run.violations == ("reconciliation could not be run after the load",)
     partial = invariants.finished_orders_reconcile(replace(obs, reconciled=1))
@@ -1185,3 +1190,159 @@ def test_a_failed_check_prints_the_story_of_the_orders_it_names() -> None:
     assert "story of held (after the load)" in printed
     assert "timed-out: charge-payment late" in printed
     assert "ok-1" not in printed
+
+
+# The residual risk (docs/in-doubt.md): a charge held on the network reaches payment (no
+# abandon) after the order settled its key as not applied and moved the charge to
+# payment-secondary, or cancelled without it. Healed means alerted and undone there.
+
+
+def _with_steps(process: OrderProcess, charge_at: str) -> OrderProcess:
+    steps = tuple(
+        StepRecord(
+            name,
+            agent=charge_at if name == "charge-payment" else SERVICE[name],
+            tried=("payment", charge_at) if name == "charge-payment" else (),
+        )
+        for name in STEPS
+    )
+    return replace(process, steps=steps)
+
+
+def _late(e: Effect) -> Effect:
+    return replace(e, arrived_late=True)
+
+
+def moved_and_healed(
+    *, alerted: bool = True, undone: bool = True, late: bool = True
+) -> Observations:
+    """`o-1` Processed with its charge at payment-secondary; the first charge arrived late
+    at payment and applied there, then reconciliation undid it and alerted."""
+    process = _with_steps(processed("o-1"), "payment-secondary")
+    first = effect("o-1", "charge-payment", service="payment")
+    found = [
+        effect("o-1", "reserve-inventory"),
+        effect("o-1", "charge-payment", service="payment-secondary"),
+        effect("o-1", "create-shipment"),
+        _late(first) if late else first,
+    ]
+    if undone:
+        found.append(effect("o-1", "refund-payment", service="payment"))
+    alerts = [Alert("o-1", "applied-at-two-providers", 0, "charge at two")] if alerted else []
+    return observe([process], found, alerts=alerts)
+
+
+def test_a_late_charge_undone_and_alerted_is_healed() -> None:
+    assert failing(invariants.check_all(moved_and_healed())) == {}
+
+
+def test_a_late_charge_healed_without_an_alert_fails() -> None:
+    failed = failing(invariants.check_all(moved_and_healed(alerted=False)))
+
+    assert list(failed) == [invariants.late_applies_healed(moved_and_healed()).name]
+    assert "without an operator alert" in failed[next(iter(failed))][0]
+
+
+def test_a_late_charge_left_in_force_fails_even_when_alerted() -> None:
+    failed = failing(invariants.check_all(moved_and_healed(undone=False)))
+
+    late = invariants.late_applies_healed(moved_and_healed()).name
+    assert "still in force, never undone" in failed[late][0]
+    assert any(name.startswith("net effect") for name in failed)
+
+
+def test_healing_a_charge_that_came_on_time_fails() -> None:
+    """The Supervisor moved a charge whose request could still apply: no residual risk,
+    a bug, and the judge must not take the heal as an excuse."""
+    failed = failing(invariants.check_all(moved_and_healed(late=False)))
+
+    late = invariants.late_applies_healed(moved_and_healed()).name
+    assert any("which came on time" in v for v in failed[late])
+    assert any("no request of the order arrived late" in v for v in failed[late])
+
+
+def test_a_cancelled_order_whose_skipped_charge_applied_late_is_healed_by_reconciliation() -> None:
+    events = [
+        ("step-completed", "reserve-inventory"),
+        ("cancel-requested", "chaos"),
+        ("step-compensated", "reserve-inventory"),
+        ("cancelled", ""),
+    ]
+    process = replace(
+        _with_steps(a_process("c-1", ProcessState.CANCELLED, events), "payment"),
+        steps=(
+            StepRecord("reserve-inventory", agent="inventory"),
+            StepRecord("charge-payment", agent="payment", tried=("payment",)),
+            StepRecord("create-shipment"),
+        ),
+    )
+    found = [
+        effect("c-1", "reserve-inventory"),
+        effect("c-1", "release-inventory"),
+        _late(effect("c-1", "charge-payment")),
+        effect("c-1", "refund-payment"),
+    ]
+    mismatch = Alert("c-1", MISMATCH_REASON, 0, "charge still applied")
+    obs = observe([process], found, alerts=[mismatch])
+    obs = replace(obs, reconcile_mismatches=(1, 0))
+
+    assert failing(invariants.check_all(obs)) == {}
+    still = invariants.finished_orders_reconcile(replace(obs, reconcile_mismatches=(1, 1)))
+    assert not still.passed and "not healed" in still.violations[0]
+    on_time = replace(obs, effects=tuple(replace(e, arrived_late=False) for e in found))
+    assert not invariants.finished_orders_reconcile(on_time).passed
+
+
+def test_an_event_sent_once_final_must_be_refused_and_not_kept() -> None:
+    obs = observe([processed("ok-1")])
+    refused = replace(obs, late_events=(LateEvent("ok-1", "ok-1.review-late", "409"),))
+    taken = replace(obs, late_events=(LateEvent("ok-1", "ok-1.review-late", "202"),))
+
+    assert invariants.late_events_refused(refused).passed
+    assert invariants.late_events_refused(taken).violations == (
+        "ok-1: event ok-1.review-late sent once final, answered 202",
+    )
+
+
+def test_a_limited_service_may_see_its_limit_plus_ten_percent_and_no_more() -> None:
+    obs = replace(observe([processed("ok-1")]), limits={"notifications": 3, "shipping": 10})
+    within = replace(obs, max_calls_in_one_second={"notifications": 4, "shipping": 11})
+    over = replace(obs, max_calls_in_one_second={"notifications": 5, "shipping": 11})
+
+    assert invariants.own_limits_hold(within).passed
+    assert invariants.own_limits_hold(over).violations == (
+        "notifications: 5 calls in one second, limit 3/s (at most 4)",
+    )
+
+
+def test_a_late_step_nothing_undoes_must_at_least_be_alerted() -> None:
+    """A pivot whose request arrived late after its order compensated: nothing can take
+    it back (the net-effect and step-kind checks fail the order anyway), and the late
+    check wants an operator told."""
+    events = [
+        ("step-completed", "reserve-inventory"),
+        ("step-completed", "charge-payment"),
+        ("step-failed", "create-shipment: not applied"),
+        ("step-compensated", "charge-payment"),
+        ("step-compensated", "reserve-inventory"),
+        ("compensated", ""),
+    ]
+    process = replace(
+        a_process("x-1", ProcessState.COMPENSATED, events, workflow=EXPRESS),
+        steps=tuple(StepRecord(s, agent=SERVICE[s]) for s in EXPRESS_STEPS),
+    )
+    found = [
+        effect("x-1", "reserve-inventory"),
+        effect("x-1", "charge-payment"),
+        effect("x-1", "refund-payment"),
+        effect("x-1", "release-inventory"),
+        _late(effect("x-1", "create-shipment")),
+    ]
+    silent = observe([process], found)
+    told = replace(silent, alerts=(Alert("x-1", "applied-after-settled", 0, "shipment late"),))
+
+    assert invariants.late_applies_healed(silent).violations == (
+        "x-1: create-shipment (no undo) arrived late at shipping and applied; Compensated, "
+        "never alerted: nothing can undo it, so an operator must be told",
+    )
+    assert invariants.late_applies_healed(told).passed

@@ -250,5 +250,36 @@ def test_the_runs_have_a_slow_provider_and_one_without_abandon() -> None:
         settings = config.remote.for_service("payment", slow_ms=slow.slow_ms)
         assert settings["slowMs"] == slow.slow_ms
         without = [s for s in SERVICES if not config.remote.for_service(s)["abandonSupported"]]
-        assert len(without) == 1
+        assert without == ["payment"]
         assert config.remote.cleared(without[0])["abandonSupported"] is False
+
+
+def test_the_provider_without_abandon_has_requests_that_arrive_after_their_live_time() -> None:
+    """The residual risk of docs/in-doubt.md, in every run: some charges reach payment
+    after the complete-by plus the clock-skew margin and a sweep, while faults are on."""
+    for config in (presets.full(), presets.quick()):
+        t = config.timings
+        late = config.remote.for_service("payment")
+        assert late["lateRate"] > 0 and late["abandonSupported"] is False
+        assert late["lateSeconds"] > t.step_timeout_seconds + t.clock_skew_seconds + 1
+        assert t.settings()["ClockSkewSeconds"] == str(t.clock_skew_seconds)
+        others = [s for s in SERVICES if s != "payment"]
+        assert all(config.remote.for_service(s)["lateRate"] == 0 for s in others)
+        assert "lateRate" not in config.remote.cleared("payment")
+
+
+def test_the_runs_have_our_own_limits_on() -> None:
+    for config in (presets.full(), presets.quick()):
+        settings = config.limits.settings()
+        assert settings["AgentLimits__notifications__callsPerSecond"] == "3"
+        assert int(settings["FairShareRunningPerCustomer"]) > 0
+        assert int(settings["IntakeMaxPendingPerCustomer"]) > 0
+
+
+def test_the_default_mix_runs_every_shipped_workflow_and_every_kept_version() -> None:
+    """Item 5 of issue 37: every workflow of catalogue.json is in the mix. New orders
+    start on a workflow's newest version, so an older version the catalogue keeps (for
+    orders in flight) would need orders pinned to it: this fails the day one is kept."""
+    catalogue = presets.CATALOGUE
+    assert set(presets.MIX) == set(catalogue.names)
+    assert set(catalogue.workflows) == set(catalogue.latest())

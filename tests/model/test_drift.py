@@ -37,6 +37,7 @@ from shared.adapters.clock import FakeClock
 from shared.adapters.memory import InMemoryBus, InMemoryStateStore
 from shared.adapters.memory_customers import InMemoryCustomerLedger
 from shared.adapters.memory_reconcile import InMemoryReconcileStore
+from shared.domain import reconcile as reconciliation
 from shared.domain.bulk import BulkJob
 from shared.domain.bulk_request import BulkAction
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
@@ -387,7 +388,7 @@ async def _reconciled(world: World) -> None:
     )
     tally = _Tally()
     await reconciler._check(process, tally)
-    real = {m.message_id for m in tally.undos}
+    real = {u.message_id for heal in tally.heals for u in reconciliation.heals(*heal, clock.now())}
     real |= {m.alert(c, clock.now()).message_id for m, c in tally.mismatches}
 
     expected = world.domain.reconciled(process, world.now, lambda a, k: _truth(world, a, k))

@@ -21,6 +21,8 @@ DEFAULTS = {
     "applyThenHangRate": 0.0,
     "rateLimitPerSecond": None,
     "maxConcurrent": None,
+    "lateRate": 0.0,
+    "lateSeconds": 0.0,
     "abandonSupported": True,
 }
 
@@ -250,6 +252,9 @@ async def test_stats_count_per_service(sim: SimClient) -> None:
         "abandons": 0,
         "rateLimited": 0,
         "concurrencyLimited": 0,
+        "lateArrivals": 0,
+        "lateApplied": 0,
+        "heldNow": 0,
         "maxConcurrentSeen": 1,
     }
     assert stats["shipping"]["permanentFailures"] == 1

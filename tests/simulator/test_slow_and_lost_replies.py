@@ -123,3 +123,45 @@ async def test_traceparents_are_kept_per_key_most_recent_last_and_bounded(
 
     assert (await sim.effect("k-1"))["traceparents"] == parents[-10:]
     assert (await sim.effect("k-2"))["traceparents"] == []
+
+
+async def test_a_call_held_on_the_network_is_never_seen_until_it_arrives_then_applies(
+    sim: SimClient,
+) -> None:
+    """`lateRate`: the residual risk of a provider without abandon. The caller gives up,
+    the key is never seen meanwhile (a query answers 404, so a caller past the live time
+    settles it as not applied), and the request still applies when it arrives; the
+    ledger says which effect came that way."""
+    await sim.put_faults("payment", {"lateRate": 1.0, "lateSeconds": 0.8})
+
+    with pytest.raises(TimeoutError):
+        await sim.call("payment", "charge-payment", "o-1", "o-1:charge-payment", time_limit=0.3)
+    during = await sim.outcome("payment", "o-1:charge-payment")
+    assert (await sim.stats("payment"))["heldNow"] == 1
+    after = await sim.outcome_when("payment", "o-1:charge-payment", 200)
+
+    assert during.status == 404
+    assert after.body["applied"] is True
+    effect = await sim.effect("o-1:charge-payment")
+    assert (effect["applied"], effect["arrivedLate"]) == (1, True)
+    stats = await sim.stats("payment")
+    assert (stats["lateArrivals"], stats["lateApplied"], stats["heldNow"]) == (1, 1, 0)
+
+
+async def test_a_key_settled_by_a_call_on_time_is_not_marked_late(sim: SimClient) -> None:
+    """The flag names the call that settled the key: a held copy that arrives after a
+    call on time is a repeat and changes nothing."""
+    await sim.put_faults("payment", {"lateRate": 1.0, "lateSeconds": 0.6})
+    with pytest.raises(TimeoutError):
+        await sim.call("payment", "charge-payment", "o-1", "o-1:charge-payment", time_limit=0.2)
+    await sim.put_faults("payment", {})
+    on_time = await sim.call("payment", "charge-payment", "o-1", "o-1:charge-payment")
+    await eventually(
+        "the held call arrived",
+        lambda: sim.counted("payment", "idempotentRepeats"),
+        10,
+    )
+
+    effect = await sim.effect("o-1:charge-payment")
+    assert on_time.status == 200
+    assert (effect["applied"], "arrivedLate" in effect) == (1, False)

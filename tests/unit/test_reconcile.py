@@ -430,3 +430,44 @@ async def test_an_undone_order_with_the_effect_still_at_its_holder_is_undone_the
     assert [(queue_of(m.destination), m.body["idempotencyKey"]) for m in undos] == [
         (agent_queue("payment-secondary"), REFUND)
     ]
+
+
+@dataclass
+class SlowLedger(Ledger):
+    """A read API that takes `seconds` per answer on the fake clock: a run over many
+    orders, in little."""
+
+    clock: FakeClock | None = None
+    seconds: float = 0.0
+
+    async def outcome(self, key: str, timeout: float) -> RemoteOutcome:
+        if self.clock is not None:
+            self.clock.advance(self.seconds)
+        return await super().outcome(key, timeout)
+
+
+async def test_an_undo_is_built_when_sent_and_a_later_run_sends_it_again() -> None:
+    """Found by a chaos run (1,000 orders): each undo took its complete-by from the check
+    of its order, but the run sends at its end, 20 s later with a 4 s step timeout, so
+    the agent dropped most as past their complete-by; and the next run's undos had the
+    same message ids, which the broker dropped as duplicates, so 26 late charges stayed."""
+    s = Setup()
+    slow = SlowLedger({CHARGE: RemoteOutcome.applied({"ref": "p-1"})}, clock=s.clock, seconds=3)
+    s.own["payment"] = slow
+    s.ledger = SlowLedger(clock=s.clock, seconds=3)
+    await s.add(failed_over(ProcessState.PROCESSED))
+    for _ in range(5):
+        await s.add(finished(ProcessState.PROCESSED, f"more-{_}"))
+
+    await s.reconciler().run()
+    sent_at = s.clock.now()
+    first = [m for m in s.bus.sent if m.queue != Queue.OPERATOR_ALERTS]
+    s.clock.advance(60)
+    await s.reconciler().run()
+    undos = [m for m in s.bus.sent if m.queue != Queue.OPERATOR_ALERTS]
+
+    assert len(first) == 1 and len(undos) == 2
+    request = AgentRequest.parse(json.dumps(first[0].body))
+    assert request.complete_by > sent_at, "its whole step timeout ahead of the send"
+    assert undos[0].message_id != undos[1].message_id
+    assert undos[0].body["idempotencyKey"] == undos[1].body["idempotencyKey"] == REFUND

@@ -15,12 +15,14 @@ from shared.domain.model import HistoryEntry, OrderProcess, ProcessState
 from shared.domain.rest_index import RestRange
 from shared.ports import BusUnavailable, ConcurrencyConflict, StoreUnavailable
 from shared.usecases import scheduler
+from shared.usecases.events import send_event
 from shared.usecases.operator import resume_order, suspend_order
 from shared.usecases.scheduler import Handled
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from shared.usecases.unit_of_work import UnitOfWork
 from tests.builders import World, an_order
+from tests.unit.test_waits import APPROVED, loaded, reach_review
 from tests.workflows import CATALOGUE
 
 
@@ -174,3 +176,24 @@ async def test_a_move_off_a_rest_that_never_saved_is_healed_once_then_left() -> 
 async def rested(world: World) -> list[str]:
     page = await world.store.rest_entries(RestRange(ProcessState.SUSPENDED), 10, None)
     return [entry.order_id for entry in page.items]
+
+
+async def test_an_event_that_moves_a_check_earlier_watches_before_its_save() -> None:
+    """Found by a chaos run (1,000 orders, seed 1): an approval's first POST crashed
+    after its save. The order had been watched at its review's deadline, a day away; the
+    save dispatched the charge, due in seconds, but the entry kept the day, and the
+    repeat of the eventId changed nothing. The charge's request was lost, so the order
+    sat Processing with nothing to look at it for a day. A check that moves earlier is
+    written before the save too: a spare early entry only costs the Supervisor a read."""
+    world = Crashing()
+    await reach_review(world)
+    world.clock.advance(31)
+    await sweep(world.deps())  # one look at the waiting order: then nothing for a day
+    assert world.store.watched()["o-1"] >= world.clock.now() + timedelta(hours=23)
+    world.crash_after_next_save()
+    with pytest.raises(CrashAfterSave):
+        await send_event(world.deps(), "o-1", "review", "ev-1", APPROVED)
+    process = await loaded(world)
+    charge = process.steps[2]
+    assert charge.complete_by is not None and charge.agent == "payment"
+    assert world.store.watched()["o-1"] <= charge.complete_by
