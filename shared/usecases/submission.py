@@ -26,7 +26,7 @@ class OrderConflict(Exception):
 
 
 class OverQuota(Exception):
-    """The customer already has IntakeMaxPendingPerCustomer orders that are not terminal;
+    """The customer already has IntakeMaxPendingPerCustomer orders that are not at rest;
     nothing was stored."""
 
     def __init__(self, customer: str, load: CustomerLoad, limit: int, retry_after: int) -> None:
@@ -144,7 +144,7 @@ async def _store_counted(
         existing = await deps.store.load(order.order_id)
         if existing is None:
             return await _repeat_archived(deps, order, now, version)
-        if existing.state.process_state.is_terminal:
+        if existing.state.process_state.is_at_rest:
             if deps.customers is not None:  # counted just now, or stale
                 await deps.customers.forget(order, deps.store, deps.bus, now)
             await deps.store.unwatch(order.order_id, existing.state.version)
@@ -228,7 +228,7 @@ async def _over_quota(
         assert customers is not None and customers.policy.max_pending is not None
         retry = customers.come_back(order.customer_id, load, deps.clock.now())
         raise OverQuota(order.customer_id, load, customers.policy.max_pending, retry)
-    if not existing.state.process_state.is_terminal:
+    if not existing.state.process_state.is_at_rest:
         await deps.store.rewatch(order.order_id, check_at, version=existing.state.version)
     return _repeat(existing, order, in_line(existing))
 

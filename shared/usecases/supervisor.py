@@ -252,7 +252,7 @@ async def _check(
             )
         await deps.store.unwatch_entry(entry)
         return
-    if process.state.process_state.is_terminal:
+    if process.state.process_state.is_at_rest:
         ahead = entry.version > process.state.version
         if ahead and deps.clock.now() < entry.check_at + MOVE_GRACE:
             # An operator's move off this rest may be between its watch and its save.

@@ -631,7 +631,7 @@ class Domain:
     def watched(self, process: OrderProcess, now: int) -> bool:
         """Will the Supervisor find this order? Orders held for an operator (Error,
         Suspended) and finished ones need no watch."""
-        if process.state.process_state.is_terminal:
+        if process.state.process_state.is_at_rest:
             return True
         return self.next_check(process, now) is not None
 

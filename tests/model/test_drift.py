@@ -176,7 +176,7 @@ def _same(world: World, what: str, real: OrderProcess, effects: object) -> None:
 
 async def _watched(world: World, store: InMemoryStateStore, process: OrderProcess) -> None:
     """The entries written: a moving order is due no later than its next deadline."""
-    if process.state.process_state.is_terminal:
+    if process.state.process_state.is_at_rest:
         return
     entry = store.watched().get(process.order_id)
     deadline = next_deadline(process, world.domain.policy)

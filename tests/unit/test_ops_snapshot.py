@@ -48,7 +48,7 @@ async def test_a_short_page_with_a_token_is_a_lower_bound_and_each_rest_reads_on
     assert counts[ProcessState.ERROR] == (1, True)
     assert counts[ProcessState.PENDING] == (3, False)
     assert sorted(world.store.sizes) == sorted(
-        [("watch", 3 * 11), *((s.value, 11) for s in ProcessState if s.is_terminal)]
+        [("watch", 3 * 11), *((s.value, 11) for s in ProcessState if s.is_at_rest)]
     )
 
 

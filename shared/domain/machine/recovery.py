@@ -264,7 +264,7 @@ def next_check(
 def next_deadline(process: OrderProcess, policy: ProcessPolicy) -> datetime | None:
     """When the Supervisor must look at this order next; None when nothing can expire."""
     state = process.state
-    if state.process_state.is_terminal:
+    if state.process_state.is_at_rest:
         return None
     if state.process_state is ProcessState.PENDING:
         return state.complete_by or state.updated_at + policy.pending_timeout
