@@ -14,9 +14,9 @@ from shared.functions import (
     fleet,
     intake,
     operator,
+    operator_page,
     reconcile,
     scheduler,
-    status_page,
     supervisor,
     workflows,
 )
@@ -26,7 +26,7 @@ app = func.FunctionApp(http_auth_level=func.AuthLevel.FUNCTION)
 for blueprint in (
     intake.bp,
     operator.bp,
-    status_page.bp,
+    operator_page.bp,
     bulk.bp,
     events.bp,
     fleet.bp,

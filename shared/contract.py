@@ -233,7 +233,7 @@ class Route:
     HEALTH: Final = "health"
     OPENAPI: Final = "openapi.json"
     OPS_PAGE: Final = "ops"
-    """The operator's status page (HTML); it polls OPS_DATA."""
+    """The operator page (HTML); it polls OPS_DATA."""
     OPS_DATA: Final = "ops/data"
     OPS_ORDER: Final = "ops/orders/{orderId}"
     """One order as GET ORDER answers it, for the operator page: an operator route (a

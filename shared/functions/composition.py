@@ -166,7 +166,7 @@ class Archiving:
 
 
 @dataclass(frozen=True)
-class StatusPage:
+class OperatorPage:
     """The operator page and the snapshot it polls."""
 
     process: ProcessDeps
@@ -241,7 +241,7 @@ fleet = Provided(lambda c: Fleet(c.health, c.process.clock, c.catalogue, c.proce
 bulk = Provided(lambda c: Bulk(_bulk(c), c.catalogue, _gate(c)))
 reconciling = Provided(lambda c: Reconciling(_reconciler(c), _gate(c)))
 archiving = Provided(lambda c: Archiving(_archiver(c), c.archive_blobs, _gate(c)))
-status_page = Provided(
-    lambda c: StatusPage(c.process, c.health, c.reconcile, c.settings.trace_query_url, _gate(c))
+operator_page = Provided(
+    lambda c: OperatorPage(c.process, c.health, c.reconcile, c.settings.trace_query_url, _gate(c))
 )
 workflows = Provided(lambda c: Workflows(c.catalogue, _gate(c)))

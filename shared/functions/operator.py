@@ -1,5 +1,5 @@
 """One order at a time: inspect, list, resubmit, cancel, suspend, resume, health (the
-whole fleet is fleet.py; the status page and its snapshot are status_page.py)."""
+whole fleet is fleet.py; the operator page and its snapshot are operator_page.py)."""
 
 from __future__ import annotations
 
