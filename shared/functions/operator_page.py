@@ -151,7 +151,7 @@ def snapshot_view(snapshot: OperatorSnapshot) -> dict[str, Any]:
                 "step": w.step,
                 "event": w.event,
                 "approval": w.approval,
-                "deadline": opt_iso(w.deadline),
+                "deadline": opt_iso(w.complete_by),
             }
             for w in snapshot.waiting
         ],

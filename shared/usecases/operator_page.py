@@ -87,7 +87,7 @@ class WaitingOrder:
     step: str
     event: str | None
     approval: bool
-    deadline: datetime | None
+    complete_by: datetime | None
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class OperatorSnapshot:
     reconciliation: tuple[ReconcileRun, ...] = ()
     """The last reconciliation runs, newest first."""
     waiting: tuple[WaitingOrder, ...] = ()
-    """Processing orders whose current step is an event or timer wait, soonest deadline
+    """Processing orders whose current step is an event or timer wait, soonest complete-by
     first (from the rows the counts read: no extra query)."""
     customers: CustomerView | None = None
     """None when no customer rule is set (no count is kept) or it could not be read."""
@@ -186,7 +186,9 @@ async def operator_snapshot(
         reconciliation=runs or (),
         customers=customers or None,
         waiting=tuple(
-            sorted(waiting, key=lambda w: (w.deadline is None, w.deadline or now))[:error_limit]
+            sorted(waiting, key=lambda w: (w.complete_by is None, w.complete_by or now))[
+                :error_limit
+            ]
         ),
     )
 
@@ -219,7 +221,7 @@ def _in_flight_counts(moving: InFlight, cap: int) -> list[StateCount]:
 
 
 def waiting_order(catalogue: Catalogue, state: StateRecord) -> WaitingOrder | None:
-    """An in-flight order read from its row: its deadline is its complete-by."""
+    """An in-flight order read from its row, waiting until its complete-by."""
     return _waiting(
         state.order_id,
         state.process_state,
@@ -239,7 +241,7 @@ def step_name(catalogue: Catalogue, entry: RestEntry) -> str:
 
 
 def waiting_rest(catalogue: Catalogue, entry: RestEntry) -> WaitingOrder | None:
-    """A Suspended order, from its rest entry: no deadline runs while it is held."""
+    """A Suspended order, from its rest entry: no complete-by runs while it is held."""
     return _waiting(
         entry.order_id,
         entry.state,
@@ -258,7 +260,7 @@ def _waiting(
     name: str,
     version: int,
     index: int,
-    deadline: datetime | None,
+    complete_by: datetime | None,
 ) -> WaitingOrder | None:
     if workflow is None or not 0 <= index < len(workflow.steps):
         return None
@@ -273,7 +275,7 @@ def _waiting(
         definition.name,
         definition.event,
         definition.approval,
-        deadline,
+        complete_by,
     )
 
 

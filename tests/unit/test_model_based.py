@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from shared.adapters.memory import Sent
 from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
-from shared.domain.machine.recovery import next_deadline
+from shared.domain.machine.recovery import next_complete_by
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
@@ -256,7 +256,7 @@ class OrderProcessMachine(RuleBasedStateMachine):
                     for s in p.steps
                 ), p.steps
             if not state.process_state.is_at_rest:
-                deadline = next_deadline(p, self.world.policy)
+                deadline = next_complete_by(p, self.world.policy)
                 assert p.order_id in watched, f"{p.order_id} is in flight but unwatched"
                 assert deadline is not None and watched[p.order_id] <= deadline
 

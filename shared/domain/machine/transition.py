@@ -66,7 +66,7 @@ class ProcessPolicy:
         return base
 
     def wait_timeout(self, definition: StepDefinition) -> timedelta:
-        """A wait's deadline from its start: the step's own timeout (hours or days for an
+        """A wait's complete-by from its start: the step's own timeout (hours or days for an
         approval), never shortened for priority; StepTimeoutSeconds when it has none."""
         if definition.timeout_seconds is not None:
             return timedelta(seconds=definition.timeout_seconds)
