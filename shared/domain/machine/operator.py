@@ -83,7 +83,7 @@ def suspend(
     operator: str = "operator",
     cause: str | None = None,
 ) -> Transition | None:
-    """An operator pauses the order: no further step is dispatched and no deadline counts.
+    """An operator pauses the order: no further step is dispatched and no complete-by counts.
 
     A running step may still answer; its answer is recorded. An Error order is already
     held, so it is refused like a final one. None: already Suspended.
