@@ -3,7 +3,7 @@
     python -m bench.history_scaling [--sizes 0,20000,200000] [--repeats 15]
 
 In-process against a fresh Azurite through the real ``TableStateStore``, calling what
-the routes call: ``ops_snapshot`` (GET /api/ops/data, default cap), ``group_failures``
+the routes call: ``operator_snapshot`` (GET /api/ops/data, default cap), ``group_failures``
 (GET /api/failures) and a bulk dry run (``preview`` of a resubmit of the Error orders,
 the route's ``dryRun``). The live orders stay the same at every size: 50 Error orders
 (with their rest entries) and 20 Processing ones (on the watch list, as the intake
@@ -49,7 +49,7 @@ from shared.settings import azurite_connection_string
 from shared.usecases.bulk import BulkDeps, preview
 from shared.usecases.deps import ProcessDeps
 from shared.usecases.failures import group_failures
-from shared.usecases.status_page import ops_snapshot
+from shared.usecases.operator_page import operator_snapshot
 
 try:  # the rest index, on commits that have it
     from shared.adapters import table_rest
@@ -154,7 +154,7 @@ async def run(sizes: list[int], repeats: int) -> list[dict[str, float]]:
                 await add_finished(store, inserted, size - inserted, now)
                 load_s = time.perf_counter() - began
                 inserted = size
-                snapshot = await ops_snapshot(deps, health)
+                snapshot = await operator_snapshot(deps, health)
                 counts = {c.state.value: c.count for c in snapshot.counts}
                 assert counts["Error"] == min(ERRORS, snapshot.count_cap), counts
                 assert (await preview(bulk, request)).matched == ERRORS
@@ -162,10 +162,12 @@ async def run(sizes: list[int], repeats: int) -> list[dict[str, float]]:
                     {
                         "finished": size,
                         "insert_s": load_s,
-                        "ops_ms": await timed(lambda: ops_snapshot(deps, health), repeats),
+                        "ops_ms": await timed(lambda: operator_snapshot(deps, health), repeats),
                         "failures_ms": await timed(lambda: group_failures(store), repeats),
                         "dry_run_ms": await timed(lambda: preview(bulk, request), repeats),
-                        "ops_requests": await requests(store, lambda: ops_snapshot(deps, health)),
+                        "ops_requests": await requests(
+                            store, lambda: operator_snapshot(deps, health)
+                        ),
                         "failures_requests": await requests(store, lambda: group_failures(store)),
                         "dry_run_requests": await requests(store, lambda: preview(bulk, request)),
                     }

@@ -24,7 +24,7 @@ PAGE_SIZE = 1000
 
 
 IN_FLIGHT_FILTER = "RowKey eq @row and ({})".format(
-    " or ".join(f"ProcessState eq '{s.value}'" for s in ProcessState if not s.is_terminal)
+    " or ".join(f"ProcessState eq '{s.value}'" for s in ProcessState if not s.is_at_rest)
 )
 IN_FLIGHT_COLUMNS = ["OrderID", "ProcessState", "LockedBy", "FailureCount", "CancelRequested"]
 

@@ -65,7 +65,7 @@ def all_terminal_within_bound(obs: Observations) -> InvariantResult:
         process = obs.processes.get(order_id)
         if process is None:
             violations.append(f"{order_id}: accepted (202) but not in the state store")
-        elif not process.state.process_state.is_terminal:
+        elif not process.state.process_state.is_at_rest:
             violations.append(
                 f"{order_id}: still {process.state.process_state.value} "
                 f"(failures {process.state.failure_count}, step {process.state.current_step})"
@@ -108,7 +108,7 @@ def net_effect_judged(obs: Observations) -> InvariantResult:
     applying never applies), and after reconciliation healed what it found."""
     by_workflow: dict[str, list[OrderToJudge]] = defaultdict(list)
     for order_id, p in sorted(obs.processes.items()):
-        if p.state.process_state.is_terminal:
+        if p.state.process_state.is_at_rest:
             by_workflow[obs.workflow_name(order_id)].append(
                 OrderToJudge(order_id, p.state.process_state.value)
             )
@@ -329,7 +329,7 @@ def locks_and_failure_counts(obs: Observations) -> InvariantResult:
         state = p.state
         if state.process_state in IN_FLIGHT and state.locked_by is None:
             violations.append(f"{order_id}: ends {state.process_state.value} with no lockedBy")
-        if state.process_state.is_terminal and state.locked_by is not None:
+        if state.process_state.is_at_rest and state.locked_by is not None:
             violations.append(
                 f"{order_id}: ends {state.process_state.value} locked by {state.locked_by}"
             )
@@ -378,7 +378,7 @@ def outcomes_match_orders(obs: Observations) -> InvariantResult:
     violations: list[str] = []
     for order_id, planned in sorted(obs.planned.items()):
         process = obs.processes.get(order_id)
-        if process is None or not process.state.process_state.is_terminal:
+        if process is None or not process.state.process_state.is_at_rest:
             continue  # reported by the terminal check
         workflow = obs.workflow_of(order_id)
         state = process.state.process_state
@@ -818,7 +818,7 @@ def rest_index_agrees_with_state_rows(obs: Observations) -> InvariantResult:
     violations: list[str] = []
     for order_id, process in sorted(obs.processes.items()):
         state = process.state.process_state
-        wanted = (state,) if state.is_terminal else ()
+        wanted = (state,) if state.is_at_rest else ()
         held = tuple(sorted(obs.rest_index.get(order_id, ())))
         if held != wanted:
             filed = ", ".join(s.value for s in held) or "no entry"

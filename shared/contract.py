@@ -136,7 +136,7 @@ class Setting:
     """How long after its complete-by a request may still apply at its provider (network
     delay plus clock disagreement): a step's request is live until then (docs/in-doubt.md)."""
     INTAKE_MAX_PENDING_PER_CUSTOMER: Final = "IntakeMaxPendingPerCustomer"
-    """Orders not terminal one customer may have; past it the intake answers 429 (0: no
+    """Orders not at rest one customer may have; past it the intake answers 429 (0: no
     limit)."""
     FAIR_SHARE_RUNNING_PER_CUSTOMER: Final = "FairShareRunningPerCustomer"
     """Orders of one customer running at once while more of its orders wait in its line
@@ -233,7 +233,7 @@ class Route:
     HEALTH: Final = "health"
     OPENAPI: Final = "openapi.json"
     OPS_PAGE: Final = "ops"
-    """The operator's status page (HTML); it polls OPS_DATA."""
+    """The operator page (HTML); it polls OPS_DATA."""
     OPS_DATA: Final = "ops/data"
     OPS_ORDER: Final = "ops/orders/{orderId}"
     """One order as GET ORDER answers it, for the operator page: an operator route (a

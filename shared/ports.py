@@ -445,7 +445,7 @@ class Entered:
 
 
 class CustomerLedger(Protocol):
-    """Per customer, its orders that are not terminal, running or waiting in its line.
+    """Per customer, its orders that are not at rest, running or waiting in its line.
     Entering and leaving are keyed by order id, so a repeat changes nothing: the
     Supervisor can repeat a leave that a crash may or may not have done."""
 

@@ -18,7 +18,7 @@ from devhost.harness.process import Child, StartError
 from shared.contract import Route
 from shared.domain.model import ProcessState
 
-TERMINAL = frozenset(s.value for s in ProcessState if s.is_terminal)
+TERMINAL = frozenset(s.value for s in ProcessState if s.is_at_rest)
 CONTROL_TIMEOUT = aiohttp.ClientTimeout(total=60)
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=5)
 POLL_SECONDS = 0.2

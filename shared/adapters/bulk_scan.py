@@ -33,7 +33,7 @@ async def orders(
     if continuation is not None and not continuation.startswith(TOKEN):
         raise ValueError("invalid continuation token")
     cursor = continuation[len(TOKEN) :] if continuation else None
-    if state.is_terminal:
+    if state.is_at_rest:
         narrowed = flt or BulkFilter()
         keys = RestRange(state, narrowed.customer_id, narrowed.created_from, narrowed.created_to)
         rest = await store.rest_entries(keys, page_size, cursor)

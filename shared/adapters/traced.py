@@ -173,7 +173,7 @@ def _won(span: Any, process: OrderProcess) -> None:
 def _finished(process: OrderProcess, history: Sequence[HistoryEntry]) -> None:
     """Count an order when the save that takes it to an end state goes through."""
     state = process.state
-    if not state.process_state.is_terminal or not history:
+    if not state.process_state.is_at_rest or not history:
         return
     if history[-1].process_state is not state.process_state:
         return

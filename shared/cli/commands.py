@@ -21,7 +21,7 @@ from shared.cli.errors import CliError, Exit, NotFound, Usage
 from shared.domain.model import ProcessState
 
 TERMINAL = frozenset(
-    s.value for s in ProcessState if s.is_terminal and s is not ProcessState.SUSPENDED
+    s.value for s in ProcessState if s.is_at_rest and s is not ProcessState.SUSPENDED
 )
 """Where `orders watch` stops: a Suspended order has not ended, it waits for a resume."""
 

@@ -2,7 +2,7 @@
 state table, where their archive copy goes, and how a page of them is named.
 
 Only a final order (`ProcessState.is_final`: Processed, Compensated, Cancelled) is ever
-due: nothing moves it on, so its copy in the archive stays true. Error is terminal for
+due: nothing moves it on, so its copy in the archive stays true. Error is at rest for
 supervision but an operator may still resubmit it, so it is never archived by policy;
 neither is anything in flight. A state whose retention is None is kept forever.
 

@@ -81,7 +81,7 @@ def selects(
     if (
         action is BulkAction.CANCEL
         and state.cancel_requested
-        and not state.process_state.is_terminal
+        and not state.process_state.is_at_rest
     ):
         return False
     if flt.customer_id is not None and process.order.customer_id != flt.customer_id:

@@ -70,10 +70,10 @@ def refusal(
     the signature is checked before the time, in constant time)."""
     if value is None or not value.strip():
         return f"{SIGNATURE_HEADER} is required: {FORMAT}"
-    parsed = _parse(value)
-    if isinstance(parsed, str):
-        return parsed
-    timestamp, candidates = parsed
+    try:
+        timestamp, candidates = _parse(value)
+    except _Unreadable as exc:
+        return str(exc)
     if "\n" in order_id or "\n" in event:
         return "an order id or event name with a line feed is never signed"
     expected = signature(secret, timestamp, order_id, event, body).encode()
@@ -89,15 +89,19 @@ def refusal(
     return None
 
 
-def _parse(value: str) -> tuple[int, list[str]] | str:
-    """The timestamp and the v1 signatures of a header, or why it cannot be read. Keys
+class _Unreadable(ValueError):
+    """A signature header that cannot be read; the message says why, for the 401."""
+
+
+def _parse(value: str) -> tuple[int, list[str]]:
+    """The timestamp and the v1 signatures of a header; _Unreadable says why not. Keys
     other than `t` and `v1` are ignored (room for another scheme beside v1); several
     `v1` may be sent (any one matching is enough, as while a secret is rotated)."""
     malformed = f"{SIGNATURE_HEADER} must be {FORMAT}"
     if len(value) > _MAX_HEADER:
-        return malformed
+        raise _Unreadable(malformed)
     if value.strip().startswith("sha256="):
-        return (
+        raise _Unreadable(
             f"{SIGNATURE_HEADER}: sha256=<HMAC of the body> is no longer accepted (it did "
             f"not bind the order); sign as {FORMAT}"
         )
@@ -106,13 +110,13 @@ def _parse(value: str) -> tuple[int, list[str]] | str:
     for part in value.split(","):
         key, sep, item = part.strip().partition("=")
         if not sep:
-            return malformed
+            raise _Unreadable(malformed)
         if key == "t":
             stamps.append(item)
         elif key == SCHEME:
             candidates.append(item.lower())
     if len(stamps) != 1 or not _SECONDS.fullmatch(stamps[0]):
-        return f"{malformed}: one t, in whole seconds"
+        raise _Unreadable(f"{malformed}: one t, in whole seconds")
     if not candidates or not all(_HEX.fullmatch(c) for c in candidates):
-        return f"{malformed}: {SCHEME} is 64 hex digits"
+        raise _Unreadable(f"{malformed}: {SCHEME} is 64 hex digits")
     return int(stamps[0]), candidates

@@ -3,7 +3,7 @@
 The state record keeps the last failure in words (`LastError`); its forms are fixed by the
 state machine (shared/domain/machine/): `{step}: {code}: {message}` for an agent's
 answer, `compensation of {step}: {code}: {message}` for a failed undo, and
-`{what} not completed by {time}` when the Supervisor gave up on a deadline, which is
+`{what} not completed by {time}` when the Supervisor gave up on a complete-by, which is
 the code `timeout`. A compensation's failure is named after its operation
 (`refund-payment`), so an undo that fails is never mistaken for the step it undoes.
 """
@@ -21,7 +21,7 @@ from shared.domain.workflow import Workflow
 
 TIMEOUT: Final = "timeout"
 WAIT_EXPIRED: Final = "wait-expired"
-"""An event step's deadline passed with no event: its own code, not a timeout."""
+"""An event step's complete-by passed with no event: its own code, not a timeout."""
 UNKNOWN: Final = "unknown"
 _TIMED_OUT = re.compile(r" not completed by (?P<complete_by>\S+)$")
 _ANSWERED = re.compile(r"^(?:compensation of )?[^:]+: (?P<code>[^:\s]+): ")

@@ -26,7 +26,7 @@ few ends make it, one odd gap does not."""
 @dataclass(frozen=True)
 class CustomerPolicy:
     max_pending: int | None = None
-    """IntakeMaxPendingPerCustomer: orders not terminal per customer; None: no limit."""
+    """IntakeMaxPendingPerCustomer: orders not at rest per customer; None: no limit."""
     fair_share: int | None = None
     """FairShareRunningPerCustomer: orders of one customer running at once while more of
     its orders wait; None: off (every order is nudged as it arrives)."""
@@ -39,7 +39,7 @@ class CustomerPolicy:
 
 @dataclass(frozen=True)
 class CustomerLoad:
-    """One customer's orders that are not terminal, as its ledger record counts them."""
+    """One customer's orders that are not at rest, as its ledger record counts them."""
 
     running: int = 0
     waiting: int = 0

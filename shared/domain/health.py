@@ -69,7 +69,7 @@ class SweepRecord:
 class SeenOutages:
     """The outages of the broker or the state store one instance saw, as it last shared
     them: an instance started after an outage (a restart, a scale-out) learns of it here,
-    and counts no deadline that passed in it."""
+    and counts no complete-by that passed in it."""
 
     instance: str
     windows: tuple[tuple[datetime, datetime], ...]

@@ -95,7 +95,7 @@ def question(
     *,
     exhausting: bool = False,
 ) -> Question | None:
-    """The in-doubt key of an order whose deadline passed, or None when nothing is in
+    """The in-doubt key of an order whose complete-by passed, or None when nothing is in
     doubt: a forward step Running past its complete-by, a compensation out, or a step a
     compensation waits on to settle. A Pending order was never given to an agent.
     """

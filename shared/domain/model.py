@@ -24,14 +24,15 @@ class ProcessState(StrEnum):
     CANCELLED = "Cancelled"
 
     @property
-    def is_terminal(self) -> bool:
-        """Terminal for supervision: no deadline runs. Error and Suspended count too, since
-        only an operator moves them on."""
+    def is_at_rest(self) -> bool:
+        """Nothing runs until someone acts: no complete-by is watched. A final order, and
+        Error and Suspended too, since only an operator moves them on."""
         return self.is_final or self in (ProcessState.ERROR, ProcessState.SUSPENDED)
 
     @property
     def is_final(self) -> bool:
-        """Nothing, not even an operator, moves the order on."""
+        """The order is over (Processed, Compensated, Cancelled): nothing, not even an
+        operator, moves it on."""
         return self in (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.CANCELLED)
 
 

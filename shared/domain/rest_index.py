@@ -27,7 +27,7 @@ SEP: Final = "|"
 END: Final = "~"
 """Sorts after every character of a day and an order id's first character."""
 
-REST_STATES: Final = tuple(s for s in ProcessState if s.is_terminal)
+REST_STATES: Final = tuple(s for s in ProcessState if s.is_at_rest)
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class RestEntry:
 def rest_entry(process: OrderProcess, workflow: Workflow | None) -> RestEntry:
     """`workflow`: the one the order runs on (None when the catalogue lost it)."""
     state = process.state
-    if not state.process_state.is_terminal:
+    if not state.process_state.is_at_rest:
         raise ValueError(f"order {state.order_id} is {state.process_state.value}, not at rest")
     step = code = None
     if state.process_state is ProcessState.ERROR:

@@ -28,7 +28,7 @@ class StepKind(StrEnum):
     """No undo, after the pivot: retried until it succeeds; its permanent failure holds
     the order for an operator instead of compensating."""
     EVENT = "event"
-    """Waits for a named event from outside (an approval, a webhook) until its deadline;
+    """Waits for a named event from outside (an approval, a webhook) until its complete-by;
     no agent, nothing to undo."""
     TIMER = "timer"
     """Waits until a time from the order (`notBefore`) or for a duration; no agent."""
@@ -39,7 +39,7 @@ class StepKind(StrEnum):
 
 
 class OnDeadline(StrEnum):
-    """What a wait whose deadline passed does (docs/catalogue.md)."""
+    """What a wait whose complete-by passed does (docs/catalogue.md)."""
 
     COMPENSATE = "compensate"
     """As a permanent failure of the step: undo what came before (held past the pivot)."""

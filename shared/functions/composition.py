@@ -130,11 +130,18 @@ class Events:
 
 @dataclass(frozen=True)
 class Fleet:
-    """The agents (drain, undrain) and the Error orders grouped by failure."""
+    """The agents (drain, undrain)."""
 
     health: HealthStore
     clock: Clock
     catalogue: Catalogue
+    gate: Gate
+
+
+@dataclass(frozen=True)
+class Failures:
+    """The Error orders grouped by failure."""
+
     store: StateStore
     gate: Gate
 
@@ -166,7 +173,7 @@ class Archiving:
 
 
 @dataclass(frozen=True)
-class StatusPage:
+class OperatorPage:
     """The operator page and the snapshot it polls."""
 
     process: ProcessDeps
@@ -237,11 +244,12 @@ orders = Provided(lambda c: Orders(c.process, c.catalogue, c.archive, c.archive_
 health: Provided[HealthCheck] = Provided(Container.probes)
 """`/api/health`'s probes of the store and the bus (kept by the container)."""
 events = Provided(lambda c: Events(c.process, c.settings.event_signing_secret, c.archive, _gate(c)))
-fleet = Provided(lambda c: Fleet(c.health, c.process.clock, c.catalogue, c.process.store, _gate(c)))
+fleet = Provided(lambda c: Fleet(c.health, c.process.clock, c.catalogue, _gate(c)))
+failures = Provided(lambda c: Failures(c.process.store, _gate(c)))
 bulk = Provided(lambda c: Bulk(_bulk(c), c.catalogue, _gate(c)))
 reconciling = Provided(lambda c: Reconciling(_reconciler(c), _gate(c)))
 archiving = Provided(lambda c: Archiving(_archiver(c), c.archive_blobs, _gate(c)))
-status_page = Provided(
-    lambda c: StatusPage(c.process, c.health, c.reconcile, c.settings.trace_query_url, _gate(c))
+operator_page = Provided(
+    lambda c: OperatorPage(c.process, c.health, c.reconcile, c.settings.trace_query_url, _gate(c))
 )
 workflows = Provided(lambda c: Workflows(c.catalogue, _gate(c)))

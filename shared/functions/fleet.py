@@ -1,5 +1,5 @@
-"""Operating the fleet rather than one order: the agents (drain, undrain) and the Error
-orders grouped by failure."""
+"""Operating the fleet rather than one order: the agents, their health and limits, and
+draining one (the Error orders grouped by failure are failures.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from shared.functions.http import json_response, opt_iso, problem, read_json
 from shared.functions.signin import route_level
 from shared.ports import StateStoreError
 from shared.usecases.budget import HTTP_BUDGET
-from shared.usecases.failures import SCAN_CAP, FailureReport, group_failures
 from shared.usecases.fleet import AgentStatus, list_agents, set_drain
 
 bp = func.Blueprint()
@@ -67,19 +66,6 @@ async def drain_agent_http(req: func.HttpRequest) -> func.HttpResponse:
     except StateStoreError:
         return problem(503, *_UNAVAILABLE, _RETRY)
     return json_response(agent_view(status, h.clock.now()))
-
-
-@bp.route(route=Route.FAILURES, methods=["GET"], auth_level=route_level())
-async def failures_http(req: func.HttpRequest) -> func.HttpResponse:
-    h = await composition.fleet()
-    actor = await h.gate.admit(req, Role.READ)
-    if isinstance(actor, func.HttpResponse):
-        return actor
-    try:
-        report = await group_failures(h.store)
-    except StateStoreError:
-        return problem(503, *_UNAVAILABLE, _RETRY)
-    return json_response(failures_view(report))
 
 
 def _drain_body(req: func.HttpRequest) -> tuple[bool, str | None] | func.HttpResponse:
@@ -139,23 +125,4 @@ def _health_view(status: AgentStatus, now: datetime) -> dict[str, Any] | None:
         "capacity": view.capacity,
         "lastHeartbeat": iso(latest.heartbeat_at),
         "instances": len(status.instances),
-    }
-
-
-def failures_view(report: FailureReport) -> dict[str, Any]:
-    return {
-        "groups": [
-            {
-                "step": g.step,
-                "errorCode": g.error_code,
-                "count": g.count,
-                "firstAt": iso(g.first_at),
-                "lastAt": iso(g.last_at),
-                "sampleOrderIds": list(g.sample_order_ids),
-            }
-            for g in report.groups
-        ],
-        "scanned": report.scanned,
-        "scanCap": SCAN_CAP,
-        "truncated": report.truncated,
     }

@@ -30,21 +30,22 @@ STORE_SLOW = (
 )
 
 
-def _check_reply_to(order: OrderSubmission, allowed: frozenset[str]) -> str | None:
+def _check_reply_to(order: OrderSubmission, allowed: frozenset[str]) -> None:
+    """InvalidMessage when the order asks for replies on a queue not allowed."""
     if order.reply_to is not None and order.reply_to not in allowed:
-        return (
+        raise InvalidMessage(
             f"replyTo {order.reply_to!r} is not on the allow-list ({Setting.REPLY_TO_ALLOW_LIST})"
         )
-    return None
 
 
-def _workflow(known: Catalogue, order: OrderSubmission) -> Workflow | str:
-    """The newest version of the named workflow, or why there is none."""
+def _workflow(known: Catalogue, order: OrderSubmission) -> Workflow:
+    """The newest version of the named workflow; InvalidMessage when there is none (a 400,
+    or a dead letter: no retry adds it to the catalogue)."""
     name = order.workflow or known.default
     found = known.get(name)
     if found is None:
         names = ", ".join(known.names)
-        return f"workflow {name[:40]!r} is not in the catalogue; workflows: {names}"
+        raise InvalidMessage(f"workflow {name[:40]!r} is not in the catalogue; workflows: {names}")
     return found
 
 
@@ -71,11 +72,11 @@ async def _submit_http(req: func.HttpRequest) -> func.HttpResponse:
     except ValidationError as exc:
         return problem(400, "Invalid order", describe(exc))
     h = await composition.intake()
-    if reason := _check_reply_to(submission, h.reply_to_allow_list):
-        return problem(400, "Invalid order", reason)
-    workflow = _workflow(h.catalogue, submission)
-    if isinstance(workflow, str):
-        return problem(400, "Invalid order", workflow)
+    try:
+        _check_reply_to(submission, h.reply_to_allow_list)
+        workflow = _workflow(h.catalogue, submission)
+    except InvalidMessage as exc:
+        return problem(400, "Invalid order", str(exc))
     try:
         result = await submit_order(
             h.process, _traced(submission, h.process), workflow=workflow, budget=HTTP_BUDGET
@@ -112,11 +113,8 @@ async def _submit_message(msg: func.ServiceBusMessage) -> None:
     h = await composition.intake()
     try:
         submission = OrderSubmission.parse(msg.get_body())
-        if reason := _check_reply_to(submission, h.reply_to_allow_list):
-            raise InvalidMessage(reason)
+        _check_reply_to(submission, h.reply_to_allow_list)
         workflow = _workflow(h.catalogue, submission)
-        if isinstance(workflow, str):
-            raise InvalidMessage(workflow)
         if submission.order_id is None:
             # A queue message may be redelivered: without an id it could become two orders.
             raise InvalidMessage("orderId: required for orders sent as messages")

@@ -1,5 +1,6 @@
 """One order at a time: inspect, list, resubmit, cancel, suspend, resume, health (the
-whole fleet is fleet.py; the status page and its snapshot are status_page.py)."""
+agents are fleet.py, the Error orders by failure failures.py, the operator page and its
+snapshot operator_page.py)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from shared.telemetry.logsafe import app_logger
 from shared.usecases.agent_health import HealthMonitor
 from shared.usecases.limiter import AgentLimiter
 from shared.usecases.rate_slot import HandBack, HandedBack, SlotGate
-from shared.usecases.step_heartbeat import KnownDeadline, StepHeartbeats
+from shared.usecases.step_heartbeat import KnownCompleteBy, StepHeartbeats
 from shared.usecases.step_hold import HeldCall, StepHolds
 
 log = app_logger("orders.agent")
@@ -49,7 +49,7 @@ class Performed(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     EXPIRED_ON_ARRIVAL = "expired-on-arrival"
-    DEADLINE_PASSED = "deadline-passed"
+    COMPLETE_BY_PASSED = "deadline-passed"
     HELD_BY_THROTTLE = "held-by-throttle"
     """The service's `429`s held the next call back to the complete-by: no reply."""
     HANDED_BACK = "handed-back"
@@ -81,7 +81,7 @@ class AgentDeps:
     step_holds: StepHolds | None = None
     """Moves a do's or an undo's complete-by when a limit holds its call back, and lets a
     request whose rate slot is far wait for it in the broker; None: a held call keeps
-    its deadline (and past it ends held-by-throttle, no reply)."""
+    its complete-by (and past it ends held-by-throttle, no reply)."""
     catalogue: Catalogue = field(kw_only=True)
     """Every kept version's steps, which vouch for what a request may ask this agent."""
 
@@ -114,7 +114,7 @@ def operation_for(catalogue: Catalogue, agent: AgentName, request: AgentRequest)
 
 
 async def perform_step(deps: AgentDeps, request: AgentRequest, *, high: bool = False) -> Performed:
-    """Reply succeeded or failed; past the deadline reply nothing at all.
+    """Reply succeeded or failed; past the complete-by reply nothing at all.
 
     Silence is deliberate: the Supervisor owns recovery once complete-by has passed, and a
     late answer would race with the retry it starts. A request that came on a
@@ -149,7 +149,7 @@ async def _perform(deps: AgentDeps, request: AgentRequest, operation: str, high:
         request.payload,
         undoes=undoes(request),
     )
-    known = KnownDeadline(request.complete_by)
+    known = KnownCompleteBy(request.complete_by)
     beats = deps.step_heartbeats
     if beats is None or not beats.enabled or request.action is not Action.DO:
         beats = None
@@ -204,7 +204,7 @@ async def _perform(deps: AgentDeps, request: AgentRequest, operation: str, high:
             operation,
             request.attempt,
         )
-        return Performed.DEADLINE_PASSED
+        return Performed.COMPLETE_BY_PASSED
     except PermanentRemoteError as exc:
         error = ErrorInfo(exc.code, exc.message)
         failed = request.answer(Outcome.FAILED, error=error, agent=deps.agent)

@@ -87,7 +87,7 @@ class Customers:
         that stays behind)."""
         await self.release(customer, order_id, store, bus, at)
         found = await store.load(order_id)
-        if found is not None and not found.state.process_state.is_terminal:
+        if found is not None and not found.state.process_state.is_at_rest:
             await self.ledger.rejoin(customer, order_id, at)
 
     async def top(self, limit: int) -> tuple[tuple[str, CustomerLoad], ...]:

@@ -23,7 +23,7 @@ from shared.domain.model import ProcessState, StateRecord
 from shared.domain.rest_index import RestRange
 from shared.ports import Page, StateStore, WatchedOrders
 
-IN_FLIGHT: Final = tuple(s for s in ProcessState if not s.is_terminal)
+IN_FLIGHT: Final = tuple(s for s in ProcessState if not s.is_at_rest)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class InFlight:
 async def in_flight(store: WatchedOrders, limit: int) -> InFlight:
     page = await store.watch_list(limit, None)
     states = await store.states([e.order_id for e in page.items])
-    moving = tuple(s for s in states if not s.process_state.is_terminal)
+    moving = tuple(s for s in states if not s.process_state.is_at_rest)
     return InFlight(moving, page.continuation is not None)
 
 
@@ -49,7 +49,7 @@ async def orders_in(
     out a continuation. Without a state it is the store's scan of every order."""
     if state is None:
         return await store.list_by_state(None, page_size, continuation)
-    if state.is_terminal:
+    if state.is_at_rest:
         rest = await store.rest_entries(RestRange(state), page_size, continuation)
         return Page(tuple(e.state_record() for e in rest.items), rest.continuation)
     watched = await store.watch_list(page_size, continuation)

@@ -1,11 +1,11 @@
 """What one instance has seen of its own infrastructure being down (the broker, the state
-store), so the Supervisor counts no deadline that passed in an outage against an order.
+store), so the Supervisor counts no complete-by that passed in an outage against an order.
 
 The Supervisor's sweeps see an outage when they fail; a broker outage can also pass
 between two sweeps that never send, so the instance's bus also reports each failed send
 (`WitnessedBus`) as a glimpse of one. Each instance shares what it saw through the health
 store and learns what the others saw (`exchange`): a runtime that starts after an outage
-(a restart, a scale-out) would otherwise count a deadline that passed in it.
+(a restart, a scale-out) would otherwise count a complete-by that passed in it.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Outage:
     def glimpsed(self, at: datetime) -> None:
         """A bus or store call failed at `at` without stopping a sweep: a handler's send,
         or some checks of a sweep that went through. A broker outage can come and go
-        between two sweeps that never touch the bus, and a deadline that passed in it
+        between two sweeps that never touch the bus, and a complete-by that passed in it
         must not count either; a glimpse within `GLIMPSES_MERGE` of the last window
         extends it."""
         if self.since is not None:

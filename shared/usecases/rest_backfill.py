@@ -33,7 +33,7 @@ async def backfill_page(
     page = await store.list_by_state(None, page_size, continuation)
     written = 0
     for state in page.items:
-        if state.process_state.is_terminal:  # in flight: entered when it comes to rest
+        if state.process_state.is_at_rest:  # in flight: entered when it comes to rest
             written += await backfill_order(store, catalogue, state.order_id)
     return Backfilled(len(page.items), written, page.continuation)
 
@@ -45,7 +45,7 @@ async def backfill_order(
     is read again. Returns 1 when its entry was written and stands."""
     for _ in range(tries):
         process = await store.load(order_id)
-        if process is None or not process.state.process_state.is_terminal:
+        if process is None or not process.state.process_state.is_at_rest:
             return 0
         entry = rest_entry(process, workflow_of(catalogue, process.state))
         await store.put_rest(entry)

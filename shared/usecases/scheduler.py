@@ -115,7 +115,7 @@ def _remember(deps: ProcessDeps, stored: OrderProcess, transition: Transition) -
     """A finished order gets no more replies (an operator's resubmit reads it afresh)."""
     if deps.cache is None:
         return
-    if transition.is_terminal:
+    if transition.is_at_rest:
         deps.cache.forget(stored.order_id)
     else:
         deps.cache.put(stored)

@@ -11,7 +11,7 @@ beat queued behind a backlog of replies would arrive late, which is when it matt
 A fast call costs nothing: the first beat goes only once the call has run for half of
 StepHeartbeatSeconds (or half the time left, if less), and no earlier than half of
 StepHeartbeatSeconds before the complete-by it would move. The Supervisor's watch entry
-is not moved: the sweep that finds the order at the old time sees the deadline not yet
+is not moved: the sweep that finds the order at the old time sees the complete-by not yet
 passed and reschedules to the new one (one read and one write per beaten period, paid
 by long steps only, instead of a watch write on every beat).
 """
@@ -40,7 +40,7 @@ T = TypeVar("T")
 
 
 @dataclass
-class KnownDeadline:
+class KnownCompleteBy:
     """The complete-by this agent last knew to be stored for its step: the request's,
     then each beat's. Its calls stop there, whatever the store says meanwhile."""
 
@@ -77,26 +77,26 @@ class StepHeartbeats:
         return changed.process.steps[state.current_step].complete_by
 
     async def keep_alive(
-        self, request: AgentRequest, deadline: KnownDeadline, call: Awaitable[T]
+        self, request: AgentRequest, complete_by: KnownCompleteBy, call: Awaitable[T]
     ) -> T:
         """Run `call`, beating while it runs; raise DeadlinePassed (the call cancelled)
         once the known complete-by passes. A beat that cannot be written (store down,
-        fenced, at the cap) ends the beats and the call keeps its last known deadline."""
+        fenced, at the cap) ends the beats and the call keeps its last known complete-by."""
         task = asyncio.ensure_future(call)
         half = self.policy.step_heartbeat / 2
         started = self.clock.now()
-        first = started + min(half, (deadline.at - started) / 2)
+        first = started + min(half, (complete_by.at - started) / 2)
         beating = True
         try:
             while True:
                 now = self.clock.now()
-                if now >= deadline.at:
+                if now >= complete_by.at:
                     raise DeadlinePassed()
-                beat_at = max(first, deadline.at - half) if beating else deadline.at
+                beat_at = max(first, complete_by.at - half) if beating else complete_by.at
                 if beating and now >= beat_at:
-                    beating = await self._beat(request, deadline)
+                    beating = await self._beat(request, complete_by)
                     continue
-                wait = (min(beat_at, deadline.at) - now).total_seconds()
+                wait = (min(beat_at, complete_by.at) - now).total_seconds()
                 if await _done_within(task, self.clock, wait):
                     return task.result()
         finally:
@@ -105,9 +105,9 @@ class StepHeartbeats:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def _beat(self, request: AgentRequest, deadline: KnownDeadline) -> bool:
-        """One beat, bounded by the known deadline; whether to go on beating."""
-        remaining = (deadline.at - self.clock.now()).total_seconds()
+    async def _beat(self, request: AgentRequest, complete_by: KnownCompleteBy) -> bool:
+        """One beat, bounded by the known complete-by; whether to go on beating."""
+        remaining = (complete_by.at - self.clock.now()).total_seconds()
         try:
             async with asyncio.timeout(max(remaining, 0.001)):
                 extended = await self.beat(request)
@@ -117,7 +117,7 @@ class StepHeartbeats:
                 request.order_id,
                 request.step,
                 type(exc).__name__,
-                deadline.at.isoformat(),
+                complete_by.at.isoformat(),
             )
             return False
         if extended is None:
@@ -128,7 +128,7 @@ class StepHeartbeats:
                 request.attempt,
             )
             return False
-        deadline.at = max(deadline.at, extended)
+        complete_by.at = max(complete_by.at, extended)
         return True
 
 

@@ -19,7 +19,7 @@ from shared.domain.messages import AgentRequest
 from shared.domain.model import OrderProcess
 from shared.ports import Clock, ConcurrencyConflict, StateStoreError
 from shared.telemetry.logsafe import app_logger
-from shared.usecases.step_heartbeat import KnownDeadline
+from shared.usecases.step_heartbeat import KnownCompleteBy
 from shared.usecases.unit_of_work import UnitOfWork
 
 log = app_logger("orders.agent")
@@ -31,7 +31,7 @@ class StepHolds:
     clock: Clock
     policy: ProcessPolicy
 
-    def for_request(self, request: AgentRequest, known: KnownDeadline) -> HeldCall:
+    def for_request(self, request: AgentRequest, known: KnownCompleteBy) -> HeldCall:
         """A do and an undo alike: an undo's timeout is counted against the order too."""
         room = (request.complete_by - self.clock.now()) / 2
         return HeldCall(self, request, known, room)
@@ -60,11 +60,11 @@ class StepHolds:
 @dataclass
 class HeldCall:
     """One request's holds: adds up its waits, writes them once they eat into its time,
-    and moves the deadline the agent's calls stop at."""
+    and moves the complete-by the agent's calls stop at."""
 
     holds: StepHolds
     request: AgentRequest
-    known: KnownDeadline
+    known: KnownCompleteBy
     room: timedelta
     unpaid: timedelta = field(default=timedelta(0))
     """Waits not yet written: counted against the call until they are."""

@@ -11,7 +11,7 @@ from shared.domain.archive import ArchivedMark
 from shared.domain.fairness import Admission, CustomerLoad
 from shared.domain.machine.forward import start, start_claimed
 from shared.domain.machine.line import in_line, wait_in_line
-from shared.domain.machine.recovery import next_check, next_deadline
+from shared.domain.machine.recovery import next_check, next_complete_by
 from shared.domain.machine.transition import ProcessPolicy, Transition
 from shared.domain.model import Order, OrderProcess, ProcessState
 from shared.domain.workflow import Workflow
@@ -26,7 +26,7 @@ class OrderConflict(Exception):
 
 
 class OverQuota(Exception):
-    """The customer already has IntakeMaxPendingPerCustomer orders that are not terminal;
+    """The customer already has IntakeMaxPendingPerCustomer orders that are not at rest;
     nothing was stored."""
 
     def __init__(self, customer: str, load: CustomerLoad, limit: int, retry_after: int) -> None:
@@ -144,7 +144,7 @@ async def _store_counted(
         existing = await deps.store.load(order.order_id)
         if existing is None:
             return await _repeat_archived(deps, order, now, version)
-        if existing.state.process_state.is_terminal:
+        if existing.state.process_state.is_at_rest:
             if deps.customers is not None:  # counted just now, or stale
                 await deps.customers.forget(order, deps.store, deps.bus, now)
             await deps.store.unwatch(order.order_id, existing.state.version)
@@ -180,15 +180,15 @@ async def _claimed(
 
 def first_look(process: OrderProcess, policy: ProcessPolicy, now: datetime) -> datetime:
     """When the Supervisor first looks at an order claimed at intake: halfway to its
-    first deadline, and within the Pending timeout (a look at a Pending order would come
+    first complete-by, and within the Pending timeout (a look at a Pending order would come
     no later). If the intake died between its insert and its sends, the order is still
     as stored (version 1) and the Supervisor sends its outbox again
     (shared/usecases/supervisor.py `_as_stored_by_intake`): the request reaches the agent
     with half its time left or more, and nothing counts against the order. A fault-free
     order has moved on long before, and is unwatched when it ends."""
-    deadline = next_deadline(process, policy)
-    assert deadline is not None
-    return now + min((deadline - now) / 2, policy.pending_timeout)
+    complete_by = next_complete_by(process, policy)
+    assert complete_by is not None
+    return now + min((complete_by - now) / 2, policy.pending_timeout)
 
 
 async def _repeat_archived(deps: ProcessDeps, order: Order, now: datetime, version: int) -> _Stored:
@@ -228,7 +228,7 @@ async def _over_quota(
         assert customers is not None and customers.policy.max_pending is not None
         retry = customers.come_back(order.customer_id, load, deps.clock.now())
         raise OverQuota(order.customer_id, load, customers.policy.max_pending, retry)
-    if not existing.state.process_state.is_terminal:
+    if not existing.state.process_state.is_at_rest:
         await deps.store.rewatch(order.order_id, check_at, version=existing.state.version)
     return _repeat(existing, order, in_line(existing))
 

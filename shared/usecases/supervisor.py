@@ -17,7 +17,7 @@ from shared.domain.machine.line import held_until, in_line, released
 from shared.domain.machine.recovery import (
     exhaustion_undoes,
     next_check,
-    next_deadline,
+    next_complete_by,
     recover,
     version_gone,
 )
@@ -103,7 +103,7 @@ async def sweep(
     concurrency: int = 16,
     budget: timedelta = DEFAULT_BUDGET,
     check_timeout: float = CHECK_TIMEOUT_SECONDS,
-    in_outage: Callable[[datetime], bool] = lambda deadline: False,
+    in_outage: Callable[[datetime], bool] = lambda complete_by: False,
     queries: OutcomeQueries | None = None,
 ) -> SweepReport:
     """Reads only the watch entries that are due, so a sweep costs what is in flight.
@@ -111,7 +111,7 @@ async def sweep(
     Every change is conditional on the ETag read: two Supervisors racing on one order
     recover it once, and the loser moves on silently. No check starts once `budget` has
     passed or the bus or store look down; what is left stays due for the next sweep. A
-    deadline that passed `in_outage` (the broker or store was down) is not counted. With
+    complete-by that passed `in_outage` (the broker or store was down) is not counted. With
     `queries`, an in-doubt step's service is asked what it did before it is retried
     (shared/usecases/outcomes.py).
     """
@@ -198,8 +198,8 @@ async def supervise(
     # order it left Pending its Pending timeout, before anything counts again.
     after = policy.step_timeout + policy.pending_timeout
 
-    def in_outage(deadline: datetime) -> bool:
-        return outage.covers(deadline, before=policy.step_timeout, after=after)
+    def in_outage(complete_by: datetime) -> bool:
+        return outage.covers(complete_by, before=policy.step_timeout, after=after)
 
     await exchange(outage, health, deps.instance_id, started_at, CHECK_TIMEOUT_SECONDS)
     try:
@@ -252,7 +252,7 @@ async def _check(
             )
         await deps.store.unwatch_entry(entry)
         return
-    if process.state.process_state.is_terminal:
+    if process.state.process_state.is_at_rest:
         ahead = entry.version > process.state.version
         if ahead and deps.clock.now() < entry.check_at + MOVE_GRACE:
             # An operator's move off this rest may be between its watch and its save.
@@ -284,11 +284,11 @@ async def _check(
             return
         if standing is Admission.RUN:
             process = released(process, now)  # promoted, its nudge never came
-    deadline = next_deadline(process, deps.policy)
-    counted = deadline is None or not in_outage(deadline)
+    complete_by = next_complete_by(process, deps.policy)
+    counted = complete_by is None or not in_outage(complete_by)
     outcome = None
     doubt = None
-    if queries is not None and counted and deadline is not None and deadline <= now:
+    if queries is not None and counted and complete_by is not None and complete_by <= now:
         routing = await deps.current_routing()
         exhausting = exhaustion_undoes(process, workflow, deps.policy)
         doubt = in_doubt.question(process, workflow, routing, exhausting=exhausting)

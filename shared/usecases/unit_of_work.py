@@ -218,11 +218,11 @@ class UnitOfWork:
             if changed.resend:
                 await self._resend(changed.process)
             return
-        if transition.is_terminal:
+        if transition.is_at_rest:
             await self._file(transition.process)
         if transition.outgoing:
             await self.bus.send(transition.outgoing)
-        if transition.is_terminal:
+        if transition.is_at_rest:
             await self._rest(transition.process)
 
     async def _note_unsent(self, sent: OrderProcess, unsent: Decide) -> None:

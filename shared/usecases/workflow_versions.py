@@ -28,7 +28,7 @@ class Stranded:
 
 
 async def versions_in_flight(store: OrderRows) -> dict[tuple[str, int], list[str]]:
-    """Every non-terminal order's pinned (workflow, version), with its order ids. A scan
+    """Every order's pinned (workflow, version), with its order ids, while it is not final. A scan
     of the state rows: an offline check before a deploy, never on a request's path."""
     found: dict[tuple[str, int], list[str]] = {}
     for state in IN_FLIGHT:

@@ -203,7 +203,7 @@ def observe(
         rest_index={
             i: (p.state.process_state,)
             for i, p in by_id.items()
-            if p.state.process_state.is_terminal
+            if p.state.process_state.is_at_rest
         },
     )
 

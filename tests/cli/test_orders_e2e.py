@@ -15,7 +15,7 @@ from shared.cli.errors import Exit
 from shared.contract import Setting
 from tests.cli.conftest import cli
 from tests.e2e.conftest import System, e2e_settings, running_system
-from tests.e2e.test_ops_page_waits import submit_reviewed
+from tests.e2e.test_operator_page_waits import submit_reviewed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
 

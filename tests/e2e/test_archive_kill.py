@@ -78,7 +78,7 @@ async def seed(store: TableStateStore, tag: str, at: datetime) -> dict[str, Proc
         history = [HistoryEntry(at, f"e{j}", "", ProcessState.PROCESSING, 0, 1) for j in range(11)]
         async with gate:
             await store.create(process, history)
-            if state.is_terminal:
+            if state.is_at_rest:
                 await store.put_rest(rest_entry(process, workflow))
 
     await asyncio.gather(*(one(o, s) for o, s in seeded.items()))

@@ -115,7 +115,7 @@ async def put(
     record = replace(process.state, process_state=state, updated_at=at)
     stored = replace(process, steps=steps, state=record)
     await store.create(stored, history(at, entries))
-    if state.is_terminal:
+    if state.is_at_rest:
         await store.put_rest(rest_entry(stored, ORDER_FULFILMENT))  # as its rest writes it
         return
     await store.watch(order_id, at, replace=True)

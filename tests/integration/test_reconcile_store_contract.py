@@ -52,7 +52,7 @@ async def put(store: StateStore, order_id: str, state: ProcessState, at: datetim
     state_record = replace(process.state, process_state=state, updated_at=at)
     stored = replace(process, steps=steps, state=state_record)
     await store.create(stored, ())
-    if state.is_terminal:
+    if state.is_at_rest:
         await store.put_rest(rest_entry(stored, ORDER_FULFILMENT))  # as its rest writes it
 
 

@@ -19,9 +19,9 @@ from shared.ports import StateStore
 from shared.usecases import scheduler
 from shared.usecases.failures import group_failures
 from shared.usecases.operator import resubmit_order, suspend_order
+from shared.usecases.operator_page import operator_snapshot
 from shared.usecases.order_views import orders_in
 from shared.usecases.rest_backfill import backfill_page
-from shared.usecases.status_page import ops_snapshot
 from shared.usecases.submission import submit_order
 from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
@@ -148,7 +148,7 @@ async def test_views_read_rest_entries_and_the_watch_list(store: StateStore) -> 
     assert [(g.step, g.error_code, g.count) for g in report.groups] == [
         ("release-inventory", "declined", 1)
     ]
-    snapshot = await ops_snapshot(world.deps(), InMemoryHealthStore(), count_cap=10)
+    snapshot = await operator_snapshot(world.deps(), InMemoryHealthStore(), count_cap=10)
     counts = {c.state: (c.count, c.capped) for c in snapshot.counts}
     assert counts == {
         ProcessState.PENDING: (1, False),

@@ -303,7 +303,7 @@ async def test_a_resubmit_racing_the_schedulers_unwatch_stays_watched(store: Sta
         process = await store.load(order_id)
         assert process is not None
         transition = recover(process, ORDER_FULFILMENT, world.policy, world.clock.now())
-        assert transition is not None and transition.is_terminal
+        assert transition is not None and transition.is_at_rest
         await store.save(transition.process, transition.history)
         scheduler_unwatch = store.unwatch(order_id, transition.process.state.version)
         operator = resubmit_order(world.deps(), order_id, "alice")

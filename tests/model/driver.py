@@ -55,7 +55,7 @@ from shared.domain.machine.events import answer_approval, receive_event
 from shared.domain.machine.forward import KEY_ABANDONED, apply_reply
 from shared.domain.machine.heartbeat import extend_complete_by
 from shared.domain.machine.hold import hold_complete_by
-from shared.domain.machine.recovery import exhaustion_undoes, next_deadline, recover
+from shared.domain.machine.recovery import exhaustion_undoes, next_complete_by, recover
 from shared.domain.machine.settle import past_pivot
 from shared.domain.machine.transition import InvalidTransition, Transition
 from shared.domain.machine.waits import wake
@@ -313,7 +313,7 @@ class Domain:
 
     def due(self, process: OrderProcess, now: int) -> bool:
         """Has the order's deadline passed, so a sweep would act on it?"""
-        deadline = next_deadline(process, self.policy)
+        deadline = next_complete_by(process, self.policy)
         return deadline is not None and tick(deadline) <= now
 
     def question(self, process: OrderProcess, drained: frozenset[str]) -> Question | None:
@@ -631,7 +631,7 @@ class Domain:
     def watched(self, process: OrderProcess, now: int) -> bool:
         """Will the Supervisor find this order? Orders held for an operator (Error,
         Suspended) and finished ones need no watch."""
-        if process.state.process_state.is_terminal:
+        if process.state.process_state.is_at_rest:
             return True
         return self.next_check(process, now) is not None
 
@@ -641,7 +641,7 @@ class Domain:
         (a complete-by, a step's live-until): a new time field counts without a change
         here."""
         ticks: set[int] = set()
-        deadline = next_deadline(process, self.policy)
+        deadline = next_complete_by(process, self.policy)
         if deadline is not None:
             ticks.add(tick(deadline))
         asked = self.question(process, drained)

@@ -42,7 +42,7 @@ from shared.domain.bulk import BulkJob
 from shared.domain.bulk_request import BulkAction
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.machine import line
-from shared.domain.machine.recovery import next_deadline
+from shared.domain.machine.recovery import next_complete_by
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import OrderProcess
 from shared.domain.routing import Routing
@@ -177,10 +177,10 @@ def _same(world: World, what: str, real: OrderProcess, effects: object) -> None:
 
 async def _watched(world: World, store: InMemoryStateStore, process: OrderProcess) -> None:
     """The entries written: a moving order is due no later than its next deadline."""
-    if process.state.process_state.is_terminal:
+    if process.state.process_state.is_at_rest:
         return
     entry = store.watched().get(process.order_id)
-    deadline = next_deadline(process, world.domain.policy)
+    deadline = next_complete_by(process, world.domain.policy)
     asked = world.domain.question(process, world.drained)
     if deadline is not None and asked is not None:
         deadline = max(deadline, driver.at(asked.ask_at))  # asked earlier it would guess

@@ -91,7 +91,7 @@ async def test_a_key_in_progress_past_the_deadline_gets_no_reply_not_a_failure(
 
     outcome = await perform_step(agent, charge(clock, seconds=30))
 
-    assert outcome is Performed.DEADLINE_PASSED
+    assert outcome is Performed.COMPLETE_BY_PASSED
     assert replies(agent) == []
     assert len(provider.calls(*CHARGE)) == 1
 
@@ -107,7 +107,7 @@ async def test_a_key_in_progress_is_no_evidence_against_the_service(
 
     outcome = await perform_step(agent, charge(clock, seconds=10))
 
-    assert outcome is Performed.DEADLINE_PASSED
+    assert outcome is Performed.COMPLETE_BY_PASSED
     assert agent.breaker.state is BreakerState.CLOSED
     assert len(provider.calls(*CHARGE)) >= 5
 

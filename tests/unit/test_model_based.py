@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from shared.adapters.memory import Sent
 from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
-from shared.domain.machine.recovery import next_deadline
+from shared.domain.machine.recovery import next_complete_by
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
@@ -255,8 +255,8 @@ class OrderProcessMachine(RuleBasedStateMachine):
                     s.status in (StepStatus.COMPENSATED, StepStatus.FAILED) or s.attempts == 0
                     for s in p.steps
                 ), p.steps
-            if not state.process_state.is_terminal:
-                deadline = next_deadline(p, self.world.policy)
+            if not state.process_state.is_at_rest:
+                deadline = next_complete_by(p, self.world.policy)
                 assert p.order_id in watched, f"{p.order_id} is in flight but unwatched"
                 assert deadline is not None and watched[p.order_id] <= deadline
 
@@ -290,7 +290,7 @@ class OrderProcessMachine(RuleBasedStateMachine):
             while self.inflight:
                 self._deliver(self.inflight.pop(0))
             orders = self._orders()
-            if all(p.state.process_state.is_terminal for p in orders):
+            if all(p.state.process_state.is_at_rest for p in orders):
                 break
             self.world.clock.advance(31)
             run(sweep(self.world.deps()))
@@ -298,7 +298,7 @@ class OrderProcessMachine(RuleBasedStateMachine):
         for p in self._orders():
             event(f"ended {p.state.process_state.value}")
             event(f"attempts reached {min(p.state.attempt, 3)}")
-            assert p.state.process_state.is_terminal, p.state
+            assert p.state.process_state.is_at_rest, p.state
             assert p.state.process_state is not ProcessState.SUSPENDED
             if p.state.process_state in (ProcessState.COMPENSATED, ProcessState.CANCELLED):
                 expected = [s.name for s in p.steps if s.status is StepStatus.COMPENSATED]

@@ -227,7 +227,7 @@ class Setup:
 
     async def add(self, process: OrderProcess, applied: bool = True) -> None:
         await self.store.create(process, ())
-        if process.state.process_state.is_terminal:
+        if process.state.process_state.is_at_rest:
             await self.store.put_rest(rest_entry(process, ORDER_FULFILMENT))
         if applied:
             for c in rules.checks(process, ORDER_FULFILMENT):

@@ -14,7 +14,7 @@ from shared.contract import Queue, agent_queue
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.machine.forward import apply_reply, claim, start
 from shared.domain.machine.heartbeat import extend_complete_by
-from shared.domain.machine.recovery import next_deadline, recover
+from shared.domain.machine.recovery import next_complete_by, recover
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import AgentRequest
 from shared.domain.model import HistoryEntry, JsonObject, OrderProcess, ProcessState, StepStatus
@@ -78,7 +78,7 @@ def test_a_beat_moves_the_step_and_the_order_complete_by_and_keeps_the_outbox() 
     assert beat.process.state.outbox == process.state.outbox
     assert beat.process.state.version == process.state.version + 1
     assert beat.process.etag == process.etag
-    assert next_deadline(beat.process, policy) == at(15)
+    assert next_complete_by(beat.process, policy) == at(15)
 
 
 def test_only_the_first_beat_of_an_attempt_is_noted_in_the_history() -> None:
@@ -284,7 +284,7 @@ async def test_a_call_three_times_the_timeout_is_kept_alive_and_answers() -> Non
 
 async def test_a_capped_step_stops_at_step_max_and_answers_nothing() -> None:
     run = await running(call_seconds=18, step_max=10)
-    assert await perform_step(run.deps(), run.request) is Performed.DEADLINE_PASSED
+    assert await perform_step(run.deps(), run.request) is Performed.COMPLETE_BY_PASSED
     assert replies(run) == []
     stored = await run.stored()
     assert stored.steps[0].complete_by == START + timedelta(seconds=10)
@@ -294,7 +294,7 @@ async def test_a_capped_step_stops_at_step_max_and_answers_nothing() -> None:
 async def test_without_step_max_the_call_stops_at_its_complete_by_and_beats_nothing() -> None:
     run = await running(call_seconds=18, step_max=None)
     reads = run.store.operations["read"]
-    assert await perform_step(run.deps(), run.request) is Performed.DEADLINE_PASSED
+    assert await perform_step(run.deps(), run.request) is Performed.COMPLETE_BY_PASSED
     assert run.store.operations["read"] == reads
     assert stopped_at(run, 6)
 
@@ -307,7 +307,7 @@ async def test_a_lost_race_reads_again_once_and_the_beat_goes_through() -> None:
 
 async def test_two_lost_races_end_the_beats_at_the_last_known_complete_by() -> None:
     run = await running(call_seconds=18, conflicts=2)
-    assert await perform_step(run.deps(), run.request) is Performed.DEADLINE_PASSED
+    assert await perform_step(run.deps(), run.request) is Performed.COMPLETE_BY_PASSED
     assert (await run.stored()).steps[0].step_heartbeats == 0
     assert stopped_at(run, 6)
 
@@ -315,7 +315,7 @@ async def test_two_lost_races_end_the_beats_at_the_last_known_complete_by() -> N
 async def test_a_store_outage_ends_the_beats_and_the_agent_answers_nothing() -> None:
     run = await running(call_seconds=18)
     run.store.down = True
-    assert await perform_step(run.deps(), run.request) is Performed.DEADLINE_PASSED
+    assert await perform_step(run.deps(), run.request) is Performed.COMPLETE_BY_PASSED
     assert replies(run) == []
     assert stopped_at(run, 6)
 
@@ -323,7 +323,7 @@ async def test_a_store_outage_ends_the_beats_and_the_agent_answers_nothing() -> 
 async def test_a_stale_attempt_stops_beating_once_the_order_moved_on() -> None:
     run = await running(call_seconds=18)
     stale = replace(run.request, attempt=run.request.attempt - 1)
-    assert await perform_step(run.deps(), stale) is Performed.DEADLINE_PASSED
+    assert await perform_step(run.deps(), stale) is Performed.COMPLETE_BY_PASSED
     assert (await run.stored()).steps[0].step_heartbeats == 0
 
 

@@ -14,7 +14,7 @@ from shared.contract import Queue, agent_queue
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.limits import AgentLimits
 from shared.domain.machine.hold import hold_complete_by
-from shared.domain.machine.recovery import next_deadline
+from shared.domain.machine.recovery import next_complete_by
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import AgentRequest
 from shared.domain.model import JsonObject, OrderProcess, ProcessState
@@ -55,7 +55,7 @@ def test_a_hold_moves_the_complete_by_later_by_the_wait() -> None:
     assert before is not None and step.live_until == at(25) + rules.clock_skew > before
     assert held.outgoing == () and held.process.state.outbox == process.state.outbox
     assert [h.event for h in held.history] == ["step-held"]
-    assert next_deadline(held.process, rules) == at(25)
+    assert next_complete_by(held.process, rules) == at(25)
 
 
 def test_a_hold_never_goes_past_hold_max_from_the_dispatch_nor_moves_anything_back() -> None:
@@ -247,7 +247,7 @@ async def test_a_failing_provider_that_also_answers_429_still_meets_its_timeout(
     )
     outcome = await perform_step(deps, request)
 
-    assert outcome in (Performed.DEADLINE_PASSED, Performed.HELD_BY_THROTTLE)
+    assert outcome in (Performed.COMPLETE_BY_PASSED, Performed.HELD_BY_THROTTLE)
     limited = remote.calls // 2
     assert limited >= 3, "the provider answered 429 often enough to matter"
     complete_by = (await stored(world)).steps[0].complete_by

@@ -73,7 +73,7 @@ def drained_step(
 
 def wait_for_drained(b: Builder, policy: ProcessPolicy, index: int) -> None:
     """Pending again, FailureCount unchanged, with a nudge to look later. Each look moves
-    the Pending deadline on, so the Supervisor counts nothing while the agent is drained.
+    the Pending complete-by on, so the Supervisor counts nothing while the agent is drained.
     Only the first look of a wait is noted: a long drain must not grow the history."""
     recheck = min(DRAIN_RECHECK, policy.pending_timeout / 2)
     deliver_at = b.now + recheck
@@ -127,25 +127,25 @@ def dispatch_forward(b: Builder, workflow: Workflow, policy: ProcessPolicy, from
 
 
 def start_wait(b: Builder, policy: ProcessPolicy, index: int, definition: StepDefinition) -> None:
-    """An event or timer step: no agent, no request. The step runs until its deadline,
+    """An event or timer step: no agent, no request. The step runs until its complete-by,
     which the Supervisor's watch list holds, so waiting costs nothing per order. A timer
     also sends its own wake-up, a nudge scheduled for its time; an event already received
     is taken at once, through a nudge (machine/waits.py `wake`), with the Supervisor
     looking again after the pending timeout should that nudge be lost."""
     step = b.steps[index]
     until = wait_until(b.order, definition, b.now)
-    deadline = until if until is not None else b.now + policy.wait_timeout(definition)
+    complete_by = until if until is not None else b.now + policy.wait_timeout(definition)
     b.set_step(
         index,
         status=StepStatus.RUNNING,
         attempts=step.attempts + 1,
-        complete_by=deadline,
+        complete_by=complete_by,
         dispatched_at=b.now,
         error=None,
     )
-    b.set(current_step=index, complete_by=deadline)
+    b.set(current_step=index, complete_by=complete_by)
     what = f"event {definition.event}" if definition.event else "its time"
-    b.note("waiting", f"{definition.name}: for {what} until {iso(deadline)}")
+    b.note("waiting", f"{definition.name}: for {what} until {iso(complete_by)}")
     if until is not None:
         nudge = Nudge(b.order.order_id, "timer")
         b.send(nudge.outgoing(b.state.version, high=b.high, deliver_at=until))
@@ -153,8 +153,8 @@ def start_wait(b: Builder, policy: ProcessPolicy, index: int, definition: StepDe
         b.send(Nudge(b.order.order_id, "event").outgoing(b.state.version, high=b.high))
         # The Supervisor is that nudge's backstop (it may be lost, or dead-lettered while
         # the store is down): it looks again after the pending timeout, not at the
-        # wait's deadline, and takes the event then (recovery.py `_wait_passed`).
-        b.set(complete_by=min(deadline, b.now + policy.pending_timeout))
+        # wait's complete-by, and takes the event then (recovery.py `_wait_passed`).
+        b.set(complete_by=min(complete_by, b.now + policy.pending_timeout))
 
 
 def wait_until(order: Order, definition: StepDefinition, now: datetime) -> datetime | None:
@@ -177,7 +177,7 @@ def pending_event(
 def dispatch_compensation(
     b: Builder, workflow: Workflow, policy: ProcessPolicy, from_step: int
 ) -> None:
-    """Undo the steps that may have taken effect, in reverse order, one deadline-bound
+    """Undo the steps that may have taken effect, in reverse order, one complete-by-bound
     agent step at a time; a step whose request is still live is waited for first."""
     index = min(from_step, len(b.steps) - 1)
     while index >= 0:
@@ -251,17 +251,17 @@ def _dispatch(
         if step.suspect:
             timed_out = f"{step.suspect}: its attempt timed out"
             why = why.replace(timed_out, f"{timed_out} and its key is settled not applied")
-    deadline = b.now + policy.timeout(definition, b.order.priority)
+    complete_by = b.now + policy.timeout(definition, b.order.priority)
     do_key = idempotency_key(b.order.order_id, definition.name)
     changes: dict[str, object] = {
-        "complete_by": deadline,
+        "complete_by": complete_by,
         "agent": agent,
         "suspect": None,
         "dispatched_at": b.now,
         "step_heartbeats": 0,
     }
     if not compensate:
-        live_until = deadline + policy.clock_skew
+        live_until = complete_by + policy.clock_skew
         if step.live_until is not None and step.key_state is KeyState.UNSETTLED:
             live_until = max(live_until, step.live_until)
         changes.update(
@@ -270,7 +270,7 @@ def _dispatch(
             tried=step.tried if agent in step.tried else (*step.tried, agent),
         )
     b.set_step(index, **changes)
-    b.set(current_step=index, complete_by=deadline)
+    b.set(current_step=index, complete_by=complete_by)
     b.note(
         "compensation-dispatched" if compensate else "step-dispatched",
         f"{operation} to {_agent_label(agent, b.high)}" + (f" (instead of {why})" if why else ""),
@@ -280,7 +280,7 @@ def _dispatch(
         step=definition.name,
         action=action,
         attempt=b.state.attempt,
-        complete_by=deadline,
+        complete_by=complete_by,
         idempotency_key=idempotency_key(b.order.order_id, operation),
         payload=payload,
         undoes=do_key if compensate else None,

@@ -497,7 +497,7 @@ def _undo_extra(
         b.set_step(index, abandoned_at=(*step.abandoned_at, agent))
     if definition.compensation is None:
         b.note(reason, f"{definition.name} at {agent}: nothing undoes it")
-        if not process.state.process_state.is_terminal:
+        if not process.state.process_state.is_at_rest:
             hold_for_operator(b, reason)
         else:
             b.alert(reason)

@@ -3,7 +3,7 @@
 An agent whose call must wait for its service's limit (the agent's own `callsPerSecond`
 or `maxConcurrent`, or the throttle the service's `429`s set) has not sent that call
 yet, so the wait is no fault of the attempt: the step's complete-by moves later by the
-time waited. Without this the Supervisor would find the deadline passed and count a
+time waited. Without this the Supervisor would find the complete-by passed and count a
 failure against the order for a quota it has no part in.
 
 Only the wait moves it, not a fresh timeout from each wait: a provider that fails every

@@ -23,7 +23,7 @@ nudge of the next in line). Long, because each expiry is a claim that skips the 
 
 def wait_in_line(transition: Transition, now: datetime, hold: timedelta = HOLD) -> Transition:
     """The submission's transition without its nudge: the order stays Pending until a
-    promotion nudges it, or its hold passes and the Supervisor does (next_deadline reads
+    promotion nudges it, or its hold passes and the Supervisor does (next_complete_by reads
     a Pending order's complete_by)."""
     process = transition.process
     kept = tuple(m for m in transition.outgoing if not _is_nudge(m, process.order_id))
@@ -63,15 +63,15 @@ def promotion(promoted: Promoted) -> Outgoing:
 def released(process: OrderProcess, now: datetime) -> OrderProcess:
     """An order in line whose promotion the ledger has made but whose nudge has not
     brought it to the Scheduler: its hold is over, so the Supervisor's recovery nudges
-    it now (machine.recover renudges a Pending order past its deadline)."""
+    it now (machine.recover renudges a Pending order past its complete-by)."""
     return replace(process, state=replace(process.state, complete_by=now))
 
 
 def held_until(process: OrderProcess, now: datetime, hold: timedelta = HOLD) -> datetime:
     """When the Supervisor looks again at an order still in its customer's line: at its
     hold, or, once that has passed, a new hold from now (nudging it would skip the line)."""
-    deadline = process.state.complete_by
-    return deadline if deadline is not None and deadline > now else now + hold
+    complete_by = process.state.complete_by
+    return complete_by if complete_by is not None and complete_by > now else now + hold
 
 
 def _is_nudge(message: Outgoing, order_id: str) -> bool:

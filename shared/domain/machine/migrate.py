@@ -39,7 +39,7 @@ def done_so_far(process: OrderProcess) -> int:
 def _meaning(step: StepDefinition) -> StepDefinition:
     """All but what two versions of a done step may say differently: how long a try may
     take, where else it may go, what it offers later steps. Everything else (agent, kind,
-    undo, inputs, what a wait waits for and what its deadline does, `retryElsewhere`'s key
+    undo, inputs, what a wait waits for and what its complete-by does, `retryElsewhere`'s key
     space) is what the step meant when the order took it; a field added later counts too."""
     return replace(step, timeout_seconds=None, alternatives=(), results=())
 

@@ -62,7 +62,7 @@ def cancel(
         raise InvalidTransition(
             f"order {process.order_id} is {state.process_state.value}: nothing to cancel"
         )
-    if state.cancel_requested and not state.process_state.is_terminal:
+    if state.cancel_requested and not state.process_state.is_at_rest:
         return None
     if past_pivot(process.steps, workflow):
         pivot = workflow.steps[workflow.pivot or 0].name
@@ -83,7 +83,7 @@ def suspend(
     operator: str = "operator",
     cause: str | None = None,
 ) -> Transition | None:
-    """An operator pauses the order: no further step is dispatched and no deadline counts.
+    """An operator pauses the order: no further step is dispatched and no complete-by counts.
 
     A running step may still answer; its answer is recorded. An Error order is already
     held, so it is refused like a final one. None: already Suspended.
@@ -91,7 +91,7 @@ def suspend(
     current = process.state.process_state
     if current is ProcessState.SUSPENDED:
         return None
-    if current.is_terminal:
+    if current.is_at_rest:
         raise InvalidTransition(f"order {process.order_id} is {current.value}: cannot suspend")
     b = Builder(process, now, cause)
     b.set(process_state=ProcessState.SUSPENDED, locked_by=None, complete_by=None)

@@ -1,4 +1,4 @@
-"""The Supervisor's moves: an order whose deadline passed, a dispatch that could not be
+"""The Supervisor's moves: an order whose complete-by passed, a dispatch that could not be
 sent, and when to look at an order next."""
 
 from __future__ import annotations
@@ -44,20 +44,20 @@ def recover(
     count: bool = True,
     outcome: RemoteOutcome | None = None,
 ) -> Transition | None:
-    """The Supervisor's move for an order whose deadline has passed; None if it has not.
+    """The Supervisor's move for an order whose complete-by has passed; None if it has not.
 
     FailureCount counts only what happened to the order's step: a complete-by that passed
-    while an agent had the request. A Pending order whose deadline passed was never given
+    while an agent had the request. A Pending order whose complete-by passed was never given
     to an agent (its nudge was lost or not sent, the broker was down), so it is nudged
-    again and nothing is counted. Without `count` (the deadline passed while the system's
+    again and nothing is counted. Without `count` (the complete-by passed while the system's
     own broker or store was down) the step is dispatched again, uncounted.
 
     `outcome` is what the step's provider said about the in-doubt key (None: not asked);
     it settles the key only as far as it proves (machine/settle.py). A compensation that
     waits for a step to settle counts nothing: it is waiting on evidence, not failing.
     """
-    deadline = next_deadline(process, policy)
-    if deadline is None or deadline > now:
+    complete_by = next_complete_by(process, policy)
+    if complete_by is None or complete_by > now:
         return None
     state = process.state
     b = Builder(process, now, cause)
@@ -96,7 +96,7 @@ def recover(
     b.set(
         failure_count=failures,
         locked_by=None,
-        last_error=timed_out(_step_label(process), deadline),
+        last_error=timed_out(_step_label(process), complete_by),
     )
     b.note("timed-out", b.state.last_error or "")
     if outcome is not None:
@@ -215,7 +215,7 @@ def undelivered(
 ) -> Transition | None:
     """The stored dispatch of `process` could not be sent (the bus was unreachable): back
     to Pending with FailureCount unchanged, so the next claim sends it again (same key,
-    next attempt) and no deadline counts against the order.
+    next attempt) and no complete-by counts against the order.
 
     The send may have got through before it failed, so the step's key stays as it was
     (unsettled, live until its complete-by plus the skew margin): a cancel meanwhile
@@ -244,7 +244,7 @@ def undelivered(
 def next_check(
     process: OrderProcess, workflow: Workflow, policy: ProcessPolicy, now: datetime
 ) -> datetime | None:
-    """When the Supervisor's watch entry should come due; never after a real deadline.
+    """When the Supervisor's watch entry should come due; never after a real complete-by.
 
     A Pending order may be claimed at any moment and its step's complete-by then starts
     running, so a Pending order is checked again within the shortest step timeout.
@@ -252,27 +252,27 @@ def next_check(
     its customer's line is the exception: only a promotion, which moves its check up
     again, or its hold passing lets it be claimed (shared/domain/machine/line.py).
     """
-    deadline = next_deadline(process, policy)
-    if deadline is None or process.state.process_state is not ProcessState.PENDING:
-        return deadline
+    complete_by = next_complete_by(process, policy)
+    if complete_by is None or process.state.process_state is not ProcessState.PENDING:
+        return complete_by
     if in_line(process):
-        return deadline
+        return complete_by
     timeouts = [policy.timeout(s, process.order.priority) for s in workflow.steps]
-    return min(deadline, now + min(timeouts, default=policy.step_timeout))
+    return min(complete_by, now + min(timeouts, default=policy.step_timeout))
 
 
-def next_deadline(process: OrderProcess, policy: ProcessPolicy) -> datetime | None:
+def next_complete_by(process: OrderProcess, policy: ProcessPolicy) -> datetime | None:
     """When the Supervisor must look at this order next; None when nothing can expire."""
     state = process.state
-    if state.process_state.is_terminal:
+    if state.process_state.is_at_rest:
         return None
     if state.process_state is ProcessState.PENDING:
         return state.complete_by or state.updated_at + policy.pending_timeout
-    candidates = [d for d in (state.complete_by, _running_step_deadline(process)) if d]
+    candidates = [d for d in (state.complete_by, _running_step_complete_by(process)) if d]
     return min(candidates) if candidates else state.updated_at + policy.step_timeout
 
 
-def _running_step_deadline(process: OrderProcess) -> datetime | None:
+def _running_step_complete_by(process: OrderProcess) -> datetime | None:
     index = process.state.current_step
     if index < len(process.steps):
         return process.steps[index].complete_by
@@ -363,7 +363,7 @@ def version_gone(process: OrderProcess, now: datetime, cause: str | None = None)
 
 
 def _wait_passed(b: Builder, workflow: Workflow, policy: ProcessPolicy, index: int) -> None:
-    """A wait's deadline: a timer fires (the Supervisor is the backstop of its scheduled
+    """A wait's complete-by: a timer fires (the Supervisor is the backstop of its scheduled
     nudge); an event wait takes an event that is there, else follows its policy. Nothing
     is counted: an approval that does not come is not a failure of the system."""
     definition, step = workflow.steps[index], b.steps[index]
@@ -374,19 +374,19 @@ def _wait_passed(b: Builder, workflow: Workflow, policy: ProcessPolicy, index: i
     if event is not None:
         consume_event(b, workflow, policy, index, event)
         return
-    deadline = step.complete_by or b.now
+    complete_by = step.complete_by or b.now
     final = (
         step.dispatched_at + timedelta(seconds=definition.final_deadline_seconds)
         if definition.final_deadline_seconds is not None and step.dispatched_at is not None
         else None
     )
-    if definition.on_deadline is OnDeadline.ALERT and final is not None and deadline < final:
+    if definition.on_deadline is OnDeadline.ALERT and final is not None and complete_by < final:
         b.set_step(index, complete_by=final)
         b.set(complete_by=final)
-        b.note("wait-overdue", f"{definition.name}: no {definition.event} by {iso(deadline)}")
+        b.note("wait-overdue", f"{definition.name}: no {definition.event} by {iso(complete_by)}")
         b.alert("wait-overdue")
         return
-    missing = f"no {definition.event} by {iso(deadline)}"
+    missing = f"no {definition.event} by {iso(complete_by)}"
     if definition.on_deadline is OnDeadline.COMPENSATE:
         expired = wait_answer(b, definition.name, None, ErrorInfo(WAIT_EXPIRED, missing))
         take_answer(b, workflow, policy, expired, index)

@@ -66,7 +66,7 @@ class ProcessPolicy:
         return base
 
     def wait_timeout(self, definition: StepDefinition) -> timedelta:
-        """A wait's deadline from its start: the step's own timeout (hours or days for an
+        """A wait's complete-by from its start: the step's own timeout (hours or days for an
         approval), never shortened for priority; StepTimeoutSeconds when it has none."""
         if definition.timeout_seconds is not None:
             return timedelta(seconds=definition.timeout_seconds)
@@ -91,8 +91,9 @@ class Transition:
     and it has a rest entry there (shared/domain/rest_index.py)."""
 
     @property
-    def is_terminal(self) -> bool:
-        return self.process.state.process_state.is_terminal
+    def is_at_rest(self) -> bool:
+        """The order comes to (or stays at) rest with this change: nothing watches it."""
+        return self.process.state.process_state.is_at_rest
 
     @property
     def was_at_rest(self) -> bool:
@@ -101,7 +102,7 @@ class Transition:
     @property
     def leaves_rest(self) -> bool:
         """The order starts moving again, so it must be watched before it is saved."""
-        return self.was_at_rest and not self.is_terminal
+        return self.was_at_rest and not self.is_at_rest
 
     @property
     def moves_rest(self) -> bool:
@@ -128,7 +129,7 @@ class Builder:
         self.steps: list[StepRecord] = list(process.steps)
         self.etag = process.etag
         before = process.state.process_state
-        self.rested_in: ProcessState | None = before if before.is_terminal else None
+        self.rested_in: ProcessState | None = before if before.is_at_rest else None
         self.now = now
         self.cause = cause
         self.outgoing: list[Outgoing] = []

@@ -1,4 +1,4 @@
-"""The operator's status page and the snapshot it polls, called as the host would."""
+"""The operator page and the snapshot it polls, called as the host would."""
 
 from __future__ import annotations
 

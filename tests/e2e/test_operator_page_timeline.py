@@ -33,7 +33,7 @@ from shared.contract import Queue, Setting, agent_queue
 from shared.ports import RemoteService
 from shared.settings import Settings
 from tests.app_functions import registered_functions
-from tests.e2e.test_ops_page import WAIT_MS, page
+from tests.e2e.test_operator_page import WAIT_MS, page
 from tests.functions.conftest import SETTINGS, Harness, ScriptedRemote, context_for
 from tests.functions.test_tracing import deliver
 from tests.workflows import AGENTS, CATALOGUE, AgentName

@@ -1,4 +1,4 @@
-"""What the operator's status page shows: a bounded snapshot of orders, agents and sweeps.
+"""What the operator page shows: a bounded snapshot of orders, agents and sweeps.
 
 The page refreshes every two seconds for as long as it is open, so a snapshot must cost
 what it shows, never the size of the table (shared/usecases/order_views.py). It
@@ -12,7 +12,7 @@ reconciliation runs, whatever the table holds. The Error orders listed are the m
 recently updated of those read, not of all Error orders past the cap.
 
 Each section is read on its own: when one cannot be read, the others still show and the
-snapshot names the missing one, because a status page is most needed when something is
+snapshot names the missing one, because an operator page is most needed when something is
 down.
 """
 
@@ -87,7 +87,7 @@ class WaitingOrder:
     step: str
     event: str | None
     approval: bool
-    deadline: datetime | None
+    complete_by: datetime | None
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class CustomerView:
 
 
 @dataclass(frozen=True)
-class OpsSnapshot:
+class OperatorSnapshot:
     at: datetime
     count_cap: int
     counts: tuple[StateCount, ...]
@@ -114,20 +114,20 @@ class OpsSnapshot:
     reconciliation: tuple[ReconcileRun, ...] = ()
     """The last reconciliation runs, newest first."""
     waiting: tuple[WaitingOrder, ...] = ()
-    """Processing orders whose current step is an event or timer wait, soonest deadline
+    """Processing orders whose current step is an event or timer wait, soonest complete-by
     first (from the rows the counts read: no extra query)."""
     customers: CustomerView | None = None
     """None when no customer rule is set (no count is kept) or it could not be read."""
 
 
-async def ops_snapshot(
+async def operator_snapshot(
     deps: ProcessDeps,
     health: HealthStore,
     count_cap: int = DEFAULT_COUNT_CAP,
     error_limit: int = ERROR_LIMIT,
     sweep_limit: int = SWEEP_LIMIT,
     reconcile: ReconcileStore | None = None,
-) -> OpsSnapshot:
+) -> OperatorSnapshot:
     """Never raises for an unavailable store: see the module docstring."""
     if not 1 <= count_cap <= MAX_COUNT_CAP:
         raise ValueError(f"count_cap must be from 1 to {MAX_COUNT_CAP}")
@@ -165,7 +165,7 @@ async def ops_snapshot(
         AgentView(h, age=now - h.heartbeat_at, stale=now - h.heartbeat_at > STALE_AFTER)
         for h in beats or ()
     )
-    return OpsSnapshot(
+    return OperatorSnapshot(
         at=now,
         count_cap=count_cap,
         counts=tuple(counts),
@@ -186,7 +186,9 @@ async def ops_snapshot(
         reconciliation=runs or (),
         customers=customers or None,
         waiting=tuple(
-            sorted(waiting, key=lambda w: (w.deadline is None, w.deadline or now))[:error_limit]
+            sorted(waiting, key=lambda w: (w.complete_by is None, w.complete_by or now))[
+                :error_limit
+            ]
         ),
     )
 
@@ -219,7 +221,7 @@ def _in_flight_counts(moving: InFlight, cap: int) -> list[StateCount]:
 
 
 def waiting_order(catalogue: Catalogue, state: StateRecord) -> WaitingOrder | None:
-    """An in-flight order read from its row: its deadline is its complete-by."""
+    """An in-flight order read from its row, waiting until its complete-by."""
     return _waiting(
         state.order_id,
         state.process_state,
@@ -239,7 +241,7 @@ def step_name(catalogue: Catalogue, entry: RestEntry) -> str:
 
 
 def waiting_rest(catalogue: Catalogue, entry: RestEntry) -> WaitingOrder | None:
-    """A Suspended order, from its rest entry: no deadline runs while it is held."""
+    """A Suspended order, from its rest entry: no complete-by runs while it is held."""
     return _waiting(
         entry.order_id,
         entry.state,
@@ -258,7 +260,7 @@ def _waiting(
     name: str,
     version: int,
     index: int,
-    deadline: datetime | None,
+    complete_by: datetime | None,
 ) -> WaitingOrder | None:
     if workflow is None or not 0 <= index < len(workflow.steps):
         return None
@@ -273,7 +275,7 @@ def _waiting(
         definition.name,
         definition.event,
         definition.approval,
-        deadline,
+        complete_by,
     )
 
 
@@ -292,6 +294,6 @@ async def _runs(reconcile: ReconcileStore | None) -> tuple[ReconcileRun, ...]:
 async def _section(name: str, reading: Awaitable[_T]) -> _T | None:
     try:
         return await reading
-    except Exception as exc:  # a status page reports every failure kind, like /health
+    except Exception as exc:  # an operator page reports every failure kind, like /health
         log.warning("ops page: %s unavailable (%s: %s)", name, type(exc).__name__, exc)
         return None

@@ -20,7 +20,7 @@ import pytest
 
 from devhost.harness.stack import Stack
 from shared.contract import Setting
-from tests.e2e.test_ops_page import WAIT_MS, assert_graph_shows, page
+from tests.e2e.test_operator_page import WAIT_MS, assert_graph_shows, page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker, pytest.mark.browser]
 

@@ -13,7 +13,7 @@ from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.rest_index import RestPage, RestRange, rest_entry
 from shared.domain.routing import STALE_AFTER
 from shared.ports import WatchPage
-from shared.usecases.status_page import ops_snapshot
+from shared.usecases.operator_page import operator_snapshot
 from shared.usecases.submission import submit_order
 from tests.builders import World, an_order
 
@@ -43,12 +43,12 @@ async def test_a_short_page_with_a_token_is_a_lower_bound_and_each_rest_reads_on
         process = await loaded(world, f"o-{n}")
         errored = replace(process.state, process_state=ProcessState.ERROR)
         await world.store.put_rest(rest_entry(replace(process, state=errored), None))
-    snapshot = await ops_snapshot(world.deps(), InMemoryHealthStore(), count_cap=10)
+    snapshot = await operator_snapshot(world.deps(), InMemoryHealthStore(), count_cap=10)
     counts = {c.state: (c.count, c.capped) for c in snapshot.counts}
     assert counts[ProcessState.ERROR] == (1, True)
     assert counts[ProcessState.PENDING] == (3, False)
     assert sorted(world.store.sizes) == sorted(
-        [("watch", 3 * 11), *((s.value, 11) for s in ProcessState if s.is_terminal)]
+        [("watch", 3 * 11), *((s.value, 11) for s in ProcessState if s.is_at_rest)]
     )
 
 
@@ -56,7 +56,7 @@ async def test_in_flight_counts_past_the_watch_lists_read_say_so() -> None:
     world = World()
     for n in range(10):
         await submit_order(world.deps(), an_order(f"o-{n}"))
-    snapshot = await ops_snapshot(world.deps(), InMemoryHealthStore(), count_cap=2)
+    snapshot = await operator_snapshot(world.deps(), InMemoryHealthStore(), count_cap=2)
     counts = {c.state: (c.count, c.capped) for c in snapshot.counts}
     assert counts[ProcessState.PENDING] == (2, True)
     assert counts[ProcessState.PROCESSING] == (0, True)  # the unread entries may be
@@ -86,7 +86,7 @@ async def test_heartbeats_are_stale_only_past_the_threshold() -> None:
     await health.publish_health(beat)
     older = replace(beat, instance="i-2", heartbeat_at=beat.heartbeat_at - timedelta(seconds=1))
     await health.publish_health(older)
-    snapshot = await ops_snapshot(world.deps(), health)
+    snapshot = await operator_snapshot(world.deps(), health)
     assert [(a.health.instance, a.stale) for a in snapshot.agents] == [
         ("i-1", False),
         ("i-2", True),
@@ -97,4 +97,4 @@ async def test_heartbeats_are_stale_only_past_the_threshold() -> None:
 async def test_the_cap_is_bounded(cap: int) -> None:
     world = World()
     with pytest.raises(ValueError, match="count_cap"):
-        await ops_snapshot(world.deps(), InMemoryHealthStore(), count_cap=cap)
+        await operator_snapshot(world.deps(), InMemoryHealthStore(), count_cap=cap)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import System
-from tests.e2e.test_ops_page import KEY, WAIT_MS, page
+from tests.e2e.test_operator_page import KEY, WAIT_MS, page
 from tests.workflows import AGENTS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker, pytest.mark.browser]

@@ -1,10 +1,14 @@
-"""The operator's status page: a static HTML page and the JSON snapshot it polls.
+"""The operator page: a static HTML page and the JSON snapshot it polls.
 
 The page is one packaged file with its CSS and script inline (no build step). It holds
 no data of its own, so nothing user-influenced is ever rendered server-side; the script
 puts the data on the page as text. The Content-Security-Policy allows exactly the
 inline script and style of that file (by hash) and requests to this origin only, plus
 the origin of the local trace query (`TraceQueryUrl`) when one is set.
+
+The route (`/api/ops`) and the Functions' names (`ops_page`, `ops_data`) are what a
+deployment already knows (its keys, logs and alerts name them), so they keep the short
+word; the code calls it the operator page.
 """
 
 from __future__ import annotations
@@ -28,12 +32,12 @@ from shared.functions import composition
 from shared.functions.http import bounded_int, json_response, opt_iso
 from shared.functions.reconcile import run_view
 from shared.functions.signin import route_level
-from shared.usecases.status_page import (
+from shared.usecases.operator_page import (
     DEFAULT_COUNT_CAP,
     MAX_COUNT_CAP,
     AgentView,
-    OpsSnapshot,
-    ops_snapshot,
+    OperatorSnapshot,
+    operator_snapshot,
 )
 
 bp = func.Blueprint()
@@ -49,7 +53,7 @@ class Page:
 @cache
 def page(trace_query_url: str | None = None) -> Page:
     """Read once per worker; the CSP hashes are computed from the file as shipped."""
-    html = resources.files("shared.functions").joinpath("ops_page.html").read_text("utf-8")
+    html = resources.files("shared.functions").joinpath("operator_page.html").read_text("utf-8")
     script = _inline_hashes(html, "script")
     style = _inline_hashes(html, "style")
     connect = " ".join(["'self'", *_origin(trace_query_url)])
@@ -85,7 +89,7 @@ def _inline_hashes(html: str, tag: str) -> str:
 
 @bp.route(route=Route.OPS_PAGE, methods=["GET"], auth_level=route_level())
 async def ops_page(req: func.HttpRequest) -> func.HttpResponse:
-    h = await composition.status_page()
+    h = await composition.operator_page()
     actor = await h.gate.admit(req, Role.READ)
     if isinstance(actor, func.HttpResponse):
         return actor
@@ -97,19 +101,19 @@ async def ops_page(req: func.HttpRequest) -> func.HttpResponse:
 
 @bp.route(route=Route.OPS_DATA, methods=["GET"], auth_level=route_level())
 async def ops_data(req: func.HttpRequest) -> func.HttpResponse:
-    h = await composition.status_page()
+    h = await composition.operator_page()
     actor = await h.gate.admit(req, Role.READ)
     if isinstance(actor, func.HttpResponse):
         return actor
     count_cap = bounded_int(req, "countCap", DEFAULT_COUNT_CAP, 1, MAX_COUNT_CAP)
     if isinstance(count_cap, func.HttpResponse):
         return count_cap
-    snapshot = await ops_snapshot(h.process, h.health, count_cap, reconcile=h.reconcile)
+    snapshot = await operator_snapshot(h.process, h.health, count_cap, reconcile=h.reconcile)
     view = {**snapshot_view(snapshot), "traceQueryUrl": h.trace_query_url}
     return json_response(view, headers=dict(_NO_STORE))
 
 
-def snapshot_view(snapshot: OpsSnapshot) -> dict[str, Any]:
+def snapshot_view(snapshot: OperatorSnapshot) -> dict[str, Any]:
     return {
         "at": iso(snapshot.at),
         "countCap": snapshot.count_cap,
@@ -147,7 +151,7 @@ def snapshot_view(snapshot: OpsSnapshot) -> dict[str, Any]:
                 "step": w.step,
                 "event": w.event,
                 "approval": w.approval,
-                "deadline": opt_iso(w.deadline),
+                "deadline": opt_iso(w.complete_by),
             }
             for w in snapshot.waiting
         ],
@@ -174,7 +178,7 @@ def snapshot_view(snapshot: OpsSnapshot) -> dict[str, Any]:
     }
 
 
-def _customers_view(snapshot: OpsSnapshot) -> dict[str, Any] | None:
+def _customers_view(snapshot: OperatorSnapshot) -> dict[str, Any] | None:
     view = snapshot.customers
     if view is None:
         return None

@@ -15,8 +15,8 @@ from devhost.broker import Broker
 from devhost.simulator import SimulatorServer
 from shared.contract import Setting
 from tests.e2e.conftest import System, e2e_settings, running_system
-from tests.e2e.test_ops_page import KEY, WAIT_MS, page
-from tests.e2e.test_ops_page_waits import submit_reviewed
+from tests.e2e.test_operator_page import KEY, WAIT_MS, page
+from tests.e2e.test_operator_page_waits import submit_reviewed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker, pytest.mark.browser]
 
