@@ -118,8 +118,8 @@ async def test_order_and_state_round_trip(store: StateStore) -> None:
     assert stored.state.locked_by is None and stored.state.complete_by is None
     assert stored.state.created_at == world.clock.now()
     assert [m.message_id for m in stored.state.outbox] == [
-        "nudge:rt-1:1",
         "status:rt-1:Received:1",
+        "nudge:rt-1:1",
     ]
     assert [s.name for s in stored.steps] == [s.name for s in ORDER_FULFILMENT.steps]
     assert [h.event for h in await store.history("rt-1")] == ["submitted"]
