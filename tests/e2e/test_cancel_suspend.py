@@ -99,11 +99,15 @@ async def a_pending_order(system: System, prefix: str) -> str:
 async def test_cancel_in_pending_dispatches_nothing(system: System) -> None:
     await set_drain(system, "inventory", True)
     order_id = await a_pending_order(system, "cancel-pending")
+    # The cancel's nudge waits on the broker, so the order is still cancelling, not yet
+    # Cancelled, when the same cancel comes again.
+    system.broker.set_faults(delay_rate=1.0, delay_ms=3000, queues=[Queue.SCHEDULER])
     status, answer = await act(system, order_id, "cancel", {"reason": "changed mind"})
+    again, _ = await act(system, order_id, "cancel")
+    system.broker.set_faults()
     await set_drain(system, "inventory", False)
     assert status == 202, answer
     assert answer["processState"] == "Pending"
-    again, _ = await act(system, order_id, "cancel")
     assert again == 202
     view = await cancelled(system, order_id)
     assert cancel_requested_in(view) == "Pending"
