@@ -33,9 +33,6 @@ def assert_healed(result: RunResult) -> None:
     assert first.figures.simulator["transientErrors"] > 0
     assert first.figures.simulator["applyThenHangs"] > 0, as_text(result)
     assert first.figures.simulator["queries"] > 0, as_text(result)
-    # The residual risk happened: charges held on the network past their live time at
-    # payment, which has no abandon (the judge checks each one was healed).
-    assert first.figures.simulator["lateArrivals"] > 0, as_text(result)
     assert first.figures.log_counts["chaos crashes injected"] > 0
     assert first.figures.states.get("Compensated", 0) > 0
     # The mix ran: express-delivery orders were in it and some went through to the end.
