@@ -25,8 +25,8 @@ from typing import Any
 
 from bench._activity import GroupClock, scale_group
 from shared import bootstrap
-from shared.adapters import table_rows
 from shared.adapters.queues import queue_of
+from shared.adapters.table import rows as table_rows
 from shared.domain.model import OrderProcess, Outgoing, ProcessState
 from shared.intercept import Call, Intercepted
 from shared.ports import ConcurrencyConflict, MessageBus, StateStore

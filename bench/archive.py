@@ -25,15 +25,15 @@ from azure.storage.blob.aio import BlobServiceClient
 from devhost.harness.stack import lone_azurite, lone_azurite_blob
 from shared.adapters.blob_archive import BlobArchive
 from shared.adapters.clock import SystemClock
-from shared.adapters.table_archive import TableArchiveStore
-from shared.adapters.table_client import table_service_client
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.archive import TableArchiveStore
+from shared.adapters.table.client import table_service_client
+from shared.adapters.table.store import TableStateStore
 from shared.catalogue import catalogue_file, load
 from shared.domain.machine.forward import start
 from shared.domain.model import HistoryEntry, Order, OrderLine, Priority, ProcessState, StepStatus
 from shared.domain.rest_index import rest_entry
 from shared.settings import azurite_connection_string
-from shared.usecases.archive import Archiver
+from shared.usecases.history.archive import Archiver
 
 FINISHED = datetime.now(UTC) - timedelta(days=40)
 

@@ -35,24 +35,24 @@ from typing import Any
 
 from bench.supervisor_scaling import finished, in_flight
 from devhost.harness.stack import lone_azurite
-from shared.adapters import table_rows
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus, InMemoryHealthStore
-from shared.adapters.table_bulk import TableBulkStore
-from shared.adapters.table_client import table_service_client
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryHealthStore
+from shared.adapters.table import rows as table_rows
+from shared.adapters.table.bulk import TableBulkStore
+from shared.adapters.table.client import table_service_client
+from shared.adapters.table.store import TableStateStore
 from shared.catalogue import catalogue_file, load
 from shared.domain.bulk_request import BulkAction, BulkFilter, BulkRequest
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.model import ProcessState
 from shared.settings import azurite_connection_string
-from shared.usecases.bulk import BulkDeps, preview
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.failures import group_failures
-from shared.usecases.operator_page import operator_snapshot
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.operations.bulk import BulkDeps, preview
+from shared.usecases.operations.failures import group_failures
+from shared.usecases.operations.operator_page import operator_snapshot
 
 try:  # the rest index, on commits that have it
-    from shared.adapters import table_rest
+    from shared.adapters.table import rest as table_rest
     from shared.domain import rest_index
 except ImportError:  # pragma: no cover - the commit before it
     table_rest = None  # type: ignore[assignment]

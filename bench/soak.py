@@ -56,8 +56,8 @@ from bench._stack import BenchStack
 from bench.supervisor_scaling import finished, renamed
 from bench.traced_runtime import PYMALLOC, SNAPSHOT, TRIMMED
 from devhost.harness.load import order_body
-from shared.adapters.table_client import table_service_client
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.client import table_service_client
+from shared.adapters.table.store import TableStateStore
 from shared.contract import Route
 
 TRACED_RUNTIME = "bench.traced_runtime"

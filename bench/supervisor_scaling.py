@@ -7,7 +7,7 @@ In-process against a fresh Azurite (in-memory persistence) through the real
 way the Scheduler leaves them (claimed, first step running, on the watch list);
 finished orders are written with the real adapter's ``create`` in a terminal state
 (Processed, every step completed, the full history), so they are real rows in the same
-table. ``shared.usecases.supervisor.sweep`` runs with the Functions defaults (limit
+table. ``shared.usecases.flow.supervisor.sweep`` runs with the Functions defaults (limit
 500, 16 concurrent checks) on a clock past every deadline, until nothing is due; an
 idle sweep (nothing due) is timed too, and, for contrast, the query a supervisor
 without a watch list would need (every state row not yet finished).
@@ -29,11 +29,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bench._common import RESULTS, console, fmt, print_machine, ratio, table
 from bench._instrument import TABLE_KIND, CountingBus, CountingStore, Stats
 from devhost.harness.stack import lone_azurite
-from shared.adapters import table_rows
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus
-from shared.adapters.table_client import table_service_client
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.store import InMemoryBus
+from shared.adapters.table import rows as table_rows
+from shared.adapters.table.client import table_service_client
+from shared.adapters.table.store import TableStateStore
 from shared.catalogue import catalogue_file, load
 from shared.domain.machine.forward import apply_reply, claim, start
 from shared.domain.machine.transition import ProcessPolicy, Transition
@@ -49,8 +49,8 @@ from shared.domain.model import (
 )
 from shared.ports import AlreadyExists, StoreUnavailable
 from shared.settings import azurite_connection_string
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.supervisor import sweep
 
 CATALOGUE = load(catalogue_file())
 ORDER_FULFILMENT = CATALOGUE.default_workflow()

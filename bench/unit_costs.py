@@ -41,17 +41,17 @@ from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
 from shared.adapters.queues import destination_of
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
-from shared.adapters.table_client import table_service_client
-from shared.adapters.table_customers import TableCustomerLedger
-from shared.adapters.table_limits import TableLimitStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.client import table_service_client
+from shared.adapters.table.customers import TableCustomerLedger
+from shared.adapters.table.limits import TableLimitStore
+from shared.adapters.table.store import TableStateStore
 from shared.catalogue import catalogue_file, load
 from shared.domain.fairness import CustomerPolicy
 from shared.domain.limits import AgentLimits
 from shared.domain.machine import forward
 from shared.domain.model import Order, OrderLine, OrderProcess, Outgoing, Priority
 from shared.ports import RemoteCall
-from shared.usecases.limiter import AgentLimiter
+from shared.usecases.limits.limiter import AgentLimiter
 
 ORDER_FULFILMENT = load(catalogue_file()).default_workflow()
 

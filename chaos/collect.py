@@ -13,9 +13,9 @@ from azure.servicebus.aio import ServiceBusClient
 
 from chaos.model import Alert, Effect
 from devhost.harness.clients import SimulatorControl
-from shared.adapters import table_rows as rows
-from shared.adapters.table_client import table_service_client
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table import rows
+from shared.adapters.table.client import table_service_client
+from shared.adapters.table.store import TableStateStore
 from shared.contract import Queue
 from shared.domain.model import OrderProcess, ProcessState, StateRecord
 from shared.domain.rest_index import REST_STATES, RestRange

@@ -332,7 +332,7 @@ class Reviews:
 class Limits:
     """Our own limits, on as a deployment sets them (docs/limits.md, docs/fairness.md):
     agents' `callsPerSecond` tight enough that bursts wait for slots (a far slot hands
-    the request back to the broker with a hold, shared/usecases/rate_slot.py), and each
+    the request back to the broker with a hold, shared/usecases/flow/rate_slot.py), and each
     customer's fair share and intake quota (the load's 50 customers overlap)."""
 
     calls_per_second: tuple[tuple[str, int], ...] = (("shipping", 10), ("notifications", 3))

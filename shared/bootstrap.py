@@ -21,19 +21,19 @@ from shared.adapters.blob_archive import BlobArchive, blob_service_client
 from shared.adapters.chaos import ChaosMessageBus, ChaosStateStore
 from shared.adapters.clock import SystemClock
 from shared.adapters.http_remote import HttpRemoteService
-from shared.adapters.memory import InMemoryBulkStore, InMemoryHealthStore, InMemoryStateStore
-from shared.adapters.memory_customers import InMemoryCustomerLedger
-from shared.adapters.memory_limits import InMemoryLimitStore
-from shared.adapters.memory_reconcile import InMemoryReconcileStore
+from shared.adapters.memory.customers import InMemoryCustomerLedger
+from shared.adapters.memory.limits import InMemoryLimitStore
+from shared.adapters.memory.reconcile import InMemoryReconcileStore
+from shared.adapters.memory.store import InMemoryBulkStore, InMemoryHealthStore, InMemoryStateStore
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
-from shared.adapters.table_archive import TableArchiveStore
-from shared.adapters.table_bulk import TableBulkStore
-from shared.adapters.table_client import table_service_client
-from shared.adapters.table_customers import TableCustomerLedger
-from shared.adapters.table_health import TableHealthStore
-from shared.adapters.table_limits import TableLimitStore
-from shared.adapters.table_reconcile import TableReconcileStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.archive import TableArchiveStore
+from shared.adapters.table.bulk import TableBulkStore
+from shared.adapters.table.client import table_service_client
+from shared.adapters.table.customers import TableCustomerLedger
+from shared.adapters.table.health import TableHealthStore
+from shared.adapters.table.limits import TableLimitStore
+from shared.adapters.table.reconcile import TableReconcileStore
+from shared.adapters.table.store import TableStateStore
 from shared.adapters.traced import traced, traced_remote
 from shared.catalogue import catalogue_file, load
 from shared.domain.workflow import AgentName, Catalogue
@@ -55,18 +55,18 @@ from shared.resilience import CircuitBreaker
 from shared.settings import Settings
 from shared.telemetry import setup as telemetry
 from shared.telemetry.logsafe import guard_root_handlers
-from shared.usecases.agent import AgentDeps
-from shared.usecases.agent_health import HealthMonitor
-from shared.usecases.customers import Customers
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.health_check import HealthCheck, Probe
-from shared.usecases.limiter import AgentLimiter
-from shared.usecases.outage import Outage, WitnessedBus
-from shared.usecases.outcomes import Asked, OutcomeQueries
-from shared.usecases.process_cache import ProcessCache
-from shared.usecases.routing import RoutingSource
-from shared.usecases.step_heartbeat import StepHeartbeats
-from shared.usecases.step_hold import StepHolds
+from shared.usecases.flow.agent import AgentDeps
+from shared.usecases.flow.agent_health import HealthMonitor
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.outage import Outage, WitnessedBus
+from shared.usecases.flow.outcomes import Asked, OutcomeQueries
+from shared.usecases.flow.process_cache import ProcessCache
+from shared.usecases.flow.routing import RoutingSource
+from shared.usecases.flow.step_heartbeat import StepHeartbeats
+from shared.usecases.flow.step_hold import StepHolds
+from shared.usecases.limits.customers import Customers
+from shared.usecases.limits.limiter import AgentLimiter
+from shared.usecases.operations.health_check import HealthCheck, Probe
 
 
 @dataclass

@@ -548,7 +548,7 @@ class ArchiveStore(Protocol):
         self, limit: int, continuation: str | None
     ) -> tuple[tuple[ArchivedEntry, ...], str | None]:
         """A page of every archived order's pointer, and where the next goes on (the
-        one-off backfill of marks: shared/usecases/archive_marks.py)."""
+        one-off backfill of marks: shared/usecases/history/archive_marks.py)."""
         ...
 
     async def mark(self, mark: ArchivedMark) -> bool:

@@ -53,7 +53,7 @@ class HeldByThrottle(DeadlinePassed):
 
 
 class Gate(Protocol):
-    """An agent's fleet-wide limits (usecases.limiter.AgentLimiter)."""
+    """An agent's fleet-wide limits (usecases.limits.limiter.AgentLimiter)."""
 
     async def start_at(self) -> datetime: ...
 
@@ -66,7 +66,7 @@ class Gate(Protocol):
 
 Held = Callable[[datetime], Awaitable[None]]
 """Told that the next call can start only at the given time, before the wait: may move
-the deadline (a step hold, usecases.step_hold) so the wait is not counted against it."""
+the deadline (a step hold, usecases.flow.step_hold) so the wait is not counted against it."""
 
 
 class CircuitBreaker:
@@ -158,7 +158,7 @@ async def call_until_deadline(
 
     A `deadline` that step heartbeats move is read as a function. With `call_limit` one
     call may run that long whatever the deadline: the operation itself then stops the
-    call at the moving deadline by raising DeadlinePassed (see usecases.step_heartbeat).
+    call at the moving deadline by raising DeadlinePassed (see usecases.flow.step_heartbeat).
 
     A `429` (`RateLimited`) is the service's quota, not its failure: it leaves the
     breaker as it was (a half-open trial may run again) and, with a `throttle`, slows

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
@@ -21,7 +21,7 @@ from shared.domain.model import (
     Priority,
 )
 from shared.domain.workflow import Catalogue
-from shared.usecases.deps import ProcessDeps
+from shared.usecases.flow.deps import ProcessDeps
 from tests.workflows import CATALOGUE
 
 _ids: Iterator[int] = iter(range(1, 1_000_000))

@@ -33,8 +33,8 @@ from azure.storage.blob.aio import BlobServiceClient, ContainerClient
 
 from shared import jsonbounds
 from shared.adapters.dataclass_json import from_json, to_json
-from shared.adapters.table_client import CONNECTION_TIMEOUT, READ_TIMEOUT, RETRY_OPTIONS
-from shared.adapters.table_rows import utc
+from shared.adapters.table.client import CONNECTION_TIMEOUT, READ_TIMEOUT, RETRY_OPTIONS
+from shared.adapters.table.rows import utc
 from shared.contract import ARCHIVE_CONTAINER
 from shared.domain.archive import ArchivedOrder, day_prefix
 from shared.domain.model import OrderProcess

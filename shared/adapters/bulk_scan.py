@@ -1,5 +1,5 @@
 """The orders a bulk job works through, a page at a time, from where the views read them
-(shared/usecases/order_views.py): a rest state's entries, narrowed by customer and
+(shared/usecases/operations/order_views.py): a rest state's entries, narrowed by customer and
 created day server-side, or the watch list for an in-flight state. Whole orders are
 loaded (point reads, all at once), since the preview needs the steps; one whose row says
 it has moved on is left out, as a page may be short."""

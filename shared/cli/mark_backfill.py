@@ -1,6 +1,6 @@
 """`python -m shared.cli.mark_backfill --against settings|CONNECTION [--table NAME]`: give
 every order archived before the purge left a mark its mark, so its id stays taken
-(shared/usecases/archive_marks.py). The connection string must name the blob endpoint
+(shared/usecases/history/archive_marks.py). The connection string must name the blob endpoint
 too (the archive's copies hold what a mark keeps). Run once after the deploy that brings
 marks; it prints where it got to after each page, and `--continuation` goes on from
 there after a stop. Ids a newer order holds already are printed for an operator."""
@@ -14,12 +14,12 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from shared.adapters.blob_archive import BlobArchive, blob_service_client
-from shared.adapters.table_archive import TableArchiveStore
+from shared.adapters.table.archive import TableArchiveStore
 from shared.cli.config import find_settings
 from shared.cli.workflows import state_store
 from shared.contract import Setting
 from shared.settings import DEVELOPMENT_STORAGE, azurite_connection_string
-from shared.usecases.archive_marks import backfill_marks
+from shared.usecases.history.archive_marks import backfill_marks
 
 
 async def run(argv: Sequence[str]) -> int:

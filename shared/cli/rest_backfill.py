@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from shared.catalogue import catalogue_file, load
 from shared.cli.workflows import state_store
-from shared.usecases.rest_backfill import backfill_page
+from shared.usecases.history.rest_backfill import backfill_page
 
 
 async def run(argv: Sequence[str]) -> int:

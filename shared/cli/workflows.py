@@ -11,8 +11,8 @@ import importlib
 from collections.abc import Mapping
 from pathlib import Path
 
-from shared.adapters.table_client import table_service_client
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.client import table_service_client
+from shared.adapters.table.store import TableStateStore
 from shared.catalogue import CatalogueError, catalogue_file, load
 from shared.cli.commands import Console
 from shared.cli.config import find_settings
@@ -21,7 +21,12 @@ from shared.contract import Setting
 from shared.domain.workflow import Catalogue
 from shared.functions.workflows import workflows_view
 from shared.settings import DEVELOPMENT_STORAGE, azurite_connection_string
-from shared.usecases.workflow_versions import Stranded, counts, stranded, versions_in_flight
+from shared.usecases.operations.workflow_versions import (
+    Stranded,
+    counts,
+    stranded,
+    versions_in_flight,
+)
 
 
 def _catalogue(path: str | None) -> tuple[Path, Catalogue]:

@@ -1,7 +1,7 @@
 """Bulk actions as data: which orders a filter matches, what acting on them would cause
 outside, and the durable job's record.
 
-Pure: no I/O. The use case (shared/usecases/bulk.py) reads pages of orders and feeds
+Pure: no I/O. The use case (shared/usecases/operations/bulk.py) reads pages of orders and feeds
 them through `matches` and `effects_of`, so a preview and a real run agree on what
 "matching" means.
 """

@@ -2,7 +2,7 @@
 
 Both rules read one small record per customer (how many of its orders run, how many wait
 in its line), so they are decided together here, purely, and kept by one ledger
-(shared/usecases/customers.py). The design and its cost: docs/fairness.md. What the
+(shared/usecases/limits/customers.py). The design and its cost: docs/fairness.md. What the
 machine does with an order waiting in its line is in shared/domain/machine/line.py.
 """
 

@@ -2,7 +2,7 @@
 
 A step whose complete-by passed with no reply may or may not have taken effect. Rather
 than guess, the Supervisor asks the agent that holds the step's key (see
-shared/usecases/outcomes.py); this module is the pure half: the answer's type and the
+shared/usecases/flow/outcomes.py); this module is the pure half: the answer's type and the
 question an order's state asks.
 """
 

@@ -52,7 +52,7 @@ class AgentLimits:
 
 def slot_still_usable(slot: datetime, now: datetime, limits: AgentLimits) -> bool:
     """Whether a slot taken earlier (a request handed back to the broker carries one,
-    usecases/rate_slot.py) may still start a call now: until the spacing margin past
+    usecases/flow/rate_slot.py) may still start a call now: until the spacing margin past
     it. Later, the call would crowd the slots after it, and a provider's window could
     see one call more than the limit; the caller books another slot instead."""
     gap, rate = limits.gap, limits.calls_per_second

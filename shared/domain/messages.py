@@ -196,7 +196,7 @@ class AgentRequest(_Message):
     None only in a request sent before requests named it."""
     start_at: Annotated[UtcTime | None, Field(alias="startAt")] = None
     """The agent's own rate slot for this request's first call, taken when it handed the
-    request back to wait in the broker (usecases/rate_slot.py); None: book one."""
+    request back to wait in the broker (usecases/flow/rate_slot.py); None: book one."""
 
     _optional = frozenset({"undoes", "operation", "start_at"})
 

@@ -18,8 +18,8 @@ from shared.functions import composition
 from shared.functions.poison import UNKNOWN_STEP
 from shared.telemetry.metrics import step_done
 from shared.telemetry.spans import annotate, consuming
-from shared.usecases.agent import UnknownStep, perform_step
-from shared.usecases.agent_health import heartbeat
+from shared.usecases.flow.agent import UnknownStep, perform_step
+from shared.usecases.flow.agent_health import heartbeat
 
 bp = func.Blueprint()
 

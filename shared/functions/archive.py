@@ -29,7 +29,7 @@ from shared.functions.http import (
 from shared.functions.signin import route_level
 from shared.ports import ArchiveStore, StateStoreError
 from shared.telemetry.spans import serving, timed
-from shared.usecases.archive import archived_on, was_archived
+from shared.usecases.history.archive import archived_on, was_archived
 
 bp = func.Blueprint()
 _UNAVAILABLE: Final = ("Try again", "the state store or the archive is unavailable")

@@ -1,5 +1,5 @@
 """Bulk action glue: the preview and start route, the progress route, and the timer that
-works the jobs (shared/usecases/bulk.py)."""
+works the jobs (shared/usecases/operations/bulk.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from shared.functions.http import json_response, problem, read_json
 from shared.functions.signin import route_level
 from shared.ports import StateStoreError
 from shared.telemetry.spans import acting_as
-from shared.usecases.bulk import (
+from shared.usecases.operations.bulk import (
     BulkJobNotFound,
     job_status,
     preview,

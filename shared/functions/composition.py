@@ -30,15 +30,15 @@ from shared.ports import (
     ReconcileStore,
     StateStore,
 )
-from shared.usecases.agent import AgentDeps
-from shared.usecases.agent_health import HealthMonitor, HealthProbe
-from shared.usecases.archive import Archiver
-from shared.usecases.bulk import BulkDeps
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.health_check import HealthCheck
-from shared.usecases.outage import Outage
-from shared.usecases.outcomes import OutcomeQueries
-from shared.usecases.reconcile import Reconciler
+from shared.usecases.flow.agent import AgentDeps
+from shared.usecases.flow.agent_health import HealthMonitor, HealthProbe
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.outage import Outage
+from shared.usecases.flow.outcomes import OutcomeQueries
+from shared.usecases.history.archive import Archiver
+from shared.usecases.operations.bulk import BulkDeps
+from shared.usecases.operations.health_check import HealthCheck
+from shared.usecases.operations.reconcile import Reconciler
 
 Handler = TypeVar("Handler")
 

@@ -31,9 +31,9 @@ from shared.functions.http import ORDER_ID, order_not_found, problem, read_json
 from shared.functions.signin import route_level
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving
-from shared.usecases.budget import HTTP_BUDGET
-from shared.usecases.events import answer_approval, send_event
-from shared.usecases.operator import OrderNotFound
+from shared.usecases.limits.budget import HTTP_BUDGET
+from shared.usecases.operations.events import answer_approval, send_event
+from shared.usecases.operations.operator import OrderNotFound
 
 bp = func.Blueprint()
 _EVENT_NAME = re.compile(NAME_PATTERN)

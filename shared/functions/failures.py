@@ -14,7 +14,7 @@ from shared.functions import composition
 from shared.functions.http import json_response, problem
 from shared.functions.signin import route_level
 from shared.ports import StateStoreError
-from shared.usecases.failures import SCAN_CAP, FailureReport, group_failures
+from shared.usecases.operations.failures import SCAN_CAP, FailureReport, group_failures
 
 bp = func.Blueprint()
 _UNAVAILABLE = ("Try again", "the state store is unavailable")

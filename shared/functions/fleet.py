@@ -15,8 +15,8 @@ from shared.functions import composition
 from shared.functions.http import json_response, opt_iso, problem, read_json
 from shared.functions.signin import route_level
 from shared.ports import StateStoreError
-from shared.usecases.budget import HTTP_BUDGET
-from shared.usecases.fleet import AgentStatus, list_agents, set_drain
+from shared.usecases.limits.budget import HTTP_BUDGET
+from shared.usecases.operations.fleet import AgentStatus, list_agents, set_drain
 
 bp = func.Blueprint()
 MAX_REASON = 500

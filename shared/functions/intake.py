@@ -18,9 +18,9 @@ from shared.ports import StateStoreError
 from shared.telemetry.logsafe import app_logger
 from shared.telemetry.propagation import current_traceparent
 from shared.telemetry.spans import annotate, consuming, serving
-from shared.usecases.budget import HTTP_BUDGET
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.submission import OrderConflict, OverQuota, submit_order
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.submission import OrderConflict, OverQuota, submit_order
+from shared.usecases.limits.budget import HTTP_BUDGET
 
 bp = func.Blueprint()
 log = app_logger("orders.intake")

@@ -31,10 +31,10 @@ from shared.functions.signin import route_level
 from shared.openapi import document
 from shared.ports import StateStoreError
 from shared.telemetry.spans import serving
-from shared.usecases.archive import archived_order
-from shared.usecases.budget import HTTP_BUDGET
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.operator import (
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.history.archive import archived_order
+from shared.usecases.limits.budget import HTTP_BUDGET
+from shared.usecases.operations.operator import (
     OrderNotFound,
     cancel_order,
     inspect_order,

@@ -32,7 +32,7 @@ from shared.functions import composition
 from shared.functions.http import bounded_int, json_response, opt_iso
 from shared.functions.reconcile import run_view
 from shared.functions.signin import route_level
-from shared.usecases.operator_page import (
+from shared.usecases.operations.operator_page import (
     DEFAULT_COUNT_CAP,
     MAX_COUNT_CAP,
     AgentView,

@@ -1,7 +1,7 @@
 """Reconciliation glue: a timer on the app setting ReconcileSchedule (NCRONTAB), and
 `POST /api/reconcile` (admin) to run it now, so an operator need not wait for the timer.
 
-Both run the same bounded check (shared/usecases/reconcile.py). A run that overlaps
+Both run the same bounded check (shared/usecases/operations/reconcile.py). A run that overlaps
 another (the endpoint during a timer run, two local runtimes) checks its own random
 sample; an order and key found by both is alerted once (the alert's message id), so
 neither needs a lock.

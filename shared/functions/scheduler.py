@@ -11,7 +11,7 @@ from shared.domain.messages import AgentReply, InvalidMessage, Nudge
 from shared.functions import composition
 from shared.functions.poison import UNKNOWN_ORDER, UNKNOWN_STEP
 from shared.telemetry.spans import annotate, consuming
-from shared.usecases import scheduler
+from shared.usecases.flow import scheduler
 
 bp = func.Blueprint()
 

@@ -11,7 +11,7 @@ from shared.contract import Setting
 from shared.functions import composition
 from shared.telemetry.metrics import swept
 from shared.telemetry.spans import sweep, timed
-from shared.usecases.supervisor import supervise, sweep_budget
+from shared.usecases.flow.supervisor import supervise, sweep_budget
 
 bp = func.Blueprint()
 

@@ -27,8 +27,8 @@ from devhost.harness.ports import LOOPBACK, free_port
 from devhost.harness.process import Child
 from devhost.harness.services import runtime_command
 from devhost.simulator import SimulatorServer
-from shared.adapters.table_archive import TableArchiveStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.archive import TableArchiveStore
+from shared.adapters.table.store import TableStateStore
 from shared.contract import Route, Setting
 from shared.domain.archive import archive_day
 from shared.domain.machine.forward import start

@@ -24,8 +24,8 @@ from devhost.harness.ports import LOOPBACK, free_port
 from devhost.harness.process import Child
 from devhost.harness.services import runtime_command
 from devhost.simulator import SimulatorServer
-from shared.adapters.table_bulk import TableBulkStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.bulk import TableBulkStore
+from shared.adapters.table.store import TableStateStore
 from shared.catalogue import DEFAULT_FILE, FILE_SETTING
 from shared.contract import Setting
 from tests.e2e.conftest import e2e_settings, running_system, until

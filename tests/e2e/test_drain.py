@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]
 PENDING_TIMEOUT = 8.0
 """PendingTimeoutSeconds of the e2e settings (tests/e2e/conftest.py)."""
 ROUTING_REFRESH = 2.0
-"""Each instance re-reads health and drains this often (shared/usecases/routing.py)."""
+"""Each instance re-reads health and drains this often (shared/usecases/flow/routing.py)."""
 
 
 async def set_drain(system: System, agent: str, drained: bool) -> dict[str, Any]:

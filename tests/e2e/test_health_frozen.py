@@ -22,7 +22,7 @@ import pytest
 
 from devhost.harness.stack import Stack
 from shared.contract import Route, Setting
-from shared.usecases.health_check import HEALTH_TTL
+from shared.usecases.operations.health_check import HEALTH_TTL
 from tests.e2e.test_infrastructure_outage import Answer, ask
 
 pytestmark = [pytest.mark.e2e, pytest.mark.azurite, pytest.mark.broker]

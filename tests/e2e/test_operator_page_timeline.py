@@ -28,7 +28,7 @@ from devhost.otlp.decode import decode_traces
 from devhost.otlp.store import SpanStore
 from shared import bootstrap
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.contract import Queue, Setting, agent_queue
 from shared.ports import RemoteService
 from shared.settings import Settings

@@ -21,7 +21,7 @@ from devhost.harness.process import Child
 from devhost.harness.services import runtime_command
 from devhost.harness.tripwire import Seen, Tripwire
 from devhost.simulator import SimulatorServer
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.store import TableStateStore
 from shared.contract import Queue, Setting
 from shared.domain.model import ProcessState
 from shared.domain.rest_index import RestRange

@@ -18,7 +18,7 @@ from devhost.host.invoke import InvocationContext, TraceContext
 from devhost.host.loader import FunctionSpec
 from shared import bootstrap
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import JsonObject
 from shared.domain.workflow import Catalogue

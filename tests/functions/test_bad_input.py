@@ -12,7 +12,7 @@ import azure.functions as func
 import pytest
 
 from shared import jsonbounds
-from shared.adapters.table_store import _decode_token
+from shared.adapters.table.store import _decode_token
 from shared.contract import Queue
 from tests.functions.conftest import Harness
 

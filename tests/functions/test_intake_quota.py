@@ -11,11 +11,11 @@ import pytest
 
 from shared import bootstrap
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.contract import Queue, Setting
 from shared.ports import RemoteService
 from shared.settings import Settings
-from shared.usecases.operator import suspend_order
+from shared.usecases.operations.operator import suspend_order
 from tests.app_functions import registered_functions
 from tests.functions.conftest import SETTINGS, Harness, ScriptedRemote
 from tests.workflows import AGENTS, CATALOGUE, AgentName

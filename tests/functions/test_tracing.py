@@ -22,7 +22,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from devhost.host.invoke import InvocationContext, TraceContext
 from shared import bootstrap
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.adapters.queues import destination_of
 from shared.adapters.traced import ETAG_OUTCOME, OrderTraces, TracedMessageBus, TracedStateStore
 from shared.contract import Queue, agent_queue

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, Sa
 from opentelemetry.trace import NonRecordingSpan, SpanContext, StatusCode, TraceFlags
 
 from devhost.host.invoke import InvocationContext
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.adapters.queues import destination_of
 from shared.adapters.traced import OrderTraces, TracedMessageBus, TracedStateStore
 from shared.contract import Queue

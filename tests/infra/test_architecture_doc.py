@@ -19,7 +19,8 @@ from tests.infra.deployment import ROOT
 DOC = ROOT / "docs" / "architecture.md"
 
 REFERENCE = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.py):([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)")
-"""`shared/usecases/scheduler.py:on_nudge`, `shared/usecases/unit_of_work.py:UnitOfWork.change`."""
+"""`shared/usecases/flow/scheduler.py:on_nudge`,
+`shared/usecases/flow/unit_of_work.py:UnitOfWork.change`."""
 
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 EXTERNAL = ("http://", "https://", "mailto:")
@@ -138,19 +139,19 @@ def test_the_page_draws_the_parts_one_order_and_its_states() -> None:
 def test_a_renamed_function_a_missing_file_and_a_dead_link_are_each_found() -> None:
     """The checks above can fail: each kind of drift, on a page made for it."""
     page = (
-        "`shared/usecases/scheduler.py:on_nudge` and "
-        "`shared/usecases/unit_of_work.py:UnitOfWork.change` are there; "
-        "`shared/usecases/scheduler.py:on_nudge_renamed`, "
-        "`shared/usecases/unit_of_work.py:UnitOfWork.gone`, "
+        "`shared/usecases/flow/scheduler.py:on_nudge` and "
+        "`shared/usecases/flow/unit_of_work.py:UnitOfWork.change` are there; "
+        "`shared/usecases/flow/scheduler.py:on_nudge_renamed`, "
+        "`shared/usecases/flow/unit_of_work.py:UnitOfWork.gone`, "
         "`shared/usecases/nowhere.py:claim` are not.\n"
         "[ok](in-doubt.md#the-rule) [gone](nowhere.md) "
         "[no heading](in-doubt.md#no-such-heading) [web](https://example.org/x.md)\n"
     )
     assert missing_references(page, ROOT) == [
-        "line 1: shared/usecases/scheduler.py:on_nudge_renamed: "
-        "shared/usecases/scheduler.py defines no on_nudge_renamed",
-        "line 1: shared/usecases/unit_of_work.py:UnitOfWork.gone: "
-        "shared/usecases/unit_of_work.py defines no UnitOfWork.gone",
+        "line 1: shared/usecases/flow/scheduler.py:on_nudge_renamed: "
+        "shared/usecases/flow/scheduler.py defines no on_nudge_renamed",
+        "line 1: shared/usecases/flow/unit_of_work.py:UnitOfWork.gone: "
+        "shared/usecases/flow/unit_of_work.py defines no UnitOfWork.gone",
         "line 1: shared/usecases/nowhere.py:claim: no such file",
     ]
     assert broken_links(page, DOC) == [

@@ -425,7 +425,7 @@ def test_app_insights_ingestion_is_identity_based() -> None:
 APP = "appPrincipalId"
 # Access the app makes -> (roles that allow it, scope resource type).
 REQUIRED_ACCESS = {
-    # TableStateStore (shared/adapters/table_store.py), creating the table on first use.
+    # TableStateStore (shared/adapters/table/store.py), creating the table on first use.
     "state table": ({"Storage Table Data Contributor"}, "Microsoft.Storage/storageAccounts"),
     # The Functions host: leases, timer schedule monitor, keys; Flex reads its package.
     "host blobs": ({"Storage Blob Data Owner"}, "Microsoft.Storage/storageAccounts"),

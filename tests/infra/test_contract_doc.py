@@ -25,7 +25,7 @@ from devhost.broker.engine import Engine
 from devhost.broker.faults import FaultConfig
 from devhost.simulator.app import create_app
 from devhost.simulator.faults import FaultSettings
-from shared.adapters import table_rows
+from shared.adapters.table import rows as table_rows
 from shared.contract import (
     QUEUE_PROPERTIES,
     AgentLimitSetting,

@@ -25,14 +25,14 @@ from devhost.host.loader import FunctionSpec
 from shared import bootstrap
 from shared.adapters.blob_archive import BlobArchive
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus
-from shared.adapters.table_archive import TableArchiveStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.store import InMemoryBus
+from shared.adapters.table.archive import TableArchiveStore
+from shared.adapters.table.store import TableStateStore
 from shared.domain.archive import RetentionPolicy
 from shared.domain.model import ProcessState
 from shared.ports import RemoteService
 from shared.settings import Settings, azurite_connection_string
-from shared.usecases.archive import Archiver
+from shared.usecases.history.archive import Archiver
 from tests.app_functions import registered_functions
 from tests.functions.conftest import SETTINGS, ScriptedRemote, context_for
 from tests.functions.test_smaller_edges import JUNK_TOKENS

@@ -20,9 +20,9 @@ from azure.storage.blob.aio import BlobServiceClient
 
 from shared.adapters.blob_archive import BlobArchive
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus
-from shared.adapters.table_archive import TableArchiveStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.store import InMemoryBus
+from shared.adapters.table.archive import TableArchiveStore
+from shared.adapters.table.store import TableStateStore
 from shared.contract import Queue
 from shared.domain.archive import (
     ArchivedEntry,
@@ -36,10 +36,10 @@ from shared.domain.model import HistoryEntry, ProcessState, StepStatus
 from shared.domain.rest_index import REST_STATES, RestRange, rest_entry
 from shared.ports import AlreadyExists
 from shared.settings import azurite_connection_string
-from shared.usecases.archive import GRACE, Archiver, archived_order
-from shared.usecases.archive_marks import backfill_marks
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.submission import OrderConflict, submit_order
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.submission import OrderConflict, submit_order
+from shared.usecases.history.archive import GRACE, Archiver, archived_order
+from shared.usecases.history.archive_marks import backfill_marks
 from tests.builders import a_policy, an_order
 from tests.workflows import CATALOGUE, ORDER_FULFILMENT
 

@@ -14,12 +14,12 @@ import pytest
 from devhost.broker import Broker
 from devhost.harness.ports import LOOPBACK, free_port
 from devhost.harness.services import service_bus_connection_string
-from shared.adapters import table_client
 from shared.adapters.queues import destination_of
 from shared.adapters.servicebus_bus import PING_TIMEOUT, ServiceBusMessageBus
-from shared.adapters.table_client import table_service_client
-from shared.adapters.table_health import TableHealthStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table import client as table_client
+from shared.adapters.table.client import table_service_client
+from shared.adapters.table.health import TableHealthStore
+from shared.adapters.table.store import TableStateStore
 from shared.domain.model import Outgoing
 from shared.ports import BusUnavailable, StoreUnavailable
 from shared.settings import azurite_connection_string

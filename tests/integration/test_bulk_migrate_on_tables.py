@@ -12,17 +12,17 @@ import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus
-from shared.adapters.table_bulk import TableBulkStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.store import InMemoryBus
+from shared.adapters.table.bulk import TableBulkStore
+from shared.adapters.table.store import TableStateStore
 from shared.contract import Queue, agent_queue
 from shared.domain.bulk import JobState
 from shared.domain.bulk_request import BulkAction, BulkRequest
 from shared.domain.model import ProcessState, StepStatus
 from shared.settings import azurite_connection_string
-from shared.usecases import scheduler
-from shared.usecases.bulk import BulkDeps, job_status, preview, start_job, work_jobs
-from shared.usecases.deps import ProcessDeps
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.operations.bulk import BulkDeps, job_status, preview, start_job, work_jobs
 from tests.builders import a_policy, a_reply
 from tests.unit.test_migrate import MIGRATE, V2, V3, charging, submitted
 from tests.workflows import running

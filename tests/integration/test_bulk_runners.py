@@ -19,17 +19,17 @@ import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus
-from shared.adapters.table_bulk import TableBulkStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.store import InMemoryBus
+from shared.adapters.table.bulk import TableBulkStore
+from shared.adapters.table.store import TableStateStore
 from shared.domain.bulk import BulkJob, JobState, acted_by
 from shared.domain.bulk_request import BulkAction, BulkFilter, BulkRequest
 from shared.domain.model import HistoryEntry, OrderProcess, ProcessState
 from shared.ports import BulkStore, StateStore
 from shared.settings import azurite_connection_string
-from shared.usecases.bulk import BulkDeps, job_status, start_job, work_jobs
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.submission import submit_order
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.operations.bulk import BulkDeps, job_status, start_job, work_jobs
 from tests.builders import a_policy, an_order
 from tests.workflows import CATALOGUE
 

@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.data.tables.aio import TableServiceClient
 
-from shared.adapters.memory import InMemoryBulkStore, InMemoryStateStore
-from shared.adapters.table_bulk import TableBulkStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.store import InMemoryBulkStore, InMemoryStateStore
+from shared.adapters.table.bulk import TableBulkStore
+from shared.adapters.table.store import TableStateStore
 from shared.domain.bulk import BulkJob, Cursor, JobState, Lease
 from shared.domain.bulk_request import BulkAction, BulkFilter
 from shared.domain.machine.forward import start
@@ -22,7 +22,7 @@ from shared.domain.model import ProcessState
 from shared.domain.rest_index import rest_entry
 from shared.ports import AlreadyExists, BulkStore, ConcurrencyConflict, StateStore
 from shared.settings import azurite_connection_string
-from shared.usecases import bulk_lease
+from shared.usecases.operations import bulk_lease
 from tests.builders import an_order
 from tests.workflows import ORDER_FULFILMENT
 

@@ -12,8 +12,8 @@ import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory_customers import InMemoryCustomerLedger
-from shared.adapters.table_customers import TableCustomerLedger
+from shared.adapters.memory.customers import InMemoryCustomerLedger
+from shared.adapters.table.customers import TableCustomerLedger
 from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy, Promoted
 from shared.ports import CustomerLedger
 from shared.settings import azurite_connection_string

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.data.tables.aio import TableServiceClient
 
-from shared.adapters.memory import InMemoryHealthStore
-from shared.adapters.table_health import TableHealthStore
+from shared.adapters.memory.store import InMemoryHealthStore
+from shared.adapters.table.health import TableHealthStore
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, BreakerState
 from shared.ports import HealthStore
 from shared.settings import azurite_connection_string

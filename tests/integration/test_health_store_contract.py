@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.data.tables.aio import TableServiceClient
 
-from shared.adapters.memory import InMemoryHealthStore
-from shared.adapters.table_health import SWEEPS_PARTITION, TableHealthStore, sweep_row_key
+from shared.adapters.memory.store import InMemoryHealthStore
+from shared.adapters.table.health import SWEEPS_PARTITION, TableHealthStore, sweep_row_key
 from shared.domain.health import AgentHealth, BreakerState, SeenOutages, SweepRecord
 from shared.ports import HealthStore
 from shared.settings import azurite_connection_string

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.data.tables.aio import TableServiceClient
 
-from shared.adapters.memory_limits import InMemoryLimitStore
-from shared.adapters.table_limits import TableLimitStore
+from shared.adapters.memory.limits import InMemoryLimitStore
+from shared.adapters.table.limits import TableLimitStore
 from shared.ports import ConcurrencyConflict, LimitStore
 from shared.settings import azurite_connection_string
 

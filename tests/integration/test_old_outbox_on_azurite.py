@@ -15,12 +15,12 @@ from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus
-from shared.adapters.table_rows import STATE_ROW
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.store import InMemoryBus
+from shared.adapters.table.rows import STATE_ROW
+from shared.adapters.table.store import TableStateStore
 from shared.settings import azurite_connection_string
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.submission import submit_order
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.submission import submit_order
 from tests.builders import a_policy, an_order
 from tests.workflows import CATALOGUE, ORDER_FULFILMENT
 

@@ -22,10 +22,10 @@ from azure.storage.blob.aio import BlobServiceClient
 
 from shared.adapters.blob_archive import BlobArchive
 from shared.adapters.clock import FakeClock
-from shared.adapters.table_archive import TableArchiveStore
-from shared.adapters.table_bulk import TableBulkStore
-from shared.adapters.table_customers import TableCustomerLedger
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.archive import TableArchiveStore
+from shared.adapters.table.bulk import TableBulkStore
+from shared.adapters.table.customers import TableCustomerLedger
+from shared.adapters.table.store import TableStateStore
 from shared.domain.archive import RetentionPolicy
 from shared.domain.bulk import BulkJob, JobState
 from shared.domain.bulk_request import BulkAction, BulkFilter
@@ -35,8 +35,8 @@ from shared.domain.model import HistoryEntry, OrderProcess, ProcessState, Receiv
 from shared.domain.rest_index import RestRange, rest_entry
 from shared.functions.archive import archived_view
 from shared.settings import azurite_connection_string
-from shared.usecases.archive import Archiver, archived_order
-from shared.usecases.bulk import BulkDeps, job_status, work_jobs
+from shared.usecases.history.archive import Archiver, archived_order
+from shared.usecases.operations.bulk import BulkDeps, job_status, work_jobs
 from tests.builders import World, an_order
 from tests.workflows import CATALOGUE, ORDER_FULFILMENT
 

@@ -35,8 +35,8 @@ from bench.order_counts import FINAL_ONLY, PINNED, OrderCounts
 from devhost.host.loader import FunctionSpec
 from shared import bootstrap
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.store import InMemoryBus
+from shared.adapters.table.store import TableStateStore
 from shared.contract import Queue
 from shared.domain.model import Outgoing, ProcessState
 from shared.ports import RemoteService

@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from azure.data.tables.aio import TableServiceClient
 
-from shared.adapters import table_rows as rows
-from shared.adapters.memory import InMemoryStateStore
-from shared.adapters.memory_reconcile import InMemoryReconcileStore
-from shared.adapters.table_reconcile import TableReconcileStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.reconcile import InMemoryReconcileStore
+from shared.adapters.memory.store import InMemoryStateStore
+from shared.adapters.table import rows
+from shared.adapters.table.reconcile import TableReconcileStore
+from shared.adapters.table.store import TableStateStore
 from shared.domain.machine.forward import start
 from shared.domain.model import ProcessState, StepStatus
 from shared.domain.reconcile import Mismatch, ReconcileRun

@@ -11,19 +11,19 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from shared.adapters.memory import InMemoryHealthStore, Sent
+from shared.adapters.memory.store import InMemoryHealthStore, Sent
 from shared.contract import agent_queue
 from shared.domain.model import HistoryEntry, OrderProcess, Outcome, ProcessState
 from shared.domain.rest_index import RestEntry, RestRange, rest_entry
 from shared.ports import StateStore
-from shared.usecases import scheduler
-from shared.usecases.failures import group_failures
-from shared.usecases.operator import resubmit_order, suspend_order
-from shared.usecases.operator_page import operator_snapshot
-from shared.usecases.order_views import orders_in
-from shared.usecases.rest_backfill import backfill_page
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.history.rest_backfill import backfill_page
+from shared.usecases.operations.failures import group_failures
+from shared.usecases.operations.operator import resubmit_order, suspend_order
+from shared.usecases.operations.operator_page import operator_snapshot
+from shared.usecases.operations.order_views import orders_in
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.integration.test_state_store_contract import store as state_store_on_memory_and_tables
 from tests.unit.test_failures import time_out_at_payment

@@ -14,18 +14,18 @@ import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus
-from shared.adapters.table_rows import INLINE_HISTORY_ENTRIES
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.store import InMemoryBus
+from shared.adapters.table.rows import INLINE_HISTORY_ENTRIES
+from shared.adapters.table.store import TableStateStore
 from shared.contract import agent_queue
 from shared.domain.model import HistoryEntry, Outgoing, ProcessState, StepStatus
 from shared.ports import ConcurrencyConflict
 from shared.settings import azurite_connection_string
-from shared.usecases import scheduler
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.process_cache import ProcessCache
-from shared.usecases.scheduler import Handled
-from shared.usecases.submission import OrderConflict, submit_order
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.process_cache import ProcessCache
+from shared.usecases.flow.scheduler import Handled
+from shared.usecases.flow.submission import OrderConflict, submit_order
 from tests.builders import a_policy, a_reply, an_order
 from tests.workflows import CATALOGUE
 

@@ -21,10 +21,10 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import pytest
 from azure.data.tables.aio import TableServiceClient
 
-from shared.adapters.memory import InMemoryStateStore
-from shared.adapters.memory_archive import InMemoryArchiveStore
-from shared.adapters.table_archive import TableArchiveStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.archive import InMemoryArchiveStore
+from shared.adapters.memory.store import InMemoryStateStore
+from shared.adapters.table.archive import TableArchiveStore
+from shared.adapters.table.store import TableStateStore
 from shared.contract import Queue, agent_queue
 from shared.domain.archive import ArchivedMark
 from shared.domain.machine import forward
@@ -42,11 +42,11 @@ from shared.domain.model import (
 )
 from shared.ports import AlreadyExists, ConcurrencyConflict, StateStore, StoreUnavailable
 from shared.settings import azurite_connection_string
-from shared.usecases import scheduler
-from shared.usecases.operator import resubmit_order
-from shared.usecases.scheduler import Handled
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.scheduler import Handled
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.operations.operator import resubmit_order
 from tests.builders import World, a_reply, an_order
 from tests.workflows import ORDER_FULFILMENT
 

@@ -13,8 +13,8 @@ import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.memory.store import InMemoryBus
+from shared.adapters.table.store import TableStateStore
 from shared.domain.machine import forward
 from shared.domain.machine.forward import claim, start
 from shared.domain.machine.transition import ProcessPolicy
@@ -22,8 +22,8 @@ from shared.domain.messages import AgentReply, AgentRequest
 from shared.domain.model import Action, Outcome, StepStatus
 from shared.ports import ConcurrencyConflict
 from shared.settings import azurite_connection_string
-from shared.usecases.step_heartbeat import StepHeartbeats
-from shared.usecases.unit_of_work import UnitOfWork
+from shared.usecases.flow.step_heartbeat import StepHeartbeats
+from shared.usecases.flow.unit_of_work import UnitOfWork
 from tests.builders import a_policy, an_order
 from tests.workflows import CATALOGUE, ORDER_FULFILMENT
 

@@ -13,7 +13,7 @@ from azure.core.exceptions import HttpResponseError
 from azure.data.tables import UpdateMode
 
 from devhost.harness.ports import LOOPBACK
-from shared.adapters.table_client import table_service_client
+from shared.adapters.table.client import table_service_client
 from shared.settings import azurite_connection_string
 
 ENTITY = {"PartitionKey": "o-1", "RowKey": "state", "Status": "Processing"}

@@ -18,7 +18,7 @@ import pytest
 from azure.data.tables.aio import TableClient, TableServiceClient
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.store import TableStateStore
 from shared.domain.machine import forward
 from shared.domain.machine.forward import start
 from shared.domain.model import ProcessState

@@ -19,7 +19,7 @@ import pytest
 from azure.data.tables import UpdateMode
 
 from devhost.harness.ports import LOOPBACK
-from shared.adapters.table_client import EMULATOR_KEEPALIVE, table_service_client
+from shared.adapters.table.client import EMULATOR_KEEPALIVE, table_service_client
 from shared.settings import azurite_connection_string
 
 pytestmark = pytest.mark.azurite

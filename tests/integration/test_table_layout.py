@@ -12,9 +12,9 @@ from datetime import timedelta
 import pytest
 from azure.data.tables.aio import TableClient, TableServiceClient
 
-from shared.adapters import table_store
 from shared.adapters.clock import FakeClock
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table import store as table_store
+from shared.adapters.table.store import TableStateStore
 from shared.domain.machine import forward
 from shared.domain.model import ErrorInfo, ProcessState, StepRecord, StepStatus
 from shared.ports import ConcurrencyConflict

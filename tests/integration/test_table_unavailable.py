@@ -10,8 +10,8 @@ import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from devhost.harness.ports import free_port
-from shared.adapters.table_health import TableHealthStore
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.health import TableHealthStore
+from shared.adapters.table.store import TableStateStore
 from shared.ports import StoreUnavailable, WatchEntry
 from shared.settings import azurite_connection_string
 

@@ -14,12 +14,12 @@ import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.store import TableStateStore
 from shared.catalogue import DEFAULT_FILE
 from shared.cli.app import run
 from shared.domain.machine import forward
 from shared.settings import azurite_connection_string
-from shared.usecases.workflow_versions import versions_in_flight
+from shared.usecases.operations.workflow_versions import versions_in_flight
 from tests.builders import an_order
 from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT
 

@@ -6,12 +6,12 @@ them. It mirrors what the use cases do around each pure call, so the world can s
 ignorant of both:
 
 - the Scheduler's nudge claims a Pending order or wakes a waiting step
-  (shared/usecases/scheduler.py `on_nudge`); a failed send is followed by `undelivered`;
+  (shared/usecases/flow/scheduler.py `on_nudge`); a failed send is followed by `undelivered`;
 - the Supervisor asks the in-doubt question with the current routing and whether this
   timeout exhausts the count, only once its ask-at has passed, and settles it as
   `_settle` does: abandon where the question says so (a service without the route is
   asked instead), and a "not applied" that would move the step is made final by an
-  abandon (shared/usecases/supervisor.py `_check`, `_settle`);
+  abandon (shared/usecases/flow/supervisor.py `_check`, `_settle`);
 - events and approvals are kept as the events route keeps them (`receive_event`);
 - a workflow version the catalogue dropped (a deploy): the Scheduler's handlers skip
   the order, every operator and event route refuses it (`UnknownWorkflow`, 409), the
@@ -20,7 +20,7 @@ ignorant of both:
 - reconciliation is `Reconciler._check` over the services' answers, its alerts and
   undos sent as `Reconciler.run` sends them;
 - an archived order's id sent again goes through the real intake (`submit_order`) over
-  the in-memory store holding the archive's mark (shared/usecases/submission.py);
+  the in-memory store holding the archive's mark (shared/usecases/flow/submission.py);
 - a limit's hold waits what the limiter's booking says (shared/domain/limits.py):
   another caller's slot taken, or its concurrency lease held.
 
@@ -41,7 +41,7 @@ from enum import Enum
 from functools import partial
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.domain import bulk, fairness, in_doubt, limits
 from shared.domain import reconcile as reconciliation
 from shared.domain.archive import ArchivedMark, ArchivedOrder
@@ -74,8 +74,8 @@ from shared.domain.model import (
 )
 from shared.domain.routing import AgentView, Availability, Routing
 from shared.domain.workflow import Workflow
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.submission import OrderConflict, submit_order
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.submission import OrderConflict, submit_order
 from tests.model.setups import DEFAULT, SKEW, Setup
 from tests.model.wire import Answer, Effects, Question, Reply, Request
 from tests.workflows import AGENTS, CATALOGUE
@@ -533,7 +533,7 @@ class Domain:
         return single(process, now, gone)
 
     def limit_wait(self, request: Request, now: int, concurrent: bool) -> int:
-        """How long the agent's limiter holds `request` (shared/usecases/limiter.py):
+        """How long the agent's limiter holds `request` (shared/usecases/limits/limiter.py):
         another caller took the rate schedule's slots up to HOLD_WAIT from now, or holds
         the only concurrency lease until then."""
         start = at(now)

@@ -34,9 +34,9 @@ from typing import cast
 import pytest
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
-from shared.adapters.memory_customers import InMemoryCustomerLedger
-from shared.adapters.memory_reconcile import InMemoryReconcileStore
+from shared.adapters.memory.customers import InMemoryCustomerLedger
+from shared.adapters.memory.reconcile import InMemoryReconcileStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.domain import reconcile as reconciliation
 from shared.domain.bulk import BulkJob
 from shared.domain.bulk_request import BulkAction
@@ -47,16 +47,21 @@ from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import OrderProcess
 from shared.domain.routing import Routing
 from shared.domain.workflow import Catalogue
-from shared.usecases import bulk as bulk_usecase
-from shared.usecases import scheduler, supervisor
-from shared.usecases.customers import Customers
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.events import send_event
-from shared.usecases.operator import cancel_order, resubmit_order, resume_order, suspend_order
-from shared.usecases.outcomes import OutcomeQueries
-from shared.usecases.reconcile import Reconciler, _Tally
-from shared.usecases.routing import RoutingSource
-from shared.usecases.submission import submit_order
+from shared.usecases.flow import scheduler, supervisor
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.outcomes import OutcomeQueries
+from shared.usecases.flow.routing import RoutingSource
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.limits.customers import Customers
+from shared.usecases.operations import bulk as bulk_usecase
+from shared.usecases.operations.events import send_event
+from shared.usecases.operations.operator import (
+    cancel_order,
+    resubmit_order,
+    resume_order,
+    suspend_order,
+)
+from shared.usecases.operations.reconcile import Reconciler, _Tally
 from tests.model import driver
 from tests.model.provider import KeyStatus, Provider
 from tests.model.setups import SETUPS, Setup

@@ -18,12 +18,12 @@ import pytest
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.http_remote import HttpRemoteService
-from shared.adapters.memory import InMemoryBus
+from shared.adapters.memory.store import InMemoryBus
 from shared.domain.health import BreakerState
 from shared.domain.messages import AgentRequest
 from shared.domain.model import Action
 from shared.resilience import CircuitBreaker
-from shared.usecases.agent import AgentDeps, Performed, perform_step
+from shared.usecases.flow.agent import AgentDeps, Performed, perform_step
 from tests.simulator.scripted_provider import Answer, ScriptedProvider, in_progress
 from tests.workflows import CATALOGUE
 

@@ -20,14 +20,14 @@ from aiohttp.test_utils import TestServer
 from devhost.simulator import create_app
 from shared.adapters.clock import FakeClock
 from shared.adapters.http_remote import HttpRemoteService
-from shared.adapters.memory import InMemoryBus
+from shared.adapters.memory.store import InMemoryBus
 from shared.domain.health import BreakerState
 from shared.domain.messages import AgentRequest
 from shared.domain.model import Action
 from shared.domain.throttle import AdaptiveRate
 from shared.ports import Clock, RateLimited, RemoteCall
 from shared.resilience import CircuitBreaker
-from shared.usecases.agent import AgentDeps, Performed, perform_step
+from shared.usecases.flow.agent import AgentDeps, Performed, perform_step
 from tests.simulator.conftest import ORDER, SimClient
 from tests.simulator.scripted_provider import Answer, ScriptedProvider
 from tests.simulator.virtual_clock import VirtualClock

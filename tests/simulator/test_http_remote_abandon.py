@@ -16,7 +16,7 @@ from shared.adapters.http_remote import HttpRemoteService
 from shared.domain.in_doubt import RemoteOutcomeKind
 from shared.ports import TransientRemoteError
 from shared.resilience import CircuitBreaker
-from shared.usecases.outcomes import Asked, OutcomeQueries
+from shared.usecases.flow.outcomes import Asked, OutcomeQueries
 from tests.simulator.scripted_provider import Answer, ScriptedProvider, in_progress
 
 KEY = "order 1/a?b#c:charge-payment"

@@ -9,11 +9,11 @@ from datetime import timedelta
 import pytest
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryHealthStore
+from shared.adapters.memory.store import InMemoryHealthStore
 from shared.domain.health import AgentHealth, BreakerState
 from shared.ports import StoreUnavailable, TransientRemoteError
 from shared.resilience import CircuitBreaker, DeadlinePassed, RetryPolicy, call_until_deadline
-from shared.usecases.agent_health import HealthMonitor, heartbeat
+from shared.usecases.flow.agent_health import HealthMonitor, heartbeat
 
 
 class Probed:

@@ -11,10 +11,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from shared.adapters.memory_limits import InMemoryLimitStore
+from shared.adapters.memory.limits import InMemoryLimitStore
 from shared.domain.limits import AgentLimits, SlotLease, book, free_slots
 from shared.ports import LimitStore
-from shared.usecases.limiter import AgentLimiter
+from shared.usecases.limits.limiter import AgentLimiter
 from tests.simulator.virtual_clock import VirtualClock
 
 SKEW = timedelta(seconds=5)

@@ -12,16 +12,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory_archive import InMemoryArchiveBlobs, InMemoryArchiveStore
+from shared.adapters.memory.archive import InMemoryArchiveBlobs, InMemoryArchiveStore
 from shared.contract import Queue
 from shared.domain.archive import RetentionPolicy
 from shared.domain.machine.forward import start
 from shared.domain.model import ProcessState, StepStatus
 from shared.domain.rest_index import rest_entry
-from shared.usecases.archive import Archiver, archived_on, archived_order
-from shared.usecases.archive_marks import backfill_marks
-from shared.usecases.operator import OrderNotFound, resubmit_order
-from shared.usecases.submission import OrderConflict, submit_order
+from shared.usecases.flow.submission import OrderConflict, submit_order
+from shared.usecases.history.archive import Archiver, archived_on, archived_order
+from shared.usecases.history.archive_marks import backfill_marks
+from shared.usecases.operations.operator import OrderNotFound, resubmit_order
 from tests.builders import World, an_order
 from tests.workflows import ORDER_FULFILMENT
 

@@ -4,14 +4,14 @@ it, and the chaos fault rate comes from Settings like every other setting."""
 from __future__ import annotations
 
 from shared.adapters.chaos import ChaosMessageBus, ChaosStateStore
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
-from shared.adapters.table_store import TableStateStore
+from shared.adapters.table.store import TableStateStore
 from shared.bootstrap import Ports, build, compose
 from shared.contract import ChaosSetting, Setting
 from shared.settings import Settings
-from shared.usecases.outage import WitnessedBus
-from shared.usecases.process_cache import ProcessCache
+from shared.usecases.flow.outage import WitnessedBus
+from shared.usecases.flow.process_cache import ProcessCache
 from tests.workflows import CATALOGUE
 
 LOCAL = {

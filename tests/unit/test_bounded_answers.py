@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.contract import Queue
 from shared.domain.model import OrderProcess, Outgoing, ProcessState
 from shared.ports import StoreUnavailable
-from shared.usecases import health_check
-from shared.usecases.budget import Budget
-from shared.usecases.health_check import HealthCheck, Probe
-from shared.usecases.submission import submit_order
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.limits.budget import Budget
+from shared.usecases.operations import health_check
+from shared.usecases.operations.health_check import HealthCheck, Probe
 from tests.builders import World, an_order
 
 BUDGET = Budget(store=0.2, nudge=0.1)

@@ -12,22 +12,22 @@ from datetime import datetime
 
 import pytest
 
-from shared.adapters.memory import InMemoryBus, InMemoryHealthStore, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryHealthStore, InMemoryStateStore
 from shared.contract import Queue
 from shared.domain.health import AgentDrain
 from shared.domain.model import OrderProcess, Outgoing, ProcessState
 from shared.ports import BusUnavailable, StoreUnavailable
-from shared.usecases import scheduler
-from shared.usecases.budget import Budget
-from shared.usecases.fleet import set_drain
-from shared.usecases.operator import (
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.limits.budget import Budget
+from shared.usecases.operations.fleet import set_drain
+from shared.usecases.operations.operator import (
     cancel_order,
     resubmit_order,
     resume_order,
     suspend_order,
 )
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, an_order
 from tests.workflows import CATALOGUE
 

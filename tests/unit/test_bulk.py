@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from shared.adapters.memory import InMemoryBulkStore
+from shared.adapters.memory.store import InMemoryBulkStore
 from shared.contract import Queue, agent_queue
 from shared.domain.bulk import JobState
 from shared.domain.bulk_request import (
@@ -20,10 +20,17 @@ from shared.domain.bulk_request import (
 )
 from shared.domain.model import ProcessState
 from shared.openapi import document
-from shared.usecases import scheduler
-from shared.usecases.bulk import BulkDeps, job_status, preview, start_job, work_job, work_jobs
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.operations.bulk import (
+    BulkDeps,
+    job_status,
+    preview,
+    start_job,
+    work_job,
+    work_jobs,
+)
 from tests.builders import World, a_reply, an_order
 from tests.unit.test_failures import time_out_at_payment
 
@@ -195,7 +202,7 @@ async def test_an_order_moved_on_before_its_turn_is_skipped_not_forced() -> None
         await time_out_at_payment(world, f"e-{i}")
     deps = bulk(world)
     job = await start_job(deps, BulkRequest(BulkAction.RESUBMIT, ERROR_AT_PAYMENT), "ops")
-    from shared.usecases.operator import resubmit_order  # noqa: PLC0415
+    from shared.usecases.operations.operator import resubmit_order  # noqa: PLC0415
 
     await resubmit_order(world.deps(), "e-1", "someone")
     await work_jobs(deps, budget=timedelta(hours=1))
@@ -211,7 +218,7 @@ async def test_a_job_whose_orders_all_moved_on_counts_each_as_skipped() -> None:
         await time_out_at_payment(world, f"e-{i:02d}")
     deps = bulk(world)
     job = await start_job(deps, BulkRequest(BulkAction.RESUBMIT, ERROR_AT_PAYMENT), "ops")
-    from shared.usecases.operator import resubmit_order  # noqa: PLC0415
+    from shared.usecases.operations.operator import resubmit_order  # noqa: PLC0415
 
     for i in range(0, 20, 2):
         await resubmit_order(world.deps(), f"e-{i:02d}", "someone")

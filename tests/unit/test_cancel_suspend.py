@@ -9,17 +9,17 @@ import pytest
 from shared.contract import Queue, agent_queue
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import OrderProcess, Outcome, Outgoing, ProcessState, StepStatus
-from shared.usecases import scheduler
-from shared.usecases.operator import (
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.scheduler import Handled
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.operations.operator import (
     OrderNotFound,
     cancel_order,
     resubmit_order,
     resume_order,
     suspend_order,
 )
-from shared.usecases.scheduler import Handled
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
 from tests.builders import World, a_policy, a_reply, an_order
 
 AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))

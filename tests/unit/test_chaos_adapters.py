@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shared.adapters.chaos import ChaosFault, ChaosMessageBus, ChaosStateStore
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.domain.machine import forward
 from tests.builders import World, an_order
 from tests.workflows import ORDER_FULFILMENT

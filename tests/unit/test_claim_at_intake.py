@@ -11,22 +11,22 @@ from datetime import timedelta
 
 import pytest
 
-from shared.adapters.memory import InMemoryHealthStore
-from shared.adapters.memory_customers import InMemoryCustomerLedger
+from shared.adapters.memory.customers import InMemoryCustomerLedger
+from shared.adapters.memory.store import InMemoryHealthStore
 from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain.fairness import CustomerPolicy
 from shared.domain.health import AgentDrain
 from shared.domain.model import Order, OrderProcess, ProcessState, StepStatus
 from shared.ports import BusUnavailable
-from shared.usecases import scheduler
-from shared.usecases.customers import Customers
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.intake_load import IntakeLoad
-from shared.usecases.routing import RoutingSource
-from shared.usecases.scheduler import Handled
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.intake_load import IntakeLoad
+from shared.usecases.flow.routing import RoutingSource
+from shared.usecases.flow.scheduler import Handled
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.limits.customers import Customers
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.workflows import CATALOGUE
 

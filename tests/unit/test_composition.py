@@ -10,7 +10,7 @@ import pytest
 
 from shared import bootstrap
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.functions import composition
 from shared.ports import RemoteService
 from shared.settings import Settings

@@ -8,16 +8,16 @@ from datetime import timedelta
 
 import pytest
 
-from shared.adapters.memory_customers import InMemoryCustomerLedger
+from shared.adapters.memory.customers import InMemoryCustomerLedger
 from shared.contract import Queue, agent_queue
 from shared.domain.fairness import RETRY_AFTER_SECONDS, CustomerLoad, CustomerPolicy
 from shared.domain.model import Order, Priority, ProcessState
-from shared.usecases import scheduler
-from shared.usecases.customers import Customers
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.operator import resume_order, suspend_order
-from shared.usecases.submission import OrderConflict, OverQuota, submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.submission import OrderConflict, OverQuota, submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.limits.customers import Customers
+from shared.usecases.operations.operator import resume_order, suspend_order
 from tests.builders import World, a_reply, an_order
 
 AGENTS = {agent_queue(a) for a in ("inventory", "payment", "shipping")}

@@ -6,16 +6,16 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from shared.adapters.memory import InMemoryHealthStore
+from shared.adapters.memory.store import InMemoryHealthStore
 from shared.contract import Queue, agent_queue
 from shared.domain.health import AgentDrain, AgentRecords
 from shared.domain.model import NotificationStatus, Outcome, ProcessState, StepStatus
 from shared.domain.routing import Routing, routing_from
-from shared.usecases import scheduler
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.routing import RoutingSource
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.routing import RoutingSource
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
 from tests.builders import World, a_reply, an_order
 
 PAYMENT = ("payment", "payment-secondary")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from shared.contract import Queue, agent_queue
 from shared.domain.failures import Failure, failure_of
 from shared.domain.model import Outcome, ProcessState
-from shared.usecases import scheduler
-from shared.usecases.failures import group_failures
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.operations.failures import group_failures
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.workflows import ORDER_FULFILMENT
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus
+from shared.adapters.memory.store import InMemoryBus
 from shared.adapters.queues import destination_of
 from shared.contract import Queue
 from shared.domain.model import Outgoing
 from shared.ports import BusUnavailable
-from shared.usecases.health_check import HealthCheck, Probe
+from shared.usecases.operations.health_check import HealthCheck, Probe
 
 
 class CountedPings:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
-from shared.adapters.memory import InMemoryHealthStore, Sent
+from shared.adapters.memory.store import InMemoryHealthStore, Sent
 from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain.health import AgentDrain
@@ -35,13 +35,13 @@ from shared.domain.model import (
 )
 from shared.ports import RemoteCall, TransientRemoteError
 from shared.resilience import CircuitBreaker
-from shared.usecases import scheduler
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.operator import cancel_order
-from shared.usecases.outcomes import Asked, OutcomeQueries
-from shared.usecases.routing import RoutingSource
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import SweepReport, sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.outcomes import Asked, OutcomeQueries
+from shared.usecases.flow.routing import RoutingSource
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import SweepReport, sweep
+from shared.usecases.operations.operator import cancel_order
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.unit.test_routing import BOTH_HEALTHY, health
 from tests.workflows import ORDER_FULFILMENT

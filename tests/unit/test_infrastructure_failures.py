@@ -13,16 +13,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus, InMemoryHealthStore, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryHealthStore, InMemoryStateStore
 from shared.contract import Queue, agent_queue
 from shared.domain.model import OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.ports import BusUnavailable, StoreUnavailable, WatchEntry
-from shared.usecases import scheduler
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.outage import Outage, WitnessedBus
-from shared.usecases.scheduler import Handled
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import supervise, sweep, sweep_budget
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.outage import Outage, WitnessedBus
+from shared.usecases.flow.scheduler import Handled
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import supervise, sweep, sweep_budget
 from tests.builders import World, a_policy, a_reply, an_order
 
 AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))

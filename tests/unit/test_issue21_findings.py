@@ -28,7 +28,7 @@ from datetime import datetime
 
 import pytest
 
-from shared.adapters.memory import InMemoryBus, Sent
+from shared.adapters.memory.store import InMemoryBus, Sent
 from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
@@ -41,12 +41,12 @@ from shared.domain.model import (
 )
 from shared.ports import BusUnavailable, RemoteCall
 from shared.resilience import CircuitBreaker
-from shared.usecases import scheduler
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.operator import cancel_order, resume_order, suspend_order
-from shared.usecases.outcomes import Asked, OutcomeQueries
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.outcomes import Asked, OutcomeQueries
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.operations.operator import cancel_order, resume_order, suspend_order
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.model.provider import KeyStatus, Provider
 

@@ -40,8 +40,8 @@ from shared.domain.model import (
 )
 from shared.domain.workflow import Workflow
 from shared.ports import TransientRemoteError
-from shared.usecases import scheduler
-from shared.usecases.operator import cancel_order, resubmit_order
+from shared.usecases.flow import scheduler
+from shared.usecases.operations.operator import cancel_order, resubmit_order
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.unit.test_in_doubt import (
     CHARGE_KEY,

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from shared.adapters.memory_limits import InMemoryLimitStore
+from shared.adapters.memory.limits import InMemoryLimitStore
 from shared.contract import Queue, agent_queue
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.limits import AgentLimits
@@ -31,13 +31,13 @@ from shared.domain.model import (
 )
 from shared.ports import RemoteCall
 from shared.resilience import CircuitBreaker
-from shared.usecases import scheduler
-from shared.usecases.agent import AgentDeps, Performed, perform_step
-from shared.usecases.limiter import AgentLimiter
-from shared.usecases.step_hold import StepHolds
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
-from shared.usecases.unit_of_work import UnitOfWork
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.agent import AgentDeps, Performed, perform_step
+from shared.usecases.flow.step_hold import StepHolds
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.flow.unit_of_work import UnitOfWork
+from shared.usecases.limits.limiter import AgentLimiter
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.workflows import CATALOGUE
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.adapters.memory import InMemoryBulkStore, InMemoryBus
+from shared.adapters.memory.store import InMemoryBulkStore, InMemoryBus
 from shared.contract import Queue, agent_queue
 from shared.domain.bulk import JobState, matches
 from shared.domain.bulk_request import (
@@ -36,11 +36,11 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.domain.workflow import OnDeadline, StepDefinition, StepKind
-from shared.usecases import scheduler
-from shared.usecases.bulk import BulkDeps, job_status, preview, start_job, work_jobs
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.operator import migrate_order
-from shared.usecases.submission import submit_order
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.operations.bulk import BulkDeps, job_status, preview, start_job, work_jobs
+from shared.usecases.operations.operator import migrate_order
 from tests.builders import World, a_reply, an_order
 from tests.workflows import CATALOGUE, ORDER_FULFILMENT, REVIEWED_ORDER, running
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from shared.adapters.memory import Sent
+from shared.adapters.memory.store import Sent
 from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain.machine.recovery import next_complete_by
@@ -35,11 +35,16 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.ports import BusUnavailable
-from shared.usecases import scheduler
-from shared.usecases.operator import cancel_order, resubmit_order, resume_order, suspend_order
-from shared.usecases.scheduler import Handled
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.scheduler import Handled
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.operations.operator import (
+    cancel_order,
+    resubmit_order,
+    resume_order,
+    suspend_order,
+)
 from tests.builders import World, a_policy, an_order
 from tests.workflows import ORDER_FULFILMENT
 

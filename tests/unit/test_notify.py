@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from shared.adapters import table_rows
 from shared.adapters.clock import FakeClock
+from shared.adapters.table import rows as table_rows
 from shared.contract import Queue, agent_queue
 from shared.domain.machine.forward import start
 from shared.domain.messages import OrderSubmission, describe
 from shared.domain.model import FINAL_NOTIFICATIONS, NotificationStatus, Notify, Outcome
 from shared.openapi import document
-from shared.usecases import scheduler
-from shared.usecases.submission import submit_order
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.submission import submit_order
 from tests.builders import World, a_reply, an_order
 from tests.workflows import CATALOGUE
 

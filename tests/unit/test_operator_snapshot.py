@@ -7,14 +7,14 @@ from datetime import timedelta
 
 import pytest
 
-from shared.adapters.memory import InMemoryHealthStore, InMemoryStateStore
+from shared.adapters.memory.store import InMemoryHealthStore, InMemoryStateStore
 from shared.domain.health import AgentHealth, BreakerState
 from shared.domain.model import OrderProcess, ProcessState
 from shared.domain.rest_index import RestPage, RestRange, rest_entry
 from shared.domain.routing import STALE_AFTER
 from shared.ports import WatchPage
-from shared.usecases.operator_page import operator_snapshot
-from shared.usecases.submission import submit_order
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.operations.operator_page import operator_snapshot
 from tests.builders import World, an_order
 
 

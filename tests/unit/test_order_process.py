@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.adapters.memory import Sent
+from shared.adapters.memory.store import Sent
 from shared.contract import Queue, agent_queue
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import (
@@ -17,11 +17,11 @@ from shared.domain.model import (
     StepStatus,
 )
 from shared.ports import BusUnavailable
-from shared.usecases import scheduler
-from shared.usecases.operator import OrderNotFound, resubmit_order
-from shared.usecases.scheduler import Handled
-from shared.usecases.submission import OrderConflict, submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.scheduler import Handled
+from shared.usecases.flow.submission import OrderConflict, submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.operations.operator import OrderNotFound, resubmit_order
 from tests.builders import World, a_policy, a_reply, an_order
 
 AGENT_QUEUES = (agent_queue("inventory"), agent_queue("payment"), agent_queue("shipping"))

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from bench._instrument import CountingStore, Stats
 from shared.adapters.chaos import ChaosFault, ChaosStateStore
-from shared.adapters.memory import InMemoryStateStore
+from shared.adapters.memory.store import InMemoryStateStore
 from shared.adapters.traced import OrderTraces, TracedStateStore
 from shared.domain.machine.forward import start
 from shared.domain.model import OrderProcess, ProcessState

@@ -10,12 +10,12 @@ import pytest
 from shared.contract import agent_queue
 from shared.domain.machine.forward import start
 from shared.domain.model import OrderProcess, Outgoing, ProcessState, StepStatus
-from shared.usecases import scheduler
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.process_cache import ProcessCache
-from shared.usecases.scheduler import Handled
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.process_cache import ProcessCache
+from shared.usecases.flow.scheduler import Handled
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
 from tests.builders import World, a_reply, an_order
 from tests.workflows import ORDER_FULFILMENT
 

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from shared.adapters.memory import InMemoryBus
+from shared.adapters.memory.store import InMemoryBus
 from shared.adapters.queues import destination_of, queue_of
-from shared.adapters.table_rows import get_text, put_text, state_entity, to_process
+from shared.adapters.table.rows import get_text, put_text, state_entity, to_process
 from shared.contract import Queue
 from shared.domain.destination import Destination
 from shared.domain.machine.forward import claim, start

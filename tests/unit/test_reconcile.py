@@ -8,8 +8,8 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryBus, InMemoryStateStore
-from shared.adapters.memory_reconcile import InMemoryReconcileStore
+from shared.adapters.memory.reconcile import InMemoryReconcileStore
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain import reconcile as rules
@@ -27,8 +27,8 @@ from shared.domain.reconcile import Expect, Verdict
 from shared.domain.rest_index import rest_entry
 from shared.ports import RemoteCall
 from shared.resilience import CircuitBreaker
-from shared.usecases.outcomes import Asked, OutcomeQueries
-from shared.usecases.reconcile import Reconciler
+from shared.usecases.flow.outcomes import Asked, OutcomeQueries
+from shared.usecases.operations.reconcile import Reconciler
 from tests.builders import a_policy, an_order
 from tests.workflows import CATALOGUE, ORDER_FULFILMENT
 

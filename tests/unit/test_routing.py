@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from shared.adapters.memory import InMemoryHealthStore, Sent
+from shared.adapters.memory.store import InMemoryHealthStore, Sent
 from shared.contract import Queue, agent_queue, high_priority
 from shared.domain.health import AgentHealth, AgentRecords, BreakerState
 from shared.domain.model import Outcome, Outgoing, Priority, ProcessState
 from shared.domain.routing import STALE_AFTER, Availability, Routing, merge
 from shared.domain.workflow import Catalogue
-from shared.usecases import scheduler
-from shared.usecases.deps import ProcessDeps
-from shared.usecases.routing import RoutingSource
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.routing import RoutingSource
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
 from tests.builders import World, a_reply, an_order
 from tests.workflows import CATALOGUE, ORDER_FULFILMENT, running
 

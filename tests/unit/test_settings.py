@@ -13,8 +13,8 @@ from shared.contract import Queue, Setting
 from shared.domain.limits import AgentLimits
 from shared.domain.machine.transition import ProcessPolicy
 from shared.settings import ConfigurationError, Settings
-from shared.usecases import scheduler
-from shared.usecases.submission import submit_order
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.submission import submit_order
 from tests.builders import World, an_order
 from tests.workflows import CATALOGUE
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from shared.adapters.clock import FakeClock
-from shared.adapters.memory import InMemoryStateStore
+from shared.adapters.memory.store import InMemoryStateStore
 from shared.contract import Queue, agent_queue
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.machine.forward import apply_reply, claim, start
@@ -20,12 +20,12 @@ from shared.domain.messages import AgentRequest
 from shared.domain.model import HistoryEntry, JsonObject, OrderProcess, ProcessState, StepStatus
 from shared.ports import ConcurrencyConflict, RemoteCall, StoreUnavailable, TransientRemoteError
 from shared.resilience import CircuitBreaker
-from shared.usecases import scheduler
-from shared.usecases.agent import AgentDeps, Performed, perform_step
-from shared.usecases.step_heartbeat import StepHeartbeats
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
-from shared.usecases.unit_of_work import UnitOfWork
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.agent import AgentDeps, Performed, perform_step
+from shared.usecases.flow.step_heartbeat import StepHeartbeats
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.flow.unit_of_work import UnitOfWork
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.workflows import CATALOGUE, ORDER_FULFILMENT
 

@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
-from shared.adapters.memory_limits import InMemoryLimitStore
+from shared.adapters.memory.limits import InMemoryLimitStore
 from shared.contract import Queue, agent_queue
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.limits import AgentLimits
@@ -21,13 +21,13 @@ from shared.domain.model import JsonObject, OrderProcess, ProcessState
 from shared.domain.throttle import AdaptiveRate
 from shared.ports import RateLimited, RemoteCall, TransientRemoteError
 from shared.resilience import CircuitBreaker
-from shared.usecases import scheduler
-from shared.usecases.agent import AgentDeps, Performed, perform_step
-from shared.usecases.limiter import AgentLimiter
-from shared.usecases.step_hold import StepHolds
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
-from shared.usecases.unit_of_work import UnitOfWork
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.agent import AgentDeps, Performed, perform_step
+from shared.usecases.flow.step_hold import StepHolds
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.flow.unit_of_work import UnitOfWork
+from shared.usecases.limits.limiter import AgentLimiter
 from tests.builders import World, a_policy, an_order
 from tests.unit.test_step_heartbeat import START, at, dispatched, running_step
 from tests.workflows import CATALOGUE
@@ -168,7 +168,7 @@ async def stored(world: World) -> OrderProcess:
 
 async def test_a_step_held_by_the_limiter_is_answered_and_never_counted_as_a_failure() -> None:
     """Its slot is far, so the request is handed back to wait for it in the broker,
-    with its hold written (usecases/rate_slot.py); the copy takes that slot."""
+    with its hold written (usecases/flow/rate_slot.py); the copy takes that slot."""
     held, outcome = await held_back(holds=True)
     world = held.world
 

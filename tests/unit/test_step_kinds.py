@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from shared.adapters.memory import InMemoryBulkStore
+from shared.adapters.memory.store import InMemoryBulkStore
 from shared.contract import Queue, agent_queue
 from shared.domain.bulk import JobState
 from shared.domain.bulk_request import BulkAction, BulkFilter, BulkRequest
@@ -17,12 +17,12 @@ from shared.domain.machine.operator import PastPivot
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import ErrorInfo, ExhaustedPolicy, Outcome, ProcessState, StepStatus
 from shared.resilience import CircuitBreaker
-from shared.usecases import scheduler
-from shared.usecases.bulk import BulkDeps, job_status, preview, start_job, work_jobs
-from shared.usecases.operator import cancel_order, resubmit_order
-from shared.usecases.outcomes import Asked, OutcomeQueries
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.outcomes import Asked, OutcomeQueries
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.operations.bulk import BulkDeps, job_status, preview, start_job, work_jobs
+from shared.usecases.operations.operator import cancel_order, resubmit_order
 from tests.builders import World, a_policy, a_reply, an_order
 from tests.unit.test_in_doubt import Remote
 from tests.workflows import EXPRESS_DELIVERY, without

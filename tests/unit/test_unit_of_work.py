@@ -14,13 +14,13 @@ from shared.domain.machine.transition import Transition
 from shared.domain.model import HistoryEntry, OrderProcess, ProcessState
 from shared.domain.rest_index import RestRange
 from shared.ports import BusUnavailable, ConcurrencyConflict, StoreUnavailable
-from shared.usecases import scheduler
-from shared.usecases.events import send_event
-from shared.usecases.operator import resume_order, suspend_order
-from shared.usecases.scheduler import Handled
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
-from shared.usecases.unit_of_work import UnitOfWork
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.scheduler import Handled
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.flow.unit_of_work import UnitOfWork
+from shared.usecases.operations.events import send_event
+from shared.usecases.operations.operator import resume_order, suspend_order
 from tests.builders import World, an_order
 from tests.unit.test_waits import APPROVED, loaded, reach_review
 from tests.workflows import CATALOGUE

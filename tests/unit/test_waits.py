@@ -19,11 +19,11 @@ from shared.domain.machine.events import (
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import Order, OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.domain.workflow import OnDeadline
-from shared.usecases import scheduler
-from shared.usecases.events import answer_approval, send_event
-from shared.usecases.operator import cancel_order, resume_order, suspend_order
-from shared.usecases.submission import submit_order
-from shared.usecases.supervisor import sweep
+from shared.usecases.flow import scheduler
+from shared.usecases.flow.submission import submit_order
+from shared.usecases.flow.supervisor import sweep
+from shared.usecases.operations.events import answer_approval, send_event
+from shared.usecases.operations.operator import cancel_order, resume_order, suspend_order
 from tests.builders import World, a_reply, an_order
 from tests.workflows import CATALOGUE, REVIEWED_ORDER, SCHEDULED_DELIVERY, running
 

@@ -1,0 +1,88 @@
+"""Holds: a step whose call waits for a limit gets its complete-by moved later by the
+wait (domain/machine/hold.py), written like a step heartbeat through the unit of work:
+1 point read + 1 conditional write, no message.
+
+Waits are added up and written only once a wait would leave the call less than half of
+the time it arrived with (`room`): short waits cost nothing until together they eat
+into the call's time, and a call held again and again pays one write per half of its
+step's timeout at most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from shared.domain.machine.hold import hold_complete_by
+from shared.domain.machine.transition import ProcessPolicy, Transition
+from shared.domain.messages import AgentRequest
+from shared.domain.model import OrderProcess
+from shared.ports import Clock, ConcurrencyConflict, StateStoreError
+from shared.telemetry.logsafe import app_logger
+from shared.usecases.flow.step_heartbeat import KnownCompleteBy
+from shared.usecases.flow.unit_of_work import UnitOfWork
+
+log = app_logger("orders.agent")
+
+
+@dataclass(frozen=True)
+class StepHolds:
+    work: UnitOfWork
+    clock: Clock
+    policy: ProcessPolicy
+
+    def for_request(self, request: AgentRequest, known: KnownCompleteBy) -> HeldCall:
+        """A do and an undo alike: an undo's timeout is counted against the order too."""
+        room = (request.complete_by - self.clock.now()) / 2
+        return HeldCall(self, request, known, room)
+
+    async def hold(self, request: AgentRequest, waited: timedelta) -> datetime | None:
+        """Move the step's complete-by later by `waited`; the stored complete-by, or None
+        when it may not be (fenced, past it already, at the cap, or the store down)."""
+
+        def decide(process: OrderProcess) -> Transition | None:
+            now = self.clock.now()
+            return hold_complete_by(
+                process, request.attempt, request.step, waited, now, self.policy, request.action
+            )
+
+        try:
+            changed = await self.work.change(request.order_id, decide, races=2)
+        except (ConcurrencyConflict, StateStoreError) as exc:
+            log.info("order %s %s: hold not written (%s)", request.order_id, request.step, exc)
+            return None
+        if changed is None or changed.transition is None:
+            return None
+        state = changed.process.state
+        return changed.process.steps[state.current_step].complete_by
+
+
+@dataclass
+class HeldCall:
+    """One request's holds: adds up its waits, writes them once they eat into its time,
+    and moves the complete-by the agent's calls stop at."""
+
+    holds: StepHolds
+    request: AgentRequest
+    known: KnownCompleteBy
+    room: timedelta
+    unpaid: timedelta = field(default=timedelta(0))
+    """Waits not yet written: counted against the call until they are."""
+
+    async def __call__(self, start: datetime) -> None:
+        self.unpaid += max(start - self.holds.clock.now(), timedelta(0))
+        if self.matters(start):
+            await self.pay()
+
+    def matters(self, start: datetime) -> bool:
+        """Would a call starting then have less than half the time this one arrived with?"""
+        return self.known.at - start < self.room
+
+    async def pay(self, coming: timedelta = timedelta(0)) -> datetime | None:
+        """Write the waits not yet written, and a `coming` one; the complete-by stored,
+        or None (not moved: the waits stay unpaid, and `coming` is not among them)."""
+        moved = await self.holds.hold(self.request, self.unpaid + coming)
+        if moved is not None:
+            self.unpaid = timedelta(0)
+            self.known.at = max(self.known.at, moved)
+        return moved

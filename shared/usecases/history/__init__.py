@@ -1,0 +1,1 @@
+"""Orders at rest: the rest index's backfill and the archive."""

@@ -1,0 +1,1 @@
+"""Limits on the flow: the Agents' limiter, fairness between customers, and budgets."""

@@ -1,0 +1,3 @@
+"""Operating the flow: operator actions, bulk jobs, the fleet, failures, reconciliation,
+events and the pages that show it.
+"""
