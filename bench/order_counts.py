@@ -95,7 +95,7 @@ PINNED: Mapping[str, OrderCounts] = {
     ),
     "reviewed-order": OrderCounts(
         messages={**_STATUS, **_THREE_STEPS, Queue.AGENT_REPLIES: 3},
-        table={"insert": 2, "If-Match replace": 4, "upsert": 2, "delete": 1, "point read": 2},
+        table={"insert": 2, "If-Match replace": 4, "upsert": 3, "delete": 1, "point read": 2},
         invocations={**_THREE_AGENTS, "scheduler_reply": 3},
         http={**_INTAKE, "answer_approval_http": 1},
         remote_calls=_THREE_CALLS,
