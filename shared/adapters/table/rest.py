@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from typing import Any, Final
+from collections.abc import Coroutine
+from typing import Any, Final, TypeVar, cast
 
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceModifiedError, ResourceNotFoundError
@@ -30,6 +31,8 @@ from shared.adapters.table import rows
 from shared.adapters.table.errors import translated_errors
 from shared.domain.model import Phase, ProcessState
 from shared.domain.rest_index import RestEntry, RestPage, RestRange
+
+T = TypeVar("T")
 
 PREFIX: Final = "~rest-"
 REST_SHARDS: Final = 4
@@ -111,9 +114,11 @@ async def drop(
 ) -> None:
     """From the order's shard and from the legacy partition, at once (an order that
     came to rest before the shards may have its entry there)."""
-    await asyncio.gather(
-        _drop(table, partition(state, order_id), key, below),
-        _drop(table, legacy(state), key, below),
+    await _all(
+        [
+            _drop(table, partition(state, order_id), key, below),
+            _drop(table, legacy(state), key, below),
+        ]
     )
 
 
@@ -137,6 +142,16 @@ async def _drop(table: TableClient, pk: str, key: str, below: int | None) -> Non
         )
 
 
+async def _all(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Every call at once, each run to its end before the first failure is raised (no
+    request is left behind with an error nobody reads)."""
+    done = await asyncio.gather(*calls, return_exceptions=True)
+    for result in done:
+        if isinstance(result, BaseException):
+            raise result
+    return cast(list[T], done)
+
+
 def _gone(exc: HttpResponseError) -> bool:
     """The entry went, or changed (a newer rest wrote it) since it was read."""
     return isinstance(exc, (ResourceNotFoundError, ResourceModifiedError)) or (
@@ -152,8 +167,8 @@ async def read(
     start = keys.start(continuation)
     if limit <= 0:
         return RestPage((), None)
-    pages = await asyncio.gather(
-        *(read_partition(table, pk, keys, limit, start) for pk in partitions(keys.state))
+    pages = await _all(
+        [read_partition(table, pk, keys, limit, start) for pk in partitions(keys.state)]
     )
     merged: dict[str, RestEntry] = {}
     for page in pages:
