@@ -180,7 +180,7 @@ async def test_an_operator_moving_the_order_on_during_its_move_leaves_no_entry(
     await unshard(store, ProcessState.ERROR, "m-1")
     moving = Meanwhile(store)
     moving.before[between] = lambda: resubmit_order(world.deps(), "m-1", "ops")
-    assert await move_all(moving, CATALOGUE, 5) == 1  # type: ignore[arg-type]
+    assert await move_all(moving, CATALOGUE, 5) == 1
     assert not moving.before  # the resubmit ran
     assert await filed(store, ProcessState.ERROR) == []
     assert await in_partition(store, rest.legacy(ProcessState.ERROR)) == []
