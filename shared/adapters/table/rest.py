@@ -38,7 +38,9 @@ PREFIX: Final = "~rest-"
 REST_SHARDS: Final = 4
 """Partitions per rest state: 8,000 orders come to rest a second before one of them
 reaches its 2,000 entities/s, twice what the storage account allows at five requests an
-order (docs/capacity.md). Each is one more query per page read."""
+order (docs/capacity.md). Each is one more query per page read. Changing it moves
+every entry's partition: reads and drops would miss the entries where the old count put
+them until a move like shared/usecases/history/rest_shards.py took them over."""
 
 
 def legacy(state: ProcessState) -> str:
