@@ -241,6 +241,22 @@ class RestIndex(Protocol):
         ...
 
 
+class UnshardedRest(Protocol):
+    """Rest entries a store still holds in the layout before its rest index was sharded
+    (shared/adapters/table/rest.py): read with the others until the move
+    (shared/usecases/history/rest_shards.py) has taken each to its shard."""
+
+    async def unsharded_rest(
+        self, state: ProcessState, limit: int, continuation: str | None
+    ) -> RestPage:
+        """Up to `limit` of the state's entries still unsharded, in key order."""
+        ...
+
+    async def drop_unsharded_rest(self, entry: RestEntry) -> None:
+        """Delete the unsharded entry; one already gone is no error."""
+        ...
+
+
 class WatchedOrders(OrderRows, WatchList, Protocol):
     """The order rows and the watch list: a reader of what is in flight, or a promotion
     that watches the order it lets run."""

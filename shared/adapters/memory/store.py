@@ -196,6 +196,16 @@ class InMemoryStateStore:
                 chosen.append(entries[key])
         return RestPage(tuple(chosen), None)
 
+    async def unsharded_rest(
+        self, state: ProcessState, limit: int, continuation: str | None
+    ) -> RestPage:
+        """None: this store's index was never in another layout."""
+        await asyncio.sleep(0)
+        return RestPage((), None)
+
+    async def drop_unsharded_rest(self, entry: RestEntry) -> None:
+        await asyncio.sleep(0)
+
     async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
         await asyncio.sleep(0)
         self.operations["write"] += 1

@@ -430,12 +430,24 @@ class TableStateStore:
     ) -> None:
         await self.ensure_table()
         self.operations["write"] += 1
-        await table_rest.drop(self._table, state, row_key(created_at, order_id), below)
+        await table_rest.drop(self._table, state, order_id, row_key(created_at, order_id), below)
 
     async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
         await self.ensure_table()
-        self.operations["query"] += 1
+        self.operations["query"] += len(table_rest.partitions(keys.state))
         return await table_rest.read(self._table, keys, limit, continuation)
+
+    async def unsharded_rest(
+        self, state: ProcessState, limit: int, continuation: str | None
+    ) -> RestPage:
+        await self.ensure_table()
+        self.operations["query"] += 1
+        return await table_rest.legacy_page(self._table, state, limit, continuation)
+
+    async def drop_unsharded_rest(self, entry: RestEntry) -> None:
+        await self.ensure_table()
+        self.operations["write"] += 1
+        await table_rest.drop_legacy(self._table, entry)
 
     async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
         entity = {
