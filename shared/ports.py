@@ -422,9 +422,10 @@ class ReconcileStore(Protocol):
     async def finished_sample(
         self, since: datetime, start: str, limit: int
     ) -> tuple[OrderProcess, ...]:
-        """Up to `limit` orders Processed, Compensated or Cancelled and last changed at or
-        after `since`, in key order from the order id `start` (wrapping round once), read
-        by a server-filtered query whose pages are capped: never every order."""
+        """Up to `limit` orders at rest (Processed, Compensated, Cancelled, and held in
+        Error or Suspended) and last changed at or after `since`, in key order from the
+        order id `start` (wrapping round once), read by a server-filtered query whose
+        pages are capped: never every order."""
         ...
 
     async def record_run(self, run: ReconcileRun) -> None: ...

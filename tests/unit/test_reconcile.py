@@ -91,9 +91,10 @@ def charge(state: ProcessState) -> rules.StepCheck:
     return rules.checks(finished(state), ORDER_FULFILMENT)[1]
 
 
-def test_only_finished_orders_and_dispatched_steps_are_checked() -> None:
-    assert rules.checks(finished(ProcessState.ERROR), ORDER_FULFILMENT) == ()
+def test_only_orders_at_rest_and_dispatched_steps_are_checked() -> None:
     assert rules.checks(finished(ProcessState.PROCESSING), ORDER_FULFILMENT) == ()
+    assert rules.checks(finished(ProcessState.COMPENSATING), ORDER_FULFILMENT) == ()
+    assert rules.checks(finished(ProcessState.PENDING), ORDER_FULFILMENT) == ()
     partly = rules.checks(finished(ProcessState.COMPENSATED, dispatched=2), ORDER_FULFILMENT)
     assert [(c.step, c.agent, c.expect) for c in partly] == [
         ("reserve-inventory", "inventory", Expect.UNDONE),
@@ -245,10 +246,11 @@ async def test_a_run_alerts_on_each_mismatch_and_keeps_the_run() -> None:
     await s.add(finished(ProcessState.PROCESSED, "a-ok"))
     await s.add(finished(ProcessState.PROCESSED, "b-missing"), applied=False)
     await s.add(finished(ProcessState.COMPENSATED, "c-undone"))
-    await s.add(finished(ProcessState.ERROR, "d-error"), applied=False)
+    await s.add(finished(ProcessState.ERROR, "d-error"))  # held: its done steps are checked
+    await s.add(finished(ProcessState.PROCESSING, "e-running"), applied=False)
     run = await s.reconciler().run()
-    assert run.orders == 3
-    assert run.queries == 9
+    assert run.orders == 4
+    assert run.queries == 11
     assert [(m.order_id, m.step) for m in run.mismatches] == [
         ("b-missing", "reserve-inventory"),
         ("b-missing", "charge-payment"),
