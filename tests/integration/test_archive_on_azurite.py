@@ -143,7 +143,7 @@ async def test_finished_orders_past_retention_are_archived_then_deleted(parts: P
         assert await parts.store.load(order_id) is None
     for order_id, process in before.items():
         assert await parts.store.load(order_id) == process, order_id
-    assert (await parts.store.watch("run-old", NOW, replace=False)) is False, "still watched"
+    assert (await parts.store.watch("run-old", NOW, replace=False)) is None, "still watched"
     assert await filed(parts.store) == ["c-young", "e-old", "p-young", "sus-old"]
 
     assert sorted(await parts.all_lines()) == ["c-old", "p-old", "p-older"]

@@ -115,14 +115,15 @@ class InMemoryStateStore:
         replace: bool,
         version: int = 0,
         customer: str = "",
-    ) -> bool:
+    ) -> str | None:
         await asyncio.sleep(0)
         self.operations["write"] += 1
         if replace or order_id not in self._watch:
-            self._watch[order_id] = (check_at, self._etag(), version)
+            etag = self._etag()
+            self._watch[order_id] = (check_at, etag, version)
             self._customers[order_id] = customer
-            return True
-        return False
+            return etag
+        return None
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
         await asyncio.sleep(0)

@@ -329,7 +329,7 @@ class TableStateStore:
         replace: bool,
         version: int = 0,
         customer: str = "",
-    ) -> bool:
+    ) -> str | None:
         await self.ensure_table()
         entity: dict[str, Any] = {
             "PartitionKey": rows.watch_partition(order_id),
@@ -342,11 +342,11 @@ class TableStateStore:
         self.operations["write"] += 1
         with translated_errors(when=refused_with(ResourceExistsError)):
             if replace:
-                await self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+                written = await self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
             else:
-                await self._table.create_entity(entity)
-            return True
-        return False
+                written = await self._table.create_entity(entity)
+            return str(written["etag"])
+        return None
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
         """A merge of the keys alone: the service gives the entry a new ETag and changes
