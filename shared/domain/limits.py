@@ -20,6 +20,7 @@ Pure: the times are given, the rows are values with their ETags.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -50,15 +51,29 @@ class AgentLimits:
         return SECOND * ((1 + MARGIN) / self.calls_per_second)
 
 
-def slot_still_usable(slot: datetime, now: datetime, limits: AgentLimits) -> bool:
-    """Whether a slot taken earlier (a request handed back to the broker carries one,
-    usecases/flow/rate_slot.py) may still start a call now: until the spacing margin past
-    it. Later, the call would crowd the slots after it, and a provider's window could
-    see one call more than the limit; the caller books another slot instead."""
+def lateness_allowed(limits: AgentLimits) -> timedelta:
+    """How long after its slot a call may still start: half of what the spacing margin
+    leaves over a window. Slots are a gap apart, so the first and last of `k + 1` slots
+    (k: the calls a one-second window may hold, `ceil(callsPerSecond)`) are `k` gaps
+    apart, 1.05 s at any whole rate; a call starting at most this late after its slot
+    keeps every `k + 1` starts more than a second apart, whichever instance made them,
+    and the other half is left for the calls' network paths to differ (25 ms at any
+    whole rate). A call that would start later gives its slot up and books another:
+    started late, it would crowd the calls of the slots after it, another instance's
+    included, into the provider's second (docs/limits.md)."""
     gap, rate = limits.gap, limits.calls_per_second
     if gap is None or rate is None:
+        return timedelta(0)
+    return (gap * math.ceil(rate) - SECOND) / 2
+
+
+def slot_still_usable(slot: datetime, now: datetime, limits: AgentLimits) -> bool:
+    """Whether a call may start now in a slot taken earlier (a slot booked for it, or
+    one a handed-back request carries, usecases/flow/rate_slot.py): until
+    `lateness_allowed` past it. Later, the caller books another slot instead."""
+    if limits.gap is None:
         return False
-    return now <= slot + (gap - SECOND / rate)
+    return now <= slot + lateness_allowed(limits)
 
 
 @dataclass(frozen=True)

@@ -246,7 +246,8 @@ async def test_an_undo_held_by_the_rate_limit_is_sent_and_never_counted() -> Non
 
 async def test_a_carried_slot_is_taken_while_usable_and_booked_again_once_past_its_margin() -> None:
     """A handed-back request carries its slot: on time, its call books nothing; late by
-    more than the spacing margin, it books another (a late slot could crowd the next)."""
+    more than the slot allows, it books another (started late, it could crowd the
+    slots after it into one second)."""
     world = World(policy=policy())
     for order_id in ("o-1", "o-2"):
         await submit_order(world.deps(), an_order(order_id))

@@ -101,6 +101,9 @@ class SlotGate:
             raise HandedBack(start)
         return start
 
+    def on_time(self, start: datetime) -> bool:
+        return self.limiter.on_time(start)
+
     async def enter(self, lasts: timedelta, waiting: Held) -> SlotLease | None:
         return await self.limiter.enter(lasts, waiting)
 
