@@ -102,6 +102,26 @@ def book(next_start: datetime | None, now: datetime, wanted: int, gap: timedelta
 
 
 @dataclass(frozen=True)
+class Claims:
+    """The slots handed-back requests have started calls in, as read, with the row's
+    ETag: a request delivered twice (the broker's at-least-once) carries one slot twice,
+    and only its first copy may use it."""
+
+    slots: tuple[datetime, ...]
+    etag: str
+
+
+def claim(
+    held: Sequence[datetime], slot: datetime, now: datetime, keep: timedelta
+) -> tuple[datetime, ...] | None:
+    """The claimed slots with `slot` added, and those past `keep` dropped (no copy can
+    use them any more); None when `slot` is claimed already."""
+    if slot in held:
+        return None
+    return (*(s for s in held if s >= now - keep), slot)
+
+
+@dataclass(frozen=True)
 class SlotLease:
     """One of an agent's `maxConcurrent` slots as read: who holds it, until when."""
 

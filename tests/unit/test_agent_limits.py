@@ -18,6 +18,7 @@ from shared.domain.limits import (
     AgentLimits,
     SlotLease,
     book,
+    claim,
     free_slots,
     lateness_allowed,
     slot_still_usable,
@@ -244,6 +245,14 @@ def test_a_slot_is_usable_until_half_the_windows_spare_past_it() -> None:
         assert not slot_still_usable(slot, slot + timedelta(milliseconds=26), limits)
     assert lateness_allowed(AgentLimits()) == timedelta(0)
     assert not slot_still_usable(slot, slot, AgentLimits(max_concurrent=2))
+
+
+def test_a_carried_slot_is_claimed_once_and_old_claims_are_dropped() -> None:
+    now = datetime(2026, 1, 1, 12)
+    keep = timedelta(seconds=3)
+    old, slot = now - timedelta(seconds=4), now + timedelta(seconds=1)
+    assert claim((old, now), slot, now, keep) == (now, slot)
+    assert claim((now, slot), slot, now, keep) is None
 
 
 async def test_a_hold_written_before_the_wait_does_not_make_the_call_late() -> None:

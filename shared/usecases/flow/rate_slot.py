@@ -94,7 +94,7 @@ class SlotGate:
 
     async def start_at(self) -> datetime:
         carried, self.carried = self.carried, None
-        if carried is not None:
+        if carried is not None and await self.limiter.claim(carried):
             return carried
         start = await self.limiter.start_at()
         if self.hand_back is not None and await self.hand_back(start):

@@ -18,10 +18,12 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from shared.domain.limits import (
+    SECOND,
     AgentLimits,
     Schedule,
     SlotLease,
     book,
+    claim,
     free_slots,
     next_expiry,
     slot_still_usable,
@@ -95,6 +97,25 @@ class AgentLimiter:
         if self._booker is None or self._booker.done():
             self._booker = asyncio.create_task(self._book())
         return await slot
+
+    async def claim(self, start: datetime) -> bool:
+        """Whether this copy of a handed-back request may start its call in the slot it
+        carries: the broker may deliver a request twice, and both copies carry one slot;
+        the first to claim it uses it, the other books its own. Raises LimitUnavailable
+        when the row cannot be reached."""
+        keep = SECOND + 2 * self._skew
+        while True:
+            try:
+                seen = await self._store.claims(self.agent)
+                slots = claim(seen.slots if seen else (), start, self._clock.now(), keep)
+                if slots is None:
+                    return False
+                await self._store.put_claims(self.agent, slots, seen)
+                return True
+            except ConcurrencyConflict:
+                continue
+            except StateStoreError as exc:
+                raise LimitUnavailable(f"{self.agent} claimed slots: {exc}") from None
 
     def on_time(self, start: datetime) -> bool:
         """Whether a call whose rate slot is `start` may start now, right before it does
