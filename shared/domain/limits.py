@@ -51,20 +51,33 @@ class AgentLimits:
         return SECOND * ((1 + MARGIN) / self.calls_per_second)
 
 
+NETWORK = timedelta(milliseconds=25)
+"""How much two calls' ways to the provider may differ in time, left out of the lateness
+a slot allows, so the provider counts no more than the starts were kept to."""
+
+
+def over_limit(limits: AgentLimits) -> int:
+    """The calls the contract allows in one second beyond `callsPerSecond`: 10%, at least
+    one (contract section 14)."""
+    return max(1, math.ceil(limits.calls_per_second or 0) // 10)
+
+
 def lateness_allowed(limits: AgentLimits) -> timedelta:
-    """How long after its slot a call may still start: half of what the spacing margin
-    leaves over a window. Slots are a gap apart, so the first and last of `k + 1` slots
-    (k: the calls a one-second window may hold, `ceil(callsPerSecond)`) are `k` gaps
-    apart, 1.05 s at any whole rate; a call starting at most this late after its slot
-    keeps every `k + 1` starts more than a second apart, whichever instance made them,
-    and the other half is left for the calls' network paths to differ (25 ms at any
-    whole rate). A call that would start later gives its slot up and books another:
-    started late, it would crowd the calls of the slots after it, another instance's
-    included, into the provider's second (docs/limits.md)."""
+    """How long after its slot a call may still start. Slots are a gap apart, so the
+    first and last of `k + m + 1` slots (k: `ceil(callsPerSecond)`, m: `over_limit`) are
+    `k + m` gaps apart, 1.155 s at 10/s; a call starting at most this late after its
+    slot keeps every `k + m + 1` starts more than a second (and NETWORK) apart,
+    whichever instance made them: 130 ms at 10/s, 235 ms at 5/s, 375 ms at 3/s. Calls
+    on time put at most `k` in a second; late ones, at most the contract's 10% more. A
+    call that would start later gives its slot up and books another: started later, it
+    would crowd the calls of the slots after it, another instance's included, past the
+    contract's 10% in the provider's second (docs/limits.md). A host loaded enough to
+    wake its calls later than this pays a booking per late call, never a call too many."""
     gap, rate = limits.gap, limits.calls_per_second
     if gap is None or rate is None:
         return timedelta(0)
-    return (gap * math.ceil(rate) - SECOND) / 2
+    spare = gap * (math.ceil(rate) + over_limit(limits)) - SECOND - NETWORK
+    return max(spare, timedelta(0))
 
 
 def slot_still_usable(slot: datetime, now: datetime, limits: AgentLimits) -> bool:

@@ -4,7 +4,8 @@ booked, so one instance's calls woken late must not crowd the other's into one s
 
 The chaos run found shipping at 12-13 calls in one second at 10/s with two runtimes on
 one storage account: the bookings were a gap apart, but a host that stalls wakes its
-calls late, after their slots, into the slots the other runtime booked next."""
+calls late, after their slots, into the slots the other runtime booked next. A late
+start may cost the contract's 10% (one call at 10/s), never more."""
 
 from __future__ import annotations
 
@@ -130,4 +131,4 @@ async def test_a_stalled_instance_does_not_crowd_the_others_calls_into_one_secon
     )
 
     assert len(starts) == 2 * CALLS
-    assert most_in_one_second(starts) <= 10
+    assert most_in_one_second(starts) <= 11, "10/s plus the contract's 10%"
