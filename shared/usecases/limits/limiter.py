@@ -123,9 +123,14 @@ class AgentLimiter:
         loaded event loop, a wait for a concurrency slot, a handed-back request
         delivered late) would crowd the slots after it, another instance's too, into
         the provider's second: the caller books another slot instead."""
-        if self.limits.gap is None or slot_still_usable(start, self._clock.now(), self.limits):
+        now = self._clock.now()
+        if self.limits.gap is None or slot_still_usable(start, now, self.limits):
             return True
         self.rebooked += 1
+        late = (now - start).total_seconds() * 1000
+        log.info(
+            "agent %s: a call came %.0f ms after its rate slot; it books another", self.agent, late
+        )
         return False
 
     async def enter(self, lasts: timedelta, waiting: Waiting) -> SlotLease | None:
