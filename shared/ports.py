@@ -13,7 +13,7 @@ from shared.domain.bulk_request import BulkFilter
 from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy, Promoted
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SeenOutages, SweepRecord
 from shared.domain.in_doubt import RemoteOutcome
-from shared.domain.limits import Schedule, SlotLease
+from shared.domain.limits import Claims, Schedule, SlotLease
 from shared.domain.model import (
     HistoryEntry,
     JsonObject,
@@ -514,6 +514,17 @@ class LimitStore(Protocol):
         self, agent: str, next_start: datetime, seen: Schedule | None
     ) -> Schedule:
         """Write the rate row conditional on `seen` (its ETag; None: that there is none
+        yet); raises ConcurrencyConflict when it changed since."""
+        ...
+
+    async def claims(self, agent: str) -> Claims | None:
+        """The carried slots already used (domain.limits.claim); None before the first."""
+        ...
+
+    async def put_claims(
+        self, agent: str, slots: tuple[datetime, ...], seen: Claims | None
+    ) -> Claims:
+        """Write the claimed slots conditional on `seen` (None: that there is no row
         yet); raises ConcurrencyConflict when it changed since."""
         ...
 
