@@ -66,7 +66,7 @@ class RemoteOutcome:
     def found_nothing_to_undo(self) -> bool:
         """An undo key's answer: applied, but its do was not applied there when the undo
         came, so it undid nothing (the contract's `{"undone": false, "reason":
-        "nothing-to-undo"}`, docs/contract.md 5.9), and that do may still apply after it."""
+        "nothing-to-undo"}`, docs/contract.md 8.1), and that do may still apply after it."""
         if self.kind is not RemoteOutcomeKind.APPLIED or self.result is None:
             return False
         return self.result.get("reason") == NOTHING_TO_UNDO or self.result.get("undone") is False

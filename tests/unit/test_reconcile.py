@@ -474,7 +474,7 @@ async def test_an_undo_is_built_when_sent_and_a_later_run_sends_it_again() -> No
 
 
 NOTHING = RemoteOutcome.applied({"undone": False, "reason": "nothing-to-undo"})
-"""An undo key's answer when the undo found its do not applied (docs/contract.md 5.9)."""
+"""An undo key's answer when the undo found its do not applied (docs/contract.md 8.1)."""
 HEAL = "o-1:refund-payment:heal"
 HEALED = RemoteOutcome.applied({"refunded": True, "paymentId": "p-1"})
 
