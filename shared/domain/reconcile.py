@@ -1,4 +1,4 @@
-"""Reconciliation, the pure half: what a finished order says each remote service did,
+"""Reconciliation, the pure half: what an order at rest says each remote service did,
 and whether the services' own answers for the keys agree.
 
 A finished order is a claim about the world: `Processed` says every step's effect is
@@ -7,6 +7,14 @@ in force at exactly one provider, the one the order holds the step at (`agent`);
 effect was undone). Asking the providers about the keys checks that claim after the
 fact, when a lost reply, a request that applied after the order moved it elsewhere, an
 operator's hand edit or a bug could have made the two disagree.
+
+An order held at rest (`Error`, `Suspended`) may wait days for an operator, so it is
+checked too, for the steps it is done with (`_expect`): a completed one in force at its
+holder only, a compensated one nowhere. A request that reached a provider after the
+order had moved the step elsewhere (docs/in-doubt.md, the residual risk) leaves an
+effect there that nothing the order will still do takes back: a cancel undoes the step
+at its holder only. What the order still owns (its current step, a step it may retry)
+is left to it.
 
 A step is asked about at every provider it may have reached: the one holding it, then
 each other agent a do of it was sent to (`StepRecord.tried`), but for agents that share
@@ -57,11 +65,16 @@ from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.machine.dispatch import undo_at
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import OperatorAlert, idempotency_key
-from shared.domain.model import OrderProcess, Outgoing, ProcessState
+from shared.domain.model import OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.domain.workflow import StepDefinition, Workflow
 
 FINISHED = (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.CANCELLED)
 """The states whose claim about the world no later step changes."""
+HELD = (ProcessState.ERROR, ProcessState.SUSPENDED)
+"""At rest until an operator moves them on, which may take days: checked for the steps
+they are done with, never for one they still own."""
+CHECKED = (*FINISHED, *HELD)
+"""The states reconciliation samples: every state at rest."""
 
 MISMATCH_REASON = "reconciliation-mismatch"
 """The operator alert's reason, but for an effect at two providers."""
@@ -167,14 +180,12 @@ class Mismatch:
 
 
 def checks(process: OrderProcess, workflow: Workflow) -> tuple[StepCheck, ...]:
-    """The steps of a finished order worth asking about; none for any other state."""
+    """The steps of an order at rest worth asking about; none for any other state."""
     state = process.state.process_state
-    if state not in FINISHED:
-        return ()
-    expect = Expect.APPLIED if state is ProcessState.PROCESSED else Expect.UNDONE
     found: list[StepCheck] = []
-    for step, definition in zip(process.steps, workflow.steps, strict=False):
-        if step.agent is None:
+    for index, (step, definition) in enumerate(zip(process.steps, workflow.steps, strict=False)):
+        expect = _expect(process, index)
+        if expect is None or step.agent is None:
             continue
         if expect is Expect.UNDONE and definition.compensation is None:
             continue
@@ -192,6 +203,30 @@ def checks(process: OrderProcess, workflow: Workflow) -> tuple[StepCheck, ...]:
             )
         )
     return tuple(found)
+
+
+def _expect(process: OrderProcess, index: int) -> Expect | None:
+    """What the order claims of the step at `index`, or None when it claims nothing yet.
+
+    A held order (Error, Suspended) claims what a finished one would, for each step it
+    is done with: completed, in force at its holder only; compensated, in force nowhere.
+    Any other step is still the order's: a resubmit retries a failed one (maybe with the
+    same key at a provider it tried), a cancel waits for or undoes one in doubt. So is
+    the current step of an order held while undoing: the undo it awaits there would be
+    answered by an undo reconciliation sent (the reply names the step and the attempt)."""
+    state = process.state
+    if state.process_state is ProcessState.PROCESSED:
+        return Expect.APPLIED
+    if state.process_state in FINISHED:
+        return Expect.UNDONE
+    if state.process_state not in HELD or index == state.current_step:
+        return None
+    status = process.steps[index].status
+    if status is StepStatus.COMPLETED:
+        return Expect.APPLIED
+    if status is StepStatus.COMPENSATED:
+        return Expect.UNDONE
+    return None
 
 
 def _other_key_spaces(
@@ -414,7 +449,8 @@ class ReconcileRun:
     started_at: datetime
     finished_at: datetime
     orders: int
-    """Finished orders in the sample, each checked."""
+    """Orders at rest in the sample (finished, or held in Error or Suspended), each
+    checked."""
     queries: int
     """Outcome queries sent (at most orders x steps x providers x 3, usually x 1)."""
     unknown: int

@@ -40,7 +40,13 @@ from shared.domain.model import (
     StepRecord,
     StepStatus,
 )
-from shared.ports import AlreadyExists, ConcurrencyConflict, StateStore, StoreUnavailable
+from shared.ports import (
+    AlreadyExists,
+    ConcurrencyConflict,
+    StateStore,
+    StoreUnavailable,
+    WatchEntry,
+)
 from shared.settings import azurite_connection_string
 from shared.usecases.flow import scheduler
 from shared.usecases.flow.scheduler import Handled
@@ -340,6 +346,26 @@ async def test_a_missing_orders_entry_goes_only_as_read_and_a_rewatch_outdates_a
     await store.rewatch("m-1", later, version=2)  # gone: written anew
     (anew,) = await store.due(later, 10)
     assert (anew.check_at, anew.version) == (later, 2)
+
+
+async def test_an_entry_moved_by_the_etag_its_watch_gave_loses_to_a_write_since(
+    store: StateStore,
+) -> None:
+    """The intake moves its own entry to a waiting order's hold by the ETag its insert
+    returned: a promotion's write in between keeps its earlier check."""
+    now = World().clock.now()
+    soon, hold = now + timedelta(seconds=30), now + timedelta(minutes=10)
+    etag = await store.watch("h-1", now, replace=False, version=1)
+    assert etag is not None
+    await store.reschedule(WatchEntry("h-1", now, etag, 1), hold)
+    assert [e.order_id for e in await store.due(hold, 10)] == ["h-1"]
+    assert await store.due(soon, 10) == ()
+
+    etag = await store.watch("h-2", now, replace=False, version=1)
+    assert etag is not None
+    assert await store.watch("h-2", soon, replace=True)  # the promotion's
+    await store.reschedule(WatchEntry("h-2", now, etag, 1), hold)
+    assert [(e.order_id, e.check_at) for e in await store.due(soon, 10)] == [("h-2", soon)]
 
 
 async def test_a_rewatch_racing_the_supervisors_delete_always_leaves_the_entry(

@@ -62,9 +62,9 @@ class SilentStore(InMemoryStateStore):
         replace: bool,
         version: int = 0,
         customer: str = "",
-    ) -> bool:
+    ) -> str | None:
         await asyncio.sleep(3600)
-        return False
+        return None
 
     async def ping(self) -> None:
         await asyncio.sleep(3600)

@@ -288,6 +288,37 @@ async def test_a_promotion_whose_nudge_was_lost_is_nudged_at_its_recheck() -> No
     assert await shop.state("a-1") is ProcessState.PROCESSED
 
 
+async def test_a_promotion_before_the_create_keeps_its_early_check() -> None:
+    """Found by a chaos run (1,000 orders, `c1-f242-00778` waited its whole hold): the
+    customer's running order came to rest between a waiting order's ledger entry and its
+    create. The promotion moved the waiting order's check up and sent its nudge, which
+    found no order yet (dead-lettered); then the intake's own write of the hold replaced
+    the promotion's check, so nothing looked at the order for 10 minutes."""
+    shop = Shop(rules=CustomerPolicy(fair_share=1))
+    await shop.submit("A", "a-0")
+    entered = shop.ledger.enter
+    lost: list[scheduler.Handled] = []
+
+    async def a_0_rests_meanwhile(customer, order_id, *args, **kwargs):  # type: ignore[no-untyped-def]
+        admitted = await entered(customer, order_id, *args, **kwargs)
+        if order_id == "a-1":
+            await suspend_order(shop.deps(), "a-0", "ops")  # its leave promotes a-1
+            for nudge in shop.bus.take(Queue.SCHEDULER):
+                if nudge.message_id == "nudge:a-1:fair-share":
+                    lost.append(await scheduler.on_nudge(shop.deps(), "a-1", nudge.message_id))
+        return admitted
+
+    shop.ledger.enter = a_0_rests_meanwhile  # type: ignore[method-assign]
+    await shop.submit("A", "a-1")
+    shop.ledger.enter = entered  # type: ignore[method-assign]
+    assert lost == [scheduler.Handled.UNKNOWN_ORDER], "the promotion's nudge came too early"
+    assert await shop.state("a-1") is ProcessState.PENDING
+    shop.clock.advance(31)  # the promotion's check, long before the hold
+    await sweep(shop.deps())
+    await shop.pump()
+    assert await shop.state("a-1") is ProcessState.PROCESSED
+
+
 async def test_a_repeat_of_a_finished_order_at_the_quota_answers_the_stored_order() -> None:
     shop = Shop(rules=CustomerPolicy(max_pending=1))
     await shop.submit("A", "a-0")

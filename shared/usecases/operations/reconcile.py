@@ -1,9 +1,11 @@
-"""Reconciliation: compare a sample of recently finished orders with what the remote
-services recorded for their keys, alert on each disagreement, keep the run.
+"""Reconciliation: compare a sample of orders recently come to rest (finished, or held in
+Error or Suspended: shared/domain/reconcile.py) with what the remote services recorded
+for their keys, alert on each disagreement, undo what should not be in force, keep the
+run.
 
 Cost, bounded per run whatever the table holds:
 
-- Finding the sample: range reads of the finished states' rest entries created in the
+- Finding the sample: range reads of the rest states' entries created in the
   window's days (`UpdatedAt` within `window`, filtered server-side), starting at a
   random order id and wrapping round once (ReconcileStore.finished_sample). The random
   start spreads the runs over the key space, and no run reads every order.
@@ -43,7 +45,7 @@ log = app_logger("orders.reconcile")
 
 DEFAULT_SAMPLE_SIZE = 50
 DEFAULT_WINDOW = timedelta(hours=24)
-"""Orders finished this recently are sampled: long enough to catch a late disagreement,
+"""Orders come to rest this recently are sampled: long enough to catch a late disagreement,
 short enough that the services still keep their keys."""
 CONCURRENCY = 8
 """Orders checked at once: each asks its steps one after the other."""
