@@ -16,7 +16,7 @@ from shared.domain.failures import missed_complete_by
 from shared.domain.machine.forward import APPLIED_AFTER_SETTLED
 from shared.domain.model import HistoryEntry, ProcessState
 from shared.domain.outages import spared
-from shared.domain.reconcile import FINISHED, MISMATCH_REASON
+from shared.domain.reconcile import FINISHED, MISMATCH_REASON, heal_key
 from shared.domain.workflow import StepKind, Workflow
 
 IN_FLIGHT = (ProcessState.PROCESSING, ProcessState.COMPENSATING)
@@ -130,9 +130,14 @@ def net_effect_judged(obs: Observations) -> InvariantResult:
 
 
 def one_key_per_order_and_operation(obs: Observations) -> InvariantResult:
+    """One key per order and operation, but reconciliation's heal: an undo under the heal
+    key of the order's own (`reconcile.heal_key`), sent where that key found nothing to
+    undo and the do applied after it."""
     violations: list[str] = []
     for e in obs.effects:
         expected = f"{e.order_id}:{e.operation}"
+        if _is_heal(e):
+            continue
         if e.idempotency_key != expected:
             violations.append(
                 f"{e.order_id}: {e.operation} called with key {e.idempotency_key!r}, "
@@ -142,7 +147,8 @@ def one_key_per_order_and_operation(obs: Observations) -> InvariantResult:
             violations.append(f"{e.order_id}: {e.operation} for an order never submitted")
     keys: dict[tuple[str, str], set[str]] = defaultdict(set)
     for e in obs.effects:
-        keys[(e.order_id, e.operation)].add(e.idempotency_key)
+        if not _is_heal(e):
+            keys[(e.order_id, e.operation)].add(e.idempotency_key)
     violations += [
         f"{order_id}: {operation} called with {len(used)} different keys"
         for (order_id, operation), used in sorted(keys.items())
@@ -959,9 +965,10 @@ def _late_dos(obs: Observations) -> dict[tuple[str, str], Effect]:
 
 def _heal_undos(obs: Observations) -> list[Effect]:
     """Undos that undid something and that the order's own compensation does not account
-    for: at a provider other than the one holding the step, on a Processed order, or on
-    a Compensated or Cancelled order whose history never compensated that step. (An
-    undo on an order in Error at its holder is its own compensation's.)"""
+    for: under reconciliation's heal key, at a provider other than the one holding the
+    step, on a Processed order, or on a Compensated or Cancelled order whose history
+    never compensated that step. (An undo on an order in Error at its holder is its own
+    compensation's.)"""
     found: list[Effect] = []
     for e in obs.effects:
         if not (e.undoes and e.applied and e.undone):
@@ -978,12 +985,18 @@ def _heal_undos(obs: Observations) -> list[Effect]:
         holder = process.steps[index].agent
         own = step in _compensated(process.history)
         if (
-            holder != e.service
+            _is_heal(e)
+            or holder != e.service
             or state is ProcessState.PROCESSED
             or (state in (ProcessState.COMPENSATED, ProcessState.CANCELLED) and not own)
         ):
             found.append(e)
     return found
+
+
+def _is_heal(e: Effect) -> bool:
+    """An undo under reconciliation's heal key, not the order's own undo key."""
+    return e.undoes is not None and e.idempotency_key == heal_key(f"{e.order_id}:{e.operation}")
 
 
 def _healed_late(obs: Observations) -> set[tuple[str, str]]:

@@ -46,7 +46,7 @@ from shared.domain.model import (
     StateRecord,
     StepRecord,
 )
-from shared.domain.reconcile import FINISHED, MISMATCH_REASON
+from shared.domain.reconcile import FINISHED, MISMATCH_REASON, heal_key
 from shared.domain.workflow import Workflow
 from tests.builders import a_policy, a_reply
 from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT, REVIEWED_ORDER, SCHEDULED_DELIVERY
@@ -1291,6 +1291,48 @@ def test_a_cancelled_order_whose_skipped_charge_applied_late_is_healed_by_reconc
     assert not still.passed and "not healed" in still.violations[0]
     on_time = replace(obs, effects=tuple(replace(e, arrived_late=False) for e in found))
     assert not invariants.finished_orders_reconcile(on_time).passed
+
+
+def test_a_charge_applied_after_its_refund_found_nothing_is_healed_under_the_heal_key() -> None:
+    """The full run's c1-9748-00175: the charge's key expired, the cancel's refund found
+    nothing to undo, then the held charge applied. Reconciliation's heal goes under a key
+    of its own (the refund key is spent): a second key for refund-payment, and an undo the
+    order's own compensation does not account for, both accepted as the heal they are."""
+    events = [
+        ("step-completed", "reserve-inventory"),
+        ("cancel-requested", "chaos"),
+        ("step-compensated", "charge-payment"),
+        ("step-compensated", "reserve-inventory"),
+        ("cancelled", ""),
+    ]
+    process = replace(
+        a_process("c-1", ProcessState.CANCELLED, events),
+        steps=(
+            StepRecord("reserve-inventory", agent="inventory"),
+            StepRecord("charge-payment", agent="payment", tried=("payment",)),
+            StepRecord("create-shipment"),
+        ),
+    )
+    found = [
+        effect("c-1", "reserve-inventory"),
+        effect("c-1", "refund-payment", undone=False),
+        effect("c-1", "release-inventory"),
+        _late(effect("c-1", "charge-payment")),
+    ]
+    mismatch = Alert("c-1", MISMATCH_REASON, 0, "charge applied after its refund")
+    healed = [*found, effect("c-1", "refund-payment", key=heal_key("c-1:refund-payment"))]
+    obs = replace(observe([process], healed, alerts=[mismatch]), reconcile_mismatches=(1, 0))
+
+    assert failing(invariants.check_all(obs)) == {}
+    left = failing(invariants.check_all(replace(obs, effects=tuple(found))))
+    assert any("still in force, never undone" in v for v in left[_LATE_CHECK])
+    other = replace(healed[-1], idempotency_key="c-1:refund-payment:2")
+    wrong = failing(invariants.check_all(replace(obs, effects=(*found, other))))
+    assert any("called with 2 different keys" in v for v in wrong[_ONE_KEY_CHECK])
+
+
+_LATE_CHECK = "late applies healed: alerted and undone, or alerted and held; nothing else"
+_ONE_KEY_CHECK = "one idempotency key per order and operation"
 
 
 def test_an_event_sent_once_final_must_be_refused_and_not_kept() -> None:

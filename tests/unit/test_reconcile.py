@@ -478,6 +478,117 @@ async def test_an_undo_is_built_when_sent_and_a_later_run_sends_it_again() -> No
     assert undos[0].body["idempotencyKey"] == undos[1].body["idempotencyKey"] == REFUND
 
 
+NOTHING = RemoteOutcome.applied({"undone": False, "reason": "nothing-to-undo"})
+"""An undo key's answer when the undo found its do not applied (docs/contract.md 8.1)."""
+HEAL = "o-1:refund-payment:heal"
+HEALED = RemoteOutcome.applied({"refunded": True, "paymentId": "p-1"})
+
+
+@pytest.mark.parametrize("state", [ProcessState.COMPENSATED, ProcessState.CANCELLED])
+@pytest.mark.parametrize(
+    ("do", "heal", "expected", "asked"),
+    [
+        (APPLIED, None, Verdict.MISMATCH, 3),
+        (APPLIED, NEVER_SEEN, Verdict.MISMATCH, 3),
+        (APPLIED, NOTHING, Verdict.MISMATCH, 3),
+        (APPLIED, HEALED, Verdict.MATCH, 3),
+        (APPLIED, UNKNOWN, Verdict.UNKNOWN, 3),
+        (NOT_APPLIED, None, Verdict.MATCH, 2),
+        (NEVER_SEEN, None, Verdict.MATCH, 2),
+        (UNKNOWN, None, Verdict.UNKNOWN, 2),
+    ],
+)
+def test_an_undo_that_found_nothing_to_undo_is_no_undo_of_a_do_applied_after_it(
+    state: ProcessState,
+    do: RemoteOutcome,
+    heal: RemoteOutcome | None,
+    expected: Verdict,
+    asked: int,
+) -> None:
+    """The chaos run's order c1-9748-00175: the charge's request held on the network, its
+    key expired, the cancel's refund found nothing to undo, then the charge applied. The
+    refund key's record is no undo of that charge, so the charge key is asked, and the
+    heal key's answer is what says whether reconciliation has undone it since."""
+    said = {REFUND: NOTHING, CHARGE: do, **({HEAL: heal} if heal else {})}
+    verdict, keys, mismatch = judge(charge(state), said)
+    assert verdict is expected
+    assert keys == [REFUND, CHARGE, HEAL][:asked]
+    if expected is Verdict.MISMATCH:
+        assert mismatch is not None and mismatch.reason == "reconciliation-mismatch"
+        assert mismatch.found.startswith(
+            f"applied, its undo key {REFUND} found nothing to undo, its heal key {HEAL} "
+        )
+    else:
+        assert mismatch is None
+
+
+def test_the_heal_of_a_do_applied_after_its_undo_found_nothing_goes_under_its_own_key() -> None:
+    check = charge(ProcessState.CANCELLED)
+    process = finished(ProcessState.CANCELLED)
+    said = _at(check.agent, {REFUND: NOTHING, CHARGE: RemoteOutcome.applied({"ref": "p-1"})})
+    answers = ask_all(check, said)
+    now = FakeClock().now()
+
+    (undo,) = rules.heals(process, ORDER_FULFILMENT, a_policy(), check, answers, now)
+
+    request = AgentRequest.parse(json.dumps(undo.body))
+    assert queue_of(undo.destination) == agent_queue(check.agent)
+    assert (request.idempotency_key, request.undoes) == (HEAL, CHARGE)
+    assert request.payload == {"result": {"ref": "p-1"}}
+    assert rules.heal_key(REFUND) == HEAL != REFUND
+    again = rules.heals(process, ORDER_FULFILMENT, a_policy(), check, answers, now)
+    assert [AgentRequest.parse(json.dumps(u.body)).idempotency_key for u in again] == [HEAL]
+
+
+def test_an_effect_at_another_provider_whose_undo_found_nothing_is_healed_there() -> None:
+    check = charged(ProcessState.PROCESSED)
+    said = {
+        ("payment-secondary", CHARGE): APPLIED,
+        ("payment", CHARGE): APPLIED,
+        ("payment", REFUND): NOTHING,
+    }
+    verdict, questions, found = judge_all(check, said)
+    assert verdict is Verdict.MISMATCH
+    assert [k for a, k in questions if a == "payment"] == [CHARGE, REFUND, HEAL]
+    assert [(m.agent, m.reason) for m in found] == [("payment", "applied-at-two-providers")]
+    process = failed_over(ProcessState.PROCESSED)
+    answers = ask_all(check, said)
+    (undo,) = rules.heals(process, ORDER_FULFILMENT, a_policy(), check, answers, FakeClock().now())
+    assert undo.body["idempotencyKey"] == HEAL
+    healed = {**said, ("payment", HEAL): HEALED}
+    assert judge_all(check, healed)[0] is Verdict.MATCH
+
+
+async def test_a_run_heals_a_charge_applied_after_its_refund_found_nothing() -> None:
+    """Through the run on the in-memory fakes: the first run alerts and sends the heal
+    under its own key; once the provider has applied it, the next run finds the order
+    right and sends nothing more."""
+    s = Setup()
+    await s.add(finished(ProcessState.CANCELLED))
+    s.ledger.said[REFUND] = NOTHING
+    s.ledger.said[CHARGE] = RemoteOutcome.applied({"ref": "p-1"})
+
+    first = await s.reconciler().run()
+
+    assert [(m.step, m.agent, m.reason) for m in first.mismatches] == [
+        ("charge-payment", "payment-secondary", "reconciliation-mismatch")
+    ]
+    undos = [m for m in s.bus.sent if queue_of(m.destination) != Queue.OPERATOR_ALERTS]
+    assert [(queue_of(m.destination), m.body["idempotencyKey"]) for m in undos] == [
+        (agent_queue("payment-secondary"), HEAL)
+    ]
+    assert undos[0].body["undoes"] == CHARGE
+    charge_asked = [k for k in s.ledger.asked if k.endswith(("payment", "payment:heal"))]
+    assert charge_asked == [REFUND, CHARGE, HEAL]
+
+    s.ledger.said[HEAL] = HEALED
+    s.clock.advance(3600)
+    sent = len(s.bus.sent)
+    second = await s.reconciler().run()
+
+    assert (second.mismatches, second.unknown, len(s.bus.sent)) == ((), 0, sent)
+
+
 EXPRESS_AGENTS = ("inventory", "payment-secondary", "shipping", "notifications")
 
 
