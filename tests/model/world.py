@@ -170,7 +170,6 @@ BOUNDS = {
         fair_share=True,
     ),
     "intake": Bounds(
-        rejectable=frozenset(),
         duplicates=False,
         lost_replies=False,
         send_failures=False,
