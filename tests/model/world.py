@@ -29,7 +29,12 @@ happen next, ours and the environment's alike:
 - reconciliation runs over the finished order once nothing sent can apply any more (its
   runs are hourly, a complete-by is seconds), asking the services, alerting and undoing;
 - the finished order is archived (its retention long past: no request can apply any
-  more, even late), and its id is sent to the intake again, with its body or another.
+  more, even late), and its id is sent to the intake again, with its body or another;
+- with `Bounds.intake`, the submission itself: stored claimed (within the intake's
+  burst) or nudged (past it), for a client of every status or of the final one only,
+  and the intake dying between its claimed insert and its sends; the Supervisor looks
+  first at the watch entry's first look, and each of its checks sends the outbox of an
+  order still as the intake stored it.
 
 A second order of another customer (`driver.NEIGHBOUR`), finished at the same services,
 is in the ledger from the start where the bound says so: nothing this order does may
@@ -42,7 +47,8 @@ The workflow, the policy and the services come from the setup (tests/model/setup
 every shipped workflow, both ExhaustedPolicy values, services with and without abandon,
 and two services sharing one key space (the ledger is kept per key space).
 
-Not modelled: a crash between a save and its sends, and a second order whose steps run
+Not modelled: a crash between a save and its sends (but the intake's insert), and a
+second order whose steps run
 at the same time as this one's (the neighbour is finished; the customer's other order
 is seen only as it ends). Time is absolute (ticks from t0), so a story that starts late
 (a nudge held back until the Pending deadline) is explored again, shifted.
