@@ -49,8 +49,9 @@ and two services sharing one key space (the ledger is kept per key space).
 
 Not modelled: a crash between a save and its sends (but the intake's insert), and a
 second order whose steps run at the same time as this one's (the neighbour is finished;
-the customer's other order is seen only as it ends). Time is absolute (ticks from t0), so a story that starts late
-(a nudge held back until the Pending deadline) is explored again, shifted.
+the customer's other order is seen only as it ends). Time is absolute (ticks from t0),
+so a story that starts late (a nudge held back until the Pending deadline) is explored
+again, shifted.
 """
 
 from __future__ import annotations
