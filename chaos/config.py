@@ -376,6 +376,9 @@ class ChaosConfig:
     failing_share: float = 0.01
     """Share of orders carrying a SKU that one (random) service always rejects; at least
     one order per workflow of the mix and service of that workflow."""
+    final_share: float = 0.2
+    """Share of orders whose client asks for the final status only (`notify: final`):
+    the judge checks it hears exactly that one."""
     workflows: tuple[str, ...] = MIX
     """Order i runs on `workflows[i % len(workflows)]` (catalogue names)."""
     kills: int = 2

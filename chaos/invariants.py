@@ -14,7 +14,7 @@ from chaos.model import Effect, InvariantResult, Observations, SentEvent
 from devhost.simulator.judge import InForce, OrderToJudge, Step, in_force, judge
 from shared.domain.failures import missed_complete_by
 from shared.domain.machine.forward import APPLIED_AFTER_SETTLED
-from shared.domain.model import HistoryEntry, ProcessState
+from shared.domain.model import HistoryEntry, Notify, ProcessState
 from shared.domain.outages import spared
 from shared.domain.reconcile import FINISHED, MISMATCH_REASON, heal_key
 from shared.domain.workflow import StepKind, Workflow
@@ -834,6 +834,31 @@ def rest_index_agrees_with_state_rows(obs: Observations) -> InvariantResult:
     return _result("the rest index agrees with the state rows", len(obs.processes), violations)
 
 
+def final_only_clients_hear_one_final(obs: Observations) -> InvariantResult:
+    """A client that asked for the final status only (`notify: final`) hears exactly one,
+    the state its order ended in, and nothing while the order is not final (Error, or
+    still moving). A message id heard twice is one message (the broker drops a repeat
+    within its window, and the client would too)."""
+    name = "final-only clients hear one final status"
+    if obs.heard is None:
+        return _result(name, 0, [])
+    heard: dict[str, dict[str, str]] = defaultdict(dict)
+    for h in obs.heard:
+        heard[h.order_id][h.message_id] = h.status
+    checked = 0
+    violations = []
+    for order_id, planned in sorted(obs.planned.items()):
+        process = obs.processes.get(order_id)
+        if planned.body.get("notify") != Notify.FINAL.value or process is None:
+            continue
+        checked += 1
+        state = process.state.process_state
+        told = sorted(heard.get(order_id, {}).values())
+        if told != ([state.value] if state.is_final else []):
+            violations.append(f"{order_id}: {state.value}, its client heard {told or 'nothing'}")
+    return _result(name, checked, violations)
+
+
 CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     no_accepted_order_lost,
     all_terminal_within_bound,
@@ -857,6 +882,7 @@ CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     late_events_refused,
     own_limits_hold,
     rest_index_agrees_with_state_rows,
+    final_only_clients_hear_one_final,
 )
 
 

@@ -18,6 +18,7 @@ from chaos.model import (
     Convergence,
     Effect,
     Figures,
+    Heard,
     InvariantResult,
     LateEvent,
     Observations,
@@ -1388,3 +1389,35 @@ def test_a_late_step_nothing_undoes_must_at_least_be_alerted() -> None:
         "never alerted: nothing can undo it, so an operator must be told",
     )
     assert invariants.late_applies_healed(told).passed
+
+
+def test_a_final_only_client_must_hear_exactly_its_orders_final_status() -> None:
+    obs = healthy()
+    final = {"ok-1", "comp-0"}
+    planned = {
+        i: replace(p, body={**p.body, "notify": "final"}) if i in final else p
+        for i, p in obs.planned.items()
+    }
+    obs = replace(obs, planned=planned)
+    right = (
+        Heard("ok-1", "Processed", "status:ok-1:Processed:4"),
+        Heard("ok-1", "Processed", "status:ok-1:Processed:4"),  # a repeat: one message
+        Heard("comp-0", "Compensated", "status:comp-0:Compensated:5"),
+        Heard("comp-2", "Received", "status:comp-2:Received:1"),  # every status: not judged
+    )
+    check = invariants.final_only_clients_hear_one_final
+    assert check(replace(obs, heard=right)).passed
+    assert check(replace(obs, heard=right)).checked == 2
+    wrong = (
+        Heard("ok-1", "Received", "status:ok-1:Received:1"),
+        Heard("ok-1", "Processed", "status:ok-1:Processed:4"),
+    )
+    assert check(replace(obs, heard=wrong)).violations == (
+        "comp-0: Compensated, its client heard nothing",
+        "ok-1: Processed, its client heard ['Processed', 'Received']",
+    )
+    held = {**obs.processes, "ok-1": a_process("ok-1", ProcessState.ERROR)}
+    told = (Heard("ok-1", "Processed", "status:ok-1:Processed:4"), right[2])
+    assert check(replace(obs, processes=held, heard=told)).violations == (
+        "ok-1: Error, its client heard ['Processed']",
+    )

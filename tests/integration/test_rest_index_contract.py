@@ -128,7 +128,8 @@ async def test_views_read_rest_entries_and_the_watch_list(store: StateStore) -> 
     await errored(world, "a-1")
     await processed(world, "d-1")
     await claimed(world, "b-1")
-    await submit_order(world.deps(), an_order("p-1", clock=world.clock))
+    pending = world.deps(claim_at_intake=False)  # as past the intake's burst
+    await submit_order(pending, an_order("p-1", clock=world.clock))
     await claimed(world, "s-1")
     await suspend_order(world.deps(), "s-1", "ops")
 

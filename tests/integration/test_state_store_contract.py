@@ -108,7 +108,9 @@ def world_on(store: StateStore) -> World:
 
 
 async def started(world: World, order_id: str) -> OrderProcess:
-    await submit_order(world.deps(), an_order(order_id, skus=("a", "b"), reply_to="client"))
+    """Stored Pending (as past the intake's burst): the tests take it on step by step."""
+    deps = world.deps(claim_at_intake=False)
+    await submit_order(deps, an_order(order_id, skus=("a", "b"), reply_to="client"))
     loaded = await world.store.load(order_id)
     assert loaded is not None
     return loaded
@@ -565,7 +567,7 @@ def the_largest_order(order_id: str) -> Order:
 async def test_the_largest_accepted_order_round_trips(store: StateStore) -> None:
     world = world_on(store)
     order = the_largest_order("big-1")
-    await submit_order(world.deps(), order)
+    await submit_order(world.deps(claim_at_intake=False), order)  # its claim comes below
     stored = await store.load("big-1")
     assert stored is not None and stored.order == order
     claim = forward.claim(stored, ORDER_FULFILMENT, world.policy, "a", world.clock.now())

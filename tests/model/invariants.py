@@ -27,6 +27,11 @@
    effects at the shared services stay in force: keys never collide.
 8. archived-id: once the order is archived its id stays taken (the intake never
    creates a new order under it) and none of its keys is sent again.
+9. intake-resend: an order claimed at intake whose intake died before its sends is
+   not counted a timeout for the request it never sent: the Supervisor's check sends
+   the outbox of an order still as the intake stored it before it decides anything.
+10. final-only: a client that asked for the final status only hears exactly one, and
+   only once the order is at that final state.
 
 Liveness (every state can still reach a right end) is checked apart, on whole
 situations: tests/model/liveness.py.
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from shared.domain.model import FINAL_NOTIFICATIONS, Notify
 from tests.model import driver
 from tests.model.explorer import Invariant
 from tests.model.provider import KeyStatus
@@ -191,6 +197,29 @@ def archived_id(world: World) -> str | None:
     return None
 
 
+def intake_resend(world: World) -> str | None:
+    return world.flaw
+
+
+FINAL = frozenset(s.value for s in FINAL_NOTIFICATIONS)
+
+
+def final_only(world: World) -> str | None:
+    if world.process.order.notify is not Notify.FINAL:
+        return None
+    state = world.process.state.process_state.value
+    for status in world.heard:
+        if status not in FINAL:
+            return f"a final-only client heard {status}"
+    if len(world.heard) > 1:
+        return f"a final-only client heard {', '.join(world.heard)}"
+    if world.heard and world.heard[0] != state:
+        return f"a final-only client heard {world.heard[0]} while the order is {state}"
+    if driver.finished(world.process) is not None and not world.heard:
+        return f"the order is {state} and its final-only client heard nothing"
+    return None
+
+
 INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("undo-while-live", undo_while_live),
     Invariant("second-provider", second_provider),
@@ -200,6 +229,8 @@ INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("healed", healed),
     Invariant("neighbour", neighbour),
     Invariant("archived-id", archived_id),
+    Invariant("intake-resend", intake_resend),
+    Invariant("final-only", final_only),
 )
 
 _ROUTINE = ("claim", "deliver", "arrive", "serve", "apply", "time", "nudge")
@@ -227,6 +258,8 @@ def signature(trace: tuple[str, ...]) -> Hashable:
             kinds.add("late-apply-replied")
         elif label.startswith("event"):
             kinds.add(label.split(" (", 1)[0])
+        elif label.startswith("intake"):
+            kinds.add(label)
         elif not label.startswith(_ROUTINE):
             kinds.add(label.split(" ", 1)[0])
     return frozenset(kinds)

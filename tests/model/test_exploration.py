@@ -38,6 +38,9 @@ OPS = BOUNDS["ops"]
 operator's approval, a sweep in our own outage, and a neighbour order's keys."""
 FAIR = BOUNDS["fair"]
 """The order waits in its customer's line behind another of its orders."""
+INTAKE = BOUNDS["intake"]
+"""The intake's choice: claimed at its insert (its sends going out, or the intake dying
+first) or nudged, for a client of every status and one of the final status only."""
 OPS_DEPTH = 4
 OPS_SETUPS = ("order-fulfilment/compensate/no-abandon", "reviewed-order/hold")
 """One with a service without abandon, one with an approval (the operator's route)."""
@@ -63,6 +66,8 @@ CI = [
         for n in OPS_SETUPS
     ),
     pytest.param("fair", FAIR, DEFAULT, 6, id="fair-depth-6"),
+    pytest.param("intake", INTAKE, DEFAULT, 7, id="intake-depth-7"),
+    pytest.param("intake", INTAKE, SETUPS["reviewed-order/hold"], 5, id="intake-reviewed-depth-5"),
 ]
 DEEP = [
     pytest.param("core", CORE, DEFAULT, 12, id="core-depth-12"),
@@ -76,6 +81,11 @@ DEEP = [
     ),
     *(pytest.param("ops", OPS, s, 8, id=f"ops-{n}-depth-8") for n, s in SETUPS.items()),
     pytest.param("fair", FAIR, DEFAULT, 10, id="fair-depth-10"),
+    *(
+        pytest.param("intake", INTAKE, s, 9, id=f"intake-{n}-depth-9")
+        for n, s in SETUPS.items()
+        if n.count("/") == 1
+    ),
 ]
 
 

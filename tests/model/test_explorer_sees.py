@@ -13,14 +13,14 @@ from dataclasses import dataclass, replace
 import pytest
 
 from shared.domain.in_doubt import RemoteOutcome
-from shared.domain.model import OrderProcess
+from shared.domain.model import Notify, OrderProcess
 from tests.model import driver, liveness
 from tests.model.explorer import Invariant, explore, replay
 from tests.model.invariants import INVARIANTS, signature
 from tests.model.provider import KeyStatus, Provider
 from tests.model.setups import SETUPS
 from tests.model.wire import Effects, Request
-from tests.model.world import Bounds, OrderWorld, World
+from tests.model.world import BOUNDS, Bounds, OrderWorld, World
 
 # --- a toy machine: two workers increment a shared counter by read, then write ---------
 
@@ -231,3 +231,29 @@ def test_a_running_key_is_not_applied_once_its_windows_end() -> None:
 
     assert running.expire(34).get(INVENTORY, DO).status is KeyStatus.RUNNING
     assert running.expire(35).get(INVENTORY, DO).status is KeyStatus.NOT_APPLIED
+
+
+# --- the intake's claim (issue #39) -------------------------------------------------------
+
+
+def test_a_supervisor_that_never_resends_the_intakes_outbox_is_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The intake died between its insert and its sends: without the Supervisor's resend
+    (`_as_stored_by_intake` never true), the step's timeout is counted against a request
+    that was never sent."""
+    monkeypatch.setattr(driver, "_as_stored_by_intake", lambda process, now: False)
+    found = explore(OrderWorld(BOUNDS["intake"]), INVARIANTS, 5, signature)
+    violation = min(
+        (v for v in found.violations.values() if v.invariant == "intake-resend"),
+        key=lambda v: len(v.trace),
+    )
+    assert violation.trace[0].endswith("claimed, died before its sends")
+    assert violation.trace[-1].startswith("sweep")
+
+
+def test_a_final_only_client_told_every_status_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Notify, "hears", lambda self, status: True)
+    found = explore(OrderWorld(BOUNDS["intake"]), INVARIANTS, 1, signature)
+    messages = {v.message for v in found.violations.values() if v.invariant == "final-only"}
+    assert messages == {"a final-only client heard Received"}

@@ -29,7 +29,12 @@ happen next, ours and the environment's alike:
 - reconciliation runs over the finished order once nothing sent can apply any more (its
   runs are hourly, a complete-by is seconds), asking the services, alerting and undoing;
 - the finished order is archived (its retention long past: no request can apply any
-  more, even late), and its id is sent to the intake again, with its body or another.
+  more, even late), and its id is sent to the intake again, with its body or another;
+- with `Bounds.intake`, the submission itself: stored claimed (within the intake's
+  burst) or nudged (past it), for a client of every status or of the final one only,
+  and the intake dying between its claimed insert and its sends; the Supervisor looks
+  first at the watch entry's first look, and each of its checks sends the outbox of an
+  order still as the intake stored it.
 
 A second order of another customer (`driver.NEIGHBOUR`), finished at the same services,
 is in the ledger from the start where the bound says so: nothing this order does may
@@ -42,10 +47,11 @@ The workflow, the policy and the services come from the setup (tests/model/setup
 every shipped workflow, both ExhaustedPolicy values, services with and without abandon,
 and two services sharing one key space (the ledger is kept per key space).
 
-Not modelled: a crash between a save and its sends, and a second order whose steps run
-at the same time as this one's (the neighbour is finished; the customer's other order
-is seen only as it ends). Time is absolute (ticks from t0), so a story that starts late
-(a nudge held back until the Pending deadline) is explored again, shifted.
+Not modelled: a crash between a save and its sends (but the intake's insert), and a
+second order whose steps run at the same time as this one's (the neighbour is finished;
+the customer's other order is seen only as it ends). Time is absolute (ticks from t0),
+so a story that starts late (a nudge held back until the Pending deadline) is explored
+again, shifted.
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field, replace
 
 from shared.domain.in_doubt import RemoteOutcome
-from shared.domain.model import OrderProcess
+from shared.domain.model import Notify, OrderProcess
 from tests.model import driver
 from tests.model.driver import Domain
 from tests.model.provider import Entry, KeyStatus, Provider
@@ -130,6 +136,12 @@ class Bounds:
     operator_approvals: bool = False
     """May an operator answer an approval (the approval route), and are malformed
     events tried (each must be refused, changing nothing)?"""
+    intake: bool = False
+    """Does the order start at the intake's choice (issue #39): stored already claimed
+    (within the burst), claimed and the intake dying between its insert and its sends,
+    or nudged (past the burst); each for a client that hears every status and for one
+    that asked for the final one only (`notify: final`)? The client's notifications
+    are then kept (`World.heard`)."""
 
 
 MIGRATING = frozenset({"cancel", "suspend", "resume", "resubmit", "drain", "undrain", "migrate"})
@@ -163,6 +175,14 @@ BOUNDS = {
         events=1,
         fair_share=True,
     ),
+    "intake": Bounds(
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        operator_actions=1,
+        events=1,
+        intake=True,
+    ),
     "lean": Bounds(
         rejectable=frozenset(),
         drainable=(),
@@ -189,7 +209,8 @@ BOUNDS = {
 """The named bounds the tests and `python -m tests.model` explore. `ops` adds what
 operators and deploys do around an order (a dropped version, bulk actions,
 reconciliation, archive and the id sent again, a neighbour order); `fair` starts the
-order in its customer's line. `lean` leaves the
+order in its customer's line; `intake` starts it at the intake's choice (claimed at
+intake, the intake dying before its sends, or nudged) for either client. `lean` leaves the
 environment only timeouts, the Supervisor's answers and one event, so it reaches deep
 (the last step of a four-step workflow, exhausted) where liveness brings in the
 operator. `deep` leaves it less still (a request is served at once or lost, every
@@ -244,9 +265,22 @@ class World:
     """The intake created a new order under the archived id (finding H)."""
     in_line: bool = False
     """The customer ledger holds the order in its customer's line (not yet promoted)."""
+    deciding: bool = False
+    """Not yet submitted: the intake's choice comes first (`Bounds.intake`)."""
+    first_look: int | None = None
+    """When the Supervisor first looks at an order claimed at intake (its watch entry)."""
+    unsent: Effects | None = None
+    """The intake's insert, its outbox never sent (the intake died): the Supervisor's
+    check sends it while the order is as the intake stored it. Any later change replaces
+    the outbox, and sends its own."""
+    heard: tuple[str, ...] = ()
+    """The statuses the client heard, in order (kept with `Bounds.intake` only)."""
     # What the last event did; read by the invariants, left out of the key.
     just_sent: tuple[Request, ...] = ()
     notes: tuple[str, ...] = ()
+    flaw: str | None = None
+    """What the last event broke that the state itself does not show (the Supervisor
+    counted a timeout against an order whose intake's outbox it never sent again)."""
 
     def space(self, agent: str) -> str:
         return self.domain.setup.space(agent)
@@ -297,6 +331,9 @@ class OrderWorld:
         """Shapes of the order (state, step, events kept) malformed events were tried on."""
 
     def initial(self) -> World:
+        if self.bounds.intake:
+            placeholder = self.domain.start_nudged(Notify.ALL).process
+            return World(0, placeholder, driver.key(placeholder), self.domain, deciding=True)
         fair = self.bounds.fair_share
         effects = self.domain.start(in_line=fair)
         world = World(0, effects.process, driver.key(effects.process), self.domain, in_line=fair)
@@ -328,10 +365,18 @@ class OrderWorld:
             world.resent,
             world.reused,
             world.in_line,
+            world.deciding,
+            world.first_look,
+            world.unsent is not None,
+            world.heard,
+            world.process.order.notify,
         )
 
     def successors(self, world: World) -> Iterator[tuple[str, World]]:
-        world = replace(world, just_sent=(), notes=())
+        world = replace(world, just_sent=(), notes=(), flaw=None)
+        if world.deciding:
+            yield from self._intake(world)
+            return
         yield from self._scheduler(world)
         yield from self._services(world)
         yield from self._replies(world)
@@ -352,7 +397,9 @@ class OrderWorld:
         return self._send(self._moved(world, effects), effects, notes, True)
 
     def _moved(self, world: World, effects: Effects) -> World:
-        return replace(world, process=effects.process, process_key=driver.key(effects.process))
+        return replace(
+            world, process=effects.process, process_key=driver.key(effects.process), unsent=None
+        )
 
     def _send(
         self, world: World, effects: Effects, notes: tuple[str, ...], requests_out: bool
@@ -365,6 +412,7 @@ class OrderWorld:
             (world.space(r.agent), r.key) for r in requests if not r.undo
         }
         alerted = world.alerted | set(effects.alerts)
+        heard = world.heard + effects.statuses if self.bounds.intake else ()
         lines = [*notes, effects.summary]
         lines += [f"  sent {r.describe()}" for r in requests]
         lines += [f"  alert {a}" for a in effects.alerts]
@@ -376,6 +424,7 @@ class OrderWorld:
             sent=world.sent | {Sent(r, r.live_until(skew)) for r in requests},
             told_not_applied=told,
             alerted=alerted,
+            heard=heard,
             just_sent=world.just_sent + requests,
             notes=tuple(lines),
         )
@@ -431,6 +480,25 @@ class OrderWorld:
                 yield f"lose {reply.describe()}", replace(world, replies=world.replies - {reply})
 
     def _supervisor(self, world: World) -> Iterator[tuple[str, World]]:
+        """The Supervisor's check of a due order, or its first look at one claimed at
+        intake; either first sends the outbox of an order still as the intake stored it."""
+        if world.archived:
+            return
+        due = self.domain.due(world.process, world.now)
+        if not due:
+            if world.first_look is not None and world.now >= world.first_look:
+                yield "sweep: first look", self._looked(world)
+            return
+        looked = world if world.gone else self._looked(world)
+        failures = world.process.state.failure_count
+        for label, swept in self._sweeps(looked):
+            if looked.unsent is not None and swept.process.state.failure_count > failures:
+                flaw = "a timeout counted against a request the intake never sent"
+                yield label, replace(swept, flaw=flaw)
+            else:
+                yield label, swept
+
+    def _sweeps(self, world: World) -> Iterator[tuple[str, World]]:
         domain = self.domain
         if world.archived or not domain.due(world.process, world.now):
             return
@@ -689,6 +757,36 @@ class OrderWorld:
                 replace(after, notes=(f"intake: {said}",)),
             )
 
+    # --- the intake's claim (issue #39) ------------------------------------------------
+
+    def _intake(self, world: World) -> Iterator[tuple[str, World]]:
+        """The submission, for each client: stored claimed (within the burst), its sends
+        going out or the intake dying first, or stored Pending and nudged (past it)."""
+        domain = self.domain
+        for notify in (Notify.ALL, Notify.FINAL):
+            submitted = replace(world, deciding=False)
+            claimed = domain.start_claimed(notify)
+            looking = replace(submitted, first_look=domain.first_look(claimed.process))
+            yield f"intake ({notify}): claimed", self._take(looking, claimed, ())
+            died = replace(
+                self._moved(looking, claimed),
+                unsent=claimed,
+                notes=(claimed.summary, "  the intake died before its sends"),
+            )
+            yield f"intake ({notify}): claimed, died before its sends", died
+            nudged = domain.start_nudged(notify)
+            yield f"intake ({notify}): nudged", self._take(submitted, nudged, ())
+
+    def _looked(self, world: World) -> World:
+        """The Supervisor's check: an order still as the intake stored it has its outbox
+        sent again before anything is decided (the broker drops what already went)."""
+        looked = replace(world, first_look=None)
+        unsent = world.unsent
+        if unsent is None or not self.domain.as_stored_by_intake(world.process, world.now):
+            return looked
+        again = ("  the Supervisor sends the intake's outbox again",)
+        return self._send(replace(looked, unsent=None), unsent, again, True)
+
     # --- the environment ------------------------------------------------------------
 
     def _services(self, world: World) -> Iterator[tuple[str, World]]:
@@ -794,6 +892,8 @@ class OrderWorld:
             instants |= {request.complete_by, request.live_until(skew)}
         instants |= {s.live_until for s in world.sent}
         instants |= {e.live_until for e in world.provider.entries}
+        if world.first_look is not None:
+            instants.add(world.first_look)
         if self.bounds.heartbeats:  # a beat moves a complete-by only once it is near
             instants |= {c.complete_by - driver.BEAT_LEAD for c in world.calls}
         ahead = [t for t in instants if t > world.now]
