@@ -466,10 +466,6 @@ def quick(seed: int = 7, orders: int = 60) -> ChaosConfig:
             hang_rate=0.02,
             hang_seconds=6.0,
             apply_then_hang_rate=0.05,
-            # No late arrivals here yet: an open defect fails the judge in some runs (a
-            # late charge after its refund found nothing to undo, docs/in-doubt.md). The
-            # 1,000-order run (`bin/test -m slow`, `python -m chaos`) keeps them.
-            late_rate=0.0,
         ),
         broker=BrokerFaults(duplicate_rate=0.05, drop_rate=0.01, delay_rate=0.05, delay_ms=1500),
         infra=InfraFaults(broker_outages=(6.0,), azurite_outages=(4.0,)),

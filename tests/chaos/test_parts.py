@@ -269,10 +269,9 @@ def test_the_runs_have_a_slow_provider_and_one_without_abandon() -> None:
 def test_the_provider_without_abandon_has_requests_that_arrive_after_their_live_time() -> None:
     """The residual risk of docs/in-doubt.md, in every run: some charges reach payment
     after the complete-by plus the clock-skew margin and a sweep, while faults are on.
-    The quick run leaves them out until the late-charge-after-nothing-to-undo defect is
-    fixed (docs/in-doubt.md)."""
-    assert presets.quick().remote.for_service("payment")["lateRate"] == 0
-    for config in (presets.full(),):
+    The quick run (CI) has them too, now that reconciliation heals a charge that applied
+    after its refund found nothing to undo."""
+    for config in (presets.full(), presets.quick()):
         t = config.timings
         late = config.remote.for_service("payment")
         assert late["lateRate"] > 0 and late["abandonSupported"] is False
