@@ -7,23 +7,31 @@ Against the local broker (its own process, SQLite store as under ``python -m dev
 the same from many tasks at once (they queue on the adapter's per-queue lock), and the
 SDK's ``send_messages`` with a list of 20 messages on one link.
 
+Each row also has the CPU per message of this process (the sender: what a runtime would
+spend) and of the broker, which is what a shared machine leaves comparable between runs;
+and how many messages went per transfer (concurrent callers of one queue that find its
+links busy ride one transfer, shared/adapters/servicebus_bus.py).
+
 Then lasting contention: ``--senders`` tasks each send to one queue, one message after
 another, for ``--seconds``; printed, each send's time from the call to its return (the
 wait for one of the queue's links included): p50, p99, the longest, and the fewest sends
-any task got through. A pool that lets a newcomer pass a waiting caller shows here as a
-longest wait of the whole run and tasks that sent nothing.
+any task got through, and the CPU per send. A pool that lets a newcomer pass a waiting
+caller shows here as a longest wait of the whole run and tasks that sent nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from azure.servicebus import ServiceBusMessage
 
-from bench._common import LatencySummary, console, fmt, print_machine, table
+from bench._common import CpuMeter, LatencySummary, console, fmt, print_machine, table
 from bench._stack import BenchStack
 from shared.adapters.queues import destination_of
 from shared.adapters.servicebus_bus import ServiceBusMessageBus
@@ -32,69 +40,109 @@ from shared.domain.model import Outgoing
 BATCH = 20
 
 
-async def run(messages: int) -> list[tuple[str, float]]:
-    out: list[tuple[str, float]] = []
+@dataclass(frozen=True)
+class Row:
+    how: str
+    seconds: float
+    client_cpu: float
+    broker_cpu: float
+    transfers: int
+
+
+async def measured(
+    how: str, bus: ServiceBusMessageBus, broker: int, work: Callable[[], Awaitable[object]]
+) -> Row:
+    meter = CpuMeter({"client": os.getpid(), "broker": broker})
+    transfers = bus.transfers
+    meter.start()
+    await work()
+    meter.stop()
+    return Row(
+        how, meter.wall, meter.used["client"], meter.used["broker"], bus.transfers - transfers
+    )
+
+
+async def run(messages: int) -> list[Row]:
+    out: list[Row] = []
     async with BenchStack("bus-sends", runtimes=()) as stack:
         bus = ServiceBusMessageBus.from_connection_string(stack.service_bus_connection_string)
+        broker = stack.pids()["broker"]
         try:
             await bus.send(
                 [Outgoing(destination_of("order-status"), f"warm-{uuid.uuid4().hex}", {"x": 1})]
             )
-            started = time.perf_counter()
-            for i in range(messages):
-                body = {"orderId": f"o-{i}", "status": "Processed"}
-                await bus.send(
-                    [Outgoing(destination_of("order-status"), f"s-{uuid.uuid4().hex}", body)]
-                )
-            out.append(("bus.send, one message at a time", time.perf_counter() - started))
 
-            started = time.perf_counter()
-            await asyncio.gather(
-                *(
-                    bus.send(
-                        [
-                            Outgoing(
-                                destination_of("agent-replies"), f"c-{uuid.uuid4().hex}", {"i": i}
-                            )
-                        ]
+            async def one_at_a_time() -> None:
+                for i in range(messages):
+                    body = {"orderId": f"o-{i}", "status": "Processed"}
+                    await bus.send(
+                        [Outgoing(destination_of("order-status"), f"s-{uuid.uuid4().hex}", body)]
                     )
-                    for i in range(messages)
-                )
-            )
+
             out.append(
-                (
-                    "bus.send from concurrent tasks (one link, one at a time)",
-                    time.perf_counter() - started,
+                await measured("bus.send, one message at a time", bus, broker, one_at_a_time)
+            )
+
+            def concurrently() -> Awaitable[object]:
+                return asyncio.gather(
+                    *(
+                        bus.send(
+                            [
+                                Outgoing(
+                                    destination_of("agent-replies"),
+                                    f"c-{uuid.uuid4().hex}",
+                                    {"i": i},
+                                )
+                            ]
+                        )
+                        for i in range(messages)
+                    )
+                )
+
+            out.append(
+                await measured(
+                    "bus.send from concurrent tasks (one queue)", bus, broker, concurrently
                 )
             )
             sender = bus._client.get_queue_sender("scheduler")  # the adapter's own client
             async with sender:
-                started = time.perf_counter()
-                for _ in range(messages // BATCH):
-                    await sender.send_messages(
-                        [
-                            ServiceBusMessage("{}", message_id=f"b-{uuid.uuid4().hex}")
-                            for _ in range(BATCH)
-                        ]
-                    )
+
+                async def batched() -> None:
+                    for _ in range(messages // BATCH):
+                        await sender.send_messages(
+                            [
+                                ServiceBusMessage("{}", message_id=f"b-{uuid.uuid4().hex}")
+                                for _ in range(BATCH)
+                            ]
+                        )
+
+                row = await measured(
+                    f"send_messages with {BATCH} messages per call", bus, broker, batched
+                )
                 out.append(
-                    (f"send_messages with {BATCH} messages per call", time.perf_counter() - started)
+                    Row(row.how, row.seconds, row.client_cpu, row.broker_cpu, messages // BATCH)
                 )
         finally:
             await bus.close()
     return out
 
 
-async def contention(senders: int, seconds: float) -> tuple[LatencySummary, int, int]:
-    """Each send's time under lasting contention, all sends, and the fewest by one task."""
+async def contention(
+    senders: int, seconds: float
+) -> tuple[LatencySummary, int, int, CpuMeter, int]:
+    """Each send's time under lasting contention, all sends, the fewest by one task, the
+    CPU used, and the transfers made."""
     times: list[float] = []
     counts = [0] * senders
     async with BenchStack("bus-contention", runtimes=()) as stack:
         bus = ServiceBusMessageBus.from_connection_string(stack.service_bus_connection_string)
+        meter = CpuMeter({"client": os.getpid(), "broker": stack.pids()["broker"]})
         try:
             await bus.send(
                 [Outgoing(destination_of("scheduler"), f"warm-{uuid.uuid4().hex}", {"x": 1})]
             )
+            transfers = bus.transfers
+            meter.start()
             stop = time.perf_counter() + seconds
 
             async def sender(n: int) -> None:
@@ -107,9 +155,11 @@ async def contention(senders: int, seconds: float) -> tuple[LatencySummary, int,
                     counts[n] += 1
 
             await asyncio.gather(*(sender(n) for n in range(senders)))
+            meter.stop()
+            transfers = bus.transfers - transfers
         finally:
             await bus.close()
-    return LatencySummary.of(times), len(times), min(counts)
+    return LatencySummary.of(times), len(times), min(counts), meter, transfers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,17 +177,48 @@ def main(argv: list[str] | None = None) -> int:
     rows = asyncio.run(run(args.messages))
     t = table(
         f"{args.messages} messages to the local broker",
-        ["how", "ms per message", "messages/s"],
+        [
+            "how",
+            "ms per message",
+            "messages/s",
+            "CPU ms per message: sender",
+            "broker",
+            "messages per transfer",
+        ],
     )
-    for how, seconds in rows:
-        t.add_row(how, fmt(1000 * seconds / args.messages, 2), fmt(args.messages / seconds, 0))
+    for row in rows:
+        t.add_row(
+            row.how,
+            fmt(1000 * row.seconds / args.messages, 2),
+            fmt(args.messages / row.seconds, 0),
+            fmt(1000 * row.client_cpu / args.messages, 3),
+            fmt(1000 * row.broker_cpu / args.messages, 3),
+            fmt(args.messages / max(row.transfers, 1), 1),
+        )
     console.print(t)
-    summary, sends, fewest = asyncio.run(contention(args.senders, args.seconds))
+    summary, sends, fewest, meter, transfers = asyncio.run(contention(args.senders, args.seconds))
     c = table(
         f"{args.senders} tasks sending to one queue for {args.seconds:g} s: time per send",
-        ["sends", "p50 ms", "p95 ms", "p99 ms", "longest ms", "fewest sends by one task"],
+        [
+            "sends",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "longest ms",
+            "fewest sends by one task",
+            "CPU ms per send: sender",
+            "broker",
+            "sends per transfer",
+        ],
     )
-    c.add_row(str(sends), *summary.cells(), str(fewest))
+    c.add_row(
+        str(sends),
+        *summary.cells(),
+        str(fewest),
+        fmt(1000 * meter.used["client"] / max(sends, 1), 3),
+        fmt(1000 * meter.used["broker"] / max(sends, 1), 3),
+        fmt(sends / max(transfers, 1), 1),
+    )
     console.print(c)
     return 0
 

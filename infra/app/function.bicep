@@ -293,6 +293,9 @@ resource functionApp 'Microsoft.Web/sites@2024-04-01' = {
         instanceMemoryMB: instanceMemoryMB
         maximumInstanceCount: maximumInstanceCount
       }
+      // The language worker for 3.12 runs asyncio's own event loop and has no app setting
+      // for uvloop; the worker for 3.13 and later runs on uvloop (bundled with it) with no
+      // setting either. uvloop measured no CPU gain in the local runtime (bench/README.md).
       runtime: {
         name: 'python'
         version: '3.12'

@@ -14,6 +14,16 @@ slower of the two round trips, not for their sum. The call fails if any queue's 
 fails, once every queue's send has ended (what did go out is dropped as a duplicate when
 the outbox is sent again).
 
+Why concurrent calls share a transfer: a transfer costs the SDK far more CPU than the
+messages in it (bench.bus_sends), so callers that find every link of their queue busy
+wait in line, and the first one handed a link carries the whole line with its own
+messages, in arrival order, as one batch. Each message keeps its own id (so duplicate
+detection still works per message) and scheduled time; the queues are neither
+partitioned nor session-enabled (infra/app/servicebus.bicep), so messages of different
+orders may share a batch. Every caller whose messages were in a transfer gets that
+transfer's outcome: none is told its send happened unless the broker took the transfer,
+and a carrier cut off mid-transfer (its deadline, its cancellation) fails the others too.
+
 Why every call has a deadline: a broker that is down refuses the connection, and the
 SDK's default retries made a send take 11 s to fail; a broker that accepts the TCP
 connection but never answers (a stopped process, a black-holed network) hangs the SDK's
@@ -40,7 +50,6 @@ from shared.adapters.queues import queue_of
 from shared.contract import PoisonProperty, Queue
 from shared.domain.model import Outgoing
 from shared.ports import BusUnavailable, Poison
-from shared.waiters import hand_to_first, leave
 
 SENDERS_PER_QUEUE = 4
 """Links per queue: enough that concurrent handlers rarely wait, few enough to be cheap."""
@@ -69,8 +78,22 @@ a fresh link, and the callers' outbox and the Supervisor retry later still."""
 _SEND_ERRORS = (TimeoutError, ServiceBusError, OSError)
 
 
+class _Call:
+    """One caller's messages to a queue, and how its turn ends."""
+
+    __slots__ = ("alone", "messages", "turn")
+
+    def __init__(self, messages: list[ServiceBusMessage], alone: bool = False) -> None:
+        self.messages = messages
+        self.alone = alone
+        self.turn: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        """A slot: this caller sends, and carries the line; None: another caller's
+        transfer carried these messages; an exception: that transfer failed."""
+
+
 class _SenderPool:
-    """A queue's links. A caller holds one slot (and its link) for a whole send.
+    """A queue's links, and the callers waiting for one. A caller holds one slot (and its
+    link) for a whole transfer.
 
     A link takes about half a second to open, far longer than a send on an open one, so
     a caller never waits for a new link while another exists: it takes an idle one, or
@@ -81,7 +104,8 @@ class _SenderPool:
     longest waiting caller, never to one that arrives meanwhile. With asyncio's queue a
     newcomer took a slot from under a woken waiter, which then went to the back of the
     line; under one customer's 5,000-order burst a nudge waited out the send's 10 s that
-    way (bench/README.md, issue #25).
+    way (bench/README.md, issue #25). The caller handed a slot carries every call still
+    in line (`carry`), so no waiting call needs a transfer of its own.
     """
 
     def __init__(self, queue: str, size: int, opener: Callable[[str], Awaitable[ServiceBusSender]]):
@@ -90,39 +114,61 @@ class _SenderPool:
         self._open = opener
         self._idle: list[int] = []
         """Slots nobody holds, the last given back on top (its link is the warmest)."""
-        self._waiting: deque[asyncio.Future[int]] = deque()
+        self._line: deque[_Call] = deque()
         self._spare = list(reversed(range(size)))
         self._growing: asyncio.Task[None] | None = None
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[int]:
-        slot = await self._acquire()
+        """A slot for a caller with nothing to send (none carries it): tests, probes."""
+        slot = await self._acquire(_Call([]))
+        assert slot is not None
         try:
             yield slot
         finally:
-            self._give_back(slot)
+            self.give_back(slot)
 
-    async def _acquire(self) -> int:
+    async def _acquire(self, call: _Call) -> int | None:
+        """A slot to send `call` with, or None once another caller's transfer carried it."""
         if self._idle:
             return self._idle.pop()
         if self._spare and not self._opening():
             return self._spare.pop()
         if self._spare and self._growing is None:
             self._growing = asyncio.create_task(self._grow(self._spare.pop()))
-        handed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._waiting.append(handed)
+        self._line.append(call)
         try:
-            return await handed
+            return await call.turn
         except asyncio.CancelledError:
-            if handed.done() and not handed.cancelled():
-                self._give_back(handed.result())  # handed over as the caller was cancelled
+            turn = call.turn
+            if turn.done() and not turn.cancelled() and turn.exception() is None:
+                handed = turn.result()
+                if handed is not None:
+                    self.give_back(handed)  # handed over as the caller was cancelled
             else:
-                leave(self._waiting, handed)
+                with contextlib.suppress(ValueError):
+                    self._line.remove(call)
             raise
 
-    def _give_back(self, slot: int) -> None:
-        if not hand_to_first(self._waiting, slot):
-            self._idle.append(slot)
+    def carry(self, call: _Call) -> list[_Call]:
+        """What the holder of a slot sends: its own call, then every call in line that has
+        messages, in the order they came; those leave the line."""
+        carried = [call]
+        kept: deque[_Call] = deque()
+        for waiting in self._line:
+            if waiting.turn.done():
+                continue  # gave up
+            (carried if waiting.messages else kept).append(waiting)
+        self._line = kept
+        return carried
+
+    def give_back(self, slot: int) -> None:
+        while self._line:
+            waiting = self._line.popleft()
+            if not waiting.turn.done():
+                waiting.turn.set_result(slot)
+                return
+        self._idle.append(slot)
 
     def _opening(self) -> bool:
         """Whether some link exists or is being opened (so waiting for it is cheaper)."""
@@ -136,7 +182,7 @@ class _SenderPool:
             pass  # the caller who takes the slot opens it, and reports what fails then
         finally:
             self._growing = None
-            self._give_back(slot)
+            self.give_back(slot)
 
     async def link(self, slot: int) -> ServiceBusSender:
         sender = self.senders[slot]
@@ -302,29 +348,62 @@ class ServiceBusMessageBus:
     async def _send_to(
         self, queue: str, messages: list[ServiceBusMessage], alone: bool = False
     ) -> None:
-        """Send with one retry on a fresh link; a batch that is re-sent whole is safe
-        because the broker drops the message ids it has already accepted.
+        """Send on a link of the queue's pool, or ride on another caller's transfer while
+        every link is busy (`_SenderPool.carry`). The caller handed a link sends for
+        everyone it carries and tells each of them the outcome; one cut off mid-transfer
+        tells them it failed, since whether the broker took it is unknown.
 
-        `alone`: one message known to fit goes as itself. A batch encodes it once more
-        to measure it, and the broker then unpacks it; a message too large is refused
-        by the batch as a send error, where alone it would cost the link."""
+        `alone`: one message known to fit goes as itself when nobody rides along. A batch
+        encodes it once more to measure it, and the broker then unpacks it; a message
+        too large is refused by the batch as a send error, where alone it would cost the
+        link."""
         pool = self._pool(queue)
         where = f"send to {queue} failed: "
-        async with self._counted(), bounded(self._send_timeout, where), pool.slot() as slot:
-            for attempt in (1, 2):
+        call = _Call(messages, alone)
+        async with self._counted(), bounded(self._send_timeout, where):
+            slot = await pool._acquire(call)
+            if slot is None:
+                return  # another caller's transfer carried it, and the broker took it
+            try:
+                carried = pool.carry(call)
                 try:
-                    async with translated_errors(pool, slot, where):
-                        sender = await pool.link(slot)
-                        transfers: Sequence[ServiceBusMessage | ServiceBusMessageBatch] = (
-                            messages if alone else await _batches(sender, messages)
-                        )
-                        for transfer in transfers:
-                            await sender.send_messages(transfer)
-                            self.transfers += 1
-                    return
-                except BusUnavailable:
-                    if attempt == 2:
-                        raise
+                    refused = await self._transfer(pool, slot, carried, where)
+                except BaseException as exc:
+                    cut = isinstance(exc, asyncio.CancelledError)
+                    _tell(carried[1:], f"{where}the transfer was cut off" if cut else str(exc))
+                    raise
+                for other in carried[1:]:
+                    _tell([other], refused.get(other))
+                if call in refused:
+                    raise BusUnavailable(refused[call])
+            finally:
+                pool.give_back(slot)
+
+    async def _transfer(
+        self, pool: _SenderPool, slot: int, carried: list[_Call], where: str
+    ) -> dict[_Call, str]:
+        """Send the calls' messages with one retry on a fresh link; a batch that is re-sent
+        whole is safe because the broker drops the message ids it has already accepted.
+        Returns the calls that a message too large for any batch failed (and why): only
+        those fail, not the calls they travelled with."""
+        for attempt in (1, 2):
+            try:
+                async with translated_errors(pool, slot, where):
+                    sender = await pool.link(slot)
+                    refused: dict[_Call, str] = {}
+                    transfers: Sequence[ServiceBusMessage | ServiceBusMessageBatch]
+                    if len(carried) == 1 and carried[0].alone:
+                        transfers = carried[0].messages
+                    else:
+                        transfers = await _batches(sender, carried, refused, where)
+                    for transfer in transfers:
+                        await sender.send_messages(transfer)
+                        self.transfers += 1
+                return refused
+            except BusUnavailable:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def open_links(self) -> dict[str, int]:
         """Open sender links per queue, for health views and tests."""
@@ -457,18 +536,41 @@ def _message(message: Outgoing, body: str) -> ServiceBusMessage:
     )
 
 
+def _tell(calls: Sequence[_Call], failed: str | None) -> None:
+    """Each carried caller learns its transfer's outcome: None, it went; else why not (an
+    exception of its own, so that no two callers share a traceback)."""
+    for call in calls:
+        if call.turn.done():
+            continue  # it gave up waiting
+        if failed is None:
+            call.turn.set_result(None)
+        else:
+            call.turn.set_exception(BusUnavailable(failed))
+
+
 async def _batches(
-    sender: ServiceBusSender, messages: list[ServiceBusMessage]
+    sender: ServiceBusSender, calls: list[_Call], refused: dict[_Call, str], where: str
 ) -> list[ServiceBusMessageBatch]:
-    """As few batches as the link's size limit allows, in order; a message too large for
-    a batch of its own is an error of the send (it would be one alone too)."""
+    """As few batches as the link's size limit allows, the calls' messages in order. A
+    message too large for a batch of its own (it would be too large alone too) fails its
+    call, noted in `refused`; the call's later messages stay behind, its earlier ones
+    still go (a resend of its outbox is dropped as duplicates)."""
     batches = [await sender.create_message_batch()]
-    for message in messages:
-        try:
-            batches[-1].add_message(message)
-        except MessageSizeExceededError:
-            if len(batches[-1]) == 0:
-                raise
-            batches.append(await sender.create_message_batch())
-            batches[-1].add_message(message)
-    return batches
+    for call in calls:
+        for message in call.messages:
+            try:
+                batches[-1].add_message(message)
+                continue
+            except MessageSizeExceededError as exc:
+                error = exc
+            if len(batches[-1]):
+                fresh = await sender.create_message_batch()
+                try:
+                    fresh.add_message(message)
+                    batches.append(fresh)
+                    continue
+                except MessageSizeExceededError as exc:
+                    error = exc
+            refused[call] = f"{where}{error}"
+            break
+    return [batch for batch in batches if len(batch)]

@@ -1,7 +1,9 @@
 """The sender pool's slots under contention: the longest waiting caller is served first;
-and one call's queues go out together.
+one call's queues go out together; callers that wait for a busy link ride one transfer,
+and each learns that transfer's own outcome.
 
-No broker: the links are stand-ins; what is tested is who gets a slot, and when."""
+No broker: the links are stand-ins; what is tested is who gets a slot, and when, and who
+is told what."""
 
 from __future__ import annotations
 
@@ -9,13 +11,15 @@ import asyncio
 from typing import Any, cast
 
 import pytest
+from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
-from azure.servicebus.exceptions import ServiceBusError
+from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
 
 from shared.adapters.queues import destination_of
-from shared.adapters.servicebus_bus import ServiceBusMessageBus, _SenderPool
+from shared.adapters.servicebus_bus import ServiceBusMessageBus, _Call, _SenderPool
 from shared.domain.model import Outgoing
 from shared.ports import BusUnavailable
+from tests.waiting import eventually
 
 
 async def _link(queue: str) -> Any:
@@ -45,7 +49,7 @@ async def test_a_slot_given_back_goes_to_the_caller_waiting_not_to_one_arriving(
 async def test_a_cancelled_waiter_leaves_the_line_and_loses_no_slot() -> None:
     pool = _SenderPool("scheduler", 1, _link)
     async with pool.slot():
-        gone = asyncio.create_task(pool._acquire())
+        gone = asyncio.create_task(pool._acquire(_Call([])))
         await asyncio.sleep(0)
         gone.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -57,7 +61,7 @@ async def test_a_cancelled_waiter_leaves_the_line_and_loses_no_slot() -> None:
 async def test_a_waiter_cancelled_as_the_slot_is_handed_to_it_gives_it_back() -> None:
     pool = _SenderPool("scheduler", 1, _link)
     async with pool.slot():
-        late = asyncio.create_task(pool._acquire())
+        late = asyncio.create_task(pool._acquire(_Call([])))
         await asyncio.sleep(0)
     late.cancel()  # handed the slot, not yet resumed
     with pytest.raises(asyncio.CancelledError):
@@ -66,14 +70,37 @@ async def test_a_waiter_cancelled_as_the_slot_is_handed_to_it_gives_it_back() ->
         assert slot == 0
 
 
+class _Batch:
+    """What a link's `create_message_batch` gives: messages up to a size, by body length."""
+
+    def __init__(self, max_size: int) -> None:
+        self.max_size = max_size
+        self.ids: list[str] = []
+        self.size = 0
+
+    def add_message(self, message: ServiceBusMessage) -> None:
+        size = len(str(message))
+        if self.size + size > self.max_size:
+            raise MessageSizeExceededError(message="too large for the batch")
+        self.ids.append(str(message.message_id))
+        self.size += size
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 class _Sender:
-    """A link that records what it sent; its queue's gate holds its sends until set."""
+    """A link that records what it sent, one list of ids per transfer; its queue's gate
+    holds its sends until set."""
 
     def __init__(self, queue: str, client: _Client) -> None:
         self.queue, self.client = queue, client
 
     async def __aenter__(self) -> _Sender:
         return self
+
+    async def create_message_batch(self) -> _Batch:
+        return _Batch(self.client.max_size)
 
     async def send_messages(self, message: Any) -> None:
         self.client.started.add(self.queue)
@@ -83,7 +110,9 @@ class _Sender:
         if self.queue in self.client.failing:
             raise ServiceBusError("refused")
         await self.client.gates[self.queue].wait()
-        self.client.sent.append((self.queue, str(message.message_id)))
+        ids = message.ids if isinstance(message, _Batch) else [str(message.message_id)]
+        self.client.transfers.append(ids)
+        self.client.sent.extend((self.queue, i) for i in ids)
 
     async def close(self) -> None:
         pass
@@ -97,6 +126,8 @@ class _Client:
         self.together = False
         """Hold every send until each queue's has started."""
         self.sent: list[tuple[str, str]] = []
+        self.transfers: list[list[str]] = []
+        self.max_size = 64 * 1024
 
     def get_queue_sender(self, queue: str) -> _Sender:
         return _Sender(queue, self)
@@ -130,3 +161,107 @@ async def test_a_failed_queue_fails_the_call_once_the_others_went() -> None:
         await bus.send([_out("agent-payment", "req"), _out("order-status", "st")])
     assert client.sent == [("agent-payment", "req")]
     assert bus.failures == 1
+
+
+def _one_link(client: _Client) -> ServiceBusMessageBus:
+    return ServiceBusMessageBus(cast(ServiceBusClient, client), senders_per_queue=1, send_timeout=2)
+
+
+async def _in_line(bus: ServiceBusMessageBus, queue: str, callers: int) -> None:
+    await eventually(
+        f"{callers} callers in line", lambda: len(bus._pool(queue)._line) == callers, 1, 0.001
+    )
+
+
+async def test_callers_waiting_for_a_busy_link_ride_one_transfer_in_the_order_they_came() -> None:
+    client = _Client("order-status")
+    bus = _one_link(client)
+    first = asyncio.create_task(bus.send([_out("order-status", "first")]))
+    await asyncio.sleep(0)
+    rest = [
+        asyncio.create_task(
+            bus.send([_out("order-status", f"{n}-1"), _out("order-status", f"{n}-2")])
+        )
+        for n in "abc"
+    ]
+    await _in_line(bus, "order-status", 3)
+    client.gates["order-status"].set()
+    await asyncio.gather(first, *rest)
+    assert client.transfers == [["first"], ["a-1", "a-2", "b-1", "b-2", "c-1", "c-2"]]
+    assert bus.transfers == 2 and bus.sent == 7 and bus.failures == 0
+
+
+async def test_a_failed_transfer_fails_every_caller_it_carried() -> None:
+    """None of them is told its message went: each keeps its outbox for a resend."""
+    client = _Client("order-status")
+    bus = _one_link(client)
+    first = asyncio.create_task(bus.send([_out("order-status", "first")]))
+    await asyncio.sleep(0)
+    rest = [asyncio.create_task(bus.send([_out("order-status", n)])) for n in "abc"]
+    await _in_line(bus, "order-status", 3)
+    client.failing.add("order-status")  # the transfer under way is past the check
+    client.gates["order-status"].set()
+    await first
+    outcomes = await asyncio.gather(*rest, return_exceptions=True)
+    assert all(isinstance(o, BusUnavailable) for o in outcomes), outcomes
+    assert len({id(o) for o in outcomes}) == 3
+    assert client.sent == [("order-status", "first")]
+    assert bus.failures == 3
+
+
+async def test_a_carrier_cut_off_mid_transfer_fails_the_callers_it_carried() -> None:
+    """Whether the broker took the transfer is unknown: the riders are told it failed,
+    at once, not left waiting for an answer that will not come."""
+    client = _Client("order-status")
+    bus = _one_link(client)
+    first = asyncio.create_task(bus.send([_out("order-status", "first")]))
+    await asyncio.sleep(0)
+    carrier = asyncio.create_task(bus.send([_out("order-status", "carrier")]))
+    await _in_line(bus, "order-status", 1)
+    rider = asyncio.create_task(bus.send([_out("order-status", "rider")]))
+    await _in_line(bus, "order-status", 2)
+    first.cancel()  # the link comes back to the carrier, which takes the rider along
+    await _in_line(bus, "order-status", 0)
+    carrier.cancel()
+    async with asyncio.timeout(1):
+        with pytest.raises(BusUnavailable, match="cut off"):
+            await rider
+    for task in (first, carrier):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert client.sent == []
+
+
+async def test_a_message_too_large_fails_its_caller_only() -> None:
+    client = _Client("order-status")
+    client.max_size = 400
+    bus = _one_link(client)
+    first = asyncio.create_task(bus.send([_out("order-status", "first")]))
+    await asyncio.sleep(0)
+    small = asyncio.create_task(bus.send([_out("order-status", "small")]))
+    huge = Outgoing(destination_of("order-status"), "huge", {"orderId": "o-1", "x": "y" * 1000})
+    large = asyncio.create_task(bus.send([huge]))
+    after = asyncio.create_task(bus.send([_out("order-status", "after")]))
+    await _in_line(bus, "order-status", 3)
+    client.gates["order-status"].set()
+    await asyncio.gather(first, small, after)
+    with pytest.raises(BusUnavailable, match="order-status"):
+        await large
+    assert client.transfers == [["first"], ["small", "after"]]
+    assert bus.failures == 1
+
+
+async def test_a_caller_that_gives_up_in_line_is_not_carried() -> None:
+    client = _Client("order-status")
+    bus = _one_link(client)
+    first = asyncio.create_task(bus.send([_out("order-status", "first")]))
+    await asyncio.sleep(0)
+    gone = asyncio.create_task(bus.send([_out("order-status", "gone")]))
+    kept = asyncio.create_task(bus.send([_out("order-status", "kept")]))
+    await _in_line(bus, "order-status", 2)
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    client.gates["order-status"].set()
+    await asyncio.gather(first, kept)
+    assert client.transfers == [["first"], ["kept"]]
