@@ -1,8 +1,11 @@
 """What must hold in every reachable state of tests/model/world.py, named before the code.
 
-1. undo-while-live: no undo request is sent while a do request of that step may still
-   apply (its window open, its key not settled at its service). Undone earlier, the
-   undo finds nothing to undo, and the do applies after it: an effect left in force.
+1. undo-while-live: no undo request is sent to a service while a do request of that
+   step may still apply there (its window open, its key not settled at that service).
+   Undone earlier, the undo finds nothing to undo, and the do applies after it: an
+   effect left in force. A do live at another key space is another key, which this
+   undo never meets (an undo of an extra effect at the first provider while the retry
+   runs at the second is what `_undo_extra` is for).
 2. second-provider: no do goes to a second service while the step's do at another is
    live and unsettled, or in force there: the step would take effect twice.
 3. watched: an order that is not held or finished has a next check, so the Supervisor
@@ -50,6 +53,8 @@ def undo_while_live(world: World) -> str | None:
             do = sent.request
             if do.undo or do.step != undo.step or not world.live(do.agent, do.key):
                 continue
+            if world.space(do.agent) != world.space(undo.agent):
+                continue  # another service's ledger: the undo cannot find it early
             status = world.provider.get(world.space(do.agent), do.key).status.value
             return (
                 f"undo {undo.describe()} sent at t={world.now} while the do "

@@ -38,6 +38,15 @@ OPS = BOUNDS["ops"]
 operator's approval, a sweep in our own outage, and a neighbour order's keys."""
 FAIR = BOUNDS["fair"]
 """The order waits in its customer's line behind another of its orders."""
+LATE = BOUNDS["late"]
+"""A late apply at a service without abandon, its reply coming after the key was settled,
+with a declined charge, an unanswered sweep and one operator move: the Scheduler's
+late-answer rules (machine/forward.py `_late_do`, `_late_failure`,
+`_applied_after_settled`, `_undo_extra`) and reconciliation's mismatches."""
+LATE_FAR = BOUNDS["late-far"]
+"""As LATE without the declines, the unanswered sweeps and the operator: the late reply
+arriving after the retry went to the other provider (`applied-at-two-providers`)."""
+LATE_SETUP = "order-fulfilment/hold/no-abandon"
 OPS_DEPTH = 4
 OPS_SETUPS = ("order-fulfilment/compensate/no-abandon", "reviewed-order/hold")
 """One with a service without abandon, one with an approval (the operator's route)."""
@@ -63,6 +72,8 @@ CI = [
         for n in OPS_SETUPS
     ),
     pytest.param("fair", FAIR, DEFAULT, 6, id="fair-depth-6"),
+    pytest.param("late", LATE, SETUPS[LATE_SETUP], 10, id="late-depth-10"),
+    pytest.param("late-far", LATE_FAR, SETUPS[LATE_SETUP], 13, id="late-far-depth-13"),
 ]
 DEEP = [
     pytest.param("core", CORE, DEFAULT, 12, id="core-depth-12"),
@@ -76,6 +87,11 @@ DEEP = [
     ),
     *(pytest.param("ops", OPS, s, 8, id=f"ops-{n}-depth-8") for n, s in SETUPS.items()),
     pytest.param("fair", FAIR, DEFAULT, 10, id="fair-depth-10"),
+    *(
+        pytest.param("late", LATE, s, 11, id=f"late-{n}-depth-11")
+        for n, s in SETUPS.items()
+        if n.endswith("/no-abandon")
+    ),
 ]
 
 

@@ -163,6 +163,27 @@ BOUNDS = {
         events=1,
         fair_share=True,
     ),
+    "late": Bounds(
+        drainable=(),
+        operator_actions=1,
+        operator=frozenset({"cancel", "suspend", "resume"}),
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=0,
+        reconcile=True,
+    ),
+    "late-far": Bounds(
+        rejectable=frozenset(),
+        drainable=(),
+        operator_actions=0,
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=0,
+        unanswered=False,
+        reconcile=True,
+    ),
     "lean": Bounds(
         rejectable=frozenset(),
         drainable=(),
@@ -189,7 +210,12 @@ BOUNDS = {
 """The named bounds the tests and `python -m tests.model` explore. `ops` adds what
 operators and deploys do around an order (a dropped version, bulk actions,
 reconciliation, archive and the id sent again, a neighbour order); `fair` starts the
-order in its customer's line. `lean` leaves the
+order in its customer's line. `late` keeps what a late answer needs (a service without
+abandon applying after its live time, its reply still coming, a declined charge, a
+sweep left unanswered, one operator move, reconciliation) and drops the rest, so it
+reaches the Scheduler's late-answer rules in a few thousand states; `late-far` drops
+the declines, the unanswered sweeps and the operator too, to follow a late reply past
+the retry at the other provider. `lean` leaves the
 environment only timeouts, the Supervisor's answers and one event, so it reaches deep
 (the last step of a four-step workflow, exhausted) where liveness brings in the
 operator. `deep` leaves it less still (a request is served at once or lost, every
