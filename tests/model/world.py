@@ -256,6 +256,9 @@ class World:
     applied: a failure reply, or a sweep's answer with no request of the key still live."""
     late_applied: frozenset[tuple[str, str]] = frozenset()
     """(key space, do key) applied after its live time."""
+    late_told: frozenset[tuple[str, str]] = frozenset()
+    """Of those, the ones whose success reply the Scheduler took: the order knows of the
+    effect, so healing it is the order's own job, not only reconciliation's."""
     alerted: frozenset[str] = frozenset()
     """Operator alerts raised since the first late apply (all of them before it)."""
     events_sent: int = 0
@@ -272,6 +275,8 @@ class World:
     """The customer ledger holds the order in its customer's line (not yet promoted)."""
     # What the last event did; read by the invariants, left out of the key.
     just_sent: tuple[Request, ...] = ()
+    just_told: tuple[tuple[str, str], ...] = ()
+    """A late apply whose success reply the Scheduler just took (key space, do key)."""
     notes: tuple[str, ...] = ()
 
     def space(self, agent: str) -> str:
@@ -346,6 +351,7 @@ class OrderWorld:
             world.operator_moves,
             world.told_not_applied,
             world.late_applied,
+            world.late_told,
             world.alerted,
             world.events_sent,
             world.gone,
@@ -357,7 +363,7 @@ class OrderWorld:
         )
 
     def successors(self, world: World) -> Iterator[tuple[str, World]]:
-        world = replace(world, just_sent=(), notes=())
+        world = replace(world, just_sent=(), just_told=(), notes=())
         yield from self._scheduler(world)
         yield from self._services(world)
         yield from self._replies(world)
@@ -444,6 +450,7 @@ class OrderWorld:
                 if not reply.succeeded and not reply.request.undo:
                     failed = (world.space(reply.request.agent), reply.request.key)
                     after = replace(after, told_not_applied=after.told_not_applied | {failed})
+                after = self._told_late(after, reply)
                 effects = self.domain.reply(
                     world.process, reply, world.now, world.drained, world.gone
                 )
@@ -455,6 +462,15 @@ class OrderWorld:
                     yield from self._sending(after, label, effects)
             if self.bounds.lost_replies:
                 yield f"lose {reply.describe()}", replace(world, replies=world.replies - {reply})
+
+    def _told_late(self, world: World, reply: Reply) -> World:
+        """A success reply for a key that applied after its live time: the Scheduler now
+        knows of that effect (whether it takes the reply or drops it as stale)."""
+        r = reply.request
+        late = (world.space(r.agent), r.key)
+        if world.archived or not reply.succeeded or r.undo or late not in world.late_applied:
+            return world
+        return replace(world, late_told=world.late_told | {late}, just_told=(late,))
 
     def _supervisor(self, world: World) -> Iterator[tuple[str, World]]:
         domain = self.domain
