@@ -127,6 +127,10 @@ class Bounds:
     fair_share: bool = False
     """Does the order start in its customer's line, behind another of its orders that
     runs (FairShareRunningPerCustomer=1), promoted when that one ends?"""
+    others: int = 0
+    """The customer's next orders POSTed while this one lives (the intake's quota,
+    IntakeMaxPendingPerCustomer=2: refused with a Retry-After, admitted to wait in line
+    or to run), each through the real intake with the customer ledger as the story left it."""
     operator_approvals: bool = False
     """May an operator answer an approval (the approval route), and are malformed
     events tried (each must be refused, changing nothing)?"""
@@ -162,6 +166,7 @@ BOUNDS = {
         operator_actions=1,
         events=1,
         fair_share=True,
+        others=2,
     ),
     "late": Bounds(
         drainable=(),
@@ -273,6 +278,10 @@ class World:
     """The intake created a new order under the archived id (finding H)."""
     in_line: bool = False
     """The customer ledger holds the order in its customer's line (not yet promoted)."""
+    promoted_at: int | None = None
+    """When the customer's other order ended and this one was promoted."""
+    intake: driver.Intake = field(default_factory=driver.Intake)
+    """The customer's next orders the intake was given (Bounds.others)."""
     # What the last event did; read by the invariants, left out of the key.
     just_sent: tuple[Request, ...] = ()
     just_told: tuple[tuple[str, str], ...] = ()
@@ -360,6 +369,8 @@ class OrderWorld:
             world.resent,
             world.reused,
             world.in_line,
+            world.promoted_at,
+            world.intake,
         )
 
     def successors(self, world: World) -> Iterator[tuple[str, World]]:
@@ -373,6 +384,7 @@ class OrderWorld:
         yield from self._agents(world)
         yield from self._deploys(world)
         yield from self._customers(world)
+        yield from self._other_orders(world)
         yield from self._reconciler(world)
         yield from self._archiver(world)
         yield from self._clock(world)
@@ -671,9 +683,21 @@ class OrderWorld:
         if not world.in_line:
             return
         promoted = self.domain.promoted(world.process, world.now)
-        yield "neighbour ends: promoted", self._take(replace(world, in_line=False), promoted, ())
-        lost = replace(world, in_line=False, notes=("promoted, its nudge lost",))
+        left = replace(world, in_line=False, promoted_at=world.now)
+        yield "neighbour ends: promoted", self._take(left, promoted, ())
+        lost = replace(left, notes=("promoted, its nudge lost",))
         yield "neighbour ends: promoted, nudge lost", lost
+
+    def _other_orders(self, world: World) -> Iterator[tuple[str, World]]:
+        """The customer POSTs its next order: refused at its quota (nothing stored, a
+        Retry-After given, the refusing instance remembering it a moment), or admitted.
+        The client may come back at once or at its Retry-After; this order is untouched."""
+        intake = world.intake
+        if intake.posts >= self.bounds.others:
+            return
+        said, after = self.domain.submit_other(world.process, world.now, world.promoted_at, intake)
+        name = driver.OTHERS[min(intake.posts, len(driver.OTHERS) - 1)]
+        yield f"customer posts {name}: {said}", replace(world, intake=after, notes=(said,))
 
     def _reconciler(self, world: World) -> Iterator[tuple[str, World]]:
         """Reconciliation over the finished order, once nothing sent can apply (an
@@ -832,6 +856,7 @@ class OrderWorld:
         skew = driver.SKEW
         instants = set(self.domain.wake_ups(world.process, world.drained))
         instants |= set(world.later_nudges)
+        instants |= {t for t in (world.intake.come_back, world.intake.memo_until) if t}
         for request in world.wire | world.calls:
             instants |= {request.complete_by, request.live_until(skew)}
         instants |= {s.live_until for s in world.sent}
