@@ -79,7 +79,7 @@ from shared.usecases.flow.deps import ProcessDeps
 from shared.usecases.flow.submission import OrderConflict, OverQuota, submit_order
 from shared.usecases.limits.customers import Customers
 from tests.model.setups import DEFAULT, SKEW, Setup
-from tests.model.wire import Answer, Effects, Question, Reply, Request
+from tests.model.wire import Answer, Effects, Large, Question, Reply, Request
 from tests.workflows import AGENTS, CATALOGUE
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -367,6 +367,9 @@ class Domain:
     def message(self, answer: Reply) -> AgentReply:
         """The agent's reply on the wire."""
         r = answer.request
+        result: dict[str, object] | None = {"ref": r.key} if answer.succeeded else None
+        if answer.succeeded and answer.large:
+            result = self._large(r.step, r.key, Large(answer.large))
         if answer.succeeded:
             error = None
         elif answer.abandoned:
@@ -379,10 +382,21 @@ class Domain:
             action=Action.COMPENSATE if r.undo else Action.DO,
             attempt=r.attempt,
             outcome=Outcome.SUCCEEDED if answer.succeeded else Outcome.FAILED,
-            result={"ref": r.key} if answer.succeeded else None,
+            result=result,
             error=error,
             agent=r.agent,
         )
+
+    def _large(self, step: str, key: str, large: Large) -> dict[str, object]:
+        """A result over forward.MAX_RESULT_BYTES: a document beside the declared fields
+        (kept alone), or the declared fields themselves too large (nothing kept)."""
+        index = self.workflow.index_of(step)
+        declared = self.workflow.steps[index].results if index is not None else ()
+        field = declared[0] if declared else "ref"
+        big = "x" * (forward.MAX_RESULT_BYTES + 1)
+        if large is Large.DECLARED_FIT:
+            return {field: key, "document": big}
+        return {field: big}
 
     def reply(
         self,

@@ -74,6 +74,7 @@ CI = [
     pytest.param("fair", FAIR, DEFAULT, 6, id="fair-depth-6"),
     pytest.param("late", LATE, SETUPS[LATE_SETUP], 10, id="late-depth-10"),
     pytest.param("late-far", LATE_FAR, SETUPS[LATE_SETUP], 13, id="late-far-depth-13"),
+    pytest.param("large", BOUNDS["large"], SETUPS[LATE_SETUP], 10, id="large-depth-10"),
 ]
 DEEP = [
     pytest.param("core", CORE, DEFAULT, 12, id="core-depth-12"),

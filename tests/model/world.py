@@ -59,7 +59,7 @@ from tests.model import driver
 from tests.model.driver import Domain
 from tests.model.provider import Entry, KeyStatus, Provider
 from tests.model.setups import DEFAULT, Setup
-from tests.model.wire import Answer, Effects, Question, Reply, Request
+from tests.model.wire import Answer, Effects, Large, Question, Reply, Request
 
 _ANSWER_OF = {
     KeyStatus.NEVER_SEEN: Answer.NEVER_SEEN,
@@ -127,6 +127,9 @@ class Bounds:
     fair_share: bool = False
     """Does the order start in its customer's line, behind another of its orders that
     runs (FairShareRunningPerCustomer=1), promoted when that one ends?"""
+    large_results: bool = False
+    """May a service answer a do with a result over the size the order keeps (a
+    document beside its declared fields, or declared fields too large themselves)?"""
     others: int = 0
     """The customer's next orders POSTed while this one lives (the intake's quota,
     IntakeMaxPendingPerCustomer=2: refused with a Retry-After, admitted to wait in line
@@ -189,6 +192,18 @@ BOUNDS = {
         unanswered=False,
         reconcile=True,
     ),
+    "large": Bounds(
+        rejectable=frozenset(),
+        drainable=(),
+        operator_actions=0,
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=0,
+        unanswered=False,
+        reconcile=True,
+        large_results=True,
+    ),
     "lean": Bounds(
         rejectable=frozenset(),
         drainable=(),
@@ -220,7 +235,8 @@ abandon applying after its live time, its reply still coming, a declined charge,
 sweep left unanswered, one operator move, reconciliation) and drops the rest, so it
 reaches the Scheduler's late-answer rules in a few thousand states; `late-far` drops
 the declines, the unanswered sweeps and the operator too, to follow a late reply past
-the retry at the other provider. `lean` leaves the
+the retry at the other provider; `large` is `late-far` with results too large to keep,
+on time and late. `lean` leaves the
 environment only timeouts, the Supervisor's answers and one event, so it reaches deep
 (the last step of a four-step workflow, exhausted) where liveness brings in the
 operator. `deep` leaves it less still (a request is served at once or lost, every
@@ -773,6 +789,11 @@ class OrderWorld:
                 served = self._settle(arrived, space, request.key, rejected)
                 how = "rejected" if rejected else "applied"
                 yield f"serve {request.describe()}: {how}", served
+            if self.bounds.large_results and not request.undo:
+                served = self._settle(arrived, space, request.key, False)
+                for large in Large:
+                    sized = self._sized(served, request.key, large)
+                    yield f"serve {request.describe()}: applied, {large.value}", sized
         for entry in world.provider.entries:
             if not world.provider.can_apply(entry.agent, entry.key, world.now):
                 continue
@@ -800,6 +821,16 @@ class OrderWorld:
                 request = Request(entry.agent, name, False, entry.key, 0, world.now)
                 replied = replace(after, replies=after.replies | {Reply(request, True)})
                 yield f"apply {name}@{entry.agent} late, reply comes", replied
+                if self.bounds.large_results:
+                    for large in Large:
+                        sized = self._sized(replied, entry.key, large)
+                        yield f"apply {name}@{entry.agent} late, reply comes ({large})", sized
+
+    def _sized(self, world: World, key: str, large: Large) -> World:
+        """The success replies just made for `key` carry a result too large to keep."""
+        made = {r for r in world.replies if r.request.key == key and r.succeeded}
+        sized = {replace(r, large=large.value) for r in made}
+        return replace(world, replies=(world.replies - made) | sized)
 
     def _outcomes(self, request: Request) -> tuple[bool, ...]:
         return self._outcomes_of(request.key, request.undo)
