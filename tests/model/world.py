@@ -29,7 +29,10 @@ happen next, ours and the environment's alike:
 - reconciliation runs over the finished order once nothing sent can apply any more (its
   runs are hourly, a complete-by is seconds), asking the services, alerting and undoing;
 - the finished order is archived (its retention long past: no request can apply any
-  more, even late), and its id is sent to the intake again, with its body or another.
+  more, even late), and its id is sent to the intake again, with its body or another;
+- the customer POSTs its next orders while this one lives (the intake's quota: refused
+  with a Retry-After, or admitted to wait in its line or to run);
+- a service answers with a result too large for the order to keep, on time or late.
 
 A second order of another customer (`driver.NEIGHBOUR`), finished at the same services,
 is in the ledger from the start where the bound says so: nothing this order does may
