@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from azure.servicebus.aio import ServiceBusClient
 
-from chaos.model import Alert, Effect
+from chaos.model import Alert, Effect, Heard
 from devhost.harness.clients import SimulatorControl
 from shared.adapters.table import rows
 from shared.adapters.table.client import table_service_client
@@ -115,6 +115,25 @@ class StoreReader:
 
 async def effects(simulator: SimulatorControl) -> tuple[Effect, ...]:
     return tuple(Effect.from_json(e) for e in await simulator.effects())
+
+
+async def drain_statuses(connection_string: str, max_wait: float = 2.0) -> list[Heard]:
+    """Receive (and complete) everything on order-status: what the clients heard."""
+    heard: list[Heard] = []
+    empty = 0
+    async with (
+        ServiceBusClient.from_connection_string(connection_string) as client,
+        client.get_queue_receiver(Queue.ORDER_STATUS, max_wait_time=max_wait) as receiver,
+    ):
+        while empty < 2:
+            batch = await receiver.receive_messages(max_message_count=100, max_wait_time=max_wait)
+            empty = 0 if batch else empty + 1
+            for message in batch:
+                body = json.loads(b"".join(message.body))
+                order_id, status = str(body.get("orderId", "")), str(body.get("status", ""))
+                heard.append(Heard(order_id, status, str(message.message_id)))
+                await receiver.complete_message(message)
+    return heard
 
 
 async def drain_alerts(connection_string: str, max_wait: float = 2.0) -> list[Alert]:

@@ -14,9 +14,9 @@ from chaos.model import Effect, InvariantResult, Observations, SentEvent
 from devhost.simulator.judge import InForce, OrderToJudge, Step, in_force, judge
 from shared.domain.failures import missed_complete_by
 from shared.domain.machine.forward import APPLIED_AFTER_SETTLED
-from shared.domain.model import HistoryEntry, ProcessState
+from shared.domain.model import HistoryEntry, Notify, ProcessState
 from shared.domain.outages import spared
-from shared.domain.reconcile import FINISHED, MISMATCH_REASON
+from shared.domain.reconcile import FINISHED, MISMATCH_REASON, heal_key
 from shared.domain.workflow import StepKind, Workflow
 
 IN_FLIGHT = (ProcessState.PROCESSING, ProcessState.COMPENSATING)
@@ -130,9 +130,14 @@ def net_effect_judged(obs: Observations) -> InvariantResult:
 
 
 def one_key_per_order_and_operation(obs: Observations) -> InvariantResult:
+    """One key per order and operation, but reconciliation's heal: an undo under the heal
+    key of the order's own (`reconcile.heal_key`), sent where that key found nothing to
+    undo and the do applied after it."""
     violations: list[str] = []
     for e in obs.effects:
         expected = f"{e.order_id}:{e.operation}"
+        if _is_heal(e):
+            continue
         if e.idempotency_key != expected:
             violations.append(
                 f"{e.order_id}: {e.operation} called with key {e.idempotency_key!r}, "
@@ -142,7 +147,8 @@ def one_key_per_order_and_operation(obs: Observations) -> InvariantResult:
             violations.append(f"{e.order_id}: {e.operation} for an order never submitted")
     keys: dict[tuple[str, str], set[str]] = defaultdict(set)
     for e in obs.effects:
-        keys[(e.order_id, e.operation)].add(e.idempotency_key)
+        if not _is_heal(e):
+            keys[(e.order_id, e.operation)].add(e.idempotency_key)
     violations += [
         f"{order_id}: {operation} called with {len(used)} different keys"
         for (order_id, operation), used in sorted(keys.items())
@@ -828,6 +834,31 @@ def rest_index_agrees_with_state_rows(obs: Observations) -> InvariantResult:
     return _result("the rest index agrees with the state rows", len(obs.processes), violations)
 
 
+def final_only_clients_hear_one_final(obs: Observations) -> InvariantResult:
+    """A client that asked for the final status only (`notify: final`) hears exactly one,
+    the state its order ended in, and nothing while the order is not final (Error, or
+    still moving). A message id heard twice is one message (the broker drops a repeat
+    within its window, and the client would too)."""
+    name = "final-only clients hear one final status"
+    if obs.heard is None:
+        return _result(name, 0, [])
+    heard: dict[str, dict[str, str]] = defaultdict(dict)
+    for h in obs.heard:
+        heard[h.order_id][h.message_id] = h.status
+    checked = 0
+    violations = []
+    for order_id, planned in sorted(obs.planned.items()):
+        process = obs.processes.get(order_id)
+        if planned.body.get("notify") != Notify.FINAL.value or process is None:
+            continue
+        checked += 1
+        state = process.state.process_state
+        told = sorted(heard.get(order_id, {}).values())
+        if told != ([state.value] if state.is_final else []):
+            violations.append(f"{order_id}: {state.value}, its client heard {told or 'nothing'}")
+    return _result(name, checked, violations)
+
+
 CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     no_accepted_order_lost,
     all_terminal_within_bound,
@@ -851,6 +882,7 @@ CHECKS: tuple[Callable[[Observations], InvariantResult], ...] = (
     late_events_refused,
     own_limits_hold,
     rest_index_agrees_with_state_rows,
+    final_only_clients_hear_one_final,
 )
 
 
@@ -959,9 +991,10 @@ def _late_dos(obs: Observations) -> dict[tuple[str, str], Effect]:
 
 def _heal_undos(obs: Observations) -> list[Effect]:
     """Undos that undid something and that the order's own compensation does not account
-    for: at a provider other than the one holding the step, on a Processed order, or on
-    a Compensated or Cancelled order whose history never compensated that step. (An
-    undo on an order in Error at its holder is its own compensation's.)"""
+    for: under reconciliation's heal key, at a provider other than the one holding the
+    step, on a Processed order, or on a Compensated or Cancelled order whose history
+    never compensated that step. (An undo on an order in Error at its holder is its own
+    compensation's.)"""
     found: list[Effect] = []
     for e in obs.effects:
         if not (e.undoes and e.applied and e.undone):
@@ -978,12 +1011,18 @@ def _heal_undos(obs: Observations) -> list[Effect]:
         holder = process.steps[index].agent
         own = step in _compensated(process.history)
         if (
-            holder != e.service
+            _is_heal(e)
+            or holder != e.service
             or state is ProcessState.PROCESSED
             or (state in (ProcessState.COMPENSATED, ProcessState.CANCELLED) and not own)
         ):
             found.append(e)
     return found
+
+
+def _is_heal(e: Effect) -> bool:
+    """An undo under reconciliation's heal key, not the order's own undo key."""
+    return e.undoes is not None and e.idempotency_key == heal_key(f"{e.order_id}:{e.operation}")
 
 
 def _healed_late(obs: Observations) -> set[tuple[str, str]]:

@@ -18,6 +18,7 @@ import aiohttp
 from chaos.config import ChaosConfig, failing_sku, services_of
 from chaos.model import Accepted, PlannedOrder
 from devhost.harness.load import Admission, Load, LoadRun, Retry, Target, Tracked
+from shared.domain.model import Notify
 
 
 def plan_orders(config: ChaosConfig, run_id: str) -> list[PlannedOrder]:
@@ -29,6 +30,7 @@ def plan_orders(config: ChaosConfig, run_id: str) -> list[PlannedOrder]:
     count = config.orders
     workflows = [config.workflow_of(i) for i in range(count)]
     later = _not_before_offsets(config, workflows)
+    final_only = _final_only(config)
     pairs = [(w.name, service) for w in config.mix for service in services_of(w)]
     failing = 0
     if config.failing_share:
@@ -64,6 +66,8 @@ def plan_orders(config: ChaosConfig, run_id: str) -> list[PlannedOrder]:
             "items": items,
             "workflow": workflows[i],
         }
+        if i in final_only:
+            body["notify"] = Notify.FINAL.value
         planned.append(PlannedOrder(order_id, body, service, workflows[i], later.get(i)))
     return planned
 
@@ -79,6 +83,13 @@ def _not_before_offsets(config: ChaosConfig, workflows: list[str]) -> dict[int, 
         for i, name in enumerate(workflows)
         if name in waits
     }
+
+
+def _final_only(config: ChaosConfig) -> set[int]:
+    """The orders whose client asks for the final status only (a generator of its own,
+    so the rest of the plan stays as it was)."""
+    rng = random.Random(config.seed * 104729 + 11)
+    return {i for i in range(config.orders) if rng.random() < config.final_share}
 
 
 SUBMIT_RETRY = Retry(attempts=None, within=120.0, step=0.1, cap=1.0, request_timeout=15.0)

@@ -115,6 +115,15 @@ class Effect:
 
 
 @dataclass(frozen=True)
+class Heard:
+    """A status notification on order-status, as a client that named no queue hears it."""
+
+    order_id: str
+    status: str
+    message_id: str
+
+
+@dataclass(frozen=True)
 class Alert:
     order_id: str
     reason: str
@@ -191,6 +200,9 @@ class Observations:
     """The agents' `callsPerSecond` the runtimes were given, by agent."""
     max_calls_in_one_second: Mapping[str, int] = field(default_factory=dict)
     """The most calls each service saw in one second (the simulator's count)."""
+    heard: tuple[Heard, ...] | None = None
+    """The status notifications on order-status over the run, drained at the end (None:
+    not read)."""
 
     def decision(self, order_id: str) -> bool | None:
         """The approval the order's first accepted event carries (the one its review

@@ -38,6 +38,7 @@ from chaos.model import (
     Check,
     Convergence,
     Figures,
+    Heard,
     LateEvent,
     Observations,
     PlannedOrder,
@@ -120,6 +121,8 @@ class _Run:
     result: RunResult
     accepted: dict[str, Accepted] = field(default_factory=dict)
     alerts: list[Alert] = field(default_factory=list)
+    heard: list[Heard] = field(default_factory=list)
+    """Status notifications drained so far (each check drains the queue)."""
     more_accepted: asyncio.Event = field(default_factory=asyncio.Event)
     disruption: asyncio.Lock = field(default_factory=asyncio.Lock)
     """Held while a runtime, the broker or Azurite is down, so two disruptions never overlap
@@ -748,6 +751,7 @@ async def _observe(
     rest_index = await run.reader.rest_index()
     effects = await collect.effects(simulator)
     run.alerts.extend(await collect.drain_alerts(system.service_bus_connection_string))
+    run.heard.extend(await collect.drain_statuses(system.service_bus_connection_string))
     simulator_stats = await simulator.stats()
     broker_stats = await system.broker(run.session).stats()
     observations = Observations(
@@ -758,6 +762,7 @@ async def _observe(
         processes=processes,
         effects=effects,
         alerts=tuple(run.alerts),
+        heard=tuple(run.heard),
         samples=tuple(run.monitor.samples),
         last_submission_at=since,
         terminal_at=terminal_at,

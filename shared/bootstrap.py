@@ -287,7 +287,6 @@ def compose(
         cache=ProcessCache(),
         customers=_customers(settings, ledger),
         catalogue=settings.catalogue,
-        claim_at_intake=True,
     )
     return Container(
         settings=settings,

@@ -13,7 +13,7 @@ from shared.domain.bulk_request import BulkFilter
 from shared.domain.fairness import Admission, CustomerLoad, CustomerPolicy, Promoted
 from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SeenOutages, SweepRecord
 from shared.domain.in_doubt import RemoteOutcome
-from shared.domain.limits import Schedule, SlotLease
+from shared.domain.limits import Claims, Schedule, SlotLease
 from shared.domain.model import (
     HistoryEntry,
     JsonObject,
@@ -177,11 +177,12 @@ class WatchList(Protocol):
         replace: bool,
         version: int = 0,
         customer: str = "",
-    ) -> bool:
+    ) -> str | None:
         """Put an order on the Supervisor's watch list for state `version`. Without
         `replace` an existing entry is kept as it is (its earlier check time must not be
-        pushed back). True when this call wrote the entry, False when it found one.
-        `customer` is kept on the entry until it is replaced or rescheduled."""
+        pushed back). The ETag of the entry this call wrote, None when it found one (a
+        later `reschedule` of the entry as written then loses to anyone who wrote it
+        since). `customer` is kept on the entry until it is replaced or rescheduled."""
         ...
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
@@ -238,6 +239,22 @@ class RestIndex(Protocol):
         """Up to `limit` entries in the range, in key order, by one range read (the
         customer filtered server-side); raises ValueError for a cursor it did not hand
         out."""
+        ...
+
+
+class UnshardedRest(Protocol):
+    """Rest entries a store still holds in the layout before its rest index was sharded
+    (shared/adapters/table/rest.py): read with the others until the move
+    (shared/usecases/history/rest_shards.py) has taken each to its shard."""
+
+    async def unsharded_rest(
+        self, state: ProcessState, limit: int, continuation: str | None
+    ) -> RestPage:
+        """Up to `limit` of the state's entries still unsharded, in key order."""
+        ...
+
+    async def drop_unsharded_rest(self, entry: RestEntry) -> None:
+        """Delete the unsharded entry; one already gone is no error."""
         ...
 
 
@@ -421,9 +438,10 @@ class ReconcileStore(Protocol):
     async def finished_sample(
         self, since: datetime, start: str, limit: int
     ) -> tuple[OrderProcess, ...]:
-        """Up to `limit` orders Processed, Compensated or Cancelled and last changed at or
-        after `since`, in key order from the order id `start` (wrapping round once), read
-        by a server-filtered query whose pages are capped: never every order."""
+        """Up to `limit` orders at rest (Processed, Compensated, Cancelled, and held in
+        Error or Suspended) and last changed at or after `since`, in key order from the
+        order id `start` (wrapping round once), read by a server-filtered query whose
+        pages are capped: never every order."""
         ...
 
     async def record_run(self, run: ReconcileRun) -> None: ...
@@ -496,6 +514,17 @@ class LimitStore(Protocol):
         self, agent: str, next_start: datetime, seen: Schedule | None
     ) -> Schedule:
         """Write the rate row conditional on `seen` (its ETag; None: that there is none
+        yet); raises ConcurrencyConflict when it changed since."""
+        ...
+
+    async def claims(self, agent: str) -> Claims | None:
+        """The carried slots already used (domain.limits.claim); None before the first."""
+        ...
+
+    async def put_claims(
+        self, agent: str, slots: tuple[datetime, ...], seen: Claims | None
+    ) -> Claims:
+        """Write the claimed slots conditional on `seen` (None: that there is no row
         yet); raises ConcurrencyConflict when it changed since."""
         ...
 

@@ -57,6 +57,8 @@ class Gate(Protocol):
 
     async def start_at(self) -> datetime: ...
 
+    def on_time(self, start: datetime) -> bool: ...
+
     async def enter(
         self, lasts: timedelta, waiting: Callable[[datetime], Awaitable[None]]
     ) -> SlotLease | None: ...
@@ -169,6 +171,9 @@ async def call_until_deadline(
     A `gate` (the agent's own limits) gives each call a rate slot and a concurrency
     slot, waited for like the throttle's. Before any such wait `held` is told when the
     call can start, and may move the deadline so the wait is not counted against it.
+    A call that comes to its rate slot too late to start in it (`Gate.on_time`) gives
+    both slots back and books again: started late, it would crowd the calls of the
+    slots after it, another instance's included, into the provider's second.
     """
     jitter = rng or random.Random()
     current = deadline if callable(deadline) else lambda: deadline
@@ -192,21 +197,30 @@ async def call_until_deadline(
         return remaining() - (state.upcoming_sleep or 0.0) <= 0
 
     async def wait_until(start: datetime) -> None:
-        now = clock.now()
-        if start > now and held is not None:
+        if start > clock.now() and held is not None:
             await held(start)
         if start >= current():
             raise HeldByThrottle(start)
+        # Read again: writing the hold took time, which the sleep must not add.
+        now = clock.now()
         if start > now:
             await clock.sleep((start - now).total_seconds())
+
+    async def admitted(gate: Gate) -> SlotLease | None:
+        lasts = timedelta(seconds=policy.call_timeout if call_limit is None else call_limit)
+        while True:
+            start = await gate.start_at()
+            await wait_until(start)
+            lease = await gate.enter(lasts, wait_until)
+            if gate.on_time(start):
+                return lease
+            await gate.leave(lease)
 
     async def attempt() -> T:
         if throttle is not None:
             await wait_until(throttle.reserve(clock.now()))
         if gate is not None:
-            await wait_until(await gate.start_at())
-            lasts = policy.call_timeout if call_limit is None else call_limit
-            lease = await gate.enter(timedelta(seconds=lasts), wait_until)
+            lease = await admitted(gate)
             try:
                 return await call()
             finally:

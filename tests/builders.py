@@ -93,7 +93,17 @@ class World:
     catalogue: Catalogue = CATALOGUE
     """The catalogue the world's deps run; a test changes it to switch catalogues."""
 
-    def deps(self, instance_id: str = "scheduler-1") -> ProcessDeps:
+    def deps(
+        self, instance_id: str = "scheduler-1", *, claim_at_intake: bool = True
+    ) -> ProcessDeps:
+        """As the composed app has them; `claim_at_intake=False` for a test about the
+        Scheduler's first claim (a nudged order, as past the intake's burst)."""
         return ProcessDeps(
-            self.store, self.bus, self.clock, self.policy, instance_id, catalogue=self.catalogue
+            self.store,
+            self.bus,
+            self.clock,
+            self.policy,
+            instance_id,
+            catalogue=self.catalogue,
+            claim_at_intake=claim_at_intake,
         )

@@ -1,13 +1,14 @@
-"""Reconciliation's sample of recently finished orders, from the rest index of the
-finished states (shared/domain/rest_index.py), for both adapters.
+"""Reconciliation's sample of orders recently come to rest, finished or held in Error or
+Suspended (shared/domain/reconcile.py `CHECKED`), from the rest index of those states
+(shared/domain/rest_index.py), for both adapters.
 
-Per finished state and per day the window can have created orders in (from `LOOKBACK`
+Per state and per day the window can have created orders in (from `LOOKBACK`
 before it to `AHEAD` after its start), the entries past the random start are read, then,
 if the sample is still short, those before it: the random start spreads the runs over
 each day's order ids, and `UpdatedAt` is filtered server-side inside the partition. So
-a run reads at most 2 x states x days ranges of `limit` entries, never every finished
-order. An order created more than `LOOKBACK` before the window and finished within it is
-not sampled: a sample spread over the recent key space, not a census."""
+a run reads at most 2 x states x days ranges of `limit` entries, never every order at
+rest. An order created more than `LOOKBACK` before the window and come to rest within it
+is not sampled: a sample spread over the recent key space, not a census."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Final
 
 from shared.adapters.readable import readable
 from shared.domain.model import OrderProcess
-from shared.domain.reconcile import FINISHED
+from shared.domain.reconcile import CHECKED
 from shared.domain.rest_index import SEP, RestEntry, RestRange, day_of
 from shared.ports import OrdersAtRest
 
@@ -35,7 +36,7 @@ async def finished_sample(
     days = _days(since - LOOKBACK, since + AHEAD)
     ranges = [
         (RestRange(s, created_from=day, created_to=day, changed_since=since), day)
-        for s in FINISHED
+        for s in CHECKED
         for day in days
     ]
 
@@ -50,7 +51,7 @@ async def finished_sample(
         early = (e for b, p in zip(behind, pivots, strict=True) for e in b if e.key <= p)
         chosen += sorted(early, key=_rotated(start))[: limit - len(chosen)]
     loaded = await readable(store, [e.order_id for e in chosen])
-    return tuple(p for p in loaded if p.state.process_state in FINISHED)
+    return tuple(p for p in loaded if p.state.process_state in CHECKED)
 
 
 def _days(first: datetime, last: datetime) -> list[datetime]:

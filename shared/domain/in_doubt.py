@@ -31,6 +31,11 @@ be registered by the service (or to see its client leave). Asked earlier, "never
 could be a guess. The residual risk is in docs/in-doubt.md."""
 
 
+NOTHING_TO_UNDO = "nothing-to-undo"
+"""The `reason` of an undo's result when its do was not applied at that service: the
+undo is settled (applied) and undid nothing."""
+
+
 class RemoteOutcomeKind(StrEnum):
     APPLIED = "applied"
     NOT_APPLIED = "not-applied"
@@ -56,6 +61,15 @@ class RemoteOutcome:
     def safe_to_move(self) -> bool:
         """The key took no effect where it was sent: a retry elsewhere cannot apply it twice."""
         return self.kind in (RemoteOutcomeKind.NOT_APPLIED, RemoteOutcomeKind.NEVER_SEEN)
+
+    @property
+    def found_nothing_to_undo(self) -> bool:
+        """An undo key's answer: applied, but its do was not applied there when the undo
+        came, so it undid nothing (the contract's `{"undone": false, "reason":
+        "nothing-to-undo"}`, docs/contract.md 8.1), and that do may still apply after it."""
+        if self.kind is not RemoteOutcomeKind.APPLIED or self.result is None:
+            return False
+        return self.result.get("reason") == NOTHING_TO_UNDO or self.result.get("undone") is False
 
     @classmethod
     def applied(cls, result: JsonObject) -> RemoteOutcome:

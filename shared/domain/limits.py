@@ -20,6 +20,7 @@ Pure: the times are given, the rows are values with their ETags.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -50,15 +51,42 @@ class AgentLimits:
         return SECOND * ((1 + MARGIN) / self.calls_per_second)
 
 
-def slot_still_usable(slot: datetime, now: datetime, limits: AgentLimits) -> bool:
-    """Whether a slot taken earlier (a request handed back to the broker carries one,
-    usecases/flow/rate_slot.py) may still start a call now: until the spacing margin past
-    it. Later, the call would crowd the slots after it, and a provider's window could
-    see one call more than the limit; the caller books another slot instead."""
+NETWORK = timedelta(milliseconds=25)
+"""How much two calls' ways to the provider may differ in time, left out of the lateness
+a slot allows, so the provider counts no more than the starts were kept to."""
+
+
+def over_limit(limits: AgentLimits) -> int:
+    """The calls the contract allows in one second beyond `callsPerSecond`: 10%, at least
+    one (contract section 14)."""
+    return max(1, math.ceil(limits.calls_per_second or 0) // 10)
+
+
+def lateness_allowed(limits: AgentLimits) -> timedelta:
+    """How long after its slot a call may still start. Slots are a gap apart, so the
+    first and last of `k + m + 1` slots (k: `ceil(callsPerSecond)`, m: `over_limit`) are
+    `k + m` gaps apart, 1.155 s at 10/s; a call starting at most this late after its
+    slot keeps every `k + m + 1` starts more than a second (and NETWORK) apart,
+    whichever instance made them: 130 ms at 10/s, 235 ms at 5/s, 375 ms at 3/s. Calls
+    on time put at most `k` in a second; late ones, at most the contract's 10% more. A
+    call that would start later gives its slot up and books another: started later, it
+    would crowd the calls of the slots after it, another instance's included, past the
+    contract's 10% in the provider's second (docs/limits.md). A host loaded enough to
+    wake its calls later than this pays a booking per late call, never a call too many."""
     gap, rate = limits.gap, limits.calls_per_second
     if gap is None or rate is None:
+        return timedelta(0)
+    spare = gap * (math.ceil(rate) + over_limit(limits)) - SECOND - NETWORK
+    return max(spare, timedelta(0))
+
+
+def slot_still_usable(slot: datetime, now: datetime, limits: AgentLimits) -> bool:
+    """Whether a call may start now in a slot taken earlier (a slot booked for it, or
+    one a handed-back request carries, usecases/flow/rate_slot.py): until
+    `lateness_allowed` past it. Later, the caller books another slot instead."""
+    if limits.gap is None:
         return False
-    return now <= slot + (gap - SECOND / rate)
+    return now <= slot + lateness_allowed(limits)
 
 
 @dataclass(frozen=True)
@@ -84,6 +112,26 @@ def book(next_start: datetime | None, now: datetime, wanted: int, gap: timedelta
     first = now if next_start is None else max(now, next_start)
     starts = tuple(first + gap * i for i in range(max(wanted, 1)))
     return Booking(starts, first + gap * len(starts))
+
+
+@dataclass(frozen=True)
+class Claims:
+    """The slots handed-back requests have started calls in, as read, with the row's
+    ETag: a request delivered twice (the broker's at-least-once) carries one slot twice,
+    and only its first copy may use it."""
+
+    slots: tuple[datetime, ...]
+    etag: str
+
+
+def claim(
+    held: Sequence[datetime], slot: datetime, now: datetime, keep: timedelta
+) -> tuple[datetime, ...] | None:
+    """The claimed slots with `slot` added, and those past `keep` dropped (no copy can
+    use them any more); None when `slot` is claimed already."""
+    if slot in held:
+        return None
+    return (*(s for s in held if s >= now - keep), slot)
 
 
 @dataclass(frozen=True)

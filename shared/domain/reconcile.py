@@ -1,4 +1,4 @@
-"""Reconciliation, the pure half: what a finished order says each remote service did,
+"""Reconciliation, the pure half: what an order at rest says each remote service did,
 and whether the services' own answers for the keys agree.
 
 A finished order is a claim about the world: `Processed` says every step's effect is
@@ -8,12 +8,20 @@ effect was undone). Asking the providers about the keys checks that claim after 
 fact, when a lost reply, a request that applied after the order moved it elsewhere, an
 operator's hand edit or a bug could have made the two disagree.
 
+An order held at rest (`Error`, `Suspended`) may wait days for an operator, so it is
+checked too, for the steps it is done with (`_expect`): a completed one in force at its
+holder only, a compensated one nowhere. A request that reached a provider after the
+order had moved the step elsewhere (docs/in-doubt.md, the residual risk) leaves an
+effect there that nothing the order will still do takes back: a cancel undoes the step
+at its holder only. What the order still owns (its current step, a step it may retry)
+is left to it.
+
 A step is asked about at every provider it may have reached: the one holding it, then
 each other agent a do of it was sent to (`StepRecord.tried`), but for agents that share
 the holder's key space (`retry_elsewhere`), which hold one effect between them. The keys
 are the same at every provider (`idempotency_key`: order and operation, whatever the
 attempt or agent).
-At most two questions per provider:
+At most two questions per provider, but in one case three (the last item):
 
 - The holder, `Processed`: the do-key. Applied is a match; not applied or never seen
   is an effect missing.
@@ -25,11 +33,20 @@ At most two questions per provider:
   seen leaves the effect in force there. In a `Processed` order whose holder has it too,
   that is an effect at two providers (`applied-at-two-providers`); in a finished order
   with nothing in force it is an effect still applied.
+- An undo key that applied but *found nothing to undo* (its do was not applied there
+  yet: a request held on the network that applied after the undo, docs/in-doubt.md)
+  undid nothing: the do-key is asked, and when it is applied, the heal key
+  (`heal_key`): undone there is a match, anything else leaves the effect in force. That
+  is the one case a provider is asked three questions.
 
 An effect in force where the order says none should be is undone there (`heals`): the
 provider applied the do and no undo, so the undo, naming that do, is what the order's
-own compensation would have sent. An effect at another provider while the holder has
-none is left alone: undoing it would leave the order's effect nowhere.
+own compensation would have sent. Where the order's undo key is spent (it found nothing
+to undo), a second undo with it would be answered from its record, nothing again: the
+heal goes under a key of its own (`heal_key`), one per order and undo, so every run's
+resend is the same request and the provider never undoes the effect twice. An effect
+at another provider while the holder has none is left alone: undoing it would leave the
+order's effect nowhere.
 
 A step never dispatched (no agent) or without an undo (in a compensated order) asks
 nothing. Any other answer (in progress, no answer) is unknown, never a mismatch: a
@@ -48,19 +65,38 @@ from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.machine.dispatch import undo_at
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import OperatorAlert, idempotency_key
-from shared.domain.model import OrderProcess, Outgoing, ProcessState
+from shared.domain.model import OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.domain.workflow import StepDefinition, Workflow
 
 FINISHED = (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.CANCELLED)
 """The states whose claim about the world no later step changes."""
+HELD = (ProcessState.ERROR, ProcessState.SUSPENDED)
+"""At rest until an operator moves them on, which may take days: checked for the steps
+they are done with, never for one they still own."""
+CHECKED = (*FINISHED, *HELD)
+"""The states reconciliation samples: every state at rest."""
 
 MISMATCH_REASON = "reconciliation-mismatch"
 """The operator alert's reason, but for an effect at two providers."""
 TWO_PROVIDERS_REASON = "applied-at-two-providers"
 """The reason a late success reply raises too (machine/forward.py): the same finding."""
 
-MAX_QUESTIONS_PER_PROVIDER = 2
-"""Per step and provider asked: a step costs at most this times its providers."""
+MAX_QUESTIONS_PER_PROVIDER = 3
+"""Per step and provider asked: a step costs at most this times its providers (two, but
+where the undo found nothing to undo and the do applied after it: then the heal key)."""
+
+HEAL = "heal"
+"""The last segment of a heal key (`heal_key`)."""
+
+
+def heal_key(undo_key: str) -> str:
+    """Reconciliation's own key for undoing an effect whose order's undo key is spent: it
+    found nothing to undo, the do applied after it, and the provider answers any repeat
+    of that key from its record. One per order and undo (never per run), so a run's
+    resend of the heal, or another instance's, is answered from its record too and the
+    effect is undone once."""
+    return f"{undo_key}:{HEAL}"
+
 
 Answers = Mapping[tuple[str, str], RemoteOutcome]
 """What each provider said of each key, by (agent, key)."""
@@ -106,6 +142,10 @@ class StepCheck:
     def providers(self) -> tuple[str, ...]:
         return (self.agent, *self.others)
 
+    @property
+    def heal_key(self) -> str | None:
+        return None if self.undo_key is None else heal_key(self.undo_key)
+
 
 @dataclass(frozen=True)
 class Mismatch:
@@ -140,14 +180,12 @@ class Mismatch:
 
 
 def checks(process: OrderProcess, workflow: Workflow) -> tuple[StepCheck, ...]:
-    """The steps of a finished order worth asking about; none for any other state."""
+    """The steps of an order at rest worth asking about; none for any other state."""
     state = process.state.process_state
-    if state not in FINISHED:
-        return ()
-    expect = Expect.APPLIED if state is ProcessState.PROCESSED else Expect.UNDONE
     found: list[StepCheck] = []
-    for step, definition in zip(process.steps, workflow.steps, strict=False):
-        if step.agent is None:
+    for index, (step, definition) in enumerate(zip(process.steps, workflow.steps, strict=False)):
+        expect = _expect(process, index)
+        if expect is None or step.agent is None:
             continue
         if expect is Expect.UNDONE and definition.compensation is None:
             continue
@@ -165,6 +203,30 @@ def checks(process: OrderProcess, workflow: Workflow) -> tuple[StepCheck, ...]:
             )
         )
     return tuple(found)
+
+
+def _expect(process: OrderProcess, index: int) -> Expect | None:
+    """What the order claims of the step at `index`, or None when it claims nothing yet.
+
+    A held order (Error, Suspended) claims what a finished one would, for each step it
+    is done with: completed, in force at its holder only; compensated, in force nowhere.
+    Any other step is still the order's: a resubmit retries a failed one (maybe with the
+    same key at a provider it tried), a cancel waits for or undoes one in doubt. So is
+    the current step of an order held while undoing: the undo it awaits there would be
+    answered by an undo reconciliation sent (the reply names the step and the attempt)."""
+    state = process.state
+    if state.process_state is ProcessState.PROCESSED:
+        return Expect.APPLIED
+    if state.process_state in FINISHED:
+        return Expect.UNDONE
+    if state.process_state not in HELD or index == state.current_step:
+        return None
+    status = process.steps[index].status
+    if status is StepStatus.COMPLETED:
+        return Expect.APPLIED
+    if status is StepStatus.COMPENSATED:
+        return Expect.UNDONE
+    return None
 
 
 def _other_key_spaces(
@@ -196,17 +258,34 @@ def _next_at(check: StepCheck, agent: str, answers: Answers) -> str | None:
         return check.do_key if do is None else None
     if agent == check.agent and check.undo_key is not None and undo is None:
         return check.undo_key
-    if undo is not None and undo.kind is RemoteOutcomeKind.APPLIED:
+    if _undid(undo):
         return None
     if do is None:
         return check.do_key
-    if do.kind is RemoteOutcomeKind.APPLIED and check.undo_key is not None and undo is None:
+    if do.kind is not RemoteOutcomeKind.APPLIED or check.undo_key is None:
+        return None
+    if undo is None:
         return check.undo_key
+    if undo.found_nothing_to_undo and _heal(check, agent, answers) is None:
+        return check.heal_key
     return None
 
 
 def _undo(check: StepCheck, agent: str, answers: Answers) -> RemoteOutcome | None:
     return answers.get((agent, check.undo_key)) if check.undo_key else None
+
+
+def _heal(check: StepCheck, agent: str, answers: Answers) -> RemoteOutcome | None:
+    return answers.get((agent, check.heal_key)) if check.heal_key else None
+
+
+def _undid(outcome: RemoteOutcome | None) -> bool:
+    """An undo key applied against its do applied there: that do's effect is gone."""
+    return (
+        outcome is not None
+        and outcome.kind is RemoteOutcomeKind.APPLIED
+        and not outcome.found_nothing_to_undo
+    )
 
 
 def _none(outcome: RemoteOutcome) -> bool:
@@ -218,7 +297,7 @@ def _none(outcome: RemoteOutcome) -> bool:
 def _held(check: StepCheck, agent: str, answers: Answers) -> _Held:
     """Judged by net effect: a do applied and undone there is no effect there."""
     do, undo = answers.get((agent, check.do_key)), _undo(check, agent, answers)
-    if undo is not None and undo.kind is RemoteOutcomeKind.APPLIED:
+    if _undid(undo):
         return _Held.NONE
     if do is None:
         return _Held.UNKNOWN
@@ -231,6 +310,13 @@ def _held(check: StepCheck, agent: str, answers: Answers) -> _Held:
     undo_asked = not (agent == check.agent and check.expect is Expect.APPLIED)
     if check.undo_key is None or not undo_asked or (undo is not None and _none(undo)):
         return _Held.IN_FORCE
+    if undo is not None and undo.found_nothing_to_undo:
+        # The do applied after its undo found nothing: only the heal key can undo it.
+        heal = _heal(check, agent, answers)
+        if _undid(heal):
+            return _Held.NONE
+        if heal is not None and (_none(heal) or heal.found_nothing_to_undo):
+            return _Held.IN_FORCE
     return _Held.UNKNOWN
 
 
@@ -275,6 +361,9 @@ def _mismatch(check: StepCheck, agent: str, answers: Answers) -> Mismatch:
         found = _said(do)
     else:
         found = "applied" + (f", its undo key {check.undo_key} {_said(undo)}" if undo else "")
+        heal = _heal(check, agent, answers)
+        if heal is not None:
+            found += f", its heal key {check.heal_key} {_said(heal)}"
     if agent != check.agent and check.expect is Expect.APPLIED:
         expected = f"applied at {check.agent} only"
         if _held(check, check.agent, answers) is _Held.IN_FORCE:
@@ -308,7 +397,8 @@ def heals(
     any, in an order that undid its steps; another than the holder, in a `Processed`
     order whose holder has it too. Each undoes only what that provider applied and
     nothing undid (the undo names the do), so sending it again, by another run, is
-    answered from the undo key's record."""
+    answered from the undo key's record. Where the order's undo key found nothing to
+    undo there (the do applied after it), the undo goes under the heal key."""
     index = workflow.index_of(check.step)
     if index is None or check.undo_key is None:
         return ()
@@ -325,6 +415,7 @@ def heals(
                 max(process.state.attempt, 1),  # 0 only by a hand edit: a poison request
                 answers[(m.agent, check.do_key)].result,
                 now,
+                key=_heal_key_at(check, m.agent, answers),
             ),
             message_id=f"reconcile-undo:{check.order_id}:{check.step}:{m.agent}",
         )
@@ -333,7 +424,16 @@ def heals(
     )
 
 
+def _heal_key_at(check: StepCheck, agent: str, answers: Answers) -> str | None:
+    """The heal key where the order's undo key is spent at `agent`, else None (the
+    order's own undo key)."""
+    undo = _undo(check, agent, answers)
+    return check.heal_key if undo is not None and undo.found_nothing_to_undo else None
+
+
 def _said(outcome: RemoteOutcome) -> str:
+    if outcome.found_nothing_to_undo:
+        return "found nothing to undo"
     if outcome.kind is RemoteOutcomeKind.NEVER_SEEN:
         return "never seen"
     if outcome.kind is RemoteOutcomeKind.NOT_APPLIED:
@@ -349,9 +449,10 @@ class ReconcileRun:
     started_at: datetime
     finished_at: datetime
     orders: int
-    """Finished orders in the sample, each checked."""
+    """Orders at rest in the sample (finished, or held in Error or Suspended), each
+    checked."""
     queries: int
-    """Outcome queries sent (at most orders x steps x providers x 2)."""
+    """Outcome queries sent (at most orders x steps x providers x 3, usually x 1)."""
     unknown: int
     """Step checks left unknown: no answer, or a call still running."""
     mismatches: tuple[Mismatch, ...]

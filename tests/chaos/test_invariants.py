@@ -18,6 +18,7 @@ from chaos.model import (
     Convergence,
     Effect,
     Figures,
+    Heard,
     InvariantResult,
     LateEvent,
     Observations,
@@ -46,7 +47,7 @@ from shared.domain.model import (
     StateRecord,
     StepRecord,
 )
-from shared.domain.reconcile import FINISHED, MISMATCH_REASON
+from shared.domain.reconcile import FINISHED, MISMATCH_REASON, heal_key
 from shared.domain.workflow import Workflow
 from tests.builders import a_policy, a_reply
 from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT, REVIEWED_ORDER, SCHEDULED_DELIVERY
@@ -1293,6 +1294,48 @@ def test_a_cancelled_order_whose_skipped_charge_applied_late_is_healed_by_reconc
     assert not invariants.finished_orders_reconcile(on_time).passed
 
 
+def test_a_charge_applied_after_its_refund_found_nothing_is_healed_under_the_heal_key() -> None:
+    """The full run's c1-9748-00175: the charge's key expired, the cancel's refund found
+    nothing to undo, then the held charge applied. Reconciliation's heal goes under a key
+    of its own (the refund key is spent): a second key for refund-payment, and an undo the
+    order's own compensation does not account for, both accepted as the heal they are."""
+    events = [
+        ("step-completed", "reserve-inventory"),
+        ("cancel-requested", "chaos"),
+        ("step-compensated", "charge-payment"),
+        ("step-compensated", "reserve-inventory"),
+        ("cancelled", ""),
+    ]
+    process = replace(
+        a_process("c-1", ProcessState.CANCELLED, events),
+        steps=(
+            StepRecord("reserve-inventory", agent="inventory"),
+            StepRecord("charge-payment", agent="payment", tried=("payment",)),
+            StepRecord("create-shipment"),
+        ),
+    )
+    found = [
+        effect("c-1", "reserve-inventory"),
+        effect("c-1", "refund-payment", undone=False),
+        effect("c-1", "release-inventory"),
+        _late(effect("c-1", "charge-payment")),
+    ]
+    mismatch = Alert("c-1", MISMATCH_REASON, 0, "charge applied after its refund")
+    healed = [*found, effect("c-1", "refund-payment", key=heal_key("c-1:refund-payment"))]
+    obs = replace(observe([process], healed, alerts=[mismatch]), reconcile_mismatches=(1, 0))
+
+    assert failing(invariants.check_all(obs)) == {}
+    left = failing(invariants.check_all(replace(obs, effects=tuple(found))))
+    assert any("still in force, never undone" in v for v in left[_LATE_CHECK])
+    other = replace(healed[-1], idempotency_key="c-1:refund-payment:2")
+    wrong = failing(invariants.check_all(replace(obs, effects=(*found, other))))
+    assert any("called with 2 different keys" in v for v in wrong[_ONE_KEY_CHECK])
+
+
+_LATE_CHECK = "late applies healed: alerted and undone, or alerted and held; nothing else"
+_ONE_KEY_CHECK = "one idempotency key per order and operation"
+
+
 def test_an_event_sent_once_final_must_be_refused_and_not_kept() -> None:
     obs = observe([processed("ok-1")])
     refused = replace(obs, late_events=(LateEvent("ok-1", "ok-1.review-late", "409"),))
@@ -1346,3 +1389,35 @@ def test_a_late_step_nothing_undoes_must_at_least_be_alerted() -> None:
         "never alerted: nothing can undo it, so an operator must be told",
     )
     assert invariants.late_applies_healed(told).passed
+
+
+def test_a_final_only_client_must_hear_exactly_its_orders_final_status() -> None:
+    obs = healthy()
+    final = {"ok-1", "comp-0"}
+    planned = {
+        i: replace(p, body={**p.body, "notify": "final"}) if i in final else p
+        for i, p in obs.planned.items()
+    }
+    obs = replace(obs, planned=planned)
+    right = (
+        Heard("ok-1", "Processed", "status:ok-1:Processed:4"),
+        Heard("ok-1", "Processed", "status:ok-1:Processed:4"),  # a repeat: one message
+        Heard("comp-0", "Compensated", "status:comp-0:Compensated:5"),
+        Heard("comp-2", "Received", "status:comp-2:Received:1"),  # every status: not judged
+    )
+    check = invariants.final_only_clients_hear_one_final
+    assert check(replace(obs, heard=right)).passed
+    assert check(replace(obs, heard=right)).checked == 2
+    wrong = (
+        Heard("ok-1", "Received", "status:ok-1:Received:1"),
+        Heard("ok-1", "Processed", "status:ok-1:Processed:4"),
+    )
+    assert check(replace(obs, heard=wrong)).violations == (
+        "comp-0: Compensated, its client heard nothing",
+        "ok-1: Processed, its client heard ['Processed', 'Received']",
+    )
+    held = {**obs.processes, "ok-1": a_process("ok-1", ProcessState.ERROR)}
+    told = (Heard("ok-1", "Processed", "status:ok-1:Processed:4"), right[2])
+    assert check(replace(obs, processes=held, heard=told)).violations == (
+        "ok-1: Error, its client heard ['Processed']",
+    )

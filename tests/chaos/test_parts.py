@@ -70,6 +70,18 @@ def test_the_plan_is_seeded_and_spreads_rejected_skus_over_every_service() -> No
     assert {p.failing_service for p in only} == {None, *services_of(express)}
 
 
+def test_a_share_of_clients_ask_for_the_final_status_only_and_the_rest_of_the_plan_stays() -> None:
+    config = presets.full(orders=200, seed=5)
+    planned = plan_orders(config, "r")
+    final = [p for p in planned if p.body.get("notify") == "final"]
+    assert 20 <= len(final) <= 60  # a fifth of 200, drawn
+    assert {p.body.get("notify") for p in planned} == {None, "final"}
+    none = plan_orders(config.with_(final_share=0.0), "r")
+    assert [{k: v for k, v in p.body.items() if k != "notify"} for p in planned] == [
+        dict(p.body) for p in none
+    ]
+
+
 def test_the_default_mix_has_reviewed_and_scheduled_orders_with_their_waits() -> None:
     planned = plan_orders(presets.full(orders=100, seed=5), "r")
     by_workflow = Counter(p.workflow for p in planned)
@@ -272,13 +284,11 @@ def test_the_provider_without_abandon_has_requests_that_arrive_after_their_live_
 
 
 def test_the_runs_have_our_own_limits_on() -> None:
-    """The quick run keeps the customer's limits but no callsPerSecond until shipping stays
-    within its 10% across two runtimes."""
-    quick = presets.quick().limits.settings()
-    assert int(quick["FairShareRunningPerCustomer"]) > 0
-    assert not any(k.endswith("__callsPerSecond") for k in quick)
-    for config in (presets.full(),):
+    """Both runs, the quick one included: two runtimes share each limited agent's rate
+    row, and the judge holds them to it (docs/limits.md)."""
+    for config in (presets.full(), presets.quick()):
         settings = config.limits.settings()
+        assert settings["AgentLimits__shipping__callsPerSecond"] == "10"
         assert settings["AgentLimits__notifications__callsPerSecond"] == "3"
         assert int(settings["FairShareRunningPerCustomer"]) > 0
         assert int(settings["IntakeMaxPendingPerCustomer"]) > 0

@@ -142,3 +142,18 @@ async def test_an_order_on_a_dropped_version_gets_409_version_gone_not_a_500(
     assert_problem(event, 409)
     assert body(event)["code"] == "version-gone"
     assert await state(harness) is ProcessState.PROCESSING  # as the intake stored it
+
+
+@pytest.mark.parametrize("action", ["suspend", "resume", "resubmit", "cancel"])
+async def test_every_action_refuses_a_suspended_order_whose_version_is_gone(
+    harness: Harness, action: str
+) -> None:
+    """A suspend of an order already Suspended changes nothing, and answered 202 where the
+    version was gone; every action now answers such an order 409 alike."""
+    await harness.http("submit_order_http", "POST", "orders", ORDER)
+    assert (await act(harness, "suspend")).status_code == 202
+    harness.run_on(without("order-fulfilment"))
+    refused = await act(harness, action)
+    assert_problem(refused, 409)
+    assert body(refused)["code"] == "version-gone"
+    assert await state(harness) is ProcessState.SUSPENDED

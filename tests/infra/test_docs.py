@@ -258,11 +258,9 @@ def _tracked_text_files() -> list[Path]:
 
 
 def test_nothing_cites_a_document_outside_the_repository() -> None:
-    me = Path(__file__).resolve()
     cited = [
         f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
         for path in _tracked_text_files()
-        if path.resolve() != me
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if CITES_OUTSIDE.search(line)
     ]
@@ -270,6 +268,8 @@ def test_nothing_cites_a_document_outside_the_repository() -> None:
 
 
 def test_a_citation_outside_the_repository_is_caught() -> None:
-    assert CITES_OUTSIDE.search('"""Events (DESIGN section 13)."""')
-    assert CITES_OUTSIDE.search("see ../shared/DESIGN.md")
+    # Built from parts, so this file holds no citation itself and is checked like any other.
+    design = "DESIGN"
+    assert CITES_OUTSIDE.search(f'"""Events ({design} section 13)."""')
+    assert CITES_OUTSIDE.search(f"see ../{'shared'}/{design}.md")
     assert not CITES_OUTSIDE.search("see docs/catalogue.md and shared/domain/model.py")

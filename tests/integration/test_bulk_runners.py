@@ -122,8 +122,14 @@ async def runners(azurite_table_port: int) -> AsyncIterator[Runners]:
 
 
 async def a_suspend_job(runners: Runners) -> BulkJob:
-    plain = ProcessDeps(
-        runners.store, InMemoryBus(), runners.clock, a_policy(), "intake", catalogue=CATALOGUE
+    plain = ProcessDeps(  # Pending orders, as past the intake's burst
+        runners.store,
+        InMemoryBus(),
+        runners.clock,
+        a_policy(),
+        "intake",
+        catalogue=CATALOGUE,
+        claim_at_intake=False,
     )
     for i in range(ORDERS):
         await submit_order(plain, an_order(f"b-{i:02d}", clock=runners.clock))

@@ -80,3 +80,20 @@ async def test_an_expired_lease_is_taken_over_on_its_etag(stores: list[LimitStor
     with pytest.raises(ConcurrencyConflict):
         await a.take("payment", 0, "instance-a", T0 + timedelta(seconds=60), seen)
     assert taken.holder == "instance-b"
+
+
+async def test_claimed_slots_are_written_only_on_what_was_read(stores: list[LimitStore]) -> None:
+    a, b = stores
+    slot = T0 + timedelta(microseconds=123_457)
+    assert await a.claims("shipping") is None
+    first = await a.put_claims("shipping", (slot,), None)
+    with pytest.raises(ConcurrencyConflict):
+        await b.put_claims("shipping", (T0,), None)
+    read = await b.claims("shipping")
+    assert read is not None and read.slots == (slot,), "read back to the microsecond"
+    later = await b.put_claims("shipping", (slot, T0 + timedelta(seconds=1)), read)
+    with pytest.raises(ConcurrencyConflict):
+        await a.put_claims("shipping", (), first)
+    again = await a.claims("shipping")
+    assert again is not None and again.slots == later.slots
+    assert await a.claims("payment") is None

@@ -68,14 +68,13 @@ async def test_a_fault_free_order_costs_no_read_and_no_transaction(
 ) -> None:
     store, bus, clock = stores(), InMemoryBus(), FakeClock()
     deps = instance(store, bus, clock, "s-1")
-    await submit_order(deps, an_order("o-1"))
-    assert await scheduler.on_nudge(deps, "o-1") is Handled.APPLIED
+    await submit_order(deps, an_order("o-1"))  # claimed at intake
     for _ in range(3):
         (request,) = requests(bus)
         assert await scheduler.on_reply(deps, a_reply(request)) is Handled.APPLIED
     # The intake's create is its existence check; the unwatch of a Processed order
     # needs no read; every history entry rode in the state entity.
-    assert store.operations == {"write": 8}  # watch, create, 4 saves, rest entry, unwatch
+    assert store.operations == {"write": 7}  # watch, create, 3 saves, rest entry, unwatch
     fresh = stores()
     done = await fresh.load("o-1")
     assert done is not None and done.state.process_state is ProcessState.PROCESSED
@@ -91,8 +90,7 @@ async def test_a_stale_copy_loses_its_conditional_write_and_reads_again(
     mine, theirs = stores(), stores()
     a = instance(mine, bus, clock, "s-a")
     b = instance(theirs, bus, clock, "s-b")
-    await submit_order(a, an_order("o-1"))
-    await scheduler.on_nudge(a, "o-1")
+    await submit_order(a, an_order("o-1"))  # claimed at intake
     (inventory,) = requests(bus)
     assert await scheduler.on_reply(b, a_reply(inventory)) is Handled.APPLIED
     (payment,) = requests(bus)
@@ -124,8 +122,7 @@ async def test_two_instances_racing_on_the_same_copy_have_exactly_one_winner(
     bus, clock = InMemoryBus(), FakeClock()
     a = instance(stores(), bus, clock, "s-a")
     b = instance(stores(), bus, clock, "s-b")
-    await submit_order(a, an_order("o-1"))
-    await scheduler.on_nudge(a, "o-1")
+    await submit_order(a, an_order("o-1"))  # claimed at intake
     assert a.cache is not None and b.cache is not None
     copy = a.cache.get("o-1")
     assert copy is not None
@@ -148,6 +145,7 @@ async def test_history_past_its_bound_moves_to_rows_and_reads_back_whole(
     await submit_order(instance(store, InMemoryBus(), clock, "s-1"), an_order("o-1"))
     process = await store.load("o-1")
     assert process is not None
+    intake = [h.event for h in await store.history("o-1")]
     written = INLINE_HISTORY_ENTRIES + 5
     for n in range(written):
         clock.advance(1)
@@ -159,8 +157,8 @@ async def test_history_past_its_bound_moves_to_rows_and_reads_back_whole(
     # One move to rows (the 41st entry), in one transaction with its state change.
     assert store.operations["transaction"] + other.operations["transaction"] == 1
     history = await stores().history("o-1")
-    assert [h.event for h in history] == ["submitted"] + ["waiting"] * written
-    assert [h.detail for h in history[1:]] == [f"n{i}" for i in range(written)]
+    assert [h.event for h in history] == intake + ["waiting"] * written
+    assert [h.detail for h in history[len(intake) :]] == [f"n{i}" for i in range(written)]
     reloaded = await stores().load("o-1")
     assert reloaded is not None and reloaded.etag == process.etag
 
@@ -186,8 +184,7 @@ async def test_a_repeat_submission_leaves_the_watch_list_as_the_order_needs_it(
     takes back the entry its own watch write made, so the Supervisor never sees it."""
     store, bus, clock = stores(), InMemoryBus(), FakeClock()
     deps = instance(store, bus, clock, "s-1")
-    await submit_order(deps, an_order("o-2"))
-    assert await scheduler.on_nudge(deps, "o-2") is Handled.APPLIED
+    await submit_order(deps, an_order("o-2"))  # claimed at intake
     far = clock.now() + timedelta(days=1)
     again = await submit_order(deps, an_order("o-2"))
     assert not again.created and again.process_state is ProcessState.PROCESSING

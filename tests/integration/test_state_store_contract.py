@@ -40,7 +40,13 @@ from shared.domain.model import (
     StepRecord,
     StepStatus,
 )
-from shared.ports import AlreadyExists, ConcurrencyConflict, StateStore, StoreUnavailable
+from shared.ports import (
+    AlreadyExists,
+    ConcurrencyConflict,
+    StateStore,
+    StoreUnavailable,
+    WatchEntry,
+)
 from shared.settings import azurite_connection_string
 from shared.usecases.flow import scheduler
 from shared.usecases.flow.scheduler import Handled
@@ -102,7 +108,9 @@ def world_on(store: StateStore) -> World:
 
 
 async def started(world: World, order_id: str) -> OrderProcess:
-    await submit_order(world.deps(), an_order(order_id, skus=("a", "b"), reply_to="client"))
+    """Stored Pending (as past the intake's burst): the tests take it on step by step."""
+    deps = world.deps(claim_at_intake=False)
+    await submit_order(deps, an_order(order_id, skus=("a", "b"), reply_to="client"))
     loaded = await world.store.load(order_id)
     assert loaded is not None
     return loaded
@@ -342,6 +350,26 @@ async def test_a_missing_orders_entry_goes_only_as_read_and_a_rewatch_outdates_a
     assert (anew.check_at, anew.version) == (later, 2)
 
 
+async def test_an_entry_moved_by_the_etag_its_watch_gave_loses_to_a_write_since(
+    store: StateStore,
+) -> None:
+    """The intake moves its own entry to a waiting order's hold by the ETag its insert
+    returned: a promotion's write in between keeps its earlier check."""
+    now = World().clock.now()
+    soon, hold = now + timedelta(seconds=30), now + timedelta(minutes=10)
+    etag = await store.watch("h-1", now, replace=False, version=1)
+    assert etag is not None
+    await store.reschedule(WatchEntry("h-1", now, etag, 1), hold)
+    assert [e.order_id for e in await store.due(hold, 10)] == ["h-1"]
+    assert await store.due(soon, 10) == ()
+
+    etag = await store.watch("h-2", now, replace=False, version=1)
+    assert etag is not None
+    assert await store.watch("h-2", soon, replace=True)  # the promotion's
+    await store.reschedule(WatchEntry("h-2", now, etag, 1), hold)
+    assert [(e.order_id, e.check_at) for e in await store.due(soon, 10)] == [("h-2", soon)]
+
+
 async def test_a_rewatch_racing_the_supervisors_delete_always_leaves_the_entry(
     store: StateStore,
 ) -> None:
@@ -539,7 +567,7 @@ def the_largest_order(order_id: str) -> Order:
 async def test_the_largest_accepted_order_round_trips(store: StateStore) -> None:
     world = world_on(store)
     order = the_largest_order("big-1")
-    await submit_order(world.deps(), order)
+    await submit_order(world.deps(claim_at_intake=False), order)  # its claim comes below
     stored = await store.load("big-1")
     assert stored is not None and stored.order == order
     claim = forward.claim(stored, ORDER_FULFILMENT, world.policy, "a", world.clock.now())

@@ -64,6 +64,7 @@ from shared.domain.messages import AgentReply
 from shared.domain.model import (
     Action,
     ErrorInfo,
+    Notify,
     Order,
     OrderLine,
     OrderProcess,
@@ -77,6 +78,8 @@ from shared.domain.routing import AgentView, Availability, Routing
 from shared.domain.workflow import Workflow
 from shared.usecases.flow.deps import ProcessDeps
 from shared.usecases.flow.submission import OrderConflict, OverQuota, submit_order
+from shared.usecases.flow.submission import first_look as intake_first_look
+from shared.usecases.flow.supervisor import _as_stored_by_intake
 from shared.usecases.limits.customers import Customers
 from tests.model.setups import DEFAULT, SKEW, Setup
 from tests.model.wire import Answer, Effects, Large, Question, Reply, Request
@@ -97,6 +100,7 @@ ORDER = Order(
     not_before=T0 + timedelta(seconds=NOT_BEFORE),
 )
 SCHEDULER = "scheduler-1"
+INTAKE = "intake-1"
 BEAT_LEAD = 5
 """The model's agents beat this long before their call's complete-by."""
 HOLD_WAIT = 20
@@ -224,6 +228,7 @@ class Domain:
         requests: list[Request] = []
         nudges: list[int] = []
         alerts: list[str] = []
+        statuses: list[str] = []
         for message in transition.outgoing:
             to = message.destination.to
             if to is To.AGENT:
@@ -232,9 +237,18 @@ class Domain:
                 nudges.append(tick(message.deliver_at) if message.deliver_at else now)
             elif to is To.OPERATORS:
                 alerts.append(str(message.body.get("reason")))
+            elif to is To.CLIENT:
+                statuses.append(str(message.body["status"]))
         events = ", ".join(h.event for h in transition.history)
         summary = f"{what}: {events} -> {describe(transition.process)}"
-        return Effects(transition.process, tuple(requests), tuple(nudges), tuple(alerts), summary)
+        return Effects(
+            transition.process,
+            tuple(requests),
+            tuple(nudges),
+            tuple(alerts),
+            summary,
+            tuple(statuses),
+        )
 
     def _request(self, message: Outgoing) -> Request:
         body = message.body
@@ -337,6 +351,37 @@ class Domain:
             return how, dataclasses.replace(posted, admitted=admitted, come_back=None)
 
         return _LOOP.run_until_complete(submit())
+
+    # --- the intake's claim (issue #39): tests/model/world.py `_intake` -----------------
+
+    def start_claimed(self, notify: Notify) -> Effects:
+        """The intake within its burst: the order stored already claimed, its first step
+        dispatched in the one insert (`submission._claimed`, `forward.start_claimed`)."""
+        order = dataclasses.replace(ORDER, notify=notify)
+        transition = forward.start_claimed(
+            order, self.workflow, self.policy, INTAKE, at(0), None, self.routing(frozenset())
+        )
+        assert transition is not None, "nothing is drained at t=0"
+        effects = self._effects(transition, 0, "submitted, claimed at intake")
+        assert effects is not None
+        return effects
+
+    def start_nudged(self, notify: Notify) -> Effects:
+        """The intake past its burst: Pending, with a nudge (`forward.start`)."""
+        order = dataclasses.replace(ORDER, notify=notify)
+        effects = self._effects(forward.start(order, self.workflow, at(0)), 0, "submitted")
+        assert effects is not None
+        return effects
+
+    def first_look(self, process: OrderProcess) -> int:
+        """When the Supervisor first looks at an order claimed at intake: the watch entry
+        the intake writes (`submission.first_look`)."""
+        return tick(intake_first_look(process, self.policy, process.state.created_at))
+
+    def as_stored_by_intake(self, process: OrderProcess, now: int) -> bool:
+        """Does the Supervisor's check send the order's outbox again before it decides
+        (`supervisor._as_stored_by_intake`)?"""
+        return _as_stored_by_intake(process, at(now))
 
     def promoted(self, process: OrderProcess, now: int) -> Effects:
         """The customer's other order came to rest: the ledger's leave promotes this one

@@ -1,11 +1,11 @@
 """What must hold in every reachable state of tests/model/world.py, named before the code.
 
-1. undo-while-live: no undo request is sent to a service while a do request of that
-   step may still apply there (its window open, its key not settled at that service).
-   Undone earlier, the undo finds nothing to undo, and the do applies after it: an
-   effect left in force. A do live at another key space is another key, which this
-   undo never meets (an undo of an extra effect at the first provider while the retry
-   runs at the second is what `_undo_extra` is for).
+1. undo-while-live: no undo request is sent while a do request of that step may still
+   apply at the undo's service (its window open, its key not settled there). Undone
+   earlier, the undo finds nothing to undo, and the do applies after it: an effect left
+   in force. A do live at another key space is no such hazard: the undo names its own
+   service's do (a late success undone at the provider the order left, while the retry
+   runs at the other).
 2. second-provider: no do goes to a second service while the step's do at another is
    live and unsettled, or in force there: the step would take effect twice.
 3. watched: an order that is not held or finished has a next check, so the Supervisor
@@ -34,6 +34,11 @@
    effects at the shared services stay in force: keys never collide.
 9. archived-id: once the order is archived its id stays taken (the intake never
    creates a new order under it) and none of its keys is sent again.
+9. intake-resend: an order claimed at intake whose intake died before its sends is
+   not counted a timeout for the request it never sent: the Supervisor's check sends
+   the outbox of an order still as the intake stored it before it decides anything.
+10. final-only: a client that asked for the final status only hears exactly one, and
+   only once the order is at that final state.
 
 Liveness (every state can still reach a right end) is checked apart, on whole
 situations: tests/model/liveness.py.
@@ -46,6 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
+from shared.domain.model import FINAL_NOTIFICATIONS, Notify
 from tests.model import driver
 from tests.model.explorer import Invariant
 from tests.model.provider import KeyStatus
@@ -61,7 +67,7 @@ def undo_while_live(world: World) -> str | None:
             if do.undo or do.step != undo.step or not world.live(do.agent, do.key):
                 continue
             if world.space(do.agent) != world.space(undo.agent):
-                continue  # another service's ledger: the undo cannot find it early
+                continue  # the undo names its own service's do: another's cannot meet it
             status = world.provider.get(world.space(do.agent), do.key).status.value
             return (
                 f"undo {undo.describe()} sent at t={world.now} while the do "
@@ -220,6 +226,29 @@ def archived_id(world: World) -> str | None:
     return None
 
 
+def intake_resend(world: World) -> str | None:
+    return world.flaw
+
+
+FINAL = frozenset(s.value for s in FINAL_NOTIFICATIONS)
+
+
+def final_only(world: World) -> str | None:
+    if world.process.order.notify is not Notify.FINAL:
+        return None
+    state = world.process.state.process_state.value
+    for status in world.heard:
+        if status not in FINAL:
+            return f"a final-only client heard {status}"
+    if len(world.heard) > 1:
+        return f"a final-only client heard {', '.join(world.heard)}"
+    if world.heard and world.heard[0] != state:
+        return f"a final-only client heard {world.heard[0]} while the order is {state}"
+    if driver.finished(world.process) is not None and not world.heard:
+        return f"the order is {state} and its final-only client heard nothing"
+    return None
+
+
 INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("undo-while-live", undo_while_live),
     Invariant("second-provider", second_provider),
@@ -230,6 +259,8 @@ INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("told-late", told_late),
     Invariant("neighbour", neighbour),
     Invariant("archived-id", archived_id),
+    Invariant("intake-resend", intake_resend),
+    Invariant("final-only", final_only),
 )
 
 _ROUTINE = ("claim", "deliver", "arrive", "serve", "apply", "time", "nudge")
@@ -257,6 +288,8 @@ def signature(trace: tuple[str, ...]) -> Hashable:
             kinds.add("late-apply-replied")
         elif label.startswith("event"):
             kinds.add(label.split(" (", 1)[0])
+        elif label.startswith("intake"):
+            kinds.add(label)
         elif not label.startswith(_ROUTINE):
             kinds.add(label.split(" ", 1)[0])
     return frozenset(kinds)

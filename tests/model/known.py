@@ -24,22 +24,10 @@ class Known:
     what: str
 
 
-KNOWN: tuple[Known, ...] = (
-    Known(
-        "A (expired undo)",
-        frozenset({"liveness"}),
-        "sweep:no-answer",
-        "a charge's key expired (its sweep unanswered past its live time), so the cancel's "
-        "refund went and found nothing to undo; the charge then applied late, and "
-        "reconciliation reads the applied refund key as no effect (docs/in-doubt.md, the "
-        "remaining risk): `late 12` on order-fulfilment/hold/no-abandon, 12 events",
-    ),
-)
-""""A (residual)" (a late apply at a service without abandon, its reply never coming) is
-healed in the model by reconciliation, which liveness runs; core depth 9 on
-order-fulfilment/hold/no-abandon, where its 9-event trace was found, finds nothing. "A
-(expired undo)" is the gap docs/in-doubt.md names, first reached by the late bound at
-depth 12 (CI runs it at 10, the slow suite at 11)."""
+KNOWN: tuple[Known, ...] = ()
+"""Empty: "A (residual)" (a late apply at a service without abandon, its reply never
+coming) is healed in the model by reconciliation, which liveness now runs; core depth 9
+on order-fulfilment/hold/no-abandon, where its 9-event trace was found, finds nothing."""
 
 
 def known(violation: Violation) -> Known | None:

@@ -38,6 +38,7 @@ OPERATOR = ("cancel", "resubmit", "undrain")
 GREEDY_STEPS = 80
 SEARCH_STATES = 1_000
 _PREFERENCE = (
+    "intake",
     "serve",
     "apply",
     "arrive",
@@ -58,7 +59,7 @@ def _system(label: str) -> bool:
     """Is this one of the system's own, well-behaved events?"""
     if "[send failed" in label or label.endswith((": rejected", " late", ": no-answer")):
         return False
-    if label.endswith("nudge lost"):
+    if label.endswith(("nudge lost", "died before its sends")):
         return False
     if label.startswith(("deliver twice", "reject ", "lose ")):
         return False

@@ -25,7 +25,9 @@ def trace(model: OrderWorld, violation: Violation) -> str:
     ]
     for number, (label, world) in enumerate(replay(model, violation.trace)):
         if number == 0:
-            lines.append(f"   0. t=0 submitted -> {driver.describe(world.process)}")
+            start = "before the intake's choice" if world.deciding else "submitted -> "
+            shown = "" if world.deciding else driver.describe(world.process)
+            lines.append(f"   0. t=0 {start}{shown}")
             continue
         lines.append(f"  {number:2}. t={world.now} {label}")
         lines += [f"        {note.strip()}" for note in world.notes]

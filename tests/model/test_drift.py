@@ -40,15 +40,17 @@ from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.domain import reconcile as reconciliation
 from shared.domain.bulk import BulkJob
 from shared.domain.bulk_request import BulkAction
+from shared.domain.destination import To
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.machine import line
 from shared.domain.machine.recovery import next_complete_by
 from shared.domain.machine.transition import InvalidTransition
-from shared.domain.model import OrderProcess
+from shared.domain.model import Notify, OrderProcess
 from shared.domain.routing import Routing
 from shared.domain.workflow import Catalogue
 from shared.usecases.flow import scheduler, supervisor
 from shared.usecases.flow.deps import ProcessDeps
+from shared.usecases.flow.intake_load import BURST, IntakeLoad
 from shared.usecases.flow.outcomes import OutcomeQueries
 from shared.usecases.flow.routing import RoutingSource
 from shared.usecases.flow.submission import submit_order
@@ -464,5 +466,73 @@ def test_the_customer_line_is_what_the_driver_says(setup: Setup) -> None:
                 await _stored(store),
                 expected,
             )
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("setup", SHIPPED, ids=[s.name for s in SHIPPED])
+@pytest.mark.parametrize("notify", list(Notify), ids=[n.value for n in Notify])
+def test_the_intake_stores_and_sends_what_the_driver_starts(setup: Setup, notify: Notify) -> None:
+    """The intake's choice (issue #39) over the in-memory store: within the burst the
+    order is stored claimed as the driver's `start_claimed` has it, watched at the
+    driver's first look, its outbox sent as the world hears it; past the burst
+    (`IntakeLoad` full) stored Pending and nudged as `start_nudged`. The intake dying
+    before its sends: the real Supervisor's check at the first look sends what the
+    world's `_looked` sends, and nothing else changes."""
+    model = OrderWorld(BOUNDS["intake"], setup)
+    domain = model.domain
+    order = dataclasses.replace(driver.ORDER, notify=notify)
+    choices = dict(model._intake(model.initial()))
+
+    async def submitted(bus: InMemoryBus, burst: int) -> tuple[InMemoryStateStore, ProcessDeps]:
+        store = InMemoryStateStore()
+        routes = cast(RoutingSource, Routes(domain.routing(frozenset())))
+        deps = ProcessDeps(
+            store,
+            bus,
+            FakeClock(driver.at(0)),
+            domain.policy,
+            driver.INTAKE,
+            routes,
+            catalogue=CATALOGUE,
+            intake_load=IntakeLoad(burst),
+        )
+        await submit_order(deps, order, workflow=setup.workflow)
+        return store, deps
+
+    def told(bus: InMemoryBus) -> list[str]:
+        return [str(m.body["status"]) for m in bus.sent if m.destination.to is To.CLIENT]
+
+    async def run() -> None:
+        for label, burst in (("claimed", BURST), ("nudged", 0)):
+            world = choices[f"intake ({notify}): {label}"]
+            bus = InMemoryBus()
+            store, _ = await submitted(bus, burst)
+            real = await _stored(store)
+            _same(world, f"intake, {label}", real, Effects(world.process, (), (), (), label))
+            assert real.order.notify is notify
+            assert told(bus) == list(world.heard)
+            sent = [domain._request(m) for m in bus.sent if m.destination.to is To.AGENT]
+            assert sent == list(world.just_sent)
+            look = world.first_look
+            watched = store.watched()[order.order_id]
+            assert (look is None) == (label == "nudged")
+            assert look is None or watched == driver.at(look)
+
+        died = choices[f"intake ({notify}): claimed, died before its sends"]
+        assert died.first_look is not None
+        down = InMemoryBus()
+        down.fail_next = 1
+        store, deps = await submitted(down, BURST)
+        assert down.sent == []
+        deps = dataclasses.replace(deps, bus=(after := InMemoryBus()))
+        deps.clock.advance(died.first_look)  # type: ignore[attr-defined]
+        (entry,) = await store.due(driver.at(died.first_look), 10)
+        await supervisor._check(deps, entry, supervisor.SweepReport(), lambda _: False)
+        looked = model._looked(dataclasses.replace(died, now=died.first_look))
+        assert (await _stored(store)).state.version == 1
+        assert told(after) == list(looked.heard)
+        resent = [domain._request(m) for m in after.sent if m.destination.to is To.AGENT]
+        assert resent == list(looked.just_sent) and resent
 
     asyncio.run(run())

@@ -47,6 +47,9 @@ LATE_FAR = BOUNDS["late-far"]
 """As LATE without the declines, the unanswered sweeps and the operator: the late reply
 arriving after the retry went to the other provider (`applied-at-two-providers`)."""
 LATE_SETUP = "order-fulfilment/hold/no-abandon"
+INTAKE = BOUNDS["intake"]
+"""The intake's choice: claimed at its insert (its sends going out, or the intake dying
+first) or nudged, for a client of every status and one of the final status only."""
 OPS_DEPTH = 4
 OPS_SETUPS = ("order-fulfilment/compensate/no-abandon", "reviewed-order/hold")
 """One with a service without abandon, one with an approval (the operator's route)."""
@@ -75,6 +78,8 @@ CI = [
     pytest.param("late", LATE, SETUPS[LATE_SETUP], 10, id="late-depth-10"),
     pytest.param("late-far", LATE_FAR, SETUPS[LATE_SETUP], 13, id="late-far-depth-13"),
     pytest.param("large", BOUNDS["large"], SETUPS[LATE_SETUP], 10, id="large-depth-10"),
+    pytest.param("intake", INTAKE, DEFAULT, 7, id="intake-depth-7"),
+    pytest.param("intake", INTAKE, SETUPS["reviewed-order/hold"], 5, id="intake-reviewed-depth-5"),
 ]
 DEEP = [
     pytest.param("core", CORE, DEFAULT, 12, id="core-depth-12"),
@@ -88,6 +93,11 @@ DEEP = [
     ),
     *(pytest.param("ops", OPS, s, 8, id=f"ops-{n}-depth-8") for n, s in SETUPS.items()),
     pytest.param("fair", FAIR, DEFAULT, 10, id="fair-depth-10"),
+    *(
+        pytest.param("intake", INTAKE, s, 9, id=f"intake-{n}-depth-9")
+        for n, s in SETUPS.items()
+        if n.count("/") == 1
+    ),
     *(
         pytest.param("late", LATE, s, 11, id=f"late-{n}-depth-11")
         for n, s in SETUPS.items()

@@ -12,13 +12,15 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from shared.domain.model import OrderProcess
-from tests.model import driver
+from shared.domain.in_doubt import RemoteOutcome
+from shared.domain.model import Notify, OrderProcess
+from tests.model import driver, liveness
 from tests.model.explorer import Invariant, explore, replay
 from tests.model.invariants import INVARIANTS, signature
 from tests.model.provider import KeyStatus, Provider
+from tests.model.setups import SETUPS
 from tests.model.wire import Effects, Request
-from tests.model.world import Bounds, OrderWorld
+from tests.model.world import BOUNDS, Bounds, OrderWorld, World
 
 # --- a toy machine: two workers increment a shared counter by read, then write ---------
 
@@ -127,6 +129,72 @@ def test_an_undo_that_overtakes_its_do_leaves_the_do_in_force() -> None:
     assert "reserve-inventory still in force" in judged[0].message
 
 
+# --- a late charge after its refund found nothing, and reconciliation ------------------
+
+LATE_AFTER_NOTHING = Bounds(
+    rejectable=frozenset(),
+    drainable=(),
+    operator_actions=1,
+    operator=frozenset({"cancel"}),
+    send_failures=False,
+    duplicates=False,
+    lost_replies=False,
+    events=0,
+)
+"""A cancel, the sweep's every answer (none included), and one late apply; liveness
+brings reconciliation in. Enough for the full chaos run's c1-9748-00175."""
+LATE_DEPTH = 8
+
+
+class ChargeRunning(OrderWorld):
+    """The order from its charge running at payment (the service without abandon, in
+    `order-fulfilment/hold/no-abandon`): the first four events of the story, walked, so
+    the exploration spends its depth on what follows."""
+
+    def initial(self) -> World:
+        world = super().initial()
+        for start in ("claim", "serve reserve", "deliver reserve", "arrive charge"):
+            world = next(
+                after for label, after in self.successors(world) if label.startswith(start)
+            )
+        return world
+
+
+@pytest.fixture
+def undo_read_as_undid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reconciliation as it was before it told the two apart: any applied undo key is an
+    undo that undid its do."""
+    monkeypatch.setattr(RemoteOutcome, "found_nothing_to_undo", property(lambda _: False))
+
+
+def _late_after_nothing() -> list[str]:
+    """Every violation's trace."""
+    setup = SETUPS["order-fulfilment/hold/no-abandon"]
+    model = ChargeRunning(LATE_AFTER_NOTHING, setup)
+    found = explore(model, (*INVARIANTS, liveness.invariant(setup)), LATE_DEPTH, signature)
+    return [f"{v.invariant}: {' / '.join(v.trace)}" for v in found.violations.values()]
+
+
+@pytest.mark.usefixtures("undo_read_as_undid")
+def test_a_charge_applied_after_its_refund_found_nothing_is_seen_when_left_unhealed() -> None:
+    """The charge's request held past its live time at payment (no abandon), the sweep
+    unanswered, so the key expired and the cancel's refund went and found nothing to
+    undo; then the charge applied. Read as undone, reconciliation finds nothing, and no
+    continuation reaches a right end: liveness fails."""
+    found = _late_after_nothing()
+
+    assert any(
+        v.startswith("liveness:")
+        and "sweep: no-answer" in v
+        and v.endswith("apply charge-payment@payment late")
+        for v in found
+    ), found
+
+
+def test_a_charge_applied_after_its_refund_found_nothing_is_healed() -> None:
+    assert _late_after_nothing() == []
+
+
 # --- the provider's ordering rules ------------------------------------------------------
 
 INVENTORY, DO, UNDO = "inventory", "o-1:reserve-inventory", "o-1:release-inventory"
@@ -163,3 +231,29 @@ def test_a_running_key_is_not_applied_once_its_windows_end() -> None:
 
     assert running.expire(34).get(INVENTORY, DO).status is KeyStatus.RUNNING
     assert running.expire(35).get(INVENTORY, DO).status is KeyStatus.NOT_APPLIED
+
+
+# --- the intake's claim (issue #39) -------------------------------------------------------
+
+
+def test_a_supervisor_that_never_resends_the_intakes_outbox_is_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The intake died between its insert and its sends: without the Supervisor's resend
+    (`_as_stored_by_intake` never true), the step's timeout is counted against a request
+    that was never sent."""
+    monkeypatch.setattr(driver, "_as_stored_by_intake", lambda process, now: False)
+    found = explore(OrderWorld(BOUNDS["intake"]), INVARIANTS, 5, signature)
+    violation = min(
+        (v for v in found.violations.values() if v.invariant == "intake-resend"),
+        key=lambda v: len(v.trace),
+    )
+    assert violation.trace[0].endswith("claimed, died before its sends")
+    assert violation.trace[-1].startswith("sweep")
+
+
+def test_a_final_only_client_told_every_status_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Notify, "hears", lambda self, status: True)
+    found = explore(OrderWorld(BOUNDS["intake"]), INVARIANTS, 1, signature)
+    messages = {v.message for v in found.violations.values() if v.invariant == "final-only"}
+    assert messages == {"a final-only client heard Received"}

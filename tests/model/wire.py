@@ -101,3 +101,5 @@ class Effects:
     """Ticks at which the Scheduler's nudges are delivered."""
     alerts: tuple[str, ...]
     summary: str
+    statuses: tuple[str, ...] = ()
+    """The status notifications it sent the client, in order."""

@@ -30,6 +30,11 @@ happen next, ours and the environment's alike:
   runs are hourly, a complete-by is seconds), asking the services, alerting and undoing;
 - the finished order is archived (its retention long past: no request can apply any
   more, even late), and its id is sent to the intake again, with its body or another;
+- with `Bounds.intake`, the submission itself: stored claimed (within the intake's
+  burst) or nudged (past it), for a client of every status or of the final one only,
+  and the intake dying between its claimed insert and its sends; the Supervisor looks
+  first at the watch entry's first look, and each of its checks sends the outbox of an
+  order still as the intake stored it.
 - the customer POSTs its next orders while this one lives (the intake's quota: refused
   with a Retry-After, or admitted to wait in its line or to run);
 - a service answers with a result too large for the order to keep, on time or late.
@@ -45,10 +50,11 @@ The workflow, the policy and the services come from the setup (tests/model/setup
 every shipped workflow, both ExhaustedPolicy values, services with and without abandon,
 and two services sharing one key space (the ledger is kept per key space).
 
-Not modelled: a crash between a save and its sends, and a second order whose steps run
-at the same time as this one's (the neighbour is finished; the customer's other order
-is seen only as it ends). Time is absolute (ticks from t0), so a story that starts late
-(a nudge held back until the Pending deadline) is explored again, shifted.
+Not modelled: a crash between a save and its sends (but the intake's insert), and a
+second order whose steps run at the same time as this one's (the neighbour is finished;
+the customer's other order is seen only as it ends). Time is absolute (ticks from t0),
+so a story that starts late (a nudge held back until the Pending deadline) is explored
+again, shifted.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field, replace
 
 from shared.domain.in_doubt import RemoteOutcome
-from shared.domain.model import OrderProcess
+from shared.domain.model import Notify, OrderProcess
 from tests.model import driver
 from tests.model.driver import Domain
 from tests.model.provider import Entry, KeyStatus, Provider
@@ -140,6 +146,12 @@ class Bounds:
     operator_approvals: bool = False
     """May an operator answer an approval (the approval route), and are malformed
     events tried (each must be refused, changing nothing)?"""
+    intake: bool = False
+    """Does the order start at the intake's choice (issue #39): stored already claimed
+    (within the burst), claimed and the intake dying between its insert and its sends,
+    or nudged (past the burst); each for a client that hears every status and for one
+    that asked for the final one only (`notify: final`)? The client's notifications
+    are then kept (`World.heard`)."""
 
 
 MIGRATING = frozenset({"cancel", "suspend", "resume", "resubmit", "drain", "undrain", "migrate"})
@@ -207,6 +219,14 @@ BOUNDS = {
         reconcile=True,
         large_results=True,
     ),
+    "intake": Bounds(
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        operator_actions=1,
+        events=1,
+        intake=True,
+    ),
     "lean": Bounds(
         rejectable=frozenset(),
         drainable=(),
@@ -233,13 +253,14 @@ BOUNDS = {
 """The named bounds the tests and `python -m tests.model` explore. `ops` adds what
 operators and deploys do around an order (a dropped version, bulk actions,
 reconciliation, archive and the id sent again, a neighbour order); `fair` starts the
-order in its customer's line. `late` keeps what a late answer needs (a service without
-abandon applying after its live time, its reply still coming, a declined charge, a
-sweep left unanswered, one operator move, reconciliation) and drops the rest, so it
-reaches the Scheduler's late-answer rules in a few thousand states; `late-far` drops
-the declines, the unanswered sweeps and the operator too, to follow a late reply past
-the retry at the other provider; `large` is `late-far` with results too large to keep,
-on time and late. `lean` leaves the
+order in its customer's line; `intake` starts it at the intake's choice (claimed at
+intake, the intake dying before its sends, or nudged) for either client. `late` keeps
+what a late answer needs (a service without abandon applying after its live time, its
+reply still coming, a declined charge, a sweep left unanswered, one operator move,
+reconciliation) and drops the rest, so it reaches the Scheduler's late-answer rules in
+a few thousand states; `late-far` drops the declines, the unanswered sweeps and the
+operator too, to follow a late reply past the retry at the other provider; `large` is
+`late-far` with results too large to keep, on time and late. `lean` leaves the
 environment only timeouts, the Supervisor's answers and one event, so it reaches deep
 (the last step of a four-step workflow, exhausted) where liveness brings in the
 operator. `deep` leaves it less still (a request is served at once or lost, every
@@ -299,13 +320,26 @@ class World:
     """The customer ledger holds the order in its customer's line (not yet promoted)."""
     promoted_at: int | None = None
     """When the customer's other order ended and this one was promoted."""
-    intake: driver.Intake = field(default_factory=driver.Intake)
+    posts: driver.Intake = field(default_factory=driver.Intake)
     """The customer's next orders the intake was given (Bounds.others)."""
+    deciding: bool = False
+    """Not yet submitted: the intake's choice comes first (`Bounds.intake`)."""
+    first_look: int | None = None
+    """When the Supervisor first looks at an order claimed at intake (its watch entry)."""
+    unsent: Effects | None = None
+    """The intake's insert, its outbox never sent (the intake died): the Supervisor's
+    check sends it while the order is as the intake stored it. Any later change replaces
+    the outbox, and sends its own."""
+    heard: tuple[str, ...] = ()
+    """The statuses the client heard, in order (kept with `Bounds.intake` only)."""
     # What the last event did; read by the invariants, left out of the key.
     just_sent: tuple[Request, ...] = ()
     just_told: tuple[tuple[str, str], ...] = ()
     """A late apply whose success reply the Scheduler just took (key space, do key)."""
     notes: tuple[str, ...] = ()
+    flaw: str | None = None
+    """What the last event broke that the state itself does not show (the Supervisor
+    counted a timeout against an order whose intake's outbox it never sent again)."""
 
     def space(self, agent: str) -> str:
         return self.domain.setup.space(agent)
@@ -356,6 +390,9 @@ class OrderWorld:
         """Shapes of the order (state, step, events kept) malformed events were tried on."""
 
     def initial(self) -> World:
+        if self.bounds.intake:
+            placeholder = self.domain.start_nudged(Notify.ALL).process
+            return World(0, placeholder, driver.key(placeholder), self.domain, deciding=True)
         fair = self.bounds.fair_share
         effects = self.domain.start(in_line=fair)
         world = World(0, effects.process, driver.key(effects.process), self.domain, in_line=fair)
@@ -389,11 +426,19 @@ class OrderWorld:
             world.reused,
             world.in_line,
             world.promoted_at,
-            world.intake,
+            world.posts,
+            world.deciding,
+            world.first_look,
+            world.unsent is not None,
+            world.heard,
+            world.process.order.notify,
         )
 
     def successors(self, world: World) -> Iterator[tuple[str, World]]:
-        world = replace(world, just_sent=(), just_told=(), notes=())
+        world = replace(world, just_sent=(), just_told=(), notes=(), flaw=None)
+        if world.deciding:
+            yield from self._intake(world)
+            return
         yield from self._scheduler(world)
         yield from self._services(world)
         yield from self._replies(world)
@@ -415,7 +460,9 @@ class OrderWorld:
         return self._send(self._moved(world, effects), effects, notes, True)
 
     def _moved(self, world: World, effects: Effects) -> World:
-        return replace(world, process=effects.process, process_key=driver.key(effects.process))
+        return replace(
+            world, process=effects.process, process_key=driver.key(effects.process), unsent=None
+        )
 
     def _send(
         self, world: World, effects: Effects, notes: tuple[str, ...], requests_out: bool
@@ -428,6 +475,7 @@ class OrderWorld:
             (world.space(r.agent), r.key) for r in requests if not r.undo
         }
         alerted = world.alerted | set(effects.alerts)
+        heard = world.heard + effects.statuses if self.bounds.intake else ()
         lines = [*notes, effects.summary]
         lines += [f"  sent {r.describe()}" for r in requests]
         lines += [f"  alert {a}" for a in effects.alerts]
@@ -439,6 +487,7 @@ class OrderWorld:
             sent=world.sent | {Sent(r, r.live_until(skew)) for r in requests},
             told_not_applied=told,
             alerted=alerted,
+            heard=heard,
             just_sent=world.just_sent + requests,
             notes=tuple(lines),
         )
@@ -504,6 +553,25 @@ class OrderWorld:
         return replace(world, late_told=world.late_told | {late}, just_told=(late,))
 
     def _supervisor(self, world: World) -> Iterator[tuple[str, World]]:
+        """The Supervisor's check of a due order, or its first look at one claimed at
+        intake; either first sends the outbox of an order still as the intake stored it."""
+        if world.archived:
+            return
+        due = self.domain.due(world.process, world.now)
+        if not due:
+            if world.first_look is not None and world.now >= world.first_look:
+                yield "sweep: first look", self._looked(world)
+            return
+        looked = world if world.gone else self._looked(world)
+        failures = world.process.state.failure_count
+        for label, swept in self._sweeps(looked):
+            if looked.unsent is not None and swept.process.state.failure_count > failures:
+                flaw = "a timeout counted against a request the intake never sent"
+                yield label, replace(swept, flaw=flaw)
+            else:
+                yield label, swept
+
+    def _sweeps(self, world: World) -> Iterator[tuple[str, World]]:
         domain = self.domain
         if world.archived or not domain.due(world.process, world.now):
             return
@@ -711,12 +779,12 @@ class OrderWorld:
         """The customer POSTs its next order: refused at its quota (nothing stored, a
         Retry-After given, the refusing instance remembering it a moment), or admitted.
         The client may come back at once or at its Retry-After; this order is untouched."""
-        intake = world.intake
+        intake = world.posts
         if intake.posts >= self.bounds.others:
             return
         said, after = self.domain.submit_other(world.process, world.now, world.promoted_at, intake)
         name = driver.OTHERS[min(intake.posts, len(driver.OTHERS) - 1)]
-        yield f"customer posts {name}: {said}", replace(world, intake=after, notes=(said,))
+        yield f"customer posts {name}: {said}", replace(world, posts=after, notes=(said,))
 
     def _reconciler(self, world: World) -> Iterator[tuple[str, World]]:
         """Reconciliation over the finished order, once nothing sent can apply (an
@@ -773,6 +841,36 @@ class OrderWorld:
                 f"submit {driver.ORDER.order_id} again with {body}: {said}",
                 replace(after, notes=(f"intake: {said}",)),
             )
+
+    # --- the intake's claim (issue #39) ------------------------------------------------
+
+    def _intake(self, world: World) -> Iterator[tuple[str, World]]:
+        """The submission, for each client: stored claimed (within the burst), its sends
+        going out or the intake dying first, or stored Pending and nudged (past it)."""
+        domain = self.domain
+        for notify in (Notify.ALL, Notify.FINAL):
+            submitted = replace(world, deciding=False)
+            claimed = domain.start_claimed(notify)
+            looking = replace(submitted, first_look=domain.first_look(claimed.process))
+            yield f"intake ({notify}): claimed", self._take(looking, claimed, ())
+            died = replace(
+                self._moved(looking, claimed),
+                unsent=claimed,
+                notes=(claimed.summary, "  the intake died before its sends"),
+            )
+            yield f"intake ({notify}): claimed, died before its sends", died
+            nudged = domain.start_nudged(notify)
+            yield f"intake ({notify}): nudged", self._take(submitted, nudged, ())
+
+    def _looked(self, world: World) -> World:
+        """The Supervisor's check: an order still as the intake stored it has its outbox
+        sent again before anything is decided (the broker drops what already went)."""
+        looked = replace(world, first_look=None)
+        unsent = world.unsent
+        if unsent is None or not self.domain.as_stored_by_intake(world.process, world.now):
+            return looked
+        again = ("  the Supervisor sends the intake's outbox again",)
+        return self._send(replace(looked, unsent=None), unsent, again, True)
 
     # --- the environment ------------------------------------------------------------
 
@@ -890,11 +988,13 @@ class OrderWorld:
         skew = driver.SKEW
         instants = set(self.domain.wake_ups(world.process, world.drained))
         instants |= set(world.later_nudges)
-        instants |= {t for t in (world.intake.come_back, world.intake.memo_until) if t}
+        instants |= {t for t in (world.posts.come_back, world.posts.memo_until) if t}
         for request in world.wire | world.calls:
             instants |= {request.complete_by, request.live_until(skew)}
         instants |= {s.live_until for s in world.sent}
         instants |= {e.live_until for e in world.provider.entries}
+        if world.first_look is not None:
+            instants.add(world.first_look)
         if self.bounds.heartbeats:  # a beat moves a complete-by only once it is near
             instants |= {c.complete_by - driver.BEAT_LEAD for c in world.calls}
         ahead = [t for t in instants if t > world.now]

@@ -11,13 +11,26 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TypeVar
 
+import pytest
+
 from shared.adapters.memory.limits import InMemoryLimitStore
-from shared.domain.limits import AgentLimits, SlotLease, book, free_slots
+from shared.domain.limits import (
+    AgentLimits,
+    SlotLease,
+    book,
+    claim,
+    free_slots,
+    lateness_allowed,
+    slot_still_usable,
+)
+from shared.domain.model import JsonObject
 from shared.ports import LimitStore
+from shared.resilience import CircuitBreaker, RetryPolicy, call_until_deadline
 from shared.usecases.limits.limiter import AgentLimiter
 from tests.simulator.virtual_clock import VirtualClock
 
 SKEW = timedelta(seconds=5)
+GAP_AT_5 = timedelta(seconds=0.21)
 T = TypeVar("T")
 
 
@@ -192,24 +205,88 @@ async def test_a_killed_instances_slots_come_back_once_their_leases_expire() -> 
     assert timedelta(seconds=15) <= waited < timedelta(seconds=17), "expiry 10 s + skew 5 s"
 
 
-async def test_a_call_woken_late_does_not_crowd_the_calls_after_it_into_one_second() -> None:
-    """Six slots a gap apart; the first call starts 160 ms after its slot (its handler
-    woke late). Sent at their slots, the sixth would be the sixth call in one second;
-    entered right before they start, the calls keep the slots' distance as started."""
+async def test_a_call_woken_past_its_slots_margin_books_another() -> None:
+    """Seven calls booked together, a gap apart; the one with the first slot wakes 300 ms
+    after it (its handler woke late, past the 235 ms a slot allows at 5/s). Started
+    there, it would be the seventh call in one second with the six after it, whichever
+    instance made those; it gives the slot up and books the next free one, and the calls
+    on time never wait."""
     clock = IdleClock()
     lim = limiter(InMemoryLimitStore(), clock, AgentLimits(calls_per_second=5), "a")
-    starts: list[datetime] = []
+    first: list[datetime] = []
 
-    async def calls() -> list[datetime]:
-        slots = [await lim.start_at() for _ in range(6)]
-        for i, slot in enumerate(slots):
-            late = 0.16 if i == 0 else 0.0
+    async def call() -> tuple[datetime, datetime]:
+        booked = slot = await lim.start_at()
+        late = 0.3 if not first else 0.0
+        first.append(slot)
+        while True:
             await clock.sleep((slot - clock.now()).total_seconds() + late)
-            assert await lim.enter(timedelta(seconds=10), clock_wait(clock)) is None
-            starts.append(clock.now())
-        return slots
+            if lim.on_time(slot):
+                return booked, clock.now()
+            late, slot = 0.0, await lim.start_at()
 
-    [slots] = await clock.run([calls()])
+    calls = await clock.run([call() for _ in range(7)])
 
+    starts = [start for _, start in calls]
     assert most_in_one_second(starts) == 5
-    assert starts[1:5] == slots[1:5], "calls on time never wait"
+    assert lim.rebooked == 1
+    (late_one,) = [(booked, start) for booked, start in calls if booked != start]
+    assert late_one[0] == min(booked for booked, _ in calls)
+    assert late_one[1] == max(booked for booked, _ in calls) + GAP_AT_5
+
+
+def test_a_slot_is_usable_while_a_late_start_stays_within_the_contracts_ten_percent() -> None:
+    """k + m + 1 slots span k + m gaps (m: the contract's 10%, at least one call); a start
+    at most that less a second and 25 ms late keeps them more than a second apart."""
+    slot = datetime(2026, 1, 1, 12)
+    for rate, allowed in ((3, 375), (5, 235), (10, 130), (100, 130)):
+        limits = AgentLimits(calls_per_second=rate)
+        assert lateness_allowed(limits) == pytest.approx(timedelta(milliseconds=allowed))
+        assert slot_still_usable(slot, slot + timedelta(milliseconds=allowed - 1), limits)
+        assert not slot_still_usable(slot, slot + timedelta(milliseconds=allowed + 1), limits)
+    assert lateness_allowed(AgentLimits()) == timedelta(0)
+    assert not slot_still_usable(slot, slot, AgentLimits(max_concurrent=2))
+
+
+def test_a_carried_slot_is_claimed_once_and_old_claims_are_dropped() -> None:
+    now = datetime(2026, 1, 1, 12)
+    keep = timedelta(seconds=3)
+    old, slot = now - timedelta(seconds=4), now + timedelta(seconds=1)
+    assert claim((old, now), slot, now, keep) == (now, slot)
+    assert claim((now, slot), slot, now, keep) is None
+
+
+async def test_a_hold_written_before_the_wait_does_not_make_the_call_late() -> None:
+    """The hold (a store write) is written before the call sleeps to its slot; the sleep
+    is measured after it, so the call still starts at its slot, not the write's time
+    later (which the check for lateness would then refuse)."""
+    clock = IdleClock()
+    lim = limiter(InMemoryLimitStore(), clock, AgentLimits(calls_per_second=5), "a")
+    await lim.start_at()
+    await lim.start_at()
+    slot = clock.now() + 2 * GAP_AT_5  # the third slot
+    started: list[datetime] = []
+
+    async def hold(_: datetime) -> None:
+        await clock.sleep(0.1)
+
+    async def operation(_: float) -> JsonObject:
+        started.append(clock.now())
+        return {}
+
+    await clock.run(
+        [
+            call_until_deadline(
+                operation,
+                deadline=clock.now() + timedelta(seconds=30),
+                clock=clock,
+                breaker=CircuitBreaker("payment", clock),
+                policy=RetryPolicy(),
+                gate=lim,
+                held=hold,
+            )
+        ]
+    )
+
+    assert started == [slot]
+    assert lim.rebooked == 0

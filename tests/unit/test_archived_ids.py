@@ -13,7 +13,7 @@ import pytest
 
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory.archive import InMemoryArchiveBlobs, InMemoryArchiveStore
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain.archive import RetentionPolicy
 from shared.domain.machine.forward import start
 from shared.domain.model import ProcessState, StepStatus
@@ -103,8 +103,8 @@ async def test_an_order_never_archived_is_not_touched_by_another_ids_mark() -> N
 
     stored = await world.store.load("mo-A-2")
     assert fresh.created and stored is not None
-    assert stored.state.process_state is ProcessState.PENDING
-    assert [m.body["orderId"] for m in world.bus.on(Queue.SCHEDULER)] == ["mo-A-2"]
+    assert stored.state.process_state is ProcessState.PROCESSING  # claimed at intake
+    assert [m.body["orderId"] for m in world.bus.on(agent_queue("inventory"))] == ["mo-A-2"]
 
 
 async def test_the_backfill_marks_orders_archived_before_marks_and_names_reused_ids() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
-from shared.contract import Queue
+from shared.contract import Queue, agent_queue
 from shared.domain.model import OrderProcess, Outgoing, ProcessState
 from shared.ports import StoreUnavailable
 from shared.usecases.flow.submission import submit_order
@@ -21,6 +21,7 @@ from shared.usecases.operations import health_check
 from shared.usecases.operations.health_check import HealthCheck, Probe
 from tests.builders import World, an_order
 
+INVENTORY = agent_queue("inventory")
 BUDGET = Budget(store=0.2, nudge=0.1)
 
 
@@ -62,35 +63,33 @@ class SilentStore(InMemoryStateStore):
         replace: bool,
         version: int = 0,
         customer: str = "",
-    ) -> bool:
+    ) -> str | None:
         await asyncio.sleep(3600)
-        return False
+        return None
 
     async def ping(self) -> None:
         await asyncio.sleep(3600)
 
 
-async def test_a_stored_order_is_accepted_while_its_nudge_is_late_and_the_nudge_still_goes() -> (
-    None
-):
+async def test_a_stored_order_is_accepted_while_its_request_is_late_and_it_still_goes() -> None:
     world = World()
     bus = world.bus = SlowBus()
     begun = time.monotonic()
     submitted = await submit_order(world.deps(), an_order("o-1"), budget=BUDGET)
     assert time.monotonic() - begun < 0.5
     assert submitted.created
-    assert submitted.process_state is ProcessState.PENDING
+    assert submitted.process_state is ProcessState.PROCESSING  # claimed at intake
     assert await world.store.load("o-1") is not None
     assert "o-1" in world.store.watched()
-    assert bus.on(Queue.SCHEDULER) == []
+    assert bus.on(INVENTORY) == []
     bus.release.set()
     for _ in range(10):
         await asyncio.sleep(0)
-    (nudge,) = bus.on(Queue.SCHEDULER)
-    assert nudge.body["orderId"] == "o-1"
+    (request,) = bus.on(INVENTORY)
+    assert request.body["orderId"] == "o-1"
 
 
-async def test_a_late_nudge_that_fails_is_only_logged(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_late_send_that_fails_is_only_logged(caplog: pytest.LogCaptureFixture) -> None:
     world = World()
     bus = world.bus = SlowBus()
     bus.fail_next = 1
@@ -99,7 +98,7 @@ async def test_a_late_nudge_that_fails_is_only_logged(caplog: pytest.LogCaptureF
     bus.release.set()
     for _ in range(10):
         await asyncio.sleep(0)
-    assert bus.on(Queue.SCHEDULER) == []
+    assert bus.on(INVENTORY) == [] and bus.on(Queue.ORDER_STATUS) == []
     assert "the Supervisor will nudge it" in caplog.text
 
 
@@ -120,16 +119,16 @@ async def test_a_silent_store_is_store_unavailable_within_the_budget() -> None:
     assert time.monotonic() - begun < 0.5
 
 
-async def test_without_a_budget_the_submission_waits_for_the_nudge() -> None:
+async def test_without_a_budget_the_submission_waits_for_its_sends() -> None:
     world = World()
     bus = world.bus = SlowBus()
     submitting = asyncio.ensure_future(submit_order(world.deps(), an_order("o-1")))
-    await asyncio.wait_for(bus.sending.wait(), 5)  # the nudge is on its way, held
-    await asyncio.sleep(0)  # the submission's turn, were it not waiting for the nudge
+    await asyncio.wait_for(bus.sending.wait(), 5)  # the request is on its way, held
+    await asyncio.sleep(0)  # the submission's turn, were it not waiting for its sends
     assert not submitting.done()
     bus.release.set()
     assert (await submitting).created
-    assert len(bus.on(Queue.SCHEDULER)) == 1
+    assert len(bus.on(INVENTORY)) == 1
 
 
 async def test_health_names_the_bus_that_does_not_answer_within_the_probe_timeout(

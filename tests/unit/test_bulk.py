@@ -130,8 +130,10 @@ async def test_a_run_takes_no_more_actions_than_its_budget_allows_at_the_jobs_pa
     """At 0.5 actions/s a 20 s run has room for 10 actions; a page of 30 would take 60 s
     and run far past the budget (and the lease of the run, see bulk_lease)."""
     world = World()
-    for i in range(30):
-        await submit_order(world.deps(), an_order(f"p-{i:02d}", clock=world.clock))
+    for i in range(30):  # Pending: not claimed at intake, as past its burst
+        await submit_order(
+            world.deps(claim_at_intake=False), an_order(f"p-{i:02d}", clock=world.clock)
+        )
     deps = bulk(world, per_second=0.5)
     job = await start_job(deps, BulkRequest(BulkAction.SUSPEND, PENDING), "ops")
     started = world.clock.now()
@@ -269,7 +271,7 @@ async def test_two_identical_jobs_at_once_each_account_for_every_order_it_matche
 
 async def test_suspend_then_resume_in_bulk_and_a_job_that_matches_nothing_is_done() -> None:
     world = World()
-    deps_p = world.deps()
+    deps_p = world.deps(claim_at_intake=False)  # Pending orders, as past the intake's burst
     for i in range(4):
         await submit_order(deps_p, replace(an_order(f"p-{i}", clock=world.clock)))
     deps = bulk(world)

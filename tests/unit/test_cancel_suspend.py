@@ -36,9 +36,9 @@ def statuses(world: World, order_id: str = "o-1") -> list[str]:
 
 
 async def claimed(world: World, order_id: str = "o-1") -> None:
+    """Stored already claimed, as the composed app's intake does: no nudge."""
     await submit_order(world.deps(), an_order(order_id))
-    world.bus.take(Queue.SCHEDULER)
-    assert await scheduler.on_nudge(world.deps(), order_id) is Handled.APPLIED
+    assert world.bus.on(Queue.SCHEDULER) == []
 
 
 async def complete_steps(world: World, n: int) -> Outgoing | None:
@@ -78,8 +78,8 @@ async def load(world: World, order_id: str = "o-1") -> OrderProcess:
 
 
 async def test_cancel_of_a_pending_order_dispatches_nothing_and_ends_cancelled() -> None:
-    world = World()
-    await submit_order(world.deps(), an_order("o-1"))
+    world = World()  # not claimed at intake, as past the intake's burst
+    await submit_order(world.deps(claim_at_intake=False), an_order("o-1"))
     answer = await cancel_order(world.deps(), "o-1", "op", "customer asked")
     assert answer.state.process_state is ProcessState.PENDING
     assert answer.state.cancel_requested

@@ -21,6 +21,7 @@ from shared.usecases.operations.operator import resume_order, suspend_order
 from tests.builders import World, a_reply, an_order
 
 AGENTS = {agent_queue(a) for a in ("inventory", "payment", "shipping")}
+INVENTORY = agent_queue("inventory")
 
 
 @dataclass
@@ -30,14 +31,19 @@ class Shop(World):
     claimed: list[str] = field(default_factory=list)
     _customers: Customers | None = None
 
-    def deps(self, instance_id: str = "scheduler-1") -> ProcessDeps:
+    def deps(
+        self, instance_id: str = "scheduler-1", *, claim_at_intake: bool = True
+    ) -> ProcessDeps:
         """One Customers for the shop, as one instance builds it once."""
         if self._customers is None and self.rules is not None:
             self._customers = Customers(self.ledger, self.rules)
-        return replace(super().deps(instance_id), customers=self._customers)
+        deps = super().deps(instance_id, claim_at_intake=claim_at_intake)
+        return replace(deps, customers=self._customers)
 
     async def submit(self, customer: str, order_id: str) -> None:
-        await submit_order(self.deps(), order(customer, order_id))
+        submitted = await submit_order(self.deps(), order(customer, order_id))
+        if submitted.created and submitted.process_state is ProcessState.PROCESSING:
+            self.claimed.append(order_id)  # claimed at intake: its turn had come
 
     async def pump(self, limit: int = 10_000) -> None:
         """Deliver every message in the order it was sent, one at a time, like one lane of
@@ -101,11 +107,12 @@ async def test_an_order_waiting_in_line_is_not_checked_before_its_hold() -> None
     await shop.submit("A", "a-1")
     waiting = await shop.store.load("a-1")
     assert waiting is not None
-    assert [m.body["orderId"] for m in shop.bus.on(Queue.SCHEDULER)] == ["a-0"]
+    assert [m.body["orderId"] for m in shop.bus.on(INVENTORY)] == ["a-0"]  # claimed at intake
+    assert shop.bus.on(Queue.SCHEDULER) == []
     assert waiting.state.complete_by is not None
     shop.clock.advance(61)  # past the Pending timeout: still in line
     report = await sweep(shop.deps())
-    assert "a-1" not in report.recovered_orders  # a-0 is, its nudge was never taken
+    assert "a-1" not in report.recovered_orders  # a-0 is, its request never answered
     assert await shop.state("a-1") is ProcessState.PENDING
 
 
@@ -153,7 +160,7 @@ async def test_over_the_quota_nothing_is_stored_and_the_id_is_taken_once_below()
     await shop.pump()  # A's orders finish: the count goes down
     assert await shop.ledger.loads(10) == ()
     await shop.submit("A", "a-2")
-    assert await shop.state("a-2") is ProcessState.PENDING
+    assert await shop.state("a-2") is ProcessState.PROCESSING
 
 
 async def test_a_refused_customer_is_refused_again_from_memory_for_a_moment() -> None:
@@ -186,14 +193,12 @@ async def test_a_refused_customer_is_refused_again_from_memory_for_a_moment() ->
     assert entered[-1] == "a-4"  # the moment passed: the ledger is asked again
     await shop.pump()  # A's orders end here: this instance's leave forgets the refusal
     await shop.submit("A", "a-5")
-    assert await shop.state("a-5") is ProcessState.PENDING
+    assert await shop.state("a-5") is ProcessState.PROCESSING
 
 
 async def test_the_count_goes_down_when_an_order_rests_and_up_when_it_moves_again() -> None:
     shop = Shop(rules=CustomerPolicy(max_pending=5))
-    await shop.submit("A", "a-0")
-    shop.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(shop.deps(), "a-0")
+    await shop.submit("A", "a-0")  # claimed at intake
     assert await shop.ledger.loads(10) == (("A", CustomerLoad(running=1)),)
     await suspend_order(shop.deps(), "a-0", "ops")
     assert await shop.ledger.loads(10) == ()
@@ -283,6 +288,37 @@ async def test_a_promotion_whose_nudge_was_lost_is_nudged_at_its_recheck() -> No
     shop.bus.send = original_send  # type: ignore[method-assign]
     assert await shop.state("a-1") is ProcessState.PENDING
     shop.clock.advance(61)
+    await sweep(shop.deps())
+    await shop.pump()
+    assert await shop.state("a-1") is ProcessState.PROCESSED
+
+
+async def test_a_promotion_before_the_create_keeps_its_early_check() -> None:
+    """Found by a chaos run (1,000 orders, `c1-f242-00778` waited its whole hold): the
+    customer's running order came to rest between a waiting order's ledger entry and its
+    create. The promotion moved the waiting order's check up and sent its nudge, which
+    found no order yet (dead-lettered); then the intake's own write of the hold replaced
+    the promotion's check, so nothing looked at the order for 10 minutes."""
+    shop = Shop(rules=CustomerPolicy(fair_share=1))
+    await shop.submit("A", "a-0")
+    entered = shop.ledger.enter
+    lost: list[scheduler.Handled] = []
+
+    async def a_0_rests_meanwhile(customer, order_id, *args, **kwargs):  # type: ignore[no-untyped-def]
+        admitted = await entered(customer, order_id, *args, **kwargs)
+        if order_id == "a-1":
+            await suspend_order(shop.deps(), "a-0", "ops")  # its leave promotes a-1
+            for nudge in shop.bus.take(Queue.SCHEDULER):
+                if nudge.message_id == "nudge:a-1:fair-share":
+                    lost.append(await scheduler.on_nudge(shop.deps(), "a-1", nudge.message_id))
+        return admitted
+
+    shop.ledger.enter = a_0_rests_meanwhile  # type: ignore[method-assign]
+    await shop.submit("A", "a-1")
+    shop.ledger.enter = entered  # type: ignore[method-assign]
+    assert lost == [scheduler.Handled.UNKNOWN_ORDER], "the promotion's nudge came too early"
+    assert await shop.state("a-1") is ProcessState.PENDING
+    shop.clock.advance(31)  # the promotion's check, long before the hold
     await sweep(shop.deps())
     await shop.pump()
     assert await shop.state("a-1") is ProcessState.PROCESSED

@@ -84,7 +84,8 @@ async def stored(world: World, order_id: str) -> OrderProcess:
 async def test_pending_order_is_nudged_again_without_counting_however_long_it_waits() -> None:
     world = World(policy=a_policy(max_failure_count=2))
     world.bus.fail_next = DOWN
-    await submit_order(world.deps(), an_order("o-1"))  # stored; its nudge not sent
+    pending = world.deps(claim_at_intake=False)  # as past the intake's burst
+    await submit_order(pending, an_order("o-1"))  # stored; its nudge not sent
     for _ in range(5):  # many pending timeouts: more than MaxFailureCount of them
         world.clock.advance(61)
         await sweep(world.deps())
@@ -123,7 +124,7 @@ async def test_only_a_running_step_past_its_complete_by_counts() -> None:
 
 async def test_a_dispatch_whose_send_failed_does_not_count() -> None:
     world = World(policy=a_policy(max_failure_count=1))
-    await submit_order(world.deps(), an_order("o-1"))
+    await submit_order(world.deps(claim_at_intake=False), an_order("o-1"))  # the Scheduler's
     world.bus.take(Queue.SCHEDULER)
     world.bus.fail_next = 1
     with pytest.raises(BusUnavailable):
@@ -168,8 +169,8 @@ async def test_a_next_step_whose_send_failed_goes_out_again_uncounted() -> None:
 async def test_sweep_stops_starting_checks_at_its_budget_and_leaves_the_rest_due() -> None:
     clock = FakeClock()
     world = World(clock=clock, store=SlowStore(clock, 1.0))
-    for i in range(6):
-        await submit_order(world.deps(), an_order(f"o-{i}"))
+    for i in range(6):  # Pending, as past the intake's burst
+        await submit_order(world.deps(claim_at_intake=False), an_order(f"o-{i}"))
     clock.advance(61)
     report = await sweep(world.deps(), concurrency=1, budget=timedelta(seconds=2))
     assert report.requeued == 2 and report.deferred == 4

@@ -23,7 +23,7 @@ shared/domain/machine/settle.py), and passes since.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import pytest
@@ -407,7 +407,8 @@ async def test_finding_2b_a_partly_sent_claim_is_not_taken_for_never_sent(cut: s
     bus = PartialBus()
     services = Services(World(bus=bus))
     services.held_steps.add("reserve-inventory")
-    await submit_order(services.deps(), an_order("o-1", clock=services.world.clock))
+    nudged = replace(services.deps(), claim_at_intake=False)  # the Scheduler's claim
+    await submit_order(nudged, an_order("o-1", clock=services.world.clock))
     (nudge,) = bus.take(Queue.SCHEDULER)
     bus.cut = cut
     with pytest.raises(BusUnavailable):

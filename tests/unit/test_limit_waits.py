@@ -245,8 +245,9 @@ async def test_an_undo_held_by_the_rate_limit_is_sent_and_never_counted() -> Non
 
 
 async def test_a_carried_slot_is_taken_while_usable_and_booked_again_once_past_its_margin() -> None:
-    """A handed-back request carries its slot: on time, its call books nothing; late by
-    more than the spacing margin, it books another (a late slot could crowd the next)."""
+    """A handed-back request carries its slot: on time, its call books nothing (it only
+    claims the slot); late by more than the slot allows, it books another (started
+    late, it could crowd the slots after it into one second)."""
     world = World(policy=policy())
     for order_id in ("o-1", "o-2"):
         await submit_order(world.deps(), an_order(order_id))
@@ -260,8 +261,34 @@ async def test_a_carried_slot_is_taken_while_usable_and_booked_again_once_past_i
     now = world.clock.now()
 
     assert await perform_step(agent, replace(on_time, start_at=now)) is Performed.SUCCEEDED
-    assert limits.operations["write"] == 0
+    assert await limits.schedule(AGENT) is None, "no slot booked"
     stale = replace(late, start_at=now - seconds(0.5))
     assert await perform_step(agent, stale) is Performed.SUCCEEDED
-    assert limits.operations["write"] == 1
+    assert await limits.schedule(AGENT) is not None
     assert calls == ["o-1:reserve-inventory", "o-2:reserve-inventory"]
+
+
+async def test_a_handed_back_request_delivered_twice_uses_its_slot_once() -> None:
+    """The broker delivers at least once: two copies of one handed-back request carry one
+    slot, perhaps to two instances. Both calling in it would be two calls in one slot,
+    one past the limit when the schedule is full; the first copy claims the slot, the
+    second books its own."""
+    world = World(policy=policy())
+    await submit_order(world.deps(), an_order("o-1"))
+    await scheduler.on_nudge(world.deps(), "o-1")
+    (request,) = (
+        AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
+    )
+    limits = InMemoryLimitStore()
+    calls: list[str] = []
+    instances = [await limited_agent(world, calls, limits) for _ in range(2)]
+    now = world.clock.now()
+    copy = replace(request, start_at=now)
+
+    for agent in instances:
+        assert await perform_step(agent, copy) is Performed.SUCCEEDED
+
+    booked = await limits.schedule(AGENT)
+    assert booked is not None, "the second copy booked a slot of its own"
+    assert booked.next_start == now + seconds(0.21), "one gap at 5/s"
+    assert calls == ["o-1:reserve-inventory"] * 2

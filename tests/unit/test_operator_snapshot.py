@@ -46,7 +46,7 @@ async def test_a_short_page_with_a_token_is_a_lower_bound_and_each_rest_reads_on
     snapshot = await operator_snapshot(world.deps(), InMemoryHealthStore(), count_cap=10)
     counts = {c.state: (c.count, c.capped) for c in snapshot.counts}
     assert counts[ProcessState.ERROR] == (1, True)
-    assert counts[ProcessState.PENDING] == (3, False)
+    assert counts[ProcessState.PROCESSING] == (3, False)  # claimed at intake
     assert sorted(world.store.sizes) == sorted(
         [("watch", 3 * 11), *((s.value, 11) for s in ProcessState if s.is_at_rest)]
     )
@@ -58,8 +58,8 @@ async def test_in_flight_counts_past_the_watch_lists_read_say_so() -> None:
         await submit_order(world.deps(), an_order(f"o-{n}"))
     snapshot = await operator_snapshot(world.deps(), InMemoryHealthStore(), count_cap=2)
     counts = {c.state: (c.count, c.capped) for c in snapshot.counts}
-    assert counts[ProcessState.PENDING] == (2, True)
-    assert counts[ProcessState.PROCESSING] == (0, True)  # the unread entries may be
+    assert counts[ProcessState.PROCESSING] == (2, True)  # claimed at intake
+    assert counts[ProcessState.PENDING] == (0, True)  # the unread entries may be
     assert counts[ProcessState.PROCESSED] == (0, False)
 
 

@@ -38,16 +38,15 @@ def statuses(world: World, order_id: str) -> list[str]:
 
 
 async def submit_and_claim(world: World, order_id: str = "o-1") -> str:
+    """Stored already claimed, as the composed app's intake does: no nudge."""
     await submit_order(world.deps(), an_order(order_id))
-    nudges = world.bus.take(Queue.SCHEDULER)
-    assert [n.body["orderId"] for n in nudges] == [order_id]
-    assert await scheduler.on_nudge(world.deps(), order_id) is Handled.APPLIED
+    assert world.bus.on(Queue.SCHEDULER) == []
     return order_id
 
 
 async def test_submission_stores_pending_order_with_not_started_steps_and_nudges() -> None:
-    world = World()
-    result = await submit_order(world.deps(), an_order("o-1"))
+    world = World()  # an order not claimed at intake, as past the intake's burst
+    result = await submit_order(world.deps(claim_at_intake=False), an_order("o-1"))
     stored = await world.store.load("o-1")
     assert result.created and stored is not None
     assert stored.state.process_state is ProcessState.PENDING
@@ -64,7 +63,7 @@ async def test_same_order_twice_is_one_order_and_a_different_body_conflicts() ->
     await submit_order(world.deps(), an_order("o-1", fingerprint="a"))
     again = await submit_order(world.deps(), an_order("o-1", fingerprint="a"))
     assert not again.created
-    assert len(world.bus.on(Queue.SCHEDULER)) == 1  # the repeat nudge is the same message id
+    assert len(agent_requests(world)) == 1  # the repeat request is the same message id
     with pytest.raises(OrderConflict):
         await submit_order(world.deps(), an_order("o-1", fingerprint="b"))
 
@@ -310,7 +309,8 @@ async def test_notifications_go_to_the_orders_reply_queue() -> None:
     world = World()
     await submit_order(world.deps(), an_order("o-1", reply_to="client-a"))
     assert [m.body["status"] for m in world.bus.on("client-a")] == [
-        NotificationStatus.RECEIVED.value
+        NotificationStatus.RECEIVED.value,
+        NotificationStatus.PROCESSING.value,
     ]
 
 

@@ -32,9 +32,8 @@ def agent_requests(world: World) -> list[Outgoing]:
 
 async def test_an_order_goes_through_the_scheduler_without_a_read_after_intake() -> None:
     world, cache = World(), ProcessCache()
-    await submit_order(cached(world, cache), an_order("o-1"))
+    await submit_order(cached(world, cache), an_order("o-1"))  # claimed at intake
     reads = world.store.operations["read"]
-    assert await scheduler.on_nudge(cached(world, cache), "o-1") is Handled.APPLIED
     for _ in range(3):
         (request,) = agent_requests(world)
         assert await scheduler.on_reply(cached(world, cache), a_reply(request)) is Handled.APPLIED
@@ -48,7 +47,6 @@ async def test_an_order_goes_through_the_scheduler_without_a_read_after_intake()
 async def test_a_copy_another_instance_moved_on_loses_its_write_and_is_read_again() -> None:
     world, mine, theirs = World(), ProcessCache(), ProcessCache()
     await submit_order(cached(world, mine), an_order("o-1"))
-    await scheduler.on_nudge(cached(world, mine), "o-1")
     stale = mine.get("o-1")
     (inventory,) = agent_requests(world)
     other = cached(world, theirs, "scheduler-2")
@@ -68,7 +66,6 @@ async def test_a_copy_another_instance_moved_on_loses_its_write_and_is_read_agai
 async def test_a_conditional_write_on_a_stale_copy_is_refused_then_decided_afresh() -> None:
     world, mine = World(), ProcessCache()
     await submit_order(cached(world, mine), an_order("o-1"))
-    await scheduler.on_nudge(cached(world, mine), "o-1")
     (first,) = agent_requests(world)
     stale = mine.get("o-1")
     world.clock.advance(31)
@@ -88,7 +85,6 @@ async def test_a_conditional_write_on_a_stale_copy_is_refused_then_decided_afres
 async def test_nothing_to_do_on_a_copy_is_checked_against_a_fresh_read() -> None:
     world, mine = World(), ProcessCache()
     await submit_order(cached(world, mine), an_order("o-1"))
-    await scheduler.on_nudge(cached(world, mine), "o-1")
     (first,) = agent_requests(world)
     world.clock.advance(31)
     await sweep(world.deps())
@@ -104,7 +100,6 @@ async def test_nothing_to_do_on_a_copy_is_checked_against_a_fresh_read() -> None
 async def test_two_instances_with_the_same_copy_have_one_winner() -> None:
     world, a, b = World(), ProcessCache(), ProcessCache()
     await submit_order(cached(world, a), an_order("o-1"))
-    await scheduler.on_nudge(cached(world, a), "o-1")
     copy = a.get("o-1")
     assert copy is not None
     b.put(copy)

@@ -22,15 +22,16 @@ from shared.domain.in_doubt import (
 )
 from shared.domain.machine import forward
 from shared.domain.messages import AgentRequest
-from shared.domain.model import JsonObject, OrderProcess, ProcessState, StepStatus
+from shared.domain.model import JsonObject, OrderProcess, Phase, ProcessState, StepStatus
 from shared.domain.reconcile import Expect, Verdict
 from shared.domain.rest_index import rest_entry
+from shared.domain.workflow import Workflow
 from shared.ports import RemoteCall
 from shared.resilience import CircuitBreaker
 from shared.usecases.flow.outcomes import Asked, OutcomeQueries
 from shared.usecases.operations.reconcile import Reconciler
 from tests.builders import a_policy, an_order
-from tests.workflows import CATALOGUE, ORDER_FULFILMENT
+from tests.workflows import CATALOGUE, EXPRESS_DELIVERY, ORDER_FULFILMENT
 
 APPLIED = RemoteOutcome.applied({"ref": "r"})
 UNKNOWN = RemoteOutcome.unknown("circuit open")
@@ -90,9 +91,10 @@ def charge(state: ProcessState) -> rules.StepCheck:
     return rules.checks(finished(state), ORDER_FULFILMENT)[1]
 
 
-def test_only_finished_orders_and_dispatched_steps_are_checked() -> None:
-    assert rules.checks(finished(ProcessState.ERROR), ORDER_FULFILMENT) == ()
+def test_only_orders_at_rest_and_dispatched_steps_are_checked() -> None:
     assert rules.checks(finished(ProcessState.PROCESSING), ORDER_FULFILMENT) == ()
+    assert rules.checks(finished(ProcessState.COMPENSATING), ORDER_FULFILMENT) == ()
+    assert rules.checks(finished(ProcessState.PENDING), ORDER_FULFILMENT) == ()
     partly = rules.checks(finished(ProcessState.COMPENSATED, dispatched=2), ORDER_FULFILMENT)
     assert [(c.step, c.agent, c.expect) for c in partly] == [
         ("reserve-inventory", "inventory", Expect.UNDONE),
@@ -225,12 +227,14 @@ class Setup:
             catalogue=CATALOGUE,
         )
 
-    async def add(self, process: OrderProcess, applied: bool = True) -> None:
+    async def add(
+        self, process: OrderProcess, applied: bool = True, workflow: Workflow = ORDER_FULFILMENT
+    ) -> None:
         await self.store.create(process, ())
         if process.state.process_state.is_at_rest:
-            await self.store.put_rest(rest_entry(process, ORDER_FULFILMENT))
+            await self.store.put_rest(rest_entry(process, workflow))
         if applied:
-            for c in rules.checks(process, ORDER_FULFILMENT):
+            for c in rules.checks(process, workflow):
                 if c.expect is Expect.APPLIED:
                     self.ledger.said[c.do_key] = APPLIED
                 elif c.undo_key:
@@ -242,10 +246,11 @@ async def test_a_run_alerts_on_each_mismatch_and_keeps_the_run() -> None:
     await s.add(finished(ProcessState.PROCESSED, "a-ok"))
     await s.add(finished(ProcessState.PROCESSED, "b-missing"), applied=False)
     await s.add(finished(ProcessState.COMPENSATED, "c-undone"))
-    await s.add(finished(ProcessState.ERROR, "d-error"), applied=False)
+    await s.add(finished(ProcessState.ERROR, "d-error"))  # held: its done steps are checked
+    await s.add(finished(ProcessState.PROCESSING, "e-running"), applied=False)
     run = await s.reconciler().run()
-    assert run.orders == 3
-    assert run.queries == 9
+    assert run.orders == 4
+    assert run.queries == 11
     assert [(m.order_id, m.step) for m in run.mismatches] == [
         ("b-missing", "reserve-inventory"),
         ("b-missing", "charge-payment"),
@@ -471,3 +476,221 @@ async def test_an_undo_is_built_when_sent_and_a_later_run_sends_it_again() -> No
     assert request.complete_by > sent_at, "its whole step timeout ahead of the send"
     assert undos[0].message_id != undos[1].message_id
     assert undos[0].body["idempotencyKey"] == undos[1].body["idempotencyKey"] == REFUND
+
+
+NOTHING = RemoteOutcome.applied({"undone": False, "reason": "nothing-to-undo"})
+"""An undo key's answer when the undo found its do not applied (docs/contract.md 8.1)."""
+HEAL = "o-1:refund-payment:heal"
+HEALED = RemoteOutcome.applied({"refunded": True, "paymentId": "p-1"})
+
+
+@pytest.mark.parametrize("state", [ProcessState.COMPENSATED, ProcessState.CANCELLED])
+@pytest.mark.parametrize(
+    ("do", "heal", "expected", "asked"),
+    [
+        (APPLIED, None, Verdict.MISMATCH, 3),
+        (APPLIED, NEVER_SEEN, Verdict.MISMATCH, 3),
+        (APPLIED, NOTHING, Verdict.MISMATCH, 3),
+        (APPLIED, HEALED, Verdict.MATCH, 3),
+        (APPLIED, UNKNOWN, Verdict.UNKNOWN, 3),
+        (NOT_APPLIED, None, Verdict.MATCH, 2),
+        (NEVER_SEEN, None, Verdict.MATCH, 2),
+        (UNKNOWN, None, Verdict.UNKNOWN, 2),
+    ],
+)
+def test_an_undo_that_found_nothing_to_undo_is_no_undo_of_a_do_applied_after_it(
+    state: ProcessState,
+    do: RemoteOutcome,
+    heal: RemoteOutcome | None,
+    expected: Verdict,
+    asked: int,
+) -> None:
+    """The chaos run's order c1-9748-00175: the charge's request held on the network, its
+    key expired, the cancel's refund found nothing to undo, then the charge applied. The
+    refund key's record is no undo of that charge, so the charge key is asked, and the
+    heal key's answer is what says whether reconciliation has undone it since."""
+    said = {REFUND: NOTHING, CHARGE: do, **({HEAL: heal} if heal else {})}
+    verdict, keys, mismatch = judge(charge(state), said)
+    assert verdict is expected
+    assert keys == [REFUND, CHARGE, HEAL][:asked]
+    if expected is Verdict.MISMATCH:
+        assert mismatch is not None and mismatch.reason == "reconciliation-mismatch"
+        assert mismatch.found.startswith(
+            f"applied, its undo key {REFUND} found nothing to undo, its heal key {HEAL} "
+        )
+    else:
+        assert mismatch is None
+
+
+def test_the_heal_of_a_do_applied_after_its_undo_found_nothing_goes_under_its_own_key() -> None:
+    check = charge(ProcessState.CANCELLED)
+    process = finished(ProcessState.CANCELLED)
+    said = _at(check.agent, {REFUND: NOTHING, CHARGE: RemoteOutcome.applied({"ref": "p-1"})})
+    answers = ask_all(check, said)
+    now = FakeClock().now()
+
+    (undo,) = rules.heals(process, ORDER_FULFILMENT, a_policy(), check, answers, now)
+
+    request = AgentRequest.parse(json.dumps(undo.body))
+    assert queue_of(undo.destination) == agent_queue(check.agent)
+    assert (request.idempotency_key, request.undoes) == (HEAL, CHARGE)
+    assert request.payload == {"result": {"ref": "p-1"}}
+    assert rules.heal_key(REFUND) == HEAL != REFUND
+    again = rules.heals(process, ORDER_FULFILMENT, a_policy(), check, answers, now)
+    assert [AgentRequest.parse(json.dumps(u.body)).idempotency_key for u in again] == [HEAL]
+
+
+def test_an_effect_at_another_provider_whose_undo_found_nothing_is_healed_there() -> None:
+    check = charged(ProcessState.PROCESSED)
+    said = {
+        ("payment-secondary", CHARGE): APPLIED,
+        ("payment", CHARGE): APPLIED,
+        ("payment", REFUND): NOTHING,
+    }
+    verdict, questions, found = judge_all(check, said)
+    assert verdict is Verdict.MISMATCH
+    assert [k for a, k in questions if a == "payment"] == [CHARGE, REFUND, HEAL]
+    assert [(m.agent, m.reason) for m in found] == [("payment", "applied-at-two-providers")]
+    process = failed_over(ProcessState.PROCESSED)
+    answers = ask_all(check, said)
+    (undo,) = rules.heals(process, ORDER_FULFILMENT, a_policy(), check, answers, FakeClock().now())
+    assert undo.body["idempotencyKey"] == HEAL
+    healed = {**said, ("payment", HEAL): HEALED}
+    assert judge_all(check, healed)[0] is Verdict.MATCH
+
+
+async def test_a_run_heals_a_charge_applied_after_its_refund_found_nothing() -> None:
+    """Through the run on the in-memory fakes: the first run alerts and sends the heal
+    under its own key; once the provider has applied it, the next run finds the order
+    right and sends nothing more."""
+    s = Setup()
+    await s.add(finished(ProcessState.CANCELLED))
+    s.ledger.said[REFUND] = NOTHING
+    s.ledger.said[CHARGE] = RemoteOutcome.applied({"ref": "p-1"})
+
+    first = await s.reconciler().run()
+
+    assert [(m.step, m.agent, m.reason) for m in first.mismatches] == [
+        ("charge-payment", "payment-secondary", "reconciliation-mismatch")
+    ]
+    undos = [m for m in s.bus.sent if queue_of(m.destination) != Queue.OPERATOR_ALERTS]
+    assert [(queue_of(m.destination), m.body["idempotencyKey"]) for m in undos] == [
+        (agent_queue("payment-secondary"), HEAL)
+    ]
+    assert undos[0].body["undoes"] == CHARGE
+    charge_asked = [k for k in s.ledger.asked if k.endswith(("payment", "payment:heal"))]
+    assert charge_asked == [REFUND, CHARGE, HEAL]
+
+    s.ledger.said[HEAL] = HEALED
+    s.clock.advance(3600)
+    sent = len(s.bus.sent)
+    second = await s.reconciler().run()
+
+    assert (second.mismatches, second.unknown, len(s.bus.sent)) == ((), 0, sent)
+
+
+EXPRESS_AGENTS = ("inventory", "payment-secondary", "shipping", "notifications")
+
+
+def held_past_pivot(
+    state: ProcessState = ProcessState.ERROR,
+    statuses: tuple[StepStatus, ...] = (
+        StepStatus.COMPLETED,
+        StepStatus.COMPLETED,
+        StepStatus.COMPLETED,
+        StepStatus.FAILED,
+    ),
+    current: int = 3,
+    phase: Phase = Phase.FORWARD,
+) -> OrderProcess:
+    """The chaos run's order: express-delivery held past its pivot (shipped, the
+    notification failed). Its charge went to payment first (no abandon there: the key
+    settled not applied once its live time passed), then to payment-secondary, which
+    holds it; the request held on the network reached payment later and applied."""
+    clock = FakeClock()
+    process = forward.start(an_order("o-1", clock=clock), EXPRESS_DELIVERY, clock.now()).process
+    steps = [
+        replace(s, agent=agent, status=status)
+        for s, agent, status in zip(process.steps, EXPRESS_AGENTS, statuses, strict=True)
+    ]
+    steps[1] = replace(steps[1], tried=("payment", "payment-secondary"))
+    return replace(
+        process,
+        steps=tuple(steps),
+        state=replace(
+            process.state,
+            process_state=state,
+            current_step=current,
+            phase=phase,
+            attempt=4,
+            updated_at=clock.now(),
+        ),
+    )
+
+
+@pytest.mark.parametrize("state", [ProcessState.ERROR, ProcessState.SUSPENDED])
+def test_a_held_order_is_checked_for_its_completed_steps_only(state: ProcessState) -> None:
+    checks = rules.checks(held_past_pivot(state), EXPRESS_DELIVERY)
+    assert [(c.step, c.agent, c.providers, c.expect) for c in checks] == [
+        ("reserve-inventory", "inventory", ("inventory",), Expect.APPLIED),
+        ("charge-payment", "payment-secondary", ("payment-secondary", "payment"), Expect.APPLIED),
+        ("create-shipment", "shipping", ("shipping",), Expect.APPLIED),
+    ], "not the failed step, which the order still owns (a resubmit retries it)"
+
+
+def test_a_held_order_undoing_its_steps_leaves_the_step_it_is_undoing_alone() -> None:
+    """Held while compensating: what it undid is checked as undone, what it has still to
+    undo as in force at its holder, and the step whose undo it awaits not at all (an undo
+    sent by reconciliation would answer for it)."""
+    process = finished(ProcessState.ERROR)
+    statuses = (StepStatus.COMPLETED, StepStatus.COMPLETED, StepStatus.COMPENSATED)
+    steps = tuple(replace(s, status=t) for s, t in zip(process.steps, statuses, strict=True))
+    state = replace(process.state, current_step=1, phase=Phase.COMPENSATE)
+    undoing = replace(process, steps=steps, state=state)
+    assert [(c.step, c.expect) for c in rules.checks(undoing, ORDER_FULFILMENT)] == [
+        ("reserve-inventory", Expect.APPLIED),
+        ("create-shipment", Expect.UNDONE),
+    ]
+
+
+def test_a_charge_at_two_providers_on_an_order_held_past_its_pivot_is_undone_at_the_extra() -> None:
+    process = held_past_pivot()
+    (_, check, _) = rules.checks(process, EXPRESS_DELIVERY)
+    said = {
+        ("payment-secondary", CHARGE): APPLIED,
+        ("payment", CHARGE): RemoteOutcome.applied({"ref": "p-1"}),
+    }
+    answers = ask_all(check, said)
+    assert rules.verdict(check, answers) is Verdict.MISMATCH
+    (found,) = rules.mismatches(check, answers)
+    assert (found.agent, found.reason) == ("payment", "applied-at-two-providers")
+    assert found.message.startswith("Error order o-1: charge-payment at payment:")
+    (undo,) = rules.heals(process, EXPRESS_DELIVERY, a_policy(), check, answers, FakeClock().now())
+    assert queue_of(undo.destination) == agent_queue("payment")
+    assert (undo.body["idempotencyKey"], undo.body["undoes"]) == (REFUND, CHARGE)
+
+
+async def test_reconciliation_heals_an_order_held_in_error_past_its_pivot() -> None:
+    """Found by a chaos run (1,000 orders): such an order was never checked, since
+    reconciliation sampled finished orders only, and one held in Error may wait days
+    for an operator. Its charge stays at the provider that holds it; the one at payment
+    is alerted and undone; nothing goes to any provider for the step it still owns."""
+    s = Setup(own={"payment": Ledger({CHARGE: RemoteOutcome.applied({"ref": "p-1"})})})
+    await s.add(held_past_pivot(), workflow=EXPRESS_DELIVERY)
+    run = await s.reconciler().run()
+    assert run.orders == 1
+    assert [(m.state, m.step, m.agent, m.reason) for m in run.mismatches] == [
+        (ProcessState.ERROR, "charge-payment", "payment", "applied-at-two-providers")
+    ]
+    assert "o-1:notify-customer" not in s.ledger.asked
+    alerts = [m for m in s.bus.sent if queue_of(m.destination) == Queue.OPERATOR_ALERTS]
+    assert [a.body["reason"] for a in alerts] == ["applied-at-two-providers"]
+    undos = [m for m in s.bus.sent if queue_of(m.destination) != Queue.OPERATOR_ALERTS]
+    assert [(queue_of(m.destination), m.body["undoes"]) for m in undos] == [
+        (agent_queue("payment"), CHARGE)
+    ]
+    assert undos[0].body["payload"] == {"result": {"ref": "p-1"}}
+
+    s.own["payment"].said[REFUND] = APPLIED  # the undo applied there
+    again = await s.reconciler().run()
+    assert (again.orders, again.mismatches) == (1, ())

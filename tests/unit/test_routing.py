@@ -278,11 +278,18 @@ async def test_high_priority_orders_use_the_high_lanes_with_a_tighter_complete_b
 
 async def test_the_claim_sends_the_agent_request_before_the_processing_notification() -> None:
     world = World()
-    deps = world.deps()
+    deps = world.deps(claim_at_intake=False)  # the Scheduler's claim
     await submit_order(deps, an_order("o-1", clock=world.clock))
     world.bus.sent.clear()
     await scheduler.on_nudge(deps, "o-1")
     assert [m.queue for m in world.bus.sent] == [agent_queue("inventory"), Queue.ORDER_STATUS]
+    world.bus.sent.clear()
+    await submit_order(world.deps(), an_order("o-2", clock=world.clock))  # claimed at intake
+    assert [(m.queue, m.body.get("status")) for m in world.bus.sent] == [
+        (Queue.ORDER_STATUS, "Received"),
+        (agent_queue("inventory"), None),
+        (Queue.ORDER_STATUS, "Processing"),
+    ]
 
 
 async def test_routing_reads_health_once_per_refresh_and_keeps_the_last_on_failure() -> None:

@@ -9,11 +9,10 @@ import pytest
 from pydantic import ValidationError
 
 from shared.catalogue.schema import AgentModel
-from shared.contract import Queue, Setting
+from shared.contract import Setting
 from shared.domain.limits import AgentLimits
 from shared.domain.machine.transition import ProcessPolicy
 from shared.settings import ConfigurationError, Settings
-from shared.usecases.flow import scheduler
 from shared.usecases.flow.submission import submit_order
 from tests.builders import World, an_order
 from tests.workflows import CATALOGUE
@@ -68,9 +67,7 @@ async def test_a_request_is_live_until_its_complete_by_plus_the_configured_skew(
         {**LOCAL, Setting.CLOCK_SKEW_SECONDS: "12"}, catalogue=CATALOGUE
     ).policy
     world = World(policy=policy)
-    await submit_order(world.deps(), an_order("o-1", clock=world.clock))
-    (nudge,) = world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(world.deps(), "o-1", nudge.message_id)
+    await submit_order(world.deps(), an_order("o-1", clock=world.clock))  # claimed at intake
     process = await world.store.load("o-1")
     assert process is not None
     step = process.steps[0]

@@ -8,14 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from shared.contract import Queue
 from shared.domain.machine.operator import suspend
 from shared.domain.machine.transition import Transition
 from shared.domain.model import HistoryEntry, OrderProcess, ProcessState
 from shared.domain.rest_index import RestRange
 from shared.ports import BusUnavailable, ConcurrencyConflict, StoreUnavailable
-from shared.usecases.flow import scheduler
-from shared.usecases.flow.scheduler import Handled
 from shared.usecases.flow.submission import submit_order
 from shared.usecases.flow.supervisor import sweep
 from shared.usecases.flow.unit_of_work import UnitOfWork
@@ -45,9 +42,7 @@ class Crashing(World):
 
 
 async def in_flight(world: World) -> OrderProcess:
-    await submit_order(world.deps(), an_order("o-1"))
-    world.bus.take(Queue.SCHEDULER)
-    assert await scheduler.on_nudge(world.deps(), "o-1") is Handled.APPLIED
+    await submit_order(world.deps(), an_order("o-1"))  # claimed at intake
     process = await world.store.load("o-1")
     assert process is not None
     return process

@@ -34,7 +34,6 @@ REJECTED = {"approved": False, "by": "ana", "comment": "looks like fraud"}
 async def reach_review(world: World, order_id: str = "o-1") -> None:
     deps = world.deps()
     await submit_order(deps, an_order(order_id, clock=world.clock), workflow=REVIEWED_ORDER)
-    await scheduler.on_nudge(deps, order_id)
     (reserve,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(reserve))
 
@@ -357,7 +356,8 @@ async def test_an_operator_answers_the_approval_a_suspended_order_is_at_and_it_w
     )
     assert (await loaded(world)).steps[1].status is StepStatus.RUNNING
     await resume_order(deps, "o-1", "ops")
-    await nudges(world)
+    await nudges(world)  # the resume's nudge claims the order: the review waits again
+    await nudges(world)  # that wait's own nudge takes the kept answer
     process = await loaded(world)
     assert process.steps[1].status is StepStatus.COMPLETED
     with pytest.raises(NoApprovalWaiting):

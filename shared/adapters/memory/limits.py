@@ -8,13 +8,14 @@ import itertools
 from collections import Counter
 from datetime import datetime
 
-from shared.domain.limits import Schedule, SlotLease
+from shared.domain.limits import Claims, Schedule, SlotLease
 from shared.ports import ConcurrencyConflict
 
 
 class InMemoryLimitStore:
     def __init__(self) -> None:
         self._schedules: dict[str, Schedule] = {}
+        self._claims: dict[str, Claims] = {}
         self._leases: dict[tuple[str, int], SlotLease] = {}
         self._etags = itertools.count(1)
         self.operations: Counter[str] = Counter()
@@ -39,6 +40,25 @@ class InMemoryLimitStore:
             raise ConcurrencyConflict(f"rate row of {agent} changed")
         written = Schedule(next_start, self._etag())
         self._schedules[agent] = written
+        return written
+
+    async def claims(self, agent: str) -> Claims | None:
+        await asyncio.sleep(0)
+        self.operations["read"] += 1
+        return self._claims.get(agent)
+
+    async def put_claims(
+        self, agent: str, slots: tuple[datetime, ...], seen: Claims | None
+    ) -> Claims:
+        await asyncio.sleep(0)
+        self.operations["write"] += 1
+        current = self._claims.get(agent)
+        if (current is None) != (seen is None) or (
+            current is not None and seen is not None and current.etag != seen.etag
+        ):
+            raise ConcurrencyConflict(f"claimed slots of {agent} changed")
+        written = Claims(slots, self._etag())
+        self._claims[agent] = written
         return written
 
     async def leases(self, agent: str) -> tuple[SlotLease, ...]:

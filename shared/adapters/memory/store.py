@@ -115,14 +115,15 @@ class InMemoryStateStore:
         replace: bool,
         version: int = 0,
         customer: str = "",
-    ) -> bool:
+    ) -> str | None:
         await asyncio.sleep(0)
         self.operations["write"] += 1
         if replace or order_id not in self._watch:
-            self._watch[order_id] = (check_at, self._etag(), version)
+            etag = self._etag()
+            self._watch[order_id] = (check_at, etag, version)
             self._customers[order_id] = customer
-            return True
-        return False
+            return etag
+        return None
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
         await asyncio.sleep(0)
@@ -195,6 +196,16 @@ class InMemoryStateStore:
             if keys.holds(entries[key]):
                 chosen.append(entries[key])
         return RestPage(tuple(chosen), None)
+
+    async def unsharded_rest(
+        self, state: ProcessState, limit: int, continuation: str | None
+    ) -> RestPage:
+        """None: this store's index was never in another layout."""
+        await asyncio.sleep(0)
+        return RestPage((), None)
+
+    async def drop_unsharded_rest(self, entry: RestEntry) -> None:
+        await asyncio.sleep(0)
 
     async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
         await asyncio.sleep(0)

@@ -5,6 +5,9 @@ table or role:
 
 - `{agent}:rate`: the agent's rate schedule (`NextStart`), replaced If-Match on its ETag
   (inserted the first time: a second insert is refused, which is the same lost race);
+- `{agent}:claims`: the slots handed-back requests started calls in (`Slots`, epoch
+  microseconds), replaced If-Match like the schedule, so a request delivered twice
+  uses its carried slot once;
 - `{agent}:slot:{nnnn}`: one concurrency lease (`Holder`, `Expires`), inserted when the
   slot was never used, replaced If-Match when its lease expired, deleted If-Match when
   its call ends.
@@ -15,7 +18,7 @@ Each is one entity, so each change is one transaction; a conflict is a race lost
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from azure.core import MatchConditions
@@ -29,7 +32,7 @@ from azure.data.tables.aio import TableClient, TableServiceClient
 from shared.adapters.table.conditional import creating_table, put_row
 from shared.adapters.table.errors import refused_with, translated_errors
 from shared.adapters.table.rows import utc
-from shared.domain.limits import Schedule, SlotLease
+from shared.domain.limits import Claims, Schedule, SlotLease
 from shared.ports import ConcurrencyConflict
 
 LIMITS_PARTITION: Final = "~limits"
@@ -39,6 +42,10 @@ _lost = refused_with(ResourceExistsError, ResourceModifiedError, ResourceNotFoun
 
 def rate_key(agent: str) -> str:
     return f"{agent}:rate"
+
+
+def claims_key(agent: str) -> str:
+    return f"{agent}:claims"
 
 
 def slot_key(agent: str, slot: int) -> str:
@@ -75,6 +82,28 @@ class TableLimitStore:
         conflict = ConcurrencyConflict(f"rate row of {agent} changed")
         written = await self._put(entity, seen.etag if seen else None, conflict)
         return Schedule(next_start, str(written["etag"]))
+
+    async def claims(self, agent: str) -> Claims | None:
+        with translated_errors(where=f"table {self._table_name}: "):
+            try:
+                entity = await self._table.get_entity(LIMITS_PARTITION, claims_key(agent))
+            except ResourceNotFoundError:
+                return None
+        text = str(entity.get("Slots") or "")
+        slots = tuple(_from_us(int(us)) for us in text.split(",") if us)
+        return Claims(slots, str(entity.metadata["etag"]))
+
+    async def put_claims(
+        self, agent: str, slots: tuple[datetime, ...], seen: Claims | None
+    ) -> Claims:
+        entity = {
+            "PartitionKey": LIMITS_PARTITION,
+            "RowKey": claims_key(agent),
+            "Slots": ",".join(str(_to_us(slot)) for slot in slots),
+        }
+        conflict = ConcurrencyConflict(f"claimed slots of {agent} changed")
+        written = await self._put(entity, seen.etag if seen else None, conflict)
+        return Claims(slots, str(written["etag"]))
 
     async def leases(self, agent: str) -> tuple[SlotLease, ...]:
         found: list[SlotLease] = []
@@ -128,6 +157,20 @@ class TableLimitStore:
     ) -> _T:
         with translated_errors(conflict, when=_lost, where=f"table {self._table_name}: "):
             return await creating_table(self._service, self._table_name, operation)
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+
+
+def _to_us(moment: datetime) -> int:
+    """Whole microseconds since the epoch, exact both ways: a slot read back must equal
+    the one a request carries (its ISO text keeps microseconds)."""
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def _from_us(us: int) -> datetime:
+    return _EPOCH + us * _MICROSECOND
 
 
 def _to_lease(entity: Any) -> SlotLease:

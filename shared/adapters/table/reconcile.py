@@ -1,6 +1,6 @@
-"""Reconciliation on Azure Table Storage: the sample of finished orders, and the runs.
+"""Reconciliation on Azure Table Storage: the sample of orders at rest, and the runs.
 
-The sample reads the finished states' rest entries of the window's days
+The sample reads the rest states' entries of the window's days
 (shared/adapters/finished_sample.py), never a filter over every state row, then loads
 the sampled orders, since the check needs each step's agent.
 

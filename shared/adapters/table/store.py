@@ -329,7 +329,7 @@ class TableStateStore:
         replace: bool,
         version: int = 0,
         customer: str = "",
-    ) -> bool:
+    ) -> str | None:
         await self.ensure_table()
         entity: dict[str, Any] = {
             "PartitionKey": rows.watch_partition(order_id),
@@ -342,11 +342,11 @@ class TableStateStore:
         self.operations["write"] += 1
         with translated_errors(when=refused_with(ResourceExistsError)):
             if replace:
-                await self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+                written = await self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
             else:
-                await self._table.create_entity(entity)
-            return True
-        return False
+                written = await self._table.create_entity(entity)
+            return str(written["etag"])
+        return None
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
         """A merge of the keys alone: the service gives the entry a new ETag and changes
@@ -430,12 +430,24 @@ class TableStateStore:
     ) -> None:
         await self.ensure_table()
         self.operations["write"] += 1
-        await table_rest.drop(self._table, state, row_key(created_at, order_id), below)
+        await table_rest.drop(self._table, state, order_id, row_key(created_at, order_id), below)
 
     async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
         await self.ensure_table()
-        self.operations["query"] += 1
+        self.operations["query"] += len(table_rest.partitions(keys.state))
         return await table_rest.read(self._table, keys, limit, continuation)
+
+    async def unsharded_rest(
+        self, state: ProcessState, limit: int, continuation: str | None
+    ) -> RestPage:
+        await self.ensure_table()
+        self.operations["query"] += 1
+        return await table_rest.legacy_page(self._table, state, limit, continuation)
+
+    async def drop_unsharded_rest(self, entry: RestEntry) -> None:
+        await self.ensure_table()
+        self.operations["write"] += 1
+        await table_rest.drop_legacy(self._table, entry)
 
     async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
         entity = {

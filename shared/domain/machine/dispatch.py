@@ -297,12 +297,15 @@ def undo_at(
     attempt: int,
     result: JsonObject | None,
     now: datetime,
+    key: str | None = None,
 ) -> Outgoing:
     """The undo of a step's effect found in force where the order says none should be (a
     late success at a provider the order left, or reconciliation finding it), sent
     outside any compensation the order runs. Like every undo it names the do key it
     undoes, so the provider applies it only against that do applied there; `result` is
-    that provider's own, which is what its undo needs. The step must have a compensation."""
+    that provider's own, which is what its undo needs. The step must have a compensation.
+    `key` is the step's undo key unless given: reconciliation gives its own where that
+    key is spent (it found nothing to undo before the do applied: `reconcile.heal_key`)."""
     assert definition.compensation is not None
     request = AgentRequest(
         order_id=process.order_id,
@@ -310,7 +313,7 @@ def undo_at(
         action=Action.COMPENSATE,
         attempt=attempt,
         complete_by=now + policy.timeout(definition, process.order.priority),
-        idempotency_key=idempotency_key(process.order_id, definition.compensation),
+        idempotency_key=key or idempotency_key(process.order_id, definition.compensation),
         payload={"result": dict(result or {})},
         undoes=idempotency_key(process.order_id, definition.name),
         operation=definition.compensation,

@@ -57,19 +57,17 @@ def start_claimed(
     """The submission already claimed, in its one insert (issue #39): version 1 is what
     `start` and then the Scheduler's first `claim` would have stored as versions 1 and 2
     (attempt 1, `locked_by` the intake's instance, the first step dispatched or its wait
-    begun), without the nudge, the read and the write between them. Its outbox holds
+    begun, through the claim's own step `_claim_forward`), without the nudge, the read
+    and the write between them. Its outbox holds
     `Received`, the first step's request (or a timer's wake-up) and `Processing`.
 
     None when the order must go through the Scheduler: the claim would not leave it
     Processing (its first step's agents are drained, so it would wait for them).
     """
     b = _submitted(order, workflow, now, cause, routing)
-    b.set(locked_by=instance_id, attempt=1, process_state=ProcessState.PROCESSING)
-    b.note("claimed", f"by {instance_id}, attempt 1, at intake")
-    dispatch_forward(b, workflow, policy, 0)
+    _claim_forward(b, workflow, policy, instance_id, 0, where=", at intake")
     if b.state.process_state is not ProcessState.PROCESSING:
         return None
-    b.notify(NotificationStatus.PROCESSING)
     return b.build()
 
 
@@ -112,11 +110,7 @@ def claim(
     cause: str | None = None,
     routing: Routing = PRIMARY_ONLY,
 ) -> Transition | None:
-    """The Scheduler takes a Pending order and dispatches its next step in the same write.
-
-    The agent request goes out before the client's Processing notification: it is on the
-    order's critical path, the notification is not.
-    """
+    """The Scheduler takes a Pending order and dispatches its next step in the same write."""
     if process.state.process_state is not ProcessState.PENDING:
         return None
     forward = process.state.phase is Phase.FORWARD
@@ -127,19 +121,36 @@ def claim(
             wait_for_drained(b, policy, blocked)
             return b.build()
     b = Builder(process, now, cause, routing)
-    b.set(
-        locked_by=instance_id,
-        attempt=process.state.attempt + 1,
-        process_state=ProcessState.PROCESSING if forward else ProcessState.COMPENSATING,
-    )
-    b.note("claimed", f"by {instance_id}, attempt {b.state.attempt}")
     if forward:
-        dispatch_forward(b, workflow, policy, process.state.current_step)
-        if b.state.attempt == 1 and b.state.process_state is ProcessState.PROCESSING:
-            b.notify(NotificationStatus.PROCESSING)
+        _claim_forward(b, workflow, policy, instance_id, process.state.current_step)
     else:
+        _lock(b, instance_id, ProcessState.COMPENSATING)
         dispatch_compensation(b, workflow, policy, process.state.current_step)
     return b.build()
+
+
+def _claim_forward(
+    b: Builder,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    instance_id: str,
+    step: int,
+    where: str = "",
+) -> None:
+    """The one way an order going forward is claimed, by the Scheduler (`claim`) or at
+    intake (`start_claimed`): a change to how a claim is made reaches both. The request
+    goes out before the client's Processing notification: it is on the order's critical
+    path, the notification is not; and only the first attempt's claim tells the client."""
+    _lock(b, instance_id, ProcessState.PROCESSING, where)
+    dispatch_forward(b, workflow, policy, step)
+    if b.state.attempt == 1 and b.state.process_state is ProcessState.PROCESSING:
+        b.notify(NotificationStatus.PROCESSING)
+
+
+def _lock(b: Builder, instance_id: str, state: ProcessState, where: str = "") -> None:
+    """The next attempt, held by this instance."""
+    b.set(locked_by=instance_id, attempt=b.state.attempt + 1, process_state=state)
+    b.note("claimed", f"by {instance_id}, attempt {b.state.attempt}{where}")
 
 
 def apply_reply(

@@ -35,11 +35,11 @@ class ProcessDeps:
     passes its own)."""
     intake_load: IntakeLoad = field(default_factory=IntakeLoad)
     """Submissions this instance is storing at once: past a burst, none is claimed."""
-    claim_at_intake: bool = False
+    claim_at_intake: bool = True
     """Whether the intake stores a new order already claimed by this instance, its first
-    step dispatched in the same insert (shared/usecases/flow/submission.py). The composed
-    app does (shared/bootstrap.py); False leaves the first claim to the Scheduler's
-    nudge, as the unit tests that walk the Scheduler's claim step by step have it."""
+    step dispatched in the same insert (shared/usecases/flow/submission.py), as the
+    composed app does. False leaves the first claim to the Scheduler's nudge, as past a
+    burst (shared/usecases/flow/intake_load.py): only a test about that claim asks."""
 
     @property
     def work(self) -> UnitOfWork:

@@ -94,12 +94,15 @@ class SlotGate:
 
     async def start_at(self) -> datetime:
         carried, self.carried = self.carried, None
-        if carried is not None:
+        if carried is not None and await self.limiter.claim(carried):
             return carried
         start = await self.limiter.start_at()
         if self.hand_back is not None and await self.hand_back(start):
             raise HandedBack(start)
         return start
+
+    def on_time(self, start: datetime) -> bool:
+        return self.limiter.on_time(start)
 
     async def enter(self, lasts: timedelta, waiting: Held) -> SlotLease | None:
         return await self.limiter.enter(lasts, waiting)

@@ -15,7 +15,7 @@ from shared.domain.machine.recovery import next_check, next_complete_by
 from shared.domain.machine.transition import ProcessPolicy, Transition
 from shared.domain.model import Order, OrderProcess, ProcessState
 from shared.domain.workflow import Workflow
-from shared.ports import AlreadyExists, Entered
+from shared.ports import AlreadyExists, Entered, WatchEntry
 from shared.usecases.flow.deps import ProcessDeps
 from shared.usecases.flow.unit_of_work import log_transition
 from shared.usecases.limits.budget import Budget, send_within_budget, within_store_budget
@@ -130,7 +130,7 @@ async def _store_counted(
     wrote = await deps.store.watch(
         order.order_id, check_at, replace=False, version=version, customer=customer
     )
-    entered = await _enter(deps, order, now, wrote, version)
+    entered = await _enter(deps, order, now, wrote is not None, version)
     if entered is not None and entered.admission is Admission.REFUSE:
         return await _over_quota(deps, order, check_at, entered.load)
     waiting = entered is not None and entered.admission is Admission.WAIT
@@ -152,20 +152,35 @@ async def _store_counted(
             await deps.store.rewatch(order.order_id, check_at, version=existing.state.version)
         return _repeat(existing, order, waiting)
     if waiting:
-        # Checked when its hold passes, not within a step timeout: it cannot be claimed
-        # before a promotion, which moves the check up again (usecases/limits/customers.py).
-        await deps.store.watch(
-            order.order_id,
-            transition.process.state.complete_by or check_at,
-            replace=True,
-            version=version,
-        )
+        await _hold(deps, order.order_id, check_at, wrote, transition, version)
     elif not wrote:
         await deps.store.rewatch(order.order_id, check_at, version=version)
     log_transition(transition)
     if deps.cache is not None:
         deps.cache.put(replace(transition.process, etag=etag))  # the next change skips a read
     return _Stored(Submitted.of(transition.process, created=True), send=True)
+
+
+async def _hold(
+    deps: ProcessDeps,
+    order_id: str,
+    check_at: datetime,
+    wrote: str | None,
+    transition: Transition,
+    version: int,
+) -> None:
+    """An order in line is checked when its hold passes, not within a step timeout: it
+    cannot be claimed before a promotion, which moves the check up again
+    (usecases/limits/customers.py). That promotion may already have come, between the
+    ledger entry and the create (its nudge then found no order): so the hold goes only
+    onto the entry as this call wrote it, and a promotion's check written since stays.
+    An entry this call found is left at its time (re-watched, as below): the
+    Supervisor's check there finds the order still in line and moves it to the hold."""
+    if wrote is None:
+        await deps.store.rewatch(order_id, check_at, version=version)
+        return
+    hold = transition.process.state.complete_by or check_at
+    await deps.store.reschedule(WatchEntry(order_id, check_at, wrote, version), hold)
 
 
 async def _claimed(

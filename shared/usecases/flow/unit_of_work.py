@@ -216,7 +216,7 @@ class UnitOfWork:
         transition = changed.transition
         if transition is None:
             if changed.resend:
-                await self._resend(changed.process)
+                await self.resend_outbox(changed.process)
             return
         if transition.is_at_rest:
             await self._file(transition.process)
@@ -243,22 +243,21 @@ class UnitOfWork:
                 exc,
             )
 
-    async def _resend(self, process: OrderProcess) -> None:
-        """The stored outbox again (its ids are deterministic, so repeats are dropped)."""
+    async def resend_outbox(self, process: OrderProcess) -> None:
+        """The stored outbox again (its ids are deterministic, so repeats are dropped):
+        a redelivered message that finds its own change already stored, an order come
+        to rest whose delivery stopped short, and the Supervisor's resend of an order
+        still as the intake stored it (the intake may have died between its insert and
+        its sends)."""
         if process.state.outbox:
             await self.bus.send(process.state.outbox)
-
-    async def resend_outbox(self, process: OrderProcess) -> None:
-        """The Supervisor's resend of an order still as the intake stored it: the intake
-        may have died between its insert and its sends."""
-        await self._resend(process)
 
     async def finish_rest(self, process: OrderProcess) -> None:
         """Rules 3 and 4 for an order stored at rest whose delivery may have stopped
         short (the Supervisor finds it still watched): its rest entry and its outbox
         again, then the rest."""
         await self._file(process)
-        await self._resend(process)
+        await self.resend_outbox(process)
         await self._rest(process)
 
     async def _file(self, process: OrderProcess) -> None:

@@ -3,8 +3,10 @@
 The shared rows are in the LimitStore (domain.limits says why a schedule and leases).
 Per process and agent, one booker takes rate slots for every call waiting here in one
 conditional write, and reuses the row's ETag it wrote last, so a lone instance pays
-one write per batch and only a race costs a read. Without a limit nothing here runs:
-the agent is given no limiter at all, and its calls touch no store.
+one write per batch and only a race costs a read. A slot is a start window: a call
+that comes to it too late (`on_time`) books another, since the provider counts calls as
+they start, not as they were booked. Without a limit nothing here runs: the agent is
+given no limiter at all, and its calls touch no store.
 """
 
 from __future__ import annotations
@@ -15,7 +17,17 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
-from shared.domain.limits import AgentLimits, Schedule, SlotLease, book, free_slots, next_expiry
+from shared.domain.limits import (
+    SECOND,
+    AgentLimits,
+    Schedule,
+    SlotLease,
+    book,
+    claim,
+    free_slots,
+    next_expiry,
+    slot_still_usable,
+)
 from shared.ports import (
     Clock,
     ConcurrencyConflict,
@@ -72,10 +84,8 @@ class AgentLimiter:
         self._local = (
             asyncio.Semaphore(limits.max_concurrent) if limits.max_concurrent is not None else None
         )
-        per_window = max(1, int(limits.calls_per_second or 0))
-        self._started: deque[datetime] = deque(maxlen=per_window)
-        """When this process's last calls actually started, as many as one window holds."""
-        self._spacing = asyncio.Lock() if limits.gap is not None else None
+        self.rebooked = 0
+        """Calls that came to their slot too late to use it and booked another."""
 
     async def start_at(self) -> datetime:
         """A rate slot for one call: the time it may start (now when there is no rate
@@ -88,34 +98,44 @@ class AgentLimiter:
             self._booker = asyncio.create_task(self._book())
         return await slot
 
+    async def claim(self, start: datetime) -> bool:
+        """Whether this copy of a handed-back request may start its call in the slot it
+        carries: the broker may deliver a request twice, and both copies carry one slot;
+        the first to claim it uses it, the other books its own. Raises LimitUnavailable
+        when the row cannot be reached."""
+        keep = SECOND + 2 * self._skew
+        while True:
+            try:
+                seen = await self._store.claims(self.agent)
+                slots = claim(seen.slots if seen else (), start, self._clock.now(), keep)
+                if slots is None:
+                    return False
+                await self._store.put_claims(self.agent, slots, seen)
+                return True
+            except ConcurrencyConflict:
+                continue
+            except StateStoreError as exc:
+                raise LimitUnavailable(f"{self.agent} claimed slots: {exc}") from None
+
+    def on_time(self, start: datetime) -> bool:
+        """Whether a call whose rate slot is `start` may start now, right before it does
+        (always without a rate limit). A call woken later than its slot allows (a
+        loaded event loop, a wait for a concurrency slot, a handed-back request
+        delivered late) would crowd the slots after it, another instance's too, into
+        the provider's second: the caller books another slot instead."""
+        now = self._clock.now()
+        if self.limits.gap is None or slot_still_usable(start, now, self.limits):
+            return True
+        self.rebooked += 1
+        late = (now - start).total_seconds() * 1000
+        log.info(
+            "agent %s: a call came %.0f ms after its rate slot; it books another", self.agent, late
+        )
+        return False
+
     async def enter(self, lasts: timedelta, waiting: Waiting) -> SlotLease | None:
         """Hold one of the agent's concurrency slots for a call that lasts at most
-        `lasts`; None without a concurrency limit. Release it with `leave`. Called right
-        before the call starts: with a rate limit, it also keeps the call its window's
-        distance from this process's calls before it (`_spaced`)."""
-        if self._spacing is None:
-            return await self._enter(lasts, waiting)
-        async with self._spacing:
-            await self._spaced(waiting)
-            lease = await self._enter(lasts, waiting)
-            self._started.append(self._clock.now())
-            return lease
-
-    async def _spaced(self, waiting: Waiting) -> None:
-        """A call starts no sooner than a window's worth of gaps after the call that many
-        calls before it in this process. Slots are a gap apart, but a call woken late
-        (a loaded event loop, a handed-back request's delivery) starts later than its
-        slot and closer to the next ones: one 160 ms late put 6 calls in one second at
-        5/s. This puts back the distance the slots meant, as the calls actually start,
-        at no store cost; calls on time never wait here."""
-        gap, started = self.limits.gap, self._started
-        if gap is None or len(started) < (started.maxlen or 0):
-            return
-        earliest = started[0] + gap * len(started)
-        if earliest > self._clock.now():
-            await waiting(earliest)
-
-    async def _enter(self, lasts: timedelta, waiting: Waiting) -> SlotLease | None:
+        `lasts`; None without a concurrency limit. Release it with `leave`."""
         limit = self.limits.max_concurrent
         if limit is None or self._local is None:
             return None

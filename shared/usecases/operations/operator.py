@@ -175,14 +175,21 @@ async def operate(
     """The unit of work's change within `budget`, with the Supervisor's next check moved
     to what the changed order needs (a resumed order is watched before it is saved).
     None from `decide` means nothing to change. Without a budget a BusUnavailable is
-    raised once the change is stored (the Supervisor sends what it decided)."""
+    raised once the change is stored (the Supervisor sends what it decided). An order
+    whose workflow version left the catalogue is refused (UnknownWorkflow, `version-gone`)
+    before `decide` runs, also where the action would change nothing, so every action
+    answers such an order alike."""
     now = deps.clock.now()
+
+    def decide_known(process: OrderProcess) -> Transition | None:
+        deps.workflow(process)
+        return decide(process)
 
     def check_at(changed: OrderProcess) -> datetime | None:
         return next_check(changed, deps.workflow(changed), deps.policy, now)
 
     changed = await deps.work.change(
-        order_id, decide, cause=cause, check_at=check_at, races=races, budget=budget
+        order_id, decide_known, cause=cause, check_at=check_at, races=races, budget=budget
     )
     if changed is None:
         raise OrderNotFound(order_id)

@@ -1,19 +1,23 @@
-"""Reconciliation: compare a sample of recently finished orders with what the remote
-services recorded for their keys, alert on each disagreement, keep the run.
+"""Reconciliation: compare a sample of orders recently come to rest (finished, or held in
+Error or Suspended: shared/domain/reconcile.py) with what the remote services recorded
+for their keys, alert on each disagreement, undo what should not be in force, keep the
+run.
 
 Cost, bounded per run whatever the table holds:
 
-- Finding the sample: range reads of the finished states' rest entries created in the
+- Finding the sample: range reads of the rest states' entries created in the
   window's days (`UpdatedAt` within `window`, filtered server-side), starting at a
   random order id and wrapping round once (ReconcileStore.finished_sample). The random
   start spreads the runs over the key space, and no run reads every order.
-- Asking: at most `sample_size` x steps x providers tried x 2 outcome queries (one GET
+- Asking: at most `sample_size` x steps x providers tried x 3 outcome queries (one GET
   each, a few more only on transient errors within the query's 2 s), `concurrency`
   orders at once, each through the agent's own breaker (shared/usecases/flow/outcomes.py):
   an outage answers "no answer", which is unknown, never a mismatch. A step tried at
   one provider costs what it did (usually one GET); each failover adds one GET (two
-  when that provider applied it). With the defaults (50 orders, 3 steps, no failover)
-  that is at most 300 GETs an hour, and usually 150.
+  when that provider applied it); an undo that found nothing to undo adds the do-key's,
+  and the heal key's when that do applied after it (`rules.heal_key`). With the defaults
+  (50 orders, 3 steps, no failover) that is usually 150 GETs an hour, 300 when every
+  undo found nothing, 450 at most.
 - Writing: one alert message per mismatch and one undo per effect to take back (sent in
   one batch), and one row for the run.
 """
@@ -41,7 +45,7 @@ log = app_logger("orders.reconcile")
 
 DEFAULT_SAMPLE_SIZE = 50
 DEFAULT_WINDOW = timedelta(hours=24)
-"""Orders finished this recently are sampled: long enough to catch a late disagreement,
+"""Orders come to rest this recently are sampled: long enough to catch a late disagreement,
 short enough that the services still keep their keys."""
 CONCURRENCY = 8
 """Orders checked at once: each asks its steps one after the other."""
