@@ -76,8 +76,8 @@ CI = [
     ),
     pytest.param("fair", FAIR, DEFAULT, 6, id="fair-depth-6"),
     pytest.param("late", LATE, SETUPS[LATE_SETUP], 10, id="late-depth-10"),
-    pytest.param("late-far", LATE_FAR, SETUPS[LATE_SETUP], 13, id="late-far-depth-13"),
-    pytest.param("large", BOUNDS["large"], SETUPS[LATE_SETUP], 10, id="large-depth-10"),
+    pytest.param("late-far", LATE_FAR, SETUPS[LATE_SETUP], 12, id="late-far-depth-12"),
+    pytest.param("large", BOUNDS["large"], SETUPS[LATE_SETUP], 9, id="large-depth-9"),
     pytest.param("intake", INTAKE, DEFAULT, 7, id="intake-depth-7"),
     pytest.param("intake", INTAKE, SETUPS["reviewed-order/hold"], 5, id="intake-reviewed-depth-5"),
 ]
