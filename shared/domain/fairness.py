@@ -62,14 +62,6 @@ class CustomerLoad:
         return replace(self, pace=pace, left_at=max(at, self.left_at or at))
 
 
-def retry_after(load: CustomerLoad) -> int:
-    """Seconds until a refused customer may find room: at its quota, a slot frees each
-    time one of its orders ends, so its recent pace of ends is the expected wait."""
-    if load.pace is None:
-        return RETRY_AFTER_SECONDS
-    return _within_bounds(load.pace)
-
-
 def _within_bounds(seconds: float) -> int:
     low, high = RETRY_AFTER_BOUNDS
     return min(max(math.ceil(seconds), low), high)
@@ -123,9 +115,11 @@ class RefusalMemo:
         self.held.pop(customer, None)
 
     def come_back(self, customer: str, load: CustomerLoad, now: datetime) -> int:
-        """The Retry-After for this refusal, in seconds (within RETRY_AFTER_BOUNDS)."""
+        """The Retry-After for this refusal, in seconds (within RETRY_AFTER_BOUNDS): at its
+        quota, a slot frees each time one of the customer's orders ends, so its recent
+        pace of ends is the expected wait."""
         if load.pace is None:
-            return retry_after(load)
+            return RETRY_AFTER_SECONDS
         last = max(self.booked.get(customer, now), now)
         latest = now + timedelta(seconds=RETRY_AFTER_BOUNDS[1])
         at = min(last + timedelta(seconds=load.pace), latest)

@@ -41,6 +41,7 @@ from enum import Enum
 from functools import partial
 
 from shared.adapters.clock import FakeClock
+from shared.adapters.memory.customers import InMemoryCustomerLedger
 from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.domain import bulk, fairness, in_doubt, limits
 from shared.domain import reconcile as reconciliation
@@ -76,11 +77,12 @@ from shared.domain.model import (
 from shared.domain.routing import AgentView, Availability, Routing
 from shared.domain.workflow import Workflow
 from shared.usecases.flow.deps import ProcessDeps
-from shared.usecases.flow.submission import OrderConflict, submit_order
+from shared.usecases.flow.submission import OrderConflict, OverQuota, submit_order
 from shared.usecases.flow.submission import first_look as intake_first_look
 from shared.usecases.flow.supervisor import _as_stored_by_intake
+from shared.usecases.limits.customers import Customers
 from tests.model.setups import DEFAULT, SKEW, Setup
-from tests.model.wire import Answer, Effects, Question, Reply, Request
+from tests.model.wire import Answer, Effects, Large, Question, Reply, Request
 from tests.workflows import AGENTS, CATALOGUE
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -109,7 +111,12 @@ never be touched by this order's requests (tests/model/invariants.py `neighbour`
 BULK_FILTER = BulkFilter(customer_id=ORDER.customer_id)
 FAIR_SHARE = fairness.CustomerPolicy(max_pending=2, fair_share=1)
 """FairShareRunningPerCustomer=1: an order waits while another of its customer's runs."""
-__all__ = ["REACHED", "SKEW", "Domain", "Step", "at", "key", "tick"]
+EARLIER = (-60, -30)
+"""The customer's earlier order: entered and ended before this story, the neighbour
+waiting behind it (the ledger keeps a customer's pace of ends while it has open orders)."""
+OTHERS = ("o-3", "o-4")
+"""The customer's next orders, POSTed while this one lives (the intake's quota)."""
+__all__ = ["REACHED", "SKEW", "Domain", "Intake", "Step", "at", "key", "tick"]
 REACHED: set[tuple[str, str]] = set()
 """Every (rule, state before) that made a transition in this process: the handlers the
 exploration reached (tests/model/test_handlers.py)."""
@@ -126,6 +133,23 @@ class Step:
     agents: tuple[str, ...]
     undoable: bool
     index: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Intake:
+    """The customer's other orders POSTed while this one lives, as the intake left them:
+    which it admitted (to run or to wait in line), and what the instance that refused
+    one remembers (`fairness.RefusalMemo`: refused from memory until `memo_until`, the
+    last Retry-After it gave)."""
+
+    admitted: tuple[tuple[str, int], ...] = ()
+    """(order id, tick admitted)."""
+    posts: int = 0
+    memo_set: int | None = None
+    memo_until: int | None = None
+    booked: int | None = None
+    come_back: int | None = None
+    """When the refused client comes back (its Retry-After)."""
 
 
 def at(tick: int) -> datetime:
@@ -256,6 +280,78 @@ class Domain:
         assert effects is not None
         return effects
 
+    def submit_other(
+        self, process: OrderProcess, now: int, promoted_at: int | None, intake: Intake
+    ) -> tuple[str, Intake]:
+        """The customer POSTs its next order while this one lives: the real intake
+        (`submit_order`) with a customer ledger at FAIR_SHARE (IntakeMaxPendingPerCustomer=2)
+        holding what the story did so far (the earlier order's end, the neighbour's end
+        at `promoted_at`, this order's end once at rest, the others admitted) and the
+        refusing instance's memory. Admitted to wait or run, or refused with a
+        Retry-After; nothing of this order changes."""
+        customer = ORDER.customer_id
+        order_id = OTHERS[min(intake.posts, len(OTHERS) - 1)]
+        other = dataclasses.replace(ORDER, order_id=order_id, fingerprint=order_id)
+
+        async def submit() -> tuple[str, Intake]:
+            store, bus = InMemoryStateStore(), InMemoryBus()
+            ledger = InMemoryCustomerLedger()
+            assert FAIR_SHARE.active  # the composition root keeps a ledger only then
+            customers = Customers(ledger, FAIR_SHARE)
+            earlier, ended = EARLIER
+            await customers.enter(dataclasses.replace(ORDER, order_id="o-p"), at(earlier))
+            await customers.enter(dataclasses.replace(ORDER, order_id="o-0"), at(earlier + 10))
+            await customers.release(customer, "o-p", store, bus, at(ended))  # o-0 promoted
+            await customers.enter(ORDER, at(0))
+            leaves = [] if promoted_at is None else [("o-0", promoted_at)]
+            if process.state.process_state.is_at_rest:
+                leaves.append((ORDER.order_id, tick(process.state.updated_at)))
+            # In the order they happened (a leave first at a tie: it made the room).
+            story = [(when, 0, o) for o, when in leaves]
+            story += [(when, 1, o) for o, when in intake.admitted]
+            for when, enters, name in sorted(story):
+                if enters:
+                    await customers.enter(dataclasses.replace(ORDER, order_id=name), at(when))
+                else:
+                    await customers.release(customer, name, store, bus, at(when))
+            memo = customers.memo
+            cleared = any(when >= (intake.memo_set or 0) for _, when in leaves)
+            if intake.memo_until is not None and not cleared:
+                loads = dict(await ledger.loads(10))
+                load = loads.get(customer, fairness.CustomerLoad())
+                memo.held[customer] = (at(intake.memo_until), load)
+            if intake.booked is not None:
+                memo.booked[customer] = at(intake.booked)
+            deps = ProcessDeps(
+                store,
+                bus,
+                FakeClock(at(now)),
+                self.policy,
+                SCHEDULER,
+                customers=customers,
+                catalogue=CATALOGUE,
+            )
+            posted = dataclasses.replace(intake, posts=intake.posts + 1)
+            try:
+                submitted = await submit_order(deps, other, workflow=self.workflow)
+            except OverQuota as refused:
+                held = memo.held.get(customer)
+                booked = memo.booked.get(customer)
+                after = dataclasses.replace(
+                    posted,
+                    memo_set=now if held is not None else None,
+                    memo_until=None if held is None else tick(held[0]),
+                    booked=None if booked is None else tick(booked),
+                    come_back=now + refused.retry_after,
+                )
+                return f"refused, Retry-After {refused.retry_after}", after
+            assert submitted.created and submitted.process is not None
+            how = "waits in line" if line.in_line(submitted.process) else "runs"
+            admitted = (*intake.admitted, (order_id, now))
+            return how, dataclasses.replace(posted, admitted=admitted, come_back=None)
+
+        return _LOOP.run_until_complete(submit())
+
     # --- the intake's claim (issue #39): tests/model/world.py `_intake` -----------------
 
     def start_claimed(self, notify: Notify) -> Effects:
@@ -316,6 +412,9 @@ class Domain:
     def message(self, answer: Reply) -> AgentReply:
         """The agent's reply on the wire."""
         r = answer.request
+        result: dict[str, object] | None = {"ref": r.key} if answer.succeeded else None
+        if answer.succeeded and answer.large:
+            result = self._large(r.step, r.key, Large(answer.large))
         if answer.succeeded:
             error = None
         elif answer.abandoned:
@@ -328,10 +427,21 @@ class Domain:
             action=Action.COMPENSATE if r.undo else Action.DO,
             attempt=r.attempt,
             outcome=Outcome.SUCCEEDED if answer.succeeded else Outcome.FAILED,
-            result={"ref": r.key} if answer.succeeded else None,
+            result=result,
             error=error,
             agent=r.agent,
         )
+
+    def _large(self, step: str, key: str, large: Large) -> dict[str, object]:
+        """A result over forward.MAX_RESULT_BYTES: a document beside the declared fields
+        (kept alone), or the declared fields themselves too large (nothing kept)."""
+        index = self.workflow.index_of(step)
+        declared = self.workflow.steps[index].results if index is not None else ()
+        field = declared[0] if declared else "ref"
+        big = "x" * (forward.MAX_RESULT_BYTES + 1)
+        if large is Large.DECLARED_FIT:
+            return {field: key, "document": big}
+        return {field: big}
 
     def reply(
         self,

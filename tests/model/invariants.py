@@ -12,7 +12,9 @@
    finds it.
 4. net-effect: once the order is final and no request sent for it can apply any more,
    the services agree with it: Processed has each step in force at exactly one service;
-   Compensated and Cancelled have nothing in force anywhere.
+   Compensated and Cancelled have nothing in force anywhere. A late apply whose success
+   reply reached the Scheduler counts too: the order knew of it, so the order heals it
+   (machine/forward.py `_late_do`), not reconciliation's sample.
 5. pointless-undo: no undo is sent for a do its service has, for good, told the order
    it never applied (a failure reply, or a sweep's answer once no request of the key was
    inside its window, which is what the order can know: a "not applied" inside the
@@ -21,11 +23,16 @@
 6. healed: a request that applied after its live time (a service without abandon) is
    healed once the order is quiet: an order held for an operator with an effect its
    record does not account for has alerted the operator since the late apply. A late
-   apply is outside what the order can know, so 2 and 4 leave its effect to this, and
-   to liveness, which must reach a right end (reconciliation undoes it).
-7. neighbour: nothing this order sends names another order's key, and the neighbour's
+   apply is outside what the order can know, so 2, and 4 until its reply comes, leave
+   its effect to this, and to liveness, which must reach a right end (reconciliation
+   undoes it).
+7. told-late: when the Scheduler takes the success reply of a late apply whose effect
+   is in force where the order does not hold the step, and the order is not held, it
+   sends the undo there at once (machine/forward.py `_undo_extra`): it knows of the
+   effect, so it is not left to reconciliation's sample.
+8. neighbour: nothing this order sends names another order's key, and the neighbour's
    effects at the shared services stay in force: keys never collide.
-8. archived-id: once the order is archived its id stays taken (the intake never
+9. archived-id: once the order is archived its id stays taken (the intake never
    creates a new order under it) and none of its keys is sent again.
 9. intake-resend: an order claimed at intake whose intake died before its sends is
    not counted a timeout for the request it never sent: the Supervisor's check sends
@@ -130,8 +137,10 @@ def wrong_effects(world: World) -> list[str]:
 
 
 def net_effect(world: World) -> str | None:
-    if driver.finished(world.process) is None or not world.quiet() or world.late_applied:
+    if driver.finished(world.process) is None or not world.quiet():
         return None
+    if world.late_applied - world.late_told:
+        return None  # an effect the order cannot know of: healed and liveness judge it
     wrong = wrong_effects(world)
     if not wrong:
         return None
@@ -173,6 +182,26 @@ def healed(world: World) -> str | None:
         f"held after a late apply with {'; '.join(extra)} and no alert since "
         f"({world.provider.describe()})"
     )
+
+
+def told_late(world: World) -> str | None:
+    for space, key in world.just_told:
+        index, step = next((i, s) for i, s in enumerate(world.domain.steps) if s.do_key == key)
+        record = world.process.steps[index]
+        ours = record.agent is not None and world.space(record.agent) == space
+        if ours and record.key_state.value != "not-applied":
+            continue  # the order holds the key there (done, running, or a retry pinned to it)
+        if not world.provider.in_force(space, key) or driver.held(world.process):
+            continue
+        undone = any(
+            r.undo and r.undoes == key and world.space(r.agent) == space for r in world.just_sent
+        )
+        if not undone:
+            return (
+                f"the Scheduler took {step.name}@{space}'s late success, in force where the "
+                f"order does not hold it, and sent no undo there ({world.provider.describe()})"
+            )
+    return None
 
 
 def neighbour(world: World) -> str | None:
@@ -227,6 +256,7 @@ INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("net-effect", net_effect),
     Invariant("pointless-undo", pointless_undo),
     Invariant("healed", healed),
+    Invariant("told-late", told_late),
     Invariant("neighbour", neighbour),
     Invariant("archived-id", archived_id),
     Invariant("intake-resend", intake_resend),

@@ -38,6 +38,15 @@ OPS = BOUNDS["ops"]
 operator's approval, a sweep in our own outage, and a neighbour order's keys."""
 FAIR = BOUNDS["fair"]
 """The order waits in its customer's line behind another of its orders."""
+LATE = BOUNDS["late"]
+"""A late apply at a service without abandon, its reply coming after the key was settled,
+with a declined charge, an unanswered sweep and one operator move: the Scheduler's
+late-answer rules (machine/forward.py `_late_do`, `_late_failure`,
+`_applied_after_settled`, `_undo_extra`) and reconciliation's mismatches."""
+LATE_FAR = BOUNDS["late-far"]
+"""As LATE without the declines, the unanswered sweeps and the operator: the late reply
+arriving after the retry went to the other provider (`applied-at-two-providers`)."""
+LATE_SETUP = "order-fulfilment/hold/no-abandon"
 INTAKE = BOUNDS["intake"]
 """The intake's choice: claimed at its insert (its sends going out, or the intake dying
 first) or nudged, for a client of every status and one of the final status only."""
@@ -66,6 +75,9 @@ CI = [
         for n in OPS_SETUPS
     ),
     pytest.param("fair", FAIR, DEFAULT, 6, id="fair-depth-6"),
+    pytest.param("late", LATE, SETUPS[LATE_SETUP], 10, id="late-depth-10"),
+    pytest.param("late-far", LATE_FAR, SETUPS[LATE_SETUP], 12, id="late-far-depth-12"),
+    pytest.param("large", BOUNDS["large"], SETUPS[LATE_SETUP], 9, id="large-depth-9"),
     pytest.param("intake", INTAKE, DEFAULT, 7, id="intake-depth-7"),
     pytest.param("intake", INTAKE, SETUPS["reviewed-order/hold"], 5, id="intake-reviewed-depth-5"),
 ]
@@ -85,6 +97,11 @@ DEEP = [
         pytest.param("intake", INTAKE, s, 9, id=f"intake-{n}-depth-9")
         for n, s in SETUPS.items()
         if n.count("/") == 1
+    ),
+    *(
+        pytest.param("late", LATE, s, 11, id=f"late-{n}-depth-11")
+        for n, s in SETUPS.items()
+        if n.endswith("/no-abandon")
     ),
 ]
 

@@ -6,10 +6,11 @@ A handler is a rule of shared/domain/machine/ taken in one ProcessState (the sta
 before) that made a transition. HANDLERS lists them; tests/model/driver.py records
 each one an exploration reaches (`REACHED`). The explorations are small: each shipped
 workflow under both policies at a small depth, two lean and deeper ones with liveness
-(its operator reaches the held orders), everything at a small depth, and the ops and
+(its operator reaches the held orders), everything at a small depth, the ops and
 fair bounds (a dropped version held by the Supervisor, bulk actions, reconciliation,
-archive, the customer's line). An event kept by an order held in Error is reached only
-deeper (a held reviewed-order is 10 events in): docs/explorer.md.
+archive, the customer's line), and the late bound (a suspended order's undo answered).
+An event kept by an order held in Error is reached only deeper (a held reviewed-order
+is 10 events in): docs/explorer.md.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ LEAN = 10
 CORE = 5
 OPS = 4
 FAIR = 6
+LATE = 8
+LATE_SETUP = "order-fulfilment/hold/no-abandon"
+"""A suspended order's compensation answered: the late bound's operator suspends it."""
 HELD = ("order-fulfilment/hold", "scheduled-delivery/compensate")
 """Lean and deep enough to hold an order in Error (liveness's operator then resubmits
 and cancels it) and to fire a timer."""
@@ -38,6 +42,7 @@ HANDLERS: frozenset[tuple[str, ProcessState]] = frozenset(
         ("reply do", P.SUSPENDED),
         ("reply do", P.COMPENSATING),
         ("reply undo", P.COMPENSATING),
+        ("reply undo", P.SUSPENDED),
         ("recover", P.PENDING),
         ("recover", P.PROCESSING),
         ("recover", P.COMPENSATING),
@@ -80,6 +85,7 @@ def reach() -> set[tuple[str, str]]:
     explore(OrderWorld(BOUNDS["everything"], DEFAULT), INVARIANTS, 5, signature)
     explore(OrderWorld(BOUNDS["ops"], DEFAULT), INVARIANTS, OPS, signature)
     explore(OrderWorld(BOUNDS["fair"], DEFAULT), INVARIANTS, FAIR, signature)
+    explore(OrderWorld(BOUNDS["late"], SETUPS[LATE_SETUP]), INVARIANTS, LATE, signature)
     return set(driver.REACHED)
 
 

@@ -47,11 +47,22 @@ class Reply:
     """A second copy the broker will deliver again (at-least-once)."""
     abandoned: bool = False
     """A failure because the key was abandoned at that service (`operation-abandoned`)."""
+    large: str = ""
+    """A `Large` value: a success whose result is over the size the order keeps
+    (Bounds.large_results); empty for a result of the usual size."""
 
     def describe(self) -> str:
         r = self.request
         how = "ok" if self.succeeded else "abandoned" if self.abandoned else "failed"
-        return f"{r.operation}@{r.agent} #{r.attempt} {how}"
+        size = f" ({self.large})" if self.large else ""
+        return f"{r.operation}@{r.agent} #{r.attempt} {how}{size}"
+
+
+class Large(StrEnum):
+    """A service's result too large to keep (machine/forward.py `bounded_result`)."""
+
+    DECLARED_FIT = "large result, its declared fields small"
+    NOTHING_FITS = "large result, its declared fields too"
 
 
 class Answer(StrEnum):

@@ -35,6 +35,9 @@ happen next, ours and the environment's alike:
   and the intake dying between its claimed insert and its sends; the Supervisor looks
   first at the watch entry's first look, and each of its checks sends the outbox of an
   order still as the intake stored it.
+- the customer POSTs its next orders while this one lives (the intake's quota: refused
+  with a Retry-After, or admitted to wait in its line or to run);
+- a service answers with a result too large for the order to keep, on time or late.
 
 A second order of another customer (`driver.NEIGHBOUR`), finished at the same services,
 is in the ledger from the start where the bound says so: nothing this order does may
@@ -65,7 +68,7 @@ from tests.model import driver
 from tests.model.driver import Domain
 from tests.model.provider import Entry, KeyStatus, Provider
 from tests.model.setups import DEFAULT, Setup
-from tests.model.wire import Answer, Effects, Question, Reply, Request
+from tests.model.wire import Answer, Effects, Large, Question, Reply, Request
 
 _ANSWER_OF = {
     KeyStatus.NEVER_SEEN: Answer.NEVER_SEEN,
@@ -133,6 +136,13 @@ class Bounds:
     fair_share: bool = False
     """Does the order start in its customer's line, behind another of its orders that
     runs (FairShareRunningPerCustomer=1), promoted when that one ends?"""
+    large_results: bool = False
+    """May a service answer a do with a result over the size the order keeps (a
+    document beside its declared fields, or declared fields too large themselves)?"""
+    others: int = 0
+    """The customer's next orders POSTed while this one lives (the intake's quota,
+    IntakeMaxPendingPerCustomer=2: refused with a Retry-After, admitted to wait in line
+    or to run), each through the real intake with the customer ledger as the story left it."""
     operator_approvals: bool = False
     """May an operator answer an approval (the approval route), and are malformed
     events tried (each must be refused, changing nothing)?"""
@@ -174,6 +184,40 @@ BOUNDS = {
         operator_actions=1,
         events=1,
         fair_share=True,
+        others=2,
+    ),
+    "late": Bounds(
+        drainable=(),
+        operator_actions=1,
+        operator=frozenset({"cancel", "suspend", "resume"}),
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=0,
+        reconcile=True,
+    ),
+    "late-far": Bounds(
+        rejectable=frozenset(),
+        drainable=(),
+        operator_actions=0,
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=0,
+        unanswered=False,
+        reconcile=True,
+    ),
+    "large": Bounds(
+        rejectable=frozenset(),
+        drainable=(),
+        operator_actions=0,
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=0,
+        unanswered=False,
+        reconcile=True,
+        large_results=True,
     ),
     "intake": Bounds(
         duplicates=False,
@@ -210,7 +254,13 @@ BOUNDS = {
 operators and deploys do around an order (a dropped version, bulk actions,
 reconciliation, archive and the id sent again, a neighbour order); `fair` starts the
 order in its customer's line; `intake` starts it at the intake's choice (claimed at
-intake, the intake dying before its sends, or nudged) for either client. `lean` leaves the
+intake, the intake dying before its sends, or nudged) for either client. `late` keeps
+what a late answer needs (a service without abandon applying after its live time, its
+reply still coming, a declined charge, a sweep left unanswered, one operator move,
+reconciliation) and drops the rest, so it reaches the Scheduler's late-answer rules in
+a few thousand states; `late-far` drops the declines, the unanswered sweeps and the
+operator too, to follow a late reply past the retry at the other provider; `large` is
+`late-far` with results too large to keep, on time and late. `lean` leaves the
 environment only timeouts, the Supervisor's answers and one event, so it reaches deep
 (the last step of a four-step workflow, exhausted) where liveness brings in the
 operator. `deep` leaves it less still (a request is served at once or lost, every
@@ -251,6 +301,9 @@ class World:
     applied: a failure reply, or a sweep's answer with no request of the key still live."""
     late_applied: frozenset[tuple[str, str]] = frozenset()
     """(key space, do key) applied after its live time."""
+    late_told: frozenset[tuple[str, str]] = frozenset()
+    """Of those, the ones whose success reply the Scheduler took: the order knows of the
+    effect, so healing it is the order's own job, not only reconciliation's."""
     alerted: frozenset[str] = frozenset()
     """Operator alerts raised since the first late apply (all of them before it)."""
     events_sent: int = 0
@@ -265,6 +318,10 @@ class World:
     """The intake created a new order under the archived id (finding H)."""
     in_line: bool = False
     """The customer ledger holds the order in its customer's line (not yet promoted)."""
+    promoted_at: int | None = None
+    """When the customer's other order ended and this one was promoted."""
+    posts: driver.Intake = field(default_factory=driver.Intake)
+    """The customer's next orders the intake was given (Bounds.others)."""
     deciding: bool = False
     """Not yet submitted: the intake's choice comes first (`Bounds.intake`)."""
     first_look: int | None = None
@@ -277,6 +334,8 @@ class World:
     """The statuses the client heard, in order (kept with `Bounds.intake` only)."""
     # What the last event did; read by the invariants, left out of the key.
     just_sent: tuple[Request, ...] = ()
+    just_told: tuple[tuple[str, str], ...] = ()
+    """A late apply whose success reply the Scheduler just took (key space, do key)."""
     notes: tuple[str, ...] = ()
     flaw: str | None = None
     """What the last event broke that the state itself does not show (the Supervisor
@@ -357,6 +416,7 @@ class OrderWorld:
             world.operator_moves,
             world.told_not_applied,
             world.late_applied,
+            world.late_told,
             world.alerted,
             world.events_sent,
             world.gone,
@@ -365,6 +425,8 @@ class OrderWorld:
             world.resent,
             world.reused,
             world.in_line,
+            world.promoted_at,
+            world.posts,
             world.deciding,
             world.first_look,
             world.unsent is not None,
@@ -373,7 +435,7 @@ class OrderWorld:
         )
 
     def successors(self, world: World) -> Iterator[tuple[str, World]]:
-        world = replace(world, just_sent=(), notes=(), flaw=None)
+        world = replace(world, just_sent=(), just_told=(), notes=(), flaw=None)
         if world.deciding:
             yield from self._intake(world)
             return
@@ -386,6 +448,7 @@ class OrderWorld:
         yield from self._agents(world)
         yield from self._deploys(world)
         yield from self._customers(world)
+        yield from self._other_orders(world)
         yield from self._reconciler(world)
         yield from self._archiver(world)
         yield from self._clock(world)
@@ -467,6 +530,7 @@ class OrderWorld:
                 if not reply.succeeded and not reply.request.undo:
                     failed = (world.space(reply.request.agent), reply.request.key)
                     after = replace(after, told_not_applied=after.told_not_applied | {failed})
+                after = self._told_late(after, reply)
                 effects = self.domain.reply(
                     world.process, reply, world.now, world.drained, world.gone
                 )
@@ -478,6 +542,15 @@ class OrderWorld:
                     yield from self._sending(after, label, effects)
             if self.bounds.lost_replies:
                 yield f"lose {reply.describe()}", replace(world, replies=world.replies - {reply})
+
+    def _told_late(self, world: World, reply: Reply) -> World:
+        """A success reply for a key that applied after its live time: the Scheduler now
+        knows of that effect (whether it takes the reply or drops it as stale)."""
+        r = reply.request
+        late = (world.space(r.agent), r.key)
+        if world.archived or not reply.succeeded or r.undo or late not in world.late_applied:
+            return world
+        return replace(world, late_told=world.late_told | {late}, just_told=(late,))
 
     def _supervisor(self, world: World) -> Iterator[tuple[str, World]]:
         """The Supervisor's check of a due order, or its first look at one claimed at
@@ -697,9 +770,21 @@ class OrderWorld:
         if not world.in_line:
             return
         promoted = self.domain.promoted(world.process, world.now)
-        yield "neighbour ends: promoted", self._take(replace(world, in_line=False), promoted, ())
-        lost = replace(world, in_line=False, notes=("promoted, its nudge lost",))
+        left = replace(world, in_line=False, promoted_at=world.now)
+        yield "neighbour ends: promoted", self._take(left, promoted, ())
+        lost = replace(left, notes=("promoted, its nudge lost",))
         yield "neighbour ends: promoted, nudge lost", lost
+
+    def _other_orders(self, world: World) -> Iterator[tuple[str, World]]:
+        """The customer POSTs its next order: refused at its quota (nothing stored, a
+        Retry-After given, the refusing instance remembering it a moment), or admitted.
+        The client may come back at once or at its Retry-After; this order is untouched."""
+        intake = world.posts
+        if intake.posts >= self.bounds.others:
+            return
+        said, after = self.domain.submit_other(world.process, world.now, world.promoted_at, intake)
+        name = driver.OTHERS[min(intake.posts, len(driver.OTHERS) - 1)]
+        yield f"customer posts {name}: {said}", replace(world, posts=after, notes=(said,))
 
     def _reconciler(self, world: World) -> Iterator[tuple[str, World]]:
         """Reconciliation over the finished order, once nothing sent can apply (an
@@ -805,6 +890,11 @@ class OrderWorld:
                 served = self._settle(arrived, space, request.key, rejected)
                 how = "rejected" if rejected else "applied"
                 yield f"serve {request.describe()}: {how}", served
+            if self.bounds.large_results and not request.undo:
+                served = self._settle(arrived, space, request.key, False)
+                for large in Large:
+                    sized = self._sized(served, request.key, large)
+                    yield f"serve {request.describe()}: applied, {large.value}", sized
         for entry in world.provider.entries:
             if not world.provider.can_apply(entry.agent, entry.key, world.now):
                 continue
@@ -832,6 +922,16 @@ class OrderWorld:
                 request = Request(entry.agent, name, False, entry.key, 0, world.now)
                 replied = replace(after, replies=after.replies | {Reply(request, True)})
                 yield f"apply {name}@{entry.agent} late, reply comes", replied
+                if self.bounds.large_results:
+                    for large in Large:
+                        sized = self._sized(replied, entry.key, large)
+                        yield f"apply {name}@{entry.agent} late, reply comes ({large})", sized
+
+    def _sized(self, world: World, key: str, large: Large) -> World:
+        """The success replies just made for `key` carry a result too large to keep."""
+        made = {r for r in world.replies if r.request.key == key and r.succeeded}
+        sized = {replace(r, large=large.value) for r in made}
+        return replace(world, replies=(world.replies - made) | sized)
 
     def _outcomes(self, request: Request) -> tuple[bool, ...]:
         return self._outcomes_of(request.key, request.undo)
@@ -888,6 +988,7 @@ class OrderWorld:
         skew = driver.SKEW
         instants = set(self.domain.wake_ups(world.process, world.drained))
         instants |= set(world.later_nudges)
+        instants |= {t for t in (world.posts.come_back, world.posts.memo_until) if t}
         for request in world.wire | world.calls:
             instants |= {request.complete_by, request.live_until(skew)}
         instants |= {s.live_until for s in world.sent}

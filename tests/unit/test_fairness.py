@@ -17,7 +17,6 @@ from shared.domain.fairness import (
     RefusalMemo,
     admit,
     promotes,
-    retry_after,
 )
 from shared.domain.machine.forward import start
 from shared.domain.machine.line import in_line, promotion, wait_in_line
@@ -88,6 +87,11 @@ def test_a_promotion_is_one_message_per_order_on_its_lane() -> None:
     assert promotion(o1).body["orderId"] == "o-1"
     assert promotion(Promoted("o-1", high=True)).destination == Destination.to_scheduler(high=True)
     assert promotion(Promoted("o-1", high=True)).message_id == promotion(o1).message_id
+
+
+def retry_after(load: CustomerLoad) -> int:
+    """The Retry-After of a customer's first refusal by an instance."""
+    return RefusalMemo().come_back("A", load, FakeClock().now())
 
 
 def test_retry_after_is_the_customers_pace_of_ends_within_bounds() -> None:
