@@ -74,6 +74,16 @@ class HeldCall:
         if self.matters(start):
             await self.pay()
 
+    def missed(self, slot: datetime) -> None:
+        """The call was ready at its rate slot but came to it too late to start in it (a
+        late wake, a handed-back copy delivered late): our own limit sends it to another
+        slot, so the time since the missed one counts as waited too, and the hold for the
+        new slot gives it back. A call rebooked again and again then comes to each new
+        slot with the time it had at the first; counting only the wait from now, each
+        rebook ate its lateness, until a copy handed back again reached the agent past
+        its complete-by (tests/e2e/test_limits.py, a slot allowing 25 ms at 5/s)."""
+        self.unpaid += max(self.holds.clock.now() - slot, timedelta(0))
+
     def matters(self, start: datetime) -> bool:
         """Would a call starting then have less than half the time this one arrived with?"""
         return self.known.at - start < self.room
