@@ -36,6 +36,7 @@ from shared.ports import RemoteCall
 from shared.resilience import CircuitBreaker
 from shared.usecases.flow import scheduler
 from shared.usecases.flow.agent import AgentDeps, Performed, perform_step
+from shared.usecases.flow.step_heartbeat import KnownCompleteBy
 from shared.usecases.flow.step_hold import StepHolds
 from shared.usecases.flow.submission import submit_order
 from shared.usecases.flow.supervisor import sweep
@@ -341,3 +342,29 @@ async def test_a_call_that_misses_its_slot_comes_to_the_next_with_the_time_it_ha
     assert again.start_at is not None and copy.start_at is not None
     assert again.start_at > copy.start_at + seconds(BOOKED_AHEAD - 1), "at the back"
     assert again.complete_by - again.start_at >= copy.complete_by - copy.start_at
+
+
+async def test_a_missed_slot_counts_no_wait_twice() -> None:
+    """A call waits for its rate slot, then past it for a concurrency slot, then comes
+    to its call too late for the rate slot: the time since it arrived is waited once,
+    the concurrency wait not counted again as lateness."""
+    world = World(policy=policy())
+    await submit_order(world.deps(), an_order("o-1"))
+    await scheduler.on_nudge(world.deps(), "o-1")
+    (request,) = (
+        AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
+    )
+    holds = StepHolds(
+        UnitOfWork(world.store, world.bus, catalogue=CATALOGUE), world.clock, world.policy
+    )
+    held = holds.for_request(request, KnownCompleteBy(request.complete_by))
+    arrived, clock = world.clock.now(), world.clock
+    slot = arrived + seconds(0.5)
+
+    await held(slot)
+    clock.advance(0.5)
+    await held(clock.now() + seconds(0.4))  # a concurrency slot, looked for again
+    clock.advance(0.4 + 0.1)  # woken 100 ms late
+    held.missed(slot)
+
+    assert held.unpaid == clock.now() - arrived == seconds(1.0)
