@@ -14,6 +14,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
+import pytest
+
+from shared.adapters.clock import FakeClock
 from shared.adapters.memory.limits import InMemoryLimitStore
 from shared.contract import Queue, agent_queue
 from shared.domain.in_doubt import RemoteOutcome
@@ -33,6 +36,7 @@ from shared.ports import RemoteCall
 from shared.resilience import CircuitBreaker
 from shared.usecases.flow import scheduler
 from shared.usecases.flow.agent import AgentDeps, Performed, perform_step
+from shared.usecases.flow.step_heartbeat import KnownCompleteBy
 from shared.usecases.flow.step_hold import StepHolds
 from shared.usecases.flow.submission import submit_order
 from shared.usecases.flow.supervisor import sweep
@@ -292,3 +296,75 @@ async def test_a_handed_back_request_delivered_twice_uses_its_slot_once() -> Non
     assert booked is not None, "the second copy booked a slot of its own"
     assert booked.next_start == now + seconds(0.21), "one gap at 5/s"
     assert calls == ["o-1:reserve-inventory"] * 2
+
+
+class WakesLate(FakeClock):
+    """A loaded host: its first sleep ends `late` seconds after it was due."""
+
+    def __init__(self, late: float) -> None:
+        super().__init__()
+        self.late = late
+
+    async def sleep(self, seconds: float) -> None:
+        late, self.late = self.late, 0.0
+        await super().sleep(max(seconds, 0) + late)
+
+
+@pytest.mark.parametrize(
+    ("slot_in", "late"),
+    [(-0.5, 0.0), (0.2, 0.3)],
+    ids=["a copy delivered after its slot", "a call woken after its slot"],
+)
+async def test_a_call_that_misses_its_slot_comes_to_the_next_with_the_time_it_had(
+    slot_in: float, late: float
+) -> None:
+    """A handed-back copy carries its slot and a complete-by its time after it. Come to
+    the slot too late to start in it (delivered late, or woken late), it books another,
+    at the back of a schedule a minute long, and is handed back again: the hold gives it
+    the time since the missed slot too, so it comes to the new slot with at least the
+    time it had at the old one. Counting only the wait from now, each missed slot ate
+    the call's time, and a copy handed back a few times reached the agent past its
+    complete-by (tests/e2e/test_limits.py with 25 ms allowed at 5/s)."""
+    world = World(policy=policy(), clock=WakesLate(late))
+    await submit_order(world.deps(), an_order("o-1"))
+    await scheduler.on_nudge(world.deps(), "o-1")
+    (request,) = (
+        AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
+    )
+    agent = await limited_agent(world, [])
+    copy = replace(request, start_at=world.clock.now() + seconds(slot_in))
+
+    assert await perform_step(agent, copy) is Performed.HANDED_BACK
+
+    (again,) = (
+        AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
+    )
+    assert again.start_at is not None and copy.start_at is not None
+    assert again.start_at > copy.start_at + seconds(BOOKED_AHEAD - 1), "at the back"
+    assert again.complete_by - again.start_at >= copy.complete_by - copy.start_at
+
+
+async def test_a_missed_slot_counts_no_wait_twice() -> None:
+    """A call waits for its rate slot, then past it for a concurrency slot, then comes
+    to its call too late for the rate slot: the time since it arrived is waited once,
+    the concurrency wait not counted again as lateness."""
+    world = World(policy=policy())
+    await submit_order(world.deps(), an_order("o-1"))
+    await scheduler.on_nudge(world.deps(), "o-1")
+    (request,) = (
+        AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
+    )
+    holds = StepHolds(
+        UnitOfWork(world.store, world.bus, catalogue=CATALOGUE), world.clock, world.policy
+    )
+    held = holds.for_request(request, KnownCompleteBy(request.complete_by))
+    arrived, clock = world.clock.now(), world.clock
+    slot = arrived + seconds(0.5)
+
+    await held(slot)
+    clock.advance(0.5)
+    await held(clock.now() + seconds(0.4))  # a concurrency slot, looked for again
+    clock.advance(0.4 + 0.1)  # woken 100 ms late
+    held.missed(slot)
+
+    assert held.unpaid == clock.now() - arrived == seconds(1.0)

@@ -89,6 +89,8 @@ class SlotGate:
     ) -> SlotGate:
         carried = request.start_at
         if carried is not None and not slot_still_usable(carried, now, limiter.limits):
+            if hand_back is not None:
+                hand_back.held.missed(carried)
             carried = None
         return cls(limiter, carried, hand_back)
 
@@ -102,7 +104,11 @@ class SlotGate:
         return start
 
     def on_time(self, start: datetime) -> bool:
-        return self.limiter.on_time(start)
+        if self.limiter.on_time(start):
+            return True
+        if self.hand_back is not None:
+            self.hand_back.held.missed(start)
+        return False
 
     async def enter(self, lasts: timedelta, waiting: Held) -> SlotLease | None:
         return await self.limiter.enter(lasts, waiting)
