@@ -176,6 +176,7 @@ class Domain:
         )
         """The neighbour's effects: each do step of the same workflow, at its primary."""
         self.target = later_version(self.workflow)
+        self._reply_ids: dict[Reply, str] = {}
         self.versions = {w.version: w for w in (self.workflow, self.target)}
 
     def of(self, process: OrderProcess) -> Workflow:
@@ -239,7 +240,16 @@ class Domain:
             attempt=int(body["attempt"]),
             complete_by=tick(datetime.fromisoformat(str(body["completeBy"]))),
             undoes=undoes,
+            message_id=message.message_id,
         )
+
+    def reply_id(self, answer: Reply) -> str:
+        """The message id of the agent's reply on the `agent-replies` queue, as the
+        domain builds it (`AgentReply.outgoing`)."""
+        found = self._reply_ids.get(answer)
+        if found is None:
+            found = self._reply_ids[answer] = self.message(answer).outgoing().message_id
+        return found
 
     # --- the order's moves --------------------------------------------------------------
 

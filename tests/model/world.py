@@ -58,7 +58,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
+from shared.contract import QUEUE_PROPERTIES
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import Notify, OrderProcess
 from tests.model import driver
@@ -217,6 +219,42 @@ operator. `deep` leaves it less still (a request is served at once or lost, ever
 question is answered), to reach the end of every workflow's retries."""
 
 
+WINDOW = QUEUE_PROPERTIES.duplicate_detection_window_seconds
+"""Every queue's duplicate-detection window, in ticks (seconds)."""
+REPLIES = "agent-replies"
+"""The one queue every agent's replies share (its -high lane is not modelled: one
+order has one priority)."""
+_DUPLICATE = "its id was taken on that queue within the window"
+
+T = TypeVar("T")
+
+
+def _broker(
+    taken: frozenset[tuple[str, str, int]], now: int, messages: list[tuple[str, str, T]]
+) -> tuple[tuple[T, ...], frozenset[tuple[str, str, int]], tuple[T, ...]]:
+    """Service Bus duplicate detection: each (queue, message id, message) is taken, or
+    dropped when its queue took that id within the window, whether or not it is the same
+    message. Returns the messages taken, the ids now held, and the messages dropped."""
+    held = {(queue, message_id) for queue, message_id, _ in taken}
+    kept: list[T] = []
+    dropped: list[T] = []
+    added: set[tuple[str, str, int]] = set()
+    for queue, message_id, message in messages:
+        if (queue, message_id) in held:
+            dropped.append(message)
+            continue
+        held.add((queue, message_id))
+        added.add((queue, message_id, now))
+        kept.append(message)
+    return tuple(kept), taken | added, tuple(dropped)
+
+
+def _forgotten(world: World) -> frozenset[tuple[str, str, int]]:
+    """The ids the broker still holds when a reconciliation run sends: a later run comes
+    an hour after the last, past every window."""
+    return frozenset() if world.reconciled else world.taken
+
+
 @dataclass(frozen=True)
 class Sent:
     """A request sent, on the judge's books until its window ends."""
@@ -275,6 +313,13 @@ class World:
     the outbox, and sends its own."""
     heard: tuple[str, ...] = ()
     """The statuses the client heard, in order (kept with `Bounds.intake` only)."""
+    taken: frozenset[tuple[str, str, int]] = frozenset()
+    """(queue, message id, tick) of every request and reply the broker took within its
+    duplicate-detection window: a second message with one of these ids on that queue is
+    dropped, whatever its body (`_broker`)."""
+    reconciled: bool = False
+    """A reconciliation run went over the order: the next one is an hour later, past
+    every duplicate-detection window."""
     # What the last event did; read by the invariants, left out of the key.
     just_sent: tuple[Request, ...] = ()
     notes: tuple[str, ...] = ()
@@ -370,6 +415,8 @@ class OrderWorld:
             world.unsent is not None,
             world.heard,
             world.process.order.notify,
+            world.taken,
+            world.reconciled,
         )
 
     def successors(self, world: World) -> Iterator[tuple[str, World]]:
@@ -405,7 +452,10 @@ class OrderWorld:
         self, world: World, effects: Effects, notes: tuple[str, ...], requests_out: bool
     ) -> World:
         skew = driver.SKEW
-        requests = effects.requests if requests_out else ()
+        outgoing = effects.requests if requests_out else ()
+        requests, taken, dropped = _broker(
+            world.taken, world.now, [(r.agent, r.message_id, r) for r in outgoing]
+        )
         due = world.due_nudges + sum(1 for t in effects.nudges if t <= world.now)
         later = world.later_nudges | {t for t in effects.nudges if t > world.now}
         told = world.told_not_applied - {
@@ -415,9 +465,11 @@ class OrderWorld:
         heard = world.heard + effects.statuses if self.bounds.intake else ()
         lines = [*notes, effects.summary]
         lines += [f"  sent {r.describe()}" for r in requests]
+        lines += [f"  broker dropped {r.describe()}: {_DUPLICATE}" for r in dropped]
         lines += [f"  alert {a}" for a in effects.alerts]
         return replace(
             world,
+            taken=taken,
             due_nudges=min(due, 2),
             later_nudges=later,
             wire=world.wire | set(requests),
@@ -713,7 +765,10 @@ class OrderWorld:
             world.process, world.now, lambda agent, key: _truth(world, agent, key)
         )
         if effects is not None:
-            yield "reconcile", self._take(world, effects, ())
+            # A run may come minutes after the order's last sends; the next comes an hour
+            # after this one, when the broker has forgotten every id.
+            run = replace(world, reconciled=True, taken=_forgotten(world))
+            yield "reconcile", self._take(run, effects, ())
 
     def _archiver(self, world: World) -> Iterator[tuple[str, World]]:
         """The archiver takes the finished order (its retention long past, so no request
@@ -830,8 +885,18 @@ class OrderWorld:
                 yield f"apply {name}@{entry.agent} late", after
                 # The agent's clock was behind: it still waited, and its reply comes.
                 request = Request(entry.agent, name, False, entry.key, 0, world.now)
-                replied = replace(after, replies=after.replies | {Reply(request, True)})
+                replied = self._replied(after, (Reply(request, True),))
                 yield f"apply {name}@{entry.agent} late, reply comes", replied
+
+    def _replied(self, world: World, answers: tuple[Reply, ...]) -> World:
+        """The agents' replies, through the broker: all share `agent-replies`, so a reply
+        whose id that queue took within the window is dropped."""
+        ids = [(REPLIES, self.domain.reply_id(a), a) for a in answers]
+        kept, taken, dropped = _broker(world.taken, world.now, ids)
+        notes = world.notes + tuple(
+            f"  broker dropped the reply {a.describe()}: {_DUPLICATE}" for a in dropped
+        )
+        return replace(world, replies=world.replies | set(kept), taken=taken, notes=notes)
 
     def _outcomes(self, request: Request) -> tuple[bool, ...]:
         return self._outcomes_of(request.key, request.undo)
@@ -853,18 +918,17 @@ class OrderWorld:
         )
         entry = provider.get(space, request.key)
         waiting = world.now < request.complete_by
-        calls, replies = world.calls, world.replies
+        calls, answers = world.calls, ()
         if entry.status is KeyStatus.RUNNING:
             if waiting:
                 calls = calls | {request}
         elif waiting and entry.status in (KeyStatus.APPLIED, KeyStatus.REJECTED):
-            replies = replies | {Reply(request, entry.status is KeyStatus.APPLIED)}
+            answers = (Reply(request, entry.status is KeyStatus.APPLIED),)
         elif waiting and entry.status is KeyStatus.ABANDONED:
-            replies = replies | {Reply(request, False, abandoned=True)}
+            answers = (Reply(request, False, abandoned=True),)
         note = f"  {request.describe()} at its service: {entry.status.value}"
-        return replace(
-            world, wire=wire, provider=provider, calls=calls, replies=replies, notes=(note,)
-        )
+        arrived = replace(world, wire=wire, provider=provider, calls=calls, notes=(note,))
+        return self._replied(arrived, answers)
 
     def _settle(self, world: World, space: str, key: str, rejected: bool) -> World:
         """The service applies (or rejects) a running key; every agent still waiting on
@@ -873,15 +937,13 @@ class OrderWorld:
             world.provider.reject(space, key) if rejected else world.provider.apply(space, key)
         )
         answered = {c for c in world.calls if world.space(c.agent) == space and c.key == key}
-        replies = world.replies | {Reply(c, not rejected) for c in answered}
         entry = provider.get(space, key)
         what = entry.status.value
         if entry.undoes is not None:
             what += " (undone)" if entry.undone else " (nothing-to-undo)"
         notes = (*world.notes, f"  ledger: {key.split(':', 1)[-1]}@{space} {what}")
-        return replace(
-            world, provider=provider, calls=world.calls - answered, replies=replies, notes=notes
-        )
+        settled = replace(world, provider=provider, calls=world.calls - answered, notes=notes)
+        return self._replied(settled, tuple(Reply(c, not rejected) for c in sorted(answered)))
 
     def _clock(self, world: World) -> Iterator[tuple[str, World]]:
         """Jump to the next instant at which anything can change."""
@@ -910,6 +972,7 @@ class OrderWorld:
             calls=frozenset(c for c in world.calls if now < c.complete_by),
             sent=frozenset(s for s in world.sent if now < s.live_until),
             provider=world.provider.expire(now, self._late),
+            taken=frozenset(t for t in world.taken if now < t[2] + WINDOW),
             notes=(),
         )
         yield f"time -> t={now}", after
