@@ -246,9 +246,15 @@ class AgentReply(_Message):
         return replace(self, result=None, error=failure)._dump({"result", *agent})
 
     def outgoing(self, *, high: bool = False) -> Outgoing:
+        """Every agent's replies share one queue, whose duplicate detection drops an id
+        it took: the id names the agent, as two agents may answer one step and attempt
+        (the order's undo at the holder, reconciliation's at another provider). The
+        same reply sent again keeps its id; an agent older than the field keeps the id
+        it had."""
+        by = "" if self.agent is None else f":{self.agent}"
         return Outgoing(
             destination=Destination.to_scheduler_replies(high=high),
-            message_id=f"rep:{self.order_id}:{self.step}:{self.action.value}:{self.attempt}",
+            message_id=f"rep:{self.order_id}:{self.step}:{self.action.value}:{self.attempt}{by}",
             body=self.to_body(),
         )
 
