@@ -226,30 +226,54 @@ REPLIES = "agent-replies"
 order has one priority)."""
 _DUPLICATE = "its id was taken on that queue within the window"
 
-T = TypeVar("T")
+M = TypeVar("M", Request, Reply)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A message id the broker took on a queue at a tick, and what it carried."""
+
+    queue: str
+    message_id: str
+    at: int
+    message: Hashable
+    """What makes two messages the same one (`_same`): a resend carries the same."""
+
+
+def _same(message: Request | Reply) -> Hashable:
+    """A message as a resend repeats it: an undo sent again for a late success redelivered
+    is the same undo, its complete-by counted from the later send."""
+    if isinstance(message, Request):
+        return replace(message, complete_by=0)
+    return replace(message, request=replace(message.request, complete_by=0), duplicate=False)
 
 
 def _broker(
-    taken: frozenset[tuple[str, str, int]], now: int, messages: list[tuple[str, str, T]]
-) -> tuple[tuple[T, ...], frozenset[tuple[str, str, int]], tuple[T, ...]]:
+    world: World, messages: list[tuple[str, str, M]]
+) -> tuple[tuple[M, ...], frozenset[Taken], tuple[M, ...], str | None]:
     """Service Bus duplicate detection: each (queue, message id, message) is taken, or
     dropped when its queue took that id within the window, whether or not it is the same
-    message. Returns the messages taken, the ids now held, and the messages dropped."""
-    held = {(queue, message_id) for queue, message_id, _ in taken}
-    kept: list[T] = []
-    dropped: list[T] = []
-    added: set[tuple[str, str, int]] = set()
+    message. Returns the messages taken, the ids now held, the messages dropped, and the
+    first drop of a message other than the one its id was taken for (`one-id-one-message`)."""
+    held = {(t.queue, t.message_id): t.message for t in world.taken}
+    kept: list[M] = []
+    dropped: list[M] = []
+    added: set[Taken] = set()
+    collision = None
     for queue, message_id, message in messages:
+        same = _same(message)
         if (queue, message_id) in held:
             dropped.append(message)
+            if held[(queue, message_id)] != same and collision is None:
+                collision = f"{message.describe()} dropped on {queue}: {message_id} was another's"
             continue
-        held.add((queue, message_id))
-        added.add((queue, message_id, now))
+        held[(queue, message_id)] = same
+        added.add(Taken(queue, message_id, world.now, same))
         kept.append(message)
-    return tuple(kept), taken | added, tuple(dropped)
+    return tuple(kept), world.taken | added, tuple(dropped), collision
 
 
-def _forgotten(world: World) -> frozenset[tuple[str, str, int]]:
+def _forgotten(world: World) -> frozenset[Taken]:
     """The ids the broker still holds when a reconciliation run sends: a later run comes
     an hour after the last, past every window."""
     return frozenset() if world.reconciled else world.taken
@@ -313,7 +337,7 @@ class World:
     the outbox, and sends its own."""
     heard: tuple[str, ...] = ()
     """The statuses the client heard, in order (kept with `Bounds.intake` only)."""
-    taken: frozenset[tuple[str, str, int]] = frozenset()
+    taken: frozenset[Taken] = frozenset()
     """(queue, message id, tick) of every request and reply the broker took within its
     duplicate-detection window: a second message with one of these ids on that queue is
     dropped, whatever its body (`_broker`)."""
@@ -323,6 +347,9 @@ class World:
     # What the last event did; read by the invariants, left out of the key.
     just_sent: tuple[Request, ...] = ()
     notes: tuple[str, ...] = ()
+    collision: str | None = None
+    """A message the last event's send lost to the broker's duplicate detection though
+    it was not the message its id was taken for (two messages, one id)."""
     flaw: str | None = None
     """What the last event broke that the state itself does not show (the Supervisor
     counted a timeout against an order whose intake's outbox it never sent again)."""
@@ -420,7 +447,7 @@ class OrderWorld:
         )
 
     def successors(self, world: World) -> Iterator[tuple[str, World]]:
-        world = replace(world, just_sent=(), notes=(), flaw=None)
+        world = replace(world, just_sent=(), notes=(), flaw=None, collision=None)
         if world.deciding:
             yield from self._intake(world)
             return
@@ -453,8 +480,8 @@ class OrderWorld:
     ) -> World:
         skew = driver.SKEW
         outgoing = effects.requests if requests_out else ()
-        requests, taken, dropped = _broker(
-            world.taken, world.now, [(r.agent, r.message_id, r) for r in outgoing]
+        requests, taken, dropped, collision = _broker(
+            world, [(r.agent, r.message_id, r) for r in outgoing]
         )
         due = world.due_nudges + sum(1 for t in effects.nudges if t <= world.now)
         later = world.later_nudges | {t for t in effects.nudges if t > world.now}
@@ -470,6 +497,7 @@ class OrderWorld:
         return replace(
             world,
             taken=taken,
+            collision=world.collision or collision,
             due_nudges=min(due, 2),
             later_nudges=later,
             wire=world.wire | set(requests),
@@ -892,11 +920,17 @@ class OrderWorld:
         """The agents' replies, through the broker: all share `agent-replies`, so a reply
         whose id that queue took within the window is dropped."""
         ids = [(REPLIES, self.domain.reply_id(a), a) for a in answers]
-        kept, taken, dropped = _broker(world.taken, world.now, ids)
+        kept, taken, dropped, collision = _broker(world, ids)
         notes = world.notes + tuple(
             f"  broker dropped the reply {a.describe()}: {_DUPLICATE}" for a in dropped
         )
-        return replace(world, replies=world.replies | set(kept), taken=taken, notes=notes)
+        return replace(
+            world,
+            replies=world.replies | set(kept),
+            taken=taken,
+            collision=world.collision or collision,
+            notes=notes,
+        )
 
     def _outcomes(self, request: Request) -> tuple[bool, ...]:
         return self._outcomes_of(request.key, request.undo)
@@ -972,7 +1006,7 @@ class OrderWorld:
             calls=frozenset(c for c in world.calls if now < c.complete_by),
             sent=frozenset(s for s in world.sent if now < s.live_until),
             provider=world.provider.expire(now, self._late),
-            taken=frozenset(t for t in world.taken if now < t[2] + WINDOW),
+            taken=frozenset(t for t in world.taken if now < t.at + WINDOW),
             notes=(),
         )
         yield f"time -> t={now}", after
