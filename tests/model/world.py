@@ -259,7 +259,7 @@ def _broker(
     kept: list[M] = []
     dropped: list[M] = []
     added: set[Taken] = set()
-    collision = None
+    collision: str | None = None
     for queue, message_id, message in messages:
         same = _same(message)
         if (queue, message_id) in held:
