@@ -952,7 +952,8 @@ class OrderWorld:
         )
         entry = provider.get(space, request.key)
         waiting = world.now < request.complete_by
-        calls, answers = world.calls, ()
+        calls = world.calls
+        answers: tuple[Reply, ...] = ()
         if entry.status is KeyStatus.RUNNING:
             if waiting:
                 calls = calls | {request}
