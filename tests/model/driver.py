@@ -177,6 +177,8 @@ class Domain:
         """The neighbour's effects: each do step of the same workflow, at its primary."""
         self.target = later_version(self.workflow)
         self._reply_ids: dict[Reply, str] = {}
+        self._plain = {k for s in self.steps for k in (s.do_key, s.undo_key) if k}
+        """The operations' own keys: a reply names any other (a heal key) in its id."""
         self.versions = {w.version: w for w in (self.workflow, self.target)}
 
     def of(self, process: OrderProcess) -> Workflow:
@@ -341,6 +343,7 @@ class Domain:
             result={"ref": r.key} if answer.succeeded else None,
             error=error,
             agent=r.agent,
+            key=None if r.key in self._plain else r.key,
         )
 
     def reply(

@@ -17,6 +17,7 @@ from shared.domain.machine.forward import apply_reply, claim, start
 from shared.domain.machine.transition import Transition
 from shared.domain.messages import AgentReply, AgentRequest
 from shared.domain.model import Action, OrderProcess, Outcome, Outgoing, ProcessState, StepStatus
+from shared.domain.reconcile import heal_key
 from tests.builders import a_policy, a_reply, an_order
 from tests.workflows import ORDER_FULFILMENT
 
@@ -88,6 +89,27 @@ def test_replies_of_two_agents_to_one_step_and_attempt_have_two_ids() -> None:
 
     assert own.destination == extra.destination
     assert own.message_id != extra.message_id
+
+
+def test_a_heal_at_the_holder_and_the_orders_own_undo_there_have_two_reply_ids() -> None:
+    """The order's refund at payment found nothing to undo (its charge was held on the
+    network), the charge applied after it, and reconciliation's heal goes to payment
+    under the heal key, at the order's last attempt: the one its refund went in."""
+    process, refund = refunding()
+    heal = undo_at(
+        process,
+        ORDER_FULFILMENT.steps[1],
+        POLICY,
+        "payment",
+        process.state.attempt,
+        {"paymentId": "p-1"},
+        CLOCK.now() + timedelta(seconds=1),
+        key=heal_key(str(refund.body["idempotencyKey"])),
+    )
+
+    assert _answered(refund, "payment").message_id != _answered(heal, "payment").message_id
+    assert _answered(heal, "payment").message_id == _answered(heal, "payment").message_id
+    assert "key" not in _answered(heal, "payment").body
 
 
 def test_the_same_reply_sent_again_keeps_its_id() -> None:
