@@ -211,8 +211,11 @@ class AgentRequest(_Message):
         """The reply to this request: it names the same step, action and attempt, and
         the agent that answers, so a late success at a provider the order has left is
         seen for what it is (an effect at two providers)."""
+        own = idempotency_key(self.order_id, self.operation or "")
+        plain = self.operation is None or self.idempotency_key == own
+        key = None if plain else self.idempotency_key
         return AgentReply(
-            self.order_id, self.step, self.action, self.attempt, outcome, result, error, agent
+            self.order_id, self.step, self.action, self.attempt, outcome, result, error, agent, key
         )
 
     def outgoing(self, agent: AgentName, *, high: bool = False) -> Outgoing:
@@ -236,19 +239,30 @@ class AgentReply(_Message):
     error: Annotated[ErrorInfo | None, BeforeValidator(_bounded_error)] = None
     agent: Text | None = None
     """The agent that answers; None from agents older than the field."""
+    key: Text | None = None
+    """The idempotency key answered where it is not the operation's own (reconciliation's
+    heal key): it names the reply's message id only, and is not sent."""
 
     def to_body(self) -> dict[str, Any]:
-        agent = set() if self.agent is not None else {"agent"}
+        unsent = {"key"} if self.agent is not None else {"agent", "key"}
         if self.outcome is Outcome.SUCCEEDED:
             succeeded = replace(self, result=dict(self.result or {}), error=None)
-            return succeeded._dump({"error", *agent})
+            return succeeded._dump({"error", *unsent})
         failure = self.error or ErrorInfo("unknown", "no detail")
-        return replace(self, result=None, error=failure)._dump({"result", *agent})
+        return replace(self, result=None, error=failure)._dump({"result", *unsent})
 
     def outgoing(self, *, high: bool = False) -> Outgoing:
+        """Every agent's replies share one queue, whose duplicate detection drops an id
+        it took: the id names the agent, as two agents may answer one step and attempt
+        (the order's undo at the holder, reconciliation's at another provider). The
+        same reply sent again keeps its id; an agent older than the field keeps the id
+        it had. An undo under a key other than the operation's own (reconciliation's heal
+        key, at the holder whose own undo found nothing) names that key too."""
+        by = "" if self.agent is None else f":{self.agent}"
+        by += "" if self.key is None else f":{self.key.removeprefix(f'{self.order_id}:')}"
         return Outgoing(
             destination=Destination.to_scheduler_replies(high=high),
-            message_id=f"rep:{self.order_id}:{self.step}:{self.action.value}:{self.attempt}",
+            message_id=f"rep:{self.order_id}:{self.step}:{self.action.value}:{self.attempt}{by}",
             body=self.to_body(),
         )
 

@@ -200,6 +200,9 @@ class Domain:
         )
         """The neighbour's effects: each do step of the same workflow, at its primary."""
         self.target = later_version(self.workflow)
+        self._reply_ids: dict[Reply, str] = {}
+        self._plain = {k for s in self.steps for k in (s.do_key, s.undo_key) if k}
+        """The operations' own keys: a reply names any other (a heal key) in its id."""
         self.versions = {w.version: w for w in (self.workflow, self.target)}
 
     def of(self, process: OrderProcess) -> Workflow:
@@ -263,7 +266,16 @@ class Domain:
             attempt=int(body["attempt"]),
             complete_by=tick(datetime.fromisoformat(str(body["completeBy"]))),
             undoes=undoes,
+            message_id=message.message_id,
         )
+
+    def reply_id(self, answer: Reply) -> str:
+        """The message id of the agent's reply on the `agent-replies` queue, as the
+        domain builds it (`AgentReply.outgoing`)."""
+        found = self._reply_ids.get(answer)
+        if found is None:
+            found = self._reply_ids[answer] = self.message(answer).outgoing().message_id
+        return found
 
     # --- the order's moves --------------------------------------------------------------
 
@@ -430,6 +442,7 @@ class Domain:
             result=result,
             error=error,
             agent=r.agent,
+            key=None if r.key in self._plain else r.key,
         )
 
     def _large(self, step: str, key: str, large: Large) -> dict[str, object]:

@@ -39,6 +39,9 @@
    the outbox of an order still as the intake stored it before it decides anything.
 10. final-only: a client that asked for the final status only hears exactly one, and
    only once the order is at that final state.
+11. one-id-one-message: the broker's duplicate detection drops only a message sent
+   again, never another message that shares its id on its queue (a request or reply the
+   order waits for would be lost without a trace).
 
 Liveness (every state can still reach a right end) is checked apart, on whole
 situations: tests/model/liveness.py.
@@ -249,6 +252,10 @@ def final_only(world: World) -> str | None:
     return None
 
 
+def one_id_one_message(world: World) -> str | None:
+    return world.collision
+
+
 INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("undo-while-live", undo_while_live),
     Invariant("second-provider", second_provider),
@@ -261,6 +268,7 @@ INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("archived-id", archived_id),
     Invariant("intake-resend", intake_resend),
     Invariant("final-only", final_only),
+    Invariant("one-id-one-message", one_id_one_message),
 )
 
 _ROUTINE = ("claim", "deliver", "arrive", "serve", "apply", "time", "nudge")

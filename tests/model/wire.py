@@ -24,6 +24,9 @@ class Request:
     undoes: str | None = None
     """For an undo: the do key it names (derived from the workflow when the body does
     not say)."""
+    message_id: str = ""
+    """The broker's message id, as the domain built it: the agent's queue drops a second
+    message with an id it took within its duplicate-detection window (world.py)."""
 
     def live_until(self, skew: int) -> int:
         """The tick from which this request can no longer apply at its service."""

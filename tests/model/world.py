@@ -61,7 +61,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
+from shared.contract import QUEUE_PROPERTIES
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import Notify, OrderProcess
 from tests.model import driver
@@ -267,6 +269,66 @@ operator. `deep` leaves it less still (a request is served at once or lost, ever
 question is answered), to reach the end of every workflow's retries."""
 
 
+WINDOW = QUEUE_PROPERTIES.duplicate_detection_window_seconds
+"""Every queue's duplicate-detection window, in ticks (seconds)."""
+REPLIES = "agent-replies"
+"""The one queue every agent's replies share (its -high lane is not modelled: one
+order has one priority)."""
+_DUPLICATE = "its id was taken on that queue within the window"
+
+M = TypeVar("M", Request, Reply)
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A message id the broker took on a queue at a tick, and what it carried."""
+
+    queue: str
+    message_id: str
+    at: int
+    message: Hashable
+    """What makes two messages the same one (`_same`): a resend carries the same."""
+
+
+def _same(message: Request | Reply) -> Hashable:
+    """A message as a resend repeats it: an undo sent again for a late success redelivered
+    is the same undo, its complete-by counted from the later send."""
+    if isinstance(message, Request):
+        return replace(message, complete_by=0)
+    return replace(message, request=replace(message.request, complete_by=0), duplicate=False)
+
+
+def _broker(
+    world: World, messages: list[tuple[str, str, M]]
+) -> tuple[tuple[M, ...], frozenset[Taken], tuple[M, ...], str | None]:
+    """Service Bus duplicate detection: each (queue, message id, message) is taken, or
+    dropped when its queue took that id within the window, whether or not it is the same
+    message. Returns the messages taken, the ids now held, the messages dropped, and the
+    first drop of a message other than the one its id was taken for (`one-id-one-message`)."""
+    held = {(t.queue, t.message_id): t.message for t in world.taken}
+    kept: list[M] = []
+    dropped: list[M] = []
+    added: set[Taken] = set()
+    collision: str | None = None
+    for queue, message_id, message in messages:
+        same = _same(message)
+        if (queue, message_id) in held:
+            dropped.append(message)
+            if held[(queue, message_id)] != same and collision is None:
+                collision = f"{message.describe()} dropped on {queue}: {message_id} was another's"
+            continue
+        held[(queue, message_id)] = same
+        added.add(Taken(queue, message_id, world.now, same))
+        kept.append(message)
+    return tuple(kept), world.taken | added, tuple(dropped), collision
+
+
+def _forgotten(world: World) -> frozenset[Taken]:
+    """The ids the broker still holds when a reconciliation run sends: a later run comes
+    an hour after the last, past every window."""
+    return frozenset() if world.reconciled else world.taken
+
+
 @dataclass(frozen=True)
 class Sent:
     """A request sent, on the judge's books until its window ends."""
@@ -332,11 +394,21 @@ class World:
     the outbox, and sends its own."""
     heard: tuple[str, ...] = ()
     """The statuses the client heard, in order (kept with `Bounds.intake` only)."""
+    taken: frozenset[Taken] = frozenset()
+    """(queue, message id, tick) of every request and reply the broker took within its
+    duplicate-detection window: a second message with one of these ids on that queue is
+    dropped, whatever its body (`_broker`)."""
+    reconciled: bool = False
+    """A reconciliation run went over the order: the next one is an hour later, past
+    every duplicate-detection window."""
     # What the last event did; read by the invariants, left out of the key.
     just_sent: tuple[Request, ...] = ()
     just_told: tuple[tuple[str, str], ...] = ()
     """A late apply whose success reply the Scheduler just took (key space, do key)."""
     notes: tuple[str, ...] = ()
+    collision: str | None = None
+    """A message the last event's send lost to the broker's duplicate detection though
+    it was not the message its id was taken for (two messages, one id)."""
     flaw: str | None = None
     """What the last event broke that the state itself does not show (the Supervisor
     counted a timeout against an order whose intake's outbox it never sent again)."""
@@ -432,10 +504,12 @@ class OrderWorld:
             world.unsent is not None,
             world.heard,
             world.process.order.notify,
+            world.taken,
+            world.reconciled,
         )
 
     def successors(self, world: World) -> Iterator[tuple[str, World]]:
-        world = replace(world, just_sent=(), just_told=(), notes=(), flaw=None)
+        world = replace(world, just_sent=(), just_told=(), notes=(), flaw=None, collision=None)
         if world.deciding:
             yield from self._intake(world)
             return
@@ -468,7 +542,10 @@ class OrderWorld:
         self, world: World, effects: Effects, notes: tuple[str, ...], requests_out: bool
     ) -> World:
         skew = driver.SKEW
-        requests = effects.requests if requests_out else ()
+        outgoing = effects.requests if requests_out else ()
+        requests, taken, dropped, collision = _broker(
+            world, [(r.agent, r.message_id, r) for r in outgoing]
+        )
         due = world.due_nudges + sum(1 for t in effects.nudges if t <= world.now)
         later = world.later_nudges | {t for t in effects.nudges if t > world.now}
         told = world.told_not_applied - {
@@ -478,9 +555,12 @@ class OrderWorld:
         heard = world.heard + effects.statuses if self.bounds.intake else ()
         lines = [*notes, effects.summary]
         lines += [f"  sent {r.describe()}" for r in requests]
+        lines += [f"  broker dropped {r.describe()}: {_DUPLICATE}" for r in dropped]
         lines += [f"  alert {a}" for a in effects.alerts]
         return replace(
             world,
+            taken=taken,
+            collision=world.collision or collision,
             due_nudges=min(due, 2),
             later_nudges=later,
             wire=world.wire | set(requests),
@@ -798,7 +878,10 @@ class OrderWorld:
             world.process, world.now, lambda agent, key: _truth(world, agent, key)
         )
         if effects is not None:
-            yield "reconcile", self._take(world, effects, ())
+            # A run may come minutes after the order's last sends; the next comes an hour
+            # after this one, when the broker has forgotten every id.
+            run = replace(world, reconciled=True, taken=_forgotten(world))
+            yield "reconcile", self._take(run, effects, ())
 
     def _archiver(self, world: World) -> Iterator[tuple[str, World]]:
         """The archiver takes the finished order (its retention long past, so no request
@@ -920,7 +1003,7 @@ class OrderWorld:
                 yield f"apply {name}@{entry.agent} late", after
                 # The agent's clock was behind: it still waited, and its reply comes.
                 request = Request(entry.agent, name, False, entry.key, 0, world.now)
-                replied = replace(after, replies=after.replies | {Reply(request, True)})
+                replied = self._replied(after, (Reply(request, True),))
                 yield f"apply {name}@{entry.agent} late, reply comes", replied
                 if self.bounds.large_results:
                     for large in Large:
@@ -932,6 +1015,22 @@ class OrderWorld:
         made = {r for r in world.replies if r.request.key == key and r.succeeded}
         sized = {replace(r, large=large.value) for r in made}
         return replace(world, replies=(world.replies - made) | sized)
+
+    def _replied(self, world: World, answers: tuple[Reply, ...]) -> World:
+        """The agents' replies, through the broker: all share `agent-replies`, so a reply
+        whose id that queue took within the window is dropped."""
+        ids = [(REPLIES, self.domain.reply_id(a), a) for a in answers]
+        kept, taken, dropped, collision = _broker(world, ids)
+        notes = world.notes + tuple(
+            f"  broker dropped the reply {a.describe()}: {_DUPLICATE}" for a in dropped
+        )
+        return replace(
+            world,
+            replies=world.replies | set(kept),
+            taken=taken,
+            collision=world.collision or collision,
+            notes=notes,
+        )
 
     def _outcomes(self, request: Request) -> tuple[bool, ...]:
         return self._outcomes_of(request.key, request.undo)
@@ -953,18 +1052,18 @@ class OrderWorld:
         )
         entry = provider.get(space, request.key)
         waiting = world.now < request.complete_by
-        calls, replies = world.calls, world.replies
+        calls = world.calls
+        answers: tuple[Reply, ...] = ()
         if entry.status is KeyStatus.RUNNING:
             if waiting:
                 calls = calls | {request}
         elif waiting and entry.status in (KeyStatus.APPLIED, KeyStatus.REJECTED):
-            replies = replies | {Reply(request, entry.status is KeyStatus.APPLIED)}
+            answers = (Reply(request, entry.status is KeyStatus.APPLIED),)
         elif waiting and entry.status is KeyStatus.ABANDONED:
-            replies = replies | {Reply(request, False, abandoned=True)}
+            answers = (Reply(request, False, abandoned=True),)
         note = f"  {request.describe()} at its service: {entry.status.value}"
-        return replace(
-            world, wire=wire, provider=provider, calls=calls, replies=replies, notes=(note,)
-        )
+        arrived = replace(world, wire=wire, provider=provider, calls=calls, notes=(note,))
+        return self._replied(arrived, answers)
 
     def _settle(self, world: World, space: str, key: str, rejected: bool) -> World:
         """The service applies (or rejects) a running key; every agent still waiting on
@@ -973,15 +1072,13 @@ class OrderWorld:
             world.provider.reject(space, key) if rejected else world.provider.apply(space, key)
         )
         answered = {c for c in world.calls if world.space(c.agent) == space and c.key == key}
-        replies = world.replies | {Reply(c, not rejected) for c in answered}
         entry = provider.get(space, key)
         what = entry.status.value
         if entry.undoes is not None:
             what += " (undone)" if entry.undone else " (nothing-to-undo)"
         notes = (*world.notes, f"  ledger: {key.split(':', 1)[-1]}@{space} {what}")
-        return replace(
-            world, provider=provider, calls=world.calls - answered, replies=replies, notes=notes
-        )
+        settled = replace(world, provider=provider, calls=world.calls - answered, notes=notes)
+        return self._replied(settled, tuple(Reply(c, not rejected) for c in sorted(answered)))
 
     def _clock(self, world: World) -> Iterator[tuple[str, World]]:
         """Jump to the next instant at which anything can change."""
@@ -1011,6 +1108,7 @@ class OrderWorld:
             calls=frozenset(c for c in world.calls if now < c.complete_by),
             sent=frozenset(s for s in world.sent if now < s.live_until),
             provider=world.provider.expire(now, self._late),
+            taken=frozenset(t for t in world.taken if now < t.at + WINDOW),
             notes=(),
         )
         yield f"time -> t={now}", after

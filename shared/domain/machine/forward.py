@@ -311,6 +311,8 @@ def _take_undo(
         return False
     if step.status is StepStatus.RUNNING:
         return False
+    if reply.agent is not None and reply.agent != step.agent:
+        return False  # an undo sent elsewhere (`undo_at`): the order's own went to the holder
     if reply.outcome is Outcome.SUCCEEDED:
         b.set_step(index, status=StepStatus.COMPENSATED, complete_by=None)
         b.note("step-compensated", step.name)
