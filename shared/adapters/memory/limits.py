@@ -7,9 +7,15 @@ import asyncio
 import itertools
 from collections import Counter
 from datetime import datetime
+from typing import Protocol
 
 from shared.domain.limits import Claims, Schedule, SlotLease
 from shared.ports import ConcurrencyConflict
+
+
+class _Row(Protocol):
+    @property
+    def etag(self) -> str: ...
 
 
 class InMemoryLimitStore:
@@ -34,10 +40,7 @@ class InMemoryLimitStore:
         await asyncio.sleep(0)
         self.operations["write"] += 1
         current = self._schedules.get(agent)
-        if (current is None) != (seen is None) or (
-            current is not None and seen is not None and current.etag != seen.etag
-        ):
-            raise ConcurrencyConflict(f"rate row of {agent} changed")
+        _as_seen(current, seen, f"rate row of {agent} changed")
         written = Schedule(next_start, self._etag())
         self._schedules[agent] = written
         return written
@@ -53,10 +56,7 @@ class InMemoryLimitStore:
         await asyncio.sleep(0)
         self.operations["write"] += 1
         current = self._claims.get(agent)
-        if (current is None) != (seen is None) or (
-            current is not None and seen is not None and current.etag != seen.etag
-        ):
-            raise ConcurrencyConflict(f"claimed slots of {agent} changed")
+        _as_seen(current, seen, f"claimed slots of {agent} changed")
         written = Claims(slots, self._etag())
         self._claims[agent] = written
         return written
@@ -72,10 +72,7 @@ class InMemoryLimitStore:
         await asyncio.sleep(0)
         self.operations["write"] += 1
         current = self._leases.get((agent, slot))
-        if (current is None) != (seen is None) or (
-            current is not None and seen is not None and current.etag != seen.etag
-        ):
-            raise ConcurrencyConflict(f"slot {slot} of {agent} taken")
+        _as_seen(current, seen, f"slot {slot} of {agent} taken")
         lease = SlotLease(slot, holder, expires, self._etag())
         self._leases[(agent, slot)] = lease
         return lease
@@ -86,3 +83,12 @@ class InMemoryLimitStore:
         current = self._leases.get((agent, lease.slot))
         if current is not None and current.etag == lease.etag:
             del self._leases[(agent, lease.slot)]
+
+
+def _as_seen(current: _Row | None, seen: _Row | None, conflict: str) -> None:
+    """The If-Match of a Table write: the row must be as the writer read it (absent, or
+    with the ETag it read), or the write lost a race."""
+    if (current is None) != (seen is None) or (
+        current is not None and seen is not None and current.etag != seen.etag
+    ):
+        raise ConcurrencyConflict(conflict)
