@@ -9,6 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from chaos.held import left_in_error
 from chaos.model import Check
 from chaos.run import RunResult
 
@@ -178,6 +179,33 @@ def states_by_workflow_table(checks: list[Check]) -> Table:
     return table
 
 
+def held_table(checks: list[Check]) -> Table | None:
+    """Why each order in Error at the end of a check is there (chaos/held.py); None
+    when no check ended with one."""
+    rows = [(check.title, held) for check in checks for held in left_in_error(check.observations)]
+    if not rows:
+        return None
+    table = Table(title="orders left in Error: why")
+    table.add_column("when", overflow="fold")
+    table.add_column("order", overflow="fold")
+    table.add_column("why", overflow="fold")
+    for title, held in rows:
+        if held.planned is None:
+            planned = "nothing: meant to go through"
+        else:
+            planned = held.planned + ("" if held.as_planned else ", yet held elsewhere")
+        resubmits = f"\nresubmitted {held.resubmits}x" if held.resubmits else ""
+        table.add_row(
+            title,
+            f"{held.order_id}\n{held.workflow}{resubmits}",
+            f"{held.step}: {held.error_code}; alerts: "
+            f"{', '.join(held.alerts) or '[red]none[/]'}\n"
+            f"planned: {planned}\n"
+            f"in force: {', '.join(held.in_force) or 'nothing'}",
+        )
+    return table
+
+
 def figures_table(result: RunResult) -> Table:
     checks = result.checks
     table = Table(title="what the system absorbed (cumulative)")
@@ -302,9 +330,11 @@ def stories(checks: list[Check]) -> list[RenderableType]:
 def render(result: RunResult) -> Group:
     parts: list[RenderableType] = [setup_table(result)]
     if result.checks:
+        held = held_table(result.checks)
         parts += [
             states_table(result.checks),
             states_by_workflow_table(result.checks),
+            *([] if held is None else [held]),
             figures_table(result),
             invariants_table(result.checks),
             *violations(result.checks),
