@@ -298,7 +298,8 @@ def violations(checks: list[Check]) -> list[RenderableType]:
 
 
 SHOWN_STORIES = 3
-"""Orders whose story (history, events kept) a failed run prints: the first few named."""
+"""Orders whose story (history, events kept) a run prints: the first few a violation
+names, and the first few still in Error at the end."""
 
 
 def stories(checks: list[Check]) -> list[RenderableType]:
@@ -312,19 +313,31 @@ def stories(checks: list[Check]) -> list[RenderableType]:
                 order_id = line.split(":", 1)[0]
                 if order_id in check.observations.processes and order_id not in named:
                     named.append(order_id)
-        for order_id in named[:SHOWN_STORIES]:
-            process = check.observations.processes[order_id]
-            text = Text(f"story of {order_id} ({check.title}):\n", style="bold")
-            for h in process.history:
-                text.append(f"  {h.at:%H:%M:%S.%f} {h.event}: {h.detail}\n")
-            for e in process.state.events:
-                text.append(
-                    f"  kept {e.event_id} at {e.at:%H:%M:%S.%f} {e.data} "
-                    f"consumed by {e.consumed_by}\n"
-                )
-            shown.append(text)
+        shown += [_story(check, order_id) for order_id in named[:SHOWN_STORIES]]
         named.clear()
     return shown
+
+
+def held_stories(checks: list[Check]) -> list[RenderableType]:
+    """The history of the first orders still in Error at the end, beside the table
+    that says why: the resubmit and what followed it are there to read."""
+    if not checks:
+        return []
+    last = checks[-1]
+    held = left_in_error(last.observations)
+    return [_story(last, h.order_id) for h in held[:SHOWN_STORIES]]
+
+
+def _story(check: Check, order_id: str) -> Text:
+    process = check.observations.processes[order_id]
+    text = Text(f"story of {order_id} ({check.title}):\n", style="bold")
+    for h in process.history:
+        text.append(f"  {h.at:%H:%M:%S.%f} {h.event}: {h.detail}\n")
+    for e in process.state.events:
+        text.append(
+            f"  kept {e.event_id} at {e.at:%H:%M:%S.%f} {e.data} consumed by {e.consumed_by}\n"
+        )
+    return text
 
 
 def render(result: RunResult) -> Group:
@@ -339,6 +352,7 @@ def render(result: RunResult) -> Group:
             invariants_table(result.checks),
             *violations(result.checks),
             *stories(result.checks),
+            *held_stories(result.checks),
         ]
     verdict = "PASS" if result.passed else "FAIL"
     parts.append(Text(f"chaos run: {verdict}", style="bold green" if result.passed else "bold red"))

@@ -269,6 +269,9 @@ def test_the_report_says_why_each_order_left_in_error_is_there() -> None:
         "at shipping",
     ):
         assert cell in table
+    story = text[text.index("story of x-held (after resubmitting):") :]
+    assert "resubmitted: by chaos" in story
+    assert story.count("step-failed: notify-customer: rejected") == 2
 
 
 def test_cancel_plan_is_seeded_and_takes_about_its_share() -> None:
