@@ -24,6 +24,10 @@ from devhost.simulator.judge import in_force
 from shared.domain.failures import failure_of
 from shared.domain.model import ProcessState
 
+RESUBMITTED = "resubmitted"
+"""The history event of an operator's resubmit (`by {operator}`); the requeue it makes
+notes the same event (`nudge at ...`), which is not a second resubmit."""
+
 
 @dataclass(frozen=True)
 class HeldOrder:
@@ -83,7 +87,7 @@ def left_in_error(obs: Observations) -> list[HeldOrder]:
                 ),
                 planned,
                 as_planned,
-                sum(h.event == "resubmitted" for h in process.history),
+                sum(h.event == RESUBMITTED and h.detail.startswith("by ") for h in process.history),
                 tuple(f"{f.step} at {f.service}" for f in forced),
             )
         )

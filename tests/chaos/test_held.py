@@ -22,11 +22,13 @@ def with_last_error(process: OrderProcess, last_error: str) -> OrderProcess:
 
 
 def rejected_twice(order_id: str) -> OrderProcess:
-    """Its notification rejected for good, resubmitted, and rejected again."""
+    """Its notification rejected for good, resubmitted, and rejected again (the history
+    as the state machine writes it: the resubmit and its requeue are both `resubmitted`)."""
     events = [("step-completed", s) for s in STEPS]
     events += [
         ("step-failed", "notify-customer: rejected"),
         ("resubmitted", "by chaos"),
+        ("resubmitted", "nudge at 2026-01-01T00:00:09+00:00"),
         ("step-failed", "notify-customer: rejected"),
     ]
     held = express(order_id, ProcessState.ERROR, events, current_step=3)
