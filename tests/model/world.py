@@ -37,7 +37,9 @@ happen next, ours and the environment's alike:
   order still as the intake stored it.
 - the customer POSTs its next orders while this one lives (the intake's quota: refused
   with a Retry-After, or admitted to wait in its line or to run);
-- a service answers with a result too large for the order to keep, on time or late.
+- a service answers with a result too large for the order to keep, on time or late;
+- with `Bounds.refusals`, a service refuses for good a key the saga counts on (a
+  retriable step's do, an undo), and an operator mends it once the order is held.
 
 A second order of another customer (`driver.NEIGHBOUR`), finished at the same services,
 is in the ledger from the start where the bound says so: nothing this order does may
