@@ -120,7 +120,10 @@ async def test_a_retriable_steps_permanent_failure_holds_the_order_without_compe
     process = await world.store.load("o-1")
     assert process is not None
     assert process.state.process_state is ProcessState.ERROR
-    assert process.state.last_error == "notify-customer: rejected: mailbox does not exist"
+    assert process.state.last_error == (
+        "notify-customer: rejected: mailbox does not exist "
+        "(notify-customer refused at notifications)"
+    )
     assert [s.status for s in process.steps[:3]] == [StepStatus.COMPLETED] * 3
     sent = world.bus.take(agent_queue("inventory")) + world.bus.take(agent_queue("payment"))
     assert sent == []
