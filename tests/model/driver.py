@@ -728,13 +728,21 @@ class Domain:
     def reconcile(
         self, process: OrderProcess, now: int, ask: Callable[[str, str], RemoteOutcome]
     ) -> Effects | None:
-        """A reconciliation run over this finished order; None when it finds nothing to
-        say."""
+        """A reconciliation run over this order at rest (finished or held); None when it
+        finds nothing to say."""
         outgoing = self.reconciled(process, now, ask)
         if not outgoing:
             return None
         transition = Transition(process, outgoing, ())
         return self._effects(transition, now, "reconcile")
+
+    def reconcile_alerts(
+        self, process: OrderProcess, now: int, ask: Callable[[str, str], RemoteOutcome]
+    ) -> bool:
+        """Does a reconciliation run over this order, as it is now, alert an operator? The
+        product samples orders at rest, held ones included, every hour."""
+        run = self.reconcile(process, now, ask) if at_rest(process) else None
+        return run is not None and bool(run.alerts)
 
     def reconciled(
         self, process: OrderProcess, now: int, ask: Callable[[str, str], RemoteOutcome]
@@ -867,6 +875,12 @@ def finished(process: OrderProcess) -> str | None:
     if state in (ProcessState.COMPENSATED, ProcessState.CANCELLED):
         return "undone"
     return None
+
+
+def at_rest(process: OrderProcess) -> bool:
+    """Finished, or held for an operator (Error, Suspended): what reconciliation samples
+    (`reconcile.CHECKED`)."""
+    return process.state.process_state in reconciliation.CHECKED
 
 
 def in_line(process: OrderProcess) -> bool:

@@ -159,15 +159,24 @@ def pointless_undo(world: World) -> str | None:
     return None
 
 
+IN_DOUBT = ("unsettled", "expired")
+"""Key states of a step the order still holds in doubt at its agent, whatever the step's
+status: a resubmit sends the same key there (a move needs a settled key), a cancel
+undoes it there."""
+
+
 def unaccounted(world: World) -> list[str]:
     """Effects in force that the order's record does not hold: a step in force where
-    the order does not hold it done or in doubt (running at that agent, its key not
-    known not applied: a resubmit asks there), or at another key space."""
+    the order does not hold it done or in doubt (running at that agent, or waiting to be
+    sent there again with its key unsettled or expired: a resubmit asks there, a cancel
+    undoes it there), or at another key space."""
     found = []
     for step, record in zip(world.domain.steps, world.process.steps, strict=False):
         where = in_force(world, step)
-        held = record.status.value in ("Completed", "Running") and record.agent is not None
-        held = held and record.key_state.value != "not-applied"
+        key = record.key_state.value
+        doubted = key in IN_DOUBT and record.status.value != "Compensated"
+        held = record.status.value in ("Completed", "Running") or doubted
+        held = held and record.agent is not None and key != "not-applied"
         holder = world.space(record.agent) if held and record.agent else None
         extra = [s for s in where if s != holder]
         if extra:
@@ -178,8 +187,14 @@ def unaccounted(world: World) -> list[str]:
 def healed(world: World) -> str | None:
     if not world.late_applied or not world.quiet() or not driver.held(world.process):
         return None
+    if world.replies:
+        return None  # the order hears of it first: told-late judges what it does then
     extra = unaccounted(world)
-    if not extra or world.alerted:
+    if (
+        not extra
+        or world.alerted
+        or world.domain.reconcile_alerts(world.process, world.now, world.asked)
+    ):
         return None
     return (
         f"held after a late apply with {'; '.join(extra)} and no alert since "

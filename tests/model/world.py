@@ -26,8 +26,9 @@ happen next, ours and the environment's alike:
   complete-by, a window's end, a delayed nudge), not tick by tick;
 - a deploy drops the order's workflow version from the catalogue (and an operator puts
   it back); a bulk job acts on the order (cancel, suspend, resume, resubmit, migrate);
-- reconciliation runs over the finished order once nothing sent can apply any more (its
-  runs are hourly, a complete-by is seconds), asking the services, alerting and undoing;
+- reconciliation runs over the order at rest (finished, or held in Error or Suspended,
+  as the product samples them) once nothing sent can apply any more (its runs are
+  hourly, a complete-by is seconds), asking the services, alerting and undoing;
 - the finished order is archived (its retention long past: no request can apply any
   more, even late), and its id is sent to the intake again, with its body or another;
 - with `Bounds.intake`, the submission itself: stored claimed (within the intake's
@@ -127,7 +128,7 @@ class Bounds:
     bulk: frozenset[str] = frozenset()
     """Bulk actions a job may take on the order (each counts as an operator move)."""
     reconcile: bool = False
-    """Does reconciliation run over the finished order?"""
+    """Does reconciliation run over the order at rest (finished, or held)?"""
     archive: bool = False
     """Is the finished order archived, and its id sent to the intake again?"""
     neighbour: bool = False
@@ -415,6 +416,10 @@ class World:
 
     def space(self, agent: str) -> str:
         return self.domain.setup.space(agent)
+
+    def asked(self, agent: str, key: str) -> RemoteOutcome:
+        """What `agent`'s service truthfully answers about `key` now."""
+        return _truth(self, agent, key)
 
     def in_window(self, agent: str, key: str) -> bool:
         """Might a do request of `key` still apply in `agent`'s key space, as far as the
@@ -867,11 +872,12 @@ class OrderWorld:
         yield f"customer posts {name}: {said}", replace(world, posts=after, notes=(said,))
 
     def _reconciler(self, world: World) -> Iterator[tuple[str, World]]:
-        """Reconciliation over the finished order, once nothing sent can apply (an
+        """Reconciliation over the order at rest, finished or held for an operator (Error,
+        Suspended), as the product's sample takes it, once nothing sent can apply (an
         hourly run, against complete-bys of seconds): the services' true answers."""
         if not self.bounds.reconcile or world.archived or not world.quiet():
             return
-        if driver.finished(world.process) is None:
+        if not driver.at_rest(world.process):
             return
 
         effects = self.domain.reconcile(
