@@ -27,9 +27,11 @@
    its effect to this, and to liveness, which must reach a right end (reconciliation
    undoes it).
 7. told-late: when the Scheduler takes the success reply of a late apply whose effect
-   is in force where the order does not hold the step, and the order is not held, it
-   sends the undo there at once (machine/forward.py `_undo_extra`): it knows of the
-   effect, so it is not left to reconciliation's sample.
+   is in force where the order does not hold the step (another provider, a key it
+   settled as not applied, or a step it compensated: the undo found nothing and the do
+   applied after it), and the order is not held, it sends the undo there at once
+   (machine/forward.py `_undo_extra`): it knows of the effect, so it is not left to
+   reconciliation's sample.
 8. neighbour: nothing this order sends names another order's key, and the neighbour's
    effects at the shared services stay in force: keys never collide.
 9. archived-id: once the order is archived its id stays taken (the intake never
@@ -207,7 +209,11 @@ def told_late(world: World) -> str | None:
         index, step = next((i, s) for i, s in enumerate(world.domain.steps) if s.do_key == key)
         record = world.process.steps[index]
         ours = record.agent is not None and world.space(record.agent) == space
-        if ours and record.key_state.value != "not-applied":
+        if (
+            ours
+            and record.key_state.value != "not-applied"
+            and record.status.value != "Compensated"
+        ):
             continue  # the order holds the key there (done, running, or a retry pinned to it)
         if not world.provider.in_force(space, key) or driver.held(world.process):
             continue
