@@ -66,7 +66,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
-from shared.domain.machine.dispatch import undo_at
+from shared.domain.machine.dispatch import heal_key, undo_at
 from shared.domain.machine.forward import APPLIED_AFTER_SETTLED
 from shared.domain.machine.settle import key_state
 from shared.domain.machine.transition import ProcessPolicy
@@ -93,19 +93,6 @@ the same finding, made by asking."""
 MAX_QUESTIONS_PER_PROVIDER = 3
 """Per step and provider asked: a step costs at most this times its providers (two, but
 where the undo found nothing to undo and the do applied after it: then the heal key)."""
-
-HEAL = "heal"
-"""The last segment of a heal key (`heal_key`)."""
-
-
-def heal_key(undo_key: str) -> str:
-    """Reconciliation's own key for undoing an effect whose order's undo key is spent: it
-    found nothing to undo, the do applied after it, and the provider answers any repeat
-    of that key from its record. One per order and undo (never per run), so a run's
-    resend of the heal, or another instance's, is answered from its record too and the
-    effect is undone once."""
-    return f"{undo_key}:{HEAL}"
-
 
 Answers = Mapping[tuple[str, str], RemoteOutcome]
 """What each provider said of each key, by (agent, key)."""

@@ -5,12 +5,16 @@ longer move the order."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 
+from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.machine.dispatch import (
+    HEAL,
     dispatch_compensation,
     dispatch_forward,
     drained_step,
+    heal_key,
     hold_for_operator,
     requeue,
     undo_at,
@@ -18,7 +22,7 @@ from shared.domain.machine.dispatch import (
 )
 from shared.domain.machine.settle import forward_only, key_state
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
-from shared.domain.messages import AgentReply, Nudge
+from shared.domain.messages import AgentReply, Nudge, idempotency_key
 from shared.domain.model import (
     Action,
     ErrorInfo,
@@ -315,6 +319,12 @@ def _take_undo(
         return False  # an undo sent elsewhere (`undo_at`): the order's own went to the holder
     if reply.outcome is Outcome.SUCCEEDED:
         b.set_step(index, status=StepStatus.COMPENSATED, complete_by=None)
+        if _found_nothing(reply) and not key_state(step).settled:
+            # The do key was in doubt and past its live time (an undo never goes while
+            # a do may apply): the provider's word that it had not applied settles it,
+            # as a sweep's "not applied" would. A late success of it is then an effect
+            # the order knows nothing undid (`_late_do`).
+            b.set_step(index, key_state=KeyState.NOT_APPLIED)
         b.note("step-compensated", step.name)
         if not held:
             dispatch_compensation(b, workflow, policy, index - 1)
@@ -323,6 +333,13 @@ def _take_undo(
     b.set(last_error=f"compensation of {step.name}: {error.code}: {error.message}")
     hold_for_operator(b, "compensation-failed")
     return True
+
+
+def _found_nothing(reply: AgentReply) -> bool:
+    """An undo's success that undid nothing (`{"undone": false, "reason":
+    "nothing-to-undo"}`, docs/contract.md 8.1): its do had not applied there. Read as
+    reconciliation reads the same answer to an outcome query."""
+    return RemoteOutcome.applied(reply.result or {}).found_nothing_to_undo
 
 
 def _late_do(
@@ -345,7 +362,11 @@ def _late_do(
       docs/in-doubt.md). While the order still goes forward it is the step's answer: the
       step is recorded Completed there, so the retry never charges a second provider and
       a cancel undoes it (`_applied_after_settled`). An order already undoing, or
-      finished, is past the step: the effect is undone there.
+      finished, is past the step: the effect is undone there;
+    - a success for a step the order compensated whose undo found nothing to undo (its
+      key settled not applied by that answer): the do applied after the undo, so the
+      effect is in force where the order says none is. It is undone there at once, under
+      the heal key, since the order's undo key is spent (answered from its record).
 
     Agents that share one key space (`retry_elsewhere`, two regions of one provider) hold
     one effect between them: a success from either is the same key's, never a second
@@ -361,10 +382,10 @@ def _late_do(
         if agent not in step.tried:
             return None
         return _undo_extra(process, workflow, policy, reply, index, agent, now, cause)
-    if step.status in (StepStatus.COMPLETED, StepStatus.COMPENSATED):
+    if step.status is StepStatus.COMPLETED or key_state(step) is not KeyState.NOT_APPLIED:
         return None
-    if key_state(step) is not KeyState.NOT_APPLIED:
-        return None
+    if step.status is StepStatus.COMPENSATED:
+        return _undo_extra(process, workflow, policy, reply, index, agent, now, cause, spent=True)
     forward = process.state.phase is Phase.FORWARD and not process.state.process_state.is_final
     if forward:
         return _applied_after_settled(process, workflow, policy, reply, index, agent, now, cause)
@@ -488,9 +509,14 @@ def _undo_extra(
     agent: str,
     now: datetime,
     cause: str | None,
+    *,
+    spent: bool = False,
 ) -> Transition | None:
     """Alert, and send the undo to the provider that holds the extra effect. Its answer
     is not awaited (the order has moved on); reconciliation checks that provider again.
+    Where the order's own undo key is `spent` there (it found nothing to undo), the undo
+    goes under the heal key, with an id of its own: the order's undo of the step may
+    have gone out in the same attempt, and the broker would drop this as its duplicate.
 
     An order not yet finished never sends a do of the step there again (the key there is
     spent: a do with it would be answered with the effect just undone, and the order
@@ -517,5 +543,10 @@ def _undo_extra(
         return b.build()
     b.note(reason, f"{definition.name} at {agent}: undoing it there")
     b.alert(reason)
-    b.send(undo_at(process, definition, policy, agent, reply.attempt, reply.result, now))
+    if not spent:
+        b.send(undo_at(process, definition, policy, agent, reply.attempt, reply.result, now))
+        return b.build()
+    key = heal_key(idempotency_key(process.order_id, definition.compensation))
+    undo = undo_at(process, definition, policy, agent, reply.attempt, reply.result, now, key)
+    b.send(replace(undo, message_id=f"{undo.message_id}:{HEAL}"))
     return b.build()
