@@ -766,3 +766,21 @@ async def test_reconciliation_alerts_a_charge_applied_at_a_provider_a_held_order
     assert s.own["payment"].asked == [CHARGE]
     assert CHARGE not in s.ledger.asked, "payment-secondary's key is the order's own"
     assert [queue_of(m.destination) for m in s.bus.sent] == [Queue.OPERATOR_ALERTS]
+
+
+def test_a_step_a_held_order_skipped_as_not_applied_while_undoing_is_asked_too() -> None:
+    """Found by the explorer (ChargeRunning, depth 12): a cancel while the charge ran, the
+    sweep heard "not applied" past its live time so the compensation skipped the charge,
+    the order was held in Error releasing the inventory, then the charge applied late.
+    The charge is no longer the order's current step, nor completed or compensated: it
+    is still asked where the order settled it not applied."""
+    process = held_at_its_charge(KeyState.NOT_APPLIED)
+    state = replace(process.state, current_step=0, phase=Phase.COMPENSATE)
+    undoing = replace(process, state=state)
+    checks = rules.checks(undoing, ORDER_FULFILMENT)
+    assert [(c.step, c.providers, c.expect) for c in checks] == [
+        ("charge-payment", ("payment",), Expect.NOT_APPLIED),
+    ]
+    verdict, _, found = judge(checks[0], {CHARGE: APPLIED})
+    assert verdict is Verdict.MISMATCH
+    assert found is not None and found.reason == forward.APPLIED_AFTER_SETTLED
