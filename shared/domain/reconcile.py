@@ -218,8 +218,9 @@ def _expect(process: OrderProcess, index: int) -> Expect | None:
     same key at a provider it tried), a cancel waits for or undoes one in doubt. So is
     the current step of an order held while undoing: the undo it awaits there would be
     answered by an undo reconciliation sent (the reply names the step and the attempt).
-    Of the current step, only the providers where the order settled the key as not
-    applied are asked (`Expect.NOT_APPLIED`)."""
+    Of those, only the providers where the order settled the key as not applied are
+    asked (`Expect.NOT_APPLIED`): a step the order skipped as not applied while undoing
+    is one of them."""
     state = process.state
     if state.process_state is ProcessState.PROCESSED:
         return Expect.APPLIED
@@ -227,14 +228,12 @@ def _expect(process: OrderProcess, index: int) -> Expect | None:
         return Expect.UNDONE
     if state.process_state not in HELD:
         return None
-    if index == state.current_step:
-        return Expect.NOT_APPLIED
     status = process.steps[index].status
-    if status is StepStatus.COMPLETED:
+    if index != state.current_step and status is StepStatus.COMPLETED:
         return Expect.APPLIED
-    if status is StepStatus.COMPENSATED:
+    if index != state.current_step and status is StepStatus.COMPENSATED:
         return Expect.UNDONE
-    return None
+    return Expect.NOT_APPLIED
 
 
 def _other_key_spaces(
