@@ -425,6 +425,8 @@ class Domain:
         """The agent's reply on the wire."""
         r = answer.request
         result: dict[str, object] | None = {"ref": r.key} if answer.succeeded else None
+        if answer.succeeded and answer.undone is not None:
+            result = outcome(Answer.APPLIED, r.key, answer.undone).result
         if answer.succeeded and answer.large:
             result = self._large(r.step, r.key, Large(answer.large))
         if answer.succeeded:
@@ -735,14 +737,6 @@ class Domain:
             return None
         transition = Transition(process, outgoing, ())
         return self._effects(transition, now, "reconcile")
-
-    def reconcile_alerts(
-        self, process: OrderProcess, now: int, ask: Callable[[str, str], RemoteOutcome]
-    ) -> bool:
-        """Does a reconciliation run over this order, as it is now, alert an operator? The
-        product samples orders at rest, held ones included, every hour."""
-        run = self.reconcile(process, now, ask) if at_rest(process) else None
-        return run is not None and bool(run.alerts)
 
     def reconciled(
         self, process: OrderProcess, now: int, ask: Callable[[str, str], RemoteOutcome]

@@ -147,8 +147,8 @@ def net_effect(world: World) -> str | None:
     if world.late_applied - world.late_told:
         return None  # an effect the order cannot know of: healed and liveness judge it
     wrong = wrong_effects(world)
-    if not wrong:
-        return None
+    if not wrong or (world.late_applied and _reconciliation(world, alert=False)):
+        return None  # the Scheduler's undo of a late success is not awaited: see below
     state = world.process.state.process_state.value
     return f"{state} but {'; '.join(wrong)} ({world.provider.describe()})"
 
@@ -186,17 +186,25 @@ def unaccounted(world: World) -> list[str]:
     return found
 
 
+def _reconciliation(world: World, *, alert: bool) -> bool:
+    """Does a reconciliation run over the order as it is now alert an operator (`alert`),
+    or send an undo? The product samples every order at rest, held ones included, each
+    hour: what such a run finds is healed by the product, whether or not the bound
+    explores the run. A late success's undo the Scheduler sent (`_undo_extra`) is not
+    awaited, so a lost one is left to this too."""
+    if not driver.at_rest(world.process):
+        return False
+    run = world.domain.reconcile(world.process, world.now, world.asked)
+    return run is not None and bool(run.alerts if alert else run.requests)
+
+
 def healed(world: World) -> str | None:
     if not world.late_applied or not world.quiet() or not driver.held(world.process):
         return None
     if world.replies:
         return None  # the order hears of it first: told-late judges what it does then
     extra = unaccounted(world)
-    if (
-        not extra
-        or world.alerted
-        or world.domain.reconcile_alerts(world.process, world.now, world.asked)
-    ):
+    if not extra or world.alerted or _reconciliation(world, alert=True):
         return None
     return (
         f"held after a late apply with {'; '.join(extra)} and no alert since "

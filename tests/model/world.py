@@ -84,6 +84,14 @@ _ANSWER_OF = {
 """What a service answers `GET /operations/{key}` with, for each state of the key."""
 
 
+def _undid(entry: Entry) -> bool | None:
+    """What an applied undo's reply says it did (None for a do): the agent passes on the
+    service's answer, `{"undone": false, ...}` when it found nothing to undo."""
+    if entry.undoes is None or entry.status is not KeyStatus.APPLIED:
+        return None
+    return entry.undone
+
+
 def _truth(world: World, agent: str, key: str) -> RemoteOutcome:
     """What `agent`'s service truthfully answers about `key` now."""
     entry = world.provider.get(world.space(agent), key)
@@ -1064,7 +1072,7 @@ class OrderWorld:
             if waiting:
                 calls = calls | {request}
         elif waiting and entry.status in (KeyStatus.APPLIED, KeyStatus.REJECTED):
-            answers = (Reply(request, entry.status is KeyStatus.APPLIED),)
+            answers = (Reply(request, entry.status is KeyStatus.APPLIED, undone=_undid(entry)),)
         elif waiting and entry.status is KeyStatus.ABANDONED:
             answers = (Reply(request, False, abandoned=True),)
         note = f"  {request.describe()} at its service: {entry.status.value}"
@@ -1084,7 +1092,9 @@ class OrderWorld:
             what += " (undone)" if entry.undone else " (nothing-to-undo)"
         notes = (*world.notes, f"  ledger: {key.split(':', 1)[-1]}@{space} {what}")
         settled = replace(world, provider=provider, calls=world.calls - answered, notes=notes)
-        return self._replied(settled, tuple(Reply(c, not rejected) for c in sorted(answered)))
+        undone = _undid(entry)
+        replies = tuple(Reply(c, not rejected, undone=undone) for c in sorted(answered))
+        return self._replied(settled, replies)
 
     def _clock(self, world: World) -> Iterator[tuple[str, World]]:
         """Jump to the next instant at which anything can change."""
