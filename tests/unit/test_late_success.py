@@ -257,13 +257,18 @@ async def test_a_late_failure_on_a_held_order_means_its_cancel_refunds_nothing()
     assert (await loaded(setup)).state.process_state is ProcessState.CANCELLED
 
 
-async def test_a_charge_applied_after_its_refund_found_nothing_is_healed_at_once() -> None:
+@pytest.mark.parametrize("heard", ["reply", "sweep"])
+async def test_a_charge_applied_after_its_refund_found_nothing_is_healed_at_once(
+    heard: str,
+) -> None:
     """No answer by the live time left the key expired; the cancel's refund went (safe on
-    an expired key) and found nothing to undo; then the charge applied after all, and its
-    success reply came. The Scheduler knows the charge is in force on a Cancelled order:
-    it alerts and refunds it at once under the heal key (the order's refund key is spent:
-    payment would answer it from its record, nothing again), not leaving it to
-    reconciliation's sample. Found by the explorer's told-late (ChargeRunning)."""
+    an expired key) and found nothing to undo, heard from its reply or from the
+    Supervisor's question once the reply was lost; then the charge applied after all,
+    and its success reply came. The Scheduler knows the charge is in force on a
+    Cancelled order: it alerts and refunds it at once under the heal key (the order's
+    refund key is spent: payment would answer it from its record, nothing again), not
+    leaving it to reconciliation's sample. Found by the explorer's told-late
+    (ChargeRunning, depth 10 from the reply, 12 from the sweep)."""
     setup = await at_payment(World(policy=a_policy(max_failure_count=1)), "payment")
     setup.payment.answers[CHARGE_KEY] = TransientRemoteError("http-503", "down")
     setup.payment.abandons[CHARGE_KEY] = NOT_SUPPORTED
@@ -275,7 +280,13 @@ async def test_a_charge_applied_after_its_refund_found_nothing_is_healed_at_once
     await next_claim(setup)
     (refund,) = setup.requests(agent_queue("payment"))
     nothing = {"undone": False, "reason": "nothing-to-undo"}
-    await scheduler.on_reply(setup.deps, a_reply(refund, result=nothing))
+    if heard == "reply":
+        await scheduler.on_reply(setup.deps, a_reply(refund, result=nothing))
+    else:
+        setup.payment.answers[REFUND_KEY] = RemoteOutcome.applied(nothing)
+        setup.world.clock.advance(PAST_LIVE_TIME)
+        await setup.sweep()
+        await next_claim(setup)
     await answer(setup, agent_queue("inventory"))
     assert (await loaded(setup)).state.process_state is ProcessState.CANCELLED
     assert setup.charge is not None
