@@ -20,7 +20,7 @@ from shared.domain.machine.dispatch import (
     undo_at,
     wait_for_drained,
 )
-from shared.domain.machine.settle import forward_only, key_state
+from shared.domain.machine.settle import forward_only, key_state, undone_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
 from shared.domain.messages import AgentReply, Nudge, idempotency_key
 from shared.domain.model import (
@@ -318,13 +318,13 @@ def _take_undo(
     if reply.agent is not None and reply.agent != step.agent:
         return False  # an undo sent elsewhere (`undo_at`): the order's own went to the holder
     if reply.outcome is Outcome.SUCCEEDED:
-        b.set_step(index, status=StepStatus.COMPENSATED, complete_by=None)
-        if _found_nothing(reply) and not key_state(step).settled:
-            # The do key was in doubt and past its live time (an undo never goes while
-            # a do may apply): the provider's word that it had not applied settles it,
-            # as a sweep's "not applied" would. A late success of it is then an effect
-            # the order knows nothing undid (`_late_do`).
-            b.set_step(index, key_state=KeyState.NOT_APPLIED)
+        found_nothing = _found_nothing(reply)
+        b.set_step(
+            index,
+            status=StepStatus.COMPENSATED,
+            complete_by=None,
+            key_state=undone_by(step, found_nothing),
+        )
         b.note("step-compensated", step.name)
         if not held:
             dispatch_compensation(b, workflow, policy, index - 1)
