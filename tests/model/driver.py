@@ -505,14 +505,15 @@ class Domain:
         gone: bool = False,
         in_line: bool | None = None,
         counted: bool = True,
+        undone: bool | None = None,
     ) -> Effects | None:
         """The Supervisor's recover, with what `_settle` concluded about `key` (None: not
-        asked); an order whose version is gone is held (`_hold_version_gone`). With a
-        customer ledger (`in_line` not None: does the ledger still hold the order in its
-        customer's line?), an order in line waits for its turn (its check moves to
-        `held_until`) or, promoted with its nudge lost, is released and nudged. Not
-        `counted`: the deadline passed in an outage of our own broker or store (nothing
-        is asked, nothing counted)."""
+        asked; `undone`: what an applied undo key's answer says it did); an order whose
+        version is gone is held (`_hold_version_gone`). With a customer ledger (`in_line`
+        not None: does the ledger still hold the order in its customer's line?), an order
+        in line waits for its turn (its check moves to `held_until`) or, promoted with its
+        nudge lost, is released and nudged. Not `counted`: the deadline passed in an
+        outage of our own broker or store (nothing is asked, nothing counted)."""
         if gone:
             held = recovery.version_gone(process, at(now))
             return self._effects(held, now, "sweep", process, "version gone")
@@ -521,12 +522,9 @@ class Domain:
                 assert line.held_until(process, at(now)) > at(now)
                 return None
             process = line.released(process, at(now))
-        outcome = None
-        if answer is not None:
-            result = {"ref": key} if answer is Answer.APPLIED else None
-            outcome = RemoteOutcome(_OUTCOMES[answer], result)
+        asked = None if answer is None else outcome(answer, key or "", undone)
         transition = recover(
-            process, self.of(process), self.policy, at(now), count=counted, outcome=outcome
+            process, self.of(process), self.policy, at(now), count=counted, outcome=asked
         )
         return self._effects(transition, now, "sweep", process, "recover")
 

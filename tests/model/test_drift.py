@@ -104,8 +104,8 @@ class Ledger:
     provider: Provider
 
     async def ask(self, agent: str, key: str) -> RemoteOutcome:
-        status = self.provider.get(self.world.space(agent), key).status
-        return RemoteOutcome(_KIND[status], {"ref": key} if status is KeyStatus.APPLIED else None)
+        """An applied undo's answer says whether it undid its do, as the world's does."""
+        return _truth(dataclasses.replace(self.world, provider=self.provider), agent, key)
 
     async def abandon(self, agent: str, key: str) -> RemoteOutcome:
         if not self.world.domain.setup.abandons(agent):

@@ -694,7 +694,8 @@ class OrderWorld:
         if world.now < question.ask_at:
             return  # rescheduled to its ask-at: asked earlier, "never seen" is a guess
         for answer, asked, said in self._settled(world, question):
-            effects = domain.sweep(asked.process, world.now, answer, question.key)
+            undone = _undid(asked.provider.get(world.space(question.agent), question.key))
+            effects = domain.sweep(asked.process, world.now, answer, question.key, undone=undone)
             if effects is None:
                 continue
             told = asked.told_not_applied
