@@ -426,7 +426,7 @@ class Domain:
         r = answer.request
         result: dict[str, object] | None = {"ref": r.key} if answer.succeeded else None
         if answer.succeeded and answer.undone is not None:
-            result = outcome(Answer.APPLIED, r.key, answer.undone).result
+            result = dict(outcome(Answer.APPLIED, r.key, answer.undone).result or {})
         if answer.succeeded and answer.large:
             result = self._large(r.step, r.key, Large(answer.large))
         if answer.succeeded:

@@ -46,6 +46,7 @@ from shared.domain.bulk_request import BulkAction
 from shared.domain.destination import To
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.machine import line
+from shared.domain.machine.dispatch import heal_key
 from shared.domain.machine.recovery import next_complete_by
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import Notify, OrderProcess
@@ -390,7 +391,7 @@ def _ledgers(world: World) -> Iterator[Provider]:
                 Entry(space, step.undo_key, applied, undoes=step.do_key, undone=False)
             )
             yield late
-            heal = reconciliation.heal_key(step.undo_key)
+            heal = heal_key(step.undo_key)
             for undone in (True, False):
                 yield late.put(Entry(space, heal, applied, undoes=step.do_key, undone=undone))
 

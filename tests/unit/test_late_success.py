@@ -25,6 +25,7 @@ from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import NEVER_SEEN, NOT_SUPPORTED, RemoteOutcome
+from shared.domain.machine.dispatch import heal_key
 from shared.domain.machine.forward import apply_reply, claim, start
 from shared.domain.machine.operator import cancel
 from shared.domain.machine.recovery import recover
@@ -298,7 +299,7 @@ async def test_a_charge_applied_after_its_refund_found_nothing_is_healed_at_once
     (heal,) = heals
     assert (heal.body["action"], heal.body["idempotencyKey"]) == (
         "compensate",
-        rules.heal_key(REFUND_KEY),
+        heal_key(REFUND_KEY),
     )
     assert (heal.body["undoes"], heal.body["payload"]) == (CHARGE_KEY, {"result": RESULT})
     assert heal.message_id != refund.message_id, "the broker would drop it as the refund's"

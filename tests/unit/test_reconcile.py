@@ -21,6 +21,7 @@ from shared.domain.in_doubt import (
     RemoteOutcome,
 )
 from shared.domain.machine import forward
+from shared.domain.machine.dispatch import heal_key
 from shared.domain.messages import AgentRequest
 from shared.domain.model import (
     JsonObject,
@@ -542,7 +543,7 @@ def test_the_heal_of_a_do_applied_after_its_undo_found_nothing_goes_under_its_ow
     assert queue_of(undo.destination) == agent_queue(check.agent)
     assert (request.idempotency_key, request.undoes) == (HEAL, CHARGE)
     assert request.payload == {"result": {"ref": "p-1"}}
-    assert rules.heal_key(REFUND) == HEAL != REFUND
+    assert heal_key(REFUND) == HEAL != REFUND
     again = rules.heals(process, ORDER_FULFILMENT, a_policy(), check, answers, now)
     assert [AgentRequest.parse(json.dumps(u.body)).idempotency_key for u in again] == [HEAL]
 
