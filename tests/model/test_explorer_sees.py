@@ -174,8 +174,8 @@ def undo_read_as_undid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(RemoteOutcome, "found_nothing_to_undo", property(lambda _: False))
 
 
-def _late_after_nothing(depth: int = LATE_DEPTH, live: bool = True) -> list[str]:
-    """Every violation's trace."""
+def late_after_nothing(depth: int = LATE_DEPTH, live: bool = True) -> list[str]:
+    """Every violation's trace (tests/model/test_exploration.py asserts there is none)."""
     setup = SETUPS["order-fulfilment/hold/no-abandon"]
     model = ChargeRunning(LATE_AFTER_NOTHING, setup)
     invariants = (*INVARIANTS, liveness.invariant(setup)) if live else INVARIANTS
@@ -189,7 +189,7 @@ def test_a_charge_applied_after_its_refund_found_nothing_is_seen_when_left_unhea
     unanswered, so the key expired and the cancel's refund went and found nothing to
     undo; then the charge applied. Read as undone, reconciliation finds nothing, and no
     continuation reaches a right end: liveness fails."""
-    found = _late_after_nothing()
+    found = late_after_nothing()
 
     assert any(
         v.startswith("liveness:")
@@ -197,26 +197,6 @@ def test_a_charge_applied_after_its_refund_found_nothing_is_seen_when_left_unhea
         and v.endswith("apply charge-payment@payment late")
         for v in found
     ), found
-
-
-def test_a_charge_applied_after_its_refund_found_nothing_is_healed() -> None:
-    assert _late_after_nothing() == []
-
-
-def test_a_late_charge_after_its_refund_found_nothing_is_undone_when_its_reply_comes() -> None:
-    """The refund's nothing-to-undo settles the charge's key not applied, so the charge's
-    late success is undone at once under the heal key (told-late), not left to
-    reconciliation's sample."""
-    assert _late_after_nothing(TOLD_DEPTH, live=False) == []
-
-
-@pytest.mark.slow
-def test_a_late_charge_on_an_order_held_for_an_operator_is_alerted() -> None:
-    """Held in Error at the charge, or releasing the inventory after the cancel skipped
-    it, with the charge's key settled not applied; then the charge applies late:
-    reconciliation of the held order alerts (healed), and liveness still finds a right
-    end (50,306 states)."""
-    assert _late_after_nothing(HELD_DEPTH) == []
 
 
 # --- the provider's ordering rules ------------------------------------------------------
