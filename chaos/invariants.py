@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterable, Sequence
 from chaos.model import Effect, InvariantResult, Observations, SentEvent
 from devhost.simulator.judge import InForce, OrderToJudge, Step, in_force, judge
 from shared.domain.failures import missed_complete_by
+from shared.domain.machine.dispatch import heal_key
 from shared.domain.machine.forward import APPLIED_AFTER_SETTLED
 from shared.domain.model import HistoryEntry, Notify, ProcessState
 from shared.domain.outages import spared
-from shared.domain.reconcile import FINISHED, MISMATCH_REASON, heal_key
+from shared.domain.reconcile import FINISHED, MISMATCH_REASON
 from shared.domain.workflow import StepKind, Workflow
 
 IN_FLIGHT = (ProcessState.PROCESSING, ProcessState.COMPENSATING)
@@ -131,7 +132,7 @@ def net_effect_judged(obs: Observations) -> InvariantResult:
 
 def one_key_per_order_and_operation(obs: Observations) -> InvariantResult:
     """One key per order and operation, but reconciliation's heal: an undo under the heal
-    key of the order's own (`reconcile.heal_key`), sent where that key found nothing to
+    key of the order's own (`dispatch.heal_key`), sent where that key found nothing to
     undo and the do applied after it."""
     violations: list[str] = []
     for e in obs.effects:

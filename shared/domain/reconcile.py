@@ -14,7 +14,11 @@ holder only, a compensated one nowhere. A request that reached a provider after 
 order had moved the step elsewhere (docs/in-doubt.md, the residual risk) leaves an
 effect there that nothing the order will still do takes back: a cancel undoes the step
 at its holder only. What the order still owns (its current step, a step it may retry)
-is left to it.
+is left to it, but for the providers at which the order settled its key as not applied
+(its holder, when so, and every provider it moved the step away from): an effect there
+is a request that applied after its live time, which nothing the order knows of will
+take back. It is alerted, never undone: a resubmit may still send the key there and
+take that effect as the step's (`Expect.NOT_APPLIED`).
 
 A step is asked about at every provider it may have reached: the one holding it, then
 each other agent a do of it was sent to (`StepRecord.tried`), but for agents that share
@@ -62,10 +66,12 @@ from datetime import datetime
 from enum import StrEnum
 
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
-from shared.domain.machine.dispatch import undo_at
+from shared.domain.machine.dispatch import heal_key, undo_at
+from shared.domain.machine.forward import APPLIED_AFTER_SETTLED
+from shared.domain.machine.settle import key_state
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import OperatorAlert, idempotency_key
-from shared.domain.model import OrderProcess, Outgoing, ProcessState, StepStatus
+from shared.domain.model import KeyState, OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.domain.workflow import StepDefinition, Workflow
 
 FINISHED = (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.CANCELLED)
@@ -80,23 +86,13 @@ MISMATCH_REASON = "reconciliation-mismatch"
 """The operator alert's reason, but for an effect at two providers."""
 TWO_PROVIDERS_REASON = "applied-at-two-providers"
 """The reason a late success reply raises too (machine/forward.py): the same finding."""
+SETTLED_REASON = APPLIED_AFTER_SETTLED
+"""The reason the Scheduler raises for a late success of a key it settled as not applied:
+the same finding, made by asking."""
 
 MAX_QUESTIONS_PER_PROVIDER = 3
 """Per step and provider asked: a step costs at most this times its providers (two, but
 where the undo found nothing to undo and the do applied after it: then the heal key)."""
-
-HEAL = "heal"
-"""The last segment of a heal key (`heal_key`)."""
-
-
-def heal_key(undo_key: str) -> str:
-    """Reconciliation's own key for undoing an effect whose order's undo key is spent: it
-    found nothing to undo, the do applied after it, and the provider answers any repeat
-    of that key from its record. One per order and undo (never per run), so a run's
-    resend of the heal, or another instance's, is answered from its record too and the
-    effect is undone once."""
-    return f"{undo_key}:{HEAL}"
-
 
 Answers = Mapping[tuple[str, str], RemoteOutcome]
 """What each provider said of each key, by (agent, key)."""
@@ -107,6 +103,9 @@ class Expect(StrEnum):
     """The step's effect is in force at its holder (`Processed`)."""
     UNDONE = "not applied, or undone"
     """No effect left (`Compensated`, `Cancelled`)."""
+    NOT_APPLIED = "not applied, as the order settled it"
+    """The step a held order still owns, at each provider where it settled the key as
+    not applied: the do-key only is asked; an effect there is alerted, never undone."""
 
 
 class Verdict(StrEnum):
@@ -137,10 +136,13 @@ class StepCheck:
     expect: Expect
     others: tuple[str, ...] = ()
     """The other providers a do of the step was sent to, first first."""
+    holder_asked: bool = True
+    """False for a step the order still owns whose key its holder has not settled: the
+    order's own retry or cancel answers for it there."""
 
     @property
     def providers(self) -> tuple[str, ...]:
-        return (self.agent, *self.others)
+        return (self.agent, *self.others) if self.holder_asked else self.others
 
     @property
     def heal_key(self) -> str | None:
@@ -190,18 +192,20 @@ def checks(process: OrderProcess, workflow: Workflow) -> tuple[StepCheck, ...]:
         if expect is Expect.UNDONE and definition.compensation is None:
             continue
         undo = definition.compensation
-        found.append(
-            StepCheck(
-                order_id=process.order_id,
-                state=state,
-                step=step.name,
-                agent=step.agent,
-                do_key=idempotency_key(process.order_id, definition.name),
-                undo_key=None if undo is None else idempotency_key(process.order_id, undo),
-                expect=expect,
-                others=_other_key_spaces(step.tried, step.agent, definition),
-            )
+        check = StepCheck(
+            order_id=process.order_id,
+            state=state,
+            step=step.name,
+            agent=step.agent,
+            do_key=idempotency_key(process.order_id, definition.name),
+            undo_key=None if undo is None else idempotency_key(process.order_id, undo),
+            expect=expect,
+            others=_other_key_spaces(step.tried, step.agent, definition),
+            holder_asked=expect is not Expect.NOT_APPLIED
+            or key_state(step) is KeyState.NOT_APPLIED,
         )
+        if check.providers:
+            found.append(check)
     return tuple(found)
 
 
@@ -213,20 +217,23 @@ def _expect(process: OrderProcess, index: int) -> Expect | None:
     Any other step is still the order's: a resubmit retries a failed one (maybe with the
     same key at a provider it tried), a cancel waits for or undoes one in doubt. So is
     the current step of an order held while undoing: the undo it awaits there would be
-    answered by an undo reconciliation sent (the reply names the step and the attempt)."""
+    answered by an undo reconciliation sent (the reply names the step and the attempt).
+    Of those, only the providers where the order settled the key as not applied are
+    asked (`Expect.NOT_APPLIED`): a step the order skipped as not applied while undoing
+    is one of them."""
     state = process.state
     if state.process_state is ProcessState.PROCESSED:
         return Expect.APPLIED
     if state.process_state in FINISHED:
         return Expect.UNDONE
-    if state.process_state not in HELD or index == state.current_step:
+    if state.process_state not in HELD:
         return None
     status = process.steps[index].status
-    if status is StepStatus.COMPLETED:
+    if index != state.current_step and status is StepStatus.COMPLETED:
         return Expect.APPLIED
-    if status is StepStatus.COMPENSATED:
+    if index != state.current_step and status is StepStatus.COMPENSATED:
         return Expect.UNDONE
-    return None
+    return Expect.NOT_APPLIED
 
 
 def _other_key_spaces(
@@ -254,7 +261,9 @@ def _next_at(check: StepCheck, agent: str, answers: Answers) -> str | None:
     """The holder is asked first what it most likely says (applied, or undone); another
     provider most likely never saw the key, so its do-key comes first."""
     do, undo = answers.get((agent, check.do_key)), _undo(check, agent, answers)
-    if agent == check.agent and check.expect is Expect.APPLIED:
+    if check.expect is Expect.NOT_APPLIED or (
+        agent == check.agent and check.expect is Expect.APPLIED
+    ):
         return check.do_key if do is None else None
     if agent == check.agent and check.undo_key is not None and undo is None:
         return check.undo_key
@@ -307,7 +316,9 @@ def _held(check: StepCheck, agent: str, answers: Answers) -> _Held:
         return _Held.UNKNOWN
     # The holder of a Processed order is asked its do-key only: applied is what it
     # almost always says, and a second question per step would double the usual cost.
-    undo_asked = not (agent == check.agent and check.expect is Expect.APPLIED)
+    undo_asked = check.expect is not Expect.NOT_APPLIED and not (
+        agent == check.agent and check.expect is Expect.APPLIED
+    )
     if check.undo_key is None or not undo_asked or (undo is not None and _none(undo)):
         return _Held.IN_FORCE
     if undo is not None and undo.found_nothing_to_undo:
@@ -336,7 +347,7 @@ def _settled(check: StepCheck, agent: str, answers: Answers) -> bool | None:
     held = _held(check, agent, answers)
     if held is _Held.UNKNOWN:
         return None
-    if check.expect is Expect.UNDONE:
+    if check.expect is not Expect.APPLIED:
         return held is _Held.NONE
     if agent == check.agent:
         return held is _Held.IN_FORCE
@@ -373,6 +384,9 @@ def _mismatch(check: StepCheck, agent: str, answers: Answers) -> Mismatch:
             found += f", while {check.agent} has none: left for an operator"
     elif check.expect is Expect.UNDONE:
         found += ", undoing it there"
+    elif check.expect is Expect.NOT_APPLIED:
+        reason = SETTLED_REASON
+        found += ": the order may still take it as the step's, so it is left for an operator"
     return Mismatch(
         order_id=check.order_id,
         state=check.state,

@@ -29,6 +29,7 @@ from chaos.model import (
 from chaos.report import stories
 from shared.domain.failures import timed_out
 from shared.domain.in_doubt import RemoteOutcome
+from shared.domain.machine.dispatch import heal_key
 from shared.domain.machine.events import receive_event
 from shared.domain.machine.forward import apply_reply, claim, start
 from shared.domain.machine.operator import PastPivot, cancel
@@ -47,7 +48,7 @@ from shared.domain.model import (
     StateRecord,
     StepRecord,
 )
-from shared.domain.reconcile import FINISHED, MISMATCH_REASON, heal_key
+from shared.domain.reconcile import FINISHED, MISMATCH_REASON
 from shared.domain.workflow import Workflow
 from tests.builders import a_policy, a_reply
 from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT, REVIEWED_ORDER, SCHEDULED_DELIVERY

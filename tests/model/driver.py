@@ -428,6 +428,8 @@ class Domain:
         """The agent's reply on the wire."""
         r = answer.request
         result: dict[str, object] | None = {"ref": r.key} if answer.succeeded else None
+        if answer.succeeded and answer.undone is not None:
+            result = dict(outcome(Answer.APPLIED, r.key, answer.undone).result or {})
         if answer.succeeded and answer.large:
             result = self._large(r.step, r.key, Large(answer.large))
         if answer.succeeded:
@@ -506,14 +508,15 @@ class Domain:
         gone: bool = False,
         in_line: bool | None = None,
         counted: bool = True,
+        undone: bool | None = None,
     ) -> Effects | None:
         """The Supervisor's recover, with what `_settle` concluded about `key` (None: not
-        asked); an order whose version is gone is held (`_hold_version_gone`). With a
-        customer ledger (`in_line` not None: does the ledger still hold the order in its
-        customer's line?), an order in line waits for its turn (its check moves to
-        `held_until`) or, promoted with its nudge lost, is released and nudged. Not
-        `counted`: the deadline passed in an outage of our own broker or store (nothing
-        is asked, nothing counted)."""
+        asked; `undone`: what an applied undo key's answer says it did); an order whose
+        version is gone is held (`_hold_version_gone`). With a customer ledger (`in_line`
+        not None: does the ledger still hold the order in its customer's line?), an order
+        in line waits for its turn (its check moves to `held_until`) or, promoted with its
+        nudge lost, is released and nudged. Not `counted`: the deadline passed in an
+        outage of our own broker or store (nothing is asked, nothing counted)."""
         if gone:
             held = recovery.version_gone(process, at(now))
             return self._effects(held, now, "sweep", process, "version gone")
@@ -522,12 +525,9 @@ class Domain:
                 assert line.held_until(process, at(now)) > at(now)
                 return None
             process = line.released(process, at(now))
-        outcome = None
-        if answer is not None:
-            result = {"ref": key} if answer is Answer.APPLIED else None
-            outcome = RemoteOutcome(_OUTCOMES[answer], result)
+        asked = None if answer is None else outcome(answer, key or "", undone)
         transition = recover(
-            process, self.of(process), self.policy, at(now), count=counted, outcome=outcome
+            process, self.of(process), self.policy, at(now), count=counted, outcome=asked
         )
         return self._effects(transition, now, "sweep", process, "recover")
 
@@ -731,8 +731,8 @@ class Domain:
     def reconcile(
         self, process: OrderProcess, now: int, ask: Callable[[str, str], RemoteOutcome]
     ) -> Effects | None:
-        """A reconciliation run over this finished order; None when it finds nothing to
-        say."""
+        """A reconciliation run over this order at rest (finished or held); None when it
+        finds nothing to say."""
         outgoing = self.reconciled(process, now, ask)
         if not outgoing:
             return None
@@ -870,6 +870,12 @@ def finished(process: OrderProcess) -> str | None:
     if state in (ProcessState.COMPENSATED, ProcessState.CANCELLED):
         return "undone"
     return None
+
+
+def at_rest(process: OrderProcess) -> bool:
+    """Finished, or held for an operator (Error, Suspended): what reconciliation samples
+    (`reconcile.CHECKED`)."""
+    return process.state.process_state in reconciliation.CHECKED
 
 
 def in_line(process: OrderProcess) -> bool:

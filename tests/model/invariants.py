@@ -27,9 +27,11 @@
    its effect to this, and to liveness, which must reach a right end (reconciliation
    undoes it).
 7. told-late: when the Scheduler takes the success reply of a late apply whose effect
-   is in force where the order does not hold the step, and the order is not held, it
-   sends the undo there at once (machine/forward.py `_undo_extra`): it knows of the
-   effect, so it is not left to reconciliation's sample.
+   is in force where the order does not hold the step (another provider, a key it
+   settled as not applied, or a step it compensated: the undo found nothing and the do
+   applied after it), and the order is not held, it sends the undo there at once
+   (machine/forward.py `_undo_extra`): it knows of the effect, so it is not left to
+   reconciliation's sample.
 8. neighbour: nothing this order sends names another order's key, and the neighbour's
    effects at the shared services stay in force: keys never collide.
 9. archived-id: once the order is archived its id stays taken (the intake never
@@ -153,8 +155,8 @@ def net_effect(world: World) -> str | None:
     if world.late_applied - world.late_told:
         return None  # an effect the order cannot know of: healed and liveness judge it
     wrong = wrong_effects(world)
-    if not wrong:
-        return None
+    if not wrong or (world.late_applied and _reconciliation(world, alert=False)):
+        return None  # the Scheduler's undo of a late success is not awaited: see below
     state = world.process.state.process_state.value
     return f"{state} but {'; '.join(wrong)} ({world.provider.describe()})"
 
@@ -167,15 +169,24 @@ def pointless_undo(world: World) -> str | None:
     return None
 
 
+IN_DOUBT = ("unsettled", "expired")
+"""Key states of a step the order still holds in doubt at its agent, whatever the step's
+status: a resubmit sends the same key there (a move needs a settled key), a cancel
+undoes it there."""
+
+
 def unaccounted(world: World) -> list[str]:
     """Effects in force that the order's record does not hold: a step in force where
-    the order does not hold it done or in doubt (running at that agent, its key not
-    known not applied: a resubmit asks there), or at another key space."""
+    the order does not hold it done or in doubt (running at that agent, or waiting to be
+    sent there again with its key unsettled or expired: a resubmit asks there, a cancel
+    undoes it there), or at another key space."""
     found = []
     for step, record in zip(world.domain.steps, world.process.steps, strict=False):
         where = in_force(world, step)
-        held = record.status.value in ("Completed", "Running") and record.agent is not None
-        held = held and record.key_state.value != "not-applied"
+        key = record.key_state.value
+        doubted = key in IN_DOUBT and record.status.value != "Compensated"
+        held = record.status.value in ("Completed", "Running") or doubted
+        held = held and record.agent is not None and key != "not-applied"
         holder = world.space(record.agent) if held and record.agent else None
         extra = [s for s in where if s != holder]
         if extra:
@@ -183,11 +194,25 @@ def unaccounted(world: World) -> list[str]:
     return found
 
 
+def _reconciliation(world: World, *, alert: bool) -> bool:
+    """Does a reconciliation run over the order as it is now alert an operator (`alert`),
+    or send an undo? The product samples every order at rest, held ones included, each
+    hour: what such a run finds is healed by the product, whether or not the bound
+    explores the run. A late success's undo the Scheduler sent (`_undo_extra`) is not
+    awaited, so a lost one is left to this too."""
+    if not driver.at_rest(world.process):
+        return False
+    run = world.domain.reconcile(world.process, world.now, world.asked)
+    return run is not None and bool(run.alerts if alert else run.requests)
+
+
 def healed(world: World) -> str | None:
     if not world.late_applied or not world.quiet() or not driver.held(world.process):
         return None
+    if world.replies:
+        return None  # the order hears of it first: told-late judges what it does then
     extra = unaccounted(world)
-    if not extra or world.alerted:
+    if not extra or world.alerted or _reconciliation(world, alert=True):
         return None
     return (
         f"held after a late apply with {'; '.join(extra)} and no alert since "
@@ -200,7 +225,11 @@ def told_late(world: World) -> str | None:
         index, step = next((i, s) for i, s in enumerate(world.domain.steps) if s.do_key == key)
         record = world.process.steps[index]
         ours = record.agent is not None and world.space(record.agent) == space
-        if ours and record.key_state.value != "not-applied":
+        if (
+            ours
+            and record.key_state.value != "not-applied"
+            and record.status.value != "Compensated"
+        ):
             continue  # the order holds the key there (done, running, or a retry pinned to it)
         if not world.provider.in_force(space, key) or driver.held(world.process):
             continue

@@ -17,8 +17,11 @@ doubt, the moment the Supervisor may ask about it).
 The same holds for what operators and deploys do around an order: every single operator
 action and every bulk action (`bulk._act`) over the store against the driver's; an order
 whose version the catalogue dropped, refused by every action and held by the Supervisor;
-reconciliation (`Reconciler._check`) over the model's ledger, and over that ledger with a
-step's effect added or taken away at each provider; and the customer ledger's line (the
+reconciliation (`Reconciler._check`) over every order at rest the walks reach, finished
+or held in Error or Suspended (the product samples both), over the model's ledger, over
+that ledger with a step's effect added or taken away at each provider, and with a step's
+undo that found nothing to undo followed by its do, its heal key unasked, undone, or
+finding nothing itself; and the customer ledger's line (the
 intake's admission, and the Supervisor's check of an order in line).
 """
 
@@ -43,6 +46,7 @@ from shared.domain.bulk_request import BulkAction
 from shared.domain.destination import To
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
 from shared.domain.machine import line
+from shared.domain.machine.dispatch import heal_key
 from shared.domain.machine.recovery import next_complete_by
 from shared.domain.machine.transition import InvalidTransition
 from shared.domain.model import Notify, OrderProcess
@@ -65,7 +69,7 @@ from shared.usecases.operations.operator import (
 )
 from shared.usecases.operations.reconcile import Reconciler, _Tally
 from tests.model import driver
-from tests.model.provider import KeyStatus, Provider
+from tests.model.provider import Entry, KeyStatus, Provider
 from tests.model.setups import SETUPS, Setup
 from tests.model.wire import Effects
 from tests.model.world import BOUNDS, OrderWorld, World, _truth
@@ -101,8 +105,8 @@ class Ledger:
     provider: Provider
 
     async def ask(self, agent: str, key: str) -> RemoteOutcome:
-        status = self.provider.get(self.world.space(agent), key).status
-        return RemoteOutcome(_KIND[status], {"ref": key} if status is KeyStatus.APPLIED else None)
+        """An applied undo's answer says whether it undid its do, as the world's does."""
+        return _truth(dataclasses.replace(self.world, provider=self.provider), agent, key)
 
     async def abandon(self, agent: str, key: str) -> RemoteOutcome:
         if not self.world.domain.setup.abandons(agent):
@@ -367,7 +371,9 @@ def test_an_order_on_a_dropped_version_is_refused_and_held_as_the_driver_says(
 def _ledgers(world: World) -> Iterator[Provider]:
     """The model's ledger, and each variant with one step's effect added (applied) or
     taken away (never applied) at one of its providers: the disagreements
-    reconciliation is for."""
+    reconciliation is for. Then, for a step with an undo, its undo found nothing and the
+    do applied after it, with the heal key (`{orderId}:{undo}:heal`) never seen, undone,
+    or itself finding nothing: the three answers a later run hears for its heal."""
     yield world.provider
     for step in world.domain.steps:
         if step.do_key is None:
@@ -378,10 +384,20 @@ def _ledgers(world: World) -> Iterator[Provider]:
                 yield world.provider.put(dataclasses.replace(entry, status=KeyStatus.NOT_APPLIED))
             else:
                 yield world.provider.put(dataclasses.replace(entry, status=KeyStatus.APPLIED))
+            if step.undo_key is None:
+                continue
+            applied = KeyStatus.APPLIED
+            late = world.provider.put(dataclasses.replace(entry, status=applied)).put(
+                Entry(space, step.undo_key, applied, undoes=step.do_key, undone=False)
+            )
+            yield late
+            heal = heal_key(step.undo_key)
+            for undone in (True, False):
+                yield late.put(Entry(space, heal, applied, undoes=step.do_key, undone=undone))
 
 
 async def _reconciled(world: World) -> None:
-    """The real Reconciler's check of the finished order sends what the driver's does."""
+    """The real Reconciler's check of the order at rest sends what the driver's does."""
     store, _, clock = await _store(world)
     process = world.process
     reconciler = Reconciler(
@@ -406,19 +422,22 @@ async def _reconciled(world: World) -> None:
 
 @pytest.mark.parametrize("setup", SHIPPED, ids=[s.name for s in SHIPPED])
 def test_reconciliation_sends_what_the_driver_says(setup: Setup) -> None:
-    async def run() -> int:
-        compared = 0
+    async def run() -> tuple[int, int]:
+        compared = held = 0
         seen: set[Hashable] = set()
         for world in situations(setup):
-            if driver.finished(world.process) is None or world.process_key in seen:
+            if not driver.at_rest(world.process) or world.process_key in seen:
                 continue
             seen.add(world.process_key)
+            held += driver.finished(world.process) is None
             for ledger in _ledgers(world):
                 await _reconciled(dataclasses.replace(world, provider=ledger))
                 compared += 1
-        return compared
+        return compared, held
 
-    assert asyncio.run(run()) > 5
+    compared, held = asyncio.run(run())
+    assert compared > 5
+    assert held, "no order held in Error or Suspended was compared"
 
 
 @pytest.mark.parametrize("setup", SHIPPED, ids=[s.name for s in SHIPPED])

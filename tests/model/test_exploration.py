@@ -23,6 +23,7 @@ from tests.model.explorer import explore
 from tests.model.invariants import INVARIANTS, signature
 from tests.model.known import known
 from tests.model.setups import DEFAULT, SETUPS, Setup
+from tests.model.test_explorer_sees import HELD_DEPTH, TOLD_DEPTH, late_after_nothing
 from tests.model.world import BOUNDS, Bounds, OrderWorld
 from tests.workflows import CATALOGUE
 
@@ -150,6 +151,28 @@ def test_no_interleaving_breaks_an_invariant_deep(
     name: str, bounds: Bounds, setup: Setup, depth: int
 ) -> None:
     check(name, bounds, setup, depth)
+
+
+def test_a_charge_applied_after_its_refund_found_nothing_is_healed() -> None:
+    """From the charge running at payment (no abandon), a cancel, the sweep's every
+    answer and one late apply (`test_explorer_sees.ChargeRunning`), with liveness."""
+    assert late_after_nothing() == []
+
+
+def test_a_late_charge_after_its_refund_found_nothing_is_undone_when_its_reply_comes() -> None:
+    """The refund's nothing-to-undo settles the charge's key not applied, so the charge's
+    late success is undone at once under the heal key (told-late), not left to
+    reconciliation's sample."""
+    assert late_after_nothing(TOLD_DEPTH, live=False) == []
+
+
+@pytest.mark.slow
+def test_a_late_charge_on_an_order_held_for_an_operator_is_alerted() -> None:
+    """Held in Error at the charge, or releasing the inventory after the cancel skipped
+    it, with the charge's key settled not applied; then the charge applies late:
+    reconciliation of the held order alerts (healed), and liveness still finds a right
+    end (50,306 states)."""
+    assert late_after_nothing(HELD_DEPTH) == []
 
 
 def test_the_setups_hold_every_shipped_workflow_step_kind_and_policy() -> None:

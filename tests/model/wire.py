@@ -53,6 +53,9 @@ class Reply:
     large: str = ""
     """A `Large` value: a success whose result is over the size the order keeps
     (Bounds.large_results); empty for a result of the usual size."""
+    undone: bool | None = None
+    """An undo's success: did it undo its do (False: it found nothing to undo, the
+    agent passing on the service's `{"undone": false, "reason": "nothing-to-undo"}`)?"""
 
     def describe(self) -> str:
         r = self.request

@@ -26,8 +26,9 @@ happen next, ours and the environment's alike:
   complete-by, a window's end, a delayed nudge), not tick by tick;
 - a deploy drops the order's workflow version from the catalogue (and an operator puts
   it back); a bulk job acts on the order (cancel, suspend, resume, resubmit, migrate);
-- reconciliation runs over the finished order once nothing sent can apply any more (its
-  runs are hourly, a complete-by is seconds), asking the services, alerting and undoing;
+- reconciliation runs over the order at rest (finished, or held in Error or Suspended,
+  as the product samples them) once nothing sent can apply any more (its runs are
+  hourly, a complete-by is seconds), asking the services, alerting and undoing;
 - the finished order is archived (its retention long past: no request can apply any
   more, even late), and its id is sent to the intake again, with its body or another;
 - with `Bounds.intake`, the submission itself: stored claimed (within the intake's
@@ -86,6 +87,14 @@ _ANSWER_OF = {
 """What a service answers `GET /operations/{key}` with, for each state of the key."""
 
 
+def _undid(entry: Entry) -> bool | None:
+    """What an applied undo's reply says it did (None for a do): the agent passes on the
+    service's answer, `{"undone": false, ...}` when it found nothing to undo."""
+    if entry.undoes is None or entry.status is not KeyStatus.APPLIED:
+        return None
+    return entry.undone
+
+
 def _truth(world: World, agent: str, key: str) -> RemoteOutcome:
     """What `agent`'s service truthfully answers about `key` now."""
     entry = world.provider.get(world.space(agent), key)
@@ -130,7 +139,7 @@ class Bounds:
     bulk: frozenset[str] = frozenset()
     """Bulk actions a job may take on the order (each counts as an operator move)."""
     reconcile: bool = False
-    """Does reconciliation run over the finished order?"""
+    """Does reconciliation run over the order at rest (finished, or held)?"""
     archive: bool = False
     """Is the finished order archived, and its id sent to the intake again?"""
     neighbour: bool = False
@@ -462,6 +471,10 @@ class World:
     def space(self, agent: str) -> str:
         return self.domain.setup.space(agent)
 
+    def asked(self, agent: str, key: str) -> RemoteOutcome:
+        """What `agent`'s service truthfully answers about `key` now."""
+        return _truth(self, agent, key)
+
     def in_window(self, agent: str, key: str) -> bool:
         """Might a do request of `key` still apply in `agent`'s key space, as far as the
         order can know? Only time tells it: a service's "not applied" while a request of
@@ -754,7 +767,8 @@ class OrderWorld:
         if world.now < question.ask_at:
             return  # rescheduled to its ask-at: asked earlier, "never seen" is a guess
         for answer, asked, said in self._settled(world, question):
-            effects = domain.sweep(asked.process, world.now, answer, question.key)
+            undone = _undid(asked.provider.get(world.space(question.agent), question.key))
+            effects = domain.sweep(asked.process, world.now, answer, question.key, undone=undone)
             if effects is None:
                 continue
             told = asked.told_not_applied
@@ -961,11 +975,12 @@ class OrderWorld:
         yield f"customer posts {name}: {said}", replace(world, posts=after, notes=(said,))
 
     def _reconciler(self, world: World) -> Iterator[tuple[str, World]]:
-        """Reconciliation over the finished order, once nothing sent can apply (an
+        """Reconciliation over the order at rest, finished or held for an operator (Error,
+        Suspended), as the product's sample takes it, once nothing sent can apply (an
         hourly run, against complete-bys of seconds): the services' true answers."""
         if not self.bounds.reconcile or world.archived or not world.quiet():
             return
-        if driver.finished(world.process) is None:
+        if not driver.at_rest(world.process):
             return
 
         effects = self.domain.reconcile(
@@ -1165,7 +1180,7 @@ class OrderWorld:
             if waiting:
                 calls = calls | {request}
         elif waiting and entry.status in (KeyStatus.APPLIED, KeyStatus.REJECTED):
-            answers = (Reply(request, entry.status is KeyStatus.APPLIED),)
+            answers = (Reply(request, entry.status is KeyStatus.APPLIED, undone=_undid(entry)),)
         elif waiting and entry.status is KeyStatus.ABANDONED:
             answers = (Reply(request, False, abandoned=True),)
         note = f"  {request.describe()} at its service: {entry.status.value}"
@@ -1190,7 +1205,9 @@ class OrderWorld:
         settled = replace(
             world, provider=provider, calls=world.calls - answered, notes=notes, refused=refused
         )
-        return self._replied(settled, tuple(Reply(c, not rejected) for c in sorted(answered)))
+        undone = _undid(entry)
+        replies = tuple(Reply(c, not rejected, undone=undone) for c in sorted(answered))
+        return self._replied(settled, replies)
 
     def _clock(self, world: World) -> Iterator[tuple[str, World]]:
         """Jump to the next instant at which anything can change."""

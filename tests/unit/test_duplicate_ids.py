@@ -12,12 +12,11 @@ from dataclasses import replace
 from datetime import timedelta
 
 from shared.adapters.clock import FakeClock
-from shared.domain.machine.dispatch import undo_at
+from shared.domain.machine.dispatch import heal_key, undo_at
 from shared.domain.machine.forward import apply_reply, claim, start
 from shared.domain.machine.transition import Transition
 from shared.domain.messages import AgentReply, AgentRequest
 from shared.domain.model import Action, OrderProcess, Outcome, Outgoing, ProcessState, StepStatus
-from shared.domain.reconcile import heal_key
 from tests.builders import a_policy, a_reply, an_order
 from tests.workflows import ORDER_FULFILMENT
 

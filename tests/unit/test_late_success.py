@@ -25,6 +25,7 @@ from shared.adapters.queues import queue_of
 from shared.contract import Queue, agent_queue
 from shared.domain import reconcile as rules
 from shared.domain.in_doubt import NEVER_SEEN, NOT_SUPPORTED, RemoteOutcome
+from shared.domain.machine.dispatch import heal_key
 from shared.domain.machine.forward import apply_reply, claim, start
 from shared.domain.machine.operator import cancel
 from shared.domain.machine.recovery import recover
@@ -254,6 +255,55 @@ async def test_a_late_failure_on_a_held_order_means_its_cancel_refunds_nothing()
 
     assert setup.requests(agent_queue("payment")) == [], "a refund for a charge never taken"
     await answer(setup, agent_queue("inventory"))
+    assert (await loaded(setup)).state.process_state is ProcessState.CANCELLED
+
+
+@pytest.mark.parametrize("heard", ["reply", "sweep"])
+async def test_a_charge_applied_after_its_refund_found_nothing_is_healed_at_once(
+    heard: str,
+) -> None:
+    """No answer by the live time left the key expired; the cancel's refund went (safe on
+    an expired key) and found nothing to undo, heard from its reply or from the
+    Supervisor's question once the reply was lost; then the charge applied after all,
+    and its success reply came. The Scheduler knows the charge is in force on a
+    Cancelled order: it alerts and refunds it at once under the heal key (the order's
+    refund key is spent: payment would answer it from its record, nothing again), not
+    leaving it to reconciliation's sample. Found by the explorer's told-late
+    (ChargeRunning, depth 10 from the reply, 12 from the sweep)."""
+    setup = await at_payment(World(policy=a_policy(max_failure_count=1)), "payment")
+    setup.payment.answers[CHARGE_KEY] = TransientRemoteError("http-503", "down")
+    setup.payment.abandons[CHARGE_KEY] = NOT_SUPPORTED
+    setup.world.clock.advance(PAST_LIVE_TIME)
+    await setup.sweep()
+    assert (await loaded(setup)).steps[1].key_state is KeyState.EXPIRED
+    alerts(setup)
+    await cancel_order(setup.deps, "o-1", "op")
+    await next_claim(setup)
+    (refund,) = setup.requests(agent_queue("payment"))
+    nothing = {"undone": False, "reason": "nothing-to-undo"}
+    if heard == "reply":
+        await scheduler.on_reply(setup.deps, a_reply(refund, result=nothing))
+    else:
+        setup.payment.answers[REFUND_KEY] = RemoteOutcome.applied(nothing)
+        setup.world.clock.advance(PAST_LIVE_TIME)
+        await setup.sweep()
+        await next_claim(setup)
+    await answer(setup, agent_queue("inventory"))
+    assert (await loaded(setup)).state.process_state is ProcessState.CANCELLED
+    assert setup.charge is not None
+
+    await scheduler.on_reply(setup.deps, late(setup.charge, "payment"))
+
+    heals = setup.requests(agent_queue("payment"))
+    assert heals, "a charge in force on a Cancelled order, and no refund sent"
+    (heal,) = heals
+    assert (heal.body["action"], heal.body["idempotencyKey"]) == (
+        "compensate",
+        heal_key(REFUND_KEY),
+    )
+    assert (heal.body["undoes"], heal.body["payload"]) == (CHARGE_KEY, {"result": RESULT})
+    assert heal.message_id != refund.message_id, "the broker would drop it as the refund's"
+    assert alerts(setup) == ["applied-after-settled"]
     assert (await loaded(setup)).state.process_state is ProcessState.CANCELLED
 
 

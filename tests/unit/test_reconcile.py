@@ -22,9 +22,11 @@ from shared.domain.in_doubt import (
     RemoteOutcome,
 )
 from shared.domain.machine import forward
+from shared.domain.machine.dispatch import heal_key
 from shared.domain.messages import AgentRequest
 from shared.domain.model import (
     JsonObject,
+    KeyState,
     OrderProcess,
     Outgoing,
     Phase,
@@ -543,7 +545,7 @@ def test_the_heal_of_a_do_applied_after_its_undo_found_nothing_goes_under_its_ow
     assert queue_of(undo.destination) == agent_queue(check.agent)
     assert (request.idempotency_key, request.undoes) == (HEAL, CHARGE)
     assert request.payload == {"result": {"ref": "p-1"}}
-    assert rules.heal_key(REFUND) == HEAL != REFUND
+    assert heal_key(REFUND) == HEAL != REFUND
     again = rules.heals(process, ORDER_FULFILMENT, a_policy(), check, answers, now)
     assert [AgentRequest.parse(json.dumps(u.body)).idempotency_key for u in again] == [HEAL]
 
@@ -737,3 +739,86 @@ async def test_reconciliation_heals_an_order_held_in_error_past_its_pivot() -> N
     s.own["payment"].said[REFUND] = APPLIED  # the undo applied there
     again = await s.reconciler().run()
     assert (again.orders, again.mismatches) == (1, ())
+
+
+def held_at_its_charge(key: KeyState, tried: tuple[str, ...] = ("payment",)) -> OrderProcess:
+    """order-fulfilment held in Error at its charge, last sent to payment (a service
+    without abandon): its key there `key`, the charge not done."""
+    process = finished(ProcessState.ERROR, dispatched=2)
+    steps = list(process.steps)
+    steps[1] = replace(
+        steps[1], agent="payment", status=StepStatus.NOT_STARTED, key_state=key, tried=tried
+    )
+    steps[2] = replace(steps[2], status=StepStatus.NOT_STARTED)
+    state = replace(process.state, current_step=1, attempt=2, failure_count=2)
+    return replace(process, steps=tuple(steps), state=state)
+
+
+def test_a_held_orders_own_step_is_asked_only_where_it_settled_the_key_not_applied() -> None:
+    """The step an order held in Error still owns: its holder is asked only once the
+    order settled the key there as not applied, and then its do-key only."""
+    in_doubt = rules.checks(held_at_its_charge(KeyState.EXPIRED), ORDER_FULFILMENT)
+    assert [c.step for c in in_doubt] == ["reserve-inventory"]
+
+    settled = rules.checks(held_at_its_charge(KeyState.NOT_APPLIED), ORDER_FULFILMENT)
+    assert [(c.step, c.providers, c.expect) for c in settled] == [
+        ("reserve-inventory", ("inventory",), Expect.APPLIED),
+        ("charge-payment", ("payment",), Expect.NOT_APPLIED),
+    ]
+    verdict, asked, found = judge(settled[1], {CHARGE: NOT_APPLIED})
+    assert (verdict, asked, found) == (Verdict.MATCH, [CHARGE], None)
+
+
+def test_a_charge_applied_after_a_held_order_settled_it_not_applied_is_alerted_not_undone() -> None:
+    """Found by the explorer (ChargeRunning, depth 11): the charge's key settled not
+    applied at payment once its live time passed, the order held in Error at the charge,
+    then the request held on the network applied there. The order's record says no
+    charge; a resubmit may still send the key there and take the charge as the step's,
+    so it is not undone, but the operator is told."""
+    process = held_at_its_charge(KeyState.NOT_APPLIED)
+    (_, check) = rules.checks(process, ORDER_FULFILMENT)
+    verdict, asked, found = judge(check, {CHARGE: APPLIED, REFUND: APPLIED})
+    assert (verdict, asked) == (Verdict.MISMATCH, [CHARGE])
+    assert found is not None
+    assert (found.agent, found.reason) == ("payment", forward.APPLIED_AFTER_SETTLED)
+    answers = ask_all(check, _at("payment", {CHARGE: APPLIED}))
+    policy = a_policy()
+    assert rules.heals(process, ORDER_FULFILMENT, policy, check, answers, FakeClock().now()) == ()
+
+
+async def test_reconciliation_alerts_a_charge_applied_at_a_provider_a_held_order_moved_from() -> (
+    None
+):
+    """Held in Error at the charge, now at payment-secondary (its key there in doubt),
+    after payment said not applied for good; the request held on the network reached
+    payment after all. The run alerts once and sends nothing to any provider."""
+    process = held_at_its_charge(KeyState.EXPIRED, tried=("payment", "payment-secondary"))
+    steps = list(process.steps)
+    steps[1] = replace(steps[1], agent="payment-secondary")
+    s = Setup(own={"payment": Ledger({CHARGE: RemoteOutcome.applied({"ref": "p-1"})})})
+    await s.add(replace(process, steps=tuple(steps)))
+    run = await s.reconciler().run()
+    assert [(m.state, m.step, m.agent, m.reason) for m in run.mismatches] == [
+        (ProcessState.ERROR, "charge-payment", "payment", forward.APPLIED_AFTER_SETTLED)
+    ]
+    assert s.own["payment"].asked == [CHARGE]
+    assert CHARGE not in s.ledger.asked, "payment-secondary's key is the order's own"
+    assert [queue_of(m.destination) for m in s.bus.sent] == [Queue.OPERATOR_ALERTS]
+
+
+def test_a_step_a_held_order_skipped_as_not_applied_while_undoing_is_asked_too() -> None:
+    """Found by the explorer (ChargeRunning, depth 12): a cancel while the charge ran, the
+    sweep heard "not applied" past its live time so the compensation skipped the charge,
+    the order was held in Error releasing the inventory, then the charge applied late.
+    The charge is no longer the order's current step, nor completed or compensated: it
+    is still asked where the order settled it not applied."""
+    process = held_at_its_charge(KeyState.NOT_APPLIED)
+    state = replace(process.state, current_step=0, phase=Phase.COMPENSATE)
+    undoing = replace(process, state=state)
+    checks = rules.checks(undoing, ORDER_FULFILMENT)
+    assert [(c.step, c.providers, c.expect) for c in checks] == [
+        ("charge-payment", ("payment",), Expect.NOT_APPLIED),
+    ]
+    verdict, _, found = judge(checks[0], {CHARGE: APPLIED})
+    assert verdict is Verdict.MISMATCH
+    assert found is not None and found.reason == forward.APPLIED_AFTER_SETTLED

@@ -289,6 +289,19 @@ def _dispatch(
     b.send(request.outgoing(agent, high=b.high))
 
 
+HEAL = "heal"
+"""The last segment of a heal key (`heal_key`)."""
+
+
+def heal_key(undo_key: str) -> str:
+    """The key for undoing an effect whose order's undo key is spent: it found nothing to
+    undo, the do applied after it, and the provider answers any repeat of that key from
+    its record. One per order and undo (never per run or sender), so the Scheduler's heal
+    on the late success, a reconciliation run's, or another instance's resend is
+    answered from its record and the effect is undone once."""
+    return f"{undo_key}:{HEAL}"
+
+
 def undo_at(
     process: OrderProcess,
     definition: StepDefinition,
@@ -304,8 +317,8 @@ def undo_at(
     outside any compensation the order runs. Like every undo it names the do key it
     undoes, so the provider applies it only against that do applied there; `result` is
     that provider's own, which is what its undo needs. The step must have a compensation.
-    `key` is the step's undo key unless given: reconciliation gives its own where that
-    key is spent (it found nothing to undo before the do applied: `reconcile.heal_key`)."""
+    `key` is the step's undo key unless given: the heal key where that key is spent (it
+    found nothing to undo before the do applied: `heal_key`)."""
     assert definition.compensation is not None
     request = AgentRequest(
         order_id=process.order_id,

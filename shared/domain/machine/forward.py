@@ -5,20 +5,24 @@ longer move the order."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 
+from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.machine.dispatch import (
+    HEAL,
     dispatch_compensation,
     dispatch_forward,
     drained_step,
+    heal_key,
     hold_for_operator,
     requeue,
     undo_at,
     wait_for_drained,
 )
-from shared.domain.machine.settle import forward_only, key_state
+from shared.domain.machine.settle import forward_only, key_state, undone_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
-from shared.domain.messages import AgentReply, Nudge
+from shared.domain.messages import AgentReply, Nudge, idempotency_key
 from shared.domain.model import (
     Action,
     ErrorInfo,
@@ -314,7 +318,13 @@ def _take_undo(
     if reply.agent is not None and reply.agent != step.agent:
         return False  # an undo sent elsewhere (`undo_at`): the order's own went to the holder
     if reply.outcome is Outcome.SUCCEEDED:
-        b.set_step(index, status=StepStatus.COMPENSATED, complete_by=None)
+        found_nothing = _found_nothing(reply)
+        b.set_step(
+            index,
+            status=StepStatus.COMPENSATED,
+            complete_by=None,
+            key_state=undone_by(step, found_nothing),
+        )
         b.note("step-compensated", step.name)
         if not held:
             dispatch_compensation(b, workflow, policy, index - 1)
@@ -337,6 +347,13 @@ def refused(what: str, error: ErrorInfo, operation: str, agent: str | None) -> s
     )
 
 
+def _found_nothing(reply: AgentReply) -> bool:
+    """An undo's success that undid nothing (`{"undone": false, "reason":
+    "nothing-to-undo"}`, docs/contract.md 8.1): its do had not applied there. Read as
+    reconciliation reads the same answer to an outcome query."""
+    return RemoteOutcome.applied(reply.result or {}).found_nothing_to_undo
+
+
 def _late_do(
     process: OrderProcess,
     workflow: Workflow,
@@ -357,7 +374,11 @@ def _late_do(
       docs/in-doubt.md). While the order still goes forward it is the step's answer: the
       step is recorded Completed there, so the retry never charges a second provider and
       a cancel undoes it (`_applied_after_settled`). An order already undoing, or
-      finished, is past the step: the effect is undone there.
+      finished, is past the step: the effect is undone there;
+    - a success for a step the order compensated whose undo found nothing to undo (its
+      key settled not applied by that answer): the do applied after the undo, so the
+      effect is in force where the order says none is. It is undone there at once, under
+      the heal key, since the order's undo key is spent (answered from its record).
 
     Agents that share one key space (`retry_elsewhere`, two regions of one provider) hold
     one effect between them: a success from either is the same key's, never a second
@@ -373,10 +394,10 @@ def _late_do(
         if agent not in step.tried:
             return None
         return _undo_extra(process, workflow, policy, reply, index, agent, now, cause)
-    if step.status in (StepStatus.COMPLETED, StepStatus.COMPENSATED):
+    if step.status is StepStatus.COMPLETED or key_state(step) is not KeyState.NOT_APPLIED:
         return None
-    if key_state(step) is not KeyState.NOT_APPLIED:
-        return None
+    if step.status is StepStatus.COMPENSATED:
+        return _undo_extra(process, workflow, policy, reply, index, agent, now, cause, spent=True)
     forward = process.state.phase is Phase.FORWARD and not process.state.process_state.is_final
     if forward:
         return _applied_after_settled(process, workflow, policy, reply, index, agent, now, cause)
@@ -500,9 +521,14 @@ def _undo_extra(
     agent: str,
     now: datetime,
     cause: str | None,
+    *,
+    spent: bool = False,
 ) -> Transition | None:
     """Alert, and send the undo to the provider that holds the extra effect. Its answer
     is not awaited (the order has moved on); reconciliation checks that provider again.
+    Where the order's own undo key is `spent` there (it found nothing to undo), the undo
+    goes under the heal key, with an id of its own: the order's undo of the step may
+    have gone out in the same attempt, and the broker would drop this as its duplicate.
 
     An order not yet finished never sends a do of the step there again (the key there is
     spent: a do with it would be answered with the effect just undone, and the order
@@ -529,5 +555,10 @@ def _undo_extra(
         return b.build()
     b.note(reason, f"{definition.name} at {agent}: undoing it there")
     b.alert(reason)
-    b.send(undo_at(process, definition, policy, agent, reply.attempt, reply.result, now))
+    if not spent:
+        b.send(undo_at(process, definition, policy, agent, reply.attempt, reply.result, now))
+        return b.build()
+    key = heal_key(idempotency_key(process.order_id, definition.compensation))
+    undo = undo_at(process, definition, policy, agent, reply.attempt, reply.result, now, key)
+    b.send(replace(undo, message_id=f"{undo.message_id}:{HEAL}"))
     return b.build()

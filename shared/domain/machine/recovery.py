@@ -16,7 +16,7 @@ from shared.domain.machine.dispatch import (
 )
 from shared.domain.machine.forward import take_answer
 from shared.domain.machine.line import in_line
-from shared.domain.machine.settle import forward_only, key_state, settled_by
+from shared.domain.machine.settle import forward_only, key_state, settled_by, undone_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
 from shared.domain.machine.waits import consume_event, fire_timer, wait_answer, waiting_step
 from shared.domain.messages import idempotency_key, iso
@@ -301,7 +301,8 @@ def _record_applied(
     the Scheduler's next claim go on from there (next step, next undo, or the end)."""
     agent = step.agent or "the agent"
     if undo:
-        b.set_step(index, status=StepStatus.COMPENSATED, complete_by=None)
+        state = undone_by(step, outcome.found_nothing_to_undo)
+        b.set_step(index, status=StepStatus.COMPENSATED, complete_by=None, key_state=state)
         what, recorded, key = f"compensation of {step.name}", "Compensated", _key(b, step, True)
     else:
         b.set_step(

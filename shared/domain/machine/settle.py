@@ -77,6 +77,17 @@ def key_state(step: StepRecord) -> KeyState:
     return step.key_state
 
 
+def undone_by(step: StepRecord, found_nothing: bool) -> KeyState:
+    """The do key once its undo applied (a reply, or the Supervisor's answer). An undo
+    goes only once no request of the do can still apply, so one that found nothing to
+    undo is the provider's word that the do had not applied: an unsettled key settles
+    not applied, as a sweep's "not applied" past the live time would. A success of the
+    do after that is an effect in force nothing undid (`forward._late_do`)."""
+    if found_nothing and not key_state(step).settled:
+        return KeyState.NOT_APPLIED
+    return step.key_state
+
+
 def settled_by(step: StepRecord, outcome: RemoteOutcome, now: datetime) -> KeyState:
     """What an answer about the step's do key proves. "Not applied" is final only once no
     request sent with the key can still apply, or once the key was abandoned; no answer
