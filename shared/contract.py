@@ -111,7 +111,7 @@ class Setting:
     STATE_TABLE: Final = "StateTableName"
     SUPERVISOR_SCHEDULE: Final = "SupervisorSchedule"
     RECONCILE_SCHEDULE: Final = "ReconcileSchedule"
-    """NCRONTAB of the reconciliation timer (finished and held orders against the services' keys)."""
+    """NCRONTAB of the reconciliation timer (orders at rest against the services' keys)."""
     RECONCILE_SAMPLE_SIZE: Final = "ReconcileSampleSize"
     """Orders (finished, or held in Error or Suspended) one reconciliation run checks at most."""
     ARCHIVE_SCHEDULE: Final = "ArchiveSchedule"
