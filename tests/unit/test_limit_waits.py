@@ -294,7 +294,7 @@ async def test_a_handed_back_request_delivered_twice_uses_its_slot_once() -> Non
 
     booked = await limits.schedule(AGENT)
     assert booked is not None, "the second copy booked a slot of its own"
-    assert booked.next_start == now + seconds(0.21), "one gap at 5/s"
+    assert booked.next_start == now + seconds(0.24), "one gap at 5/s"
     assert calls == ["o-1:reserve-inventory"] * 2
 
 
