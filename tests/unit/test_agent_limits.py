@@ -17,6 +17,7 @@ from shared.adapters.memory.limits import InMemoryLimitStore
 from shared.domain.limits import (
     TRIP,
     AgentLimits,
+    Schedule,
     SlotLease,
     book,
     calls_allowed,
@@ -330,3 +331,50 @@ async def test_a_hold_written_before_the_wait_does_not_make_the_call_late() -> N
 
     assert started == [slot]
     assert lim.rebooked == 0
+
+
+class SlowWrites(InMemoryLimitStore):
+    """A loaded host's store: each schedule write comes back `seconds` after it began."""
+
+    def __init__(self, clock: IdleClock, seconds: float) -> None:
+        super().__init__()
+        self.clock, self.seconds = clock, seconds
+
+    async def put_schedule(
+        self, agent: str, next_start: datetime, seen: Schedule | None
+    ) -> Schedule:
+        await self.clock.sleep(self.seconds)
+        return await super().put_schedule(agent, next_start, seen)
+
+
+async def test_a_booking_slower_than_a_slots_window_still_finds_its_slot_ahead() -> None:
+    """On an idle schedule a booking takes the slot "now"; with the write taking 150 ms
+    (a loaded host's store), that slot is past its 100 ms window by the time the call
+    hears of it: each call that came to an idle schedule gave its first slot up and
+    booked again (a booking and a slot of the schedule spent, and the call's time).
+    Slots now start no earlier than the last booking's round trip: only the first call
+    misses."""
+    clock = IdleClock()
+    lim = limiter(SlowWrites(clock, 0.15), clock, AgentLimits(calls_per_second=5), "a")
+    started: list[datetime] = []
+
+    async def operation(_: float) -> JsonObject:
+        started.append(clock.now())
+        return {}
+
+    async def calls() -> None:
+        for _ in range(5):
+            await call_until_deadline(
+                operation,
+                deadline=clock.now() + timedelta(seconds=5),
+                clock=clock,
+                breaker=CircuitBreaker("payment", clock),
+                policy=RetryPolicy(),
+                gate=lim,
+            )
+            await clock.sleep(1)  # the schedule is idle again
+
+    await clock.run([calls()])
+
+    assert len(started) == 5
+    assert lim.rebooked == 1
