@@ -414,3 +414,30 @@ async def test_a_copy_delivered_past_its_slot_writes_its_hold_before_booking_aga
     await sweep(world.deps())
     process = await world.store.load("o-1")
     assert process is not None and process.state.failure_count == 0
+
+
+async def test_a_call_woken_past_its_slot_writes_its_hold_before_booking_again() -> None:
+    """A call waits in its handler for a near slot, and the loaded host wakes it 2.8 s
+    late, 300 ms before its complete-by. Booking again takes a 500 ms store write: the
+    hold written after it found the complete-by passed, and our own limit's wait was
+    counted as a failure. The call writes the time since its slot first."""
+    world = World(policy=policy(), clock=WakesLate(2.8))
+    await submit_order(world.deps(), an_order("o-1"))
+    await scheduler.on_nudge(world.deps(), "o-1")
+    (request,) = (
+        AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
+    )
+    limits = SlowBooking(world.clock, 0.0)
+    slot = request.complete_by - seconds(TIMEOUT / 2 + 0.1)  # near: waited for in-process
+    await limits.put_schedule(AGENT, slot, None)
+    limits.seconds = 0.5
+    calls: list[str] = []
+    agent = await limited_agent(world, calls, limits)
+
+    assert await perform_step(agent, request) is Performed.SUCCEEDED
+
+    assert calls == ["o-1:reserve-inventory"]
+    world.clock.advance(1.0)  # past the complete-by the request came with
+    await sweep(world.deps())
+    process = await world.store.load("o-1")
+    assert process is not None and process.state.failure_count == 0

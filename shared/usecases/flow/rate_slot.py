@@ -82,9 +82,10 @@ class SlotGate:
     limiter: AgentLimiter
     carried: datetime | None
     hand_back: HandBack | None
-    came_late: bool = False
-    """A handed-back copy delivered after its slot's start window: the time since that
-    slot is written as a hold before anything else (`start_at`)."""
+    missed: bool = False
+    """The call came to a slot after its start window (a handed-back copy delivered
+    late, a handler woken late): the time since that slot is written as a hold before
+    it books again (`start_at`)."""
 
     @classmethod
     def for_request(
@@ -94,18 +95,18 @@ class SlotGate:
         if carried is not None and not slot_still_usable(carried, now, limiter.limits):
             if hand_back is not None:
                 hand_back.held.missed(carried)
-            return cls(limiter, None, hand_back, came_late=True)
+            return cls(limiter, None, hand_back, missed=True)
         return cls(limiter, carried, hand_back)
 
     async def start_at(self) -> datetime:
-        """The first call's slot. A copy that came late writes its hold first: it waited
-        in the broker past its slot (handlers busy, a loaded host), so its time since
-        the slot went to our own limit, and the booking and hold still to come take
-        store round trips that can outlast what it has left; written after them, the
-        hold found the complete-by passed and the wait was counted as a failure
-        (tests/e2e/test_limits.py on a loaded machine)."""
-        if self.came_late and self.hand_back is not None:
-            self.came_late = False
+        """A slot for the next call. A call that missed its slot writes its hold first:
+        the time since the slot went to our own limit (a copy that waited in the broker
+        past it, a handler woken late on a loaded host), and the booking and the hold
+        still to come take store round trips that can outlast what the call has left;
+        written after them, the hold found the complete-by passed, and the wait was
+        counted as a failure (tests/e2e/test_limits.py beside a CPU hog)."""
+        if self.missed and self.hand_back is not None:
+            self.missed = False
             await self.hand_back.held.pay()
         carried, self.carried = self.carried, None
         if carried is not None and await self.limiter.claim(carried):
@@ -120,6 +121,7 @@ class SlotGate:
             return True
         if self.hand_back is not None:
             self.hand_back.held.missed(start)
+            self.missed = True
         return False
 
     async def enter(self, lasts: timedelta, waiting: Held) -> SlotLease | None:
