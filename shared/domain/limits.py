@@ -85,16 +85,17 @@ def calls_allowed(limits: AgentLimits) -> int:
 
 def lateness_allowed(limits: AgentLimits) -> timedelta:
     """How long after its slot a call may still start: what the gaps leave of the guard
-    band once TRIP is set aside, at least LATE (100 ms at 3/s, 5/s and 10/s; 120 ms at
-    15/s). The first and last of n + 1 slots (n: `calls_allowed`) are n gaps apart; a
-    call checked at most this late and arriving at most TRIP after its check keeps every
-    n + 1 arrivals at least a second apart, whichever instance made them. A call that
-    would start later gives its slot up and books another: started later, it would crowd
-    the calls of the slots after it, another instance's included, past the contract's
-    10% in the provider's second (docs/limits.md). A host loaded enough to wake its
-    calls later than this pays a booking and a hold per late call
-    (usecases/flow/rate_slot.py), never a call too many, and never a failure: the wait
-    for the new slot is the limit's."""
+    band once TRIP is set aside. That is LATE wherever the guard band sets the gap (from
+    1/s up), more where the rate's own spacing is wider (1 s at 0.5/s). The first and
+    last of n + 1 slots (n: `calls_allowed`) are n gaps apart; a call checked at most
+    this late and arriving at most TRIP after its check keeps every n + 1 arrivals at
+    least a second apart, whichever instance made them. A call that would start later
+    gives its slot up and books another: started later, it would crowd the calls of the
+    slots after it, another instance's included, past the contract's 10% in the
+    provider's second (docs/limits.md). A host loaded enough to wake its calls later
+    than this pays a booking and a hold per late call (usecases/flow/rate_slot.py),
+    never a call too many, and never a failure: the wait for the new slot is the
+    limit's."""
     gap = limits.gap
     if gap is None:
         return timedelta(0)
