@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from chaos.model import Effect, InvariantResult, Observations, SentEvent
 from devhost.simulator.judge import InForce, OrderToJudge, Step, in_force, judge
 from shared.domain.failures import missed_complete_by
+from shared.domain.limits import AgentLimits, calls_allowed
 from shared.domain.machine.dispatch import heal_key
 from shared.domain.machine.forward import APPLIED_AFTER_SETTLED
 from shared.domain.model import HistoryEntry, Notify, ProcessState
@@ -811,7 +812,8 @@ def late_events_refused(obs: Observations) -> InvariantResult:
 
 def own_limits_hold(obs: Observations) -> InvariantResult:
     """Each limited agent's service never saw more than its `callsPerSecond` in one
-    second, plus 10% (at least one call), as contract section 14 allows."""
+    second, plus 10% in whole calls (`calls_allowed`: 3 at 3/s, 11 at 10/s), as contract
+    section 14 allows."""
     violations = [
         f"{agent}: {seen} calls in one second, limit {rate}/s (at most {_allowed(rate)})"
         for agent, rate in sorted(obs.limits.items())
@@ -821,7 +823,7 @@ def own_limits_hold(obs: Observations) -> InvariantResult:
 
 
 def _allowed(rate: int) -> int:
-    return rate + max(1, rate // 10)
+    return calls_allowed(AgentLimits(calls_per_second=rate))
 
 
 def rest_index_agrees_with_state_rows(obs: Observations) -> InvariantResult:

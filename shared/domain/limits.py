@@ -27,9 +27,21 @@ from datetime import datetime, timedelta
 
 SECOND = timedelta(seconds=1)
 MARGIN = 0.05
-"""A second of spacing is a little longer than a second, as in the throttle: a provider
-counts arrivals, and a few milliseconds of network jitter between two instances'
-calls must not land one call too many in its window."""
+"""A second of spacing is a little longer than a second, as in the throttle: the
+schedule's own pace stays under `callsPerSecond` however long it runs."""
+
+TRIP = timedelta(milliseconds=100)
+"""The most a call's way from its last check (`slot_still_usable`, right before it
+starts) to the provider's count of it may take: our event loop's turns until the request
+is written, the network, the provider's own turns before it counts the call. A provider
+counts arrivals, so slots are spaced for this too (`AgentLimits.gap`); a call whose way
+takes longer can land one call too many in the provider's second (docs/limits.md says
+what was measured on a loaded machine)."""
+
+LATE = timedelta(milliseconds=100)
+"""The least lateness a slot allows at its check: a handler woken up to this late after
+its slot (a loaded event loop) still calls in it. Later, it books another slot and its
+step is held for the wait (usecases/flow/rate_slot.py)."""
 
 
 @dataclass(frozen=True)
@@ -45,39 +57,49 @@ class AgentLimits:
 
     @property
     def gap(self) -> timedelta | None:
-        """The distance between two calls' starts under `calls_per_second`."""
-        if self.calls_per_second is None:
+        """The distance between two calls' slots under `calls_per_second`: n + 1 slots
+        (n: `calls_allowed`) span n gaps, at least a second plus LATE plus TRIP, so n + 1
+        calls each arriving at most that late after its slot never fall in one second at
+        the provider, whichever instance booked them; and never less than MARGIN over
+        the rate's own spacing. Where the contract's 10% is less than a call (below
+        10/s), the guard band costs throughput: 2.5 calls a second at 3/s, 4.17 at 5/s,
+        9.17 at 10/s (docs/limits.md)."""
+        rate = self.calls_per_second
+        if rate is None:
             return None
-        return SECOND * ((1 + MARGIN) / self.calls_per_second)
+        paced = SECOND * ((1 + MARGIN) / rate)
+        guarded = (SECOND + LATE + TRIP) / calls_allowed(self)
+        return max(paced, guarded)
 
 
-NETWORK = timedelta(milliseconds=25)
-"""How much two calls' ways to the provider may differ in time, left out of the lateness
-a slot allows, so the provider counts no more than the starts were kept to."""
-
-
-def over_limit(limits: AgentLimits) -> int:
-    """The calls the contract allows in one second beyond `callsPerSecond`: 10%, at least
-    one (contract section 14)."""
-    return max(1, math.ceil(limits.calls_per_second or 0) // 10)
+def calls_allowed(limits: AgentLimits) -> int:
+    """The most calls the contract lets a provider see in any one second:
+    `callsPerSecond` plus 10%, in whole calls, so floor(callsPerSecond * 1.1): 3 at 3/s,
+    5 at 5/s, 11 at 10/s, 2 at 2.5/s (contract section 14); one below 1/s, where no
+    second may hold two. 0 without a rate limit."""
+    rate = limits.calls_per_second
+    if rate is None:
+        return 0
+    return max(1, math.floor(rate * 11 / 10 + 1e-9))
 
 
 def lateness_allowed(limits: AgentLimits) -> timedelta:
-    """How long after its slot a call may still start. Slots are a gap apart, so the
-    first and last of `k + m + 1` slots (k: `ceil(callsPerSecond)`, m: `over_limit`) are
-    `k + m` gaps apart, 1.155 s at 10/s; a call starting at most this late after its
-    slot keeps every `k + m + 1` starts more than a second (and NETWORK) apart,
-    whichever instance made them: 130 ms at 10/s, 235 ms at 5/s, 375 ms at 3/s. Calls
-    on time put at most `k` in a second; late ones, at most the contract's 10% more. A
-    call that would start later gives its slot up and books another: started later, it
-    would crowd the calls of the slots after it, another instance's included, past the
-    contract's 10% in the provider's second (docs/limits.md). A host loaded enough to
-    wake its calls later than this pays a booking per late call, never a call too many."""
-    gap, rate = limits.gap, limits.calls_per_second
-    if gap is None or rate is None:
+    """How long after its slot a call may still start: what the gaps leave of the guard
+    band once TRIP is set aside. That is LATE wherever the guard band sets the gap (from
+    1/s up), more where the rate's own spacing is wider (1 s at 0.5/s). The first and
+    last of n + 1 slots (n: `calls_allowed`) are n gaps apart; a call checked at most
+    this late and arriving at most TRIP after its check keeps every n + 1 arrivals at
+    least a second apart, whichever instance made them. A call that would start later
+    gives its slot up and books another: started later, it would crowd the calls of the
+    slots after it, another instance's included, past the contract's 10% in the
+    provider's second (docs/limits.md). A host loaded enough to wake its calls later
+    than this pays a booking and a hold per late call (usecases/flow/rate_slot.py),
+    never a call too many, and never a failure: the wait for the new slot is the
+    limit's."""
+    gap = limits.gap
+    if gap is None:
         return timedelta(0)
-    spare = gap * (math.ceil(rate) + over_limit(limits)) - SECOND - NETWORK
-    return max(spare, timedelta(0))
+    return max(gap * calls_allowed(limits) - SECOND - TRIP, timedelta(0))
 
 
 def slot_still_usable(slot: datetime, now: datetime, limits: AgentLimits) -> bool:

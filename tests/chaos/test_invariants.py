@@ -1360,14 +1360,16 @@ def test_an_event_sent_once_final_must_be_refused_and_not_kept() -> None:
     )
 
 
-def test_a_limited_service_may_see_its_limit_plus_ten_percent_and_no_more() -> None:
+def test_a_limited_service_may_see_its_limit_plus_ten_percent_in_whole_calls_and_no_more() -> None:
+    """10% of 3/s is less than a call: 4 in a second is 33% over; at 10/s it is one."""
     obs = replace(observe([processed("ok-1")]), limits={"notifications": 3, "shipping": 10})
-    within = replace(obs, max_calls_in_one_second={"notifications": 4, "shipping": 11})
-    over = replace(obs, max_calls_in_one_second={"notifications": 5, "shipping": 11})
+    within = replace(obs, max_calls_in_one_second={"notifications": 3, "shipping": 11})
+    over = replace(obs, max_calls_in_one_second={"notifications": 4, "shipping": 12})
 
     assert invariants.own_limits_hold(within).passed
     assert invariants.own_limits_hold(over).violations == (
-        "notifications: 5 calls in one second, limit 3/s (at most 4)",
+        "notifications: 4 calls in one second, limit 3/s (at most 3)",
+        "shipping: 12 calls in one second, limit 10/s (at most 11)",
     )
 
 

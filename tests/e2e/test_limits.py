@@ -92,7 +92,7 @@ async def test_a_calls_per_second_limit_on_payment_holds_across_two_runtimes(
         views = await run_orders(apps, "rate")
         stats = (await SimulatorControl(session, simulator.url).stats())["payment"]
 
-    assert stats["maxCallsInOneSecond"] <= 6, stats
+    assert stats["maxCallsInOneSecond"] <= 5, stats  # 5/s plus 10%: 5 whole calls
     assert [v["processState"] for v in views] == ["Processed"] * ORDERS
     assert [v["failureCount"] for v in views] == [0] * ORDERS
 
@@ -123,7 +123,8 @@ async def test_orders_waiting_for_our_own_calls_per_second_count_no_failure(
     the agent's 16 handlers taken, the rest would wait in the broker. A wait for our own
     limit is no failure (docs/limits.md): every order ends Processed with nothing
     counted, and payment never sees more in a second than the contract allows: its
-    limit plus 10%, which at 10/s and below is one call (docs/limits.md, clock skew).
+    limit plus 10% in whole calls, at 5/s none (docs/limits.md). Calls woken later
+    than their slot allows book another slot and hold their step for it.
 
     The whole stack runs as processes (`Stack`): the simulator that counts the calls
     shares no interpreter with the broker, so its clock reads arrivals, not a GIL."""
@@ -160,4 +161,4 @@ async def test_orders_waiting_for_our_own_calls_per_second_count_no_failure(
     }
     assert counted == {}, "a wait for our own limit was counted"
     assert [v["processState"] for v in views] == ["Processed"] * orders
-    assert stats["maxCallsInOneSecond"] <= limit + 1, stats
+    assert stats["maxCallsInOneSecond"] <= limit, stats

@@ -15,9 +15,12 @@ import pytest
 
 from shared.adapters.memory.limits import InMemoryLimitStore
 from shared.domain.limits import (
+    TRIP,
     AgentLimits,
+    Schedule,
     SlotLease,
     book,
+    calls_allowed,
     claim,
     free_slots,
     lateness_allowed,
@@ -30,7 +33,8 @@ from shared.usecases.limits.limiter import AgentLimiter
 from tests.simulator.virtual_clock import VirtualClock
 
 SKEW = timedelta(seconds=5)
-GAP_AT_5 = timedelta(seconds=0.21)
+GAP_AT_5 = timedelta(seconds=0.24)
+"""At 5/s, 5 calls in a second: 6 slots span 5 gaps, 1.2 s (docs/limits.md)."""
 T = TypeVar("T")
 
 
@@ -84,7 +88,7 @@ async def paced_calls(lim: AgentLimiter, clock: VirtualClock, calls: int) -> lis
 def test_booked_slots_are_a_gap_apart_from_the_next_free_one() -> None:
     now = datetime(2026, 1, 1, 12)
     gap = AgentLimits(calls_per_second=5).gap
-    assert gap == timedelta(seconds=0.21)
+    assert gap == GAP_AT_5
     fresh = book(None, now, 3, gap)
     assert fresh.starts == (now, now + gap, now + 2 * gap)
     assert fresh.next_start == now + 3 * gap
@@ -116,7 +120,7 @@ async def test_two_instances_sharing_the_rate_row_stay_within_the_limit_together
     starts = [start for run in runs for start in run]
     assert len(starts) == 40
     assert most_in_one_second(starts) <= 5
-    assert max(starts) - min(starts) < timedelta(seconds=40 * 0.21)
+    assert max(starts) - min(starts) < 40 * GAP_AT_5
 
 
 async def test_two_instances_each_with_its_own_row_would_reach_twice_the_limit() -> None:
@@ -207,8 +211,8 @@ async def test_a_killed_instances_slots_come_back_once_their_leases_expire() -> 
 
 async def test_a_call_woken_past_its_slots_margin_books_another() -> None:
     """Seven calls booked together, a gap apart; the one with the first slot wakes 300 ms
-    after it (its handler woke late, past the 235 ms a slot allows at 5/s). Started
-    there, it would be the seventh call in one second with the six after it, whichever
+    after it (its handler woke late, past the 100 ms a slot allows at 5/s). Started
+    there, it would be the sixth call in one second with the five after it, whichever
     instance made those; it gives the slot up and books the next free one, and the calls
     on time never wait."""
     clock = IdleClock()
@@ -235,17 +239,54 @@ async def test_a_call_woken_past_its_slots_margin_books_another() -> None:
     assert late_one[1] == max(booked for booked, _ in calls) + GAP_AT_5
 
 
-def test_a_slot_is_usable_while_a_late_start_stays_within_the_contracts_ten_percent() -> None:
-    """k + m + 1 slots span k + m gaps (m: the contract's 10%, at least one call); a start
-    at most that less a second and 25 ms late keeps them more than a second apart."""
+def test_a_slot_is_usable_while_its_call_stays_within_the_guard_band() -> None:
+    """n + 1 slots (n: `calls_allowed`) span n gaps, a second and 200 ms: a start at
+    most 100 ms late, and an arrival at most TRIP (100 ms) after it, keep every n + 1
+    arrivals a second apart."""
     slot = datetime(2026, 1, 1, 12)
-    for rate, allowed in ((3, 375), (5, 235), (10, 130), (100, 130)):
+    cases = ((3, 3, 400), (5, 5, 240), (10, 11, 1200 / 11), (15, 16, 75), (100, 110, 1200 / 110))
+    for rate, most, gap_ms in cases:
         limits = AgentLimits(calls_per_second=rate)
-        assert lateness_allowed(limits) == pytest.approx(timedelta(milliseconds=allowed))
-        assert slot_still_usable(slot, slot + timedelta(milliseconds=allowed - 1), limits)
-        assert not slot_still_usable(slot, slot + timedelta(milliseconds=allowed + 1), limits)
+        assert calls_allowed(limits) == most
+        assert near(limits.gap, timedelta(milliseconds=gap_ms))
+        assert near(lateness_allowed(limits), timedelta(milliseconds=100))
+        assert slot_still_usable(slot, slot + timedelta(milliseconds=99), limits)
+        assert not slot_still_usable(slot, slot + timedelta(milliseconds=101), limits)
     assert lateness_allowed(AgentLimits()) == timedelta(0)
     assert not slot_still_usable(slot, slot, AgentLimits(max_concurrent=2))
+
+
+def near(seen: timedelta | None, expected: timedelta) -> bool:
+    """Within what a timedelta's whole microseconds round away."""
+    return seen is not None and abs(seen - expected) < timedelta(microseconds=100)
+
+
+def test_the_contracts_ten_percent_is_counted_in_whole_calls() -> None:
+    """3.3 calls in a second is 3; 2.75 is 2, though ceil(2.5) is 3; one below 1/s."""
+    allowed = {r: calls_allowed(AgentLimits(calls_per_second=r)) for r in (0.5, 2.5, 3, 5, 10, 20)}
+    assert allowed == {0.5: 1, 2.5: 2, 3: 3, 5: 5, 10: 11, 20: 22}
+    assert calls_allowed(AgentLimits(max_concurrent=2)) == 0
+
+
+@pytest.mark.parametrize("rate", [1, 2.5, 3, 5, 10, 15, 100])
+def test_calls_late_by_up_to_the_guard_band_never_crowd_the_providers_second(rate: float) -> None:
+    """What the provider counts is arrivals: each call may start up to `lateness_allowed`
+    after its slot and take up to TRIP more to arrive. The worst case is a call late by
+    all of it followed by calls exactly on time; among 200 slots a gap apart, with every
+    call either on time or as late as allowed in every pattern of a period of n + 1,
+    no second holds more than `calls_allowed` arrivals (4 at 3/s and 6 at 5/s before
+    the guard band, with 375 and 235 ms allowed and 25 ms for the way there)."""
+    limits = AgentLimits(calls_per_second=rate)
+    gap, most = limits.gap, calls_allowed(limits)
+    assert gap is not None
+    latest = lateness_allowed(limits) + TRIP
+    slots = [datetime(2026, 1, 1, 12) + gap * i for i in range(200)]
+    for late_one in range(most + 1):
+        arrivals = [
+            slot + (latest if i % (most + 1) == late_one else timedelta(0))
+            for i, slot in enumerate(slots)
+        ]
+        assert most_in_one_second(arrivals) <= most, (rate, late_one)
 
 
 def test_a_carried_slot_is_claimed_once_and_old_claims_are_dropped() -> None:
@@ -290,3 +331,50 @@ async def test_a_hold_written_before_the_wait_does_not_make_the_call_late() -> N
 
     assert started == [slot]
     assert lim.rebooked == 0
+
+
+class SlowWrites(InMemoryLimitStore):
+    """A loaded host's store: each schedule write comes back `seconds` after it began."""
+
+    def __init__(self, clock: IdleClock, seconds: float) -> None:
+        super().__init__()
+        self.clock, self.seconds = clock, seconds
+
+    async def put_schedule(
+        self, agent: str, next_start: datetime, seen: Schedule | None
+    ) -> Schedule:
+        await self.clock.sleep(self.seconds)
+        return await super().put_schedule(agent, next_start, seen)
+
+
+async def test_a_booking_slower_than_a_slots_window_still_finds_its_slot_ahead() -> None:
+    """On an idle schedule a booking takes the slot "now"; with the write taking 150 ms
+    (a loaded host's store), that slot is past its 100 ms window by the time the call
+    hears of it: each call that came to an idle schedule gave its first slot up and
+    booked again (a booking and a slot of the schedule spent, and the call's time).
+    Slots now start no earlier than the last booking's round trip: only the first call
+    misses."""
+    clock = IdleClock()
+    lim = limiter(SlowWrites(clock, 0.15), clock, AgentLimits(calls_per_second=5), "a")
+    started: list[datetime] = []
+
+    async def operation(_: float) -> JsonObject:
+        started.append(clock.now())
+        return {}
+
+    async def calls() -> None:
+        for _ in range(5):
+            await call_until_deadline(
+                operation,
+                deadline=clock.now() + timedelta(seconds=5),
+                clock=clock,
+                breaker=CircuitBreaker("payment", clock),
+                policy=RetryPolicy(),
+                gate=lim,
+            )
+            await clock.sleep(1)  # the schedule is idle again
+
+    await clock.run([calls()])
+
+    assert len(started) == 5
+    assert lim.rebooked == 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -20,7 +20,7 @@ from shared.adapters.clock import FakeClock
 from shared.adapters.memory.limits import InMemoryLimitStore
 from shared.contract import Queue, agent_queue
 from shared.domain.in_doubt import RemoteOutcome
-from shared.domain.limits import AgentLimits
+from shared.domain.limits import AgentLimits, Schedule
 from shared.domain.machine.hold import hold_complete_by
 from shared.domain.machine.transition import ProcessPolicy
 from shared.domain.messages import AgentReply, AgentRequest
@@ -291,7 +291,7 @@ async def test_a_handed_back_request_delivered_twice_uses_its_slot_once() -> Non
 
     booked = await limits.schedule(AGENT)
     assert booked is not None, "the second copy booked a slot of its own"
-    assert booked.next_start == now + seconds(0.21), "one gap at 5/s"
+    assert booked.next_start == now + seconds(0.24), "one gap at 5/s"
     assert calls == ["o-1:reserve-inventory"] * 2
 
 
@@ -363,3 +363,76 @@ async def test_a_missed_slot_counts_no_wait_twice() -> None:
     held.missed(slot)
 
     assert held.unpaid == clock.now() - arrived == seconds(1.0)
+
+
+class SlowBooking(InMemoryLimitStore):
+    """A loaded host's store: a schedule write comes back `seconds` after it began."""
+
+    def __init__(self, clock: FakeClock, seconds: float) -> None:
+        super().__init__()
+        self.clock, self.seconds = clock, seconds
+
+    async def put_schedule(
+        self, agent: str, next_start: datetime, seen: Schedule | None
+    ) -> Schedule:
+        self.clock.advance(self.seconds)
+        return await super().put_schedule(agent, next_start, seen)
+
+
+async def test_a_copy_delivered_past_its_slot_writes_its_hold_before_booking_again() -> None:
+    """A handed-back copy waited in the broker past its slot (busy handlers, a loaded
+    host) and comes with 300 ms of its time left. Booking again takes a 500 ms store
+    write: the hold written after it found the complete-by passed, nothing moved it,
+    the call was given up as held past its complete-by, and the Supervisor counted our
+    own limit's wait as a failure. The copy writes the time since its slot first."""
+    world = World(policy=policy())
+    await submit_order(world.deps(), an_order("o-1"))
+    await scheduler.on_nudge(world.deps(), "o-1")
+    (request,) = (
+        AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
+    )
+    limits = SlowBooking(world.clock, 0.0)
+    await limits.put_schedule(AGENT, world.clock.now() + seconds(BOOKED_AHEAD), None)
+    calls: list[str] = []
+    agent = await limited_agent(world, calls, limits)
+    assert await perform_step(agent, request) is Performed.HANDED_BACK
+    (copy,) = (
+        AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
+    )
+    world.clock.advance((copy.complete_by - world.clock.now()).total_seconds() - 0.3)
+    limits.seconds = 0.5
+
+    assert await perform_step(agent, copy) is Performed.SUCCEEDED
+
+    assert calls == ["o-1:reserve-inventory"]
+    world.clock.advance(1.0)  # past the complete-by the copy came with
+    await sweep(world.deps())
+    process = await world.store.load("o-1")
+    assert process is not None and process.state.failure_count == 0
+
+
+async def test_a_call_woken_past_its_slot_writes_its_hold_before_booking_again() -> None:
+    """A call waits in its handler for a near slot, and the loaded host wakes it 2.8 s
+    late, 300 ms before its complete-by. Booking again takes a 500 ms store write: the
+    hold written after it found the complete-by passed, and our own limit's wait was
+    counted as a failure. The call writes the time since its slot first."""
+    world = World(policy=policy(), clock=WakesLate(2.8))
+    await submit_order(world.deps(), an_order("o-1"))
+    await scheduler.on_nudge(world.deps(), "o-1")
+    (request,) = (
+        AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
+    )
+    limits = SlowBooking(world.clock, 0.0)
+    slot = request.complete_by - seconds(TIMEOUT / 2 + 0.1)  # near: waited for in-process
+    await limits.put_schedule(AGENT, slot, None)
+    limits.seconds = 0.5
+    calls: list[str] = []
+    agent = await limited_agent(world, calls, limits)
+
+    assert await perform_step(agent, request) is Performed.SUCCEEDED
+
+    assert calls == ["o-1:reserve-inventory"]
+    world.clock.advance(1.0)  # past the complete-by the request came with
+    await sweep(world.deps())
+    process = await world.store.load("o-1")
+    assert process is not None and process.state.failure_count == 0

@@ -40,6 +40,9 @@ from shared.waiters import fail_all, hand_to_first
 
 log = app_logger("orders.agent")
 
+BOOKING_MAX = timedelta(seconds=1)
+"""The most a booking's round trip is allowed for when slots are taken (`_book`)."""
+
 POLL_FIRST = 0.05
 POLL_MAX = 1.0
 """How often a call waiting for a concurrency slot looks again, doubling from the first
@@ -81,6 +84,9 @@ class AgentLimiter:
         self._booker: asyncio.Task[None] | None = None
         self._seen: Schedule | None = None
         self._seen_valid = False
+        self._booking = timedelta(0)
+        """How long the last booking's write took: an idle schedule's first slot starts
+        no earlier than that after the booking began (`_book`)."""
         self._local = (
             asyncio.Semaphore(limits.max_concurrent) if limits.max_concurrent is not None else None
         )
@@ -181,7 +187,14 @@ class AgentLimiter:
             await waiting(now + timedelta(seconds=wait))
 
     async def _book(self) -> None:
-        """Take slots for every call waiting here, a batch per write, until none waits."""
+        """Take slots for every call waiting here, a batch per write, until none waits.
+
+        On an idle schedule the first slot is "now", but the call learns of it only once
+        the write is back: on a loaded host that takes longer than a slot's start window
+        (100 ms), and a slot taken at the write's start was already too late to use, so
+        each booking was given up and taken again, a slot of the schedule spent each
+        time. The slots start instead no earlier than the last booking's round trip
+        after this one begins (at most BOOKING_MAX)."""
         gap = self.limits.gap
         assert gap is not None
         while True:
@@ -193,9 +206,12 @@ class AgentLimiter:
             try:
                 if not self._seen_valid:
                     self._seen, self._seen_valid = await self._store.schedule(self.agent), True
+                    now = self._clock.now()
                 seen = self._seen
-                booking = book(seen.next_start if seen else None, now, len(self._waiting), gap)
+                after = now + self._booking
+                booking = book(seen.next_start if seen else None, after, len(self._waiting), gap)
                 self._seen = await self._store.put_schedule(self.agent, booking.next_start, seen)
+                self._booking = min(self._clock.now() - now, BOOKING_MAX)
             except ConcurrencyConflict:
                 self._seen_valid = False
                 continue
