@@ -17,8 +17,11 @@ from shared.usecases.flow.deps import ProcessDeps
 from shared.usecases.flow.submission import OrderConflict, OverQuota, submit_order
 from shared.usecases.flow.supervisor import sweep
 from shared.usecases.limits.customers import Customers
+from shared.usecases.operations.events import send_event
 from shared.usecases.operations.operator import resume_order, suspend_order
 from tests.builders import World, a_reply, an_order
+from tests.unit.test_waits import APPROVED
+from tests.workflows import REVIEWED_ORDER
 
 AGENTS = {agent_queue(a) for a in ("inventory", "payment", "shipping")}
 INVENTORY = agent_queue("inventory")
@@ -389,3 +392,30 @@ async def test_refused_posts_are_told_to_come_back_one_pace_apart_and_a_repeat_b
     with pytest.raises(OverQuota) as refused:
         await shop.submit("A", "a-6")
     assert refused.value.retry_after == 3  # 3.0 s: the repeat moved nothing
+
+
+async def test_an_event_between_a_promotion_and_its_claim_leaves_the_claimed_step_watched() -> None:
+    """Found by a chaos run (200 orders, seed 1, `c1-86cc-00133`): a reviewed order waiting
+    in its customer's line was promoted (its check moved up, its nudge sent); its review
+    event came before the nudge, and the event's save watched the order at the line's
+    hold again (its row still said it waited in line); then the nudge claimed it and
+    dispatched the reserve. The charge's request was lost later, and nothing looked at the
+    order until the hold, 10 minutes on. A claim whose step is due before the check the
+    order was watched at moves that check before its save."""
+    shop = Shop(rules=CustomerPolicy(fair_share=1))
+    await shop.submit("A", "a-0")
+    await submit_order(
+        shop.deps(), order("A", "a-1"), workflow=REVIEWED_ORDER
+    )  # in line behind a-0
+    held = shop.store.watched()["a-1"]
+    await suspend_order(shop.deps(), "a-0", "ops")  # its leave promotes a-1
+    (promotion,) = shop.bus.take(Queue.SCHEDULER)
+    assert shop.store.watched()["a-1"] < held
+    await send_event(shop.deps(), "a-1", "review", "ev-1", APPROVED)
+    assert shop.store.watched()["a-1"] < held, "the event's save put the hold back"
+    await scheduler.on_nudge(shop.deps(), "a-1", promotion.message_id)
+    claimed = await shop.store.load("a-1")
+    assert claimed is not None and claimed.state.process_state is ProcessState.PROCESSING
+    reserve = claimed.steps[0]
+    assert reserve.complete_by is not None
+    assert shop.store.watched()["a-1"] <= reserve.complete_by

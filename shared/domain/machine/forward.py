@@ -20,6 +20,7 @@ from shared.domain.machine.dispatch import (
     undo_at,
     wait_for_drained,
 )
+from shared.domain.machine.line import in_line
 from shared.domain.machine.settle import forward_only, key_state, undone_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
 from shared.domain.messages import AgentReply, Nudge, idempotency_key
@@ -114,7 +115,13 @@ def claim(
     cause: str | None = None,
     routing: Routing = PRIMARY_ONLY,
 ) -> Transition | None:
-    """The Scheduler takes a Pending order and dispatches its next step in the same write."""
+    """The Scheduler takes a Pending order and dispatches its next step in the same write.
+
+    An order claimed from its customer's line was watched at the line's hold, minutes
+    away, and a promotion's earlier check may since have been written over (an event's
+    save re-watches the order as its row reads, still in line): the claim names its
+    step's complete-by as the order's check, so the unit of work moves it up before the
+    save (chaos `c1-86cc-00133` sat unwatched until its hold)."""
     if process.state.process_state is not ProcessState.PENDING:
         return None
     forward = process.state.phase is Phase.FORWARD
@@ -130,6 +137,8 @@ def claim(
     else:
         _lock(b, instance_id, ProcessState.COMPENSATING)
         dispatch_compensation(b, workflow, policy, process.state.current_step)
+    if in_line(process):
+        b.check_at = b.state.complete_by
     return b.build()
 
 

@@ -190,7 +190,10 @@ class UnitOfWork:
         replaced by a dispatched step's complete-by) is written before the save too, as
         when leaving a rest: a crash after the save would otherwise leave the order
         watched at the far deadline, its step in doubt and nothing looking at it; a
-        spare earlier entry only costs the Supervisor a read."""
+        spare earlier entry only costs the Supervisor a read. A check the change leaves
+        where it was is not written again: the entry may hold an earlier one written by
+        someone who knows more (a promotion that moved the order up its customer's line),
+        and writing the row's view back would push it out again."""
         state = transition.process.state
         when = transition.check_at or check_at
         left = transition.rested_in if transition.moves_rest else None
@@ -206,7 +209,7 @@ class UnitOfWork:
         log_transition(transition)
         if left is not None:
             await self.store.drop_rest(left, state.order_id, state.created_at, below=state.version)
-        if when is not None and left is None:
+        if when is not None and left is None and when != watched_at:
             await self.store.watch(state.order_id, when, replace=True, version=state.version)
         return replace(transition.process, etag=etag)
 
