@@ -36,6 +36,7 @@ from shared.adapters.table.reconcile import TableReconcileStore
 from shared.adapters.table.store import TableStateStore
 from shared.adapters.traced import traced, traced_remote
 from shared.catalogue import catalogue_file, load
+from shared.contract import Queue, agent_queue
 from shared.domain.workflow import AgentName, Catalogue
 from shared.gc_tuning import tune_for_long_lived_worker
 from shared.ports import (
@@ -360,6 +361,7 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
         bus = ServiceBusMessageBus.from_namespace(
             settings.service_bus.endpoint, identity(settings.service_bus.client_id)
         )
+    bus.open_early(opened_at_start(settings.catalogue))
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
     remotes: dict[AgentName, RemoteService] = {
         name: HttpRemoteService(url, session) for name, url in settings.service_urls.items()
@@ -392,6 +394,18 @@ def build(settings: Settings, decorate: PortDecorator | None = None) -> Containe
     built.session = session
     tune_for_long_lived_worker()
     return built
+
+
+def opened_at_start(catalogue: Catalogue) -> tuple[str, ...]:
+    """The queues an order's messages go to when nothing goes wrong, the intake's first:
+    their links open as the worker starts (`ServiceBusMessageBus.open_early`), not under
+    its first burst. The high lanes and the alerts open when first used."""
+    return (
+        Queue.SCHEDULER,
+        Queue.ORDER_STATUS,
+        *(agent_queue(name) for name in catalogue.agents),
+        Queue.AGENT_REPLIES,
+    )
 
 
 def _archive_blobs(

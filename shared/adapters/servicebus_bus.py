@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -108,7 +108,9 @@ class _SenderPool:
     in line (`carry`), so no waiting call needs a transfer of its own.
     """
 
-    def __init__(self, queue: str, size: int, opener: Callable[[str], Awaitable[ServiceBusSender]]):
+    def __init__(
+        self, queue: str, size: int, opener: Callable[[str, bool], Awaitable[ServiceBusSender]]
+    ):
         self.queue = queue
         self.senders: list[ServiceBusSender | None] = [None] * size
         self._open = opener
@@ -177,7 +179,7 @@ class _SenderPool:
 
     async def _grow(self, slot: int) -> None:
         try:
-            self.senders[slot] = await self._open(self.queue)
+            self.senders[slot] = await self._open(self.queue, False)
         except _SEND_ERRORS:
             pass  # the caller who takes the slot opens it, and reports what fails then
         finally:
@@ -187,7 +189,8 @@ class _SenderPool:
     async def link(self, slot: int) -> ServiceBusSender:
         sender = self.senders[slot]
         if sender is None:
-            sender = self.senders[slot] = await self._open(self.queue)
+            first = not any(self.senders)
+            sender = self.senders[slot] = await self._open(self.queue, first)
         return sender
 
     async def drop(self, slot: int) -> None:
@@ -211,6 +214,53 @@ class _SenderPool:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._growing
         await asyncio.gather(*(self.drop(slot) for slot in range(len(self.senders))))
+
+
+class _Opens:
+    """One link opens at a time on the client, and a queue's first link goes before any
+    other queue's further links (a pool's growth).
+
+    Why the order: a link took 0.5-4 s to open under full load, and a burst grows every
+    busy queue's pool to its size at once; in one line, the first link of a queue nobody
+    had sent to yet (`scheduler`, when a burst's orders past the intake's own were nudged)
+    waited out a dozen growths and its senders the send's 10 s (bench/README.md, "The
+    first sends"). A queue with no link has every sender of it waiting; a growing queue
+    has a link that works."""
+
+    def __init__(self) -> None:
+        self._busy = False
+        self._first: deque[asyncio.Future[None]] = deque()
+        self._more: deque[asyncio.Future[None]] = deque()
+
+    @contextlib.asynccontextmanager
+    async def turn(self, first: bool = True) -> AsyncIterator[None]:
+        if self._busy:
+            waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            line = self._first if first else self._more
+            line.append(waiting)
+            try:
+                await waiting
+            except asyncio.CancelledError:
+                if waiting.done() and not waiting.cancelled():
+                    self._pass_on()  # handed the turn as it was cancelled
+                else:
+                    with contextlib.suppress(ValueError):
+                        line.remove(waiting)
+                raise
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._pass_on()
+
+    def _pass_on(self) -> None:
+        for line in (self._first, self._more):
+            while line:
+                waiting = line.popleft()
+                if not waiting.done():
+                    waiting.set_result(None)
+                    return
+        self._busy = False
 
 
 _closing: set[asyncio.Task[None]] = set()
@@ -273,7 +323,8 @@ class ServiceBusMessageBus:
         self._pool_size = senders_per_queue
         self._send_timeout = send_timeout
         self._pools: dict[str, _SenderPool] = {}
-        self._open_lock = asyncio.Lock()
+        self._opens = _Opens()
+        self._opening_early: asyncio.Task[None] | None = None
         self._pinger: ServiceBusReceiver | None = None
         self._opening_pinger: asyncio.Task[ServiceBusReceiver] | None = None
         self._ping_lock = asyncio.Lock()
@@ -306,10 +357,10 @@ class ServiceBusMessageBus:
             pool = self._pools[queue] = _SenderPool(queue, self._pool_size, self._open)
         return pool
 
-    async def _open(self, queue: str) -> ServiceBusSender:
+    async def _open(self, queue: str, first: bool = True) -> ServiceBusSender:
         """Open links one at a time: senders share the client, and the SDK's link setup
-        is not safe when several open concurrently on it."""
-        async with self._open_lock:
+        is not safe when several open concurrently on it (`_Opens`)."""
+        async with self._opens.turn(first):
             sender = self._client.get_queue_sender(queue)
             await sender.__aenter__()
             return sender
@@ -405,6 +456,32 @@ class ServiceBusMessageBus:
                     raise
         raise AssertionError("unreachable")
 
+    def open_early(self, queues: Iterable[str]) -> None:
+        """Open one link to each of `queues` now, one after another in the background.
+
+        Why: the first send to a queue opens its link, and a link opened under full load
+        took seconds (past the send's 10 s deadline, at a 500-order run's start on a loaded
+        machine), while the sends behind it waited in its line. The nudges of a first burst
+        of orders were such sends: the only ones to `scheduler` (bench/README.md, "The
+        first sends"). A send that comes while its queue's link is still opening waits for
+        it as it would behind any open. A failure is quiet: the send that needs the link
+        opens it, and reports what fails then."""
+        if self._opening_early is None:
+            self._opening_early = asyncio.create_task(self._open_each(tuple(queues)))
+
+    async def _open_each(self, queues: tuple[str, ...]) -> None:
+        for queue in queues:
+            pool = self._pool(queue)
+            if any(pool.senders):
+                continue
+            with contextlib.suppress(BusUnavailable):
+                async with (
+                    bounded(self._send_timeout),
+                    pool.slot() as slot,
+                    translated_errors(pool, slot),
+                ):
+                    await pool.link(slot)
+
     def open_links(self) -> dict[str, int]:
         """Open sender links per queue, for health views and tests."""
         return {q: sum(s is not None for s in p.senders) for q, p in self._pools.items()}
@@ -441,7 +518,10 @@ class ServiceBusMessageBus:
             PING_QUEUE, sub_queue=ServiceBusSubQueue.DEAD_LETTER
         )
         try:
-            async with asyncio.timeout(max(self._send_timeout, 2 * PING_TIMEOUT)), self._open_lock:
+            async with (
+                asyncio.timeout(max(self._send_timeout, 2 * PING_TIMEOUT)),
+                self._opens.turn(),
+            ):
                 await receiver.__aenter__()
         except BaseException:
             self._opening_pinger = None
@@ -468,8 +548,13 @@ class ServiceBusMessageBus:
     async def close(self) -> None:
         """All links at once: each close waits out its link's 1 s keep-alive tick, so one
         after another a worker with a dozen links took that many seconds to stop. The
-        client closes once no link is opening (opens hold `_open_lock`): its close walks
+        client closes once no link is opening (each open has its turn): its close walks
         the set of its links, which a link failing to open changes under it."""
+        early = self._opening_early
+        if early is not None and not early.done():
+            early.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await early
         await asyncio.gather(*(pool.close() for pool in self._pools.values()))
         opening = self._opening_pinger
         if opening is not None and not opening.done():
@@ -479,7 +564,7 @@ class ServiceBusMessageBus:
         self._drop_pinger()
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(t for t in _closing if t.get_loop() is loop))
-        async with self._open_lock:
+        async with self._opens.turn():
             await self._client.close()
         if self._credential is not None:
             await self._credential.close()

@@ -1,5 +1,6 @@
 """The Service Bus adapter against the local broker, through the real SDK: batches per
-queue, the sender pool under concurrency, the one retry and BusUnavailable."""
+queue, the sender pool under concurrency, the one retry and BusUnavailable; a worker's
+links opened as it starts."""
 
 from __future__ import annotations
 
@@ -22,11 +23,15 @@ from shared.adapters.servicebus_bus import (
     SENDERS_PER_QUEUE,
     ServiceBusMessageBus,
 )
-from shared.contract import PoisonProperty, Queue
+from shared.bootstrap import Ports, build, opened_at_start
+from shared.contract import PoisonProperty, Queue, Setting
 from shared.domain.messages import AgentRequest
 from shared.domain.model import Action, Outgoing
 from shared.ports import BusUnavailable, Poison
+from shared.settings import Settings
 from tests.broker.helpers import body_of, connect, receive_n
+from tests.waiting import eventually
+from tests.workflows import CATALOGUE
 
 pytestmark = pytest.mark.broker
 
@@ -332,3 +337,32 @@ async def test_closing_while_links_open_raises_nothing(broker: Broker) -> None:
         await bus.close()
         answers = await asyncio.gather(*sends, return_exceptions=True)
         assert all(a is None or isinstance(a, BusUnavailable) for a in answers), answers
+
+
+async def test_a_worker_opens_the_links_of_its_orders_queues_before_its_first_send(
+    broker: Broker,
+) -> None:
+    """The first link to a queue opened under a burst took seconds, past a send's 10 s
+    deadline (bench/README.md, "The first sends"): the composition root opens them at
+    once, one per queue, and sends nothing."""
+    built: list[Ports] = []
+
+    def keep(ports: Ports) -> Ports:
+        built.append(ports)
+        return ports
+
+    env = {
+        Setting.STORAGE: "UseDevelopmentStorage=true",
+        Setting.SERVICE_BUS: broker.connection_string,
+    }
+    container = build(Settings.from_env(env, catalogue=CATALOGUE), keep)
+    try:
+        (ports,) = built
+        bus = ports.bus
+        assert isinstance(bus, ServiceBusMessageBus)
+        expected = dict.fromkeys(opened_at_start(CATALOGUE), 1)
+        assert Queue.SCHEDULER in expected and Queue.ORDER_STATUS in expected
+        await eventually("one link per queue", lambda: bus.open_links() == expected, 30)
+        assert bus.sent == 0
+    finally:
+        await container.close()

@@ -21,7 +21,7 @@ from shared.domain.model import Order, OrderProcess, ProcessState, StepStatus
 from shared.ports import BusUnavailable
 from shared.usecases.flow import scheduler
 from shared.usecases.flow.deps import ProcessDeps
-from shared.usecases.flow.intake_load import IntakeLoad
+from shared.usecases.flow.intake_load import BURST_STEP_TIME, IntakeLoad
 from shared.usecases.flow.routing import RoutingSource
 from shared.usecases.flow.scheduler import Handled
 from shared.usecases.flow.submission import submit_order
@@ -238,7 +238,7 @@ async def test_a_first_step_that_waits_is_begun_at_intake_with_its_wake_up() -> 
 async def test_past_a_burst_of_submissions_at_once_an_order_is_nudged_not_claimed() -> None:
     """In a burst its first request would wait behind the others, its clock running;
     nudged, its clock starts when the Scheduler claims it."""
-    world = World()
+    world = World(policy=a_policy(step_timeout=BURST_STEP_TIME.total_seconds()))
     deps = replace(claiming(world), intake_load=IntakeLoad(burst=2))
     await asyncio.gather(*(submit_order(deps, an_order(f"o-{i}")) for i in range(4)))
     states = [(await stored(world, f"o-{i}")).state.process_state for i in range(4)]
@@ -247,3 +247,17 @@ async def test_past_a_burst_of_submissions_at_once_an_order_is_nudged_not_claime
     assert deps.intake_load.storing == 0
     await submit_order(deps, an_order("o-after"))  # the burst over: claimed again
     assert (await stored(world, "o-after")).state.process_state is ProcessState.PROCESSING
+
+
+@pytest.mark.parametrize(("step_seconds", "claimed"), [(3, 2), (6, 4), (9, 6), (1, 2)])
+async def test_a_first_step_with_more_time_allows_a_larger_burst(
+    step_seconds: float, claimed: int
+) -> None:
+    """What a burst's wait eats into is the step's timeout: twice the time, twice the
+    burst; never less than the burst, whatever the step's time."""
+    world = World(policy=a_policy(step_timeout=step_seconds))
+    deps = replace(claiming(world), intake_load=IntakeLoad(burst=2))
+    await asyncio.gather(*(submit_order(deps, an_order(f"o-{i}")) for i in range(8)))
+    states = [(await stored(world, f"o-{i}")).state.process_state for i in range(8)]
+    assert states.count(ProcessState.PROCESSING) == claimed
+    assert len(world.bus.on(Queue.SCHEDULER)) == 8 - claimed

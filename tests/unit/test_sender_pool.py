@@ -1,6 +1,7 @@
 """The sender pool's slots under contention: the longest waiting caller is served first;
 one call's queues go out together; callers that wait for a busy link ride one transfer,
-and each learns that transfer's own outcome.
+and each learns that transfer's own outcome. Links: a queue's first before another's
+growth, and the order queues' links opened early, before any send.
 
 No broker: the links are stand-ins; what is tested is who gets a slot, and when, and who
 is told what."""
@@ -22,7 +23,7 @@ from shared.ports import BusUnavailable
 from tests.waiting import eventually
 
 
-async def _link(queue: str) -> Any:
+async def _link(queue: str, first: bool = True) -> Any:
     return object()
 
 
@@ -97,6 +98,11 @@ class _Sender:
         self.queue, self.client = queue, client
 
     async def __aenter__(self) -> _Sender:
+        self.client.opened.append(self.queue)
+        if self.client.open_gate is not None:
+            await self.client.open_gate.wait()
+        if self.client.refuse_opens:
+            raise ServiceBusError("no link")
         return self
 
     async def create_message_batch(self) -> _Batch:
@@ -128,6 +134,11 @@ class _Client:
         self.sent: list[tuple[str, str]] = []
         self.transfers: list[list[str]] = []
         self.max_size = 64 * 1024
+        self.opened: list[str] = []
+        """Each link's queue as its open began (opens take turns: the order of turns)."""
+        self.open_gate: asyncio.Event | None = None
+        """When set to an event, every open waits for it."""
+        self.refuse_opens = False
 
     def get_queue_sender(self, queue: str) -> _Sender:
         return _Sender(queue, self)
@@ -265,3 +276,69 @@ async def test_a_caller_that_gives_up_in_line_is_not_carried() -> None:
     client.gates["order-status"].set()
     await asyncio.gather(first, kept)
     assert client.transfers == [["first"], ["kept"]]
+
+
+def _opening(client: _Client, *queues: str) -> _Client:
+    client.open_gate = asyncio.Event()
+    for gate in client.gates.values():
+        gate.set()
+    return client
+
+
+async def test_a_queues_first_link_opens_before_another_queues_further_ones() -> None:
+    """A nudge to a queue nobody had sent to waited behind every busy queue's growth, each
+    open taking seconds under load, until its send's deadline passed."""
+    client = _opening(_Client("agent-payment", "scheduler"))
+    bus = ServiceBusMessageBus(cast(ServiceBusClient, client), senders_per_queue=2, send_timeout=2)
+    busy = asyncio.create_task(bus.send([_out("agent-payment", "p-1")]))
+    await eventually("the first open", lambda: client.opened == ["agent-payment"], 1, 0.001)
+    more = asyncio.create_task(bus.send([_out("agent-payment", "p-2")]))
+    await eventually("a growth waiting", lambda: len(bus._opens._more) == 1, 1, 0.001)
+    nudge = asyncio.create_task(bus.send([_out("scheduler", "n-1")]))
+    await eventually("a first link waiting", lambda: len(bus._opens._first) == 1, 1, 0.001)
+    client.open_gate.set()  # type: ignore[union-attr]
+    await asyncio.gather(busy, more, nudge)
+    assert client.opened == ["agent-payment", "scheduler", "agent-payment"]
+    assert sorted(client.sent) == [
+        ("agent-payment", "p-1"),
+        ("agent-payment", "p-2"),
+        ("scheduler", "n-1"),
+    ]
+
+
+async def test_links_open_early_one_per_queue_and_a_send_meanwhile_waits_for_its_queues() -> None:
+    client = _opening(_Client("scheduler", "order-status"))
+    bus = _one_link(client)
+    bus.open_early(["scheduler", "order-status"])
+    await eventually("scheduler's link opening", lambda: client.opened == ["scheduler"], 1, 0.001)
+    nudge = asyncio.create_task(bus.send([_out("scheduler", "n-1")]))
+    await _in_line(bus, "scheduler", 1)
+    client.open_gate.set()  # type: ignore[union-attr]
+    await nudge
+    expected = {"scheduler": 1, "order-status": 1}
+    await eventually("each queue's link", lambda: bus.open_links() == expected, 1, 0.001)
+    assert client.opened == ["scheduler", "order-status"]
+    assert client.sent == [("scheduler", "n-1")]
+
+
+async def test_a_link_refused_early_is_opened_by_the_first_send() -> None:
+    client = _opening(_Client("scheduler"))
+    client.refuse_opens = True
+    client.open_gate.set()  # type: ignore[union-attr]
+    bus = _one_link(client)
+    bus.open_early(["scheduler"])
+    await eventually("the early open tried", lambda: client.opened == ["scheduler"], 1, 0.001)
+    client.refuse_opens = False
+    await bus.send([_out("scheduler", "n-1")])
+    assert client.opened == ["scheduler", "scheduler"]
+    assert client.sent == [("scheduler", "n-1")]
+
+
+async def test_closing_while_an_early_link_hangs_ends_at_once() -> None:
+    client = _opening(_Client("scheduler"))
+    bus = _one_link(client)
+    bus.open_early(["scheduler"])
+    await eventually("the early open hanging", lambda: client.opened == ["scheduler"], 1, 0.001)
+    async with asyncio.timeout(1):
+        await bus.close()
+    assert bus.open_links() == {"scheduler": 0}

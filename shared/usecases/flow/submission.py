@@ -106,16 +106,16 @@ async def _store(deps: ProcessDeps, order: Order, cause: str | None, workflow: W
     again. An entry this call wrote itself is not due before `check_at`, far past the
     create, so no Supervisor has read it: a new order keeps its two writes.
     """
-    with deps.intake_load.storing_one() as within_burst:
-        return await _store_counted(deps, order, cause, workflow, within_burst)
+    with deps.intake_load.storing_one() as place:
+        return await _store_counted(deps, order, cause, workflow, place)
 
 
 async def _store_counted(
-    deps: ProcessDeps, order: Order, cause: str | None, workflow: Workflow, within_burst: bool
+    deps: ProcessDeps, order: Order, cause: str | None, workflow: Workflow, place: int
 ) -> _Stored:
     now = deps.clock.now()
     pending = start(order, workflow, now, cause)
-    claimed = await _claimed(deps, order, workflow, now, cause) if within_burst else None
+    claimed = await _claimed(deps, order, workflow, now, cause, place)
     transition = claimed or pending
     version = transition.process.state.version
     check_at = (
@@ -184,13 +184,24 @@ async def _hold(
 
 
 async def _claimed(
-    deps: ProcessDeps, order: Order, workflow: Workflow, now: datetime, cause: str | None
+    deps: ProcessDeps,
+    order: Order,
+    workflow: Workflow,
+    now: datetime,
+    cause: str | None,
+    place: int,
 ) -> Transition | None:
-    """The order claimed at intake, when the deps say so and it may start at once."""
+    """The order claimed at intake, when the deps say so, it may start at once, and its
+    place in a burst leaves its first step time enough (`IntakeLoad.admits`)."""
     if not deps.claim_at_intake:
         return None
     routing = await deps.current_routing()
-    return start_claimed(order, workflow, deps.policy, deps.instance_id, now, cause, routing)
+    claimed = start_claimed(order, workflow, deps.policy, deps.instance_id, now, cause, routing)
+    if claimed is None:
+        return None
+    complete_by = next_complete_by(claimed.process, deps.policy)
+    assert complete_by is not None
+    return claimed if deps.intake_load.admits(place, complete_by - now) else None
 
 
 def first_look(process: OrderProcess, policy: ProcessPolicy, now: datetime) -> datetime:
