@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from shared.contract import Queue, agent_queue
-from shared.domain.in_doubt import NEVER_SEEN, NOT_APPLIED, RemoteOutcome
+from shared.domain.in_doubt import ABANDONED, NEVER_SEEN, NOT_APPLIED, RemoteOutcome
 from shared.domain.messages import AgentReply, AgentRequest
 from shared.domain.model import JsonObject, OrderProcess, Phase, ProcessState, StepStatus
 from shared.ports import PermanentRemoteError, RemoteCall
@@ -72,6 +72,12 @@ class Service:
         if key in self.ledger.applied:
             return RemoteOutcome.applied(self.ledger.applied[key])
         return NOT_APPLIED if key in self.ledger.refused else NEVER_SEEN
+
+    async def abandon(self, key: str, timeout: float) -> RemoteOutcome:
+        if key in self.ledger.applied:
+            return RemoteOutcome.applied(self.ledger.applied[key])
+        self.ledger.refused.add(key)
+        return ABANDONED
 
 
 def _agents(world: World, ledger: Ledger) -> dict[str, AgentDeps]:
