@@ -10,6 +10,7 @@ under the step's next round instead. A key in doubt is never moved."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -17,7 +18,7 @@ from shared.contract import Queue, agent_queue
 from shared.domain.in_doubt import ABANDONED, NEVER_SEEN, NOT_APPLIED, RemoteOutcome
 from shared.domain.messages import AgentReply, AgentRequest
 from shared.domain.model import JsonObject, OrderProcess, Phase, ProcessState, StepStatus
-from shared.ports import PermanentRemoteError, RemoteCall
+from shared.ports import PermanentRemoteError, RemoteCall, RemoteService
 from shared.resilience import CircuitBreaker
 from shared.usecases.flow import scheduler
 from shared.usecases.flow.agent import AgentDeps, perform_step
@@ -80,13 +81,13 @@ class Service:
         return ABANDONED
 
 
-def _agents(world: World, ledger: Ledger) -> dict[str, AgentDeps]:
+def _agents(world: World, remote: Callable[[str], RemoteService]) -> dict[str, AgentDeps]:
     return {
         agent: AgentDeps(
             agent=agent,
             bus=world.bus,
             clock=world.clock,
-            remote=ledger.service(),
+            remote=remote(agent),
             breaker=CircuitBreaker(agent, world.clock),
             catalogue=CATALOGUE,
         )
@@ -95,10 +96,16 @@ def _agents(world: World, ledger: Ledger) -> dict[str, AgentDeps]:
 
 
 async def _run(world: World, ledger: Ledger) -> None:
+    await serve(world, lambda agent: ledger.service(), ledger.silent)
+
+
+async def serve(
+    world: World, remote: Callable[[str], RemoteService], silent: Collection[str] = ()
+) -> None:
     """Deliver every message due, in the order sent, until none is left: requests to
-    their agent (a silent operation's request is lost, as a timeout would leave it),
-    nudges and replies to the Scheduler."""
-    agents = _agents(world, ledger)
+    their agent, which calls `remote(agent)` (a `silent` operation's request is lost, as
+    a timeout would leave it), nudges and replies to the Scheduler."""
+    agents = _agents(world, remote)
     queues = {agent_queue(a): a for a in AGENTS}
     while True:
         now = world.clock.now()
@@ -119,7 +126,7 @@ async def _run(world: World, ledger: Ledger) -> None:
             await scheduler.on_reply(world.deps(), AgentReply.parse(body))
         else:
             request = AgentRequest.parse(body)
-            if request.operation not in ledger.silent:
+            if request.operation not in silent:
                 await perform_step(agents[queues[message.queue]], request)
 
 
