@@ -134,29 +134,49 @@ def net_effect_judged(obs: Observations) -> InvariantResult:
 def one_key_per_order_and_operation(obs: Observations) -> InvariantResult:
     """One key per order and operation, but reconciliation's heal: an undo under the heal
     key of the order's own (`dispatch.heal_key`), sent where that key found nothing to
-    undo and the do applied after it."""
+    undo and the do applied after it; and a later round (`{orderId}:{operation}:r2`, ...),
+    sent by an operator's move only once every earlier round was never applied (refused
+    for good: machine/rekey.py), so at most one round, the last, applied."""
     violations: list[str] = []
+    rounds: dict[tuple[str, str], dict[int, bool]] = defaultdict(dict)
     for e in obs.effects:
-        expected = f"{e.order_id}:{e.operation}"
-        if _is_heal(e):
-            continue
-        if e.idempotency_key != expected:
-            violations.append(
-                f"{e.order_id}: {e.operation} called with key {e.idempotency_key!r}, "
-                f"not {expected!r}"
-            )
         if e.order_id not in obs.planned:
             violations.append(f"{e.order_id}: {e.operation} for an order never submitted")
-    keys: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for e in obs.effects:
-        if not _is_heal(e):
-            keys[(e.order_id, e.operation)].add(e.idempotency_key)
-    violations += [
-        f"{order_id}: {operation} called with {len(used)} different keys"
-        for (order_id, operation), used in sorted(keys.items())
-        if len(used) > 1
-    ]
+        if _is_heal(e):
+            continue
+        number = _round(e, e.idempotency_key)
+        if number is None:
+            violations.append(
+                f"{e.order_id}: {e.operation} called with key {e.idempotency_key!r}, "
+                f"not {f'{e.order_id}:{e.operation}'!r} or a later round of it"
+            )
+            continue
+        used = rounds[(e.order_id, e.operation)]
+        used[number] = used.get(number, False) or e.applied > 0
+    for (order_id, operation), used in sorted(rounds.items()):
+        last = max(used)
+        if sorted(used) != list(range(last + 1)):
+            violations.append(f"{order_id}: {operation} called under rounds {sorted(used)}")
+        applied = [n for n in sorted(used) if used[n] and n != last]
+        if applied:
+            violations.append(
+                f"{order_id}: {operation} sent under a later round after round {applied[0]} applied"
+            )
     return _result("one idempotency key per order and operation", len(obs.effects), violations)
+
+
+_ROUND = re.compile(r":r([1-9][0-9]*)")
+
+
+def _round(e: Effect, key: str) -> int | None:
+    """Which round of the order's key for its operation `key` is (0: `{orderId}:{operation}`,
+    `messages.idempotency_key`), or None when it is none of them."""
+    base = f"{e.order_id}:{e.operation}"
+    if key == base:
+        return 0
+    found = _ROUND.fullmatch(key.removeprefix(base)) if key.startswith(base) else None
+    number = int(found.group(1)) - 1 if found else 0
+    return number if number >= 1 else None
 
 
 def compensations_exactly_for_completed_steps(obs: Observations) -> InvariantResult:
@@ -1033,7 +1053,9 @@ def _heal_undos(obs: Observations) -> list[Effect]:
 
 def _is_heal(e: Effect) -> bool:
     """An undo under reconciliation's heal key, not the order's own undo key."""
-    return e.undoes is not None and e.idempotency_key == heal_key(f"{e.order_id}:{e.operation}")
+    if e.undoes is None or not e.idempotency_key.endswith(heal_key("")):
+        return False
+    return _round(e, e.idempotency_key.removesuffix(heal_key(""))) is not None
 
 
 def _healed_late(obs: Observations) -> set[tuple[str, str]]:

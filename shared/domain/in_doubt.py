@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from shared.domain.messages import idempotency_key
+from shared.domain.messages import do_key, undo_key
 from shared.domain.model import (
     JsonObject,
     KeyState,
@@ -120,7 +120,7 @@ def question(
     step, definition = process.steps[index], workflow.steps[index]
     if step.agent is None:
         return None
-    do_key = idempotency_key(process.order_id, definition.name)
+    done_key = do_key(process.order_id, definition.name, step)
     active = state.process_state in (ProcessState.PROCESSING, ProcessState.COMPENSATING)
     if step.status is StepStatus.RUNNING and active and step.complete_by is not None:
         # `exhausting`: this timeout is the last one and the order will undo the step.
@@ -139,17 +139,17 @@ def question(
             and routing.choose(still_open, avoid=step.agent)[0] != step.agent
         )
         ask_at = step.complete_by + SETTLE_MARGIN
-        return Question(step.agent, do_key, ask_at, abandon=leaving, movable=movable)
+        return Question(step.agent, done_key, ask_at, abandon=leaving, movable=movable)
     if state.process_state is not ProcessState.COMPENSATING:
         return None
     if step.complete_by is None:
         if step.key_state is not KeyState.UNSETTLED and not step.attempts:
             return None
-        return Question(step.agent, do_key, state.complete_by or step.live_until or _EPOCH, True)
+        return Question(step.agent, done_key, state.complete_by or step.live_until or _EPOCH, True)
     if definition.compensation is None:
         return None
-    undo_key = idempotency_key(process.order_id, definition.compensation)
-    return Question(step.agent, undo_key, step.complete_by + SETTLE_MARGIN)
+    undoing = undo_key(process.order_id, definition.compensation, step)
+    return Question(step.agent, undoing, step.complete_by + SETTLE_MARGIN)
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

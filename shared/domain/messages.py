@@ -43,6 +43,7 @@ from shared.domain.model import (
     Outcome,
     Outgoing,
     Priority,
+    StepRecord,
 )
 from shared.domain.rfc3339 import EXAMPLE, parse_date_time
 from shared.domain.workflow import AgentName
@@ -58,9 +59,25 @@ def iso(at: datetime) -> str:
     return at.isoformat().replace("+00:00", "Z")
 
 
-def idempotency_key(order_id: str, operation: str) -> str:
-    """Stable for the order and operation across every retry and every attempt."""
-    return f"{order_id}:{operation}"
+def idempotency_key(order_id: str, operation: str, key_round: int = 0) -> str:
+    """Stable for the order and operation across every retry and every attempt.
+
+    Round 0 is `{orderId}:{operation}`. A later round (`{orderId}:{operation}:r2`) exists
+    only once an operator resubmits an operation whose provider refused the earlier key
+    for good, which it would replay to the same key (machine/rekey.py); `r` and a number
+    never meet reconciliation's heal key (`{undoKey}:heal`)."""
+    key = f"{order_id}:{operation}"
+    return key if key_round == 0 else f"{key}:r{key_round + 1}"
+
+
+def do_key(order_id: str, operation: str, step: StepRecord) -> str:
+    """The step's current do key."""
+    return idempotency_key(order_id, operation, step.do_round)
+
+
+def undo_key(order_id: str, operation: str, step: StepRecord) -> str:
+    """The step's current undo key."""
+    return idempotency_key(order_id, operation, step.undo_round)
 
 
 def _utc(at: datetime) -> datetime:
@@ -210,7 +227,8 @@ class AgentRequest(_Message):
     ) -> AgentReply:
         """The reply to this request: it names the same step, action and attempt, and
         the agent that answers, so a late success at a provider the order has left is
-        seen for what it is (an effect at two providers)."""
+        seen for what it is (an effect at two providers). A key other than the
+        operation's first (a later round, a heal key) is named in the reply's id."""
         own = idempotency_key(self.order_id, self.operation or "")
         plain = self.operation is None or self.idempotency_key == own
         key = None if plain else self.idempotency_key
@@ -240,8 +258,9 @@ class AgentReply(_Message):
     agent: Text | None = None
     """The agent that answers; None from agents older than the field."""
     key: Text | None = None
-    """The idempotency key answered where it is not the operation's own (reconciliation's
-    heal key): it names the reply's message id only, and is not sent."""
+    """The idempotency key answered where it is not the operation's first (a later round
+    of a key refused for good, reconciliation's heal key): it names the reply's message
+    id only, and is not sent."""
 
     def to_body(self) -> dict[str, Any]:
         unsent = {"key"} if self.agent is not None else {"agent", "key"}

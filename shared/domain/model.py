@@ -187,6 +187,16 @@ class StepRecord:
     """Every agent a do of this step was sent to, first first: reconciliation asks each."""
     abandoned_at: tuple[str, ...] = ()
     """Agents at which the do key was abandoned: no do of this step goes there again."""
+    do_round: int = 0
+    """Which of the step's do keys is current (`messages.idempotency_key`): 0, the order
+    and operation, until an operator resubmits a do its provider refused for good; each
+    such resubmit sends it under the next (machine/rekey.py, docs/in-doubt.md)."""
+    undo_round: int = 0
+    """The same for the step's undo: moved by a resubmit or a cancel of a compensation
+    held on an undo refused for good."""
+    refused: Action | None = None
+    """The do or undo whose current key its provider refused for good: that key is
+    settled not applied for good, so the operator's next move may send a fresh one."""
 
 
 @dataclass(frozen=True)

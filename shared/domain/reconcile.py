@@ -24,7 +24,7 @@ A step is asked about at every provider it may have reached: the one holding it,
 each other agent a do of it was sent to (`StepRecord.tried`), but for agents that share
 the holder's key space (`retry_elsewhere`), which hold one effect between them. The keys
 are the same at every provider (`idempotency_key`: order and operation, whatever the
-attempt or agent).
+attempt or agent; the step's current round, an earlier one having been refused for good).
 At most two questions per provider, but in one case three (the last item):
 
 - The holder, `Processed`: the do-key. Applied is a match; not applied or never seen
@@ -70,7 +70,7 @@ from shared.domain.machine.dispatch import heal_key, undo_at
 from shared.domain.machine.forward import APPLIED_AFTER_SETTLED
 from shared.domain.machine.settle import key_state
 from shared.domain.machine.transition import ProcessPolicy
-from shared.domain.messages import OperatorAlert, idempotency_key
+from shared.domain.messages import OperatorAlert, do_key, undo_key
 from shared.domain.model import KeyState, OrderProcess, Outgoing, ProcessState, StepStatus
 from shared.domain.workflow import StepDefinition, Workflow
 
@@ -197,8 +197,8 @@ def checks(process: OrderProcess, workflow: Workflow) -> tuple[StepCheck, ...]:
             state=state,
             step=step.name,
             agent=step.agent,
-            do_key=idempotency_key(process.order_id, definition.name),
-            undo_key=None if undo is None else idempotency_key(process.order_id, undo),
+            do_key=do_key(process.order_id, definition.name, step),
+            undo_key=None if undo is None else undo_key(process.order_id, undo, step),
             expect=expect,
             others=_other_key_spaces(step.tried, step.agent, definition),
             holder_asked=expect is not Expect.NOT_APPLIED

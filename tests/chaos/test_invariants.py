@@ -380,7 +380,31 @@ def test_a_foreign_or_second_idempotency_key_fails() -> None:
         observe([processed("ok-1")], effects)
     ).violations
     assert any("not 'ok-1:charge-payment'" in v for v in violations)
-    assert any("called with 2 different keys" in v for v in violations)
+
+
+def test_a_later_round_only_after_every_earlier_one_never_applied() -> None:
+    """An operator's resubmit sends an operation refused for good under the next round
+    (shared/domain/machine/rekey.py): fine once the earlier round never applied; after it
+    applied, or skipping a round, a second effect could follow."""
+    refused = [
+        *effects_of_processed("ok-1"),
+        effect("ok-1", "notify-customer", applied=0),
+        effect("ok-1", "notify-customer", key="ok-1:notify-customer:r2"),
+    ]
+    check = invariants.one_key_per_order_and_operation
+    assert check(observe([processed("ok-1")], refused)).violations == ()
+    twice = [
+        *effects_of_processed("ok-1"),
+        effect("ok-1", "charge-payment", key="ok-1:charge-payment:r2"),
+    ]
+    (violation,) = check(observe([processed("ok-1")], twice)).violations
+    assert violation == "ok-1: charge-payment sent under a later round after round 0 applied"
+    skipped = [
+        effect("ok-1", "notify-customer", applied=0),
+        effect("ok-1", "notify-customer", key="ok-1:notify-customer:r3"),
+    ]
+    (violation,) = check(observe([processed("ok-1")], skipped)).violations
+    assert violation == "ok-1: notify-customer called under rounds [0, 2]"
 
 
 def test_compensation_out_of_order_or_incomplete_fails() -> None:
@@ -1342,7 +1366,7 @@ def test_a_charge_applied_after_its_refund_found_nothing_is_healed_under_the_hea
     assert any("still in force, never undone" in v for v in left[_LATE_CHECK])
     other = replace(healed[-1], idempotency_key="c-1:refund-payment:2")
     wrong = failing(invariants.check_all(replace(obs, effects=(*found, other))))
-    assert any("called with 2 different keys" in v for v in wrong[_ONE_KEY_CHECK])
+    assert any("or a later round of it" in v for v in wrong[_ONE_KEY_CHECK])
 
 
 _LATE_CHECK = "late applies healed: alerted and undone, or alerted and held; nothing else"

@@ -32,10 +32,12 @@ from shared.domain.machine.forward import start
 from shared.domain.machine.recovery import recover
 from shared.domain.messages import MAX_MESSAGE_BYTES, OrderSubmission
 from shared.domain.model import (
+    Action,
     ErrorInfo,
     HistoryEntry,
     Order,
     OrderProcess,
+    Outcome,
     ProcessState,
     StepRecord,
     StepStatus,
@@ -54,7 +56,7 @@ from shared.usecases.flow.submission import submit_order
 from shared.usecases.flow.supervisor import sweep
 from shared.usecases.operations.operator import resubmit_order
 from tests.builders import World, a_reply, an_order
-from tests.workflows import ORDER_FULFILMENT
+from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT
 
 NOW = datetime(2026, 12, 31, 12, 0, tzinfo=UTC)
 
@@ -538,6 +540,31 @@ async def test_every_step_field_round_trips(store: StateStore) -> None:
     loaded = await store.load("fields-1")
     assert loaded is not None
     assert loaded.steps == steps
+
+
+async def test_a_steps_key_round_and_refusal_round_trip(store: StateStore) -> None:
+    """A retriable step refused for good is stored with its refusal; the resubmit moves
+    its do key to the next round (machine/rekey.py), and a load reads that round back,
+    so the Supervisor and reconciliation ask the key that was sent."""
+    world = world_on(store)
+    deps = world.deps()
+    await submit_order(deps, an_order("round-1", clock=world.clock), workflow=EXPRESS_DELIVERY)
+    for agent in ("inventory", "payment", "shipping"):
+        (request,) = world.bus.take(agent_queue(agent))
+        await scheduler.on_reply(deps, a_reply(request))
+    (notify,) = world.bus.take(agent_queue("notifications"))
+    await scheduler.on_reply(deps, a_reply(notify, Outcome.FAILED))
+    held = await store.load("round-1")
+    assert held is not None
+    assert (held.steps[-1].refused, held.steps[-1].do_round) == (Action.DO, 0)
+    await resubmit_order(deps, "round-1", "op")
+    moved = await store.load("round-1")
+    assert moved is not None
+    assert (moved.steps[-1].refused, moved.steps[-1].do_round) == (None, 1)
+    assert [s.do_round for s in moved.steps[:-1]] == [0, 0, 0]
+    await scheduler.on_nudge(deps, "round-1")
+    (again,) = world.bus.take(agent_queue("notifications"))
+    assert again.body["idempotencyKey"] == "round-1:notify-customer:r2"
 
 
 def the_largest_order(order_id: str) -> Order:

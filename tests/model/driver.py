@@ -566,7 +566,7 @@ class Domain:
         if gone:
             return None
         try:
-            transition = operator.resubmit(process, self.policy, at(now))
+            transition = operator.resubmit(process, self.policy, at(now), workflow=self.of(process))
             return self._effects(transition, now, "resubmit", process)
         except InvalidTransition:
             return None

@@ -68,6 +68,7 @@ from shared.domain.model import FINAL_NOTIFICATIONS, Notify, Phase, ProcessState
 from tests.model import driver
 from tests.model.explorer import Invariant
 from tests.model.provider import KeyStatus
+from tests.model.wire import first_round
 from tests.model.world import World
 
 
@@ -222,7 +223,8 @@ def healed(world: World) -> str | None:
 
 def told_late(world: World) -> str | None:
     for space, key in world.just_told:
-        index, step = next((i, s) for i, s in enumerate(world.domain.steps) if s.do_key == key)
+        first = first_round(key)
+        index, step = next((i, s) for i, s in enumerate(world.domain.steps) if s.do_key == first)
         record = world.process.steps[index]
         ours = record.agent is not None and world.space(record.agent) == space
         if (
@@ -231,7 +233,7 @@ def told_late(world: World) -> str | None:
             and record.status.value != "Compensated"
         ):
             continue  # the order holds the key there (done, running, or a retry pinned to it)
-        if not world.provider.in_force(space, key) or driver.held(world.process):
+        if not world.provider.in_force(space, first) or driver.held(world.process):
             continue
         undone = any(
             r.undo and r.undoes == key and world.space(r.agent) == space for r in world.just_sent

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from tests.model.wire import first_round
+
 
 class KeyStatus(StrEnum):
     NEVER_SEEN = "never-seen"
@@ -102,12 +104,6 @@ class Provider:
     def reject(self, agent: str, key: str) -> Provider:
         return self.put(replace(self.get(agent, key), status=KeyStatus.REJECTED))
 
-    def forget(self, agent: str, key: str) -> Provider:
-        """The service answers the key afresh, as never seen: how an operator mends a
-        provider that refused it for good (the simulator: the fault lifted and
-        `DELETE /_sim/effects/{service}/{key}`), so the same key may apply when sent again."""
-        return Provider(tuple(e for e in self.entries if (e.agent, e.key) != (agent, key)))
-
     def abandon(self, agent: str, key: str) -> tuple[Provider, KeyStatus]:
         """`POST .../abandon`: applied stays applied, running answers 409 (RUNNING), any
         other key is abandoned for good."""
@@ -144,7 +140,12 @@ class Provider:
         return tuple(e for e in self.entries if e.late and e.status is KeyStatus.NOT_APPLIED)
 
     def in_force(self, agent: str, do_key: str) -> bool:
-        """The judge: the do applied and no undo of it undid it."""
+        """The judge: the do applied under its key, or under a later round of it (sent
+        after a refusal for good), and no undo of it undid it."""
+        rounds = [e.key for e in self.entries if e.agent == agent and first_round(e.key) == do_key]
+        return any(self._in_force(agent, key) for key in rounds)
+
+    def _in_force(self, agent: str, do_key: str) -> bool:
         if self.get(agent, do_key).status is not KeyStatus.APPLIED:
             return False
         return not any(e.agent == agent and e.undoes == do_key and e.undone for e in self.entries)

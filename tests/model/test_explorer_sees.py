@@ -17,6 +17,7 @@ from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.machine import forward, operator
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
 from shared.domain.model import Notify, OrderProcess, Phase, ProcessState
+from shared.domain.workflow import Workflow
 from tests.model import driver, liveness
 from tests.model.explorer import Invariant, explore, replay
 from tests.model.invariants import INVARIANTS, signature
@@ -309,8 +310,10 @@ def test_a_resubmit_that_takes_a_held_cancel_forward_is_seen(
     liveness's every-action check for a held refusal sees it."""
     resubmit = operator.resubmit
 
-    def onward(process: OrderProcess, policy: ProcessPolicy, now: datetime) -> Transition:
-        moved = resubmit(process, policy, now)
+    def onward(
+        process: OrderProcess, policy: ProcessPolicy, now: datetime, workflow: Workflow
+    ) -> Transition:
+        moved = resubmit(process, policy, now, workflow=workflow)
         state = replace(moved.process.state, phase=Phase.FORWARD)
         return replace(moved, process=replace(moved.process, state=state))
 
@@ -319,6 +322,21 @@ def test_a_resubmit_that_takes_a_held_cancel_forward_is_seen(
     assert any(
         v.startswith("liveness: the provider mended, a resubmit reaches no right end")
         and " / cancel / " in v
+        for v in found
+    ), found
+
+
+def test_a_resubmit_or_cancel_under_the_refused_key_is_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator's move sends the refused release again under the key its provider
+    refused for good: the mended provider replays the refusal to that key, so the order
+    is held again, whatever the operator does (machine/rekey.py)."""
+    monkeypatch.setattr(operator, "rekey_refused", lambda b, workflow: "")
+    found = _refusals("order-fulfilment/hold", 6)
+    assert any(
+        v.startswith("liveness: no right end")
+        and v.endswith("serve release-inventory@inventory #1 (complete-by t=30): rejected")
         for v in found
     ), found
 

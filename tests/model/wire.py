@@ -5,10 +5,24 @@ order's process is carried through untouched (the world never looks inside it)."
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
 from shared.domain.model import OrderProcess
+
+_ROUND = re.compile(r":r[0-9]+$")
+
+
+def first_round(key: str) -> str:
+    """The key's round 0, `{orderId}:{operation}` (a later round, `...:r2`, is sent only
+    after a refusal for good: shared/domain/machine/rekey.py)."""
+    return _ROUND.sub("", key)
+
+
+def operation_of(key: str) -> str:
+    """The operation a key (of any round) is for."""
+    return first_round(key).split(":", 1)[-1]
 
 
 @dataclass(frozen=True, order=True)
@@ -34,10 +48,11 @@ class Request:
 
     @property
     def operation(self) -> str:
-        return self.key.split(":", 1)[-1]
+        return operation_of(self.key)
 
     def describe(self) -> str:
-        return f"{self.operation}@{self.agent} #{self.attempt} (complete-by t={self.complete_by})"
+        name = self.key.split(":", 1)[-1]
+        return f"{name}@{self.agent} #{self.attempt} (complete-by t={self.complete_by})"
 
 
 @dataclass(frozen=True, order=True)

@@ -74,7 +74,7 @@ from tests.model import driver
 from tests.model.driver import Domain
 from tests.model.provider import Entry, KeyStatus, Provider
 from tests.model.setups import DEFAULT, Setup
-from tests.model.wire import Answer, Effects, Large, Question, Reply, Request
+from tests.model.wire import Answer, Effects, Large, Question, Reply, Request, operation_of
 
 _ANSWER_OF = {
     KeyStatus.NEVER_SEEN: Answer.NEVER_SEEN,
@@ -163,8 +163,9 @@ class Bounds:
     refusals: int = 0
     """How many keys a service may refuse for good although the saga counts on them
     succeeding in the end: a retriable step's do or an undo (`OrderWorld.refusable`).
-    The order is then held for an operator, who mends the provider (`_menders`: the
-    service answers that key afresh) and resubmits or cancels (docs/in-doubt.md)."""
+    The order is then held for an operator, who mends the provider (`_menders`: it
+    still refuses that key, and answers a fresh one afresh) and resubmits or cancels,
+    which sends the operation under a fresh key (docs/in-doubt.md)."""
     intake: bool = False
     """Does the order start at the intake's choice (issue #39): stored already claimed
     (within the burst), claimed and the intake dying between its insert and its sends,
@@ -450,8 +451,9 @@ class World:
     """(key space, key) a service refused for good that the saga counts on succeeding
     (`Bounds.refusals`), not yet mended: it answers every request of it with that refusal."""
     mended: frozenset[tuple[str, str]] = frozenset()
-    """Of those, the ones an operator mended (the service answers them afresh, and does
-    not refuse them again)."""
+    """Of those, the ones whose provider an operator mended: it keeps replaying the
+    refusal to that key, as a real provider does, and answers a fresh key of the
+    operation (a later round) afresh, never refusing that operation again."""
     # What the last event did; read by the invariants, left out of the key.
     just_sent: tuple[Request, ...] = ()
     just_told: tuple[tuple[str, str], ...] = ()
@@ -847,18 +849,20 @@ class OrderWorld:
     def _menders(self, world: World) -> Iterator[tuple[str, World]]:
         """An operator mends a service that refused a key for good (a card, an account,
         a configuration): only once the order is held, since nobody knows before. The
-        service then answers the key afresh; it is the operator's resubmit or cancel
-        that sends it again (tests/model/liveness.py counts the mend as free)."""
+        service keeps the refused key's record and replays its refusal (no provider lets
+        it be cleared), and answers a fresh key of the operation afresh; it is the
+        operator's resubmit or cancel that sends one (shared/domain/machine/rekey.py;
+        tests/model/liveness.py counts the mend as free)."""
         if not world.refused or not driver.held(world.process):
             return
         for space, key in sorted(world.refused):
             mended = (space, key)
-            note = f"  {space} mended: it answers {key.split(':', 1)[-1]} afresh"
+            name = key.split(":", 1)[-1]
+            note = f"  {space} mended: it still refuses {name}, answers a fresh key afresh"
             yield (
-                f"mend {key.split(':', 1)[-1]}@{space}",
+                f"mend {name}@{space}",
                 replace(
                     world,
-                    provider=world.provider.forget(space, key),
                     refused=world.refused - {mended},
                     mended=world.mended | {mended},
                     notes=(note,),
@@ -1144,7 +1148,7 @@ class OrderWorld:
     def _outcomes(self, world: World, space: str, key: str, undo: bool) -> tuple[bool, ...]:
         """False: apply; True: reject (a permanent failure, for rejectable dos, and for
         the keys the saga counts on while `Bounds.refusals` allows one more)."""
-        operation = key.split(":", 1)[-1]
+        operation = operation_of(key)
         if not undo and operation in self.bounds.rejectable:
             return (False, True)
         if self._may_refuse(world, space, key):
@@ -1160,8 +1164,11 @@ class OrderWorld:
         return frozenset(retriable | {s.compensation for s in steps if s.compensation})
 
     def _may_refuse(self, world: World, space: str, key: str) -> bool:
-        if key.split(":", 1)[-1] not in self._refusable or (space, key) in world.mended:
+        operation = operation_of(key)
+        if operation not in self._refusable:
             return False
+        if any(s == space and operation_of(k) == operation for s, k in world.mended):
+            return False  # mended: it answers the operation's fresh keys afresh
         return len(world.refused | world.mended) < self.bounds.refusals
 
     def _arrive(self, world: World, request: Request) -> World:
@@ -1200,7 +1207,7 @@ class OrderWorld:
             what += " (undone)" if entry.undone else " (nothing-to-undo)"
         notes = (*world.notes, f"  ledger: {key.split(':', 1)[-1]}@{space} {what}")
         refused = world.refused
-        if rejected and key.split(":", 1)[-1] in self._refusable:
+        if rejected and operation_of(key) in self._refusable:
             refused = refused | {(space, key)}
         settled = replace(
             world, provider=provider, calls=world.calls - answered, notes=notes, refused=refused

@@ -3,7 +3,9 @@ step's do or an undo. The premise is that both eventually succeed; a provider th
 refuses one for good breaks it, and only a person can mend the provider. So the order
 is held at once with an alert naming the step, the operation, the provider and the
 reason, nothing else moves, and once the provider stops refusing one resubmit (or, for
-a held compensation, a cancel) reaches the right end: docs/in-doubt.md."""
+a held compensation, a cancel) reaches the right end, sending the refused operation
+under a fresh key (tests/unit/test_rekey.py has a provider that replays the refused
+one): docs/in-doubt.md."""
 
 from __future__ import annotations
 
@@ -74,7 +76,7 @@ async def test_once_the_provider_stops_refusing_one_resubmit_finishes_the_order(
     await resubmit_order(deps, "o-1", "op")
     await scheduler.on_nudge(deps, "o-1")
     (again,) = world.bus.take(agent_queue("notifications"))
-    assert again.body["idempotencyKey"] == notify.body["idempotencyKey"]
+    assert again.body["idempotencyKey"] == f"{notify.body['idempotencyKey']}:r2"
     await scheduler.on_reply(deps, a_reply(again))
     process = await world.store.load("o-1")
     assert process is not None
@@ -110,7 +112,7 @@ async def test_a_resubmit_of_a_held_compensation_sends_the_refused_undo_again_an
     (again,) = _all_requests(world)
     assert again.destination.agent == "payment"
     assert again.body["action"] == "compensate"
-    assert again.body["idempotencyKey"] == refund.body["idempotencyKey"]
+    assert again.body["idempotencyKey"] == f"{refund.body['idempotencyKey']}:r2"
     await scheduler.on_reply(deps, a_reply(again))
     (release,) = world.bus.take(agent_queue("inventory"))
     assert release.body["operation"] == "release-inventory"
@@ -127,7 +129,7 @@ async def test_a_cancel_of_a_held_compensation_undoes_the_rest_and_ends_cancelle
     await cancel_order(deps, "o-1", "op")
     await scheduler.on_nudge(deps, "o-1")
     (again,) = _all_requests(world)
-    assert again.body["idempotencyKey"] == refund.body["idempotencyKey"]
+    assert again.body["idempotencyKey"] == f"{refund.body['idempotencyKey']}:r2"
     await scheduler.on_reply(deps, a_reply(again))
     (release,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(release))

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from shared.domain.machine.settle import Undo, open_candidates, pinned, undo_of
 from shared.domain.machine.transition import Builder, ProcessPolicy
-from shared.domain.messages import AgentRequest, Nudge, idempotency_key, iso
+from shared.domain.messages import AgentRequest, Nudge, do_key, iso, undo_key
 from shared.domain.model import (
     Action,
     JsonObject,
@@ -252,7 +252,7 @@ def _dispatch(
             timed_out = f"{step.suspect}: its attempt timed out"
             why = why.replace(timed_out, f"{timed_out} and its key is settled not applied")
     complete_by = b.now + policy.timeout(definition, b.order.priority)
-    do_key = idempotency_key(b.order.order_id, definition.name)
+    done_key = do_key(b.order.order_id, definition.name, step)
     changes: dict[str, object] = {
         "complete_by": complete_by,
         "agent": agent,
@@ -281,9 +281,9 @@ def _dispatch(
         action=action,
         attempt=b.state.attempt,
         complete_by=complete_by,
-        idempotency_key=idempotency_key(b.order.order_id, operation),
+        idempotency_key=undo_key(b.order.order_id, operation, step) if compensate else done_key,
         payload=payload,
-        undoes=do_key if compensate else None,
+        undoes=done_key if compensate else None,
         operation=operation,
     )
     b.send(request.outgoing(agent, high=b.high))
@@ -320,15 +320,16 @@ def undo_at(
     `key` is the step's undo key unless given: the heal key where that key is spent (it
     found nothing to undo before the do applied: `heal_key`)."""
     assert definition.compensation is not None
+    step = next(s for s in process.steps if s.name == definition.name)
     request = AgentRequest(
         order_id=process.order_id,
         step=definition.name,
         action=Action.COMPENSATE,
         attempt=attempt,
         complete_by=now + policy.timeout(definition, process.order.priority),
-        idempotency_key=key or idempotency_key(process.order_id, definition.compensation),
+        idempotency_key=key or undo_key(process.order_id, definition.compensation, step),
         payload={"result": dict(result or {})},
-        undoes=idempotency_key(process.order_id, definition.name),
+        undoes=do_key(process.order_id, definition.name, step),
         operation=definition.compensation,
     )
     return request.outgoing(agent, high=process.order.priority is Priority.HIGH)

@@ -241,7 +241,14 @@ def take_answer(
     if error.code == KEY_ABANDONED and step.agent and not state.cancel_requested:
         _abandoned_there(b, policy, index, step.agent, held)
         return
-    b.set_step(index, status=StepStatus.FAILED, key_state=KeyState.NOT_APPLIED, error=error)
+    refusal = None if workflow.steps[index].waits else Action.DO
+    b.set_step(
+        index,
+        status=StepStatus.FAILED,
+        key_state=KeyState.NOT_APPLIED,
+        error=error,
+        refused=refusal,
+    )
     b.note("step-failed", f"{step.name}: {error.code}")
     if not state.cancel_requested and forward_only(b.steps, workflow, index):
         b.set(last_error=refused(step.name, error, step.name, step.agent))
@@ -340,6 +347,7 @@ def _take_undo(
         return True
     error = reply.error or ErrorInfo("unknown", "the agent gave no reason")
     undo = workflow.steps[index].compensation or ""
+    b.set_step(index, refused=Action.COMPENSATE)
     b.set(last_error=refused(f"compensation of {step.name}", error, undo, step.agent))
     hold_for_operator(b, "compensation-failed")
     return True

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from shared.domain.machine.dispatch import requeue
+from shared.domain.machine.rekey import rekey_refused
 from shared.domain.machine.settle import past_pivot
 from shared.domain.machine.transition import Builder, InvalidTransition, ProcessPolicy, Transition
 from shared.domain.messages import iso
@@ -23,15 +24,19 @@ def resubmit(
     now: datetime,
     operator: str = "operator",
     cause: str | None = None,
+    workflow: Workflow | None = None,
 ) -> Transition:
-    """An operator resumes an Error order at its failed step; completed steps stay done."""
+    """An operator resumes an Error order at its failed step; completed steps stay done.
+    An operation its provider refused for good goes under a fresh key (machine/rekey.py),
+    which the history of the resubmit names (`workflow` gives the keys' words)."""
     if process.state.process_state is not ProcessState.ERROR:
         raise InvalidTransition(
             f"order {process.order_id} is {process.state.process_state.value}, not Error"
         )
     b = Builder(process, now, cause)
     b.set(failure_count=0, locked_by=None, complete_by=None)
-    b.note("resubmitted", f"by {operator}")
+    moved = rekey_refused(b, workflow)
+    b.note("resubmitted", f"by {operator}" + (f"; {moved}" if moved else ""))
     requeue(b, policy, 0, "resubmitted")
     return b.build()
 
@@ -72,7 +77,9 @@ def cancel(
         )
     b = Builder(process, now, cause)
     b.set(cancel_requested=True, phase=Phase.COMPENSATE, failure_count=0)
-    b.note("cancel-requested", f"by {operator}" + (f": {reason}" if reason else ""))
+    moved = rekey_refused(b, workflow)
+    said = f"by {operator}" + (f": {reason}" if reason else "")
+    b.note("cancel-requested", said + (f"; {moved}" if moved else ""))
     _continue_cancel(b, process, policy, workflow)
     return b.build()
 

@@ -19,7 +19,7 @@ from shared.domain.machine.line import in_line
 from shared.domain.machine.settle import forward_only, key_state, settled_by, undone_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
 from shared.domain.machine.waits import consume_event, fire_timer, wait_answer, waiting_step
-from shared.domain.messages import idempotency_key, iso
+from shared.domain.messages import do_key, iso, undo_key
 from shared.domain.model import (
     ErrorInfo,
     ExhaustedPolicy,
@@ -323,9 +323,10 @@ def _record_applied(
 
 
 def _key(b: Builder, step: StepRecord, undo: bool) -> str:
-    """The idempotency key the step's request (or its undo's) carried."""
+    """The idempotency key the step's request (or its undo's) carried: its current round."""
     operation = b.workflow.operation(step.name, undo) if b.workflow else None
-    return idempotency_key(b.order.order_id, operation or step.name)
+    key = undo_key if undo else do_key
+    return key(b.order.order_id, operation or step.name, step)
 
 
 def _note_outcome(b: Builder, step: StepRecord, outcome: RemoteOutcome, *, undo: bool) -> None:

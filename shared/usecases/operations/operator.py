@@ -63,7 +63,8 @@ async def resubmit_order(
         state = process.state
         if state.process_state is ProcessState.PENDING and state.outbox_cause == RESUBMIT_CAUSE:
             return None  # a retried resubmit: the first stored it, and may have lost its nudge
-        return resubmit(process, deps.policy, now, operator, RESUBMIT_CAUSE)
+        workflow = deps.find_workflow(process)  # None: held for its version gone
+        return resubmit(process, deps.policy, now, operator, RESUBMIT_CAUSE, workflow)
 
     try:
         return await operate(deps, order_id, RESUBMIT_CAUSE, decide, budget, races=1)
