@@ -460,6 +460,8 @@ class OrderWorld:
         self._late = frozenset(setup.space(a) for a in setup.agents if not setup.abandons(a))
         self._malformed: set[Hashable] = set()
         """Shapes of the order (state, step, events kept) malformed events were tried on."""
+        self._shorter: set[Hashable] = set()
+        """Shapes of the order (state, step statuses) a shorter version was refused on."""
 
     def initial(self) -> World:
         if self.bounds.intake:
@@ -662,7 +664,11 @@ class OrderWorld:
                 yield "sweep: promoted", self._take(world, effects, ())
             return
         if world.in_line:
-            return  # its turn has not come: the check moves to its hold, nothing changes
+            # Its turn has not come: the check moves to its hold (later than now, even
+            # once the hold passed), nothing changes.
+            if driver.in_line(world.process):
+                assert domain.sweep(world.process, world.now, None, in_line=True) is None
+            return
         if world.gone:
             held = domain.sweep(world.process, world.now, None, gone=True)
             assert held is not None
@@ -726,6 +732,12 @@ class OrderWorld:
             # A deploy, not a move on the order: free, like a resume.
             back = ("the version is back in the catalogue",)
             yield "restore the version", replace(world, gone=False, notes=back)
+        if "migrate" in allowed and not (world.gone or world.archived):
+            state = world.process.state
+            shape = (state.process_state, tuple(s.status for s in world.process.steps))
+            if shape not in self._shorter:
+                self._shorter.add(shape)
+                assert self.domain.refuses_shorter(world.process, world.now), shape
         if world.operator_moves >= self.bounds.operator_actions or world.archived:
             return
         moved = replace(world, operator_moves=world.operator_moves + 1)
@@ -744,9 +756,14 @@ class OrderWorld:
             if effects is not None:
                 yield name, self._take(world if name == "resume" else moved, effects, ())
         for action in sorted(self.bounds.bulk):
-            effects = domain.bulk(world.process, action, world.now, world.gone)
-            if effects is not None:
-                yield f"bulk {action}", self._take(moved, effects, ())
+            # A migrate job moves its filter's orders to one version: one job per version,
+            # so the order already there is the job's to skip.
+            targets = sorted(domain.versions) if action == "migrate" else [None]
+            for to in targets:
+                effects = domain.bulk(world.process, action, world.now, world.gone, to)
+                if effects is not None:
+                    label = f"bulk {action}" if to is None else f"bulk {action} to v{to}"
+                    yield label, self._take(moved, effects, ())
         if driver.finished(world.process) is not None:
             return
         for agent in self.bounds.drainable:
@@ -761,6 +778,16 @@ class OrderWorld:
         """An outside system's events: each event the workflow waits for (an approval
         approved or rejected), at any moment, early or late, and a repeat of the last
         one sent (same id)."""
+        approvals = self.bounds.operator_approvals and self.domain.approvals
+        if approvals and driver.finished(world.process) and not world.archived:
+            # The approval route on a final order: refused (409), nothing changes.
+            assert self.domain.approve(world.process, world.now, "x-5", True) is None
+        if approvals and world.events_sent and not driver.finished(world.process):
+            # The operator answers again under the first event's id (kept): changes
+            # nothing (the first answer stands), whatever the event budget says.
+            again = self.domain.approve(world.process, world.now, "e-1", True, world.gone)
+            if again is not None:
+                yield "operator approves again (e-1)", self._take(world, again, ())
         if world.events_sent >= self.bounds.events or driver.finished(world.process):
             return
         gone = world.gone
@@ -776,7 +803,7 @@ class OrderWorld:
                     continue
                 how = "" if approved is None else " approved" if approved else " rejected"
                 yield f"event {name}{how} ({fresh})", self._take(counted, effects, ())
-        if self.bounds.operator_approvals and self.domain.approvals:
+        if approvals:
             state = world.process.state
             shape = (state.process_state, state.current_step, len(state.events))
             if not gone and shape not in self._malformed:
