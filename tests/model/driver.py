@@ -374,6 +374,15 @@ class Domain:
             order, self.workflow, self.policy, INTAKE, at(0), None, self.routing(frozenset())
         )
         assert transition is not None, "nothing is drained at t=0"
+        first = self.workflow.steps[0]
+        if not first.waits:
+            # The intake claims only what the Scheduler's claim would run: with the first
+            # step's agents drained it stores the order nudged (`submission._claimed`).
+            drained = self.routing(frozenset(first.candidates))
+            refused = forward.start_claimed(
+                order, self.workflow, self.policy, INTAKE, at(0), None, drained
+            )
+            assert refused is None, "claimed at intake for a drained agent"
         effects = self._effects(transition, 0, "submitted, claimed at intake")
         assert effects is not None
         return effects

@@ -148,6 +148,10 @@ class Bounds:
     operator_approvals: bool = False
     """May an operator answer an approval (the approval route), and are malformed
     events tried (each must be refused, changing nothing)?"""
+    lost_saves: bool = False
+    """May a Supervisor's sweep lose its save to another's (two instances checking the
+    order at once, `ConcurrencyConflict`) after its abandon went through at the service:
+    the key is abandoned there and the order does not know it?"""
     intake: bool = False
     """Does the order start at the intake's choice (issue #39): stored already claimed
     (within the burst), claimed and the intake dying between its insert and its sends,
@@ -229,6 +233,38 @@ BOUNDS = {
         events=1,
         intake=True,
     ),
+    "pivot": Bounds(
+        rejectable=frozenset(),
+        drainable=("shipping",),
+        operator=frozenset({"cancel", "drain", "undrain"}),
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=0,
+        late_applies=0,
+    ),
+    "lost-saves": Bounds(
+        rejectable=frozenset(),
+        drainable=(),
+        operator_actions=0,
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=0,
+        late_applies=0,
+        lost_saves=True,
+        outages=True,
+    ),
+    "early-event": Bounds(
+        rejectable=frozenset(),
+        drainable=(),
+        operator_actions=0,
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=1,
+        late_applies=0,
+    ),
     "lean": Bounds(
         rejectable=frozenset(),
         drainable=(),
@@ -262,7 +298,12 @@ reply still coming, a declined charge, a sweep left unanswered, one operator mov
 reconciliation) and drops the rest, so it reaches the Scheduler's late-answer rules in
 a few thousand states; `late-far` drops the declines, the unanswered sweeps and the
 operator too, to follow a late reply past the retry at the other provider; `large` is
-`late-far` with results too large to keep, on time and late. `lean` leaves the
+`late-far` with results too large to keep, on time and late. Three are meant for a
+walked start (tests/model/starts.py): `pivot` (a cancel once the pivot runs, the next
+step's agent drained when a reply dispatches it), `lost-saves` (a sweep that abandoned
+a key and lost its save, then an uncounted sweep in our outage: the order meets the
+abandon with its next request) and `early-event` (an event kept before its wait starts,
+the Supervisor taking it when the wait's nudge is late). `lean` leaves the
 environment only timeouts, the Supervisor's answers and one event, so it reaches deep
 (the last step of a four-step workflow, exhausted) where liveness brings in the
 operator. `deep` leaves it less still (a request is served at once or lost, every
@@ -690,6 +731,12 @@ class OrderWorld:
             effects = domain.sweep(asked.process, world.now, answer, question.key)
             if effects is None:
                 continue
+            if self.bounds.lost_saves and asked.provider != world.provider:
+                lost = (said, "  its save lost to another Supervisor's: the order is unchanged")
+                yield (
+                    f"sweep: {answer.value}, save lost",
+                    replace(world, provider=asked.provider, notes=lost),
+                )
             told = asked.told_not_applied
             space = world.space(question.agent)
             final = not asked.in_window(question.agent, question.key)
