@@ -256,6 +256,16 @@ def one_id_one_message(world: World) -> str | None:
     return world.collision
 
 
+def drained(world: World) -> str | None:
+    """A drained agent gets no new dispatch (docs/contract.md, the drain route): its
+    steps go to an alternative or wait Pending; only undos still go to the agent that did
+    the step."""
+    for request in world.just_sent:
+        if not request.undo and request.agent in world.drained:
+            return f"{request.describe()} dispatched to {request.agent}, which is drained"
+    return None
+
+
 INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("undo-while-live", undo_while_live),
     Invariant("second-provider", second_provider),
@@ -269,6 +279,7 @@ INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("intake-resend", intake_resend),
     Invariant("final-only", final_only),
     Invariant("one-id-one-message", one_id_one_message),
+    Invariant("drained", drained),
 )
 
 _ROUTINE = ("claim", "deliver", "arrive", "serve", "apply", "time", "nudge")

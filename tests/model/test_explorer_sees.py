@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 import pytest
 
 from shared.domain.in_doubt import RemoteOutcome
+from shared.domain.machine import dispatch, forward
 from shared.domain.model import Notify, OrderProcess
-from tests.model import driver, liveness
+from tests.model import driver, liveness, starts
 from tests.model.explorer import Invariant, explore, replay
 from tests.model.invariants import INVARIANTS, signature
 from tests.model.provider import KeyStatus, Provider
@@ -257,3 +258,19 @@ def test_a_final_only_client_told_every_status_is_seen(monkeypatch: pytest.Monke
     found = explore(OrderWorld(BOUNDS["intake"]), INVARIANTS, 1, signature)
     messages = {v.message for v in found.violations.values() if v.invariant == "final-only"}
     assert messages == {"a final-only client heard Received"}
+
+
+# --- a drained agent --------------------------------------------------------------------
+
+
+def test_a_drained_agent_given_a_dispatch_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the drained-step check made to find nothing, the charge's reply dispatches
+    express-delivery's pivot to the drained shipping agent: from the charge running
+    (tests/model/starts.py), three events."""
+    for module in (dispatch, forward):
+        monkeypatch.setattr(module, "drained_step", lambda *args: None)
+    setup = SETUPS["express-delivery/hold"]
+    model = starts.Walked(BOUNDS["pivot"], setup, starts.CHARGE_RUNNING)
+    found = explore(model, INVARIANTS, 3, signature)
+    (violation,) = (v for v in found.violations.values() if v.invariant == "drained")
+    assert violation.trace[-2:] == ("drain shipping", "deliver charge-payment@payment #1 ok")
