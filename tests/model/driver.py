@@ -512,6 +512,7 @@ class Domain:
         gone: bool = False,
         in_line: bool | None = None,
         counted: bool = True,
+        drained: frozenset[str] = frozenset(),
     ) -> Effects | None:
         """The Supervisor's recover, with what `_settle` concluded about `key` (None: not
         asked); an order whose version is gone is held (`_hold_version_gone`). With a
@@ -533,7 +534,13 @@ class Domain:
             result = {"ref": key} if answer is Answer.APPLIED else None
             outcome = RemoteOutcome(_OUTCOMES[answer], result)
         transition = recover(
-            process, self.of(process), self.policy, at(now), count=counted, outcome=outcome
+            process,
+            self.of(process),
+            self.policy,
+            at(now),
+            count=counted,
+            outcome=outcome,
+            routing=self.routing(drained),
         )
         return self._effects(transition, now, "sweep", process, "recover")
 
@@ -585,22 +592,38 @@ class Domain:
         name: str,
         approved: bool | None,
         gone: bool = False,
+        drained: frozenset[str] = frozenset(),
     ) -> Effects | None:
-        """An event from outside, as the events route keeps it; None when it is refused
-        (the order is final, its version gone) or a repeat of one kept."""
+        """An event from outside, as the events route keeps it (with the current routing:
+        a step the event completes dispatches the next); None when it is refused (the
+        order is final, its version gone) or a repeat of one kept."""
         if gone:
             return None
         data = None if approved is None else {"approved": approved, "by": "reviewer"}
         try:
             transition = receive_event(
-                process, self.of(process), self.policy, event_id, name, data, at(now)
+                process,
+                self.of(process),
+                self.policy,
+                event_id,
+                name,
+                data,
+                at(now),
+                None,
+                self.routing(drained),
             )
         except (InvalidTransition, ValueError):
             return None
         return self._effects(transition, now, f"event {name}", process, "event")
 
     def approve(
-        self, process: OrderProcess, now: int, event_id: str, approved: bool, gone: bool = False
+        self,
+        process: OrderProcess,
+        now: int,
+        event_id: str,
+        approved: bool,
+        gone: bool = False,
+        drained: frozenset[str] = frozenset(),
     ) -> Effects | None:
         """An operator answers the approval the order is at (the approval route, no event
         named; a rejection with a comment, which becomes its error); None when it is
@@ -613,7 +636,17 @@ class Domain:
 
         def answer(event: str | None) -> Transition | None:
             return answer_approval(
-                process, workflow, self.policy, event_id, event, approved, "op", comment, at(now)
+                process,
+                workflow,
+                self.policy,
+                event_id,
+                event,
+                approved,
+                "op",
+                comment,
+                at(now),
+                None,
+                self.routing(drained),
             )
 
         try:
@@ -734,12 +767,13 @@ class Domain:
             target = self._target(source, to_version)
         if not bulk.matches(kind, BULK_FILTER, process, source, target):
             return None
+        if kind is BulkAction.MIGRATE:
+            return self.migrate(process, now, gone, to_version)
         single = {
             BulkAction.CANCEL: self.cancel,
             BulkAction.SUSPEND: self.suspend,
             BulkAction.RESUME: self.resume,
             BulkAction.RESUBMIT: self.resubmit,
-            BulkAction.MIGRATE: partial(self.migrate, to_version=to_version),
         }[kind]
         return single(process, now, gone)
 

@@ -257,8 +257,9 @@ BOUNDS = {
     ),
     "early-event": Bounds(
         rejectable=frozenset(),
-        drainable=(),
-        operator_actions=0,
+        drainable=("payment",),
+        operator=frozenset({"drain"}),
+        operator_actions=1,
         duplicates=False,
         lost_replies=False,
         send_failures=False,
@@ -303,7 +304,7 @@ walked start (tests/model/starts.py): `pivot` (a cancel once the pivot runs, the
 step's agent drained when a reply dispatches it), `lost-saves` (a sweep that abandoned
 a key and lost its save, then an uncounted sweep in our outage: the order meets the
 abandon with its next request) and `early-event` (an event kept before its wait starts,
-the Supervisor taking it when the wait's nudge is late). `lean` leaves the
+the Supervisor taking it when the wait's nudge is late, the next step's agent drained). `lean` leaves the
 environment only timeouts, the Supervisor's answers and one event, so it reaches deep
 (the last step of a four-step workflow, exhausted) where liveness brings in the
 operator. `deep` leaves it less still (a request is served at once or lost, every
@@ -700,7 +701,9 @@ class OrderWorld:
             return
         if self.bounds.fair_share and not world.in_line and driver.in_line(world.process):
             # Promoted, its nudge lost: released and nudged (nothing asked).
-            effects = domain.sweep(world.process, world.now, None, in_line=False)
+            effects = domain.sweep(
+                world.process, world.now, None, in_line=False, drained=world.drained
+            )
             if effects is not None:
                 yield "sweep: promoted", self._take(world, effects, ())
             return
@@ -716,19 +719,23 @@ class OrderWorld:
             yield "sweep: version gone", self._take(world, held, ())
             return
         if self.bounds.outages:
-            outage = domain.sweep(world.process, world.now, None, counted=False)
+            outage = domain.sweep(
+                world.process, world.now, None, counted=False, drained=world.drained
+            )
             if outage is not None:
                 yield "sweep in our outage", self._take(world, outage, ())
         question = domain.question(world.process, world.drained) if self.bounds.answers else None
         if question is None:
-            effects = domain.sweep(world.process, world.now, None)
+            effects = domain.sweep(world.process, world.now, None, drained=world.drained)
             if effects is not None:
                 yield "sweep", self._take(world, effects, ())
             return
         if world.now < question.ask_at:
             return  # rescheduled to its ask-at: asked earlier, "never seen" is a guess
         for answer, asked, said in self._settled(world, question):
-            effects = domain.sweep(asked.process, world.now, answer, question.key)
+            effects = domain.sweep(
+                asked.process, world.now, answer, question.key, drained=world.drained
+            )
             if effects is None:
                 continue
             if self.bounds.lost_saves and asked.provider != world.provider:
@@ -832,7 +839,9 @@ class OrderWorld:
         if approvals and world.events_sent and not driver.finished(world.process):
             # The operator answers again under the first event's id (kept): changes
             # nothing (the first answer stands), whatever the event budget says.
-            again = self.domain.approve(world.process, world.now, "e-1", True, world.gone)
+            again = self.domain.approve(
+                world.process, world.now, "e-1", True, world.gone, world.drained
+            )
             if again is not None:
                 yield "operator approves again (e-1)", self._take(world, again, ())
         if world.events_sent >= self.bounds.events or driver.finished(world.process):
@@ -845,7 +854,9 @@ class OrderWorld:
                 (True, False) if name in self.domain.approvals else (None,)
             )
             for approved in choices:
-                effects = self.domain.event(world.process, world.now, fresh, name, approved, gone)
+                effects = self.domain.event(
+                    world.process, world.now, fresh, name, approved, gone, world.drained
+                )
                 if effects is None:
                     continue
                 how = "" if approved is None else " approved" if approved else " rejected"
@@ -857,14 +868,18 @@ class OrderWorld:
                 self._malformed.add(shape)
                 assert self.domain.refuses_malformed(world.process, world.now), shape
             for approved in (True, False):
-                effects = self.domain.approve(world.process, world.now, fresh, approved, gone)
+                effects = self.domain.approve(
+                    world.process, world.now, fresh, approved, gone, world.drained
+                )
                 if effects is not None:
                     how = "approves" if approved else "rejects"
                     yield f"operator {how} ({fresh})", self._take(counted, effects, ())
         if world.events_sent:
             last = f"e-{world.events_sent}"
             for name in self.domain.events:
-                again = self.domain.event(world.process, world.now, last, name, True, gone)
+                again = self.domain.event(
+                    world.process, world.now, last, name, True, gone, world.drained
+                )
                 if again is not None:  # a repeat must change nothing
                     yield f"event {name} again ({last})", self._take(counted, again, ())
 

@@ -288,8 +288,8 @@ async def _check(
     counted = complete_by is None or not in_outage(complete_by)
     outcome = None
     doubt = None
+    routing = await deps.current_routing()
     if queries is not None and counted and complete_by is not None and complete_by <= now:
-        routing = await deps.current_routing()
         exhausting = exhaustion_undoes(process, workflow, deps.policy)
         doubt = in_doubt.question(process, workflow, routing, exhausting=exhausting)
     if doubt is not None:
@@ -300,7 +300,9 @@ async def _check(
             return
         assert queries is not None
         outcome = await _settle(queries, doubt)
-    transition = recover(process, workflow, deps.policy, now, count=counted, outcome=outcome)
+    transition = recover(
+        process, workflow, deps.policy, now, count=counted, outcome=outcome, routing=routing
+    )
     if transition is None:
         check_at = next_check(process, workflow, deps.policy, now)
         if check_at is not None:
