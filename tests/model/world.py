@@ -304,10 +304,10 @@ walked start (tests/model/starts.py): `pivot` (a cancel once the pivot runs, the
 step's agent drained when a reply dispatches it), `lost-saves` (a sweep that abandoned
 a key and lost its save, then an uncounted sweep in our outage: the order meets the
 abandon with its next request) and `early-event` (an event kept before its wait starts,
-the Supervisor taking it when the wait's nudge is late, the next step's agent drained). `lean` leaves the
-environment only timeouts, the Supervisor's answers and one event, so it reaches deep
-(the last step of a four-step workflow, exhausted) where liveness brings in the
-operator. `deep` leaves it less still (a request is served at once or lost, every
+the Supervisor taking it when the wait's nudge is late, the next step's agent drained).
+`lean` leaves the environment only timeouts, the Supervisor's answers and one event,
+so it reaches deep (the last step of a four-step workflow, exhausted) where liveness
+brings in the operator. `deep` leaves it less still (a request is served at once or lost, every
 question is answered), to reach the end of every workflow's retries."""
 
 
