@@ -119,7 +119,7 @@ def net_effect_judged(obs: Observations) -> InvariantResult:
         ids = {o.order_id for o in orders}
         workflow = obs.workflow_of(orders[0].order_id)
         mine = (e for e in entries if e.order_id in ids)
-        verdict = judge(mine, orders, _judge_steps(workflow))
+        verdict = judge(mine, orders, judge_steps(workflow))
         judged += len(verdict.judged)
         violations += [f"{v} [{name}]" for v in verdict.violations]
     return _result(
@@ -402,7 +402,7 @@ def outcomes_match_orders(obs: Observations) -> InvariantResult:
                 f"{workflow.name} does not use"
             )
             continue
-        index = _planned_failure(workflow, planned.failing_service, obs.decision(order_id))
+        index = planned_failure(workflow, planned.failing_service, obs.decision(order_id))
         if index is None:
             if state not in (ProcessState.PROCESSED, ProcessState.ERROR) or failed:
                 why = "approved" if obs.decision(order_id) else "no rejected SKU"
@@ -448,7 +448,9 @@ def forward_only_past_the_pivot(obs: Observations) -> InvariantResult:
     pivot (409 past-pivot) came for an order with a pivot and never made it Cancelled
     (Compensated only when the pivot itself was then rejected); an order held in Error at
     a retriable step or past the pivot has every step before it in force exactly once
-    and nothing undone, and its alert says why when a step failed for good.
+    and nothing undone, and when the step it is held at failed for good, that step is in
+    force nowhere (a provider keeps its rejection for the key, so a resubmit meets it
+    again) and the alert says why.
 
     Judged from the services' ledger and the order's history only, never with the
     product's own rule (`past_pivot`), so a broken rule cannot vouch for itself."""
@@ -458,7 +460,7 @@ def forward_only_past_the_pivot(obs: Observations) -> InvariantResult:
         ids = {i for i in obs.processes if obs.workflow_name(i) == name}
         workflow = obs.workflow_of(next(iter(ids)))
         mine = (e.ledger_entry for e in obs.effects if e.order_id in ids)
-        forces[name] = in_force(mine, _judge_steps(workflow))
+        forces[name] = in_force(mine, judge_steps(workflow))
     alerted: dict[str, set[str]] = defaultdict(set)
     for alert in obs.alerts:
         alerted[alert.order_id].add(alert.reason)
@@ -531,6 +533,12 @@ def forward_only_past_the_pivot(obs: Observations) -> InvariantResult:
                 violations.append(f"{order_id}: held in Error at {held_step}, yet undid {undone}")
             failed = [_step_of(d) for d in _details(history, "step-failed")]
             if failed and failed[-1] == held_step:
+                here = [f for f in forced if f.step == held_step]
+                if here:
+                    violations.append(
+                        f"{order_id}: {held_step} failed for good, yet in force "
+                        f"({'; '.join(str(f) for f in here)})"
+                    )
                 kind = workflow.steps[index].kind
                 reason = RETRIABLE_FAILED if kind is StepKind.RETRIABLE else FAILED_PAST_PIVOT
                 if reason not in alerted.get(order_id, set()):
@@ -935,7 +943,7 @@ def _step_of(detail: str) -> str:
     return detail.split(":", 1)[0]
 
 
-def _judge_steps(workflow: Workflow) -> list[Step]:
+def judge_steps(workflow: Workflow) -> list[Step]:
     """The workflow's steps as the net-effect judge reads them: a pivot or a retriable
     step has no undo, so once applied it stays in force; an event or timer step has no
     service and leaves nothing anywhere."""
@@ -963,7 +971,7 @@ def _held_at(workflow: Workflow, index: int) -> bool:
     return kind is StepKind.RETRIABLE or (pivot is not None and index > pivot)
 
 
-def _planned_failure(
+def planned_failure(
     workflow: Workflow, failing_service: str | None, approved: bool | None
 ) -> int | None:
     """The step an order is planned to fail at: the first one whose service rejects its

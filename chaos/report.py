@@ -9,6 +9,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from chaos.held import left_in_error
 from chaos.model import Check
 from chaos.run import RunResult
 
@@ -178,6 +179,33 @@ def states_by_workflow_table(checks: list[Check]) -> Table:
     return table
 
 
+def held_table(checks: list[Check]) -> Table | None:
+    """Why each order in Error at the end of a check is there (chaos/held.py); None
+    when no check ended with one."""
+    rows = [(check.title, held) for check in checks for held in left_in_error(check.observations)]
+    if not rows:
+        return None
+    table = Table(title="orders left in Error: why")
+    table.add_column("when", overflow="fold")
+    table.add_column("order", overflow="fold")
+    table.add_column("why", overflow="fold")
+    for title, held in rows:
+        if held.planned is None:
+            planned = "nothing: meant to go through"
+        else:
+            planned = held.planned + ("" if held.as_planned else ", yet held elsewhere")
+        resubmits = f"\nresubmitted {held.resubmits}x" if held.resubmits else ""
+        table.add_row(
+            title,
+            f"{held.order_id}\n{held.workflow}{resubmits}",
+            f"{held.step}: {held.error_code}; alerts: "
+            f"{', '.join(held.alerts) or '[red]none[/]'}\n"
+            f"planned: {planned}\n"
+            f"in force: {', '.join(held.in_force) or 'nothing'}",
+        )
+    return table
+
+
 def figures_table(result: RunResult) -> Table:
     checks = result.checks
     table = Table(title="what the system absorbed (cumulative)")
@@ -270,7 +298,8 @@ def violations(checks: list[Check]) -> list[RenderableType]:
 
 
 SHOWN_STORIES = 3
-"""Orders whose story (history, events kept) a failed run prints: the first few named."""
+"""Orders whose story (history, events kept) a run prints: the first few a violation
+names, and the first few still in Error at the end."""
 
 
 def stories(checks: list[Check]) -> list[RenderableType]:
@@ -284,31 +313,46 @@ def stories(checks: list[Check]) -> list[RenderableType]:
                 order_id = line.split(":", 1)[0]
                 if order_id in check.observations.processes and order_id not in named:
                     named.append(order_id)
-        for order_id in named[:SHOWN_STORIES]:
-            process = check.observations.processes[order_id]
-            text = Text(f"story of {order_id} ({check.title}):\n", style="bold")
-            for h in process.history:
-                text.append(f"  {h.at:%H:%M:%S.%f} {h.event}: {h.detail}\n")
-            for e in process.state.events:
-                text.append(
-                    f"  kept {e.event_id} at {e.at:%H:%M:%S.%f} {e.data} "
-                    f"consumed by {e.consumed_by}\n"
-                )
-            shown.append(text)
+        shown += [_story(check, order_id) for order_id in named[:SHOWN_STORIES]]
         named.clear()
     return shown
+
+
+def held_stories(checks: list[Check]) -> list[RenderableType]:
+    """The history of the first orders still in Error at the end, beside the table
+    that says why: the resubmit and what followed it are there to read."""
+    if not checks:
+        return []
+    last = checks[-1]
+    held = left_in_error(last.observations)
+    return [_story(last, h.order_id) for h in held[:SHOWN_STORIES]]
+
+
+def _story(check: Check, order_id: str) -> Text:
+    process = check.observations.processes[order_id]
+    text = Text(f"story of {order_id} ({check.title}):\n", style="bold")
+    for h in process.history:
+        text.append(f"  {h.at:%H:%M:%S.%f} {h.event}: {h.detail}\n")
+    for e in process.state.events:
+        text.append(
+            f"  kept {e.event_id} at {e.at:%H:%M:%S.%f} {e.data} consumed by {e.consumed_by}\n"
+        )
+    return text
 
 
 def render(result: RunResult) -> Group:
     parts: list[RenderableType] = [setup_table(result)]
     if result.checks:
+        held = held_table(result.checks)
         parts += [
             states_table(result.checks),
             states_by_workflow_table(result.checks),
+            *([] if held is None else [held]),
             figures_table(result),
             invariants_table(result.checks),
             *violations(result.checks),
             *stories(result.checks),
+            *held_stories(result.checks),
         ]
     verdict = "PASS" if result.passed else "FAIL"
     parts.append(Text(f"chaos run: {verdict}", style="bold green" if result.passed else "bold red"))

@@ -136,10 +136,10 @@ param stateTableName string = 'Orders'
 @description('SupervisorSchedule: NCRONTAB (six fields, seconds first) of the Supervisor timer. Each run is a billed execution; see docs/deploy.md for the cost of the schedule.')
 param supervisorSchedule string = '*/30 * * * * *'
 
-@description('ReconcileSchedule: NCRONTAB of the reconciliation timer, which checks a sample of recently finished orders against the services\' keys (hourly: 24 billed runs a day).')
+@description('ReconcileSchedule: NCRONTAB of the reconciliation timer, which checks a sample of recently finished orders, and of orders held in Error or Suspended, against the services\' keys (hourly: 24 billed runs a day).')
 param reconcileSchedule string = '0 0 * * * *'
 
-@description('ReconcileSampleSize: finished orders one reconciliation run checks at most.')
+@description('ReconcileSampleSize: orders (finished, or held in Error or Suspended) one reconciliation run checks at most.')
 @minValue(1)
 @maxValue(1000)
 param reconcileSampleSize int = 50

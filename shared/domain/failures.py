@@ -2,7 +2,8 @@
 
 The state record keeps the last failure in words (`LastError`); its forms are fixed by the
 state machine (shared/domain/machine/): `{step}: {code}: {message}` for an agent's
-answer, `compensation of {step}: {code}: {message}` for a failed undo, and
+answer, `compensation of {step}: {code}: {message}` for a failed undo (an order held on
+an answer refused for good adds `({operation} refused at {agent})`), and
 `{what} not completed by {time}` when the Supervisor gave up on a complete-by, which is
 the code `timeout`. A compensation's failure is named after its operation
 (`refund-payment`), so an undo that fails is never mistaken for the step it undoes.

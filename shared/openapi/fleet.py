@@ -442,7 +442,7 @@ def fleet_paths() -> dict[str, Any]:
         f"/{Route.RECONCILE}": {
             "post": {
                 "operationId": "reconcile",
-                "summary": "Check a sample of finished orders against the services now",
+                "summary": "Check a sample of finished and held orders against the services now",
                 "security": admin,
                 "responses": {
                     "200": json_response("the run, with its mismatches", _RECONCILE_RUN),

@@ -805,6 +805,18 @@ def test_a_held_retriable_failure_that_compensated_or_lost_a_step_fails() -> Non
     assert not invariants.every_error_has_an_alert(unalerted).passed
 
 
+def test_a_held_step_that_failed_for_good_yet_applied_at_its_provider_fails() -> None:
+    """The order says the notification was rejected; the provider's ledger must agree,
+    resubmits included (the same key meets the same rejection)."""
+    alert = Alert("x-held", "retriable-step-failed", 0)
+    sent = [effect("x-held", s) for s in EXPRESS_STEPS]
+    obs = observe([express_held("x-held")], sent, alerts=[alert])
+    (violation,) = invariants.forward_only_past_the_pivot(obs).violations
+    assert violation.startswith("x-held: notify-customer failed for good, yet in force (")
+    rejected = [*sent[:3], effect("x-held", "notify-customer", applied=0)]
+    assert invariants.forward_only_past_the_pivot(replace(obs, effects=tuple(rejected))).passed
+
+
 def test_a_rejection_at_the_retriable_step_must_be_held_not_compensated() -> None:
     compensated_instead = express(
         "x-1",

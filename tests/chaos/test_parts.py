@@ -30,14 +30,15 @@ from chaos.config import (
 )
 from chaos.figures import count_log_lines
 from chaos.load import plan_orders, submit_all
-from chaos.model import Accepted, Check, Convergence, Figures, InvariantResult
+from chaos.model import Accepted, Alert, Check, Convergence, Figures, InvariantResult
 from chaos.monitor import Monitor
 from chaos.report import as_text
 from chaos.run import RunResult, plan_cancels, plan_reviews
 from chaos.system import KillEvent
 from devhost.harness.ports import free_port
 from shared.domain.model import ProcessState
-from tests.chaos.test_invariants import healthy
+from tests.chaos.test_held import rejected_twice
+from tests.chaos.test_invariants import STEPS, effect, healthy, observe
 
 
 def test_the_plan_is_seeded_and_spreads_rejected_skus_over_every_service() -> None:
@@ -240,6 +241,37 @@ def test_the_report_shows_setup_figures_and_each_verdict() -> None:
     assert "FAIL no remote effect applied twice (after resubmitting)" in text
     assert "o-1: applied 2 times" in text
     assert "chaos run: FAIL" in text
+
+
+def test_the_report_says_why_each_order_left_in_error_is_there() -> None:
+    result = RunResult(presets.quick(), "c7-abcd", Path("/tmp/x"), "table")
+    figures = Figures(states={"Processed": 1, "Error": 1})
+    convergence = Convergence(3.5, 0.2, 0, 1.0)
+    result.checks.append(Check("after the load", healthy(), (), figures, convergence))
+    assert "orders left in Error" not in as_text(result)
+    held = observe(
+        [rejected_twice("x-held")],
+        [*(effect("x-held", s) for s in STEPS), effect("x-held", "notify-customer", applied=0)],
+        alerts=[Alert("x-held", "retriable-step-failed", 0)],
+        failing={"x-held": "notifications"},
+    )
+    result.checks.append(Check("after resubmitting", held, (), figures, convergence))
+    text = as_text(result, width=400)
+    table = text[text.index("orders left in Error: why") : text.index("what the system absorbed")]
+    assert "after the load" not in table  # nothing was in Error then
+    for cell in (
+        "after resubmitting",
+        "x-held",
+        "resubmitted 1x",
+        "notify-customer: rejected; alerts: retriable-step-failed",
+        "planned: notifications rejects PERM-NOTIFICATIONS at notify-customer",
+        "in force: reserve-inventory at inventory, charge-payment at payment, create-shipment "
+        "at shipping",
+    ):
+        assert cell in table
+    story = text[text.index("story of x-held (after resubmitting):") :]
+    assert "resubmitted: by chaos" in story
+    assert story.count("step-failed: notify-customer: rejected") == 2
 
 
 def test_cancel_plan_is_seeded_and_takes_about_its_share() -> None:

@@ -231,6 +231,7 @@ class Domain:
         requests: list[Request] = []
         nudges: list[int] = []
         alerts: list[str] = []
+        words: list[str] = []
         statuses: list[str] = []
         for message in transition.outgoing:
             to = message.destination.to
@@ -240,6 +241,7 @@ class Domain:
                 nudges.append(tick(message.deliver_at) if message.deliver_at else now)
             elif to is To.OPERATORS:
                 alerts.append(str(message.body.get("reason")))
+                words.append(str(message.body.get("lastError") or ""))
             elif to is To.CLIENT:
                 statuses.append(str(message.body["status"]))
         events = ", ".join(h.event for h in transition.history)
@@ -251,6 +253,7 @@ class Domain:
             tuple(alerts),
             summary,
             tuple(statuses),
+            tuple(words),
         )
 
     def _request(self, message: Outgoing) -> Request:

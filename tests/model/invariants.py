@@ -42,6 +42,14 @@
 11. one-id-one-message: the broker's duplicate detection drops only a message sent
    again, never another message that shares its id on its queue (a request or reply the
    order waits for would be lost without a trace).
+12. refused-held: when the Scheduler takes a service's refusal for good of an operation
+   the saga counts on (a retriable step's do, an undo: `Bounds.refusals`), the order is
+   held at once: Error, with an alert (`retriable-step-failed`, `compensation-failed`)
+   whose words name the step, the operation, the provider and the reason, nothing sent
+   in that transition (no money moves, no other step, no undo past the pivot), and a do
+   refused stays forward, so a resubmit sends it again. Never Processing, Pending or
+   Compensating waiting for an answer that will not change. A Suspended order keeps the
+   refusal for its resume; a do refused while a cancel runs is the cancel's to undo.
 
 Liveness (every state can still reach a right end) is checked apart, on whole
 situations: tests/model/liveness.py.
@@ -54,7 +62,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from shared.domain.model import FINAL_NOTIFICATIONS, Notify
+from shared.domain.model import FINAL_NOTIFICATIONS, Notify, Phase, ProcessState
 from tests.model import driver
 from tests.model.explorer import Invariant
 from tests.model.provider import KeyStatus
@@ -256,6 +264,31 @@ def one_id_one_message(world: World) -> str | None:
     return world.collision
 
 
+HELD_ON = {False: ("retriable-step-failed", "failed-past-pivot"), True: ("compensation-failed",)}
+"""The alerts an order held on a refusal for good raises: a do's, an undo's."""
+
+
+def refused_held(world: World) -> str | None:
+    refusal = world.just_refused
+    if refusal is None or (refusal.cancelling and not refusal.undo):
+        return None
+    what = f"{refusal.operation}@{refusal.agent} refused for good"
+    if world.just_sent:
+        return f"{what}, and {world.just_sent[0].describe()} sent in the same transition"
+    state = world.process.state
+    if state.process_state is ProcessState.SUSPENDED:
+        return None
+    if not driver.held(world.process):
+        return f"{what}, and the order is {driver.describe(world.process)}: not held"
+    if not refusal.undo and state.phase is not Phase.FORWARD:
+        return f"{what}, and the order was turned to compensate: {driver.describe(world.process)}"
+    named = (refusal.step, refusal.operation, refusal.agent, "declined")
+    for reason, words in world.just_alerted:
+        if reason in HELD_ON[refusal.undo] and all(n in words for n in named):
+            return None
+    return f"{what}, held without an alert naming {', '.join(named)}: {world.just_alerted}"
+
+
 def drained(world: World) -> str | None:
     """A drained agent gets no new dispatch (docs/contract.md, the drain route): its
     steps go to an alternative or wait Pending; only undos still go to the agent that did
@@ -279,6 +312,7 @@ INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("intake-resend", intake_resend),
     Invariant("final-only", final_only),
     Invariant("one-id-one-message", one_id_one_message),
+    Invariant("refused-held", refused_held),
     Invariant("drained", drained),
 )
 

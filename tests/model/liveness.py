@@ -7,7 +7,9 @@ the system is left to its own events (services apply, replies arrive, the Schedu
 claims, the Supervisor sweeps and hears the truth, time passes) plus at most one
 operator action (resubmit, cancel, or undrain an agent; a suspended order's resume is
 free, its suspend was the operator's move, and so is putting a dropped workflow version
-back in the catalogue, a deploy rather than a move on the order). Reconciliation is one
+back in the catalogue, a deploy rather than a move on the order, and so is the mend of
+a provider that refused for good an operation the saga counts on, once the order is
+held: docs/in-doubt.md). Reconciliation is one
 of the system's own events (it runs over a finished order once nothing sent can apply),
 and so is the end of the customer's other order that an order waits behind in line.
 Some such continuation must reach a right end:
@@ -28,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field, replace
 
+from shared.domain.model import Phase
 from tests.model import driver
 from tests.model.explorer import Invariant
 from tests.model.invariants import wrong_effects
@@ -52,7 +55,13 @@ _PREFERENCE = (
 )
 FREE = ("resume", "restore the version")
 """Moves that are not the operator's one action: a resume (its suspend was), and a
-deploy that puts the order's workflow version back."""
+deploy that puts the order's workflow version back; and the mend of a provider that
+refused for good an operation the saga counts on (`World._menders`): its refusal lifted,
+the order's resubmit or cancel is still the one action."""
+
+
+def _free(label: str) -> bool:
+    return label in FREE or label.startswith("mend ")
 
 
 def _system(label: str) -> bool:
@@ -88,6 +97,8 @@ class Liveness:
     bad: dict[Hashable, str] = field(default_factory=dict)
     checked: int = 0
     stuck: list[tuple[World, str]] = field(default_factory=list)
+    mended: dict[Hashable, str | None] = field(default_factory=dict)
+    """Held on a refusal for good: what each action did once the provider was mended."""
 
     def __post_init__(self) -> None:
         drainable = ("payment",)
@@ -112,7 +123,7 @@ class Liveness:
 
     def _moves(self, world: World, spent: bool) -> Iterator[tuple[str, World, bool]]:
         for label, after in self.model.successors(replace(world, operator_moves=int(spent))):
-            if label in FREE:
+            if _free(label):
                 yield label, after, spent
             elif label.split(" ", 1)[0] in OPERATOR:
                 if not spent:
@@ -121,9 +132,45 @@ class Liveness:
                 yield label, after, spent
 
     def check(self, start: World) -> str | None:
-        """None when `start` can reach a right end; else why not."""
+        """None when `start` can reach a right end (and, held on a refusal for good, each
+        action the operator is told to take does once the provider is mended); else why
+        not."""
         self.checked += 1
         begin = replace(start, operator_moves=0, events_sent=self.model.bounds.events)
+        return self._reaches(begin, start) or self._each_action(begin)
+
+    def _each_action(self, world: World) -> str | None:
+        """An order held on an operation refused for good: once the provider is mended,
+        each action docs/in-doubt.md tells the operator to take reaches a right end on
+        its own, not merely some action: a resubmit, and for a held compensation a
+        cancel too. (A resubmit that went forward from a held cancel would ship the
+        parcel, while the cancel alone would still end right.)"""
+        if not world.refused or not driver.held(world.process):
+            return None
+        key = self._key(world, False)
+        if key in self.mended:
+            return self.mended[key]
+        mended = world
+        while mended.refused:
+            mended = next(after for _, after in self.model._menders(mended))
+        actions = ["resubmit"]
+        if world.process.state.phase is Phase.COMPENSATE:
+            actions.append("cancel")
+        why = None
+        for action in actions:
+            after = next((w for label, w in self.model._operator(mended) if label == action), None)
+            if after is None:
+                why = f"the provider mended, a {action} is refused"
+            elif not (self._greedy(after, True) or self._search(after, True)):
+                why = f"the provider mended, a {action} reaches no right end"
+            if why is not None:
+                why += f" from t={world.now}: {driver.describe(world.process)}"
+                self.stuck.append((world, why))
+                break
+        self.mended[key] = why
+        return why
+
+    def _reaches(self, begin: World, start: World) -> str | None:
         key = self._key(begin, False)
         if key in self.good:
             return None
@@ -153,7 +200,7 @@ class Liveness:
                 continue
             moves = self._moves(world, spent)
             tried = [
-                self._greedy(after, used) for label, after, used in moves if used or label in FREE
+                self._greedy(after, used) for label, after, used in moves if used or _free(label)
             ]
             if any(tried):
                 self.good.update(path)
@@ -166,7 +213,7 @@ class Liveness:
         on its own, which the greedy walk cannot tell from progress), then the system."""
         moves = self._moves(world, False)
         return any(
-            [self._greedy(after, used) for label, after, used in moves if used or label in FREE]
+            [self._greedy(after, used) for label, after, used in moves if used or _free(label)]
         )
 
     def _first(self, world: World, spent: bool) -> World | None:
@@ -188,18 +235,18 @@ class Liveness:
                     return after
         return None
 
-    def _search(self, world: World) -> bool:
-        start = self._key(world, False)
+    def _search(self, world: World, spent: bool = False) -> bool:
+        start = self._key(world, spent)
         parents: dict[Hashable, Hashable | None] = {start: None}
-        frontier = [(world, False)]
+        frontier = [(world, spent)]
         while frontier and len(parents) < SEARCH_STATES:
             following = []
-            for state, spent in frontier:
-                for _, after, used in self._moves(state, spent):
+            for state, was in frontier:
+                for _, after, used in self._moves(state, was):
                     key = self._key(after, used)
                     if key in parents:
                         continue
-                    parents[key] = self._key(state, spent)
+                    parents[key] = self._key(state, was)
                     if key in self.good or good_end(after):
                         self._remember(parents, key)
                         return True

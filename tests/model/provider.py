@@ -102,6 +102,12 @@ class Provider:
     def reject(self, agent: str, key: str) -> Provider:
         return self.put(replace(self.get(agent, key), status=KeyStatus.REJECTED))
 
+    def forget(self, agent: str, key: str) -> Provider:
+        """The service answers the key afresh, as never seen: how an operator mends a
+        provider that refused it for good (the simulator: the fault lifted and
+        `DELETE /_sim/effects/{service}/{key}`), so the same key may apply when sent again."""
+        return Provider(tuple(e for e in self.entries if (e.agent, e.key) != (agent, key)))
+
     def abandon(self, agent: str, key: str) -> tuple[Provider, KeyStatus]:
         """`POST .../abandon`: applied stays applied, running answers 409 (RUNNING), any
         other key is abandoned for good."""

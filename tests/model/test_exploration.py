@@ -50,6 +50,12 @@ LATE_SETUP = "order-fulfilment/hold/no-abandon"
 INTAKE = BOUNDS["intake"]
 """The intake's choice: claimed at its insert (its sends going out, or the intake dying
 first) or nudged, for a client of every status and one of the final status only."""
+REFUSALS = BOUNDS["refusals"]
+"""A retriable step or an undo refused for good (then mended once the order is held),
+with a declined charge and one cancel or resubmit: the order held at once with its
+alert, and one action reaching the right end once the provider is mended."""
+REFUSALS_SETUP = "express-delivery/hold"
+"""A retriable step past the pivot, and undos: release and refund."""
 OPS_DEPTH = 4
 OPS_SETUPS = ("order-fulfilment/compensate/no-abandon", "reviewed-order/hold")
 """One with a service without abandon, one with an approval (the operator's route)."""
@@ -80,6 +86,7 @@ CI = [
     pytest.param("large", BOUNDS["large"], SETUPS[LATE_SETUP], 9, id="large-depth-9"),
     pytest.param("intake", INTAKE, DEFAULT, 7, id="intake-depth-7"),
     pytest.param("intake", INTAKE, SETUPS["reviewed-order/hold"], 5, id="intake-reviewed-depth-5"),
+    pytest.param("refusals", REFUSALS, SETUPS[REFUSALS_SETUP], 9, id="refusals-depth-9"),
 ]
 WALKED = [
     pytest.param(
@@ -142,6 +149,11 @@ DEEP = [
         pytest.param("late", LATE, s, 11, id=f"late-{n}-depth-11")
         for n, s in SETUPS.items()
         if n.endswith("/no-abandon")
+    ),
+    *(
+        pytest.param("refusals", REFUSALS, s, 11, id=f"refusals-{n}-depth-11")
+        for n, s in SETUPS.items()
+        if n.count("/") == 1
     ),
 ]
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 import pytest
 
 from shared.domain.in_doubt import RemoteOutcome
-from shared.domain.machine import dispatch, forward
-from shared.domain.model import Notify, OrderProcess
+from shared.domain.machine import dispatch, forward, operator
+from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
+from shared.domain.model import Notify, OrderProcess, Phase, ProcessState
 from tests.model import driver, liveness, starts
 from tests.model.explorer import Invariant, explore, replay
 from tests.model.invariants import INVARIANTS, signature
@@ -258,6 +260,67 @@ def test_a_final_only_client_told_every_status_is_seen(monkeypatch: pytest.Monke
     found = explore(OrderWorld(BOUNDS["intake"]), INVARIANTS, 1, signature)
     messages = {v.message for v in found.violations.values() if v.invariant == "final-only"}
     assert messages == {"a final-only client heard Received"}
+
+
+# --- an operation refused for good (issue #37, liveness) ------------------------------
+
+REFUSALS = BOUNDS["refusals"]
+
+
+def _refusals(setup: str, depth: int) -> list[str]:
+    """Every violation, with its trace."""
+    model = OrderWorld(REFUSALS, SETUPS[setup])
+    invariants = (*INVARIANTS, liveness.invariant(model.setup))
+    found = explore(model, invariants, depth, signature)
+    return [
+        f"{v.invariant}: {v.message} / {' / '.join(v.trace)}" for v in found.violations.values()
+    ]
+
+
+def test_an_order_held_on_a_refused_undo_without_its_alert_is_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The declined charge's compensation meets a release refused for good: held, but
+    nobody is told what to mend."""
+
+    def silent(b: Builder, reason: str) -> None:
+        b.set(process_state=ProcessState.ERROR, locked_by=None, complete_by=None)
+        b.note("error", reason)
+
+    monkeypatch.setattr(forward, "hold_for_operator", silent)
+    found = _refusals("order-fulfilment/hold", 7)
+    assert any(
+        v.startswith("refused-held: release-inventory@inventory refused for good, held without")
+        and v.endswith("deliver release-inventory@inventory #1 failed")
+        for v in found
+    ), found
+
+
+def test_a_resubmit_that_takes_a_held_cancel_forward_is_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cancel's release refused for good, the provider mended, and the resubmit going
+    forward instead of compensating: the charge and the pivot's shipment go out on a
+    cancelled order. The operator's other action (a cancel) still ends right, so only
+    liveness's every-action check for a held refusal sees it."""
+    resubmit = operator.resubmit
+
+    def onward(process: OrderProcess, policy: ProcessPolicy, now: datetime) -> Transition:
+        moved = resubmit(process, policy, now)
+        state = replace(moved.process.state, phase=Phase.FORWARD)
+        return replace(moved, process=replace(moved.process, state=state))
+
+    monkeypatch.setattr(operator, "resubmit", onward)
+    found = _refusals("express-delivery/hold", 6)
+    assert any(
+        v.startswith("liveness: the provider mended, a resubmit reaches no right end")
+        and " / cancel / " in v
+        for v in found
+    ), found
+
+
+def test_an_order_held_on_a_refusal_reaches_its_right_end_once_the_provider_is_mended() -> None:
+    assert _refusals("express-delivery/hold", 7) == []
 
 
 # --- a drained agent --------------------------------------------------------------------

@@ -106,3 +106,5 @@ class Effects:
     summary: str
     statuses: tuple[str, ...] = ()
     """The status notifications it sent the client, in order."""
+    alert_words: tuple[str, ...] = ()
+    """Each alert's `lastError`, beside `alerts` (what an operator reads)."""

@@ -37,7 +37,9 @@ happen next, ours and the environment's alike:
   order still as the intake stored it.
 - the customer POSTs its next orders while this one lives (the intake's quota: refused
   with a Retry-After, or admitted to wait in its line or to run);
-- a service answers with a result too large for the order to keep, on time or late.
+- a service answers with a result too large for the order to keep, on time or late;
+- with `Bounds.refusals`, a service refuses for good a key the saga counts on (a
+  retriable step's do, an undo), and an operator mends it once the order is held.
 
 A second order of another customer (`driver.NEIGHBOUR`), finished at the same services,
 is in the ledger from the start where the bound says so: nothing this order does may
@@ -66,6 +68,7 @@ from typing import TypeVar
 from shared.contract import QUEUE_PROPERTIES
 from shared.domain.in_doubt import RemoteOutcome
 from shared.domain.model import Notify, OrderProcess
+from shared.domain.workflow import StepKind
 from tests.model import driver
 from tests.model.driver import Domain
 from tests.model.provider import Entry, KeyStatus, Provider
@@ -148,6 +151,11 @@ class Bounds:
     operator_approvals: bool = False
     """May an operator answer an approval (the approval route), and are malformed
     events tried (each must be refused, changing nothing)?"""
+    refusals: int = 0
+    """How many keys a service may refuse for good although the saga counts on them
+    succeeding in the end: a retriable step's do or an undo (`OrderWorld.refusable`).
+    The order is then held for an operator, who mends the provider (`_menders`: the
+    service answers that key afresh) and resubmits or cancels (docs/in-doubt.md)."""
     lost_saves: bool = False
     """May a Supervisor's sweep lose its save to another's (two instances checking the
     order at once, `ConcurrencyConflict`) after its abandon went through at the service:
@@ -276,6 +284,19 @@ BOUNDS = {
         late_applies=0,
         events=1,
     ),
+    "refusals": Bounds(
+        drainable=(),
+        operator_actions=1,
+        operator=frozenset({"cancel", "resubmit"}),
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        late_applies=0,
+        events=1,
+        arrivals=False,
+        unanswered=False,
+        refusals=1,
+    ),
     "deep": Bounds(
         rejectable=frozenset(),
         drainable=(),
@@ -299,16 +320,19 @@ reply still coming, a declined charge, a sweep left unanswered, one operator mov
 reconciliation) and drops the rest, so it reaches the Scheduler's late-answer rules in
 a few thousand states; `late-far` drops the declines, the unanswered sweeps and the
 operator too, to follow a late reply past the retry at the other provider; `large` is
-`late-far` with results too large to keep, on time and late. Three are meant for a
-walked start (tests/model/starts.py): `pivot` (a cancel once the pivot runs, the next
-step's agent drained when a reply dispatches it), `lost-saves` (a sweep that abandoned
-a key and lost its save, then an uncounted sweep in our outage: the order meets the
-abandon with its next request) and `early-event` (an event kept before its wait starts,
-the Supervisor taking it when the wait's nudge is late, the next step's agent drained).
-`lean` leaves the environment only timeouts, the Supervisor's answers and one event,
-so it reaches deep (the last step of a four-step workflow, exhausted) where liveness
-brings in the operator. `deep` leaves it less still (a request is served at once or lost, every
-question is answered), to reach the end of every workflow's retries."""
+`late-far` with results too large to keep, on time and late. `lean` leaves the
+environment only timeouts, the Supervisor's answers and one event, so it reaches deep
+(the last step of a four-step workflow, exhausted) where liveness brings in the
+operator. `deep` leaves it less still (a request is served at once or lost, every
+question is answered), to reach the end of every workflow's retries. `refusals` is
+`deep` with a declined charge, one event, one cancel or resubmit, and a service that
+refuses a retriable step or an undo for good, then is mended once the order is held.
+Three are meant for a walked start (tests/model/starts.py): `pivot` (a cancel once the
+pivot runs, the next step's agent drained when a reply dispatches it), `lost-saves` (a
+sweep that abandoned a key and lost its save, then an uncounted sweep in our outage:
+the order meets the abandon with its next request) and `early-event` (an event kept
+before its wait starts, the Supervisor taking it when the wait's nudge is late, the next
+step's agent drained)."""
 
 
 WINDOW = QUEUE_PROPERTIES.duplicate_detection_window_seconds
@@ -380,6 +404,19 @@ class Sent:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """The Scheduler took a service's refusal for good of an operation the saga counts
+    on (tests/model/invariants.py `refused_held`)."""
+
+    operation: str
+    agent: str
+    step: str
+    undo: bool
+    cancelling: bool
+    """The order was being cancelled: a do's refusal then ends in the cancel's undo."""
+
+
+@dataclass(frozen=True)
 class World:
     now: int
     process: OrderProcess
@@ -443,6 +480,12 @@ class World:
     reconciled: bool = False
     """A reconciliation run went over the order: the next one is an hour later, past
     every duplicate-detection window."""
+    refused: frozenset[tuple[str, str]] = frozenset()
+    """(key space, key) a service refused for good that the saga counts on succeeding
+    (`Bounds.refusals`), not yet mended: it answers every request of it with that refusal."""
+    mended: frozenset[tuple[str, str]] = frozenset()
+    """Of those, the ones an operator mended (the service answers them afresh, and does
+    not refuse them again)."""
     # What the last event did; read by the invariants, left out of the key.
     just_sent: tuple[Request, ...] = ()
     just_told: tuple[tuple[str, str], ...] = ()
@@ -454,6 +497,10 @@ class World:
     flaw: str | None = None
     """What the last event broke that the state itself does not show (the Supervisor
     counted a timeout against an order whose intake's outbox it never sent again)."""
+    just_alerted: tuple[tuple[str, str], ...] = ()
+    """The alerts the last transition raised: (reason, lastError)."""
+    just_refused: Refusal | None = None
+    """A refusal for good the Scheduler just took, from an order not already held."""
 
     def space(self, agent: str) -> str:
         return self.domain.setup.space(agent)
@@ -500,6 +547,7 @@ class OrderWorld:
         self.setup = setup
         self.domain = Domain(setup)
         self._late = frozenset(setup.space(a) for a in setup.agents if not setup.abandons(a))
+        self._refusable = self.refusable if self.bounds.refusals else frozenset()
         self._malformed: set[Hashable] = set()
         """Shapes of the order (state, step, events kept) malformed events were tried on."""
         self._shorter: set[Hashable] = set()
@@ -550,10 +598,21 @@ class OrderWorld:
             world.process.order.notify,
             world.taken,
             world.reconciled,
+            world.refused,
+            world.mended,
         )
 
     def successors(self, world: World) -> Iterator[tuple[str, World]]:
-        world = replace(world, just_sent=(), just_told=(), notes=(), flaw=None, collision=None)
+        world = replace(
+            world,
+            just_sent=(),
+            just_told=(),
+            notes=(),
+            flaw=None,
+            collision=None,
+            just_alerted=(),
+            just_refused=None,
+        )
         if world.deciding:
             yield from self._intake(world)
             return
@@ -562,6 +621,7 @@ class OrderWorld:
         yield from self._replies(world)
         yield from self._supervisor(world)
         yield from self._operator(world)
+        yield from self._menders(world)
         yield from self._outside(world)
         yield from self._agents(world)
         yield from self._deploys(world)
@@ -613,6 +673,8 @@ class OrderWorld:
             alerted=alerted,
             heard=heard,
             just_sent=world.just_sent + requests,
+            just_alerted=world.just_alerted
+            + tuple(zip(effects.alerts, effects.alert_words, strict=True)),
             notes=tuple(lines),
         )
 
@@ -663,9 +725,21 @@ class OrderWorld:
                 if effects is None:
                     yield label, replace(after, notes=("reply: stale, ignored",))
                 else:
+                    after = replace(after, just_refused=self._refusal(world, reply))
                     yield from self._sending(after, label, effects)
             if self.bounds.lost_replies:
                 yield f"lose {reply.describe()}", replace(world, replies=world.replies - {reply})
+
+    def _refusal(self, world: World, reply: Reply) -> Refusal | None:
+        """The reply is a refusal for good of a key the saga counts on, taken by an order
+        not already held for an operator."""
+        r = reply.request
+        if reply.succeeded or (world.space(r.agent), r.key) not in world.refused:
+            return None
+        if driver.held(world.process):
+            return None
+        cancelling = world.process.state.cancel_requested
+        return Refusal(r.operation, r.agent, r.step, r.undo, cancelling)
 
     def _told_late(self, world: World, reply: Reply) -> World:
         """A success reply for a key that applied after its live time: the Scheduler now
@@ -827,6 +901,27 @@ class OrderWorld:
             elif agent not in world.drained and "drain" in allowed:
                 drained = replace(moved, drained=world.drained | {agent})
                 yield f"drain {agent}", replace(drained, notes=(f"{agent} drained",))
+
+    def _menders(self, world: World) -> Iterator[tuple[str, World]]:
+        """An operator mends a service that refused a key for good (a card, an account,
+        a configuration): only once the order is held, since nobody knows before. The
+        service then answers the key afresh; it is the operator's resubmit or cancel
+        that sends it again (tests/model/liveness.py counts the mend as free)."""
+        if not world.refused or not driver.held(world.process):
+            return
+        for space, key in sorted(world.refused):
+            mended = (space, key)
+            note = f"  {space} mended: it answers {key.split(':', 1)[-1]} afresh"
+            yield (
+                f"mend {key.split(':', 1)[-1]}@{space}",
+                replace(
+                    world,
+                    provider=world.provider.forget(space, key),
+                    refused=world.refused - {mended},
+                    mended=world.mended | {mended},
+                    notes=(note,),
+                ),
+            )
 
     def _outside(self, world: World) -> Iterator[tuple[str, World]]:
         """An outside system's events: each event the workflow waits for (an approval
@@ -1058,7 +1153,7 @@ class OrderWorld:
             space = world.space(request.agent)
             if not waiting or not arrived.provider.can_apply(space, request.key, world.now):
                 continue
-            for rejected in self._outcomes(request):
+            for rejected in self._outcomes(arrived, space, request.key, request.undo):
                 served = self._settle(arrived, space, request.key, rejected)
                 how = "rejected" if rejected else "applied"
                 yield f"serve {request.describe()}: {how}", served
@@ -1070,7 +1165,7 @@ class OrderWorld:
         for entry in world.provider.entries:
             if not world.provider.can_apply(entry.agent, entry.key, world.now):
                 continue
-            for rejected in self._outcomes_of(entry.key, entry.undoes is not None):
+            for rejected in self._outcomes(world, entry.agent, entry.key, entry.undoes is not None):
                 how = "reject" if rejected else "apply"
                 name = entry.key.split(":", 1)[-1]
                 settled = self._settle(world, entry.agent, entry.key, rejected)
@@ -1121,15 +1216,28 @@ class OrderWorld:
             notes=notes,
         )
 
-    def _outcomes(self, request: Request) -> tuple[bool, ...]:
-        return self._outcomes_of(request.key, request.undo)
-
-    def _outcomes_of(self, key: str, undo: bool) -> tuple[bool, ...]:
-        """False: apply; True: reject (a permanent failure, for rejectable dos)."""
+    def _outcomes(self, world: World, space: str, key: str, undo: bool) -> tuple[bool, ...]:
+        """False: apply; True: reject (a permanent failure, for rejectable dos, and for
+        the keys the saga counts on while `Bounds.refusals` allows one more)."""
         operation = key.split(":", 1)[-1]
         if not undo and operation in self.bounds.rejectable:
             return (False, True)
+        if self._may_refuse(world, space, key):
+            return (False, True)
         return (False,)
+
+    @property
+    def refusable(self) -> frozenset[str]:
+        """The operations the saga counts on succeeding in the end (docs/contract.md):
+        each retriable step's do and each undo of the workflow."""
+        steps = self.setup.workflow.steps
+        retriable = {s.name for s in steps if s.kind is StepKind.RETRIABLE}
+        return frozenset(retriable | {s.compensation for s in steps if s.compensation})
+
+    def _may_refuse(self, world: World, space: str, key: str) -> bool:
+        if key.split(":", 1)[-1] not in self._refusable or (space, key) in world.mended:
+            return False
+        return len(world.refused | world.mended) < self.bounds.refusals
 
     def _arrive(self, world: World, request: Request) -> World:
         """The request reaches its service. A settled key answers at once (the agent
@@ -1163,10 +1271,15 @@ class OrderWorld:
         answered = {c for c in world.calls if world.space(c.agent) == space and c.key == key}
         entry = provider.get(space, key)
         what = entry.status.value
-        if entry.undoes is not None:
+        if entry.undoes is not None and not rejected:
             what += " (undone)" if entry.undone else " (nothing-to-undo)"
         notes = (*world.notes, f"  ledger: {key.split(':', 1)[-1]}@{space} {what}")
-        settled = replace(world, provider=provider, calls=world.calls - answered, notes=notes)
+        refused = world.refused
+        if rejected and key.split(":", 1)[-1] in self._refusable:
+            refused = refused | {(space, key)}
+        settled = replace(
+            world, provider=provider, calls=world.calls - answered, notes=notes, refused=refused
+        )
         return self._replied(settled, tuple(Reply(c, not rejected) for c in sorted(answered)))
 
     def _clock(self, world: World) -> Iterator[tuple[str, World]]:

@@ -99,7 +99,7 @@ async def test_a_late_send_that_fails_is_only_logged(caplog: pytest.LogCaptureFi
     for _ in range(10):
         await asyncio.sleep(0)
     assert bus.on(INVENTORY) == [] and bus.on(Queue.ORDER_STATUS) == []
-    assert "the Supervisor will nudge it" in caplog.text
+    assert "the Supervisor's next check sends it again" in caplog.text
 
 
 async def test_a_repeated_submission_within_budget_answers_with_the_stored_order() -> None:

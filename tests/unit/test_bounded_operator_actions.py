@@ -17,7 +17,6 @@ from shared.contract import Queue
 from shared.domain.health import AgentDrain
 from shared.domain.model import OrderProcess, Outgoing, ProcessState
 from shared.ports import BusUnavailable, StoreUnavailable
-from shared.usecases.flow import scheduler
 from shared.usecases.flow.submission import submit_order
 from shared.usecases.flow.supervisor import sweep
 from shared.usecases.limits.budget import Budget
@@ -61,7 +60,6 @@ class SilentHealthStore(InMemoryHealthStore):
 async def claimed(world: World) -> None:
     await submit_order(world.deps(), an_order("o-1"))
     world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(world.deps(), "o-1")
 
 
 async def settle() -> None:
@@ -135,7 +133,7 @@ async def test_a_failed_send_within_the_budget_is_logged_and_left_to_the_supervi
     suspended = await suspend_order(world.deps(), "o-1", "op", budget=BUDGET)
     assert suspended.state.process_state is ProcessState.SUSPENDED
     await settle()
-    assert "the Supervisor will nudge it" in caplog.text
+    assert "the Supervisor's next check sends it again" in caplog.text
     assert "o-1" in world.store.watched()
     world.clock.advance(31)
     await sweep(world.deps())  # a Suspended order still watched: its outbox is resent

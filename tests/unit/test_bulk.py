@@ -292,7 +292,6 @@ async def test_a_bulk_cancel_undoes_what_the_preview_said() -> None:
     world = World()
     deps_p = world.deps()
     await submit_order(deps_p, an_order("c-1", clock=world.clock))
-    await scheduler.on_nudge(deps_p, "c-1")
     (reserve,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps_p, a_reply(reserve))
     deps = bulk(world)

@@ -78,7 +78,6 @@ async def complete(world: World, deps: ProcessDeps, queue: str) -> None:
 async def test_draining_payment_moves_new_charges_to_the_secondary() -> None:
     world, deps, _ = drain_world("payment")
     await submit_order(deps, an_order("o-1", clock=world.clock))
-    await scheduler.on_nudge(deps, "o-1")
     await complete(world, deps, agent_queue("inventory"))
     assert world.bus.on(agent_queue("payment")) == []
     (charge,) = world.bus.on(agent_queue("payment-secondary"))
@@ -89,7 +88,6 @@ async def test_a_step_whose_every_agent_is_drained_waits_uncounted_then_runs() -
     world, deps, store = drain_world("shipping")
     await submit_order(deps, an_order("o-1", clock=world.clock))
     world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(deps, "o-1")
     await complete(world, deps, agent_queue("inventory"))
     await complete(world, deps, agent_queue("payment"))
     assert world.bus.on(agent_queue("shipping")) == []
@@ -141,7 +139,6 @@ async def test_a_new_order_waits_unclaimed_and_is_told_processing_once_it_starts
 async def test_a_drained_agent_still_undoes_the_step_it_did() -> None:
     world, deps, store = drain_world()
     await submit_order(deps, an_order("o-1", clock=world.clock))
-    await scheduler.on_nudge(deps, "o-1")
     await complete(world, deps, agent_queue("inventory"))
     (charge,) = world.bus.take(agent_queue("payment"))
     await scheduler.on_reply(deps, a_reply(charge))
@@ -158,7 +155,6 @@ async def test_a_timed_out_step_pinned_to_a_drained_agent_waits_for_it() -> None
     """The retry must stay with the agent that has the key (no second provider)."""
     world, deps, store = drain_world()
     await submit_order(deps, an_order("o-1", clock=world.clock))
-    await scheduler.on_nudge(deps, "o-1")
     await complete(world, deps, agent_queue("inventory"))
     world.bus.take(agent_queue("payment"))  # never answered
     await store.set_drain(AgentDrain("payment", True, "maintenance", world.clock.now()))

@@ -17,7 +17,6 @@ async def time_out_at_payment(world: World, order_id: str) -> None:
     """The charge never answers until the Supervisor gives up (policy: hold)."""
     deps = world.deps()
     await submit_order(deps, an_order(order_id, clock=world.clock))
-    await scheduler.on_nudge(deps, order_id)
     (reserve,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(reserve))
     for _ in range(world.policy.max_failure_count):
@@ -41,7 +40,6 @@ async def test_a_failed_undo_is_named_after_its_operation_with_the_agents_code()
     world = World(policy=a_policy())
     deps = world.deps()
     await submit_order(deps, an_order("o-1", clock=world.clock))
-    await scheduler.on_nudge(deps, "o-1")
     (reserve,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(reserve))
     (charge,) = world.bus.take(agent_queue("payment"))

@@ -106,7 +106,6 @@ async def test_only_a_running_step_past_its_complete_by_counts() -> None:
     world = World()
     await submit_order(world.deps(), an_order("o-1"))
     world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(world.deps(), "o-1")
     agent_requests(world)  # the agent has the request and never answers
     world.clock.advance(31)
     await sweep(world.deps())
@@ -150,7 +149,6 @@ async def test_a_next_step_whose_send_failed_goes_out_again_uncounted() -> None:
     world = World(policy=a_policy(max_failure_count=1))
     await submit_order(world.deps(), an_order("o-1"))
     world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(world.deps(), "o-1")
     (inventory,) = agent_requests(world)
     world.bus.fail_next = 1
     with pytest.raises(BusUnavailable):
@@ -255,7 +253,6 @@ async def test_a_deadline_that_passed_in_an_outage_is_redispatched_uncounted() -
     health, outage = InMemoryHealthStore(), Outage()
     await submit_order(world.deps(), an_order("o-1"))
     world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(world.deps(), "o-1")
     agent_requests(world)  # in the broker when it went down: the agent never gets it
     world.bus.fail_next = DOWN
     for _ in range(10):
@@ -289,7 +286,6 @@ async def dispatched_then_glimpsed(world: World, deps: ProcessDeps, down_after: 
     broker is down for one handler's send (submitting o-2), then back."""
     await submit_order(deps, an_order("o-1"))
     world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(deps, "o-1")
     agent_requests(world)  # in the broker when it went down: the agent never gets it
     world.clock.advance(down_after)
     world.bus.fail_next = DOWN

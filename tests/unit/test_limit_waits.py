@@ -180,7 +180,6 @@ async def releasing(world: World) -> OrderProcess:
     """Order o-1 reserved, its charge declined: the release of the reservation is out."""
     await submit_order(world.deps(), an_order("o-1"))
     world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(world.deps(), "o-1")
     [reserve] = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(world.deps(), a_reply(reserve))
     [charge] = world.bus.take(agent_queue("payment"))
@@ -255,7 +254,6 @@ async def test_a_carried_slot_is_taken_while_usable_and_booked_again_once_past_i
     world = World(policy=policy())
     for order_id in ("o-1", "o-2"):
         await submit_order(world.deps(), an_order(order_id))
-        await scheduler.on_nudge(world.deps(), order_id)
     on_time, late = (
         AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
     )
@@ -279,7 +277,6 @@ async def test_a_handed_back_request_delivered_twice_uses_its_slot_once() -> Non
     second books its own."""
     world = World(policy=policy())
     await submit_order(world.deps(), an_order("o-1"))
-    await scheduler.on_nudge(world.deps(), "o-1")
     (request,) = (
         AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
     )
@@ -327,7 +324,6 @@ async def test_a_call_that_misses_its_slot_comes_to_the_next_with_the_time_it_ha
     complete-by (tests/e2e/test_limits.py with 25 ms allowed at 5/s)."""
     world = World(policy=policy(), clock=WakesLate(late))
     await submit_order(world.deps(), an_order("o-1"))
-    await scheduler.on_nudge(world.deps(), "o-1")
     (request,) = (
         AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
     )
@@ -350,7 +346,6 @@ async def test_a_missed_slot_counts_no_wait_twice() -> None:
     the concurrency wait not counted again as lateness."""
     world = World(policy=policy())
     await submit_order(world.deps(), an_order("o-1"))
-    await scheduler.on_nudge(world.deps(), "o-1")
     (request,) = (
         AgentRequest.parse(json.dumps(dict(m.body))) for m in world.bus.take(agent_queue(AGENT))
     )

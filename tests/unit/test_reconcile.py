@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -22,11 +23,18 @@ from shared.domain.in_doubt import (
 )
 from shared.domain.machine import forward
 from shared.domain.messages import AgentRequest
-from shared.domain.model import JsonObject, OrderProcess, Phase, ProcessState, StepStatus
+from shared.domain.model import (
+    JsonObject,
+    OrderProcess,
+    Outgoing,
+    Phase,
+    ProcessState,
+    StepStatus,
+)
 from shared.domain.reconcile import Expect, Verdict
 from shared.domain.rest_index import rest_entry
 from shared.domain.workflow import Workflow
-from shared.ports import RemoteCall
+from shared.ports import BusUnavailable, RemoteCall
 from shared.resilience import CircuitBreaker
 from shared.usecases.flow.outcomes import Asked, OutcomeQueries
 from shared.usecases.operations.reconcile import Reconciler
@@ -587,6 +595,41 @@ async def test_a_run_heals_a_charge_applied_after_its_refund_found_nothing() -> 
     second = await s.reconciler().run()
 
     assert (second.mismatches, second.unknown, len(s.bus.sent)) == ((), 0, sent)
+
+
+class AlertsLost(InMemoryBus):
+    """The port's send as the Service Bus adapter does it: each queue on its own, so the
+    undo's queue may take its message while operator-alerts does not (its link still
+    opening when the process died, in chaos)."""
+
+    async def send(self, messages: Sequence[Outgoing]) -> None:
+        alerts = [m for m in messages if queue_of(m.destination) == Queue.OPERATOR_ALERTS]
+        await super().send([m for m in messages if m not in alerts])
+        if alerts:
+            raise BusUnavailable("send to operator-alerts failed")
+
+
+async def test_an_undo_goes_only_once_its_alert_was_taken() -> None:
+    """An undo sent without its alert heals silently: the next run finds the order right
+    and never alerts (chaos, 200 orders, seed 1: a Cancelled order's late charge refunded
+    with no alert, the runtime killed while its alert was still being sent). So the
+    alerts go first and the undos only once they were taken; the next run sends both."""
+    s = Setup(bus=AlertsLost())
+    await s.add(finished(ProcessState.CANCELLED))
+    s.ledger.said[REFUND] = NOTHING
+    s.ledger.said[CHARGE] = RemoteOutcome.applied({"ref": "p-1"})
+
+    first = await s.reconciler().run()
+
+    assert len(first.mismatches) == 1
+    assert s.bus.sent == [], "nothing undone before the operator is told"
+    s.bus = InMemoryBus()
+    s.clock.advance(60)
+    await s.reconciler().run()
+    assert [m.queue for m in s.bus.sent] == [
+        Queue.OPERATOR_ALERTS,
+        agent_queue("payment-secondary"),
+    ]
 
 
 EXPRESS_AGENTS = ("inventory", "payment-secondary", "shipping", "notifications")

@@ -156,7 +156,6 @@ async def reach_payment(world: World, deps: ProcessDeps, order_id: str, high: bo
     if high:
         order = replace(order, priority=Priority.HIGH)
     await submit_order(deps, order)
-    await scheduler.on_nudge(deps, order_id)
     inventory = high_priority(agent_queue("inventory")) if high else agent_queue("inventory")
     await scheduler.on_reply(deps, a_reply(agent_request(world, inventory)))
 

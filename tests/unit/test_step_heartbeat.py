@@ -20,7 +20,6 @@ from shared.domain.messages import AgentRequest
 from shared.domain.model import HistoryEntry, JsonObject, OrderProcess, ProcessState, StepStatus
 from shared.ports import ConcurrencyConflict, RemoteCall, StoreUnavailable, TransientRemoteError
 from shared.resilience import CircuitBreaker
-from shared.usecases.flow import scheduler
 from shared.usecases.flow.agent import AgentDeps, Performed, perform_step
 from shared.usecases.flow.step_heartbeat import StepHeartbeats
 from shared.usecases.flow.submission import submit_order
@@ -242,7 +241,6 @@ async def running(
     world = World(store=store, policy=beating_policy(heartbeat=4, step_max=step_max))
     await submit_order(world.deps(), an_order("o-1"))
     world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(world.deps(), "o-1")
     [request] = world.bus.take(agent_queue("inventory"))
     store.conflicts = conflicts
     return Running(

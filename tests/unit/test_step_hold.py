@@ -21,7 +21,6 @@ from shared.domain.model import JsonObject, OrderProcess, ProcessState
 from shared.domain.throttle import AdaptiveRate
 from shared.ports import RateLimited, RemoteCall, TransientRemoteError
 from shared.resilience import CircuitBreaker
-from shared.usecases.flow import scheduler
 from shared.usecases.flow.agent import AgentDeps, Performed, perform_step
 from shared.usecases.flow.step_hold import StepHolds
 from shared.usecases.flow.submission import submit_order
@@ -153,7 +152,6 @@ async def held_back(*, holds: bool) -> tuple[HeldBack, Performed]:
     world = World(policy=policy())
     await submit_order(world.deps(), an_order("o-1"))
     world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(world.deps(), "o-1")
     [message] = world.bus.take(agent_queue("inventory"))
     held = HeldBack(world, AgentRequest.parse(json.dumps(dict(message.body))))
     await held.limits.put_schedule("inventory", START + timedelta(seconds=HELD_FOR), None)
@@ -228,7 +226,6 @@ async def test_a_failing_provider_that_also_answers_429_still_meets_its_timeout(
     world = World(policy=policy())
     await submit_order(world.deps(), an_order("o-1"))
     world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(world.deps(), "o-1")
     [message] = world.bus.take(agent_queue("inventory"))
     request = AgentRequest.parse(json.dumps(dict(message.body)))
     remote = FailingAndLimiting()

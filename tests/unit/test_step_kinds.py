@@ -34,7 +34,6 @@ CHARGE: dict[str, object] = {"paymentId": "pay-1", "amount": 19.0}
 async def reach_shipment(world: World, order_id: str = "o-1") -> None:
     deps = world.deps()
     await submit_order(deps, an_order(order_id, clock=world.clock), workflow=EXPRESS_DELIVERY)
-    await scheduler.on_nudge(deps, order_id)
     (reserve,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(reserve))
     (charge,) = world.bus.take(agent_queue("payment"))
@@ -98,7 +97,6 @@ async def test_a_cancel_before_the_pivot_compensates_as_usual() -> None:
     world = World()
     deps = world.deps()
     await submit_order(deps, an_order("o-1", clock=world.clock), workflow=EXPRESS_DELIVERY)
-    await scheduler.on_nudge(deps, "o-1")
     (reserve,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(reserve))
     (charge,) = world.bus.take(agent_queue("payment"))
@@ -122,7 +120,10 @@ async def test_a_retriable_steps_permanent_failure_holds_the_order_without_compe
     process = await world.store.load("o-1")
     assert process is not None
     assert process.state.process_state is ProcessState.ERROR
-    assert process.state.last_error == "notify-customer: rejected: mailbox does not exist"
+    assert process.state.last_error == (
+        "notify-customer: rejected: mailbox does not exist "
+        "(notify-customer refused at notifications)"
+    )
     assert [s.status for s in process.steps[:3]] == [StepStatus.COMPLETED] * 3
     sent = world.bus.take(agent_queue("inventory")) + world.bus.take(agent_queue("payment"))
     assert sent == []
@@ -235,7 +236,6 @@ async def test_an_order_on_a_dropped_version_is_refused_not_crashed_singly_and_i
     world = World()
     deps = world.deps()
     await submit_order(deps, an_order("gone-1", clock=world.clock), workflow=EXPRESS_DELIVERY)
-    await scheduler.on_nudge(deps, "gone-1")
     await submit_order(deps, an_order("kept-1", clock=world.clock))
     bulk = BulkDeps(deps, InMemoryBulkStore(world.store), 50)
     request = BulkRequest(BulkAction.CANCEL, BulkFilter(customer_id="cust-1"), dry_run=True)

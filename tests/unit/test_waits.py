@@ -93,7 +93,6 @@ async def test_an_event_sent_before_its_step_is_kept_and_consumed_when_reached()
     deps = world.deps()
     await submit_order(deps, an_order("o-1", clock=world.clock), workflow=REVIEWED_ORDER)
     await send_event(deps, "o-1", "review", "early", APPROVED)
-    await scheduler.on_nudge(deps, "o-1")
     (reserve,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(reserve))
     assert (await loaded(world)).steps[1].status is StepStatus.RUNNING
@@ -112,7 +111,6 @@ async def test_an_event_sent_while_an_early_one_waits_for_its_nudge_takes_the_fi
     deps = world.deps()
     await submit_order(deps, an_order("o-1", clock=world.clock), workflow=REVIEWED_ORDER)
     await send_event(deps, "o-1", "review", "first", APPROVED)
-    await scheduler.on_nudge(deps, "o-1")
     (reserve,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(reserve))
 
@@ -136,7 +134,6 @@ async def test_an_early_event_whose_nudge_is_lost_is_taken_by_the_supervisor() -
     deps = world.deps()
     await submit_order(deps, an_order("o-1", clock=world.clock), workflow=REVIEWED_ORDER)
     await send_event(deps, "o-1", "review", "early", APPROVED)
-    await scheduler.on_nudge(deps, "o-1")
     (reserve,) = world.bus.take(agent_queue("inventory"))
     await scheduler.on_reply(deps, a_reply(reserve))
     world.bus.take(Queue.SCHEDULER)  # the event nudge, lost
@@ -302,7 +299,6 @@ async def reach_timer(world: World) -> tuple[Order, Outgoing]:
     )
     await submit_order(deps, order, workflow=SCHEDULED_DELIVERY)
     world.bus.take(Queue.SCHEDULER)
-    await scheduler.on_nudge(deps, "o-1")
     for queue in ("inventory", "payment"):
         (request,) = world.bus.take(agent_queue(queue))
         await scheduler.on_reply(deps, a_reply(request))

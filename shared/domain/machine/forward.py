@@ -231,7 +231,7 @@ def take_answer(
     b.set_step(index, status=StepStatus.FAILED, key_state=KeyState.NOT_APPLIED, error=error)
     b.note("step-failed", f"{step.name}: {error.code}")
     if not state.cancel_requested and forward_only(b.steps, workflow, index):
-        b.set(last_error=f"{step.name}: {error.code}: {error.message}")
+        b.set(last_error=refused(step.name, error, step.name, step.agent))
         if not held:
             hold_for_operator(b, _held_because(workflow, index))
         return
@@ -320,9 +320,21 @@ def _take_undo(
             dispatch_compensation(b, workflow, policy, index - 1)
         return True
     error = reply.error or ErrorInfo("unknown", "the agent gave no reason")
-    b.set(last_error=f"compensation of {step.name}: {error.code}: {error.message}")
+    undo = workflow.steps[index].compensation or ""
+    b.set(last_error=refused(f"compensation of {step.name}", error, undo, step.agent))
     hold_for_operator(b, "compensation-failed")
     return True
+
+
+def refused(what: str, error: ErrorInfo, operation: str, agent: str | None) -> str:
+    """The words of an operation refused for good that the order is held on (a retriable
+    step, a step past the pivot, an undo). The saga counts on these succeeding in the
+    end, so only a person can mend what refused: the words name the operation and the
+    provider to mend before the resubmit (docs/in-doubt.md). Shaped `{what}: {code}:
+    {message} (...)`, the form `failures.failure_of` reads."""
+    return (
+        f"{what}: {error.code}: {error.message} ({operation} refused at {agent or 'its provider'})"
+    )
 
 
 def _late_do(

@@ -96,7 +96,7 @@ def _settled(task: asyncio.Task[None], order_id: str) -> None:
 
 def _log_unsent(order_id: str, exc: BusUnavailable) -> None:
     log.warning(
-        "order %s stored but what it sends did not go out (%s); the Supervisor will nudge it",
+        "order %s stored but what it sends did not go out (%s); the Supervisor's next check sends it again",
         order_id,
         exc,
     )

@@ -18,8 +18,9 @@ Cost, bounded per run whatever the table holds:
   and the heal key's when that do applied after it (`rules.heal_key`). With the defaults
   (50 orders, 3 steps, no failover) that is usually 150 GETs an hour, 300 when every
   undo found nothing, 450 at most.
-- Writing: one alert message per mismatch and one undo per effect to take back (sent in
-  one batch), and one row for the run.
+- Writing: one alert message per mismatch, then one undo per effect to take back (the
+  alerts in one send and the undos in another, once the alerts were taken), and one row
+  for the run.
 """
 
 from __future__ import annotations
@@ -120,7 +121,12 @@ class Reconciler:
             )
             alerts = [m.alert(count, finished) for m, count in tally.mismatches]
             try:
-                await self.bus.send([*alerts, *undos])
+                # The alerts first, on their own: the bus may send each queue on its own,
+                # and an undo that lands without its alert heals silently, since the next
+                # run finds the order right. Alerts without their undos are found again.
+                await self.bus.send(alerts)
+                if undos:
+                    await self.bus.send(undos)
             except Exception as exc:  # the run is still recorded; the next finds it again
                 log.warning(
                     "reconciliation alerts and undos not sent (%s: %s)", type(exc).__name__, exc
