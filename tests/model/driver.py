@@ -377,6 +377,15 @@ class Domain:
             order, self.workflow, self.policy, INTAKE, at(0), None, self.routing(frozenset())
         )
         assert transition is not None, "nothing is drained at t=0"
+        first = self.workflow.steps[0]
+        if not first.waits:
+            # The intake claims only what the Scheduler's claim would run: with the first
+            # step's agents drained it stores the order nudged (`submission._claimed`).
+            drained = self.routing(frozenset(first.candidates))
+            refused = forward.start_claimed(
+                order, self.workflow, self.policy, INTAKE, at(0), None, drained
+            )
+            assert refused is None, "claimed at intake for a drained agent"
         effects = self._effects(transition, 0, "submitted, claimed at intake")
         assert effects is not None
         return effects
@@ -509,6 +518,7 @@ class Domain:
         in_line: bool | None = None,
         counted: bool = True,
         undone: bool | None = None,
+        drained: frozenset[str] = frozenset(),
     ) -> Effects | None:
         """The Supervisor's recover, with what `_settle` concluded about `key` (None: not
         asked; `undone`: what an applied undo key's answer says it did); an order whose
@@ -527,7 +537,13 @@ class Domain:
             process = line.released(process, at(now))
         asked = None if answer is None else outcome(answer, key or "", undone)
         transition = recover(
-            process, self.of(process), self.policy, at(now), count=counted, outcome=asked
+            process,
+            self.of(process),
+            self.policy,
+            at(now),
+            count=counted,
+            outcome=asked,
+            routing=self.routing(drained),
         )
         return self._effects(transition, now, "sweep", process, "recover")
 
@@ -579,41 +595,70 @@ class Domain:
         name: str,
         approved: bool | None,
         gone: bool = False,
+        drained: frozenset[str] = frozenset(),
     ) -> Effects | None:
-        """An event from outside, as the events route keeps it; None when it is refused
-        (the order is final, its version gone) or a repeat of one kept."""
+        """An event from outside, as the events route keeps it (with the current routing:
+        a step the event completes dispatches the next); None when it is refused (the
+        order is final, its version gone) or a repeat of one kept."""
         if gone:
             return None
         data = None if approved is None else {"approved": approved, "by": "reviewer"}
         try:
             transition = receive_event(
-                process, self.of(process), self.policy, event_id, name, data, at(now)
+                process,
+                self.of(process),
+                self.policy,
+                event_id,
+                name,
+                data,
+                at(now),
+                None,
+                self.routing(drained),
             )
         except (InvalidTransition, ValueError):
             return None
         return self._effects(transition, now, f"event {name}", process, "event")
 
     def approve(
-        self, process: OrderProcess, now: int, event_id: str, approved: bool, gone: bool = False
+        self,
+        process: OrderProcess,
+        now: int,
+        event_id: str,
+        approved: bool,
+        gone: bool = False,
+        drained: frozenset[str] = frozenset(),
     ) -> Effects | None:
         """An operator answers the approval the order is at (the approval route, no event
-        named); None when it is refused (none waits, the order is final) or a repeat."""
+        named; a rejection with a comment, which becomes its error); None when it is
+        refused (none waits, the order is final) or a repeat. Naming the approval the
+        order is at (the route's `event`) must do exactly the same."""
         if gone:
             return None
-        try:
-            transition = answer_approval(
+        workflow = self.of(process)
+        comment = None if approved else "out of stock"
+
+        def answer(event: str | None) -> Transition | None:
+            return answer_approval(
                 process,
-                self.of(process),
+                workflow,
                 self.policy,
                 event_id,
-                None,
+                event,
                 approved,
                 "op",
-                None,
+                comment,
                 at(now),
+                None,
+                self.routing(drained),
             )
+
+        try:
+            transition = answer(None)
         except (InvalidTransition, ValueError):
             return None
+        if transition is not None:
+            named = machine_events.approval_event(process, workflow, None)
+            assert answer(named) == transition, f"the approval {named} named did otherwise"
         return self._effects(transition, now, "approval", process, "event")
 
     def refuses_malformed(self, process: OrderProcess, now: int) -> bool:
@@ -651,17 +696,42 @@ class Domain:
             return False
         return True
 
-    def migrate(self, process: OrderProcess, now: int, gone: bool = False) -> Effects | None:
-        """An operator moves the order to the other version; None when it refuses."""
+    def migrate(
+        self, process: OrderProcess, now: int, gone: bool = False, to_version: int | None = None
+    ) -> Effects | None:
+        """An operator moves the order to `to_version` (None: the other version); None
+        when it refuses."""
         if gone:
             return None
         source = self.of(process)
-        target = self.target if source is self.workflow else self.workflow
+        target = self._target(source, to_version)
         try:
             transition = migrate_rules.migrate(process, source, target, at(now))
         except InvalidTransition:
             return None
         return self._effects(transition, now, f"migrate to v{target.version}", process, "migrate")
+
+    def _target(self, source: Workflow, to_version: int | None) -> Workflow:
+        if to_version is not None:
+            return self.versions[to_version]
+        return self.target if source is self.workflow else self.workflow
+
+    def refuses_shorter(self, process: OrderProcess, now: int) -> bool:
+        """A migrate to a version with fewer steps than the order has done (a deploy that
+        dropped steps from the workflow's end) is refused, single (409) and in bulk
+        (`bulk.refusal`: skipped), changing nothing."""
+        done = migrate_rules.done_so_far(process)
+        if done < 2 or process.state.process_state.is_final:
+            return True
+        source = self.of(process)
+        shorter = dataclasses.replace(source, steps=source.steps[: done - 1], version=9)
+        if bulk.refusal(BulkAction.MIGRATE, process, source, shorter) is None:
+            return False
+        try:
+            migrate_rules.migrate(process, source, shorter, at(now))
+        except migrate_rules.IncompatibleVersions:
+            return True
+        return False
 
     def heartbeat(self, process: OrderProcess, request: Request, now: int) -> Effects | None:
         """A step heartbeat from the agent running `request`."""
@@ -682,24 +752,31 @@ class Domain:
         return self._effects(transition, now, "held by a limit", process, "hold")
 
     def bulk(
-        self, process: OrderProcess, action: str, now: int, gone: bool = False
+        self,
+        process: OrderProcess,
+        action: str,
+        now: int,
+        gone: bool = False,
+        to_version: int | None = None,
     ) -> Effects | None:
         """A bulk job's action on this order (`bulk._act`): skipped (None) unless the
         job's filter and `matches` select it, then the single action. A migrate's
-        target is the other version."""
+        target is the job's `to_version` (None: the other version); an order already
+        there is skipped (`incompatibility`)."""
         kind = BulkAction(action)
         source = None if gone else self.of(process)
         target = None
         if kind is BulkAction.MIGRATE and source is not None:
-            target = self.target if source is self.workflow else self.workflow
+            target = self._target(source, to_version)
         if not bulk.matches(kind, BULK_FILTER, process, source, target):
             return None
+        if kind is BulkAction.MIGRATE:
+            return self.migrate(process, now, gone, to_version)
         single = {
             BulkAction.CANCEL: self.cancel,
             BulkAction.SUSPEND: self.suspend,
             BulkAction.RESUME: self.resume,
             BulkAction.RESUBMIT: self.resubmit,
-            BulkAction.MIGRATE: self.migrate,
         }[kind]
         return single(process, now, gone)
 

@@ -320,6 +320,16 @@ def refused_held(world: World) -> str | None:
     return f"{what}, held without an alert naming {', '.join(named)}: {world.just_alerted}"
 
 
+def drained(world: World) -> str | None:
+    """A drained agent gets no new dispatch (docs/contract.md, the drain route): its
+    steps go to an alternative or wait Pending; only undos still go to the agent that did
+    the step."""
+    for request in world.just_sent:
+        if not request.undo and request.agent in world.drained:
+            return f"{request.describe()} dispatched to {request.agent}, which is drained"
+    return None
+
+
 INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("undo-while-live", undo_while_live),
     Invariant("second-provider", second_provider),
@@ -334,6 +344,7 @@ INVARIANTS: tuple[Invariant[World], ...] = (
     Invariant("final-only", final_only),
     Invariant("one-id-one-message", one_id_one_message),
     Invariant("refused-held", refused_held),
+    Invariant("drained", drained),
 )
 
 _ROUTINE = ("claim", "deliver", "arrive", "serve", "apply", "time", "nudge")

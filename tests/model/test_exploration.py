@@ -18,7 +18,7 @@ import pytest
 
 from shared.domain.model import ExhaustedPolicy
 from shared.domain.workflow import StepKind
-from tests.model import liveness, report
+from tests.model import liveness, report, starts
 from tests.model.explorer import explore
 from tests.model.invariants import INVARIANTS, signature
 from tests.model.known import known
@@ -89,6 +89,46 @@ CI = [
     pytest.param("intake", INTAKE, SETUPS["reviewed-order/hold"], 5, id="intake-reviewed-depth-5"),
     pytest.param("refusals", REFUSALS, SETUPS[REFUSALS_SETUP], 9, id="refusals-depth-9"),
 ]
+WALKED = [
+    pytest.param(
+        "pivot",
+        BOUNDS["pivot"],
+        SETUPS["express-delivery/hold"],
+        4,
+        starts.CHARGE_RUNNING,
+        id="pivot-from-charge-running-depth-4",
+    ),
+    pytest.param(
+        "lost-saves",
+        BOUNDS["lost-saves"],
+        SETUPS["order-fulfilment/compensate"],
+        6,
+        starts.SECONDARY_DUE,
+        id="lost-saves-from-secondary-due-depth-6",
+    ),
+    pytest.param(
+        "lost-saves",
+        BOUNDS["lost-saves"],
+        SETUPS["order-fulfilment/hold/shared-keys"],
+        6,
+        starts.CHARGE_RUNNING,
+        id="lost-saves-shared-keys-from-charge-running-depth-6",
+    ),
+    pytest.param(
+        "early-event",
+        BOUNDS["early-event"],
+        SETUPS["reviewed-order/hold"],
+        5,
+        starts.EVENT_KEPT,
+        id="early-event-from-event-kept-depth-5",
+    ),
+]
+"""Rules behind a long prefix, explored from a walked start (tests/model/starts.py):
+a cancel refused past express-delivery's pivot and a reply that dispatches a step whose
+agent is drained; a key abandoned by a sweep whose save lost, met by the retry
+(`operation-abandoned`) at one provider and then at the last one (no provider left);
+a shared key space's retry, which no agent pins; an event kept before its wait began,
+taken by the Supervisor when the wait's nudge is late."""
 DEEP = [
     pytest.param("core", CORE, DEFAULT, 12, id="core-depth-12"),
     pytest.param("failed-sends", FAILED_SENDS, DEFAULT, 8, id="failed-sends-depth-8"),
@@ -119,8 +159,8 @@ DEEP = [
 ]
 
 
-def check(name: str, bounds: Bounds, setup: Setup, depth: int) -> None:
-    model = OrderWorld(bounds, setup)
+def check(name: str, bounds: Bounds, setup: Setup, depth: int, walk: tuple[str, ...] = ()) -> None:
+    model = starts.Walked(bounds, setup, walk) if walk else OrderWorld(bounds, setup)
     invariants = (*INVARIANTS, liveness.invariant(setup))
     started = time.perf_counter()
     found = explore(model, invariants, depth, signature)
@@ -143,6 +183,13 @@ def test_no_interleaving_breaks_an_invariant(
     name: str, bounds: Bounds, setup: Setup, depth: int
 ) -> None:
     check(name, bounds, setup, depth)
+
+
+@pytest.mark.parametrize(("name", "bounds", "setup", "depth", "walk"), WALKED)
+def test_no_interleaving_from_a_walked_start_breaks_an_invariant(
+    name: str, bounds: Bounds, setup: Setup, depth: int, walk: tuple[str, ...]
+) -> None:
+    check(name, bounds, setup, depth, walk)
 
 
 @pytest.mark.slow

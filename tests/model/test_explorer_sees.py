@@ -14,11 +14,11 @@ from datetime import datetime
 import pytest
 
 from shared.domain.in_doubt import RemoteOutcome
-from shared.domain.machine import forward, operator
+from shared.domain.machine import dispatch, forward, operator
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
 from shared.domain.model import Notify, OrderProcess, Phase, ProcessState
 from shared.domain.workflow import Workflow
-from tests.model import driver, liveness
+from tests.model import driver, liveness, starts
 from tests.model.explorer import Invariant, explore, replay
 from tests.model.invariants import INVARIANTS, signature
 from tests.model.provider import KeyStatus, Provider
@@ -343,3 +343,19 @@ def test_a_resubmit_or_cancel_under_the_refused_key_is_seen(
 
 def test_an_order_held_on_a_refusal_reaches_its_right_end_once_the_provider_is_mended() -> None:
     assert _refusals("express-delivery/hold", 7) == []
+
+
+# --- a drained agent --------------------------------------------------------------------
+
+
+def test_a_drained_agent_given_a_dispatch_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the drained-step check made to find nothing, the charge's reply dispatches
+    express-delivery's pivot to the drained shipping agent: from the charge running
+    (tests/model/starts.py), three events."""
+    for module in (dispatch, forward):
+        monkeypatch.setattr(module, "drained_step", lambda *args: None)
+    setup = SETUPS["express-delivery/hold"]
+    model = starts.Walked(BOUNDS["pivot"], setup, starts.CHARGE_RUNNING)
+    found = explore(model, INVARIANTS, 3, signature)
+    (violation,) = (v for v in found.violations.values() if v.invariant == "drained")
+    assert violation.trace[-2:] == ("drain shipping", "deliver charge-payment@payment #1 ok")

@@ -166,6 +166,10 @@ class Bounds:
     The order is then held for an operator, who mends the provider (`_menders`: it
     still refuses that key, and answers a fresh one afresh) and resubmits or cancels,
     which sends the operation under a fresh key (docs/in-doubt.md)."""
+    lost_saves: bool = False
+    """May a Supervisor's sweep lose its save to another's (two instances checking the
+    order at once, `ConcurrencyConflict`) after its abandon went through at the service:
+    the key is abandoned there and the order does not know it?"""
     intake: bool = False
     """Does the order start at the intake's choice (issue #39): stored already claimed
     (within the burst), claimed and the intake dying between its insert and its sends,
@@ -247,6 +251,39 @@ BOUNDS = {
         events=1,
         intake=True,
     ),
+    "pivot": Bounds(
+        rejectable=frozenset(),
+        drainable=("shipping",),
+        operator=frozenset({"cancel", "drain", "undrain"}),
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=0,
+        late_applies=0,
+    ),
+    "lost-saves": Bounds(
+        rejectable=frozenset(),
+        drainable=(),
+        operator_actions=0,
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=0,
+        late_applies=0,
+        lost_saves=True,
+        outages=True,
+    ),
+    "early-event": Bounds(
+        rejectable=frozenset(),
+        drainable=("payment",),
+        operator=frozenset({"drain"}),
+        operator_actions=1,
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=1,
+        late_applies=0,
+    ),
     "lean": Bounds(
         rejectable=frozenset(),
         drainable=(),
@@ -299,7 +336,13 @@ environment only timeouts, the Supervisor's answers and one event, so it reaches
 operator. `deep` leaves it less still (a request is served at once or lost, every
 question is answered), to reach the end of every workflow's retries. `refusals` is
 `deep` with a declined charge, one event, one cancel or resubmit, and a service that
-refuses a retriable step or an undo for good, then is mended once the order is held."""
+refuses a retriable step or an undo for good, then is mended once the order is held.
+Three are meant for a walked start (tests/model/starts.py): `pivot` (a cancel once the
+pivot runs, the next step's agent drained when a reply dispatches it), `lost-saves` (a
+sweep that abandoned a key and lost its save, then an uncounted sweep in our outage:
+the order meets the abandon with its next request) and `early-event` (an event kept
+before its wait starts, the Supervisor taking it when the wait's nudge is late, the next
+step's agent drained)."""
 
 
 WINDOW = QUEUE_PROPERTIES.duplicate_detection_window_seconds
@@ -522,6 +565,8 @@ class OrderWorld:
         self._refusable = self.refusable if self.bounds.refusals else frozenset()
         self._malformed: set[Hashable] = set()
         """Shapes of the order (state, step, events kept) malformed events were tried on."""
+        self._shorter: set[Hashable] = set()
+        """Shapes of the order (state, step statuses) a shorter version was refused on."""
 
     def initial(self) -> World:
         if self.bounds.intake:
@@ -745,24 +790,32 @@ class OrderWorld:
             return
         if self.bounds.fair_share and not world.in_line and driver.in_line(world.process):
             # Promoted, its nudge lost: released and nudged (nothing asked).
-            effects = domain.sweep(world.process, world.now, None, in_line=False)
+            effects = domain.sweep(
+                world.process, world.now, None, in_line=False, drained=world.drained
+            )
             if effects is not None:
                 yield "sweep: promoted", self._take(world, effects, ())
             return
         if world.in_line:
-            return  # its turn has not come: the check moves to its hold, nothing changes
+            # Its turn has not come: the check moves to its hold (later than now, even
+            # once the hold passed), nothing changes.
+            if driver.in_line(world.process):
+                assert domain.sweep(world.process, world.now, None, in_line=True) is None
+            return
         if world.gone:
             held = domain.sweep(world.process, world.now, None, gone=True)
             assert held is not None
             yield "sweep: version gone", self._take(world, held, ())
             return
         if self.bounds.outages:
-            outage = domain.sweep(world.process, world.now, None, counted=False)
+            outage = domain.sweep(
+                world.process, world.now, None, counted=False, drained=world.drained
+            )
             if outage is not None:
                 yield "sweep in our outage", self._take(world, outage, ())
         question = domain.question(world.process, world.drained) if self.bounds.answers else None
         if question is None:
-            effects = domain.sweep(world.process, world.now, None)
+            effects = domain.sweep(world.process, world.now, None, drained=world.drained)
             if effects is not None:
                 yield "sweep", self._take(world, effects, ())
             return
@@ -770,9 +823,22 @@ class OrderWorld:
             return  # rescheduled to its ask-at: asked earlier, "never seen" is a guess
         for answer, asked, said in self._settled(world, question):
             undone = _undid(asked.provider.get(world.space(question.agent), question.key))
-            effects = domain.sweep(asked.process, world.now, answer, question.key, undone=undone)
+            effects = domain.sweep(
+                asked.process,
+                world.now,
+                answer,
+                question.key,
+                undone=undone,
+                drained=world.drained,
+            )
             if effects is None:
                 continue
+            if self.bounds.lost_saves and asked.provider != world.provider:
+                lost = (said, "  its save lost to another Supervisor's: the order is unchanged")
+                yield (
+                    f"sweep: {answer.value}, save lost",
+                    replace(world, provider=asked.provider, notes=lost),
+                )
             told = asked.told_not_applied
             space = world.space(question.agent)
             final = not asked.in_window(question.agent, question.key)
@@ -815,6 +881,12 @@ class OrderWorld:
             # A deploy, not a move on the order: free, like a resume.
             back = ("the version is back in the catalogue",)
             yield "restore the version", replace(world, gone=False, notes=back)
+        if "migrate" in allowed and not (world.gone or world.archived):
+            state = world.process.state
+            shape = (state.process_state, tuple(s.status for s in world.process.steps))
+            if shape not in self._shorter:
+                self._shorter.add(shape)
+                assert self.domain.refuses_shorter(world.process, world.now), shape
         if world.operator_moves >= self.bounds.operator_actions or world.archived:
             return
         moved = replace(world, operator_moves=world.operator_moves + 1)
@@ -833,9 +905,14 @@ class OrderWorld:
             if effects is not None:
                 yield name, self._take(world if name == "resume" else moved, effects, ())
         for action in sorted(self.bounds.bulk):
-            effects = domain.bulk(world.process, action, world.now, world.gone)
-            if effects is not None:
-                yield f"bulk {action}", self._take(moved, effects, ())
+            # A migrate job moves its filter's orders to one version: one job per version,
+            # so the order already there is the job's to skip.
+            targets = sorted(domain.versions) if action == "migrate" else [None]
+            for to in targets:
+                effects = domain.bulk(world.process, action, world.now, world.gone, to)
+                if effects is not None:
+                    label = f"bulk {action}" if to is None else f"bulk {action} to v{to}"
+                    yield label, self._take(moved, effects, ())
         if driver.finished(world.process) is not None:
             return
         for agent in self.bounds.drainable:
@@ -873,6 +950,18 @@ class OrderWorld:
         """An outside system's events: each event the workflow waits for (an approval
         approved or rejected), at any moment, early or late, and a repeat of the last
         one sent (same id)."""
+        approvals = self.bounds.operator_approvals and self.domain.approvals
+        if approvals and driver.finished(world.process) and not world.archived:
+            # The approval route on a final order: refused (409), nothing changes.
+            assert self.domain.approve(world.process, world.now, "x-5", True) is None
+        if approvals and world.events_sent and not driver.finished(world.process):
+            # The operator answers again under the first event's id (kept): changes
+            # nothing (the first answer stands), whatever the event budget says.
+            again = self.domain.approve(
+                world.process, world.now, "e-1", True, world.gone, world.drained
+            )
+            if again is not None:
+                yield "operator approves again (e-1)", self._take(world, again, ())
         if world.events_sent >= self.bounds.events or driver.finished(world.process):
             return
         gone = world.gone
@@ -883,26 +972,32 @@ class OrderWorld:
                 (True, False) if name in self.domain.approvals else (None,)
             )
             for approved in choices:
-                effects = self.domain.event(world.process, world.now, fresh, name, approved, gone)
+                effects = self.domain.event(
+                    world.process, world.now, fresh, name, approved, gone, world.drained
+                )
                 if effects is None:
                     continue
                 how = "" if approved is None else " approved" if approved else " rejected"
                 yield f"event {name}{how} ({fresh})", self._take(counted, effects, ())
-        if self.bounds.operator_approvals and self.domain.approvals:
+        if approvals:
             state = world.process.state
             shape = (state.process_state, state.current_step, len(state.events))
             if not gone and shape not in self._malformed:
                 self._malformed.add(shape)
                 assert self.domain.refuses_malformed(world.process, world.now), shape
             for approved in (True, False):
-                effects = self.domain.approve(world.process, world.now, fresh, approved, gone)
+                effects = self.domain.approve(
+                    world.process, world.now, fresh, approved, gone, world.drained
+                )
                 if effects is not None:
                     how = "approves" if approved else "rejects"
                     yield f"operator {how} ({fresh})", self._take(counted, effects, ())
         if world.events_sent:
             last = f"e-{world.events_sent}"
             for name in self.domain.events:
-                again = self.domain.event(world.process, world.now, last, name, True, gone)
+                again = self.domain.event(
+                    world.process, world.now, last, name, True, gone, world.drained
+                )
                 if again is not None:  # a repeat must change nothing
                     yield f"event {name} again ({last})", self._take(counted, again, ())
 

@@ -31,6 +31,7 @@ from shared.domain.model import (
     StepRecord,
     StepStatus,
 )
+from shared.domain.routing import PRIMARY_ONLY, Routing
 from shared.domain.workflow import OnDeadline, StepKind, Workflow
 
 
@@ -43,6 +44,7 @@ def recover(
     *,
     count: bool = True,
     outcome: RemoteOutcome | None = None,
+    routing: Routing = PRIMARY_ONLY,
 ) -> Transition | None:
     """The Supervisor's move for an order whose complete-by has passed; None if it has not.
 
@@ -55,12 +57,16 @@ def recover(
     `outcome` is what the step's provider said about the in-doubt key (None: not asked);
     it settles the key only as far as it proves (machine/settle.py). A compensation that
     waits for a step to settle counts nothing: it is waiting on evidence, not failing.
+
+    `routing`: the agents' health and drains now. A wait whose deadline passes (a timer
+    fired, a kept event taken) dispatches the next step here, which, like the Scheduler's
+    dispatch, must not go to a drained agent.
     """
     complete_by = next_complete_by(process, policy)
     if complete_by is None or complete_by > now:
         return None
     state = process.state
-    b = Builder(process, now, cause)
+    b = Builder(process, now, cause, routing)
     b.workflow = workflow
     if state.process_state is ProcessState.PENDING:
         b.set(locked_by=None)

@@ -23,6 +23,7 @@ from shared.domain.machine.recovery import (
 )
 from shared.domain.machine.transition import Transition
 from shared.domain.model import OrderProcess, ProcessState
+from shared.domain.routing import PRIMARY_ONLY
 from shared.ports import (
     BusUnavailable,
     ConcurrencyConflict,
@@ -288,8 +289,10 @@ async def _check(
     counted = complete_by is None or not in_outage(complete_by)
     outcome = None
     doubt = None
-    if queries is not None and counted and complete_by is not None and complete_by <= now:
-        routing = await deps.current_routing()
+    due = complete_by is not None and complete_by <= now
+    # Only a due order's recovery may dispatch (a wait's deadline): a first look reads nothing.
+    routing = await deps.current_routing() if due else PRIMARY_ONLY
+    if queries is not None and counted and due:
         exhausting = exhaustion_undoes(process, workflow, deps.policy)
         doubt = in_doubt.question(process, workflow, routing, exhausting=exhausting)
     if doubt is not None:
@@ -300,7 +303,9 @@ async def _check(
             return
         assert queries is not None
         outcome = await _settle(queries, doubt)
-    transition = recover(process, workflow, deps.policy, now, count=counted, outcome=outcome)
+    transition = recover(
+        process, workflow, deps.policy, now, count=counted, outcome=outcome, routing=routing
+    )
     if transition is None:
         check_at = next_check(process, workflow, deps.policy, now)
         if check_at is not None:
