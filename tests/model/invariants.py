@@ -135,8 +135,8 @@ def watched(world: World) -> str | None:
     process = world.process
     if not world.domain.watched(process, world.now):
         return f"not watched at t={world.now}: {driver.describe(process)}"
-    if process.state.process_state.is_at_rest:
-        return None
+    if process.state.process_state.is_at_rest or world.deciding:
+        return None  # held or finished; or not yet stored
     if world.watch is None:
         return f"off the watch list at t={world.now}: {driver.describe(process)}"
     due = _due_by(world)
