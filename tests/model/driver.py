@@ -58,7 +58,7 @@ from shared.domain.machine.heartbeat import extend_complete_by
 from shared.domain.machine.hold import hold_complete_by
 from shared.domain.machine.recovery import exhaustion_undoes, next_complete_by, recover
 from shared.domain.machine.settle import past_pivot
-from shared.domain.machine.transition import InvalidTransition, Transition
+from shared.domain.machine.transition import InvalidTransition, ProcessPolicy, Transition
 from shared.domain.machine.waits import wake
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
@@ -152,6 +152,19 @@ class Intake:
     """When the refused client comes back (its Retry-After)."""
 
 
+RECHECK = int(Customers.recheck.total_seconds())
+"""When the Supervisor looks at a promoted order (`Customers.release` moves its check up
+to then, before the promotion's nudge goes)."""
+
+
+def check_moved(when: datetime, watched_at: datetime | None) -> bool:
+    """Does `UnitOfWork._save` write the check again? Only where the change moved it from
+    the complete-by the order was read with: the entry may hold an earlier check written
+    by someone who knows more (a promotion), which the row's view would push out again.
+    (A module function so that test_explorer_sees can put the rule before 5ae03d5 back.)"""
+    return when != watched_at
+
+
 def at(tick: int) -> datetime:
     return T0 + timedelta(seconds=tick)
 
@@ -204,6 +217,18 @@ class Domain:
         self._plain = {k for s in self.steps for k in (s.do_key, s.undo_key) if k}
         """The operations' own keys: a reply names any other (a heal key) in its id."""
         self.versions = {w.version: w for w in (self.workflow, self.target)}
+        self.late_check = max(
+            int(self.policy.timeout(s, Priority.NORMAL).total_seconds())
+            for w in self.versions.values()
+            for s in w.steps
+            if not s.waits
+        )
+        """How far past the order's deadline its watch entry may be. The Scheduler's
+        changes write no check (a moving order keeps its entry, UnitOfWork rule 2), so a
+        step dispatched with a deadline before the entry the step before it left (a
+        shorter timeout after a migrate, a timer whose time has passed) is looked at up
+        to one step timeout late: accepted, bounded by the longest step timeout. A line's
+        hold (10 minutes) is far past it."""
 
     def of(self, process: OrderProcess) -> Workflow:
         """The version the order pins (the use cases' `find_workflow`)."""
@@ -223,7 +248,12 @@ class Domain:
         what: str,
         before: OrderProcess | None = None,
         rule: str | None = None,
+        *,
+        check: bool = False,
     ) -> Effects | None:
+        """`check`: the use case hands the unit of work the order's next check (an
+        operator's action or an outside event, `operator._change`); the Scheduler's
+        changes hand it none."""
         if transition is None:
             return None
         if before is not None:
@@ -246,6 +276,7 @@ class Domain:
                 statuses.append(str(message.body["status"]))
         events = ", ".join(h.event for h in transition.history)
         summary = f"{what}: {events} -> {describe(transition.process)}"
+        rewatch, watch = self._watch(transition, now, before, check)
         return Effects(
             transition.process,
             tuple(requests),
@@ -254,7 +285,32 @@ class Domain:
             summary,
             tuple(statuses),
             tuple(words),
+            rewatch,
+            watch,
         )
+
+    def _watch(
+        self, transition: Transition, now: int, before: OrderProcess | None, check: bool
+    ) -> tuple[bool, int | None]:
+        """What the unit of work writes to the order's watch entry (`UnitOfWork._save`,
+        then `_rest`): the transition's own check, else the one the use case handed it,
+        written when it differs from the complete-by the order was read with (an entry
+        someone who knew more moved up stays); an order leaving a rest is watched at
+        that check or now; an order come to rest leaves the watch list. (False, None):
+        the entry stays as it was."""
+        process = transition.process
+        state = process.state
+        if transition.is_at_rest:
+            return True, None
+        when = transition.check_at
+        if when is None and check:
+            when = recovery.next_check(process, self.of(process), self.policy, at(now))
+        if transition.moves_rest:
+            return True, tick(when or state.updated_at)
+        watched_at = None if before is None else before.state.complete_by
+        if when is not None and check_moved(when, watched_at):
+            return True, tick(when)
+        return False, None
 
     def _request(self, message: Outgoing) -> Request:
         body = message.body
@@ -293,7 +349,14 @@ class Domain:
             transition = line.wait_in_line(transition, at(0))
         effects = self._effects(transition, 0, "submitted")
         assert effects is not None
-        return effects
+        return self._intake_watch(effects)
+
+    def _intake_watch(self, effects: Effects, look: int | None = None) -> Effects:
+        """The entry the intake writes before its insert (`submit_order`): its first look
+        at an order it claimed, else the order's next check (a line's hold)."""
+        if look is None:
+            look = self.next_check(effects.process, 0)
+        return dataclasses.replace(effects, rewatch=True, watch=look)
 
     def submit_other(
         self, process: OrderProcess, now: int, promoted_at: int | None, intake: Intake
@@ -388,14 +451,14 @@ class Domain:
             assert refused is None, "claimed at intake for a drained agent"
         effects = self._effects(transition, 0, "submitted, claimed at intake")
         assert effects is not None
-        return effects
+        return self._intake_watch(effects, self.first_look(effects.process))
 
     def start_nudged(self, notify: Notify) -> Effects:
         """The intake past its burst: Pending, with a nudge (`forward.start`)."""
         order = dataclasses.replace(ORDER, notify=notify)
         effects = self._effects(forward.start(order, self.workflow, at(0)), 0, "submitted")
         assert effects is not None
-        return effects
+        return self._intake_watch(effects)
 
     def first_look(self, process: OrderProcess) -> int:
         """When the Supervisor first looks at an order claimed at intake: the watch entry
@@ -415,7 +478,7 @@ class Domain:
         nudge = line.promotion(fairness.Promoted(process.order_id))
         effects = self._effects(Transition(process, (nudge,), ()), now, "promoted")
         assert effects is not None
-        return effects
+        return dataclasses.replace(effects, rewatch=True, watch=now + RECHECK)
 
     def claim(
         self, process: OrderProcess, now: int, drained: frozenset[str], gone: bool = False
@@ -545,7 +608,12 @@ class Domain:
             outcome=asked,
             routing=self.routing(drained),
         )
-        return self._effects(transition, now, "sweep", process, "recover")
+        effects = self._effects(transition, now, "sweep", process, "recover")
+        if effects is None or effects.rewatch:
+            return effects
+        # The entry it read, not written over by the save: moved to the next check.
+        check = self.next_check(effects.process, now)
+        return effects if check is None else dataclasses.replace(effects, rewatch=True, watch=check)
 
     def undelivered(self, process: OrderProcess, now: int) -> Effects | None:
         """The Scheduler's send failed after the save: the use case notes it."""
@@ -559,13 +627,14 @@ class Domain:
             transition = operator.cancel(process, self.of(process), self.policy, at(now))
         except InvalidTransition:
             return None
-        return self._effects(transition, now, "cancel", process)
+        return self._effects(transition, now, "cancel", process, check=True)
 
     def suspend(self, process: OrderProcess, now: int, gone: bool = False) -> Effects | None:
         if gone:
             return None  # the unit of work's check_at reads the workflow: 409
         try:
-            return self._effects(operator.suspend(process, at(now)), now, "suspend", process)
+            transition = operator.suspend(process, at(now))
+            return self._effects(transition, now, "suspend", process, check=True)
         except InvalidTransition:
             return None
 
@@ -574,7 +643,7 @@ class Domain:
             return None
         try:
             transition = operator.resume(process, self.policy, at(now))
-            return self._effects(transition, now, "resume", process)
+            return self._effects(transition, now, "resume", process, check=True)
         except InvalidTransition:
             return None
 
@@ -583,7 +652,7 @@ class Domain:
             return None
         try:
             transition = operator.resubmit(process, self.policy, at(now), workflow=self.of(process))
-            return self._effects(transition, now, "resubmit", process)
+            return self._effects(transition, now, "resubmit", process, check=True)
         except InvalidTransition:
             return None
 
@@ -617,7 +686,7 @@ class Domain:
             )
         except (InvalidTransition, ValueError):
             return None
-        return self._effects(transition, now, f"event {name}", process, "event")
+        return self._effects(transition, now, f"event {name}", process, "event", check=True)
 
     def approve(
         self,
@@ -659,7 +728,7 @@ class Domain:
         if transition is not None:
             named = machine_events.approval_event(process, workflow, None)
             assert answer(named) == transition, f"the approval {named} named did otherwise"
-        return self._effects(transition, now, "approval", process, "event")
+        return self._effects(transition, now, "approval", process, "event", check=True)
 
     def refuses_malformed(self, process: OrderProcess, now: int) -> bool:
         """The events route refuses, changing nothing, an event the workflow never waits
@@ -709,7 +778,9 @@ class Domain:
             transition = migrate_rules.migrate(process, source, target, at(now))
         except InvalidTransition:
             return None
-        return self._effects(transition, now, f"migrate to v{target.version}", process, "migrate")
+        return self._effects(
+            transition, now, f"migrate to v{target.version}", process, "migrate", check=True
+        )
 
     def _target(self, source: Workflow, to_version: int | None) -> Workflow:
         if to_version is not None:
@@ -937,6 +1008,12 @@ def later_version(workflow: Workflow) -> Workflow:
         for s in workflow.steps
     )
     return dataclasses.replace(workflow, steps=steps, version=workflow.version + 1)
+
+
+def deadline(process: OrderProcess, policy: ProcessPolicy) -> int | None:
+    """The order's next deadline (`recovery.next_complete_by`), as a tick."""
+    when = next_complete_by(process, policy)
+    return None if when is None else tick(when)
 
 
 def finished(process: OrderProcess) -> str | None:

@@ -8,8 +8,10 @@
    runs at the other).
 2. second-provider: no do goes to a second service while the step's do at another is
    live and unsettled, or in force there: the step would take effect twice.
-3. watched: an order that is not held or finished has a next check, so the Supervisor
-   finds it.
+3. watched: an order that is not held or finished has a next check, and the watch
+   entry the store holds (as the real writes leave it, not the row's view of it) is due
+   no later than that: its deadline, or the ask-at of a step in doubt; an order promoted
+   in its customer's line, the promotion's check.
 4. net-effect: once the order is final and no request sent for it can apply any more,
    the services agree with it: Processed has each step in force at exactly one service;
    Compensated and Cancelled have nothing in force anywhere. A late apply whose success
@@ -130,9 +132,35 @@ def in_force(world: World, step: driver.Step) -> list[str]:
 
 
 def watched(world: World) -> str | None:
-    if world.domain.watched(world.process, world.now):
+    process = world.process
+    if not world.domain.watched(process, world.now):
+        return f"not watched at t={world.now}: {driver.describe(process)}"
+    if process.state.process_state.is_at_rest or world.deciding:
+        return None  # held or finished; or not yet stored
+    if world.watch is None:
+        return f"off the watch list at t={world.now}: {driver.describe(process)}"
+    due = _due_by(world)
+    if due is None or world.watch <= due + world.domain.late_check:
         return None
-    return f"not watched at t={world.now}: {driver.describe(world.process)}"
+    return f"watched at t={world.watch}, after its check at t={due}: {driver.describe(process)}"
+
+
+def _due_by(world: World) -> int | None:
+    """The latest the order's watch entry may say: its deadline (or, its step in doubt,
+    the moment the Supervisor may ask about it); an order still in its customer's line
+    once promoted and not yet taken from it, the promotion's check (its nudge may be
+    lost). None: any entry."""
+    process = world.process
+    domain = world.domain
+    if driver.in_line(process):
+        if not world.promoting or world.promoted_at is None:
+            return None  # its turn has not come (its hold), or it was taken from the line
+        return world.promoted_at + driver.RECHECK
+    deadline = driver.deadline(process, domain.policy)
+    asked = domain.question(process, world.drained)
+    if deadline is not None and asked is not None:
+        deadline = max(deadline, asked.ask_at)
+    return deadline
 
 
 def wrong_effects(world: World) -> list[str]:

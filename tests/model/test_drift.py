@@ -32,6 +32,7 @@ import dataclasses
 import random
 from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import cast
 
 import pytest
@@ -154,16 +155,19 @@ def situations(setup: Setup) -> Iterator[World]:
 
 
 async def _store(
-    world: World, catalogue: Catalogue = CATALOGUE
+    world: World, catalogue: Catalogue = CATALOGUE, *, due: bool = True
 ) -> tuple[InMemoryStateStore, ProcessDeps, FakeClock]:
+    """The order stored as the world has it. `due`: watched now, so a sweep reads it;
+    otherwise watched where the world's entry is (`World.watch`), so that what a use
+    case writes, or leaves, can be compared with the driver's."""
     store = InMemoryStateStore()
     clock = FakeClock(driver.at(world.now))
     domain = world.domain
     process = world.process
     await store.create(process, ())
-    check = domain.next_check(process, world.now)
+    check = domain.next_check(process, world.now) if due else world.watch
     if check is not None:
-        when = driver.at(min(check, world.now))
+        when = driver.at(min(check, world.now) if due else check)
         await store.watch(process.order_id, when, replace=True, version=process.state.version)
     routes = cast(RoutingSource, Routes(domain.routing(world.drained)))
     deps = ProcessDeps(
@@ -187,7 +191,8 @@ def _same(world: World, what: str, real: OrderProcess, effects: object) -> None:
 
 
 async def _watched(world: World, store: InMemoryStateStore, process: OrderProcess) -> None:
-    """The entries written: a moving order is due no later than its next deadline."""
+    """The entries written: a moving order is due no later than its next deadline (by
+    more than `Domain.late_check`)."""
     if process.state.process_state.is_at_rest:
         return
     entry = store.watched().get(process.order_id)
@@ -196,9 +201,22 @@ async def _watched(world: World, store: InMemoryStateStore, process: OrderProces
     if deadline is not None and asked is not None:
         deadline = max(deadline, driver.at(asked.ask_at))  # asked earlier it would guess
     assert entry is not None, f"not watched: {driver.describe(process)}"
-    assert deadline is None or entry <= deadline, (
+    late = timedelta(seconds=world.domain.late_check)
+    assert deadline is None or entry <= deadline + late, (
         f"watched at {entry.isoformat()}, after its deadline {deadline.isoformat()}: "
         f"{driver.describe(process)}"
+    )
+
+
+def _wrote(world: World, what: str, store: InMemoryStateStore, effects: Effects | None) -> None:
+    """The watch entry the use case left is the one the driver's change leaves
+    (`Effects.rewatch`): the world judges `watched` on it."""
+    entry = store.watched().get(driver.ORDER.order_id)
+    real = None if entry is None else driver.tick(entry)
+    expected = world.watch if effects is None or not effects.rewatch else effects.watch
+    assert real == expected, (
+        f"{what} at t={world.now} from {driver.describe(world.process)} watched at "
+        f"t={world.watch}: the use case left the entry at {real}, the driver at {expected}"
     )
 
 
@@ -206,22 +224,21 @@ async def _check(world: World) -> int:
     domain = world.domain
     compared = 0
     if world.due_nudges:
-        store, deps, _ = await _store(world)
+        store, deps, _ = await _store(world, due=False)
         await scheduler.on_nudge(deps, driver.ORDER.order_id)
         real = await _stored(store)
-        _same(world, "nudge", real, domain.claim(world.process, world.now, world.drained))
+        claimed = domain.claim(world.process, world.now, world.drained)
+        _same(world, "nudge", real, claimed)
+        _wrote(world, "nudge", store, claimed)
         await _watched(world, store, real)
         compared += 1
     for reply in sorted(world.replies):
-        store, deps, _ = await _store(world)
+        store, deps, _ = await _store(world, due=False)
         await scheduler.on_reply(deps, domain.message(reply))
         real = await _stored(store)
-        _same(
-            world,
-            f"reply {reply.describe()}",
-            real,
-            domain.reply(world.process, reply, world.now, world.drained),
-        )
+        taken = domain.reply(world.process, reply, world.now, world.drained)
+        _same(world, f"reply {reply.describe()}", real, taken)
+        _wrote(world, f"reply {reply.describe()}", store, taken)
         await _watched(world, store, real)
         compared += 1
     if domain.due(world.process, world.now):
@@ -235,6 +252,8 @@ async def _check(world: World) -> int:
             real = await _stored(store)
             expected = _driver_sweep(world)
             _same(world, "sweep", real, expected)
+            if expected is not None:
+                _wrote(world, "sweep", store, expected)
             await _watched(world, store, real)
             compared += 1
     return compared
@@ -245,7 +264,7 @@ def _driver_sweep(world: World) -> Effects | None:
     model = OrderWorld(UNMIGRATED, world.domain.setup)
     for label, after in model._supervisor(world):
         if label != "sweep: no-answer":
-            return Effects(after.process, (), (), (), label)
+            return Effects(after.process, (), (), (), label, rewatch=True, watch=after.watch)
     return None
 
 
@@ -282,21 +301,21 @@ _SINGLE: dict[str, Callable[[ProcessDeps, str, str], Awaitable[OrderProcess]]] =
 
 async def _operated(
     world: World, action: str, bulk: bool, catalogue: Catalogue = CATALOGUE
-) -> tuple[OrderProcess, bool]:
+) -> tuple[OrderProcess, bool, InMemoryStateStore]:
     """The order after the real use case, running on `catalogue`: a single action
     (refused: unchanged), or a bulk job's `_act` (skipped: unchanged). The flag: did it
-    act?"""
-    store, deps, _ = await _store(world, catalogue)
+    act? The store: its watch entry, read after."""
+    store, deps, _ = await _store(world, catalogue, due=False)
     order_id = driver.ORDER.order_id
     if bulk:
         job = BulkJob("b-1", BulkAction(action), driver.BULK_FILTER, 1, T0, T0)
         acted = await bulk_usecase._act(deps, job, order_id, replay=False)
-        return await _stored(store), acted is bulk_usecase.Acted.DONE
+        return await _stored(store), acted is bulk_usecase.Acted.DONE, store
     try:
         await _SINGLE[action](deps, order_id, "op")
     except InvalidTransition:
-        return await _stored(store), False
-    return await _stored(store), True
+        return await _stored(store), False, store
+    return await _stored(store), True, store
 
 
 def _expected(world: World, action: str, bulk: bool, gone: bool = False) -> Effects | None:
@@ -319,10 +338,11 @@ def test_the_operator_and_bulk_use_cases_do_what_the_driver_does(setup: Setup) -
         for world in _sampled(setup):
             for action in _SINGLE:
                 for bulk in (False, True):
-                    real, acted = await _operated(world, action, bulk)
+                    real, acted, store = await _operated(world, action, bulk)
                     expected = _expected(world, action, bulk)
                     what = f"{'bulk ' if bulk else ''}{action}"
                     _same(world, what, real, expected)
+                    _wrote(world, what, store, expected)
                     assert acted == (expected is not None) or not bulk, what
                     compared += 1
         return compared
@@ -344,7 +364,7 @@ def test_an_order_on_a_dropped_version_is_refused_and_held_as_the_driver_says(
             gone = dataclasses.replace(world, gone=True)
             for action in _SINGLE:
                 for bulk in (False, True):
-                    real, acted = await _operated(gone, action, bulk, dropped)
+                    real, acted, _ = await _operated(gone, action, bulk, dropped)
                     # A single suspend of a Suspended order changes nothing, refused or not.
                     what = f"{'bulk ' if bulk else ''}{action}: {driver.describe(world.process)}"
                     assert not (acted and bulk), what

@@ -38,7 +38,9 @@ OPS = BOUNDS["ops"]
 """A dropped version, bulk actions, reconciliation, archive and the id sent again, an
 operator's approval, a sweep in our own outage, and a neighbour order's keys."""
 FAIR = BOUNDS["fair"]
-"""The order waits in its customer's line behind another of its orders."""
+"""The order waits in its customer's line behind another of its orders; on
+reviewed-order, its review event may come while it waits, before or after its promotion
+(the watch entry a promotion moved up must stay, test_explorer_sees)."""
 LATE = BOUNDS["late"]
 """A late apply at a service without abandon, its reply coming after the key was settled,
 with a declined charge, an unanswered sweep and one operator move: the Scheduler's
@@ -82,6 +84,7 @@ CI = [
         for n in OPS_SETUPS
     ),
     pytest.param("fair", FAIR, DEFAULT, 6, id="fair-depth-6"),
+    pytest.param("fair", FAIR, SETUPS["reviewed-order/hold"], 4, id="fair-reviewed-depth-4"),
     pytest.param("late", LATE, SETUPS[LATE_SETUP], 10, id="late-depth-10"),
     pytest.param("late-far", LATE_FAR, SETUPS[LATE_SETUP], 12, id="late-far-depth-12"),
     pytest.param("large", BOUNDS["large"], SETUPS[LATE_SETUP], 9, id="large-depth-9"),

@@ -359,3 +359,63 @@ def test_a_drained_agent_given_a_dispatch_is_seen(monkeypatch: pytest.MonkeyPatc
     found = explore(model, INVARIANTS, 3, signature)
     (violation,) = (v for v in found.violations.values() if v.invariant == "drained")
     assert violation.trace[-2:] == ("drain shipping", "deliver charge-payment@payment #1 ok")
+
+
+# --- an order promoted in its customer's line (chaos c1-86cc-00133, 5ae03d5) -----------
+
+PROMOTED_EVENT_CLAIM = ("neighbour ends: promoted", "event review approved", "claim")
+"""reviewed-order in its customer's line: promoted (its check moved up, its nudge sent),
+its review event before the nudge, then the nudge's claim dispatching the reserve."""
+
+
+def _before_5ae03d5(monkeypatch: pytest.MonkeyPatch, *, claim: bool, save: bool) -> None:
+    """Put either half of 5ae03d5 back: the claim from the line naming no check
+    (forward.claim), and the unit of work writing a check the change left where it was
+    (the driver's copy of `UnitOfWork._save`; the drift test fails on the real one)."""
+    if claim:
+        monkeypatch.setattr(forward, "in_line", lambda process: False)
+    if save:
+        monkeypatch.setattr(driver, "check_moved", lambda when, watched_at: True)
+
+
+def _watched_traces(depth: int) -> list[tuple[str, ...]]:
+    model = OrderWorld(BOUNDS["fair"], SETUPS["reviewed-order/hold"])
+    found = explore(model, INVARIANTS, depth, signature)
+    violations = (v for v in found.violations.values() if v.invariant == "watched")
+    return sorted((v.trace for v in violations), key=len)
+
+
+def _claimed_after_the_event() -> str | None:
+    """`watched` on the order the chaos run lost: promoted, its event, its claim."""
+    model = starts.Walked(BOUNDS["fair"], SETUPS["reviewed-order/hold"], PROMOTED_EVENT_CLAIM)
+    world = model.initial()
+    assert world.process.state.process_state is ProcessState.PROCESSING
+    return next(i for i in INVARIANTS if i.name == "watched").check(world)
+
+
+def test_an_event_pushing_a_promoted_orders_check_back_to_its_hold_is_seen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both halves of 5ae03d5 undone: the event's save re-watches the promoted order at
+    the line's hold (two events), and after the claim its reserve runs with nothing
+    looking before the hold, the chaos run's order."""
+    _before_5ae03d5(monkeypatch, claim=True, save=True)
+    shortest = _watched_traces(3)[0]
+    assert shortest[0] == "neighbour ends: promoted"
+    assert shortest[1].startswith("event review")
+    assert len(shortest) == 2
+    assert (_claimed_after_the_event() or "").startswith("watched at t=600, after its check")
+
+
+def test_the_saves_half_alone_is_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unit of work writing the row's view back, the claim still naming its check:
+    the order promoted and re-watched at its hold is seen before any claim (its nudge
+    may be lost); the claim then moves the check up."""
+    _before_5ae03d5(monkeypatch, claim=False, save=True)
+    assert len(_watched_traces(3)[0]) == 2
+    assert _claimed_after_the_event() is None
+
+
+def test_with_5ae03d5_the_promoted_order_stays_watched() -> None:
+    assert _watched_traces(4) == []
+    assert _claimed_after_the_event() is None

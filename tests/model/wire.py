@@ -126,3 +126,8 @@ class Effects:
     """The status notifications it sent the client, in order."""
     alert_words: tuple[str, ...] = ()
     """Each alert's `lastError`, beside `alerts` (what an operator reads)."""
+    rewatch: bool = False
+    """Does the change write the order's watch entry? Otherwise the entry the store holds
+    stays as it was, whatever the row now says."""
+    watch: int | None = None
+    """What it writes there (None: the order leaves the watch list)."""

@@ -477,6 +477,13 @@ class World:
     """Not yet submitted: the intake's choice comes first (`Bounds.intake`)."""
     first_look: int | None = None
     """When the Supervisor first looks at an order claimed at intake (its watch entry)."""
+    promoting: bool = False
+    """Promoted, and neither claimed since nor released by the Supervisor: the promotion's
+    check (`Customers.release`) is what finds it if its nudge is lost."""
+    watch: int | None = None
+    """The order's watch entry as the store holds it (None: not on the watch list): what
+    the intake, a promotion, each change's unit of work and the Supervisor's reschedule
+    wrote (`Effects.rewatch`), which may differ from what the row says."""
     unsent: Effects | None = None
     """The intake's insert, its outbox never sent (the intake died): the Supervisor's
     check sends it while the order is as the intake stored it. Any later change replaces
@@ -608,6 +615,8 @@ class OrderWorld:
             world.posts,
             world.deciding,
             world.first_look,
+            world.watch,
+            world.promoting,
             world.unsent is not None,
             world.heard,
             world.process.order.notify,
@@ -653,8 +662,14 @@ class OrderWorld:
         return self._send(self._moved(world, effects), effects, notes, True)
 
     def _moved(self, world: World, effects: Effects) -> World:
+        watch = effects.watch if effects.rewatch else world.watch
         return replace(
-            world, process=effects.process, process_key=driver.key(effects.process), unsent=None
+            world,
+            process=effects.process,
+            process_key=driver.key(effects.process),
+            unsent=None,
+            watch=watch,
+            promoting=world.promoting and driver.in_line(effects.process),
         )
 
     def _send(
@@ -712,7 +727,7 @@ class OrderWorld:
     def _scheduler(self, world: World) -> Iterator[tuple[str, World]]:
         if world.due_nudges == 0:
             return
-        consumed = replace(world, due_nudges=world.due_nudges - 1)
+        consumed = replace(world, due_nudges=world.due_nudges - 1, promoting=False)
         effects = self.domain.claim(world.process, world.now, world.drained, world.gone)
         if effects is None:
             yield "nudge (stale)", replace(consumed, notes=("claim: nothing to do",))
@@ -777,7 +792,8 @@ class OrderWorld:
             return
         looked = world if world.gone else self._looked(world)
         failures = world.process.state.failure_count
-        for label, swept in self._sweeps(looked):
+        for label, taken in self._sweeps(looked):
+            swept = replace(taken, promoting=False)
             if looked.unsent is not None and swept.process.state.failure_count > failures:
                 flaw = "a timeout counted against a request the intake never sent"
                 yield label, replace(swept, flaw=flaw)
@@ -1057,9 +1073,10 @@ class OrderWorld:
         if not world.in_line:
             return
         promoted = self.domain.promoted(world.process, world.now)
-        left = replace(world, in_line=False, promoted_at=world.now)
+        left = replace(world, in_line=False, promoted_at=world.now, promoting=True)
         yield "neighbour ends: promoted", self._take(left, promoted, ())
-        lost = replace(left, notes=("promoted, its nudge lost",))
+        # Its check moved up first (`Customers.release`), then the nudge lost.
+        lost = replace(left, watch=promoted.watch, notes=("promoted, its nudge lost",))
         yield "neighbour ends: promoted, nudge lost", lost
 
     def _other_orders(self, world: World) -> Iterator[tuple[str, World]]:
@@ -1156,7 +1173,9 @@ class OrderWorld:
     def _looked(self, world: World) -> World:
         """The Supervisor's check: an order still as the intake stored it has its outbox
         sent again before anything is decided (the broker drops what already went)."""
-        looked = replace(world, first_look=None)
+        check = self.domain.next_check(world.process, world.now)
+        watch = world.watch if check is None else check  # rescheduled to its next check
+        looked = replace(world, first_look=None, watch=watch)
         unsent = world.unsent
         if unsent is None or not self.domain.as_stored_by_intake(world.process, world.now):
             return looked
