@@ -40,6 +40,44 @@ abandon (`operation-abandoned`) and moved to payment-secondary, whose request is
 past its complete-by and its ask-at."""
 
 
+REFUND_FOUND_NOTHING = (
+    *CHARGE_RUNNING,
+    "arrive charge",
+    "cancel",
+    "time",
+    "time",
+    "sweep: no-answer",
+    "time",
+    "sweep: no-answer",
+    "claim",
+    "serve refund",
+    "deliver refund",
+)
+"""`order-fulfilment/hold/no-abandon`: the charge held past its live time at payment (no
+abandon), a cancel, both sweeps unanswered, so the key expired and the refund went and
+found nothing to undo; the charge may still apply late. Its reply makes the Scheduler
+send the undo under the heal key (told-late), and reconciliation over the cancelled order
+then asks that heal key what it did."""
+
+
+SECONDARY_SERVED = (
+    *CHARGE_RUNNING,
+    "arrive charge",
+    "time",
+    "time",
+    "time",
+    "sweep: not-applied",
+    "time",
+    "claim",
+    "serve charge",
+    "deliver charge",
+)
+"""`order-fulfilment/hold/no-abandon`: the charge held past its live time at payment (no
+abandon), the sweep's answer not applied, the retry served at payment-secondary and its
+reply taken; the shipment's request is on its way. Reconciliation over the Processed
+order asks payment, the provider the order moved away from, too."""
+
+
 class Walked(OrderWorld):
     """The model from the state its walk reaches."""
 

@@ -125,13 +125,32 @@ WALKED = [
         starts.EVENT_KEPT,
         id="early-event-from-event-kept-depth-5",
     ),
+    pytest.param(
+        "late",
+        LATE,
+        SETUPS[LATE_SETUP],
+        8,
+        starts.REFUND_FOUND_NOTHING,
+        id="late-from-refund-found-nothing-depth-8",
+    ),
+    pytest.param(
+        "late",
+        LATE,
+        SETUPS[LATE_SETUP],
+        6,
+        starts.SECONDARY_SERVED,
+        id="late-from-secondary-served-depth-6",
+    ),
 ]
 """Rules behind a long prefix, explored from a walked start (tests/model/starts.py):
 a cancel refused past express-delivery's pivot and a reply that dispatches a step whose
 agent is drained; a key abandoned by a sweep whose save lost, met by the retry
 (`operation-abandoned`) at one provider and then at the last one (no provider left);
 a shared key space's retry, which no agent pins; an event kept before its wait began,
-taken by the Supervisor when the wait's nudge is late."""
+taken by the Supervisor when the wait's nudge is late; reconciliation over an order
+whose heal was served, asking the heal key, and over a Processed order whose retry
+moved to payment-secondary, asking payment too (`reconcile._held`, `_settled`): a run
+from the order's start reaches neither within the CI bounds."""
 DEEP = [
     pytest.param("core", CORE, DEFAULT, 12, id="core-depth-12"),
     pytest.param("failed-sends", FAILED_SENDS, DEFAULT, 8, id="failed-sends-depth-8"),
