@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from chaos.model import Effect, InvariantResult, Observations, SentEvent
 from devhost.simulator.judge import InForce, OrderToJudge, Step, in_force, judge
 from shared.domain.failures import missed_complete_by
-from shared.domain.limits import AgentLimits, calls_allowed
+from shared.domain.limits import calls_allowed
 from shared.domain.machine.dispatch import heal_key
 from shared.domain.machine.forward import APPLIED_AFTER_SETTLED
 from shared.domain.model import HistoryEntry, Notify, ProcessState
@@ -843,7 +843,7 @@ def own_limits_hold(obs: Observations) -> InvariantResult:
 
 
 def _allowed(rate: int) -> int:
-    return calls_allowed(AgentLimits(calls_per_second=rate))
+    return calls_allowed(rate)
 
 
 def rest_index_agrees_with_state_rows(obs: Observations) -> InvariantResult:

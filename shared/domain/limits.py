@@ -65,25 +65,24 @@ class AgentLimits:
         10/s), the guard band costs throughput: 2.5 calls a second at 3/s, 4.17 at 5/s,
         9.17 at 10/s (docs/limits.md)."""
         rate = self.calls_per_second
-        if rate is None:
-            return None
-        paced = SECOND * ((1 + MARGIN) / rate)
-        guarded = (SECOND + LATE + TRIP) / calls_allowed(self)
-        return max(paced, guarded)
+        return None if rate is None else _gap(rate)
 
 
-def calls_allowed(limits: AgentLimits) -> int:
+def _gap(rate: float) -> timedelta:
+    paced = SECOND * ((1 + MARGIN) / rate)
+    guarded = (SECOND + LATE + TRIP) / calls_allowed(rate)
+    return max(paced, guarded)
+
+
+def calls_allowed(rate: float) -> int:
     """The most calls the contract lets a provider see in any one second:
     `callsPerSecond` plus 10%, in whole calls, so floor(callsPerSecond * 1.1): 3 at 3/s,
     5 at 5/s, 11 at 10/s, 2 at 2.5/s (contract section 14); one below 1/s, where no
-    second may hold two. 0 without a rate limit."""
-    rate = limits.calls_per_second
-    if rate is None:
-        return 0
+    second may hold two."""
     return max(1, math.floor(rate * 11 / 10 + 1e-9))
 
 
-def lateness_allowed(limits: AgentLimits) -> timedelta:
+def lateness_allowed(rate: float) -> timedelta:
     """How long after its slot a call may still start: what the gaps leave of the guard
     band once TRIP is set aside. That is LATE wherever the guard band sets the gap (from
     1/s up), more where the rate's own spacing is wider (1 s at 0.5/s). The first and
@@ -96,19 +95,17 @@ def lateness_allowed(limits: AgentLimits) -> timedelta:
     than this pays a booking and a hold per late call (usecases/flow/rate_slot.py),
     never a call too many, and never a failure: the wait for the new slot is the
     limit's."""
-    gap = limits.gap
-    if gap is None:
-        return timedelta(0)
-    return max(gap * calls_allowed(limits) - SECOND - TRIP, timedelta(0))
+    return max(_gap(rate) * calls_allowed(rate) - SECOND - TRIP, timedelta(0))
 
 
 def slot_still_usable(slot: datetime, now: datetime, limits: AgentLimits) -> bool:
     """Whether a call may start now in a slot taken earlier (a slot booked for it, or
     one a handed-back request carries, usecases/flow/rate_slot.py): until
     `lateness_allowed` past it. Later, the caller books another slot instead."""
-    if limits.gap is None:
+    rate = limits.calls_per_second
+    if rate is None:
         return False
-    return now <= slot + lateness_allowed(limits)
+    return now <= slot + lateness_allowed(rate)
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,8 @@ def stall_for(limits: AgentLimits) -> timedelta:
     once, the second's wakes too late for its slot and books again, the third's just in
     time, as late as a slot lets a call start (0.3 s at 10/s, the stall that put 13 in
     one second before slots were start windows)."""
-    assert limits.gap is not None
-    return 2 * limits.gap + lateness_allowed(limits) - timedelta(milliseconds=20)
+    assert limits.gap is not None and limits.calls_per_second is not None
+    return 2 * limits.gap + lateness_allowed(limits.calls_per_second) - timedelta(milliseconds=20)
 
 
 class StalledHost(SystemClock):
@@ -148,4 +148,4 @@ async def test_a_stalled_instance_does_not_crowd_the_others_calls_into_the_provi
 
     assert len(arrivals) == 2 * CALLS
     assert stalled.rebooked >= 1, "the stall made a call too late for its slot"
-    assert most_in_one_second(arrivals) <= calls_allowed(limits), "the limit plus 10%, whole calls"
+    assert most_in_one_second(arrivals) <= calls_allowed(rate), "the limit plus 10%, whole calls"
