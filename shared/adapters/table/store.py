@@ -1,4 +1,6 @@
-"""The state store on Azure Table Storage (azure-data-tables, async client).
+"""The state store on Azure Table Storage: single-entity requests (the writes and point
+reads of every order) on aiohttp directly (entities.py), queries, entity-group
+transactions and table creation through azure-data-tables' async client.
 
 An order's state, steps, outbox and latest history are one entity (see `table_rows`), so
 `load` is one point read and `save` one conditional write of it (If-Match on its ETag):
