@@ -1,9 +1,10 @@
 """What one fault-free order costs, per shipped workflow, pinned (bench/order_counts.py).
 
 The app's own functions run as the host calls them (tests/functions), on the real Table
-adapter over Azurite, so a table request is one HTTP request the SDK sent, classified
-from its method, path and If-Match header by a counting transport; the bus is the
-in-memory one, whose sends are the messages by queue. Each message is delivered to the
+adapter over Azurite, so a table request is one HTTP request sent, classified from its
+method, path and If-Match header by a counting transport (the SDK's requests) and by
+aiohttp's request tracing (the store's single-entity requests, which skip the SDK); the
+bus is the in-memory one, whose sends are the messages by queue. Each message is delivered to the
 function whose trigger binding names its queue; a message no function listens to
 (`order-status`) leaves the system. The counts are deterministic, so a change in either
 direction fails here and the pinned table is updated on purpose.
@@ -25,6 +26,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import aiohttp
 import azure.functions as func
 import pytest
 from azure.core.pipeline.transport import AioHttpTransport
@@ -37,6 +39,7 @@ from shared import bootstrap
 from shared.adapters.clock import FakeClock
 from shared.adapters.memory.store import InMemoryBus
 from shared.adapters.table import rest, rows
+from shared.adapters.table.entities import TableEntities
 from shared.adapters.table.store import TableStateStore
 from shared.contract import Queue
 from shared.domain.model import Outgoing, ProcessState
@@ -104,6 +107,29 @@ class CountingTransport(AioHttpTransport):  # type: ignore[misc]
             if partition is not None:
                 self.written[partition] += 1
         return await super().send(request, **kwargs)
+
+    def tracing(self) -> aiohttp.TraceConfig:
+        """The same counts for the requests the state store sends on aiohttp itself
+        (shared/adapters/table/entities.py): each one as it starts, an insert's
+        partition from its body as it goes out."""
+        trace = aiohttp.TraceConfig()
+
+        async def started(_: Any, __: Any, sent: aiohttp.TraceRequestStartParams) -> None:
+            if self.counting:
+                url = str(sent.url)
+                self.counts[request_kind(sent.method, url, sent.headers.get("If-Match"))] += 1
+                if sent.method != "POST" and (found := written_partition(sent.method, url, None)):
+                    self.written[found] += 1
+
+        async def body(_: Any, __: Any, sent: aiohttp.TraceRequestChunkSentParams) -> None:
+            if self.counting and sent.method == "POST":
+                found = written_partition(sent.method, str(sent.url), sent.chunk)
+                if found is not None:
+                    self.written[found] += 1
+
+        trace.on_request_start.append(started)
+        trace.on_request_chunk_sent.append(body)
+        return trace
 
 
 @dataclass
@@ -184,7 +210,9 @@ async def run(azurite_table_port: int) -> AsyncIterator[Run]:
     connection = azurite_connection_string(azurite_table_port)
     transport = CountingTransport()
     service = TableServiceClient.from_connection_string(connection, transport=transport)
-    store = TableStateStore(service, f"t{uuid.uuid4().hex[:20]}")
+    name = f"t{uuid.uuid4().hex[:20]}"
+    store = TableStateStore(service, name)
+    store._entities = TableEntities.of(service, name, trace_configs=[transport.tracing()])
     await store.ensure_table()
     bus, clock = InMemoryBus(), FakeClock()
     remotes = {name: ScriptedRemote() for name in AGENTS}

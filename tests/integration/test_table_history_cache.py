@@ -2,9 +2,10 @@
 the same ETag string.
 
 Table ETags are the entity's timestamp (W/"datetime'...'"), so two entities written in
-one tick read alike. Azurite rarely ties on cue, so a thin client in front of it makes
-every ETag read the same string and turns it back into the entity's real one on a
-write: the conditions the service checks stay real.
+one tick read alike. Azurite rarely ties on cue, so a thin layer in front of the store's
+single-entity requests (shared/adapters/table/entities.py) makes every ETag read the
+same string and turns it back into the entity's real one on a write: the conditions the
+service checks stay real.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from azure.data.tables.aio import TableClient, TableServiceClient
+from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.clock import FakeClock
+from shared.adapters.table.entities import TableEntities
 from shared.adapters.table.store import TableStateStore
 from shared.domain.machine import forward
 from shared.domain.machine.forward import start
@@ -32,9 +34,9 @@ TIED = "W/\"datetime'2026-11-24T09%3A00%3A00.25Z'\""
 
 
 class TiedETags:
-    """A table client on which every entity's ETag reads `TIED`."""
+    """The store's single-entity requests, on which every entity's ETag reads `TIED`."""
 
-    def __init__(self, inner: TableClient) -> None:
+    def __init__(self, inner: TableEntities) -> None:
         self._inner = inner
         self._real: dict[tuple[str, str], str] = {}
 
@@ -45,33 +47,18 @@ class TiedETags:
         self._real[(str(entity["PartitionKey"]), str(entity["RowKey"]))] = etag
         return TIED
 
-    async def create_entity(self, entity: Any, **kwargs: Any) -> dict[str, Any]:
-        result = dict(await self._inner.create_entity(entity, **kwargs))
-        result["etag"] = self._tie(entity, result["etag"])
-        return result
+    async def insert(self, entity: Any) -> str:
+        return self._tie(entity, await self._inner.insert(entity))
 
-    async def update_entity(self, entity: Any, **kwargs: Any) -> dict[str, Any]:
-        if kwargs.get("etag") == TIED:
-            kwargs["etag"] = self._real[(str(entity["PartitionKey"]), str(entity["RowKey"]))]
-        result = dict(await self._inner.update_entity(entity, **kwargs))
-        result["etag"] = self._tie(entity, result["etag"])
-        return result
+    async def replace(self, entity: Any, if_match: str | None) -> str:
+        if if_match == TIED:
+            if_match = self._real[(str(entity["PartitionKey"]), str(entity["RowKey"]))]
+        return self._tie(entity, await self._inner.replace(entity, if_match))
 
-    async def get_entity(self, partition_key: str, row_key: str, **kwargs: Any) -> Any:
-        entity = await self._inner.get_entity(partition_key, row_key, **kwargs)
+    async def read(self, partition_key: str, row_key: str, select: Any = None) -> Any:
+        entity = await self._inner.read(partition_key, row_key, select)
         entity.metadata["etag"] = self._tie(entity, str(entity.metadata["etag"]))
         return entity
-
-
-class TiedService:
-    def __init__(self, inner: TableServiceClient) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    def get_table_client(self, table_name: str) -> TiedETags:
-        return TiedETags(self._inner.get_table_client(table_name))
 
 
 @pytest.fixture
@@ -79,7 +66,8 @@ async def tied_store(azurite_table_port: int) -> AsyncIterator[TableStateStore]:
     service = TableServiceClient.from_connection_string(
         azurite_connection_string(azurite_table_port)
     )
-    store = TableStateStore(TiedService(service), f"h{uuid.uuid4().hex[:20]}")  # type: ignore[arg-type]
+    store = TableStateStore(service, f"h{uuid.uuid4().hex[:20]}")
+    store._entities = TiedETags(store._entities)  # type: ignore[assignment]
     try:
         yield store
     finally:

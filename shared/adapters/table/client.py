@@ -20,6 +20,10 @@ Against an emulator (a connection string) idle connections are dropped after
 request sent on one as it closes fails "Server disconnected". azure-core retries only
 idempotent methods after that, so an upsert (MERGE) or a batch (POST) came back as a store
 failure. In Azure (an endpoint and a credential) the transport keeps aiohttp's default.
+
+The state store's single-entity requests (insert, replace, merge, delete, point read: the
+hot path of every order) do not go through this pipeline but are sent by entities.py,
+which keeps these timeouts, the retry, the emulator's keep-alive and `FailureCount`.
 """
 
 from __future__ import annotations

@@ -22,12 +22,11 @@ import zlib
 from collections.abc import Coroutine
 from typing import Any, Final, TypeVar, cast
 
-from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceModifiedError, ResourceNotFoundError
-from azure.data.tables import UpdateMode
 from azure.data.tables.aio import TableClient
 
 from shared.adapters.table import rows
+from shared.adapters.table.entities import TableEntities
 from shared.adapters.table.errors import translated_errors
 from shared.domain.model import Phase, ProcessState
 from shared.domain.rest_index import RestEntry, RestPage, RestRange
@@ -106,42 +105,40 @@ def to_entry(state: ProcessState, found: Any) -> RestEntry:
     )
 
 
-async def put(table: TableClient, entry: RestEntry) -> None:
+async def put(entities: TableEntities, entry: RestEntry) -> None:
     with translated_errors():
-        await table.upsert_entity(entity(entry), mode=UpdateMode.REPLACE)
+        await entities.replace(entity(entry), None)
 
 
 async def drop(
-    table: TableClient, state: ProcessState, order_id: str, key: str, below: int | None
+    entities: TableEntities, state: ProcessState, order_id: str, key: str, below: int | None
 ) -> None:
     """From the order's shard and from the legacy partition, at once (an order that
     came to rest before the shards may have its entry there)."""
     await _all(
         [
-            _drop(table, partition(state, order_id), key, below),
-            _drop(table, legacy(state), key, below),
+            _drop(entities, partition(state, order_id), key, below),
+            _drop(entities, legacy(state), key, below),
         ]
     )
 
 
-async def drop_legacy(table: TableClient, entry: RestEntry) -> None:
+async def drop_legacy(entities: TableEntities, entry: RestEntry) -> None:
     """The entry in the legacy partition, as read (a newer one is only ever written to
     a shard, so nothing there changes but by a delete)."""
-    await _drop(table, legacy(entry.state), entry.key, None)
+    await _drop(entities, legacy(entry.state), entry.key, None)
 
 
-async def _drop(table: TableClient, pk: str, key: str, below: int | None) -> None:
+async def _drop(entities: TableEntities, pk: str, key: str, below: int | None) -> None:
     """With `below`: a point read, then a delete conditional on that read's ETag."""
     with translated_errors(when=_gone):
         if below is None:
-            await table.delete_entity(pk, key)
+            await entities.delete(pk, key)
             return
-        found = await table.get_entity(pk, key, select=["Version"])
+        found = await entities.read(pk, key, ["Version"])
         if int(found.get("Version", 0)) >= below:
             return
-        await table.delete_entity(
-            pk, key, etag=found.metadata["etag"], match_condition=MatchConditions.IfNotModified
-        )
+        await entities.delete(pk, key, str(found.metadata["etag"]))
 
 
 async def _all(calls: list[Coroutine[Any, Any, T]]) -> list[T]:

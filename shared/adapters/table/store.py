@@ -1,4 +1,6 @@
-"""The state store on Azure Table Storage (azure-data-tables, async client).
+"""The state store on Azure Table Storage: single-entity requests (the writes and point
+reads of every order) on aiohttp directly (entities.py), queries, entity-group
+transactions and table creation through azure-data-tables' async client.
 
 An order's state, steps, outbox and latest history are one entity (see `table_rows`), so
 `load` is one point read and `save` one conditional write of it (If-Match on its ETag):
@@ -17,7 +19,7 @@ import asyncio
 import base64
 import json
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +37,7 @@ from shared import jsonbounds
 from shared.adapters.table import client as table_client
 from shared.adapters.table import rest as table_rest
 from shared.adapters.table import rows
+from shared.adapters.table.entities import TableEntities
 from shared.adapters.table.errors import (
     Refusal,
     refused_status,
@@ -97,6 +100,7 @@ class TableStateStore:
     def __init__(self, service: TableServiceClient, table_name: str) -> None:
         self._service = service
         self._table: TableClient = service.get_table_client(table_name)
+        self._entities = TableEntities.of(service, table_name)
         self._table_name = table_name
         self._ready = False
         self._ready_lock = asyncio.Lock()
@@ -114,6 +118,7 @@ class TableStateStore:
         return table_client.failures(self._service)
 
     async def close(self) -> None:
+        await self._entities.close()
         await self._table.close()
         await self._service.close()
 
@@ -136,9 +141,7 @@ class TableStateStore:
         inline = rows.inline_history_text(keyed)
         if inline is not None:
             entity = rows.state_entity(process, inline)
-            etag = await self._write(
-                process.order_id, self._table.create_entity(entity), create=True
-            )
+            etag = await self._write(process.order_id, self._entities.insert(entity), create=True)
             return self._kept(process, etag, inline)
         operations: list[Any] = [
             ("create", rows.state_entity(process)),
@@ -188,7 +191,7 @@ class TableStateStore:
         self.operations["read"] += 1
         with translated_errors():
             try:
-                return await self._table.get_entity(order_id, rows.STATE_ROW)
+                return await self._entities.read(order_id, rows.STATE_ROW)
             except ResourceNotFoundError:
                 return None
 
@@ -235,18 +238,18 @@ class TableStateStore:
         await self.ensure_table()
         keyed = rows.keyed_history(process.state.version, list(history))
         entries = await self._inline_at(process.order_id, process.etag)
+        inline = rows.inline_history_text([*entries, *keyed])
+        if inline is not None:
+            entity = rows.state_entity(process, inline)
+            etag = await self._write(
+                process.order_id, self._entities.replace(entity, process.etag), create=False
+            )
+            return self._kept(process, etag, inline)
         conditional: dict[str, Any] = {
             "mode": UpdateMode.REPLACE,
             "etag": process.etag,
             "match_condition": MatchConditions.IfNotModified,
         }
-        inline = rows.inline_history_text([*entries, *keyed])
-        if inline is not None:
-            entity = rows.state_entity(process, inline)
-            etag = await self._write(
-                process.order_id, self._table.update_entity(entity, **conditional), create=False
-            )
-            return self._kept(process, etag, inline)
         operations: list[Any] = [
             ("update", rows.state_entity(process), conditional),
             *(("create", e) for e in rows.history_entities(process.order_id, [*entries, *keyed])),
@@ -255,9 +258,7 @@ class TableStateStore:
             results = await self._transact(operations)
         return self._kept(process, str(results[0]["etag"]), "[]")
 
-    async def _write(
-        self, order_id: str, call: Awaitable[Mapping[str, Any]], *, create: bool
-    ) -> str:
+    async def _write(self, order_id: str, call: Awaitable[str], *, create: bool) -> str:
         """One single-entity write. On create an existing entity means the order exists;
         on update a changed or missing one means a lost race."""
         self.operations["write"] += 1
@@ -267,8 +268,7 @@ class TableStateStore:
         else:
             lost, refused = ConcurrencyConflict(order_id), refused_status(404, 409, 412)
         with translated_errors(lost, when=refused):
-            result = await call
-        return str(result["etag"])
+            return await call
 
     async def history(self, order_id: str) -> tuple[HistoryEntry, ...]:
         """The rows and the state entity's own entries, in one query, in key order."""
@@ -342,10 +342,8 @@ class TableStateStore:
         self.operations["write"] += 1
         with translated_errors(when=refused_with(ResourceExistsError)):
             if replace:
-                written = await self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
-            else:
-                written = await self._table.create_entity(entity)
-            return str(written["etag"])
+                return await self._entities.replace(entity, None)
+            return await self._entities.insert(entity)
         return None
 
     async def rewatch(self, order_id: str, check_at: datetime, *, version: int = 0) -> None:
@@ -356,7 +354,7 @@ class TableStateStore:
         keys = {"PartitionKey": rows.watch_partition(order_id), "RowKey": order_id}
         self.operations["write"] += 1
         with translated_errors(when=refused_status(404)):
-            await self._table.update_entity(keys, mode=UpdateMode.MERGE)
+            await self._entities.merge(keys, "*")
             return
         await self.watch(order_id, check_at, replace=False, version=version)
 
@@ -408,8 +406,8 @@ class TableStateStore:
             self.operations["read"] += 1
             with translated_errors():
                 try:
-                    found = await self._table.get_entity(
-                        order_id, rows.STATE_ROW, select=[*rows.STATE_COLUMNS, rows.ARCHIVED_STATE]
+                    found = await self._entities.read(
+                        order_id, rows.STATE_ROW, [*rows.STATE_COLUMNS, rows.ARCHIVED_STATE]
                     )
                 except ResourceNotFoundError:
                     return None
@@ -423,14 +421,14 @@ class TableStateStore:
     async def put_rest(self, entry: RestEntry) -> None:
         await self.ensure_table()
         self.operations["write"] += 1
-        await table_rest.put(self._table, entry)
+        await table_rest.put(self._entities, entry)
 
     async def drop_rest(
         self, state: ProcessState, order_id: str, created_at: datetime, *, below: int | None = None
     ) -> None:
         await self.ensure_table()
         self.operations["write"] += 1
-        await table_rest.drop(self._table, state, order_id, row_key(created_at, order_id), below)
+        await table_rest.drop(self._entities, state, order_id, row_key(created_at, order_id), below)
 
     async def rest_entries(self, keys: RestRange, limit: int, continuation: str | None) -> RestPage:
         await self.ensure_table()
@@ -447,7 +445,7 @@ class TableStateStore:
     async def drop_unsharded_rest(self, entry: RestEntry) -> None:
         await self.ensure_table()
         self.operations["write"] += 1
-        await table_rest.drop_legacy(self._table, entry)
+        await table_rest.drop_legacy(self._entities, entry)
 
     async def reschedule(self, entry: WatchEntry, check_at: datetime) -> None:
         entity = {
@@ -458,46 +456,33 @@ class TableStateStore:
         }
         self.operations["write"] += 1
         with translated_errors(when=_watch_moved_on):
-            await self._table.update_entity(
-                entity,
-                mode=UpdateMode.REPLACE,
-                etag=entry.etag,
-                match_condition=MatchConditions.IfNotModified,
-            )
+            await self._entities.replace(entity, entry.etag)
 
     async def unwatch(self, order_id: str, version: int | None = None) -> None:
         """With `version`: a point read, then a delete conditional on that read's ETag."""
         partition = rows.watch_partition(order_id)
-        etag: str | None = None
+        etag = "*"
         with translated_errors(when=_watch_moved_on):
             if version is not None:
                 self.operations["read"] += 1
-                entry = await self._table.get_entity(partition, order_id, select=["StateVersion"])
+                entry = await self._entities.read(partition, order_id, ["StateVersion"])
                 if int(entry.get("StateVersion", 0)) > version:
                     return
-                etag = entry.metadata["etag"]
+                etag = str(entry.metadata["etag"])
             self.operations["write"] += 1
-            if etag is None:
-                await self._table.delete_entity(partition, order_id)
-            else:
-                await self._table.delete_entity(
-                    partition, order_id, etag=etag, match_condition=MatchConditions.IfNotModified
-                )
+            await self._entities.delete(partition, order_id, etag)
 
     async def unwatch_entry(self, entry: WatchEntry) -> None:
         self.operations["write"] += 1
         with translated_errors(when=_watch_moved_on):
-            await self._table.delete_entity(
-                rows.watch_partition(entry.order_id),
-                entry.order_id,
-                etag=entry.etag,
-                match_condition=MatchConditions.IfNotModified,
+            await self._entities.delete(
+                rows.watch_partition(entry.order_id), entry.order_id, entry.etag
             )
 
     async def ping(self) -> None:
         await self.ensure_table()
         with translated_errors(when=refused_with(ResourceNotFoundError)):
-            await self._table.get_entity("~ping", "~ping")
+            await self._entities.read("~ping", "~ping")
 
     async def _transact(self, operations: list[Any]) -> list[dict[str, Any]]:
         """Raises the driver's errors: each caller knows what a refused transaction means."""
