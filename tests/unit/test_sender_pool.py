@@ -13,8 +13,8 @@ from typing import Any, cast
 
 import pytest
 from azure.servicebus import ServiceBusMessage
-from azure.servicebus.amqp import AmqpAnnotatedMessage
 from azure.servicebus.aio import ServiceBusClient
+from azure.servicebus.amqp import AmqpAnnotatedMessage
 from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
 
 from shared.adapters.queues import destination_of
