@@ -45,23 +45,32 @@ ORDER_TRACES_KEPT = 10_000
 
 
 class OrderTraces:
-    """The root traceparent of the orders this instance read or wrote lately, so a send
-    can find the order's trace (a message names only its order)."""
+    """The root trace context of the orders this instance read or wrote lately, so a send
+    can find the order's trace (a message names only its order).
+
+    Kept parsed: every send of an order asks for it, and parsing its traceparent again
+    each time was a fifth of a send's tracing in a dropped trace (bench/README.md, "The
+    app's CPU outside the Table path")."""
 
     def __init__(self, size: int = ORDER_TRACES_KEPT) -> None:
         self._size = size
-        self._parents: OrderedDict[str, str] = OrderedDict()
+        self._parents: OrderedDict[str, tuple[str, Context | None]] = OrderedDict()
 
     def remember(self, process: OrderProcess | None) -> None:
         if process is None or not process.order.trace_parent:
             return
-        self._parents[process.order_id] = process.order.trace_parent
-        self._parents.move_to_end(process.order_id)
+        order_id, traceparent = process.order_id, process.order.trace_parent
+        known = self._parents.get(order_id)
+        if known is None or known[0] != traceparent:
+            self._parents[order_id] = (traceparent, propagation.extract(traceparent))
+        self._parents.move_to_end(order_id)
         if len(self._parents) > self._size:
             self._parents.popitem(last=False)
 
-    def parent(self, order_id: str) -> str | None:
-        return self._parents.get(order_id)
+    def context(self, order_id: str) -> Context | None:
+        """The order's root context; None when unknown here or malformed."""
+        known = self._parents.get(order_id)
+        return known[1] if known is not None else None
 
 
 def _in_trace() -> bool:
@@ -237,8 +246,7 @@ class TracedMessageBus(Intercepted[MessageBus]):
         so that the next hops are dropped too."""
         current = trace.get_current_span().get_span_context()
         context: Context | None = None
-        root = self._traces.parent(order_id) if order_id else None
-        order_trace = propagation.extract(root) if root else None
+        order_trace = self._traces.context(order_id) if order_id else None
         if order_trace is not None and (
             not current.is_valid
             or trace.get_current_span(order_trace).get_span_context().trace_id != current.trace_id

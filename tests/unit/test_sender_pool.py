@@ -14,6 +14,7 @@ from typing import Any, cast
 import pytest
 from azure.servicebus import ServiceBusMessage
 from azure.servicebus.aio import ServiceBusClient
+from azure.servicebus.amqp import AmqpAnnotatedMessage
 from azure.servicebus.exceptions import MessageSizeExceededError, ServiceBusError
 
 from shared.adapters.queues import destination_of
@@ -71,6 +72,13 @@ async def test_a_waiter_cancelled_as_the_slot_is_handed_to_it_gives_it_back() ->
         assert slot == 0
 
 
+def _id(message: ServiceBusMessage | AmqpAnnotatedMessage) -> str:
+    if isinstance(message, AmqpAnnotatedMessage):
+        assert message.properties is not None
+        return str(message.properties.message_id)
+    return str(message.message_id)
+
+
 class _Batch:
     """What a link's `create_message_batch` gives: messages up to a size, by body length."""
 
@@ -79,11 +87,11 @@ class _Batch:
         self.ids: list[str] = []
         self.size = 0
 
-    def add_message(self, message: ServiceBusMessage) -> None:
+    def add_message(self, message: ServiceBusMessage | AmqpAnnotatedMessage) -> None:
         size = len(str(message))
         if self.size + size > self.max_size:
             raise MessageSizeExceededError(message="too large for the batch")
-        self.ids.append(str(message.message_id))
+        self.ids.append(_id(message))
         self.size += size
 
     def __len__(self) -> int:
@@ -116,7 +124,7 @@ class _Sender:
         if self.queue in self.client.failing:
             raise ServiceBusError("refused")
         await self.client.gates[self.queue].wait()
-        ids = message.ids if isinstance(message, _Batch) else [str(message.message_id)]
+        ids = message.ids if isinstance(message, _Batch) else [_id(message)]
         self.client.transfers.append(ids)
         self.client.sent.extend((self.queue, i) for i in ids)
 
