@@ -194,6 +194,11 @@ class Observations:
     """Mismatches found by each reconciliation run after the load, in order: the run is
     repeated while it finds some (its undos are not awaited), so the last one says
     whether what it found was healed."""
+    reconcile_left: tuple[str, ...] = ()
+    """Of the last run's mismatches, the orders it left for an operator because they were
+    held (Error or Suspended) with a step settled "not applied" that its provider now has
+    in force: the order may still take that effect as its step's, so nothing undoes it
+    until an operator moves the order on (docs/in-doubt.md)."""
     late_events: tuple[LateEvent, ...] = ()
     """Events sent after their order was final."""
     limits: Mapping[str, int] = field(default_factory=dict)

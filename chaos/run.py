@@ -18,7 +18,7 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -50,6 +50,7 @@ from shared.catalogue import catalogue_file, load
 from shared.contract import Route
 from shared.domain.machine.operator import PastPivot
 from shared.domain.model import ProcessState
+from shared.domain.reconcile import HELD, SETTLED_REASON
 
 ORDER_FULFILMENT = load(catalogue_file()).default_workflow()
 PAST_PIVOT = PastPivot.code
@@ -744,7 +745,7 @@ async def _observe(
     system = run.system
     simulator = system.simulator(run.session)
     await _until_none_held(run)
-    reconciled, mismatches = await _reconcile_until_healed(run)
+    reconciled, mismatches, left = await _reconcile_until_healed(run)
     states = await run.reader.states()
     ids = {s.order_id for s in states} | set(run.accepted)
     processes = await run.reader.processes(ids)
@@ -775,6 +776,7 @@ async def _observe(
         events=tuple(run.result.events),
         rest_index=rest_index,
         reconcile_mismatches=mismatches,
+        reconcile_left=left,
         late_events=tuple(run.result.late_events),
         limits=dict(run.config.limits.calls_per_second),
         max_calls_in_one_second={
@@ -792,6 +794,7 @@ HELD_PATIENCE_SECONDS = 60.0
 RECONCILE_RUNS = 6
 RECONCILE_PAUSE_SECONDS = 6.0
 """Between two reconciliation runs: its undos are messages to the agents, not awaited."""
+HELD_STATES = frozenset(state.value for state in HELD)
 
 
 async def _until_none_held(run: _Run) -> None:
@@ -808,30 +811,45 @@ async def _until_none_held(run: _Run) -> None:
     run.result.problems.append("requests still held on the network a minute after the load")
 
 
-async def _reconcile_until_healed(run: _Run) -> tuple[int | None, tuple[int, ...]]:
+async def _reconcile_until_healed(
+    run: _Run,
+) -> tuple[int | None, tuple[int, ...], tuple[str, ...]]:
     """Reconciliation over the finished orders (the runtimes sample up to 1000), as an
     operator would run it: its mismatches land on operator-alerts with the others, and
     it undoes what is in force where it should not be. Run again while a run finds a
-    mismatch (its undos are not awaited), a few times at most: the last run says
-    whether what it found was healed. The orders the first run checked, and each run's
-    mismatch count."""
+    mismatch it acts on (its undos are not awaited), a few times at most: the last run
+    says whether what it found was healed. One it leaves for an operator on a held order
+    stays until the operator acts, so it calls for no further run. The orders the first
+    run checked, each run's mismatch count, and the orders of the last run's mismatches
+    left on held orders."""
     found: list[int] = []
     checked: int | None = None
+    left: tuple[str, ...] = ()
     for k in range(RECONCILE_RUNS):
         answer = await _reconcile(run)
         if answer is None:
             break
         orders, mismatches = answer
         checked = orders if checked is None else checked
-        found.append(mismatches)
-        if not mismatches:
+        found.append(len(mismatches))
+        left = tuple(sorted({m["orderId"] for m in mismatches if _left_on_held(m)}))
+        if all(_left_on_held(m) for m in mismatches):
             break
-        run.progress(f"reconciliation run {k + 1}: {mismatches} mismatch(es); again shortly")
+        run.progress(f"reconciliation run {k + 1}: {len(mismatches)} mismatch(es); again shortly")
         await asyncio.sleep(RECONCILE_PAUSE_SECONDS)
-    return checked, tuple(found)
+    if left:
+        run.progress(f"reconciliation left {len(left)} held order(s) for an operator: {left}")
+    return checked, tuple(found), left
 
 
-async def _reconcile(run: _Run) -> tuple[int, int] | None:
+def _left_on_held(mismatch: Mapping[str, Any]) -> bool:
+    """A held order's step settled "not applied" whose provider has it after all: the
+    order may still take it as the step's, so reconciliation alerts and leaves it to an
+    operator (shared/domain/reconcile.py)."""
+    return mismatch.get("reason") == SETTLED_REASON and mismatch.get("state") in HELD_STATES
+
+
+async def _reconcile(run: _Run) -> tuple[int, list[Mapping[str, Any]]] | None:
     """One run through `POST /api/reconcile`: orders checked and mismatches found."""
     name, _ = run.targets()[0]
     url = run.system.app(run.session, name).url(Route.RECONCILE)
@@ -844,7 +862,7 @@ async def _reconcile(run: _Run) -> tuple[int, int] | None:
     except (aiohttp.ClientError, TimeoutError) as exc:
         run.progress(f"reconciliation failed: {type(exc).__name__}: {exc}")
         return None
-    return int(answer["orders"]), len(answer.get("mismatches") or ())
+    return int(answer["orders"]), list(answer.get("mismatches") or ())
 
 
 async def _resubmit_errors(run: _Run) -> None:

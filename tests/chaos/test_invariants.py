@@ -1460,3 +1460,26 @@ def test_a_final_only_client_must_hear_exactly_its_orders_final_status() -> None
     assert check(replace(obs, processes=held, heard=told)).violations == (
         "ok-1: Error, its client heard ['Processed']",
     )
+
+
+def test_a_mismatch_left_for_an_operator_on_a_held_order_is_not_a_failure_to_heal() -> None:
+    """The full run's c1-4abc-00825 (seed 1, 2026-11-29): held in Error, its charge
+    settled "not applied" at payment, which then applied it late. Reconciliation alerts
+    and leaves it (the order may still take that charge as its step's), run after run,
+    until the operator resubmits; the judge takes that as the product's answer while the
+    order is held, and as a failure for any order that is not."""
+    held = a_process("h-1", ProcessState.ERROR, [("error", "retriable-step-failed")])
+    obs = replace(observe([held]), reconciled=1, reconcile_mismatches=(1,), reconcile_left=("h-1",))
+
+    assert invariants.finished_orders_reconcile(obs).passed
+    unheld = replace(obs, reconcile_left=())
+    assert "not healed" in invariants.finished_orders_reconcile(unheld).violations[0]
+    moved = replace(
+        obs,
+        processes={
+            "h-1": replace(held, state=replace(held.state, process_state=ProcessState.PROCESSED))
+        },
+    )
+    assert "not held" in invariants.finished_orders_reconcile(moved).violations[0]
+    another = replace(obs, reconcile_mismatches=(2,))
+    assert "still finds 1 mismatch" in invariants.finished_orders_reconcile(another).violations[0]

@@ -33,10 +33,11 @@ from chaos.load import plan_orders, submit_all
 from chaos.model import Accepted, Alert, Check, Convergence, Figures, InvariantResult
 from chaos.monitor import Monitor
 from chaos.report import as_text
-from chaos.run import RunResult, plan_cancels, plan_reviews
+from chaos.run import RunResult, _left_on_held, plan_cancels, plan_reviews
 from chaos.system import KillEvent
 from devhost.harness.ports import free_port
 from shared.domain.model import ProcessState
+from shared.domain.reconcile import MISMATCH_REASON, SETTLED_REASON
 from tests.chaos.test_held import rejected_twice
 from tests.chaos.test_invariants import STEPS, effect, healthy, observe
 
@@ -332,3 +333,12 @@ def test_the_default_mix_runs_every_shipped_workflow_and_every_kept_version() ->
     catalogue = presets.CATALOGUE
     assert set(presets.MIX) == set(catalogue.names)
     assert set(catalogue.workflows) == set(catalogue.latest())
+
+
+def test_reconciliation_leaves_only_a_held_orders_settled_step_to_an_operator() -> None:
+    """What the run stops reconciling again for, read from the route's answer: a held
+    order's step settled "not applied" that its provider has after all, nothing else."""
+    assert _left_on_held({"reason": SETTLED_REASON, "state": "Error"})
+    assert _left_on_held({"reason": SETTLED_REASON, "state": "Suspended"})
+    assert not _left_on_held({"reason": SETTLED_REASON, "state": "Processed"})
+    assert not _left_on_held({"reason": MISMATCH_REASON, "state": "Error"})
