@@ -558,13 +558,14 @@ class _Engine:
             return
         payload = proton_link.recv(delivery.pending) or b""
         proton_link.advance()
-        if proton_link.source.address and proton_link.source.address.endswith(MANAGEMENT_SUFFIX):
-            delivery.update(Delivery.ACCEPTED)
-            delivery.settle()
-            self._renewed(payload)
-            return
         link = self._open.get(proton_link)
         if link is None:
+            address = proton_link.source.address
+            if address and address.endswith(MANAGEMENT_SUFFIX):
+                delivery.update(Delivery.ACCEPTED)
+                delivery.settle()
+                self._renewed(payload)
+                return
             delivery.update(Delivery.RELEASED)
             delivery.settle()
             return
@@ -599,7 +600,9 @@ class _Engine:
         held.settling = done
         if outcome == Delivery.MODIFIED:
             delivery.local.failed = True
-        delivery.update(outcome)
+        # Delivery.update also copies the local disposition's data, annotations and
+        # condition into the engine; the host sets none of them.
+        _lib.pn_delivery_update(delivery._impl, outcome)
         proton_link = self._receivers.get(held.link)
         if proton_link is not None and proton_link in self._open:
             self._owed[proton_link] = self._owed.get(proton_link, 0) + 1
