@@ -27,7 +27,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 from urllib.parse import urlparse
 
@@ -48,8 +47,8 @@ from proton import (
 from proton import Message as AmqpMessage
 
 from devhost.broker.addresses import BROKER_CONTAINER, MANAGEMENT_SUFFIX
+from devhost.host.sb_decode import decode
 from devhost.host.sb_links import Delivered, ForeignBroker
-from devhost.host.sb_message import ReceivedMessage, body_bytes, text
 
 log = logging.getLogger("devhost.servicebus")
 
@@ -88,48 +87,6 @@ def name_os_thread(name: str) -> None:
         import ctypes  # noqa: PLC0415
 
         ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-
-
-def _utc(value: Any) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(int(value) / 1000.0, UTC)
-
-
-def decode(payload: bytes, tag: bytes) -> ReceivedMessage:
-    """A transfer as the host hands it on, with the fields the SDK would read from it."""
-    message = AmqpMessage()
-    message.decode(payload)
-    annotations: dict[Any, Any] = dict(message.annotations or {})
-    properties: dict[Any, Any] = dict(message.properties or {})
-    ttl_ms = round(message.ttl * 1000)
-    message_id = message.id
-    state = annotations.get("x-opt-message-state")
-    return ReceivedMessage(
-        body=body_bytes(message.body),
-        application_properties={str(text(k)): text(v) for k, v in properties.items()},
-        message_id=None if message_id is None else str(text(message_id)),
-        delivery_count=message.delivery_count,
-        sequence_number=annotations.get("x-opt-sequence-number"),
-        enqueued_sequence_number=annotations.get("x-opt-enqueue-sequence-number"),
-        enqueued_time_utc=_utc(annotations.get("x-opt-enqueued-time")),
-        locked_until_utc=_utc(annotations.get("x-opt-locked-until")),
-        lock_token=str(uuid.UUID(bytes_le=tag)),
-        content_type=_str(message.content_type),
-        correlation_id=_str(message.correlation_id),
-        subject=_str(message.subject),
-        to=_str(message.address),
-        reply_to=_str(message.reply_to),
-        reply_to_session_id=_str(message.reply_to_group_id),
-        session_id=_str(message.group_id),
-        partition_key=_str(annotations.get("x-opt-partition-key")),
-        time_to_live=timedelta(milliseconds=ttl_ms) if ttl_ms else None,
-        scheduled_enqueue_time_utc=_utc(annotations.get("x-opt-scheduled-enqueue-time")),
-        dead_letter_source=_str(annotations.get("x-opt-deadletter-source")),
-        state=0 if state is None else int(state),
-    )
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(text(value))
 
 
 class ProtonLinks:
@@ -601,13 +558,14 @@ class _Engine:
             return
         payload = proton_link.recv(delivery.pending) or b""
         proton_link.advance()
-        if proton_link.source.address and proton_link.source.address.endswith(MANAGEMENT_SUFFIX):
-            delivery.update(Delivery.ACCEPTED)
-            delivery.settle()
-            self._renewed(payload)
-            return
         link = self._open.get(proton_link)
         if link is None:
+            address = proton_link.source.address
+            if address and address.endswith(MANAGEMENT_SUFFIX):
+                delivery.update(Delivery.ACCEPTED)
+                delivery.settle()
+                self._renewed(payload)
+                return
             delivery.update(Delivery.RELEASED)
             delivery.settle()
             return
@@ -642,7 +600,9 @@ class _Engine:
         held.settling = done
         if outcome == Delivery.MODIFIED:
             delivery.local.failed = True
-        delivery.update(outcome)
+        # Delivery.update also copies the local disposition's data, annotations and
+        # condition into the engine; the host sets none of them.
+        _lib.pn_delivery_update(delivery._impl, outcome)
         proton_link = self._receivers.get(held.link)
         if proton_link is not None and proton_link in self._open:
             self._owed[proton_link] = self._owed.get(proton_link, 0) + 1

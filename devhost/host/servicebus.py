@@ -30,7 +30,7 @@ from devhost.host.sb_connection import (
     connection_info,
 )
 from devhost.host.sb_links import Delivered, ForeignBroker, Receivers, TriggerLink
-from devhost.host.sb_message import to_function_message
+from devhost.host.sb_message import ReceivedMessage, to_function_message
 from devhost.host.tracing import invocation_span, message_carrier
 
 __all__ = [
@@ -199,9 +199,9 @@ class QueueTrigger:
     async def _process(self, link: TriggerLink, batch: list[Delivered]) -> None:
         """Invoke the function for one message (or one batch when cardinality is many)."""
         messages = [delivered.message for delivered in batch]
-        ids = ", ".join(str(m.message_id) for m in messages)
         invocation_id = new_invocation_id()
-        log.debug("%s <- %s message %s", self.spec.name, self.queue, ids)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s <- %s message %s", self.spec.name, self.queue, _ids(messages))
         try:
             converted = [to_function_message(m) for m in messages]
             # One message: the host's span is its child; a batch's has no one parent.
@@ -219,7 +219,7 @@ class QueueTrigger:
             log.warning(
                 "%s: handler for message %s cancelled at shutdown; abandoning it",
                 self.spec.name,
-                ids,
+                _ids(messages),
             )
             # Hand the message back now rather than when its lock expires, so the next
             # run sees it at once. Bounded: shutdown must not hang on a dead broker.
@@ -231,6 +231,7 @@ class QueueTrigger:
                     )
             raise
         except Exception as exc:
+            ids = _ids(messages)
             log.warning(
                 "%s failed on message %s (delivery %s): %s: %s; abandoning",
                 self.spec.name,
@@ -265,3 +266,7 @@ class QueueTrigger:
                 type(exc).__name__,
                 exc,
             )
+
+
+def _ids(messages: list[ReceivedMessage]) -> str:
+    return ", ".join(str(message.message_id) for message in messages)

@@ -12,6 +12,7 @@ handed on as it came, as a host without tracing would.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -29,7 +30,14 @@ DIAGNOSTIC_ID = "Diagnostic-Id"
 
 
 def _tracer() -> trace.Tracer:
-    return trace.get_tracer("devhost.host")
+    return _tracer_of(trace.get_tracer_provider())
+
+
+@functools.lru_cache(maxsize=4)
+def _tracer_of(provider: trace.TracerProvider) -> trace.Tracer:
+    """The host's tracer, made once per provider: ``trace.get_tracer`` makes a new one on
+    every call, and this runs for every invocation."""
+    return provider.get_tracer("devhost.host")
 
 
 def message_carrier(properties: Mapping[Any, Any] | None) -> dict[str, str]:
