@@ -392,21 +392,9 @@ class TableEntities:
                 ) as response:
                     content = await response.read()
                     status, answered = response.status, response.headers
-            except (aiohttp.ClientResponseError, aiohttp.ClientPayloadError) as exc:
+            except (aiohttp.ClientError, TimeoutError) as exc:
                 if attempt or method not in _RETRIED_METHODS:
-                    raise ServiceResponseError(str(exc), error=exc) from exc
-                continue
-            except aiohttp.ConnectionTimeoutError as exc:
-                if attempt or method not in _RETRIED_METHODS:
-                    raise ServiceRequestTimeoutError(str(exc), error=exc) from exc
-                continue
-            except TimeoutError as exc:
-                if attempt or method not in _RETRIED_METHODS:
-                    raise ServiceResponseTimeoutError(str(exc), error=exc) from exc
-                continue
-            except aiohttp.ClientError as exc:
-                if attempt or method not in _RETRIED_METHODS:
-                    raise ServiceRequestError(str(exc), error=exc) from exc
+                    raise _no_answer(exc) from exc
                 continue
             if attempt or not _retried(method, status, answered):
                 return status, answered, content
@@ -414,6 +402,24 @@ class TableEntities:
             if after:
                 await asyncio.sleep(_seconds(after))
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _no_answer(
+    exc: aiohttp.ClientError | TimeoutError,
+) -> ServiceRequestError | ServiceResponseError:
+    """The SDK's error for a request that got no answer, as azure-core's aiohttp
+    transport names it: cut off or malformed on the way back, a connect that timed
+    out, a read that timed out, anything else on the way there."""
+    kind: type[ServiceRequestError] | type[ServiceResponseError]
+    if isinstance(exc, (aiohttp.ClientResponseError, aiohttp.ClientPayloadError)):
+        kind = ServiceResponseError
+    elif isinstance(exc, aiohttp.ConnectionTimeoutError):
+        kind = ServiceRequestTimeoutError
+    elif isinstance(exc, TimeoutError):
+        kind = ServiceResponseTimeoutError
+    else:
+        kind = ServiceRequestError
+    return kind(str(exc), error=exc)
 
 
 def _retried(method: str, status: int, headers: Mapping[str, str]) -> bool:
