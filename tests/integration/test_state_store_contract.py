@@ -391,34 +391,37 @@ async def test_a_promotion_racing_an_earlier_check_never_pushes_it_back(
     bus = InMemoryBus()
 
     async def promoting(round_: int) -> str:
+        """A customer of its own: one order running, the next waiting in its line."""
         running, waiting = f"pr-{round_}-a", f"pr-{round_}-b"
-        await customers.ledger.enter("C", running, now, policy)
-        entered = await customers.ledger.enter("C", waiting, now, policy)
-        assert entered.admission is Admission.WAIT
+        first = await customers.ledger.enter(f"C{round_}", running, now, policy)
+        second = await customers.ledger.enter(f"C{round_}", waiting, now, policy)
+        assert (first.admission, second.admission) == (Admission.RUN, Admission.WAIT)
         return waiting
 
     for round_ in range(8):
         waiting = await promoting(round_)
+        earlier: collections.abc.Awaitable[object]
         if round_ < 4:  # the intake's first look, its rewatch racing the promotion
             await store.watch(waiting, soon, replace=False, version=1)
             earlier = store.rewatch(waiting, soon, version=1)
         else:  # the line's hold, an earlier check written over it meanwhile
             await store.watch(waiting, hold, replace=False, version=1)
             earlier = store.watch(waiting, soon, replace=True, version=1)
-        promotion = customers.release("C", f"pr-{round_}-a", store, bus, now)
+        promotion = customers.release(f"C{round_}", f"pr-{round_}-a", store, bus, now)
         racing = [promotion, earlier]
         await asyncio.gather(*(racing if round_ % 2 else reversed(racing)))
         found = {e.order_id: e.check_at for e in await store.due(hold, 100)}
         assert found[waiting] == soon, f"round {round_}: the earlier check was pushed back"
 
     held = await promoting(8)
-    await store.watch(held, hold, replace=False, version=1, customer="C")
-    await customers.release("C", "pr-8-a", store, bus, now)
+    await store.watch(held, hold, replace=False, version=1, customer="C8")
+    await customers.release("C8", "pr-8-a", store, bus, now)
     unwatched = await promoting(9)
-    await customers.release("C", "pr-9-a", store, bus, now)
-    found = {e.order_id: e for e in await store.due(hold, 100)}
-    assert (found[held].check_at, found[held].version, found[held].customer) == (recheck, 1, "C")
-    assert found[unwatched].check_at == recheck
+    await customers.release("C9", "pr-9-a", store, bus, now)
+    entries = {e.order_id: e for e in await store.due(hold, 100)}
+    promoted = entries[held]
+    assert (promoted.check_at, promoted.version, promoted.customer) == (recheck, 1, "C8")
+    assert entries[unwatched].check_at == recheck
     assert [m.message_id for m in bus.sent[-2:]] == [
         f"nudge:{held}:fair-share",
         f"nudge:{unwatched}:fair-share",

@@ -470,15 +470,17 @@ class Domain:
         (`supervisor._as_stored_by_intake`)?"""
         return _as_stored_by_intake(process, at(now))
 
-    def promoted(self, process: OrderProcess, now: int) -> Effects:
+    def promoted(self, process: OrderProcess, now: int, watched: int | None) -> Effects:
         """The customer's other order came to rest: the ledger's leave promotes this one
-        (`promotes`) and `Customers.release` nudges it (`promotion`)."""
+        (`promotes`) and `Customers.release` nudges it (`promotion`), its check moved up
+        to the recheck, never back from an earlier one (`WatchList.move_up`)."""
         left = fairness.CustomerLoad(running=0, waiting=1).ended(at(now))
         assert fairness.promotes(left, FAIR_SHARE)
         nudge = line.promotion(fairness.Promoted(process.order_id))
         effects = self._effects(Transition(process, (nudge,), ()), now, "promoted")
         assert effects is not None
-        return dataclasses.replace(effects, rewatch=True, watch=now + RECHECK)
+        check = now + RECHECK if watched is None else min(watched, now + RECHECK)
+        return dataclasses.replace(effects, rewatch=True, watch=check)
 
     def claim(
         self, process: OrderProcess, now: int, drained: frozenset[str], gone: bool = False

@@ -67,12 +67,16 @@ class Customers:
     async def release(
         self, customer: str, order_id: str, store: WatchList, bus: MessageBus, at: datetime
     ) -> None:
+        """The order leaves its customer's count; the next in line, if it promotes one,
+        is due within `recheck` and then nudged. Only moved up: its entry may already
+        hold an earlier check (the intake's first look, when the promotion comes between
+        the ledger entry and the create), which a plain write would push back."""
         promoted = await self.ledger.leave(customer, order_id, self.policy, at)
         self.memo.forget(customer)
         if promoted is None:
             return
         log.info("order %s: next in line for customer %s", promoted.order_id, customer)
-        await store.watch(promoted.order_id, at + self.recheck, replace=True)
+        await store.move_up(promoted.order_id, at + self.recheck)
         await bus.send((promotion(promoted),))
 
     async def never_created(
