@@ -21,11 +21,15 @@ from shared.telemetry.logsafe import app_logger
 log = app_logger("orders.customers")
 
 
+RECHECK = timedelta(seconds=30)
+"""When the Supervisor looks at a promoted order: the shortest step timeout."""
+
+
 @dataclass(frozen=True)
 class Customers:
     ledger: CustomerLedger
     policy: CustomerPolicy
-    recheck: timedelta = timedelta(seconds=30)
+    recheck: timedelta = RECHECK
     """When the Supervisor looks at a promoted order: the shortest step timeout."""
     memo: RefusalMemo = field(default_factory=RefusalMemo, compare=False)
     """This instance's recent refusals (the intake's)."""
