@@ -662,7 +662,7 @@ class OrderWorld:
         return self._send(self._moved(world, effects), effects, notes, True)
 
     def _moved(self, world: World, effects: Effects) -> World:
-        watch = effects.watch if effects.rewatch else world.watch
+        watch = effects.watched(world.watch)
         return replace(
             world,
             process=effects.process,

@@ -14,7 +14,9 @@ is written once:
    an entry written meanwhile by whoever brought the order to that rest (rule 4). An
    order already moving keeps its watch entry, so a new check time is written after
    the save: a lost race then writes nothing, and no winner's earlier check is pushed
-   back.
+   back. A check sooner than the entry may hold (the Scheduler's `sooner`) is moved up
+   before the save, and only up (`WatchList.move_up`): a lost race leaves a spare
+   earlier check, a crash after the save no late one.
 2. Save on the ETag. A lost race has sent nothing; the change is read and decided again.
 3. Send. A failure leaves the messages in the record's outbox, with deterministic ids:
    the Supervisor (the order is still watched) or a redelivery sends them again, and the
