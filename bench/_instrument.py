@@ -40,6 +40,7 @@ TABLE_KIND = {
     "save": "write",
     "watch": "write",
     "rewatch": "write",
+    "move_up": "write",
     "reschedule": "write",
     "unwatch": "write",
     "unwatch_entry": "write",

@@ -165,6 +165,11 @@ class OrderRows(Protocol):
         ...
 
 
+MOVE_RACES = 5
+"""Writes of the same watch entry in between, each read again, before `move_up` gives up
+(ConcurrencyConflict): a few writers share an entry, each with one write at a time."""
+
+
 class WatchList(Protocol):
     """The Supervisor's watch list: an entry per in-flight order, due at its check time
     (docs/architecture.md, "The Supervisor's paths")."""
@@ -191,6 +196,19 @@ class WatchList(Protocol):
         intake calls it once its order is known to exist, so that a Supervisor that read
         the entry while the order was still missing cannot delete it (see
         `unwatch_entry`)."""
+        ...
+
+    async def move_up(self, order_id: str, check_at: datetime, *, version: int = 0) -> bool:
+        """Make the order due by `check_at`, never later than its entry already says: the
+        entry gets the earlier of its check and `check_at`, conditional on the ETag just
+        read (a write in between: read again), keeping its version and customer; a
+        missing one is inserted for `version`. The entry's ETag changes either way, so
+        a writer holding an older read loses to this one (the intake's move of its own
+        entry to a line's hold). True when the check moved.
+        For a writer that knows of an earlier check but not of the entry (a promotion,
+        the Scheduler's step due sooner than the one before it): an earlier check
+        written by anyone else, before or at the same moment, survives. Raises
+        ConcurrencyConflict after `MOVE_RACES` writes in between."""
         ...
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:

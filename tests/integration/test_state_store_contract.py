@@ -22,11 +22,13 @@ import pytest
 from azure.data.tables.aio import TableServiceClient
 
 from shared.adapters.memory.archive import InMemoryArchiveStore
-from shared.adapters.memory.store import InMemoryStateStore
+from shared.adapters.memory.customers import InMemoryCustomerLedger
+from shared.adapters.memory.store import InMemoryBus, InMemoryStateStore
 from shared.adapters.table.archive import TableArchiveStore
 from shared.adapters.table.store import TableStateStore
 from shared.contract import Queue, agent_queue
 from shared.domain.archive import ArchivedMark
+from shared.domain.fairness import Admission, CustomerPolicy
 from shared.domain.machine import forward
 from shared.domain.machine.forward import start
 from shared.domain.machine.recovery import recover
@@ -54,6 +56,7 @@ from shared.usecases.flow import scheduler
 from shared.usecases.flow.scheduler import Handled
 from shared.usecases.flow.submission import submit_order
 from shared.usecases.flow.supervisor import sweep
+from shared.usecases.limits.customers import Customers
 from shared.usecases.operations.operator import resubmit_order
 from tests.builders import World, a_reply, an_order
 from tests.workflows import EXPRESS_DELIVERY, ORDER_FULFILMENT
@@ -370,6 +373,59 @@ async def test_an_entry_moved_by_the_etag_its_watch_gave_loses_to_a_write_since(
     assert await store.watch("h-2", soon, replace=True)  # the promotion's
     await store.reschedule(WatchEntry("h-2", now, etag, 1), hold)
     assert [(e.order_id, e.check_at) for e in await store.due(soon, 10)] == [("h-2", soon)]
+
+
+async def test_a_promotion_racing_an_earlier_check_never_pushes_it_back(
+    store: StateStore,
+) -> None:
+    """A promotion moves the promoted order's check up to its recheck. Another writer
+    may have put an earlier one there, or be putting it there at the same moment (the
+    intake's first look, kept by its rewatch; an operator's move): both requests in
+    flight at once, in either order of issue, the earlier check is what the entry holds
+    afterwards. The promotion still moves a later check (the line's hold) up, and
+    watches an order it finds unwatched."""
+    now = World().clock.now()
+    soon, recheck, hold = (now + timedelta(seconds=s) for s in (5, 30, 600))
+    policy = CustomerPolicy(fair_share=1)
+    customers = Customers(InMemoryCustomerLedger(), policy)
+    bus = InMemoryBus()
+
+    async def promoting(round_: int) -> str:
+        """A customer of its own: one order running, the next waiting in its line."""
+        running, waiting = f"pr-{round_}-a", f"pr-{round_}-b"
+        first = await customers.ledger.enter(f"C{round_}", running, now, policy)
+        second = await customers.ledger.enter(f"C{round_}", waiting, now, policy)
+        assert (first.admission, second.admission) == (Admission.RUN, Admission.WAIT)
+        return waiting
+
+    for round_ in range(8):
+        waiting = await promoting(round_)
+        earlier: collections.abc.Awaitable[object]
+        if round_ < 4:  # the intake's first look, its rewatch racing the promotion
+            await store.watch(waiting, soon, replace=False, version=1)
+            earlier = store.rewatch(waiting, soon, version=1)
+        else:  # the line's hold, an earlier check written over it meanwhile
+            await store.watch(waiting, hold, replace=False, version=1)
+            earlier = store.watch(waiting, soon, replace=True, version=1)
+        promotion = customers.release(f"C{round_}", f"pr-{round_}-a", store, bus, now)
+        racing = [promotion, earlier]
+        await asyncio.gather(*(racing if round_ % 2 else reversed(racing)))
+        found = {e.order_id: e.check_at for e in await store.due(hold, 100)}
+        assert found[waiting] == soon, f"round {round_}: the earlier check was pushed back"
+
+    held = await promoting(8)
+    await store.watch(held, hold, replace=False, version=1, customer="C8")
+    await customers.release("C8", "pr-8-a", store, bus, now)
+    unwatched = await promoting(9)
+    await customers.release("C9", "pr-9-a", store, bus, now)
+    entries = {e.order_id: e for e in await store.due(hold, 100)}
+    promoted = entries[held]
+    assert (promoted.check_at, promoted.version, promoted.customer) == (recheck, 1, "C8")
+    assert entries[unwatched].check_at == recheck
+    assert [m.message_id for m in bus.sent[-2:]] == [
+        f"nudge:{held}:fair-share",
+        f"nudge:{unwatched}:fair-share",
+    ]
 
 
 async def test_a_rewatch_racing_the_supervisors_delete_always_leaves_the_entry(

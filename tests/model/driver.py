@@ -217,18 +217,6 @@ class Domain:
         self._plain = {k for s in self.steps for k in (s.do_key, s.undo_key) if k}
         """The operations' own keys: a reply names any other (a heal key) in its id."""
         self.versions = {w.version: w for w in (self.workflow, self.target)}
-        self.late_check = max(
-            int(self.policy.timeout(s, Priority.NORMAL).total_seconds())
-            for w in self.versions.values()
-            for s in w.steps
-            if not s.waits
-        )
-        """How far past the order's deadline its watch entry may be. The Scheduler's
-        changes write no check (a moving order keeps its entry, UnitOfWork rule 2), so a
-        step dispatched with a deadline before the entry the step before it left (a
-        shorter timeout after a migrate, a timer whose time has passed) is looked at up
-        to one step timeout late: accepted, bounded by the longest step timeout. A line's
-        hold (10 minutes) is far past it."""
 
     def of(self, process: OrderProcess) -> Workflow:
         """The version the order pins (the use cases' `find_workflow`)."""
@@ -250,10 +238,12 @@ class Domain:
         rule: str | None = None,
         *,
         check: bool = False,
+        scheduler: bool = False,
     ) -> Effects | None:
         """`check`: the use case hands the unit of work the order's next check (an
         operator's action or an outside event, `operator._change`); the Scheduler's
-        changes hand it none."""
+        changes (`scheduler`) hand it none, and move the entry up where the change may
+        make the order due sooner than it says (`scheduler._apply`'s `sooner`)."""
         if transition is None:
             return None
         if before is not None:
@@ -277,6 +267,13 @@ class Domain:
         events = ", ".join(h.event for h in transition.history)
         summary = f"{what}: {events} -> {describe(transition.process)}"
         rewatch, watch = self._watch(transition, now, before, check)
+        sooner = None
+        if scheduler and before is not None and not rewatch and transition.check_at is None:
+            of = self.of(transition.process)
+            moved = recovery.sooner_check(
+                before, transition.process, of, self.policy, at(now), Customers.recheck
+            )
+            sooner = None if moved is None else tick(moved)
         return Effects(
             transition.process,
             tuple(requests),
@@ -287,6 +284,7 @@ class Domain:
             tuple(words),
             rewatch,
             watch,
+            sooner,
         )
 
     def _watch(
@@ -470,15 +468,17 @@ class Domain:
         (`supervisor._as_stored_by_intake`)?"""
         return _as_stored_by_intake(process, at(now))
 
-    def promoted(self, process: OrderProcess, now: int) -> Effects:
+    def promoted(self, process: OrderProcess, now: int, watched: int | None) -> Effects:
         """The customer's other order came to rest: the ledger's leave promotes this one
-        (`promotes`) and `Customers.release` nudges it (`promotion`)."""
+        (`promotes`) and `Customers.release` nudges it (`promotion`), its check moved up
+        to the recheck, never back from an earlier one (`WatchList.move_up`)."""
         left = fairness.CustomerLoad(running=0, waiting=1).ended(at(now))
         assert fairness.promotes(left, FAIR_SHARE)
         nudge = line.promotion(fairness.Promoted(process.order_id))
         effects = self._effects(Transition(process, (nudge,), ()), now, "promoted")
         assert effects is not None
-        return dataclasses.replace(effects, rewatch=True, watch=now + RECHECK)
+        check = now + RECHECK if watched is None else min(watched, now + RECHECK)
+        return dataclasses.replace(effects, rewatch=True, watch=check)
 
     def claim(
         self, process: OrderProcess, now: int, drained: frozenset[str], gone: bool = False
@@ -492,9 +492,9 @@ class Domain:
             process, self.of(process), self.policy, SCHEDULER, at(now), None, routing
         )
         if claimed is not None:
-            return self._effects(claimed, now, "claim", process)
+            return self._effects(claimed, now, "claim", process, scheduler=True)
         woken = wake(process, self.of(process), self.policy, at(now), None, routing)
-        return self._effects(woken, now, "claim", process, "wake")
+        return self._effects(woken, now, "claim", process, "wake", scheduler=True)
 
     def message(self, answer: Reply) -> AgentReply:
         """The agent's reply on the wire."""
@@ -554,7 +554,7 @@ class Domain:
             self.routing(drained),
         )
         rule = "reply undo" if answer.request.undo else "reply do"
-        return self._effects(transition, now, "reply", process, rule)
+        return self._effects(transition, now, "reply", process, rule, scheduler=True)
 
     def due(self, process: OrderProcess, now: int) -> bool:
         """Has the order's deadline passed, so a sweep would act on it?"""

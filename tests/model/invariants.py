@@ -140,7 +140,7 @@ def watched(world: World) -> str | None:
     if world.watch is None:
         return f"off the watch list at t={world.now}: {driver.describe(process)}"
     due = _due_by(world)
-    if due is None or world.watch <= due + world.domain.late_check:
+    if due is None or world.watch <= due:
         return None
     return f"watched at t={world.watch}, after its check at t={due}: {driver.describe(process)}"
 

@@ -32,7 +32,6 @@ import dataclasses
 import random
 from collections.abc import Awaitable, Callable, Hashable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import cast
 
 import pytest
@@ -191,8 +190,8 @@ def _same(world: World, what: str, real: OrderProcess, effects: object) -> None:
 
 
 async def _watched(world: World, store: InMemoryStateStore, process: OrderProcess) -> None:
-    """The entries written: a moving order is due no later than its next deadline (by
-    more than `Domain.late_check`)."""
+    """The entries written: a moving order is due no later than its next deadline (or
+    its ask-at)."""
     if process.state.process_state.is_at_rest:
         return
     entry = store.watched().get(process.order_id)
@@ -201,8 +200,7 @@ async def _watched(world: World, store: InMemoryStateStore, process: OrderProces
     if deadline is not None and asked is not None:
         deadline = max(deadline, driver.at(asked.ask_at))  # asked earlier it would guess
     assert entry is not None, f"not watched: {driver.describe(process)}"
-    late = timedelta(seconds=world.domain.late_check)
-    assert deadline is None or entry <= deadline + late, (
+    assert deadline is None or entry <= deadline, (
         f"watched at {entry.isoformat()}, after its deadline {deadline.isoformat()}: "
         f"{driver.describe(process)}"
     )
@@ -213,7 +211,7 @@ def _wrote(world: World, what: str, store: InMemoryStateStore, effects: Effects 
     (`Effects.rewatch`): the world judges `watched` on it."""
     entry = store.watched().get(driver.ORDER.order_id)
     real = None if entry is None else driver.tick(entry)
-    expected = world.watch if effects is None or not effects.rewatch else effects.watch
+    expected = world.watch if effects is None else effects.watched(world.watch)
     assert real == expected, (
         f"{what} at t={world.now} from {driver.describe(world.process)} watched at "
         f"t={world.watch}: the use case left the entry at {real}, the driver at {expected}"

@@ -131,3 +131,14 @@ class Effects:
     stays as it was, whatever the row now says."""
     watch: int | None = None
     """What it writes there (None: the order leaves the watch list)."""
+    sooner: int | None = None
+    """A check the entry is moved up to, never back from an earlier one
+    (`WatchList.move_up`): the Scheduler's change that makes the order due sooner."""
+
+    def watched(self, entry: int | None) -> int | None:
+        """The entry the store holds after this change, from the one it held before."""
+        if self.rewatch:
+            return self.watch
+        if self.sooner is None:
+            return entry
+        return self.sooner if entry is None else min(entry, self.sooner)

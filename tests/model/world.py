@@ -662,7 +662,7 @@ class OrderWorld:
         return self._send(self._moved(world, effects), effects, notes, True)
 
     def _moved(self, world: World, effects: Effects) -> World:
-        watch = effects.watch if effects.rewatch else world.watch
+        watch = effects.watched(world.watch)
         return replace(
             world,
             process=effects.process,
@@ -1072,7 +1072,7 @@ class OrderWorld:
         sent, or lost (a crash between the ledger's leave and the send)."""
         if not world.in_line:
             return
-        promoted = self.domain.promoted(world.process, world.now)
+        promoted = self.domain.promoted(world.process, world.now, world.watch)
         left = replace(world, in_line=False, promoted_at=world.now, promoting=True)
         yield "neighbour ends: promoted", self._take(left, promoted, ())
         # Its check moved up first (`Customers.release`), then the nudge lost.

@@ -332,6 +332,33 @@ async def test_a_timer_whose_nudge_is_lost_is_fired_by_the_supervisor() -> None:
     assert ship.body["step"] == "create-shipment"
 
 
+async def test_a_timer_already_past_when_its_step_begins_moves_the_check_up() -> None:
+    """The charge answers after the order's notBefore: the timer's step is due at once,
+    before the check the charge's step left on the watch entry (its complete-by). With
+    its nudge lost, the Supervisor's next sweep fires it, not a step timeout later."""
+    world = World()
+    deps = world.deps()
+    start = world.clock.now()
+    order = dataclasses.replace(
+        an_order("o-1", clock=world.clock), not_before=start + timedelta(seconds=5)
+    )
+    await submit_order(deps, order, workflow=SCHEDULED_DELIVERY)
+    (reserve,) = world.bus.take(agent_queue("inventory"))
+    await scheduler.on_reply(deps, a_reply(reserve))
+    world.clock.advance(15)
+    await sweep(deps)  # the first look: moved on to the charge's complete-by
+    assert world.store.watched()["o-1"] == start + timedelta(seconds=30)
+    world.clock.advance(5)
+    (charge,) = world.bus.take(agent_queue("payment"))
+    await scheduler.on_reply(deps, a_reply(charge))
+    assert world.store.watched()["o-1"] == world.clock.now()
+    (timer,) = world.bus.take(Queue.SCHEDULER)  # lost
+    assert timer.deliver_at == world.clock.now()
+    await sweep(deps)
+    (ship,) = world.bus.take(agent_queue("shipping"))
+    assert ship.body["step"] == "create-shipment"
+
+
 def machine_failure(process: OrderProcess) -> Failure:
     state = process.state
     return failure_of(state, CATALOGUE.get(state.workflow, state.workflow_version))

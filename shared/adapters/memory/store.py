@@ -24,6 +24,7 @@ from shared.domain.health import AgentDrain, AgentHealth, AgentRecords, SeenOuta
 from shared.domain.model import HistoryEntry, OrderProcess, Outgoing, ProcessState, StateRecord
 from shared.domain.rest_index import RestEntry, RestPage, RestRange, row_key
 from shared.ports import (
+    MOVE_RACES,
     AlreadyExists,
     BusUnavailable,
     ConcurrencyConflict,
@@ -130,6 +131,25 @@ class InMemoryStateStore:
         self.operations["write"] += 1
         at, _, kept = self._watch.get(order_id, (check_at, "", version))
         self._watch[order_id] = (at, self._etag(), kept)
+
+    async def move_up(self, order_id: str, check_at: datetime, *, version: int = 0) -> bool:
+        """The Table adapter's read, then its conditional write: another writer may
+        come in between (each `sleep(0)` is a point where the event loop switches)."""
+        for _ in range(MOVE_RACES):
+            await asyncio.sleep(0)
+            self.operations["read"] += 1
+            found = self._watch.get(order_id)
+            if found is None:
+                if await self.watch(order_id, check_at, replace=False, version=version):
+                    return True
+                continue
+            await asyncio.sleep(0)
+            self.operations["write"] += 1
+            current = self._watch.get(order_id)
+            if current is not None and current[1] == found[1]:
+                self._watch[order_id] = (min(found[0], check_at), self._etag(), current[2])
+                return check_at < found[0]
+        raise ConcurrencyConflict(f"watch entry of {order_id}: lost {MOVE_RACES} races")
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         await asyncio.sleep(0)

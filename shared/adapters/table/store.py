@@ -48,6 +48,7 @@ from shared.domain.archive import ArchivedMark
 from shared.domain.model import HistoryEntry, OrderProcess, ProcessState, StateRecord
 from shared.domain.rest_index import RestEntry, RestPage, RestRange, row_key
 from shared.ports import (
+    MOVE_RACES,
     AlreadyExists,
     ConcurrencyConflict,
     Page,
@@ -357,6 +358,34 @@ class TableStateStore:
             await self._entities.merge(keys, "*")
             return
         await self.watch(order_id, check_at, replace=False, version=version)
+
+    async def move_up(self, order_id: str, check_at: datetime, *, version: int = 0) -> bool:
+        """A point read of the check, then a merge of the earlier of the two If-Match on
+        that read (the version and customer stay as they are): the service has no
+        conditional write on a property's value, so "only if earlier" is this read's to
+        decide."""
+        await self.ensure_table()
+        keys = {"PartitionKey": rows.watch_partition(order_id), "RowKey": order_id}
+        for _ in range(MOVE_RACES):
+            found = await self._check_of(keys)
+            if found is None:
+                if await self.watch(order_id, check_at, replace=False, version=version):
+                    return True
+                continue
+            watched_at, etag = found
+            self.operations["write"] += 1
+            with translated_errors(when=_watch_moved_on):
+                await self._entities.merge({**keys, "CheckAt": min(watched_at, check_at)}, etag)
+                return check_at < watched_at
+        raise ConcurrencyConflict(f"watch entry of {order_id}: lost {MOVE_RACES} races")
+
+    async def _check_of(self, keys: dict[str, str]) -> tuple[datetime, str] | None:
+        """The entry's check time and ETag; None when there is no entry."""
+        self.operations["read"] += 1
+        with translated_errors(when=refused_status(404)):
+            found = await self._entities.read(keys["PartitionKey"], keys["RowKey"], ["CheckAt"])
+            return found["CheckAt"], str(found.metadata["etag"])
+        return None
 
     async def due(self, now: datetime, limit: int) -> tuple[WatchEntry, ...]:
         await self.ensure_table()

@@ -267,6 +267,33 @@ def next_check(
     return min(complete_by, now + min(timeouts, default=policy.step_timeout))
 
 
+def sooner_check(
+    read: OrderProcess,
+    changed: OrderProcess,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    now: datetime,
+    recheck: timedelta,
+) -> datetime | None:
+    """The changed order's next check, where it may come before the one its watch entry
+    holds; None where the entry stands (its check is no later than the change's).
+
+    A change the Scheduler makes writes no check: an order moving forward keeps its
+    entry, which holds a check no later than the order as it was read needs (its
+    complete-by; Pending, within the shortest step timeout from then; in its customer's
+    line, the promotion's `recheck` at most, since only a promotion or the Supervisor
+    brings it to the Scheduler). That is enough while each step comes due after the one
+    before it. A step due sooner (a shorter timeout after a migrate, a timer whose time
+    has passed) needs its entry moved up, or the Supervisor looks at it up to a step
+    timeout late. Judged from the two rows alone, so a fault-free order, whose every
+    next step is due later, costs no request for it."""
+    due = next_check(changed, workflow, policy, now)
+    if due is None:
+        return None
+    watched = now + recheck if in_line(read) else next_check(read, workflow, policy, now)
+    return due if watched is None or due < watched else None
+
+
 def next_complete_by(process: OrderProcess, policy: ProcessPolicy) -> datetime | None:
     """When the Supervisor must look at this order next; None when nothing can expire."""
     state = process.state

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
 from shared.domain.machine.forward import apply_reply, claim
-from shared.domain.machine.recovery import undelivered
+from shared.domain.machine.recovery import sooner_check, undelivered
 from shared.domain.machine.transition import Transition
 from shared.domain.machine.waits import wake
 from shared.domain.messages import AgentReply
@@ -13,6 +14,7 @@ from shared.domain.model import OrderProcess
 from shared.telemetry.logsafe import app_logger
 from shared.usecases.flow.deps import ProcessDeps
 from shared.usecases.flow.unit_of_work import Decide
+from shared.usecases.limits.customers import RECHECK
 
 log = app_logger("orders.scheduler")
 
@@ -88,15 +90,24 @@ async def _apply(
     """Decide on the copy this instance last wrote when it has one, else on a read (the
     unit of work checks a kept copy's verdicts against the store), save, then send. A
     dispatch the bus refused is noted (shared/domain/machine/recovery.py:undelivered),
-    so that its complete-by passing is not counted against the order."""
+    so that its complete-by passing is not counted against the order. A change that
+    may make the order due before its watch entry says moves the entry up
+    (shared/domain/machine/recovery.py:sooner_check)."""
     cached = deps.cache.get(order_id) if deps.cache is not None else None
 
     def unsent(process: OrderProcess) -> Transition | None:
         return undelivered(process, deps.policy, deps.clock.now(), message_id)
 
+    def sooner(read: OrderProcess, changed: OrderProcess) -> datetime | None:
+        workflow = deps.find_workflow(changed)
+        if workflow is None:
+            return None
+        recheck = deps.customers.recheck if deps.customers is not None else RECHECK
+        return sooner_check(read, changed, workflow, deps.policy, deps.clock.now(), recheck)
+
     try:
         changed = await deps.work.change(
-            order_id, decide, cause=message_id, cached=cached, unsent=unsent
+            order_id, decide, cause=message_id, cached=cached, unsent=unsent, sooner=sooner
         )
     except BaseException:
         _forget(deps, order_id)

@@ -14,7 +14,9 @@ is written once:
    an entry written meanwhile by whoever brought the order to that rest (rule 4). An
    order already moving keeps its watch entry, so a new check time is written after
    the save: a lost race then writes nothing, and no winner's earlier check is pushed
-   back.
+   back. A check sooner than the entry may hold (the Scheduler's `sooner`) is moved up
+   before the save, and only up (`WatchList.move_up`): a lost race leaves a spare
+   earlier check, a crash after the save no late one.
 2. Save on the ETag. A lost race has sent nothing; the change is read and decided again.
 3. Send. A failure leaves the messages in the record's outbox, with deterministic ids:
    the Supervisor (the order is still watched) or a redelivery sends them again, and the
@@ -71,6 +73,9 @@ Decide = Callable[[OrderProcess], Transition | None]
 """A machine rule applied to the stored order: the transition, or None for nothing to do."""
 CheckAt = Callable[[OrderProcess], datetime | None]
 """When the Supervisor should next look at the changed order (None: leave the entry)."""
+Sooner = Callable[[OrderProcess, OrderProcess], datetime | None]
+"""From the order as read and as changed: the check its entry must be moved up to, where
+the change may make it due before the entry says (None: the entry stands)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,7 @@ class UnitOfWork:
         races: int = MAX_RACES,
         budget: Budget | None = None,
         unsent: Decide | None = None,
+        sooner: Sooner | None = None,
     ) -> Changed | None:
         """Load, decide, save, then deliver: the one call of a change to a stored order.
         None: no such order.
@@ -118,15 +124,17 @@ class UnitOfWork:
         StoreUnavailable past `budget.store`, and the sends are waited for `budget.nudge`
         at most, then go on without the caller, a failure only logged. Without one a
         failed send raises, the change stored: `unsent`, when given, is first decided on
-        the stored order and saved without a send."""
+        the stored order and saved without a send. `sooner` (the Scheduler's, which
+        hands no `check_at`): the entry moved up before the save where the change may
+        make the order due sooner than it says."""
         if budget is not None:
             changed = await within_store_budget(
-                self._decide(order_id, decide, cause, check_at, cached, races), budget
+                self._decide(order_id, decide, cause, check_at, cached, races, sooner), budget
             )
             if changed is not None and (changed.transition is not None or changed.resend):
                 await send_within_budget(self._send(changed), budget, order_id)
             return changed
-        changed = await self._decide(order_id, decide, cause, check_at, cached, races)
+        changed = await self._decide(order_id, decide, cause, check_at, cached, races, sooner)
         if changed is None:
             return None
         try:
@@ -151,6 +159,7 @@ class UnitOfWork:
         check_at: CheckAt | None,
         cached: OrderProcess | None,
         races: int,
+        sooner: Sooner | None = None,
     ) -> Changed | None:
         """Rules 1 and 2, deciding again on a fresh read after a lost race."""
         process, fresh, lost = cached, cached is None, 0
@@ -168,8 +177,11 @@ class UnitOfWork:
                 return Changed(process, None, resend=resend)
             when = check_at(transition.process) if check_at is not None else None
             watched = process.state.complete_by
+            early = sooner(process, transition.process) if sooner is not None else None
             try:
-                saved = await self._save(transition, check_at=when, watched_at=watched)
+                saved = await self._save(
+                    transition, check_at=when, watched_at=watched, sooner=early
+                )
                 return Changed(saved, transition)
             except ConcurrencyConflict:
                 lost += int(fresh)
@@ -182,6 +194,7 @@ class UnitOfWork:
         *,
         check_at: datetime | None = None,
         watched_at: datetime | None = None,
+        sooner: datetime | None = None,
     ) -> OrderProcess:
         """Rules 1 and 2: the watch entry and the conditional save. The transition's own
         check time (a compensation waiting for a live request) wins over `check_at`.
@@ -193,7 +206,10 @@ class UnitOfWork:
         spare earlier entry only costs the Supervisor a read. A check the change leaves
         where it was is not written again: the entry may hold an earlier one written by
         someone who knows more (a promotion that moved the order up its customer's line),
-        and writing the row's view back would push it out again."""
+        and writing the row's view back would push it out again. `sooner`, where no
+        check is written: the entry only moved up to it (`WatchList.move_up`), before the
+        save for the same reason, and never pushed back from an earlier check someone
+        else wrote (a lost race leaves a spare earlier check)."""
         state = transition.process.state
         when = transition.check_at or check_at
         left = transition.rested_in if transition.moves_rest else None
@@ -203,6 +219,8 @@ class UnitOfWork:
             await self.store.drop_rest(left, state.order_id, state.created_at, below=state.version)
         elif when is not None and watched_at is not None and when < watched_at:
             await self.store.watch(state.order_id, when, replace=True, version=state.version)
+        elif when is None and sooner is not None:
+            await self.store.move_up(state.order_id, sooner, version=state.version)
         if transition.leaves_rest and self.customers is not None:
             await self.customers.rejoin(transition.process, state.updated_at)
         etag = await self.store.save(transition.process, transition.history)

@@ -21,11 +21,15 @@ from shared.telemetry.logsafe import app_logger
 log = app_logger("orders.customers")
 
 
+RECHECK = timedelta(seconds=30)
+"""When the Supervisor looks at a promoted order: the shortest step timeout."""
+
+
 @dataclass(frozen=True)
 class Customers:
     ledger: CustomerLedger
     policy: CustomerPolicy
-    recheck: timedelta = timedelta(seconds=30)
+    recheck: timedelta = RECHECK
     """When the Supervisor looks at a promoted order: the shortest step timeout."""
     memo: RefusalMemo = field(default_factory=RefusalMemo, compare=False)
     """This instance's recent refusals (the intake's)."""
@@ -67,12 +71,16 @@ class Customers:
     async def release(
         self, customer: str, order_id: str, store: WatchList, bus: MessageBus, at: datetime
     ) -> None:
+        """The order leaves its customer's count; the next in line, if it promotes one,
+        is due within `recheck` and then nudged. Only moved up: its entry may already
+        hold an earlier check (the intake's first look, when the promotion comes between
+        the ledger entry and the create), which a plain write would push back."""
         promoted = await self.ledger.leave(customer, order_id, self.policy, at)
         self.memo.forget(customer)
         if promoted is None:
             return
         log.info("order %s: next in line for customer %s", promoted.order_id, customer)
-        await store.watch(promoted.order_id, at + self.recheck, replace=True)
+        await store.move_up(promoted.order_id, at + self.recheck)
         await bus.send((promotion(promoted),))
 
     async def never_created(
