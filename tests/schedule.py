@@ -25,9 +25,10 @@ from typing import TypeVar
 
 DURATIONS = Path(__file__).with_name("durations.txt")
 
-SECONDS_PER_TEST = {"e2e": 10.0, "chaos": 10.0, "model": 2.0, "devhost": 1.0, "integration": 1.0}
-"""A file missing from durations.txt: seconds per test by its folder under tests/, about
-the measured averages rounded up (an unknown e2e file is better started early)."""
+SECONDS_PER_TEST = {"e2e": 10.0, "model": 2.0, "devhost": 1.0, "integration": 1.0}
+"""A file missing from durations.txt (every file of the measured run is there, the
+lightest with 0.0): seconds per test by its folder under tests/, about the measured
+averages (an unknown e2e file is better started early)."""
 DEFAULT_SECONDS_PER_TEST = 0.1
 
 T = TypeVar("T")
@@ -87,16 +88,15 @@ def totals_from_junit(xml_files: Iterable[Path], root: Path) -> dict[str, float]
     return dict(totals)
 
 
-def as_text(totals: Mapping[str, float], floor: float = 1.0) -> str:
-    """The durations.txt lines, heaviest first; files under `floor` seconds are left to
-    the guess (they change nothing in when the run ends)."""
+def as_text(totals: Mapping[str, float]) -> str:
+    """The durations.txt lines, heaviest first: every file, so that a light one is not
+    taken for a new one and guessed."""
     lines = [
         "# Seconds per test file in one measured run (tests/schedule.py: heaviest first).",
         "# Refresh: pytest --junitxml=run.xml ..., then python -m tests.schedule run.xml",
     ]
     for path, seconds in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])):
-        if seconds >= floor:
-            lines.append(f"{seconds:7.1f} {path}")
+        lines.append(f"{seconds:7.1f} {path}")
     return "\n".join(lines) + "\n"
 
 
