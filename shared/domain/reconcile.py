@@ -24,8 +24,11 @@ A step is asked about at every provider it may have reached: the one holding it,
 each other agent a do of it was sent to (`StepRecord.tried`), but for agents that share
 the holder's key space (`retry_elsewhere`), which hold one effect between them. The keys
 are the same at every provider (`idempotency_key`: order and operation, whatever the
-attempt or agent; the step's current round, an earlier one having been refused for good).
-At most two questions per provider, but in one case three (the last item):
+attempt or agent; the step's current round). Each earlier round of a step whose key the
+order moved after a refusal for good is a check of its own (`Expect.EARLIER`), at every
+provider tried: a refusal is one provider's word, and a request of that round settled
+not applied elsewhere only by time may have applied there late. At most two questions
+per provider and round, but in one case three (the last item):
 
 - The holder, `Processed`: the do-key. Applied is a match; not applied or never seen
   is an effect missing.
@@ -91,8 +94,9 @@ SETTLED_REASON = APPLIED_AFTER_SETTLED
 the same finding, made by asking."""
 
 MAX_QUESTIONS_PER_PROVIDER = 3
-"""Per step and provider asked: a step costs at most this times its providers (two, but
-where the undo found nothing to undo and the do applied after it: then the heal key)."""
+"""Per check and provider asked: a step costs at most this times its providers, and its
+rounds (two, but where the undo found nothing to undo and the do applied after it: then
+the heal key)."""
 
 Answers = Mapping[tuple[str, str], RemoteOutcome]
 """What each provider said of each key, by (agent, key)."""
