@@ -17,7 +17,14 @@ Some such continuation must reach a right end:
 - a finished order whose net effect is right (Processed: each step in force at exactly
   one key space; Compensated, Cancelled: nothing in force), nothing left that can apply;
 - or, after a request applied past its live time (the residual risk), the order held
-  for an operator past its pivot, with the operator alerted.
+  for an operator past its pivot, with the operator alerted;
+- or, after such a request, a finished order whose only wrong effects are of steps with
+  no undo (a retriable step's earlier round applied late: nothing takes it back), with
+  the operator alerted (`invariants.beyond_undo`).
+
+An order held on a refusal for good that it learned of after the operator's action (it
+held the key in doubt, the resubmit sent that key again and the provider replayed its
+refusal) is a new hold, with its own alert: the operator gets one more action there.
 
 No such end means every action is refused or leads back to where it started while
 money is in force. A continuation is found greedily first (the system's likeliest
@@ -33,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from shared.domain.model import Phase
 from tests.model import driver
 from tests.model.explorer import Invariant
-from tests.model.invariants import wrong_effects
+from tests.model.invariants import beyond_undo, wrong_effects
 from tests.model.setups import Setup
 from tests.model.world import Bounds, OrderWorld, World
 
@@ -75,11 +82,27 @@ def _system(label: str) -> bool:
     return label.startswith(_PREFERENCE)
 
 
+def _held_on_refusal(world: World) -> bool:
+    process = world.process
+    index = process.state.current_step
+    step = process.steps[index] if index < len(process.steps) else None
+    return driver.held(process) and step is not None and step.refused is not None
+
+
+def _learns_refusal(before: World, after: World) -> bool:
+    """Does the order learn here of a refusal for good it did not know of (a key held in
+    doubt when the operator acted, which the provider had refused: the resubmit sent
+    that key again, as a key in doubt must be, and the provider replayed its refusal)?
+    The order is held on it, a new hold the operator is told of and acts on: one more
+    action, as from any order held on a refusal (docs/in-doubt.md)."""
+    return not _held_on_refusal(before) and _held_on_refusal(after)
+
+
 def good_end(world: World) -> bool:
     if not world.quiet():
         return False
     if driver.finished(world.process) is not None:
-        return not wrong_effects(world)
+        return not wrong_effects(world) or beyond_undo(world)
     return (
         bool(world.late_applied)
         and driver.held(world.process)
@@ -129,7 +152,7 @@ class Liveness:
                 if not spent:
                     yield label, after, True
             elif _system(label):
-                yield label, after, spent
+                yield label, after, spent and not _learns_refusal(world, after)
 
     def check(self, start: World) -> str | None:
         """None when `start` can reach a right end (and, held on a refusal for good, each
@@ -196,6 +219,7 @@ class Liveness:
             path.append(key)
             move = self._first(world, spent)
             if move is not None:
+                spent = spent and not _learns_refusal(world, move)
                 world = move
                 continue
             moves = self._moves(world, spent)
