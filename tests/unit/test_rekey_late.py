@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from devhost.simulator.judge import LedgerEntry, OrderToJudge, Problem, Step, judge
 from shared.domain import reconcile as rules
 from shared.domain.destination import Destination
 from shared.domain.in_doubt import NEVER_SEEN, RemoteOutcome
@@ -120,9 +121,11 @@ class Story:
         )
 
 
-def lost_then_refused_then_resubmitted(workflow: Workflow) -> tuple[Story, Outgoing]:
+def lost_then_refused_then_resubmitted(
+    workflow: Workflow,
+) -> tuple[Story, Outgoing, Outgoing]:
     """The story up to the order Processed under the second round at `notifications`;
-    returns it and the first request, still on the network."""
+    returns it, the first request, still on the network, and the second round's."""
     story = Story(workflow, start(an_order("o-1"), workflow, T0).process, T0, [])
     first = story.claim()
     assert (first.destination.agent, first.body["idempotencyKey"]) == (PRIMARY, FIRST)
@@ -140,13 +143,13 @@ def lost_then_refused_then_resubmitted(workflow: Workflow) -> tuple[Story, Outgo
     story.reply(again, PRIMARY)
     assert story.state() is ProcessState.PROCESSED
     story.outgoing.clear()
-    return story, first
+    return story, first, again
 
 
 def test_a_late_success_of_the_first_round_at_the_holder_is_alerted() -> None:
     """Before the fix the success was taken for the step's own (same agent, same key
     space, step Completed) and dropped: two effects in force at `notifications`."""
-    story, first = lost_then_refused_then_resubmitted(notify_workflow())
+    story, first, _ = lost_then_refused_then_resubmitted(notify_workflow())
 
     change = story.reply(first, PRIMARY)
 
@@ -161,7 +164,7 @@ def test_a_late_success_of_the_first_round_at_the_holder_is_alerted() -> None:
 
 
 def test_a_late_success_of_the_first_round_is_undone_there_under_that_rounds_key() -> None:
-    story, first = lost_then_refused_then_resubmitted(notify_workflow(undo="retract-notice"))
+    story, first, _ = lost_then_refused_then_resubmitted(notify_workflow(undo="retract-notice"))
 
     story.reply(first, PRIMARY)
 
@@ -240,7 +243,7 @@ APPLIED = RemoteOutcome.applied({"ref": "x"})
 
 def test_reconciliation_asks_every_round_at_every_provider_it_tried() -> None:
     """The first round's reply never came: only reconciliation can see the effect."""
-    story, _ = lost_then_refused_then_resubmitted(notify_workflow())
+    story, _, _ = lost_then_refused_then_resubmitted(notify_workflow())
     checks = rules.checks(story.process, story.workflow)
     asked = {(a, c.do_key) for c in checks for a in c.providers}
     assert {(PRIMARY, FIRST), (BACKUP, FIRST), (PRIMARY, SECOND), (BACKUP, SECOND)} <= asked
@@ -253,7 +256,7 @@ def test_reconciliation_asks_every_round_at_every_provider_it_tried() -> None:
 
 
 def test_reconciliation_undoes_an_earlier_rounds_effect_under_that_rounds_key() -> None:
-    story, _ = lost_then_refused_then_resubmitted(notify_workflow(undo="retract-notice"))
+    story, _, _ = lost_then_refused_then_resubmitted(notify_workflow(undo="retract-notice"))
     world = {(PRIMARY, SECOND): APPLIED, (PRIMARY, FIRST): APPLIED}
     undos: list[Outgoing] = []
     for check in rules.checks(story.process, story.workflow):
@@ -273,8 +276,50 @@ def test_an_order_rekeyed_before_rounds_were_dated_keeps_todays_reading() -> Non
     """A step stored with a later round and no `rekeyed_at` (written before the field):
     which round an earlier attempt carried is not known, so a success is read as the
     current round's, as before."""
-    story, first = lost_then_refused_then_resubmitted(notify_workflow())
+    story, first, _ = lost_then_refused_then_resubmitted(notify_workflow())
     steps = (replace(story.process.steps[0], rekeyed_at=()),)
     story.process = replace(story.process, steps=steps)
 
     assert story.reply(first, PRIMARY) is None
+
+
+def ledger_of(*applied: Outgoing) -> list[LedgerEntry]:
+    """What the providers record for requests that applied, in that order, as the
+    simulator's ledger says it (an undo undoes its do where that do applied)."""
+    entries: list[LedgerEntry] = []
+    for n, request in enumerate(applied):
+        body = request.body
+        undoes = body.get("undoes")
+        undone = None
+        if undoes is not None:
+            undone = any(e.idempotency_key == undoes and e.applied for e in entries)
+        entries.append(
+            LedgerEntry(
+                service=str(request.destination.agent),
+                operation=str(body["operation"]),
+                order_id=str(body["orderId"]),
+                idempotency_key=str(body["idempotencyKey"]),
+                applied=True,
+                applied_at=T0 + timedelta(seconds=n),
+                undoes=None if undoes is None else str(undoes),
+                undone=undone,
+            )
+        )
+    return entries
+
+
+def test_as_a_provider_sees_it_the_earlier_rounds_effect_is_undone() -> None:
+    """The simulator's net-effect judge over what the providers recorded: the first
+    key and `:r2` applied at `notifications` is a step in force twice; the undo the
+    Scheduler sends for the first key takes it back to once."""
+    story, first, again = lost_then_refused_then_resubmitted(notify_workflow("retract-notice"))
+    steps = [Step("notify-customer", "retract-notice")]
+    processed = [OrderToJudge("o-1", "Processed")]
+
+    before = judge(ledger_of(again, first), processed, steps)
+    assert [v.problem for v in before.violations] == [Problem.IN_FORCE_TWICE]
+
+    story.reply(first, PRIMARY)
+    (undo,) = story.requests()
+    after = judge(ledger_of(again, first, undo), processed, steps)
+    assert after.passed, [str(v) for v in after.violations]
