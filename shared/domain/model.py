@@ -191,6 +191,13 @@ class StepRecord:
     """Which of the step's do keys is current (`messages.idempotency_key`): 0, the order
     and operation, until an operator resubmits a do its provider refused for good; each
     such resubmit sends it under the next (machine/rekey.py, docs/in-doubt.md)."""
+    rekeyed_at: tuple[int, ...] = ()
+    """The order's attempt when each later do round began (the resubmit that moved the
+    key), first first: a request carries its claim's attempt, and every request of an
+    earlier round went out at or before the attempt its round ended at, so a late reply
+    is known by its attempt for the round it answers (`round_of`). A step moved before
+    this was kept has fewer entries than `do_round`: its replies read as the current
+    round's."""
     undo_round: int = 0
     """The same for the step's undo: moved by a resubmit or a cancel of a compensation
     held on an undo refused for good."""

@@ -24,8 +24,11 @@ A step is asked about at every provider it may have reached: the one holding it,
 each other agent a do of it was sent to (`StepRecord.tried`), but for agents that share
 the holder's key space (`retry_elsewhere`), which hold one effect between them. The keys
 are the same at every provider (`idempotency_key`: order and operation, whatever the
-attempt or agent; the step's current round, an earlier one having been refused for good).
-At most two questions per provider, but in one case three (the last item):
+attempt or agent; the step's current round). Each earlier round of a step whose key the
+order moved after a refusal for good is a check of its own (`Expect.EARLIER`), at every
+provider tried: a refusal is one provider's word, and a request of that round settled
+not applied elsewhere only by time may have applied there late. At most two questions
+per provider and round, but in one case three (the last item):
 
 - The holder, `Processed`: the do-key. Applied is a match; not applied or never seen
   is an effect missing.
@@ -66,12 +69,12 @@ from datetime import datetime
 from enum import StrEnum
 
 from shared.domain.in_doubt import RemoteOutcome, RemoteOutcomeKind
-from shared.domain.machine.dispatch import heal_key, undo_at
+from shared.domain.machine.dispatch import HEAL, heal_key, round_heal_key, undo_at
 from shared.domain.machine.forward import APPLIED_AFTER_SETTLED
 from shared.domain.machine.settle import key_state
 from shared.domain.machine.transition import ProcessPolicy
-from shared.domain.messages import OperatorAlert, do_key, undo_key
-from shared.domain.model import KeyState, OrderProcess, Outgoing, ProcessState, StepStatus
+from shared.domain.messages import OperatorAlert, do_key, idempotency_key, undo_key
+from shared.domain.model import KeyState, OrderProcess, Outgoing, Phase, ProcessState, StepStatus
 from shared.domain.workflow import StepDefinition, Workflow
 
 FINISHED = (ProcessState.PROCESSED, ProcessState.COMPENSATED, ProcessState.CANCELLED)
@@ -91,8 +94,9 @@ SETTLED_REASON = APPLIED_AFTER_SETTLED
 the same finding, made by asking."""
 
 MAX_QUESTIONS_PER_PROVIDER = 3
-"""Per step and provider asked: a step costs at most this times its providers (two, but
-where the undo found nothing to undo and the do applied after it: then the heal key)."""
+"""Per check and provider asked: a step costs at most this times its providers, and its
+rounds (two, but where the undo found nothing to undo and the do applied after it: then
+the heal key)."""
 
 Answers = Mapping[tuple[str, str], RemoteOutcome]
 """What each provider said of each key, by (agent, key)."""
@@ -106,6 +110,11 @@ class Expect(StrEnum):
     NOT_APPLIED = "not applied, as the order settled it"
     """The step a held order still owns, at each provider where it settled the key as
     not applied: the do-key only is asked; an effect there is alerted, never undone."""
+    EARLIER = "not applied: a key the order moved on from"
+    """An earlier round of the step's do key (the order sent the step again under a fresh
+    key after a refusal for good), at every provider the step was sent to: the order
+    owns no effect of it anywhere, so one in force is undone there, under that round's
+    own key (`round_heal_key`), or alerted where nothing undoes it."""
 
 
 class Verdict(StrEnum):
@@ -139,6 +148,9 @@ class StepCheck:
     holder_asked: bool = True
     """False for a step the order still owns whose key its holder has not settled: the
     order's own retry or cancel answers for it there."""
+    key_round: int | None = None
+    """The round of the step's do key asked about when it is an earlier one
+    (`Expect.EARLIER`); None for the current round."""
 
     @property
     def providers(self) -> tuple[str, ...]:
@@ -189,23 +201,37 @@ def checks(process: OrderProcess, workflow: Workflow) -> tuple[StepCheck, ...]:
         expect = _expect(process, index)
         if expect is None or step.agent is None:
             continue
-        if expect is Expect.UNDONE and definition.compensation is None:
-            continue
         undo = definition.compensation
-        check = StepCheck(
-            order_id=process.order_id,
-            state=state,
-            step=step.name,
-            agent=step.agent,
-            do_key=do_key(process.order_id, definition.name, step),
-            undo_key=None if undo is None else undo_key(process.order_id, undo, step),
-            expect=expect,
-            others=_other_key_spaces(step.tried, step.agent, definition),
-            holder_asked=expect is not Expect.NOT_APPLIED
-            or key_state(step) is KeyState.NOT_APPLIED,
+        others = _other_key_spaces(step.tried, step.agent, definition)
+        if expect is not Expect.UNDONE or undo is not None:
+            check = StepCheck(
+                order_id=process.order_id,
+                state=state,
+                step=step.name,
+                agent=step.agent,
+                do_key=do_key(process.order_id, definition.name, step),
+                undo_key=None if undo is None else undo_key(process.order_id, undo, step),
+                expect=expect,
+                others=others,
+                holder_asked=expect is not Expect.NOT_APPLIED
+                or key_state(step) is KeyState.NOT_APPLIED,
+            )
+            if check.providers:
+                found.append(check)
+        found.extend(
+            StepCheck(
+                order_id=process.order_id,
+                state=state,
+                step=step.name,
+                agent=step.agent,
+                do_key=idempotency_key(process.order_id, definition.name, earlier),
+                undo_key=None if undo is None else round_heal_key(process.order_id, undo, earlier),
+                expect=Expect.EARLIER,
+                others=others,
+                key_round=earlier,
+            )
+            for earlier in range(step.do_round)
         )
-        if check.providers:
-            found.append(check)
     return tuple(found)
 
 
@@ -265,7 +291,8 @@ def _next_at(check: StepCheck, agent: str, answers: Answers) -> str | None:
         agent == check.agent and check.expect is Expect.APPLIED
     ):
         return check.do_key if do is None else None
-    if agent == check.agent and check.undo_key is not None and undo is None:
+    holder_undone = agent == check.agent and check.expect is Expect.UNDONE
+    if holder_undone and check.undo_key is not None and undo is None:
         return check.undo_key
     if _undid(undo):
         return None
@@ -384,6 +411,8 @@ def _mismatch(check: StepCheck, agent: str, answers: Answers) -> Mismatch:
             found += f", while {check.agent} has none: left for an operator"
     elif check.expect is Expect.UNDONE:
         found += ", undoing it there"
+    elif check.expect is Expect.EARLIER:
+        found += ", undoing it there" if check.undo_key else ", and nothing undoes it"
     elif check.expect is Expect.NOT_APPLIED:
         reason = SETTLED_REASON
         found += ": the order may still take it as the step's, so it is left for an operator"
@@ -417,9 +446,11 @@ def heals(
     if index is None or check.undo_key is None:
         return ()
     definition = workflow.steps[index]
+    earlier = "" if check.key_round is None else f":{HEAL}-r{check.key_round + 1}"
     return tuple(
         # Its own message id: the order's compensation of the step may have gone out in
-        # the same attempt, and the broker would drop this as its duplicate.
+        # the same attempt, and the broker would drop this as its duplicate; an earlier
+        # round's names the round, as the current one's may go to the same provider.
         replace(
             undo_at(
                 process,
@@ -430,12 +461,25 @@ def heals(
                 answers[(m.agent, check.do_key)].result,
                 now,
                 key=_heal_key_at(check, m.agent, answers),
+                do_round=check.key_round,
             ),
-            message_id=f"reconcile-undo:{check.order_id}:{check.step}:{m.agent}",
+            message_id=f"reconcile-undo:{check.order_id}:{check.step}:{m.agent}{earlier}",
         )
         for m in mismatches(check, answers)
-        if m.reason == TWO_PROVIDERS_REASON or check.expect is Expect.UNDONE
+        if m.reason == TWO_PROVIDERS_REASON
+        or check.expect is Expect.UNDONE
+        or (check.expect is Expect.EARLIER and not _awaits_undo(process, index, m.agent))
     )
+
+
+def _awaits_undo(process: OrderProcess, index: int, agent: str) -> bool:
+    """Would an undo's reply from `agent` at the order's attempt be taken for the undo
+    the order awaits there (a Suspended order held while undoing this step at its
+    holder)? Then an earlier round's effect is alerted and left for the next run."""
+    state = process.state
+    if state.process_state not in HELD or state.phase is not Phase.COMPENSATE:
+        return False
+    return state.current_step == index and agent == process.steps[index].agent
 
 
 def _heal_key_at(check: StepCheck, agent: str, answers: Answers) -> str | None:

@@ -1,7 +1,9 @@
 """Steps stored before a step kept its key's round, on real Azurite: an older version
 wrote each step's JSON without `do_round`, `undo_round` or `refused`. Such a row loads
 at round 0, so its keys are the ones it was sent with (`{orderId}:{operation}`), and a
-step at round 0 is still written as before, without them (shared/domain/machine/rekey.py)."""
+step at round 0 is still written as before, without them (shared/domain/machine/rekey.py).
+A later version kept the round but not the attempt it moved at (`rekeyed_at`): such a
+step loads at its round, with no date, and its replies read as the current round's."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from shared.adapters.memory.store import InMemoryBus
 from shared.adapters.table.rows import STATE_ROW, STEPS
 from shared.adapters.table.store import TableStateStore
 from shared.contract import agent_queue
+from shared.domain.machine.rekey import round_of
 from shared.domain.model import Outcome
 from shared.settings import azurite_connection_string
 from shared.usecases.flow import scheduler
@@ -74,3 +77,33 @@ async def test_a_step_stored_without_its_round_loads_at_round_0(store: TableStat
     await scheduler.on_nudge(deps, order_id)
     (again,) = bus.take(agent_queue("notifications"))
     assert again.body["idempotencyKey"] == f"{order_id}:notify-customer"
+
+
+async def test_a_step_moved_before_rounds_were_dated_loads_at_its_round(
+    store: TableStateStore,
+) -> None:
+    bus = InMemoryBus()
+    deps = ProcessDeps(store, bus, FakeClock(), a_policy(), catalogue=CATALOGUE)
+    order_id = f"dated-{uuid.uuid4().hex[:8]}"
+    await submit_order(deps, an_order(order_id), workflow=EXPRESS_DELIVERY)
+    for agent in ("inventory", "payment", "shipping"):
+        (request,) = bus.take(agent_queue(agent))
+        await scheduler.on_reply(deps, a_reply(request))
+    (notify,) = bus.take(agent_queue("notifications"))
+    await scheduler.on_reply(deps, a_reply(notify, Outcome.FAILED))
+    await resubmit_order(deps, order_id, "op")
+    row = await store.table.get_entity(order_id, STATE_ROW)
+    steps = json.loads(row[STEPS])
+    assert (steps[-1]["do_round"], steps[-1]["rekeyed_at"]) == (1, [notify.body["attempt"]])
+    assert not any("rekeyed_at" in step for step in steps[:-1]), "left out when empty"
+    row[STEPS] = json.dumps([{k: v for k, v in s.items() if k != "rekeyed_at"} for s in steps])
+    await store.table.update_entity(row, mode=UpdateMode.REPLACE)
+
+    old = await store.load(order_id)
+    assert old is not None
+    step = old.steps[-1]
+    assert (step.do_round, step.rekeyed_at) == (1, ())
+    assert round_of(step, notify.body["attempt"]) == 1, "undated: read as the current round"
+    await scheduler.on_nudge(deps, order_id)
+    (again,) = bus.take(agent_queue("notifications"))
+    assert again.body["idempotencyKey"] == f"{order_id}:notify-customer:r2"

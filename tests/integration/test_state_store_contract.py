@@ -617,7 +617,9 @@ async def test_a_steps_key_round_and_refusal_round_trip(store: StateStore) -> No
     moved = await store.load("round-1")
     assert moved is not None
     assert (moved.steps[-1].refused, moved.steps[-1].do_round) == (None, 1)
+    assert moved.steps[-1].rekeyed_at == (held.state.attempt,)
     assert [s.do_round for s in moved.steps[:-1]] == [0, 0, 0]
+    assert [s.rekeyed_at for s in moved.steps[:-1]] == [(), (), ()]
     await scheduler.on_nudge(deps, "round-1")
     (again,) = world.bus.take(agent_queue("notifications"))
     assert again.body["idempotencyKey"] == "round-1:notify-customer:r2"

@@ -226,7 +226,8 @@ class Domain:
 
     def routing(self, drained: frozenset[str]) -> Routing:
         """Every agent healthy (so a retry may move to the alternative), some drained."""
-        views = {a: AgentView(a, Availability.HEALTHY, "healthy") for a in AGENTS}
+        agents = {*AGENTS, *self.setup.agents}
+        views = {a: AgentView(a, Availability.HEALTHY, "healthy") for a in sorted(agents)}
         return Routing(views, drained)
 
     def _effects(

@@ -66,7 +66,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from shared.domain.model import FINAL_NOTIFICATIONS, Notify, Phase, ProcessState
+from shared.domain.model import FINAL_NOTIFICATIONS, Notify, Phase, ProcessState, StepRecord
 from tests.model import driver
 from tests.model.explorer import Invariant
 from tests.model.provider import KeyStatus
@@ -125,10 +125,25 @@ def _spaces(world: World, step: driver.Step) -> tuple[str, ...]:
 
 
 def in_force(world: World, step: driver.Step) -> list[str]:
-    """The key spaces where the step's do is in force."""
+    """The key spaces where the step's do is in force, one entry per round of its key in
+    force there: two rounds applied at one space are two effects."""
+    return [space for space, _ in effects(world, step)]
+
+
+def effects(world: World, step: driver.Step) -> list[tuple[str, str]]:
+    """Each (key space, key) where a round of the step's do key is in force."""
     if step.do_key is None:
         return []
-    return [s for s in _spaces(world, step) if world.provider.in_force(s, step.do_key)]
+    return [
+        (space, key)
+        for space in _spaces(world, step)
+        for key in world.provider.rounds_in_force(space, step.do_key)
+    ]
+
+
+def current_key(do_key: str, record: StepRecord) -> str:
+    """The round of the step's do key the order holds (`messages.idempotency_key`)."""
+    return first_round(do_key) if not record.do_round else f"{do_key}:r{record.do_round + 1}"
 
 
 def watched(world: World) -> str | None:
@@ -165,6 +180,10 @@ def _due_by(world: World) -> int | None:
 
 def wrong_effects(world: World) -> list[str]:
     """What the services hold that a finished order says they do not."""
+    return [words for _, words in _wrong(world)]
+
+
+def _wrong(world: World) -> list[tuple[driver.Step, str]]:
     outcome = driver.finished(world.process)
     wrong = []
     for step in world.domain.steps:
@@ -172,10 +191,24 @@ def wrong_effects(world: World) -> list[str]:
             continue
         where = in_force(world, step)
         if outcome == "processed" and len(where) != 1:
-            wrong.append(f"{step.name} in force at {where or 'no service'}")
+            wrong.append((step, f"{step.name} in force at {where or 'no service'}"))
         if outcome == "undone" and where:
-            wrong.append(f"{step.name} still in force at {where}")
+            wrong.append((step, f"{step.name} still in force at {where}"))
     return wrong
+
+
+def beyond_undo(world: World) -> bool:
+    """Is every wrong effect of a finished order one of a step with no undo (a retriable
+    step, a pivot), left by a request that applied after its live time, with an operator
+    alerted since? Nothing can take it back: the alert is the product's whole answer
+    (docs/in-doubt.md)."""
+    wrong = _wrong(world)
+    return (
+        bool(wrong)
+        and bool(world.late_applied)
+        and bool(world.alerted)
+        and all(step.undo_key is None for step, _ in wrong)
+    )
 
 
 def net_effect(world: World) -> str | None:
@@ -184,7 +217,9 @@ def net_effect(world: World) -> str | None:
     if world.late_applied - world.late_told:
         return None  # an effect the order cannot know of: healed and liveness judge it
     wrong = wrong_effects(world)
-    if not wrong or (world.late_applied and _reconciliation(world, alert=False)):
+    if not wrong or beyond_undo(world):
+        return None
+    if world.late_applied and _reconciliation(world, alert=False):
         return None  # the Scheduler's undo of a late success is not awaited: see below
     state = world.process.state.process_state.value
     return f"{state} but {'; '.join(wrong)} ({world.provider.describe()})"
@@ -211,13 +246,13 @@ def unaccounted(world: World) -> list[str]:
     undoes it there), or at another key space."""
     found = []
     for step, record in zip(world.domain.steps, world.process.steps, strict=False):
-        where = in_force(world, step)
         key = record.key_state.value
         doubted = key in IN_DOUBT and record.status.value != "Compensated"
         held = record.status.value in ("Completed", "Running") or doubted
         held = held and record.agent is not None and key != "not-applied"
         holder = world.space(record.agent) if held and record.agent else None
-        extra = [s for s in where if s != holder]
+        own = None if step.do_key is None else current_key(step.do_key, record)
+        extra = [s for s, k in effects(world, step) if (s, k) != (holder, own)]
         if extra:
             found.append(f"{step.name} in force at {extra}")
     return found
@@ -255,14 +290,17 @@ def told_late(world: World) -> str | None:
         index, step = next((i, s) for i, s in enumerate(world.domain.steps) if s.do_key == first)
         record = world.process.steps[index]
         ours = record.agent is not None and world.space(record.agent) == space
+        ours = ours and key == current_key(first, record)
         if (
             ours
             and record.key_state.value != "not-applied"
             and record.status.value != "Compensated"
         ):
             continue  # the order holds the key there (done, running, or a retry pinned to it)
-        if not world.provider.in_force(space, first) or driver.held(world.process):
+        if not world.provider.key_in_force(space, key) or driver.held(world.process):
             continue
+        if step.undo_key is None and world.just_alerted:
+            continue  # nothing undoes it: alerted, in that transition
         undone = any(
             r.undo and r.undoes == key and world.space(r.agent) == space for r in world.just_sent
         )

@@ -17,7 +17,14 @@ Some such continuation must reach a right end:
 - a finished order whose net effect is right (Processed: each step in force at exactly
   one key space; Compensated, Cancelled: nothing in force), nothing left that can apply;
 - or, after a request applied past its live time (the residual risk), the order held
-  for an operator past its pivot, with the operator alerted.
+  for an operator past its pivot, with the operator alerted;
+- or, after such a request, a finished order whose only wrong effects are of steps with
+  no undo (a retriable step's earlier round applied late: nothing takes it back), with
+  the operator alerted (`invariants.beyond_undo`).
+
+An order held on a refusal for good that it learned of after the operator's action (it
+held the key in doubt, the resubmit sent that key again and the provider replayed its
+refusal) is a new hold, with its own alert: the operator gets one more action there.
 
 No such end means every action is refused or leads back to where it started while
 money is in force. A continuation is found greedily first (the system's likeliest
@@ -30,10 +37,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field, replace
 
-from shared.domain.model import Phase
+from shared.domain.model import KeyState, Phase
 from tests.model import driver
 from tests.model.explorer import Invariant
-from tests.model.invariants import wrong_effects
+from tests.model.invariants import beyond_undo, wrong_effects
 from tests.model.setups import Setup
 from tests.model.world import Bounds, OrderWorld, World
 
@@ -75,11 +82,50 @@ def _system(label: str) -> bool:
     return label.startswith(_PREFERENCE)
 
 
+def _held_on_refusal(world: World) -> bool:
+    process = world.process
+    index = process.state.current_step
+    step = process.steps[index] if index < len(process.steps) else None
+    return driver.held(process) and step is not None and step.refused is not None
+
+
+def _learns_refusal(before: World, after: World) -> bool:
+    """Does the order come to be held here on a refusal for good?"""
+    return not _held_on_refusal(before) and _held_on_refusal(after)
+
+
+def _in_doubt(world: World) -> bool:
+    """Is the order's current step's key in doubt, with no refusal known for it?"""
+    process = world.process
+    index = process.state.current_step
+    step = process.steps[index] if index < len(process.steps) else None
+    if step is None or step.refused is not None:
+        return False
+    return step.key_state in (KeyState.UNSETTLED, KeyState.EXPIRED)
+
+
+UNUSED, USED, DOUBTED, REFUNDED = 0, 1, 2, 3
+"""The operator's one action: not taken; taken; taken on an order whose current key was
+in doubt (the resubmit sends that key again, as a key in doubt must be, and a provider
+that had refused it replays the refusal: the order learns of it only then, held on it,
+a new hold the operator is told of and acts on); and given back once that happened
+(one more action, never twice: docs/in-doubt.md)."""
+
+
+def _available(spent: int) -> bool:
+    return spent in (UNUSED, REFUNDED)
+
+
+def _after(spent: int, before: World, after: World) -> int:
+    """`spent` once the system moved from `before` to `after`."""
+    return REFUNDED if spent == DOUBTED and _learns_refusal(before, after) else spent
+
+
 def good_end(world: World) -> bool:
     if not world.quiet():
         return False
     if driver.finished(world.process) is not None:
-        return not wrong_effects(world)
+        return not wrong_effects(world) or beyond_undo(world)
     return (
         bool(world.late_applied)
         and driver.held(world.process)
@@ -118,18 +164,20 @@ class Liveness:
             self.setup,
         )
 
-    def _key(self, world: World, spent: bool) -> Hashable:
+    def _key(self, world: World, spent: int) -> Hashable:
         return (self.model.key(world), spent)
 
-    def _moves(self, world: World, spent: bool) -> Iterator[tuple[str, World, bool]]:
-        for label, after in self.model.successors(replace(world, operator_moves=int(spent))):
+    def _moves(self, world: World, spent: int) -> Iterator[tuple[str, World, int]]:
+        moves = int(not _available(spent))
+        for label, after in self.model.successors(replace(world, operator_moves=moves)):
             if _free(label):
                 yield label, after, spent
             elif label.split(" ", 1)[0] in OPERATOR:
-                if not spent:
-                    yield label, after, True
+                if _available(spent):
+                    doubted = spent == UNUSED and _in_doubt(world)
+                    yield label, after, DOUBTED if doubted else USED
             elif _system(label):
-                yield label, after, spent
+                yield label, after, _after(spent, world, after)
 
     def check(self, start: World) -> str | None:
         """None when `start` can reach a right end (and, held on a refusal for good, each
@@ -147,7 +195,7 @@ class Liveness:
         parcel, while the cancel alone would still end right.)"""
         if not world.refused or not driver.held(world.process):
             return None
-        key = self._key(world, False)
+        key = self._key(world, UNUSED)
         if key in self.mended:
             return self.mended[key]
         mended = world
@@ -161,7 +209,7 @@ class Liveness:
             after = next((w for label, w in self.model._operator(mended) if label == action), None)
             if after is None:
                 why = f"the provider mended, a {action} is refused"
-            elif not (self._greedy(after, True) or self._search(after, True)):
+            elif not (self._greedy(after, USED) or self._search(after, USED)):
                 why = f"the provider mended, a {action} reaches no right end"
             if why is not None:
                 why += f" from t={world.now}: {driver.describe(world.process)}"
@@ -171,7 +219,7 @@ class Liveness:
         return why
 
     def _reaches(self, begin: World, start: World) -> str | None:
-        key = self._key(begin, False)
+        key = self._key(begin, UNUSED)
         if key in self.good:
             return None
         if key in self.bad:
@@ -183,7 +231,7 @@ class Liveness:
         self.stuck.append((start, why))
         return why
 
-    def _greedy(self, world: World, spent: bool = False) -> bool:
+    def _greedy(self, world: World, spent: int = UNUSED) -> bool:
         """Follow the system's likeliest move; where it has none, try each operator
         action in turn (so every one an order at rest allows is taken somewhere)."""
         path: list[Hashable] = []
@@ -196,6 +244,7 @@ class Liveness:
             path.append(key)
             move = self._first(world, spent)
             if move is not None:
+                spent = _after(spent, world, move)
                 world = move
                 continue
             moves = self._moves(world, spent)
@@ -211,16 +260,17 @@ class Liveness:
     def _operated(self, world: World) -> bool:
         """The operator acts first (an order waiting for a drained agent waits forever
         on its own, which the greedy walk cannot tell from progress), then the system."""
-        moves = self._moves(world, False)
+        moves = self._moves(world, UNUSED)
         return any(
             [self._greedy(after, used) for label, after, used in moves if used or _free(label)]
         )
 
-    def _first(self, world: World, spent: bool) -> World | None:
+    def _first(self, world: World, spent: int) -> World | None:
         """The system's likeliest move, in a fixed order (the first the world offers in
         its likeliest category), or None when it has none."""
         model = self.model
-        world = replace(world, just_sent=(), notes=(), operator_moves=int(spent))
+        taken = int(not _available(spent))
+        world = replace(world, just_sent=(), notes=(), operator_moves=taken)
         for moves in (
             model._services(world),
             model._replies(world),
@@ -235,7 +285,7 @@ class Liveness:
                     return after
         return None
 
-    def _search(self, world: World, spent: bool = False) -> bool:
+    def _search(self, world: World, spent: int = UNUSED) -> bool:
         start = self._key(world, spent)
         parents: dict[Hashable, Hashable | None] = {start: None}
         frontier = [(world, spent)]

@@ -52,6 +52,9 @@ class Entry:
     late: bool = False
     """Not applied by time, at a service without abandon: a request of it may still
     apply after its live time (the residual risk of docs/in-doubt.md)."""
+    attempt: int = 0
+    """The latest claim attempt a request of this key came with: the attempt a late
+    apply's reply carries, which tells the order which round of a key it answers."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,9 @@ class Provider:
         kept = [e for e in self.entries if (e.agent, e.key) != (entry.agent, entry.key)]
         return Provider(tuple(sorted([*kept, entry])))
 
-    def register(self, agent: str, key: str, live_until: int, undoes: str | None) -> Provider:
+    def register(
+        self, agent: str, key: str, live_until: int, undoes: str | None, attempt: int = 0
+    ) -> Provider:
         """A request reaches the service: an unsettled key is running until the latest
         window of the requests that carried it; a settled one stays as it is."""
         entry = self.get(agent, key)
@@ -82,6 +87,7 @@ class Provider:
                 status=KeyStatus.RUNNING,
                 live_until=max(entry.live_until, live_until),
                 undoes=undoes,
+                attempt=max(entry.attempt, attempt),
             )
         )
 
@@ -142,10 +148,16 @@ class Provider:
     def in_force(self, agent: str, do_key: str) -> bool:
         """The judge: the do applied under its key, or under a later round of it (sent
         after a refusal for good), and no undo of it undid it."""
-        rounds = [e.key for e in self.entries if e.agent == agent and first_round(e.key) == do_key]
-        return any(self._in_force(agent, key) for key in rounds)
+        return bool(self.rounds_in_force(agent, do_key))
 
-    def _in_force(self, agent: str, do_key: str) -> bool:
+    def rounds_in_force(self, agent: str, do_key: str) -> tuple[str, ...]:
+        """Each round of the do key in force at `agent`: two rounds applied there are two
+        effects (a provider charges, or notifies, once per key), which `in_force` alone
+        reads as one."""
+        rounds = [e.key for e in self.entries if e.agent == agent and first_round(e.key) == do_key]
+        return tuple(key for key in rounds if self.key_in_force(agent, key))
+
+    def key_in_force(self, agent: str, do_key: str) -> bool:
         if self.get(agent, do_key).status is not KeyStatus.APPLIED:
             return False
         return not any(e.agent == agent and e.undoes == do_key and e.undone for e in self.entries)

@@ -80,21 +80,47 @@ def _moving_agent(workflow: Workflow) -> str | None:
     return None
 
 
+def _moving_retriable(
+    workflow: Workflow, agents: dict[str, AgentSpec]
+) -> tuple[Workflow, str | None]:
+    """The workflow with its first retriable step given an alternative, `{agent}-backup`,
+    and that step's agent without abandon: a do held on a refusal for good is moved to
+    a fresh key (shared/domain/machine/rekey.py), and only where a step may go to another
+    provider can the earlier key have been sent elsewhere first, settled not applied by
+    time there, and apply late (docs/in-doubt.md, "An earlier round that applies late").
+    A catalogue may declare this (an agent's `alternatives`); the shipped one does not."""
+    for index, step in enumerate(workflow.steps):
+        if step.kind is not StepKind.RETRIABLE or not step.agent or step.alternatives:
+            continue
+        backup = f"{step.agent}-backup"
+        agents[step.agent] = dataclasses.replace(agents[step.agent], abandon=False)
+        agents[backup] = dataclasses.replace(agents[step.agent], name=backup, abandon=True)
+        moved = dataclasses.replace(step, alternatives=(backup,))
+        steps = (*workflow.steps[:index], moved, *workflow.steps[index + 1 :])
+        return dataclasses.replace(workflow, steps=steps), step.agent
+    return workflow, None
+
+
 def build(
     workflow: Workflow,
     exhausted: ExhaustedPolicy,
     *,
     no_abandon: bool = False,
     shared_keys: bool = False,
+    retriable_moves: bool = False,
 ) -> Setup:
     agents = dict(AGENTS)
     spaces: dict[str, str] = {}
-    moving = _moving_agent(workflow)
     tags = [workflow.name, exhausted.value]
-    if moving is not None and no_abandon:
+    if retriable_moves:
+        workflow, moved = _moving_retriable(workflow, agents)
+        assert moved is not None, f"{workflow.name} has no retriable step to move"
+        tags.append("retriable-moves")
+    moving = _moving_agent(workflow)
+    if moving is not None and no_abandon and not retriable_moves:
         agents[moving] = dataclasses.replace(agents[moving], abandon=False)
         tags.append("no-abandon")
-    if moving is not None and shared_keys:
+    if moving is not None and shared_keys and not retriable_moves:
         steps = tuple(
             dataclasses.replace(s, retry_elsewhere=True) if s.agent == moving else s
             for s in workflow.steps
@@ -122,3 +148,11 @@ def all_setups() -> dict[str, Setup]:
 
 SETUPS = all_setups()
 DEFAULT = build(CATALOGUE.get("order-fulfilment") or CATALOGUE.latest()[0], ExhaustedPolicy.HOLD)
+RETRIABLE_MOVES = build(
+    CATALOGUE.get("express-delivery") or CATALOGUE.latest()[0],
+    ExhaustedPolicy.HOLD,
+    retriable_moves=True,
+)
+"""express-delivery with `notify-customer` able to move to `notifications-backup`, and
+`notifications` without abandon: an earlier round of a key moved after a refusal for
+good may apply late (tests/model/starts.py `BACKUP_DUE`)."""

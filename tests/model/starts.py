@@ -78,6 +78,29 @@ reply taken; the shipment's request is on its way. Reconciliation over the Proce
 order asks payment, the provider the order moved away from, too."""
 
 
+BACKUP_DUE = (
+    "claim",
+    "serve reserve",
+    "deliver reserve",
+    "serve charge",
+    "deliver charge",
+    "serve create",
+    "deliver create",
+    "arrive notify",
+    "time",
+    "time",
+    "time",
+    "sweep: not-applied",
+    "time",
+    "claim",
+)
+"""`setups.RETRIABLE_MOVES`: the notice's request held at `notifications` (no abandon)
+past its live time, the sweep's answer not applied, and the retry on its way to
+`notifications-backup` under the same key, which may refuse it for good; the operator
+then mends the backup and resubmits, the key moves to `:r2`, and the first request may
+still apply at `notifications`."""
+
+
 class Walked(OrderWorld):
     """The model from the state its walk reaches."""
 

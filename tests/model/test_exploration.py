@@ -22,7 +22,7 @@ from tests.model import liveness, report, starts
 from tests.model.explorer import explore
 from tests.model.invariants import INVARIANTS, signature
 from tests.model.known import known
-from tests.model.setups import DEFAULT, SETUPS, Setup
+from tests.model.setups import DEFAULT, RETRIABLE_MOVES, SETUPS, Setup
 from tests.model.test_explorer_sees import HELD_DEPTH, TOLD_DEPTH, late_after_nothing
 from tests.model.world import BOUNDS, Bounds, OrderWorld
 from tests.workflows import CATALOGUE
@@ -141,6 +141,14 @@ WALKED = [
         starts.SECONDARY_SERVED,
         id="late-from-secondary-served-depth-6",
     ),
+    pytest.param(
+        "rekey-late",
+        BOUNDS["rekey-late"],
+        RETRIABLE_MOVES,
+        9,
+        starts.BACKUP_DUE,
+        id="rekey-late-from-backup-due-depth-9",
+    ),
 ]
 """Rules behind a long prefix, explored from a walked start (tests/model/starts.py):
 a cancel refused past express-delivery's pivot and a reply that dispatches a step whose
@@ -149,8 +157,12 @@ agent is drained; a key abandoned by a sweep whose save lost, met by the retry
 a shared key space's retry, which no agent pins; an event kept before its wait began,
 taken by the Supervisor when the wait's nudge is late; reconciliation over an order
 whose heal was served, asking the heal key, and over a Processed order whose retry
-moved to payment-secondary, asking payment too (`reconcile._held`, `_settled`): a run
-from the order's start reaches neither within the CI bounds."""
+moved to payment-secondary, asking payment too (`reconcile._held`, `_settled`); and a
+notice whose first key, settled not applied by time at `notifications`, was refused at
+`notifications-backup`, mended and resubmitted under `:r2`, then applied late at
+`notifications` (`forward._earlier_round`, `Expect.EARLIER`; depth 9 takes it to the late
+reply taken by the Processed order): a run from the order's start reaches none of them
+within the CI bounds."""
 DEEP = [
     pytest.param("core", CORE, DEFAULT, 12, id="core-depth-12"),
     pytest.param("failed-sends", FAILED_SENDS, DEFAULT, 8, id="failed-sends-depth-8"),

@@ -307,6 +307,19 @@ BOUNDS = {
         unanswered=False,
         refusals=1,
     ),
+    "rekey-late": Bounds(
+        rejectable=frozenset(),
+        drainable=(),
+        operator_actions=1,
+        operator=frozenset({"resubmit", "cancel"}),
+        duplicates=False,
+        lost_replies=False,
+        send_failures=False,
+        events=0,
+        unanswered=False,
+        refusals=1,
+        reconcile=True,
+    ),
     "deep": Bounds(
         rejectable=frozenset(),
         drainable=(),
@@ -337,12 +350,14 @@ operator. `deep` leaves it less still (a request is served at once or lost, ever
 question is answered), to reach the end of every workflow's retries. `refusals` is
 `deep` with a declined charge, one event, one cancel or resubmit, and a service that
 refuses a retriable step or an undo for good, then is mended once the order is held.
-Three are meant for a walked start (tests/model/starts.py): `pivot` (a cancel once the
-pivot runs, the next step's agent drained when a reply dispatches it), `lost-saves` (a
-sweep that abandoned a key and lost its save, then an uncounted sweep in our outage:
-the order meets the abandon with its next request) and `early-event` (an event kept
-before its wait starts, the Supervisor taking it when the wait's nudge is late, the next
-step's agent drained)."""
+`rekey-late` holds a refusal for good, its mend and one resubmit or cancel, a late
+apply and reconciliation: an earlier round of a moved key applying late (from
+`starts.BACKUP_DUE`). Three more are meant for a walked start (tests/model/starts.py):
+`pivot` (a cancel once the pivot runs, the next step's agent drained when a reply
+dispatches it), `lost-saves` (a sweep that abandoned a key and lost its save, then an
+uncounted sweep in our outage: the order meets the abandon with its next request) and
+`early-event` (an event kept before its wait starts, the Supervisor taking it when the
+wait's nudge is late, the next step's agent drained)."""
 
 
 WINDOW = QUEUE_PROPERTIES.duplicate_detection_window_seconds
@@ -1047,7 +1062,7 @@ class OrderWorld:
         provider = moved.provider
         if in_calls:
             until = longer.live_until(skew)
-            provider = provider.register(space, request.key, until, request.undoes)
+            provider = provider.register(space, request.key, until, request.undoes, request.attempt)
         return replace(
             moved,
             calls=(moved.calls - {request}) | {longer} if in_calls else moved.calls,
@@ -1228,8 +1243,10 @@ class OrderWorld:
                     notes=(note,),
                 )
                 yield f"apply {name}@{entry.agent} late", after
-                # The agent's clock was behind: it still waited, and its reply comes.
-                request = Request(entry.agent, name, False, entry.key, 0, world.now)
+                # The agent's clock was behind: it still waited, and its reply comes, with
+                # the attempt its request carried (which round of the key it answers).
+                step = operation_of(entry.key)
+                request = Request(entry.agent, step, False, entry.key, entry.attempt, world.now)
                 replied = self._replied(after, (Reply(request, True),))
                 yield f"apply {name}@{entry.agent} late, reply comes", replied
                 if self.bounds.large_results:
@@ -1291,7 +1308,7 @@ class OrderWorld:
         wire = world.wire - {request}
         space = world.space(request.agent)
         provider = world.provider.register(
-            space, request.key, request.live_until(driver.SKEW), request.undoes
+            space, request.key, request.live_until(driver.SKEW), request.undoes, request.attempt
         )
         entry = provider.get(space, request.key)
         waiting = world.now < request.complete_by

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from shared.contract import Queue, agent_queue
 from shared.domain.in_doubt import ABANDONED, NEVER_SEEN, NOT_APPLIED, RemoteOutcome
 from shared.domain.messages import AgentReply, AgentRequest
-from shared.domain.model import JsonObject, OrderProcess, Phase, ProcessState, StepStatus
+from shared.domain.model import Action, JsonObject, OrderProcess, Phase, ProcessState, StepStatus
 from shared.ports import PermanentRemoteError, RemoteCall, RemoteService
 from shared.resilience import CircuitBreaker
 from shared.usecases.flow import scheduler
@@ -231,3 +231,35 @@ async def test_a_key_in_doubt_keeps_its_key_on_a_resubmit() -> None:
     assert process.state.process_state is ProcessState.PROCESSED
     assert set(_keys(ledger, "notify-customer")) == {"o-1:notify-customer"}
     assert process.steps[-1].do_round == 0
+
+
+async def test_an_order_held_before_refusals_were_kept_resends_its_key_once_and_is_safe() -> None:
+    """Held on a refused notify-customer by a version that kept no refusal: the resubmit
+    cannot know the key was refused, so it sends the same key. The provider replays its
+    refusal (a key refused for good never applies), the order is held again, now with the
+    refusal kept, and the next resubmit moves the key. One more operator move, no second
+    effect, and the step's record says what the provider did at each step."""
+    world, ledger = World(), Ledger(faults={"notify-customer"})
+    await _order(world, ledger)
+    held = await _load(world)
+    steps = (*held.steps[:-1], replace(held.steps[-1], refused=None))
+    await world.store.save(replace(held, steps=steps), ())
+    ledger.faults.clear()
+
+    await resubmit_order(world.deps(), "o-1", "op")
+    await _run(world, ledger)
+    again = await _load(world)
+    assert again.state.process_state is ProcessState.ERROR
+    step = again.steps[-1]
+    assert (step.status, step.refused, step.do_round) == (StepStatus.FAILED, Action.DO, 0)
+    assert not any(key.startswith("o-1:notify-customer") for key in ledger.applied)
+
+    await resubmit_order(world.deps(), "o-1", "op")
+    await _run(world, ledger)
+    process = await _load(world)
+    assert process.state.process_state is ProcessState.PROCESSED
+    assert _keys(ledger, "notify-customer") == ["o-1:notify-customer"] * 2 + [
+        "o-1:notify-customer:r2"
+    ]
+    applied = [key for key in ledger.applied if key.startswith("o-1:notify-customer")]
+    assert applied == ["o-1:notify-customer:r2"]

@@ -4,11 +4,12 @@ back, wait for a step to settle or for a drained agent, requeue, hold for an ope
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from shared.domain.machine.settle import Undo, open_candidates, pinned, undo_of
 from shared.domain.machine.transition import Builder, ProcessPolicy
-from shared.domain.messages import AgentRequest, Nudge, do_key, iso, undo_key
+from shared.domain.messages import AgentRequest, Nudge, do_key, idempotency_key, iso, undo_key
 from shared.domain.model import (
     Action,
     JsonObject,
@@ -302,6 +303,17 @@ def heal_key(undo_key: str) -> str:
     return f"{undo_key}:{HEAL}"
 
 
+def round_heal_key(order_id: str, compensation: str, do_round: int) -> str:
+    """The key for undoing an effect of an earlier round of a step's do key (a request
+    of that round that applied after the order moved the key on: docs/in-doubt.md, "An
+    operation refused for good"): `{orderId}:{undo}:heal-r1` for the first key,
+    `heal-r2` for `...:r2`. One per order, undo and round, never the order's own undo
+    key (a provider the order still holds the step at answers that key for the current
+    round) nor the heal key (`heal_key`, the current round's), so the Scheduler's undo
+    and every reconciliation run's resend are one request, undoing the effect once."""
+    return f"{idempotency_key(order_id, compensation)}:{HEAL}-r{do_round + 1}"
+
+
 def undo_at(
     process: OrderProcess,
     definition: StepDefinition,
@@ -311,6 +323,7 @@ def undo_at(
     result: JsonObject | None,
     now: datetime,
     key: str | None = None,
+    do_round: int | None = None,
 ) -> Outgoing:
     """The undo of a step's effect found in force where the order says none should be (a
     late success at a provider the order left, or reconciliation finding it), sent
@@ -318,9 +331,13 @@ def undo_at(
     undoes, so the provider applies it only against that do applied there; `result` is
     that provider's own, which is what its undo needs. The step must have a compensation.
     `key` is the step's undo key unless given: the heal key where that key is spent (it
-    found nothing to undo before the do applied: `heal_key`)."""
+    found nothing to undo before the do applied: `heal_key`). `do_round` names an earlier
+    round's do key as the one undone, under that round's key (`round_heal_key`)."""
     assert definition.compensation is not None
     step = next(s for s in process.steps if s.name == definition.name)
+    if do_round is not None and do_round != step.do_round:
+        key = key or round_heal_key(process.order_id, definition.compensation, do_round)
+        step = replace(step, do_round=do_round)
     request = AgentRequest(
         order_id=process.order_id,
         step=definition.name,

@@ -17,10 +17,12 @@ from shared.domain.machine.dispatch import (
     heal_key,
     hold_for_operator,
     requeue,
+    round_heal_key,
     undo_at,
     wait_for_drained,
 )
 from shared.domain.machine.line import in_line
+from shared.domain.machine.rekey import round_of
 from shared.domain.machine.settle import forward_only, key_state, undone_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
 from shared.domain.messages import AgentReply, Nudge, idempotency_key
@@ -395,7 +397,10 @@ def _late_do(
     - a success for a step the order compensated whose undo found nothing to undo (its
       key settled not applied by that answer): the do applied after the undo, so the
       effect is in force where the order says none is. It is undone there at once, under
-      the heal key, since the order's undo key is spent (answered from its record).
+      the heal key, since the order's undo key is spent (answered from its record);
+    - a success of an earlier round of the step's key, wherever it landed, the step's
+      holder included (`_earlier_round`): the order moved the key on after a refusal
+      for good, so that effect is never the order's.
 
     Agents that share one key space (`retry_elsewhere`, two regions of one provider) hold
     one effect between them: a success from either is the same key's, never a second
@@ -407,6 +412,9 @@ def _late_do(
     agent = reply.agent or step.agent
     if agent is None:
         return None
+    key_round = round_of(step, reply.attempt)
+    if key_round != step.do_round:
+        return _earlier_round(process, workflow, policy, reply, index, agent, key_round, now, cause)
     if not same_key_space(workflow.steps[index], agent, step.agent):
         if agent not in step.tried:
             return None
@@ -503,6 +511,8 @@ def _late_failure(
     agent = reply.agent or step.agent
     if not same_key_space(workflow.steps[index], agent or "", step.agent):
         return None
+    if round_of(step, reply.attempt) != step.do_round:
+        return None  # an earlier round's key: it says nothing of the current one
     if step.status is StepStatus.RUNNING:
         return None
     doubted = key_state(step)
@@ -578,4 +588,57 @@ def _undo_extra(
     key = heal_key(idempotency_key(process.order_id, definition.compensation))
     undo = undo_at(process, definition, policy, agent, reply.attempt, reply.result, now, key)
     b.send(replace(undo, message_id=f"{undo.message_id}:{HEAL}"))
+    return b.build()
+
+
+def _earlier_round(
+    process: OrderProcess,
+    workflow: Workflow,
+    policy: ProcessPolicy,
+    reply: AgentReply,
+    index: int,
+    agent: str,
+    key_round: int,
+    now: datetime,
+    cause: str | None,
+) -> Transition | None:
+    """A success of a round of the step's key that the order moved on from: a request
+    of that round held on the network past its live time at a provider without
+    `abandon` (its key settled not applied there), while another provider refused the
+    same key for good and the operator's resubmit sent the step under its next round.
+    That effect is never the order's, wherever it landed: the order holds the step under
+    its current round, or will. So it is alerted and undone there, naming that round's
+    do key, under that round's own key (`round_heal_key`: the order's undo key at the
+    holder is the current round's). Nothing else changes: the current round's key at
+    that provider is not spent. With no undo in the catalogue (a do is refused and held
+    only on a retriable step or past the pivot, which have none) nothing can take it
+    back: an order not at rest is held for an operator, as for an effect at another
+    provider (`_undo_extra`)."""
+    definition = workflow.steps[index]
+    step = process.steps[index]
+    if agent not in step.tried or agent not in definition.candidates:
+        return None
+    b = Builder(process, now, cause)
+    held_there = same_key_space(definition, agent, step.agent)
+    reason = APPLIED_AFTER_SETTLED if held_there else "applied-at-two-providers"
+    old = idempotency_key(process.order_id, definition.name, key_round)
+    current = idempotency_key(process.order_id, definition.name, step.do_round)
+    b.set(
+        last_error=f"{definition.name} applied at {agent} under {old}, a key the order "
+        f"moved on from to {current}"
+    )
+    if definition.compensation is None:
+        b.note(reason, f"{definition.name} at {agent} under {old}: nothing undoes it")
+        if not process.state.process_state.is_at_rest:
+            hold_for_operator(b, reason)
+        else:
+            b.alert(reason)
+        return b.build()
+    key = round_heal_key(process.order_id, definition.compensation, key_round)
+    b.note(reason, f"{definition.name} at {agent} under {old}: undoing it there under {key}")
+    b.alert(reason)
+    undo = undo_at(
+        process, definition, policy, agent, reply.attempt, reply.result, now, do_round=key_round
+    )
+    b.send(replace(undo, message_id=f"{undo.message_id}:{HEAL}-r{key_round + 1}"))
     return b.build()

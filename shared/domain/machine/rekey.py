@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from shared.domain.machine.transition import Builder
 from shared.domain.messages import idempotency_key
-from shared.domain.model import Action, Phase
+from shared.domain.model import Action, Phase, StepRecord
 from shared.domain.workflow import Workflow
 
 
@@ -40,7 +40,8 @@ def rekey_refused(b: Builder, workflow: Workflow | None) -> str:
     if undo:
         b.set_step(index, undo_round=before + 1, refused=None)
     else:
-        b.set_step(index, do_round=before + 1, refused=None)
+        rekeyed_at = (*step.rekeyed_at, b.state.attempt)
+        b.set_step(index, do_round=before + 1, refused=None, rekeyed_at=rekeyed_at)
     what = f"compensation of {step.name}" if undo else step.name
     operation = workflow.operation(step.name, undo) if workflow is not None else None
     if operation is None:
@@ -48,3 +49,12 @@ def rekey_refused(b: Builder, workflow: Workflow | None) -> str:
     order_id = b.order.order_id
     old, new = (idempotency_key(order_id, operation, r) for r in (before, before + 1))
     return f"{what} refused for good under {old}: sent again under {new}"
+
+
+def round_of(step: StepRecord, attempt: int) -> int:
+    """The do round a request of the claim's `attempt` carried: each resubmit that moved
+    the key did so at the attempt the order was held at (`rekeyed_at`), and every request
+    of the round before went out at or before it; the next claim sends the new round.
+    Rounds moved before `rekeyed_at` was kept are not dated: read as the current one."""
+    undated = step.do_round - len(step.rekeyed_at)
+    return undated + sum(1 for moved in step.rekeyed_at if attempt > moved)
