@@ -340,7 +340,7 @@ def _before_pytest(parent: int) -> None:
 
 
 def pytest_command(suite: str | None, pytest_args: Sequence[str], report: Path) -> list[str]:
-    workers = os.environ.get("PYTEST_WORKERS", "4")
+    workers = os.environ.get("PYTEST_WORKERS", "3")
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
     command += ["-n", workers, "--dist", "loadfile", "--no-loadscope-reorder"]
     command += [f"--junitxml={report}"]  # files heaviest first, as in bin/test
