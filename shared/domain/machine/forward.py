@@ -574,12 +574,7 @@ def _undo_extra(
     if unfinished and agent not in step.abandoned_at:
         b.set_step(index, abandoned_at=(*step.abandoned_at, agent))
     if definition.compensation is None:
-        b.note(reason, f"{definition.name} at {agent}: nothing undoes it")
-        if not process.state.process_state.is_at_rest:
-            hold_for_operator(b, reason)
-        else:
-            b.alert(reason)
-        return b.build()
+        return _nothing_undoes(b, process, reason, f"{definition.name} at {agent}")
     b.note(reason, f"{definition.name} at {agent}: undoing it there")
     b.alert(reason)
     if not spent:
@@ -628,12 +623,7 @@ def _earlier_round(
         f"moved on from to {current}"
     )
     if definition.compensation is None:
-        b.note(reason, f"{definition.name} at {agent} under {old}: nothing undoes it")
-        if not process.state.process_state.is_at_rest:
-            hold_for_operator(b, reason)
-        else:
-            b.alert(reason)
-        return b.build()
+        return _nothing_undoes(b, process, reason, f"{definition.name} at {agent} under {old}")
     key = round_heal_key(process.order_id, definition.compensation, key_round)
     b.note(reason, f"{definition.name} at {agent} under {old}: undoing it there under {key}")
     b.alert(reason)
@@ -641,4 +631,15 @@ def _earlier_round(
         process, definition, policy, agent, reply.attempt, reply.result, now, do_round=key_round
     )
     b.send(replace(undo, message_id=f"{undo.message_id}:{HEAL}-r{key_round + 1}"))
+    return b.build()
+
+
+def _nothing_undoes(b: Builder, process: OrderProcess, reason: str, effect: str) -> Transition:
+    """An extra effect the catalogue has no undo for: only an operator can settle it, so
+    an order not at rest is held for one; one at rest is alerted."""
+    b.note(reason, f"{effect}: nothing undoes it")
+    if not process.state.process_state.is_at_rest:
+        hold_for_operator(b, reason)
+    else:
+        b.alert(reason)
     return b.build()
