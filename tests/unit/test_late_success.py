@@ -31,6 +31,7 @@ from shared.domain.machine.operator import cancel
 from shared.domain.machine.recovery import recover
 from shared.domain.messages import AgentReply
 from shared.domain.model import (
+    ErrorInfo,
     ExhaustedPolicy,
     KeyState,
     OrderProcess,
@@ -305,6 +306,46 @@ async def test_a_charge_applied_after_its_refund_found_nothing_is_healed_at_once
     assert heal.message_id != refund.message_id, "the broker would drop it as the refund's"
     assert alerts(setup) == ["applied-after-settled"]
     assert (await loaded(setup)).state.process_state is ProcessState.CANCELLED
+
+
+async def test_a_charge_applied_after_a_moved_refund_found_nothing_heals_under_its_round() -> None:
+    """As above, but the first refund was refused for good, so the second cancel sent it
+    under `:r2`, and that one found nothing to undo. The heal goes under the heal key of
+    the refund that found nothing (`...:r2:heal`), the one reconciliation names from the
+    step's current undo key (shared/domain/reconcile.py, `StepCheck.heal_key`): under
+    round 0's (`...:heal`), a reconciliation run after it would undo one charge under a
+    second key."""
+    setup = await at_payment(World(policy=a_policy(max_failure_count=1)), "payment")
+    setup.payment.answers[CHARGE_KEY] = TransientRemoteError("http-503", "down")
+    setup.payment.abandons[CHARGE_KEY] = NOT_SUPPORTED
+    setup.world.clock.advance(PAST_LIVE_TIME)
+    await setup.sweep()
+    alerts(setup)
+    await cancel_order(setup.deps, "o-1", "op")
+    await next_claim(setup)
+    (refund,) = setup.requests(agent_queue("payment"))
+    refused = ErrorInfo("rejected", "account closed")
+    await scheduler.on_reply(setup.deps, a_reply(refund, Outcome.FAILED, error=refused))
+    assert (await loaded(setup)).state.process_state is ProcessState.ERROR
+    await cancel_order(setup.deps, "o-1", "op")
+    await next_claim(setup)
+    (again,) = setup.requests(agent_queue("payment"))
+    assert again.body["idempotencyKey"] == f"{REFUND_KEY}:r2"
+    nothing = {"undone": False, "reason": "nothing-to-undo"}
+    await scheduler.on_reply(setup.deps, a_reply(again, result=nothing))
+    await answer(setup, agent_queue("inventory"))
+    assert (await loaded(setup)).state.process_state is ProcessState.CANCELLED
+    assert setup.charge is not None
+    alerts(setup)
+
+    await scheduler.on_reply(setup.deps, late(setup.charge, "payment"))
+
+    (heal,) = setup.requests(agent_queue("payment"))
+    assert (heal.body["action"], heal.body["idempotencyKey"]) == (
+        "compensate",
+        heal_key(f"{REFUND_KEY}:r2"),
+    )
+    assert alerts(setup) == ["applied-after-settled"]
 
 
 # A, past the pivot: nothing undoes the effect, so the order is held.

@@ -25,7 +25,7 @@ from shared.domain.machine.line import in_line
 from shared.domain.machine.rekey import round_of
 from shared.domain.machine.settle import forward_only, key_state, undone_by
 from shared.domain.machine.transition import Builder, ProcessPolicy, Transition
-from shared.domain.messages import AgentReply, Nudge, idempotency_key
+from shared.domain.messages import AgentReply, Nudge, idempotency_key, undo_key
 from shared.domain.model import (
     Action,
     ErrorInfo,
@@ -554,7 +554,8 @@ def _undo_extra(
     """Alert, and send the undo to the provider that holds the extra effect. Its answer
     is not awaited (the order has moved on); reconciliation checks that provider again.
     Where the order's own undo key is `spent` there (it found nothing to undo), the undo
-    goes under the heal key, with an id of its own: the order's undo of the step may
+    goes under that key's heal key (the current undo round's, the one reconciliation
+    names: one effect, one heal key), with an id of its own: the order's undo of the step may
     have gone out in the same attempt, and the broker would drop this as its duplicate.
 
     An order not yet finished never sends a do of the step there again (the key there is
@@ -580,7 +581,7 @@ def _undo_extra(
     if not spent:
         b.send(undo_at(process, definition, policy, agent, reply.attempt, reply.result, now))
         return b.build()
-    key = heal_key(idempotency_key(process.order_id, definition.compensation))
+    key = heal_key(undo_key(process.order_id, definition.compensation, step))
     undo = undo_at(process, definition, policy, agent, reply.attempt, reply.result, now, key)
     b.send(replace(undo, message_id=f"{undo.message_id}:{HEAL}"))
     return b.build()
