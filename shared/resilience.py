@@ -133,6 +133,12 @@ class RetryPolicy:
     """Upper bound of one call; each call also stops at the deadline."""
 
 
+_JITTER = random.Random()
+"""The back-off jitter of a call given no generator of its own: one for the process,
+seeded once, where one made per call took 15 us to seed from the system's entropy, more
+than the whole of a first attempt that succeeds."""
+
+
 async def call_until_deadline(
     operation: Callable[[float], Awaitable[T]],
     *,
@@ -188,7 +194,7 @@ async def call_until_deadline(
 
     def wait(state: RetryCallState) -> float:
         ceiling = min(policy.max_backoff, policy.initial_backoff * 2 ** (state.attempt_number - 1))
-        pause = (rng or _jitter()).uniform(0, ceiling)
+        pause = (rng or _JITTER).uniform(0, ceiling)
         exc = state.outcome.exception() if state.outcome else None
         if throttle is not None and isinstance(exc, RateLimited):
             return 0.0
@@ -302,13 +308,6 @@ async def call_until_deadline(
         return await retrying(again)
     except TransientRemoteError:
         raise DeadlinePassed() from None
-
-
-def _jitter() -> random.Random:
-    """A generator of its own for a call given none, made only once the call is to back
-    off: seeding one from the system's entropy took 15 us, more than the whole of a first
-    attempt that succeeds."""
-    return random.Random()
 
 
 def _went_through(throttle: AdaptiveRate | None) -> None:
